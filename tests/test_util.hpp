@@ -1,0 +1,69 @@
+// SPDX-License-Identifier: BSD-3-Clause
+// Helpers shared by tests: where the oracles and data live, temp dirs, running Python oracles.
+#pragma once
+
+#include <catch2/catch.hpp>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <sstream>
+#include <string>
+
+namespace titan::test {
+
+namespace fs = std::filesystem;
+
+/// ../shared/data beside the repo; tests that need it SKIP-by-warning when it is absent.
+inline fs::path shared_data() { return fs::path(TITAN_SHARED_DATA_DIR); }
+inline bool has_shared_data() { return fs::exists(shared_data() / "tinyshakespeare" / "input.txt"); }
+inline fs::path test_dir() { return fs::path(TITAN_TEST_DIR); }
+inline fs::path source_dir() { return fs::path(TITAN_SOURCE_DIR); }
+inline fs::path binary_dir() { return fs::path(TITAN_BINARY_DIR); }
+
+/// A fresh temporary directory removed at scope exit.
+struct TempDir {
+  fs::path path;
+  TempDir() {
+    std::random_device rd;
+    path = fs::temp_directory_path() / ("titan-test-" + std::to_string(rd()) + std::to_string(rd()));
+    fs::create_directories(path);
+  }
+  ~TempDir() {
+    std::error_code ec;
+    fs::remove_all(path, ec);
+  }
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+};
+
+/// Runs `python3 <tests/oracles/script> args...`; returns its exit status.
+inline int run_python(const std::string& script, const std::string& args) {
+  const std::string cmd = std::string("\"") + TITAN_TEST_PYTHON + "\" \"" +
+                          (test_dir() / "oracles" / script).string() + "\" " + args;
+  return std::system(cmd.c_str());
+}
+
+inline std::string read_file(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+inline void write_file(const fs::path& p, const std::string& s) {
+  std::ofstream out(p, std::ios::binary);
+  out << s;
+}
+
+}  // namespace titan::test
+
+// Skip the rest of a test when shared data is missing (a fresh clone outside this environment).
+#define TITAN_REQUIRE_SHARED_DATA()                                             \
+  do {                                                                          \
+    if (!::titan::test::has_shared_data()) {                                    \
+      WARN("skipped: ../shared/data is absent");                                \
+      return;                                                                   \
+    }                                                                           \
+  } while (0)
