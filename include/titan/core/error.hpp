@@ -23,6 +23,12 @@ class ConfigError : public c10::ValueError {
   std::string key_;
 };
 
+/// The message of an exception without LibTorch's C++ backtrace (for logs and mains).
+inline std::string error_message(const std::exception& e) {
+  if (const auto* c10_error = dynamic_cast<const c10::Error*>(&e)) return c10_error->what_without_backtrace();
+  return e.what();
+}
+
 }  // namespace titan
 
 // TITAN_CHECK(cond, "[titan::where] expected {}, got {}. fix", a, b): throws c10::Error.

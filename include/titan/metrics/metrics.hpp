@@ -1,0 +1,87 @@
+// SPDX-License-Identifier: BSD-3-Clause
+// Training metrics the way torchtitan reports them: tokens/s per device, TFLOPs and MFU from the
+// 6N + 12*L*D*S FLOP formula, memory peaks, step/data time; printed as one fixed-field console
+// line and written as the same record to <run_dir>/metrics.jsonl.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <chrono>
+#include <cstdint>
+#include <filesystem>
+#include <fstream>
+#include <optional>
+#include <string>
+
+namespace titan {
+
+/// Peak dense FLOP/s of a device: the bf16 table for GPUs (torchtitan's, matched on the name), and
+/// for CPUs the fp32 FMA peak of the threads in use (cores * FLOP/cycle * clock), or `declared` > 0.
+struct PeakFlops {
+  double flops = 0;         ///< FLOP/s
+  std::string description;  ///< how it was determined, for the startup log
+};
+PeakFlops peak_flops(const at::Device& device, int64_t num_threads, double declared = 0);
+/// torchtitan's GPU table lookup by device name (e.g. "NVIDIA H200"); nullopt when unknown.
+std::optional<double> gpu_peak_flops(const std::string& device_name);
+
+/// Memory figures in bytes: allocator peaks on CUDA, process RSS on CPU.
+struct MemoryStats {
+  int64_t max_active = 0;    ///< CUDA: peak active bytes; CPU: peak RSS (VmHWM)
+  int64_t max_reserved = 0;  ///< CUDA: peak reserved bytes; CPU: current RSS
+  int64_t capacity = 0;      ///< device memory (CUDA) or physical RAM (CPU)
+  int64_t num_alloc_retries = 0;
+  int64_t num_ooms = 0;
+};
+MemoryStats memory_stats(const at::Device& device);
+/// Resets the peaks (CUDA) after each log, as torchtitan does.
+void reset_peak_memory(const at::Device& device);
+
+/// One logged step.
+struct StepMetrics {
+  int64_t step = 0;
+  double loss = 0;          ///< global average loss (token-mean)
+  double grad_norm = 0;     ///< pre-clip global grad norm
+  double lr = 0;
+  double tps = 0;           ///< tokens per second per device
+  double tflops = 0;        ///< achieved model TFLOP/s per device
+  double mfu = 0;           ///< percent of peak
+  double step_time = 0;     ///< seconds per step (mean since last log)
+  double data_time = 0;     ///< seconds per step spent waiting on data (mean)
+  double data_pct = 0;      ///< data_time / step_time in percent
+  int64_t tokens_seen = 0;  ///< tokens consumed by this rank so far
+  MemoryStats memory;
+};
+
+
+/// Accumulates tokens and times between logs and turns them into StepMetrics.
+class MetricsProcessor {
+ public:
+  struct Options {
+    int64_t flops_per_token = 0;  ///< model FLOPs per token (fwd+bwd)
+    double peak_flops = 0;        ///< device peak FLOP/s for MFU
+    int64_t non_data_parallel_size = 1;  ///< cp * tp * pp: tps is per device
+    at::Device device = at::kCPU;
+    std::filesystem::path jsonl_path;     ///< empty = no JSONL
+    bool color = true;
+  };
+  explicit MetricsProcessor(Options options);
+
+  /// Called by the loop: tokens read this step and seconds spent waiting on the data loader.
+  void add_step(int64_t tokens, double data_seconds);
+  /// Builds the record for `step` over the steps since the last log, prints and writes it.
+  StepMetrics log(int64_t step, double loss, double grad_norm, double lr);
+  /// Console line for a record (fixed fields, optional ANSI colors).
+  std::string format_line(const StepMetrics& m) const;
+
+ private:
+  Options options_;
+  std::ofstream jsonl_;
+  std::chrono::steady_clock::time_point last_log_;
+  int64_t tokens_since_log_ = 0;
+  int64_t steps_since_log_ = 0;
+  double data_seconds_since_log_ = 0;
+  int64_t tokens_seen_ = 0;
+};
+
+}  // namespace titan

@@ -1,0 +1,76 @@
+// SPDX-License-Identifier: BSD-3-Clause
+// Llama 3 with torchtitan's exact architecture and parameter names (`tok_embeddings.weight`,
+// `layers.N.attention.wq.weight`, ..., `norm.weight`, `output.weight`) and init scheme. Built on
+// any device; build on meta to count or plan a 405B model, then `materialize` + `init_weights`.
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "titan/models/llama3/args.hpp"
+#include "titan/nn/attention.hpp"
+#include "titan/nn/layers.hpp"
+#include "titan/nn/rope.hpp"
+
+namespace titan {
+struct JobConfig;
+}
+
+namespace titan::llama3 {
+
+class TransformerBlock : public torch::nn::Module {
+ public:
+  TransformerBlock(int64_t layer_id, const Llama3Args& args, const at::TensorOptions& options);
+  at::Tensor forward(const at::Tensor& x, const nn::RopeTables& rope) const;  // (B, S, D) -> (B, S, D)
+  void init_weights();
+
+  int64_t layer_id;
+  double init_std;  // std of this block's output projections (wo, w2, w3)
+  std::shared_ptr<nn::RMSNorm> attention_norm;
+  std::shared_ptr<nn::Attention> attention;
+  std::shared_ptr<nn::RMSNorm> ffn_norm;
+  std::shared_ptr<nn::FeedForward> feed_forward;
+};
+
+class Llama3 : public torch::nn::Module {
+ public:
+  /// Builds the model with uninitialised parameters; `seq_len` sizes the RoPE tables and must not
+  /// exceed args.max_seq_len.
+  Llama3(const Llama3Args& args, int64_t seq_len, const at::TensorOptions& options);
+
+  /// Builds from the job config (model.flavor, training.seq_len) on the meta device; `vocab_size`
+  /// overrides the flavor's when > 0 (a tokenizer with more tokens than the flavor's vocab).
+  static std::shared_ptr<Llama3> build(const JobConfig& config, int64_t vocab_size = 0);
+
+  /// tokens (B, S) int64 -> logits (B, S, V) in the parameter dtype.
+  at::Tensor forward(const at::Tensor& tokens) const;
+  /// Moves parameters to uninitialised storage on `device` (from meta) and builds RoPE tables there.
+  void materialize(const at::Device& device);
+  /// torchtitan's init scheme (under the current RNG state).
+  void init_weights();
+  /// Parameters without duplicates (tied weights once), in registration order.
+  std::vector<at::Tensor> unique_parameters() const;
+  /// Number of parameters (tied weights counted once).
+  int64_t num_params() const;
+  /// torchtitan's training FLOPs per token: 6 * (N - N_embedding) + 12 * L * D * S.
+  int64_t num_flops_per_token(int64_t seq_len) const;
+
+  int64_t vocab_size() const { return args_.vocab_size; }
+  const Llama3Args& args() const { return args_; }
+  int64_t seq_len() const { return seq_len_; }
+
+  std::shared_ptr<nn::Embedding> tok_embeddings;
+  std::vector<std::shared_ptr<TransformerBlock>> layers;  // registered as layers.0 .. layers.{L-1}
+  std::shared_ptr<nn::RMSNorm> norm;
+  std::shared_ptr<nn::Linear> output;  // null when tie_word_embeddings
+
+ private:
+  Llama3Args args_;
+  int64_t seq_len_;
+  nn::RopeTables rope_;  // cos/sin (S, HD/2), not parameters
+};
+
+}  // namespace titan::llama3
+
+#include "titan/train/model_concept.hpp"
+static_assert(titan::TrainableModel<titan::llama3::Llama3>, "Llama3 must satisfy TrainableModel");

@@ -1,0 +1,43 @@
+// SPDX-License-Identifier: BSD-3-Clause
+// Causal grouped-query self-attention through at::scaled_dot_product_attention (flash kernels on
+// CPU and CUDA), with RoPE on q and k and no biases.
+#pragma once
+
+#include <memory>
+
+#include "titan/nn/layers.hpp"
+#include "titan/nn/rope.hpp"
+
+namespace titan::nn {
+
+class Attention : public torch::nn::Module {
+ public:
+  Attention(int64_t dim, int64_t n_heads, int64_t n_kv_heads, const at::TensorOptions& options);
+  /// x (B, S, D) -> (B, S, D), causal over the whole window.
+  at::Tensor forward(const at::Tensor& x, const RopeTables& rope) const;
+  /// torchtitan's init: wq/wk/wv trunc-normal(0.02), wo trunc-normal(out_std).
+  void init_weights(double out_std);
+
+  int64_t n_heads;
+  int64_t n_kv_heads;
+  int64_t head_dim;
+  std::shared_ptr<Linear> wq;  // weight (H*HD, D)
+  std::shared_ptr<Linear> wk;  // weight (KVH*HD, D)
+  std::shared_ptr<Linear> wv;  // weight (KVH*HD, D)
+  std::shared_ptr<Linear> wo;  // weight (D, H*HD)
+};
+
+/// SwiGLU feed-forward: w2(silu(w1 x) * w3 x).
+class FeedForward : public torch::nn::Module {
+ public:
+  FeedForward(int64_t dim, int64_t hidden_dim, const at::TensorOptions& options);
+  at::Tensor forward(const at::Tensor& x) const;  // (B, S, D) -> (B, S, D)
+  /// torchtitan's init: w1 trunc-normal(0.02); w2, w3 trunc-normal(out_std).
+  void init_weights(double out_std);
+
+  std::shared_ptr<Linear> w1;  // weight (F, D)
+  std::shared_ptr<Linear> w2;  // weight (D, F)
+  std::shared_ptr<Linear> w3;  // weight (F, D)
+};
+
+}  // namespace titan::nn

@@ -1,0 +1,45 @@
+// SPDX-License-Identifier: BSD-3-Clause
+// The basic layers every titan model is built from. They own plain parameters (no biases, as in
+// Llama) created on any device, including meta, so a 405B model can be counted without memory.
+// Parallelism (FSDP, TP) wraps or re-places these parameters later; the math lives here once.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+#include <torch/nn/module.h>
+
+namespace titan::nn {
+
+/// y = x W^T, no bias.
+class Linear : public torch::nn::Module {
+ public:
+  Linear(int64_t in_features, int64_t out_features, const at::TensorOptions& options);
+  at::Tensor forward(const at::Tensor& x) const;  // (..., in) -> (..., out)
+
+  at::Tensor weight;  // (out_features, in_features)
+};
+
+/// Token embedding lookup.
+class Embedding : public torch::nn::Module {
+ public:
+  Embedding(int64_t num_embeddings, int64_t dim, const at::TensorOptions& options);
+  at::Tensor forward(const at::Tensor& tokens) const;  // (B, S) int64 -> (B, S, D)
+
+  at::Tensor weight;  // (V, D)
+};
+
+/// RMSNorm: x / sqrt(mean(x^2) + eps) * weight, computed in fp32 and cast back.
+class RMSNorm : public torch::nn::Module {
+ public:
+  RMSNorm(int64_t dim, double eps, const at::TensorOptions& options);
+  at::Tensor forward(const at::Tensor& x) const;  // (..., D) -> (..., D)
+  void reset_parameters();
+
+  at::Tensor weight;  // (D)
+  double eps;
+};
+
+/// Replace every parameter and buffer of `module` (recursively) by uninitialised storage on
+/// `device` (PyTorch's `to_empty`): the step between a meta-device model and init_weights.
+void to_empty(torch::nn::Module& module, const at::Device& device);
+
+}  // namespace titan::nn

@@ -1,0 +1,43 @@
+// SPDX-License-Identifier: BSD-3-Clause
+// Rotary position embeddings, Llama layout: the head dim is read as adjacent pairs (x[2i], x[2i+1])
+// rotated by angle t * f_i, computed in fp32. Llama 3.1 frequency scaling is applied when enabled.
+// (Hugging Face stores q/k weights in the rotate-half layout; the HF adapter permutes them.)
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+namespace titan::nn {
+
+struct RopeConfig {
+  /// Per-head dimension (must be even).
+  int64_t head_dim = 128;
+  /// Number of positions the cos/sin tables cover.
+  int64_t max_positions = 2048;
+  /// Base of the geometric frequency progression.
+  double theta = 500000.0;
+  /// Apply Llama 3.1 scaling of low frequencies (torchtitan always does for Llama 3).
+  bool llama3_scaling = true;
+  /// Llama 3.1 scaling: divisor applied to the lowest frequencies.
+  double scaling_factor = 8.0;
+  /// Llama 3.1 scaling: wavelengths above original_max_positions/low_freq_factor are scaled.
+  double low_freq_factor = 1.0;
+  /// Llama 3.1 scaling: wavelengths below original_max_positions/high_freq_factor are kept.
+  double high_freq_factor = 4.0;
+  /// Llama 3.1 scaling: the pre-training context length the scaling is relative to.
+  double original_max_positions = 8192.0;
+};
+
+/// The per-pair rotation frequencies f_i, i < head_dim/2, float32, after optional scaling.
+at::Tensor rope_frequencies(const RopeConfig& config);  // (HD/2)
+
+/// cos/sin tables of angle t * f_i.
+struct RopeTables {
+  at::Tensor cos;  // (max_positions, HD/2) float32
+  at::Tensor sin;  // (max_positions, HD/2) float32
+};
+RopeTables make_rope_tables(const RopeConfig& config, const at::Device& device);
+
+/// Rotates x (B, S, H, HD) by the first S positions of `tables`; returns x's dtype.
+at::Tensor apply_rope(const at::Tensor& x, const RopeTables& tables);
+
+}  // namespace titan::nn

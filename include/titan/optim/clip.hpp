@@ -1,0 +1,19 @@
+// SPDX-License-Identifier: BSD-3-Clause
+// Global-norm gradient clipping. The returned norm is the pre-clip total L2 norm (logged as
+// grad_norm). Sharded parameters add a cross-rank reduction of the squared norm (distributed runtime).
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <vector>
+
+namespace titan {
+
+/// Total L2 norm of the defined gradients of `params`, as a () float32 tensor (no host sync).
+at::Tensor grad_norm(const std::vector<at::Tensor>& params);
+
+/// Scales gradients in place so their total norm is at most `max_norm` (<= 0 disables the scaling);
+/// returns the pre-clip norm. Uses torch's coefficient max_norm / (norm + 1e-6) clamped to 1.
+double clip_grad_norm_(const std::vector<at::Tensor>& params, double max_norm);
+
+}  // namespace titan

@@ -1,0 +1,83 @@
+// SPDX-License-Identifier: BSD-3-Clause
+// The compiled, model-agnostic half of Trainer<Model>: config, device, seeds, tokenizer, data,
+// optimizer, LR schedule, metrics and the step loop. It reaches the model only through ModelHandle,
+// so none of this is re-instantiated per model type (the fmt print -> vprint pattern).
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "titan/core/config.hpp"
+
+namespace titan {
+class AdamW;
+class LRSchedule;
+class MetricsProcessor;
+struct StepMetrics;
+namespace data {
+class Tokenizer;
+class DataLoader;
+}  // namespace data
+}  // namespace titan
+
+namespace titan::detail {
+
+/// What the core needs of a model, type-erased.
+struct ModelHandle {
+  std::string description;                                 ///< e.g. "llama3 debugmodel"
+  std::function<at::Tensor(const at::Tensor&)> forward;    ///< tokens (B, S) -> logits (B, S, V)
+  std::vector<at::Tensor> parameters;                      ///< trainable tensors, each once
+  int64_t num_params = 0;
+  int64_t flops_per_token = 0;                             ///< at training.seq_len
+};
+
+class TrainerCore {
+ public:
+  /// Validates the config, prepares the run directory, device, seeds, tokenizer and data loader.
+  /// `model_vocab_size` bounds the tokenizer (and sizes one trained on first use).
+  TrainerCore(JobConfig config, int64_t model_vocab_size);
+  ~TrainerCore();
+  TrainerCore(const TrainerCore&) = delete;
+  TrainerCore& operator=(const TrainerCore&) = delete;
+
+  const JobConfig& config() const { return config_; }
+  const at::Device& device() const { return device_; }
+  const data::Tokenizer& tokenizer() const { return *tokenizer_; }
+  /// Seeds the global RNG for weight init (debug.seed, or a logged random seed).
+  void seed_for_init() const;
+  /// Takes the model and builds optimizer, LR schedule and metrics around it.
+  void attach_model(ModelHandle model);
+
+  /// Runs until training.steps; throws on a non-finite loss naming the step.
+  void train();
+  /// One optimizer step (all gradient-accumulation microbatches); returns the logged record when
+  /// this step was logged.
+  void train_step();
+
+  int64_t step() const { return step_; }
+  int64_t grad_accum_steps() const { return grad_accum_steps_; }
+  /// Losses of every step run so far (global token-mean), for tests and the golden curve.
+  const std::vector<double>& loss_history() const { return losses_; }
+  AdamW& optimizer() { return *optimizer_; }
+
+ private:
+  JobConfig config_;
+  at::Device device_ = at::kCPU;
+  int64_t seed_ = 0;
+  int64_t dp_degree_ = 1;
+  int64_t grad_accum_steps_ = 1;
+  std::shared_ptr<data::Tokenizer> tokenizer_;
+  std::unique_ptr<data::DataLoader> loader_;
+  ModelHandle model_;
+  std::unique_ptr<AdamW> optimizer_;
+  std::unique_ptr<LRSchedule> schedule_;
+  std::unique_ptr<MetricsProcessor> metrics_;
+  int64_t step_ = 0;
+  std::vector<double> losses_;
+};
+
+}  // namespace titan::detail

@@ -1,0 +1,54 @@
+// SPDX-License-Identifier: BSD-3-Clause
+// Trainer<Model>: torchtitan's loop assembled from titan's parts. The template part only builds the
+// model (meta device -> materialize -> init) and hands a type-erased handle to the compiled core.
+//
+// Example:
+//   auto config = titan::parse_args(argc, argv);
+//   titan::Trainer<titan::llama3::Llama3> trainer(config);
+//   trainer.train();
+#pragma once
+
+#include <fmt/format.h>
+
+#include <memory>
+#include <utility>
+
+#include "titan/core/log.hpp"
+#include "titan/train/detail/trainer_core.hpp"
+#include "titan/train/model_concept.hpp"
+
+namespace titan {
+
+template <TrainableModel Model>
+class Trainer {
+ public:
+  explicit Trainer(JobConfig config)
+      : model_(Model::build(config, 0)),  // on the meta device: counted and planned before any allocation
+        core_(std::make_unique<detail::TrainerCore>(std::move(config), model_->vocab_size())) {
+    log::info("Model {} {}: {} parameters", core_->config().model.name, core_->config().model.flavor,
+              model_->num_params());
+    model_->materialize(core_->device());
+    core_->seed_for_init();
+    model_->init_weights();
+    auto* raw = model_.get();
+    core_->attach_model({
+        .description = fmt::format("{} {}", core_->config().model.name, core_->config().model.flavor),
+        .forward = [raw](const at::Tensor& tokens) { return raw->forward(tokens); },
+        .parameters = model_->unique_parameters(),
+        .num_params = model_->num_params(),
+        .flops_per_token = model_->num_flops_per_token(core_->config().training.seq_len),
+    });
+  }
+
+  void train() { core_->train(); }
+  void train_step() { core_->train_step(); }
+
+  Model& model() { return *model_; }
+  detail::TrainerCore& core() { return *core_; }
+
+ private:
+  std::shared_ptr<Model> model_;
+  std::unique_ptr<detail::TrainerCore> core_;
+};
+
+}  // namespace titan

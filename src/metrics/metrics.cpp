@@ -1,0 +1,140 @@
+// SPDX-License-Identifier: BSD-3-Clause
+#include "titan/metrics/metrics.hpp"
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+#include <unistd.h>
+
+#include <cmath>
+#include <fstream>
+#include <string>
+
+#include "titan/core/error.hpp"
+#include "titan/core/log.hpp"
+#include "titan/metrics/detail/device_memory.hpp"
+
+namespace titan {
+namespace {
+
+int64_t proc_status_kib(const std::string& key) {
+  std::ifstream in("/proc/self/status");
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind(key + ":", 0) == 0) return std::stoll(line.substr(key.size() + 1));
+  }
+  return 0;
+}
+
+std::string with_commas(int64_t v) {
+  std::string digits = std::to_string(v < 0 ? -v : v);
+  for (int64_t i = static_cast<int64_t>(digits.size()) - 3; i > 0; i -= 3) digits.insert(static_cast<size_t>(i), ",");
+  return v < 0 ? "-" + digits : digits;
+}
+
+constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
+
+}  // namespace
+
+MemoryStats memory_stats(const at::Device& device) {
+  if (device.is_cuda()) {
+    if (auto stats = detail::cuda_memory_stats(device.index() < 0 ? 0 : device.index())) return *stats;
+  }
+  return MemoryStats{.max_active = proc_status_kib("VmHWM") * 1024,
+                     .max_reserved = proc_status_kib("VmRSS") * 1024,
+                     .capacity = static_cast<int64_t>(sysconf(_SC_PHYS_PAGES)) * sysconf(_SC_PAGE_SIZE)};
+}
+
+void reset_peak_memory(const at::Device& device) {
+  if (device.is_cuda()) detail::cuda_reset_peak_memory(device.index() < 0 ? 0 : device.index());
+}
+
+MetricsProcessor::MetricsProcessor(Options options) : options_(std::move(options)), last_log_(std::chrono::steady_clock::now()) {
+  if (!options_.jsonl_path.empty()) {
+    jsonl_.open(options_.jsonl_path, std::ios::app);
+    TITAN_CHECK(jsonl_.good(), "[titan::MetricsProcessor] expected a writable metrics file, got an error opening "
+                "'{}'. Check job.dump_folder.", options_.jsonl_path.string());
+  }
+}
+
+void MetricsProcessor::add_step(int64_t tokens, double data_seconds) {
+  tokens_since_log_ += tokens;
+  tokens_seen_ += tokens;
+  data_seconds_since_log_ += data_seconds;
+  ++steps_since_log_;
+}
+
+StepMetrics MetricsProcessor::log(int64_t step, double loss, double grad_norm, double lr) {
+  const auto now = std::chrono::steady_clock::now();
+  const double elapsed = std::chrono::duration<double>(now - last_log_).count();
+  const double steps = static_cast<double>(std::max<int64_t>(steps_since_log_, 1));
+  StepMetrics m;
+  m.step = step;
+  m.loss = loss;
+  m.grad_norm = grad_norm;
+  m.lr = lr;
+  // Per device: data-parallel ranks each count their own tokens; cp/tp/pp ranks share them.
+  m.tps = static_cast<double>(tokens_since_log_) / (elapsed * static_cast<double>(options_.non_data_parallel_size));
+  m.tflops = static_cast<double>(options_.flops_per_token) * m.tps / 1e12;
+  m.mfu = options_.peak_flops > 0 ? 100.0 * static_cast<double>(options_.flops_per_token) * m.tps / options_.peak_flops : 0;
+  m.step_time = elapsed / steps;
+  m.data_time = data_seconds_since_log_ / steps;
+  m.data_pct = elapsed > 0 ? 100.0 * data_seconds_since_log_ / elapsed : 0;
+  m.tokens_seen = tokens_seen_;
+  m.memory = memory_stats(options_.device);
+  log::info("{}", format_line(m));
+  if (jsonl_.is_open()) {
+    const nlohmann::json record = {
+        {"step", m.step},
+        {"loss_metrics/global_avg_loss", m.loss},
+        {"grad_norm", m.grad_norm},
+        {"lr", m.lr},
+        {"throughput(tps)", m.tps},
+        {"tflops", m.tflops},
+        {"mfu(%)", m.mfu},
+        {"time_metrics/end_to_end(s)", m.step_time},
+        {"time_metrics/data_loading(s)", m.data_time},
+        {"time_metrics/data_loading(%)", m.data_pct},
+        {"memory/max_active(GiB)", static_cast<double>(m.memory.max_active) / kGiB},
+        {"memory/max_reserved(GiB)", static_cast<double>(m.memory.max_reserved) / kGiB},
+        {"memory/num_alloc_retries", m.memory.num_alloc_retries},
+        {"memory/num_ooms", m.memory.num_ooms},
+        {"n_tokens_seen", m.tokens_seen},
+    };
+    jsonl_ << record.dump() << '\n';
+    jsonl_.flush();
+  }
+  if (m.memory.num_alloc_retries > 0 || m.memory.num_ooms > 0) {
+    log::warn("{} CUDA allocation retries and {} OOMs so far", m.memory.num_alloc_retries, m.memory.num_ooms);
+  }
+  reset_peak_memory(options_.device);
+  tokens_since_log_ = 0;
+  steps_since_log_ = 0;
+  data_seconds_since_log_ = 0;
+  last_log_ = std::chrono::steady_clock::now();
+  return m;
+}
+
+std::string MetricsProcessor::format_line(const StepMetrics& m) const {
+  // torchtitan's palette: red step, green loss, orange grad_norm, turquoise memory, blue tps,
+  // cyan tflops, magenta mfu.
+  const bool c = options_.color;
+  const auto paint = [c](const char* code, const std::string& text) {
+    return c ? fmt::format("\033[{}m{}\033[39m", code, text) : text;
+  };
+  const double mem_gib = static_cast<double>(m.memory.max_active) / kGiB;
+  const double mem_pct = m.memory.capacity > 0 ? 100.0 * static_cast<double>(m.memory.max_active) /
+                                                     static_cast<double>(m.memory.capacity)
+                                               : 0.0;
+  return fmt::format("{}  {}  {}  {}  {}  {}  {}  {}  {}",
+                     paint("31", fmt::format("step: {:3}", m.step)),
+                     paint("32", fmt::format("loss: {:8.5f}", m.loss)),
+                     paint("38;2;180;60;0", fmt::format("grad_norm: {:7.4f}", m.grad_norm)),
+                     fmt::format("lr: {:.3e}", m.lr),
+                     paint("38;2;54;234;195", fmt::format("memory: {:5.2f}GiB({:.2f}%)", mem_gib, mem_pct)),
+                     paint("34", fmt::format("tps: {}", with_commas(std::llround(m.tps)))),
+                     paint("36", fmt::format("tflops: {:.3f}", m.tflops)),
+                     paint("35", fmt::format("mfu: {:.2f}%", m.mfu)),
+                     fmt::format("step_time: {:.3f}s data: {:.1f}%", m.step_time, m.data_pct));
+}
+
+}  // namespace titan

@@ -1,0 +1,70 @@
+// SPDX-License-Identifier: BSD-3-Clause
+#include <fmt/format.h>
+
+#include <array>
+#include <fstream>
+#include <string>
+#include <utility>
+
+#include "titan/metrics/detail/device_memory.hpp"
+#include "titan/metrics/metrics.hpp"
+
+namespace titan {
+
+std::optional<double> gpu_peak_flops(const std::string& name) {
+  // torchtitan's bf16 dense table (tools/utils.py get_peak_flops), most specific names first.
+  static const std::array<std::pair<const char*, double>, 14> kTable = {{
+      {"GB300", 2.5e15}, {"GB200", 2.5e15}, {"B300", 2.25e15}, {"B200", 2.25e15},
+      {"H100 NVL", 835e12}, {"H100 PCIe", 756e12}, {"H100", 989e12}, {"H200", 989e12},
+      {"H20", 148e12}, {"A100", 312e12}, {"A6000", 154.85e12}, {"L40S", 362e12},
+      {"MI355X", 2500e12}, {"MI300X", 1300e12},
+  }};
+  for (const auto& [key, flops] : kTable) {
+    if (name.find(key) != std::string::npos) return flops;
+  }
+  return std::nullopt;
+}
+
+namespace {
+
+bool cpu_has_flag(const std::string& flag) {
+  std::ifstream in("/proc/cpuinfo");
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind("flags", 0) == 0) return line.find(" " + flag) != std::string::npos;
+  }
+  return false;
+}
+
+double cpu_clock_hz() {
+  // Prefer the rated maximum (boost) clock; under a hypervisor only "cpu MHz" (nominal) exists.
+  std::ifstream max_freq("/sys/devices/system/cpu/cpu0/cpufreq/cpuinfo_max_freq");
+  double khz = 0;
+  if (max_freq >> khz && khz > 0) return khz * 1e3;
+  std::ifstream in("/proc/cpuinfo");
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind("cpu MHz", 0) == 0) return std::stod(line.substr(line.find(':') + 1)) * 1e6;
+  }
+  return 2.0e9;
+}
+
+}  // namespace
+
+PeakFlops peak_flops(const at::Device& device, int64_t num_threads, double declared) {
+  if (declared > 0) return {declared, fmt::format("{:.3g} FLOP/s (declared by metrics.peak_flops)", declared)};
+  if (device.is_cuda()) {
+    const auto name = detail::cuda_device_name(device.index() < 0 ? 0 : device.index()).value_or("unknown GPU");
+    if (auto flops = gpu_peak_flops(name)) return {*flops, fmt::format("{:.3g} FLOP/s bf16 dense ({})", *flops, name)};
+    return {312e12, fmt::format("312e12 FLOP/s: '{}' is not in the peak table, assuming A100; set "
+                                "metrics.peak_flops", name)};
+  }
+  // fp32 FMA peak: two 256-bit FMA pipes = 32 FLOP/cycle (AVX2), 64 with AVX-512.
+  const double per_cycle = cpu_has_flag("avx512f") ? 64 : (cpu_has_flag("fma") ? 32 : 8);
+  const double hz = cpu_clock_hz();
+  const double flops = static_cast<double>(num_threads) * per_cycle * hz;
+  return {flops, fmt::format("{:.3g} FLOP/s fp32 = {} threads x {} FLOP/cycle x {:.2f} GHz (set "
+                             "metrics.peak_flops to declare another)", flops, num_threads, per_cycle, hz / 1e9)};
+}
+
+}  // namespace titan

@@ -1,0 +1,109 @@
+// SPDX-License-Identifier: BSD-3-Clause
+#include "titan/models/llama3/model.hpp"
+
+#include <ATen/ATen.h>
+
+#include <cmath>
+#include <unordered_set>
+
+#include "titan/core/error.hpp"
+#include "titan/nn/init.hpp"
+
+namespace titan::llama3 {
+
+TransformerBlock::TransformerBlock(int64_t layer_id_, const Llama3Args& args, const at::TensorOptions& options)
+    : layer_id(layer_id_),
+      init_std(args.depth_init ? 0.02 / std::sqrt(2.0 * static_cast<double>(layer_id_ + 1))
+                               : 0.02 / std::sqrt(2.0 * static_cast<double>(args.n_layers))) {
+  attention_norm = register_module("attention_norm", std::make_shared<nn::RMSNorm>(args.dim, args.norm_eps, options));
+  attention = register_module("attention",
+                              std::make_shared<nn::Attention>(args.dim, args.n_heads, args.kv_heads(), options));
+  ffn_norm = register_module("ffn_norm", std::make_shared<nn::RMSNorm>(args.dim, args.norm_eps, options));
+  feed_forward = register_module("feed_forward",
+                                 std::make_shared<nn::FeedForward>(args.dim, args.ffn_hidden_dim(), options));
+}
+
+at::Tensor TransformerBlock::forward(const at::Tensor& x, const nn::RopeTables& rope) const {
+  const at::Tensor h = x + attention->forward(attention_norm->forward(x), rope);  // (B, S, D)
+  return h + feed_forward->forward(ffn_norm->forward(h));                         // (B, S, D)
+}
+
+void TransformerBlock::init_weights() {
+  attention_norm->reset_parameters();
+  ffn_norm->reset_parameters();
+  attention->init_weights(init_std);
+  feed_forward->init_weights(init_std);
+}
+
+Llama3::Llama3(const Llama3Args& args, int64_t seq_len, const at::TensorOptions& options)
+    : args_(args), seq_len_(seq_len) {
+  TITAN_CHECK_VALUE(seq_len > 0 && seq_len <= args.max_seq_len,
+                    "[titan::llama3] expected training.seq_len in [1, {}] (the model's max_seq_len), got {}. "
+                    "Lower training.seq_len.", args.max_seq_len, seq_len);
+  tok_embeddings = register_module("tok_embeddings", std::make_shared<nn::Embedding>(args.vocab_size, args.dim, options));
+  auto container = register_module("layers", std::make_shared<torch::nn::Module>());
+  for (int64_t i = 0; i < args.n_layers; ++i) {
+    layers.push_back(container->register_module(std::to_string(i), std::make_shared<TransformerBlock>(i, args, options)));
+  }
+  norm = register_module("norm", std::make_shared<nn::RMSNorm>(args.dim, args.norm_eps, options));
+  if (!args.tie_word_embeddings) {
+    output = register_module("output", std::make_shared<nn::Linear>(args.dim, args.vocab_size, options));
+  }
+  if (options.device().type() != at::kMeta) materialize(options.device());
+}
+
+at::Tensor Llama3::forward(const at::Tensor& tokens) const {
+  TITAN_CHECK_VALUE(tokens.dim() == 2 && tokens.size(1) <= seq_len_,
+                    "[titan::llama3] expected tokens of shape (B, S<={}), got {}.", seq_len_, tokens.sizes());
+  TITAN_CHECK(rope_.cos.defined(), "[titan::llama3] expected a materialized model, got one on the meta device. "
+              "Call materialize(device) and init_weights() first.");
+  at::Tensor h = tok_embeddings->forward(tokens);  // (B, S, D)
+  for (const auto& layer : layers) h = layer->forward(h, rope_);
+  h = norm->forward(h);                             // (B, S, D)
+  const at::Tensor& head = output ? output->weight : tok_embeddings->weight;  // (V, D)
+  return at::linear(h, head);                       // (B, S, V)
+}
+
+void Llama3::materialize(const at::Device& device) {
+  nn::to_empty(*this, device);
+  rope_ = nn::make_rope_tables({.head_dim = args_.head_dim(), .max_positions = seq_len_, .theta = args_.rope_theta,
+                                .llama3_scaling = args_.rope_scaling},
+                               device);
+}
+
+void Llama3::init_weights() {
+  const double out_std = 1.0 / std::sqrt(static_cast<double>(args_.dim));
+  if (output) {
+    nn::normal_(tok_embeddings->weight, 0.0, 1.0);
+  } else {
+    // A tied matrix is also the output projection: N(0, 1) rows would give logits of std sqrt(D),
+    // so it takes the output layer's init instead.
+    nn::trunc_normal_(tok_embeddings->weight, 0.0, out_std, -3 * out_std, 3 * out_std);
+  }
+  for (const auto& layer : layers) layer->init_weights();
+  norm->reset_parameters();
+  if (output) nn::trunc_normal_(output->weight, 0.0, out_std, -3 * out_std, 3 * out_std);
+}
+
+std::vector<at::Tensor> Llama3::unique_parameters() const {
+  std::vector<at::Tensor> unique;
+  std::unordered_set<const void*> seen;
+  for (const auto& p : parameters(/*recurse=*/true)) {
+    if (seen.insert(p.unsafeGetTensorImpl()).second) unique.push_back(p);
+  }
+  return unique;
+}
+
+int64_t Llama3::num_params() const {
+  int64_t n = 0;
+  for (const auto& p : unique_parameters()) n += p.numel();
+  return n;
+}
+
+int64_t Llama3::num_flops_per_token(int64_t seq_len) const {
+  // The embedding lookup is not a matmul, so it is excluded, unless it is also the output head.
+  const int64_t embedding = args_.tie_word_embeddings ? 0 : tok_embeddings->weight.numel();
+  return 6 * (num_params() - embedding) + 12 * args_.n_layers * args_.dim * seq_len;
+}
+
+}  // namespace titan::llama3

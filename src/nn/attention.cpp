@@ -1,0 +1,65 @@
+// SPDX-License-Identifier: BSD-3-Clause
+#include "titan/nn/attention.hpp"
+
+#include <ATen/ATen.h>
+
+#include "titan/core/error.hpp"
+#include "titan/nn/init.hpp"
+
+namespace titan::nn {
+namespace {
+constexpr double kInStd = 0.02;
+// torch.nn.init.trunc_normal_'s default absolute cut-offs, kept for parity with torchtitan.
+constexpr double kCutLow = -2.0;
+constexpr double kCutHigh = 2.0;
+}  // namespace
+
+Attention::Attention(int64_t dim, int64_t n_heads_, int64_t n_kv_heads_, const at::TensorOptions& options)
+    : n_heads(n_heads_), n_kv_heads(n_kv_heads_), head_dim(dim / n_heads_) {
+  TITAN_CHECK_VALUE(dim % n_heads == 0, "[titan::nn::Attention] expected dim divisible by n_heads, got dim={} "
+                    "n_heads={}.", dim, n_heads);
+  TITAN_CHECK_VALUE(n_heads % n_kv_heads == 0, "[titan::nn::Attention] expected n_heads divisible by "
+                    "n_kv_heads, got n_heads={} n_kv_heads={}.", n_heads, n_kv_heads);
+  wq = register_module("wq", std::make_shared<Linear>(dim, n_heads * head_dim, options));
+  wk = register_module("wk", std::make_shared<Linear>(dim, n_kv_heads * head_dim, options));
+  wv = register_module("wv", std::make_shared<Linear>(dim, n_kv_heads * head_dim, options));
+  wo = register_module("wo", std::make_shared<Linear>(n_heads * head_dim, dim, options));
+}
+
+at::Tensor Attention::forward(const at::Tensor& x, const RopeTables& rope) const {
+  const int64_t bsz = x.size(0);
+  const int64_t seq = x.size(1);
+  at::Tensor q = wq->forward(x).view({bsz, seq, n_heads, head_dim});     // (B, S, H, HD)
+  at::Tensor k = wk->forward(x).view({bsz, seq, n_kv_heads, head_dim});  // (B, S, KVH, HD)
+  at::Tensor v = wv->forward(x).view({bsz, seq, n_kv_heads, head_dim});  // (B, S, KVH, HD)
+  q = apply_rope(q, rope).transpose(1, 2);                                // (B, H, S, HD)
+  k = apply_rope(k, rope).transpose(1, 2);                                // (B, KVH, S, HD)
+  v = v.transpose(1, 2);                                                  // (B, KVH, S, HD)
+  const at::Tensor out = at::scaled_dot_product_attention(
+      q, k, v, /*attn_mask=*/std::nullopt, /*dropout_p=*/0.0, /*is_causal=*/true,
+      /*scale=*/std::nullopt, /*enable_gqa=*/n_kv_heads != n_heads);     // (B, H, S, HD)
+  return wo->forward(out.transpose(1, 2).reshape({bsz, seq, n_heads * head_dim}));
+}
+
+void Attention::init_weights(double out_std) {
+  for (auto* w : {&wq->weight, &wk->weight, &wv->weight}) trunc_normal_(*w, 0.0, kInStd, kCutLow, kCutHigh);
+  trunc_normal_(wo->weight, 0.0, out_std, kCutLow, kCutHigh);
+}
+
+FeedForward::FeedForward(int64_t dim, int64_t hidden_dim, const at::TensorOptions& options) {
+  w1 = register_module("w1", std::make_shared<Linear>(dim, hidden_dim, options));
+  w2 = register_module("w2", std::make_shared<Linear>(hidden_dim, dim, options));
+  w3 = register_module("w3", std::make_shared<Linear>(dim, hidden_dim, options));
+}
+
+at::Tensor FeedForward::forward(const at::Tensor& x) const {
+  return w2->forward(at::silu(w1->forward(x)) * w3->forward(x));
+}
+
+void FeedForward::init_weights(double out_std) {
+  trunc_normal_(w1->weight, 0.0, kInStd, kCutLow, kCutHigh);
+  trunc_normal_(w2->weight, 0.0, out_std, kCutLow, kCutHigh);
+  trunc_normal_(w3->weight, 0.0, out_std, kCutLow, kCutHigh);
+}
+
+}  // namespace titan::nn

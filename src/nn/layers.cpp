@@ -1,0 +1,47 @@
+// SPDX-License-Identifier: BSD-3-Clause
+#include "titan/nn/layers.hpp"
+
+#include <ATen/ATen.h>
+#include <c10/core/GradMode.h>
+
+namespace titan::nn {
+
+Linear::Linear(int64_t in_features, int64_t out_features, const at::TensorOptions& options) {
+  weight = register_parameter("weight", at::empty({out_features, in_features}, options));
+}
+
+at::Tensor Linear::forward(const at::Tensor& x) const { return at::linear(x, weight); }
+
+Embedding::Embedding(int64_t num_embeddings, int64_t dim, const at::TensorOptions& options) {
+  weight = register_parameter("weight", at::empty({num_embeddings, dim}, options));
+}
+
+at::Tensor Embedding::forward(const at::Tensor& tokens) const { return at::embedding(weight, tokens); }
+
+RMSNorm::RMSNorm(int64_t dim, double eps_, const at::TensorOptions& options) : eps(eps_) {
+  weight = register_parameter("weight", at::empty({dim}, options));
+}
+
+at::Tensor RMSNorm::forward(const at::Tensor& x) const {
+  // fp32 statistics even for bf16 activations (torchtitan/Llama reference numerics).
+  const at::Tensor x32 = x.to(at::kFloat);  // (..., D)
+  const at::Tensor normed = at::rms_norm(x32, {x.size(-1)}, std::nullopt, eps).to(x.scalar_type());
+  return normed * weight;
+}
+
+void RMSNorm::reset_parameters() {
+  at::NoGradGuard no_grad;
+  weight.fill_(1.0);
+}
+
+void to_empty(torch::nn::Module& module, const at::Device& device) {
+  at::NoGradGuard no_grad;
+  for (auto& p : module.parameters(/*recurse=*/true)) {
+    p.set_data(at::empty(p.sizes(), p.options().device(device)));
+  }
+  for (auto& b : module.buffers(/*recurse=*/true)) {
+    b.set_data(at::empty(b.sizes(), b.options().device(device)));
+  }
+}
+
+}  // namespace titan::nn

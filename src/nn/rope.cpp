@@ -1,0 +1,62 @@
+// SPDX-License-Identifier: BSD-3-Clause
+#include "titan/nn/rope.hpp"
+
+#include <ATen/ATen.h>
+
+#include <cmath>
+#include <numbers>
+
+#include "titan/core/error.hpp"
+
+namespace titan::nn {
+
+at::Tensor rope_frequencies(const RopeConfig& c) {
+  TITAN_CHECK_VALUE(c.head_dim > 0 && c.head_dim % 2 == 0,
+                    "[titan::nn::rope] expected an even head_dim, got {}. Check dim / n_heads.", c.head_dim);
+  // Same float32 arithmetic as torchtitan's precompute_freqs_cis.
+  const at::Tensor exponents = at::arange(0, c.head_dim, 2, at::kFloat) / static_cast<double>(c.head_dim);
+  at::Tensor freqs = 1.0 / at::pow(c.theta, exponents);  // (HD/2)
+  if (!c.llama3_scaling) return freqs;
+  const double low_wavelen = c.original_max_positions / c.low_freq_factor;
+  const double high_wavelen = c.original_max_positions / c.high_freq_factor;
+  auto f = freqs.accessor<float, 1>();
+  for (int64_t i = 0; i < freqs.size(0); ++i) {
+    const double freq = f[i];
+    const double wavelen = 2.0 * std::numbers::pi / freq;
+    if (wavelen < high_wavelen) continue;
+    if (wavelen > low_wavelen) {
+      f[i] = static_cast<float>(freq / c.scaling_factor);
+    } else {
+      const double smooth = (c.original_max_positions / wavelen - c.low_freq_factor) /
+                            (c.high_freq_factor - c.low_freq_factor);
+      f[i] = static_cast<float>((1.0 - smooth) * freq / c.scaling_factor + smooth * freq);
+    }
+  }
+  return freqs;
+}
+
+RopeTables make_rope_tables(const RopeConfig& c, const at::Device& device) {
+  const at::Tensor freqs = rope_frequencies(c);                       // (HD/2)
+  const at::Tensor t = at::arange(c.max_positions, at::kFloat);       // (P)
+  const at::Tensor angles = at::outer(t, freqs);                      // (P, HD/2)
+  return {at::cos(angles).to(device), at::sin(angles).to(device)};
+}
+
+at::Tensor apply_rope(const at::Tensor& x, const RopeTables& tables) {
+  const int64_t seq = x.size(1);
+  TITAN_CHECK_VALUE(seq <= tables.cos.size(0),
+                    "[titan::nn::rope] expected at most {} positions, got a sequence of {}. "
+                    "Raise the model's max positions (training.seq_len).",
+                    tables.cos.size(0), seq);
+  const int64_t half = x.size(-1) / 2;
+  const at::Tensor pairs = x.to(at::kFloat).unflatten(-1, {half, 2});  // (B, S, H, HD/2, 2)
+  const at::Tensor x0 = pairs.select(-1, 0);                           // (B, S, H, HD/2)
+  const at::Tensor x1 = pairs.select(-1, 1);                           // (B, S, H, HD/2)
+  const at::Tensor cos = tables.cos.narrow(0, 0, seq).unsqueeze(1);    // (S, 1, HD/2)
+  const at::Tensor sin = tables.sin.narrow(0, 0, seq).unsqueeze(1);    // (S, 1, HD/2)
+  const at::Tensor r0 = x0 * cos - x1 * sin;                           // (B, S, H, HD/2)
+  const at::Tensor r1 = x0 * sin + x1 * cos;                           // (B, S, H, HD/2)
+  return at::stack({r0, r1}, -1).flatten(-2).to(x.scalar_type());      // (B, S, H, HD)
+}
+
+}  // namespace titan::nn

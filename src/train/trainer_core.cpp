@@ -1,0 +1,216 @@
+// SPDX-License-Identifier: BSD-3-Clause
+#include "titan/train/detail/trainer_core.hpp"
+
+#include <ATen/ATen.h>
+#include <ATen/Parallel.h>
+#include <ATen/autocast_mode.h>
+#include <c10/core/GradMode.h>
+
+#include <chrono>
+#include <cmath>
+#include <filesystem>
+#include <random>
+
+#include "titan/core/config_loader.hpp"
+#include "titan/core/error.hpp"
+#include "titan/core/log.hpp"
+#include "titan/data/dataloader.hpp"
+#include "titan/data/tokenizer.hpp"
+#include "titan/metrics/metrics.hpp"
+#include "titan/optim/adamw.hpp"
+#include "titan/optim/clip.hpp"
+#include "titan/optim/lr_schedule.hpp"
+#include "titan/train/detail/data_setup.hpp"
+#include "titan/train/loss.hpp"
+
+namespace titan::detail {
+namespace {
+
+void check_single_process_layout(const ParallelismConfig& p) {
+  // The distributed runtime (FSDP/TP/PP/CP) is not built yet: any degree > 1 needs it.
+  const std::pair<const char*, int64_t> degrees[] = {
+      {"parallelism.data_parallel_replicate_degree", p.data_parallel_replicate_degree},
+      {"parallelism.data_parallel_shard_degree", p.data_parallel_shard_degree},
+      {"parallelism.tensor_parallel_degree", p.tensor_parallel_degree},
+      {"parallelism.pipeline_parallel_degree", p.pipeline_parallel_degree},
+      {"parallelism.context_parallel_degree", p.context_parallel_degree},
+  };
+  for (const auto& [key, degree] : degrees) {
+    if (degree > 1) {
+      throw ConfigError(key, fmt::format("[titan::Trainer] expected {} = 1 (or -1) in a single-process run, got {}. "
+                                         "Multi-rank training needs titan's distributed runtime; set it to 1.",
+                                         key, degree));
+    }
+  }
+}
+
+// bf16 autocast on CUDA for the forward pass, restored on exit (also when forward throws).
+class AutocastScope {
+ public:
+  explicit AutocastScope(bool enabled) : enabled_(enabled) {
+    if (!enabled_) return;
+    at::autocast::set_autocast_dtype(at::kCUDA, at::kBFloat16);
+    at::autocast::set_autocast_enabled(at::kCUDA, true);
+  }
+  ~AutocastScope() {
+    if (!enabled_) return;
+    at::autocast::set_autocast_enabled(at::kCUDA, false);
+    at::autocast::clear_cache();
+  }
+  AutocastScope(const AutocastScope&) = delete;
+  AutocastScope& operator=(const AutocastScope&) = delete;
+
+ private:
+  bool enabled_;
+};
+
+at::Device pick_device() { return at::hasCUDA() ? at::Device(at::kCUDA, 0) : at::Device(at::kCPU); }
+
+at::ScalarType parse_dtype(const std::string& name, const char* key) {
+  if (name == "float32") return at::kFloat;
+  if (name == "bfloat16") return at::kBFloat16;
+  throw ConfigError(key, fmt::format("[titan::Trainer] expected {} in float32|bfloat16, got '{}'.", key, name));
+}
+
+}  // namespace
+
+TrainerCore::TrainerCore(JobConfig config, int64_t model_vocab_size) : config_(std::move(config)) {
+  validate(config_);
+  log::set_color(!config_.metrics.disable_color_printing && log::color());
+  check_single_process_layout(config_.parallelism);
+  device_ = pick_device();
+  if (config_.training.num_threads > 0) at::set_num_threads(static_cast<int>(config_.training.num_threads));
+  if (config_.debug.deterministic) {
+    at::globalContext().setDeterministicAlgorithms(true, config_.debug.deterministic_warn_only);
+  }
+  seed_ = config_.debug.seed.value_or(static_cast<int64_t>(std::random_device{}() & 0x7fffffff));
+
+  const std::filesystem::path run_dir(config_.job.dump_folder);
+  std::filesystem::create_directories(run_dir);
+  write_config_json(config_, run_dir / "config.json");
+  if (config_.job.print_config) log::info("Effective config:\n{}", to_json(config_).dump(2));
+  log::info("Run directory {} (config.json written); device {}, {} intra-op threads, seed {}", run_dir.string(),
+            device_.str(), at::get_num_threads(), seed_);
+
+  tokenizer_ = make_tokenizer(config_, model_vocab_size);
+  TITAN_CHECK_VALUE(tokenizer_->vocab_size() <= model_vocab_size,
+                    "[titan::Trainer] expected a tokenizer with at most {} tokens (the model's vocab_size), got {} "
+                    "from model.hf_assets_path='{}'. Use a matching tokenizer or flavor.",
+                    model_vocab_size, tokenizer_->vocab_size(), config_.model.hf_assets_path);
+
+  const int64_t local_bs = config_.training.local_batch_size;
+  const int64_t global_bs = config_.training.global_batch_size < 0 ? local_bs * dp_degree_
+                                                                    : config_.training.global_batch_size;
+  TITAN_CHECK_VALUE(global_bs % (local_bs * dp_degree_) == 0,
+                    "[titan::Trainer] expected training.global_batch_size ({}) to be a multiple of "
+                    "training.local_batch_size ({}) x data-parallel degree ({}). Adjust one of them.",
+                    global_bs, local_bs, dp_degree_);
+  grad_accum_steps_ = global_bs / (local_bs * dp_degree_);
+  loader_ = make_dataloader(config_, tokenizer_, /*dp_rank=*/0, dp_degree_);
+}
+
+TrainerCore::~TrainerCore() = default;
+
+void TrainerCore::seed_for_init() const { at::manual_seed(static_cast<uint64_t>(seed_)); }
+
+void TrainerCore::attach_model(ModelHandle model) {
+  model_ = std::move(model);
+  const auto param_dtype = parse_dtype(config_.training.dtype, "training.dtype");
+  if (param_dtype != at::kFloat) {
+    at::NoGradGuard no_grad;
+    for (auto& p : model_.parameters) p.set_data(p.to(param_dtype));
+  }
+  for (auto& p : model_.parameters) p.requires_grad_(true);
+  optimizer_ = std::make_unique<AdamW>(model_.parameters, AdamWConfig{
+                                                              .lr = config_.optimizer.lr,
+                                                              .beta1 = config_.optimizer.beta1,
+                                                              .beta2 = config_.optimizer.beta2,
+                                                              .eps = config_.optimizer.eps,
+                                                              .weight_decay = config_.optimizer.weight_decay,
+                                                              .implementation = config_.optimizer.implementation,
+                                                          });
+  schedule_ = std::make_unique<LRSchedule>(LRScheduleConfig{
+      .warmup_steps = config_.lr_scheduler.warmup_steps,
+      .total_steps = config_.lr_scheduler.total_steps.value_or(config_.training.steps),
+      .decay_ratio = config_.lr_scheduler.decay_ratio,
+      .decay_type = config_.lr_scheduler.decay_type,
+      .min_lr_factor = config_.lr_scheduler.min_lr_factor,
+  });
+  const PeakFlops peak = peak_flops(device_, at::get_num_threads(), config_.metrics.peak_flops);
+  const std::filesystem::path run_dir(config_.job.dump_folder);
+  metrics_ = std::make_unique<MetricsProcessor>(MetricsProcessor::Options{
+      .flops_per_token = model_.flops_per_token,
+      .peak_flops = peak.flops,
+      .device = device_,
+      .jsonl_path = config_.metrics.enable_jsonl ? run_dir / "metrics.jsonl" : std::filesystem::path(),
+      .color = log::color(),
+  });
+  const MemoryStats mem = memory_stats(device_);
+  log::info("{}: {} parameters, {:.4g} training FLOPs/token at seq_len {}", model_.description, model_.num_params,
+            static_cast<double>(model_.flops_per_token), config_.training.seq_len);
+  log::info("Peak {}", peak.description);
+  log::info("Memory after model init: {:.2f} GiB", static_cast<double>(mem.max_active) / (1024.0 * 1024.0 * 1024.0));
+  log::info("Trainer is initialized with local batch size {}, global batch size {}, gradient accumulation steps {}, "
+            "sequence length {}, total steps {} (warmup {})",
+            config_.training.local_batch_size, config_.training.local_batch_size * grad_accum_steps_ * dp_degree_,
+            grad_accum_steps_, config_.training.seq_len, config_.training.steps, config_.lr_scheduler.warmup_steps);
+}
+
+void TrainerCore::train() {
+  TITAN_CHECK(optimizer_ != nullptr, "[titan::Trainer] expected a model, got none. Call attach_model first.");
+  log::info("Training starts at step {}", step_ + 1);
+  while (step_ < config_.training.steps) train_step();
+  log::info("Training completed at step {}", step_);
+}
+
+void TrainerCore::train_step() {
+  ++step_;
+  optimizer_->zero_grad();
+  const double lr = config_.optimizer.lr * schedule_->factor(step_ - 1);
+
+  // Pull every microbatch first: the loss is normalised by the valid tokens of the whole batch.
+  const auto data_start = std::chrono::steady_clock::now();
+  std::vector<data::Batch> micro;
+  micro.reserve(static_cast<size_t>(grad_accum_steps_));
+  int64_t valid = 0;
+  int64_t tokens = 0;
+  for (int64_t i = 0; i < grad_accum_steps_; ++i) {
+    micro.push_back(loader_->next());
+    valid += count_valid_tokens(micro.back().labels);
+    tokens += micro.back().labels.numel();
+  }
+  const double data_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - data_start).count();
+  TITAN_CHECK(valid > 0, "[titan::Trainer] expected valid label tokens at step {}, got none. Check the dataset.",
+              step_);
+
+  // bf16 autocast on CUDA when parameters are fp32 (torchtitan's single-device mixed precision).
+  const bool autocast = device_.is_cuda() && config_.training.dtype == "float32" &&
+                        config_.training.mixed_precision_param == "bfloat16";
+  at::Tensor loss_sum = at::zeros({}, at::TensorOptions().dtype(at::kFloat).device(device_));  // ()
+  for (auto& batch : micro) {
+    const at::Tensor input = batch.input.to(device_, /*non_blocking=*/true);    // (B, S)
+    const at::Tensor labels = batch.labels.to(device_, /*non_blocking=*/true);  // (B, S)
+    at::Tensor loss;
+    {
+      AutocastScope scope(autocast);
+      loss = cross_entropy_sum(model_.forward(input), labels) / static_cast<double>(valid);  // ()
+    }
+    loss.backward();
+    loss_sum += loss.detach();
+  }
+  const double loss_value = loss_sum.item<double>();
+  TITAN_CHECK(std::isfinite(loss_value),
+              "[titan::Trainer] expected a finite loss, got {} at step {}. Lower optimizer.lr, raise "
+              "lr_scheduler.warmup_steps, or check the data; debug.deterministic reproduces the run.",
+              loss_value, step_);
+  const double norm = clip_grad_norm_(model_.parameters, config_.training.max_norm);
+  optimizer_->step(lr);
+  losses_.push_back(loss_value);
+
+  metrics_->add_step(tokens, data_seconds);
+  if (step_ == 1 || step_ % config_.metrics.log_freq == 0 || step_ == config_.training.steps) {
+    metrics_->log(step_, loss_value, norm, lr);
+  }
+}
+
+}  // namespace titan::detail
