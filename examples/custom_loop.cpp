@@ -3,7 +3,7 @@
 // warmup-stable-decay LR, data loader, token-mean loss, clipping, metrics. Run:
 //   build/bin/custom_loop --training.steps 20 --training.seq_len 128 --training.local_batch_size 4
 #include <titan/titan.hpp>
-#include <titan/train/detail/data_setup.hpp>
+
 
 int main(int argc, char** argv) {
   try {
@@ -12,8 +12,8 @@ int main(int argc, char** argv) {
     if (notes.help_requested) return fmt::print("{}", titan::config_help()), 0;
 
     auto model = titan::llama3::Llama3::build(cfg);  // meta device: free to build and count
-    auto tokenizer = titan::detail::make_tokenizer(cfg, model->vocab_size());
-    auto loader = titan::detail::make_dataloader(cfg, tokenizer, /*dp_rank=*/0, /*dp_degree=*/1);
+    auto tokenizer = titan::build_tokenizer(cfg, model->vocab_size());
+    auto loader = titan::build_dataloader(cfg, tokenizer, /*dp_rank=*/0, /*dp_degree=*/1);
     model->materialize(at::kCPU);
     at::manual_seed(cfg.debug.seed.value_or(0));
     model->init_weights();

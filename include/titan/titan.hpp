@@ -18,5 +18,6 @@
 #include "titan/optim/clip.hpp"
 #include "titan/optim/lr_schedule.hpp"
 #include "titan/train/loss.hpp"
+#include "titan/train/data_setup.hpp"
 #include "titan/train/model_concept.hpp"
 #include "titan/train/trainer.hpp"

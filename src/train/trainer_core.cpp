@@ -20,7 +20,7 @@
 #include "titan/optim/adamw.hpp"
 #include "titan/optim/clip.hpp"
 #include "titan/optim/lr_schedule.hpp"
-#include "titan/train/detail/data_setup.hpp"
+#include "titan/train/data_setup.hpp"
 #include "titan/train/loss.hpp"
 
 namespace titan::detail {
@@ -92,7 +92,7 @@ TrainerCore::TrainerCore(JobConfig config, int64_t model_vocab_size) : config_(s
   log::info("Run directory {} (config.json written); device {}, {} intra-op threads, seed {}", run_dir.string(),
             device_.str(), at::get_num_threads(), seed_);
 
-  tokenizer_ = make_tokenizer(config_, model_vocab_size);
+  tokenizer_ = build_tokenizer(config_, model_vocab_size);
   TITAN_CHECK_VALUE(tokenizer_->vocab_size() <= model_vocab_size,
                     "[titan::Trainer] expected a tokenizer with at most {} tokens (the model's vocab_size), got {} "
                     "from model.hf_assets_path='{}'. Use a matching tokenizer or flavor.",
@@ -106,7 +106,7 @@ TrainerCore::TrainerCore(JobConfig config, int64_t model_vocab_size) : config_(s
                     "training.local_batch_size ({}) x data-parallel degree ({}). Adjust one of them.",
                     global_bs, local_bs, dp_degree_);
   grad_accum_steps_ = global_bs / (local_bs * dp_degree_);
-  loader_ = make_dataloader(config_, tokenizer_, /*dp_rank=*/0, dp_degree_);
+  loader_ = build_dataloader(config_, tokenizer_, /*dp_rank=*/0, dp_degree_);
 }
 
 TrainerCore::~TrainerCore() = default;

@@ -16,7 +16,7 @@
 
 namespace titan {
 
-/// [job]: where outputs go and how the job describes itself.
+/// Where outputs go and how the job describes itself.
 struct JobSectionConfig {
   /// TOML or JSON job file to load (the file layer; by extension, .json is JSON).
   std::optional<std::string> config_file;
@@ -34,7 +34,7 @@ struct JobSectionConfig {
 TITAN_CONFIG(JobSectionConfig, config_file, dump_folder, description, print_config, save_config_file,
              custom_config_module)
 
-/// [profiling]: profiler traces and memory snapshots.
+/// Profiler traces and memory snapshots.
 struct ProfilingConfig {
   /// Collect profiler traces.
   bool enable_profiling = false;
@@ -54,7 +54,7 @@ struct ProfilingConfig {
 TITAN_CONFIG(ProfilingConfig, enable_profiling, save_traces_folder, profile_freq, profiler_active,
              profiler_warmup, enable_memory_snapshot, save_memory_snapshot_folder)
 
-/// [metrics]: the per-step metrics line and its sinks.
+/// The per-step metrics line and its sinks.
 struct MetricsConfig {
   /// Log metrics every this many steps (step 1 is always logged).
   int64_t log_freq = 10;
@@ -76,7 +76,7 @@ struct MetricsConfig {
 TITAN_CONFIG(MetricsConfig, log_freq, enable_tensorboard, disable_color_printing, save_tb_folder,
              save_for_all_ranks, enable_wandb, enable_jsonl, peak_flops)
 
-/// [model]: which model and flavor to build, and where its HF assets are.
+/// Which model and flavor to build, and where its HF assets are.
 struct ModelConfig {
   /// Model family (train spec name).
   std::string name = "llama3";
@@ -93,7 +93,7 @@ struct ModelConfig {
 };
 TITAN_CONFIG(ModelConfig, name, flavor, hf_assets_path, tokenizer_path, converters, print_after_conversion)
 
-/// [optimizer]: AdamW hyperparameters.
+/// AdamW hyperparameters.
 struct OptimizerConfig {
   /// Optimizer (AdamW or Adam).
   std::string name = "AdamW";
@@ -115,7 +115,7 @@ struct OptimizerConfig {
 TITAN_CONFIG(OptimizerConfig, name, lr, beta1, beta2, eps, weight_decay, implementation,
              early_step_in_backward)
 
-/// [lr_scheduler]: linear warmup, optional stable phase, then decay (warmup-stable-decay).
+/// Linear warmup, optional stable phase, then decay (warmup-stable-decay).
 struct LRSchedulerConfig {
   /// Linear warmup length in steps.
   int64_t warmup_steps = 200;
@@ -130,7 +130,7 @@ struct LRSchedulerConfig {
 };
 TITAN_CONFIG(LRSchedulerConfig, warmup_steps, total_steps, decay_ratio, decay_type, min_lr_factor)
 
-/// [training.dataloader] and [validation.dataloader]: loader workers and prefetching.
+/// Loader workers and prefetching.
 struct DataLoaderConfig {
   /// Worker threads loading batches (0 = load on the training thread).
   int64_t num_workers = 0;
@@ -143,7 +143,7 @@ struct DataLoaderConfig {
 };
 TITAN_CONFIG(DataLoaderConfig, num_workers, persistent_workers, pin_memory, prefetch_factor)
 
-/// [training]: data, batch shape, step count and numerics.
+/// Data, batch shape, step count and numerics.
 struct TrainingConfig {
   /// Dataset name (c4_test, c4, ...).
   std::string dataset = "c4_test";
@@ -180,7 +180,7 @@ TITAN_CONFIG(TrainingConfig, dataset, dataset_path, local_batch_size, global_bat
              steps, enable_cpu_offload, dtype, mixed_precision_param, mixed_precision_reduce, gc_freq,
              gc_debug, num_threads, dataloader)
 
-/// [parallelism]: mesh degrees and per-parallelism options.
+/// Mesh degrees and per-parallelism options.
 struct ParallelismConfig {
   /// Replicated data-parallel degree (DDP, or HSDP with dp_shard > 1).
   int64_t data_parallel_replicate_degree = 1;
@@ -234,7 +234,7 @@ TITAN_CONFIG(ParallelismConfig, data_parallel_replicate_degree, data_parallel_sh
              context_parallel_degree, context_parallel_load_balancer, context_parallel_rotate_method,
              expert_parallel_degree, expert_tensor_parallel_degree, expert_parallel_comm_backend)
 
-/// [checkpoint]: sharded save/load, HF import/export.
+/// Sharded save/load, HF import/export.
 struct CheckpointConfig {
   /// Save and load checkpoints.
   bool enable = false;
@@ -278,7 +278,7 @@ TITAN_CONFIG(CheckpointConfig, enable, enable_ft_dataloader_checkpoints, folder,
              last_save_in_hf, export_dtype, async_mode, keep_latest_k, load_step, exclude_from_loading,
              enable_first_step_checkpoint, create_seed_checkpoint, load_only)
 
-/// [activation_checkpoint]: which activations to recompute in backward.
+/// Which activations to recompute in backward.
 struct ActivationCheckpointConfig {
   /// selective, full, memory_budget or none.
   std::string mode = "selective";
@@ -303,7 +303,7 @@ TITAN_CONFIG(ActivationCheckpointConfig, mode, selective_ac_option, per_op_sac_f
              early_stop, memory_budget, visualize_memory_budget_pareto, preserve_rng_state, determinism_check,
              debug)
 
-/// [compile]: torch.compile (torchtitan); titan has no graph compiler yet.
+/// torch.compile in torchtitan; titan has no graph compiler yet.
 struct CompileConfig {
   /// Compile the components below.
   bool enable = false;
@@ -314,7 +314,7 @@ struct CompileConfig {
 };
 TITAN_CONFIG(CompileConfig, enable, components, backend)
 
-/// [float8] (torchtitan's [quantize.linear.float8]): float8 training of Linear layers.
+/// Float8 training of Linear layers (torchtitan's [quantize.linear.float8] loads here too).
 struct Float8Config {
   /// All-gather FSDP params in float8 (tensorwise scaling).
   bool enable_fsdp_float8_all_gather = false;
@@ -330,7 +330,7 @@ struct Float8Config {
 TITAN_CONFIG(Float8Config, enable_fsdp_float8_all_gather, precompute_float8_dynamic_scale_for_fsdp, recipe_name,
              filter_fqns, emulate)
 
-/// [comm]: process-group timeouts and flight recorder.
+/// Process-group timeouts and flight recorder.
 struct CommConfig {
   /// Collective timeout during init and the first step, in seconds.
   int64_t init_timeout_seconds = 300;
@@ -348,7 +348,7 @@ struct CommConfig {
 TITAN_CONFIG(CommConfig, init_timeout_seconds, train_timeout_seconds, trace_buf_size, save_traces_folder,
              save_traces_file_prefix, mode)
 
-/// [validation]: periodic evaluation on a held-out dataset.
+/// Periodic evaluation on a held-out dataset.
 struct ValidationConfig {
   /// Run validation every freq steps (and at step 1).
   bool enable = false;
@@ -369,7 +369,7 @@ struct ValidationConfig {
 };
 TITAN_CONFIG(ValidationConfig, enable, dataset, dataset_path, local_batch_size, seq_len, freq, steps, dataloader)
 
-/// [debug]: seeds and determinism.
+/// Seeds and determinism.
 struct DebugConfig {
   /// Base RNG seed (unset = nondeterministic).
   std::optional<int64_t> seed;

@@ -1,0 +1,67 @@
+#!/usr/bin/env bash
+# Installs everything titan needs on a fresh Debian machine, then configures and builds it.
+# Idempotent and fast when already done (package checks + a requirements stamp + ccache).
+#   scripts/setup.sh            install + build into build/
+#   scripts/setup.sh --no-build install only
+# Env: TITAN_HOME (default ~/.cache/titan) holds the Python venv whose torch wheel is our LibTorch;
+#      BUILD_DIR (default build); CI=true turns warnings into errors.
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+TITAN_HOME="${TITAN_HOME:-$HOME/.cache/titan}"
+VENV="$TITAN_HOME/venv"
+BUILD_DIR="${BUILD_DIR:-$ROOT/build}"
+BUILD=1
+[[ "${1:-}" == "--no-build" ]] && BUILD=0
+
+log() { printf '[setup] %s\n' "$*"; }
+
+# --- Debian packages -------------------------------------------------------------------------
+APT_PACKAGES=(
+  build-essential cmake ninja-build ccache pkg-config git
+  python3 python3-venv python3-pip
+  libfmt-dev nlohmann-json3-dev catch2 libtomlplusplus-dev libsentencepiece-dev
+  zlib1g-dev libzstd-dev
+  fortunes fortunes-min   # the default training corpus: real English quotations
+)
+missing=()
+for pkg in "${APT_PACKAGES[@]}"; do
+  dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing+=("$pkg")
+done
+if ((${#missing[@]})); then
+  log "installing Debian packages: ${missing[*]}"
+  SUDO=""; [[ $(id -u) -ne 0 ]] && SUDO="sudo"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+# --- Python venv: the torch wheel (= LibTorch) and the test oracles ---------------------------
+REQ="$ROOT/scripts/requirements.txt"
+STAMP="$VENV/.titan-requirements.sha256"
+want="$(sha256sum "$REQ" | cut -d' ' -f1)"
+if [[ ! -x "$VENV/bin/python" ]]; then
+  log "creating venv $VENV"
+  mkdir -p "$TITAN_HOME"
+  python3 -m venv "$VENV"
+fi
+if [[ "$(cat "$STAMP" 2>/dev/null || true)" != "$want" ]]; then
+  log "installing Python packages (torch wheel ~3 GB with its CUDA libraries; once per machine)"
+  "$VENV/bin/pip" install -q --disable-pip-version-check -r "$REQ"
+  echo "$want" > "$STAMP"
+fi
+
+((BUILD)) || exit 0
+
+# --- configure + build ------------------------------------------------------------------------
+export CCACHE_DIR="${CCACHE_DIR:-$HOME/.cache/ccache}"
+ccache --max-size=8G >/dev/null 2>&1 || true
+WERROR=OFF
+[[ "${CI:-}" == "true" ]] && WERROR=ON
+if [[ ! -f "$BUILD_DIR/build.ninja" ]]; then
+  log "configuring $BUILD_DIR"
+  cmake -S "$ROOT" -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=Release \
+    -DPython3_EXECUTABLE="$VENV/bin/python" -DTITAN_WERROR="$WERROR" >/dev/null
+fi
+log "building ($(nproc) jobs)"
+cmake --build "$BUILD_DIR" -j"$(nproc)"
+log "done: binaries in $BUILD_DIR/bin"
