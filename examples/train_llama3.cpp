@@ -14,7 +14,7 @@ int main(int argc, char** argv) {
       fmt::print("{}", titan::config_help());
       return 0;
     }
-    for (const auto& note : notes.messages) titan::log::warn("{}", note);
+    for (const auto& note : notes) titan::log::warn("{}", note);
     titan::Trainer<titan::llama3::Llama3> trainer(std::move(config));
     trainer.train();
     return 0;

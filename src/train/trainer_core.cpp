@@ -3,7 +3,6 @@
 
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
-#include <ATen/autocast_mode.h>
 #include <c10/core/GradMode.h>
 
 #include <chrono>
@@ -22,6 +21,7 @@
 #include "titan/optim/lr_schedule.hpp"
 #include "titan/train/data_setup.hpp"
 #include "titan/train/loss.hpp"
+#include "titan/train/step.hpp"
 
 namespace titan::detail {
 namespace {
@@ -43,26 +43,6 @@ void check_single_process_layout(const ParallelismConfig& p) {
     }
   }
 }
-
-// bf16 autocast on CUDA for the forward pass, restored on exit (also when forward throws).
-class AutocastScope {
- public:
-  explicit AutocastScope(bool enabled) : enabled_(enabled) {
-    if (!enabled_) return;
-    at::autocast::set_autocast_dtype(at::kCUDA, at::kBFloat16);
-    at::autocast::set_autocast_enabled(at::kCUDA, true);
-  }
-  ~AutocastScope() {
-    if (!enabled_) return;
-    at::autocast::set_autocast_enabled(at::kCUDA, false);
-    at::autocast::clear_cache();
-  }
-  AutocastScope(const AutocastScope&) = delete;
-  AutocastScope& operator=(const AutocastScope&) = delete;
-
- private:
-  bool enabled_;
-};
 
 at::Device pick_device() { return at::hasCUDA() ? at::Device(at::kCUDA, 0) : at::Device(at::kCPU); }
 
@@ -170,46 +150,29 @@ void TrainerCore::train_step() {
 
   // Pull every microbatch first: the loss is normalised by the valid tokens of the whole batch.
   const auto data_start = std::chrono::steady_clock::now();
-  std::vector<data::Batch> micro;
+  std::vector<Microbatch> micro;
   micro.reserve(static_cast<size_t>(grad_accum_steps_));
-  int64_t valid = 0;
-  int64_t tokens = 0;
   for (int64_t i = 0; i < grad_accum_steps_; ++i) {
-    micro.push_back(loader_->next());
-    valid += count_valid_tokens(micro.back().labels);
-    tokens += micro.back().labels.numel();
+    data::Batch batch = loader_->next();
+    micro.push_back({std::move(batch.input), std::move(batch.labels)});
   }
   const double data_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - data_start).count();
-  TITAN_CHECK(valid > 0, "[titan::Trainer] expected valid label tokens at step {}, got none. Check the dataset.",
-              step_);
 
   // bf16 autocast on CUDA when parameters are fp32 (torchtitan's single-device mixed precision).
   const bool autocast = device_.is_cuda() && config_.training.dtype == "float32" &&
                         config_.training.mixed_precision_param == "bfloat16";
-  at::Tensor loss_sum = at::zeros({}, at::TensorOptions().dtype(at::kFloat).device(device_));  // ()
-  for (auto& batch : micro) {
-    const at::Tensor input = batch.input.to(device_, /*non_blocking=*/true);    // (B, S)
-    const at::Tensor labels = batch.labels.to(device_, /*non_blocking=*/true);  // (B, S)
-    at::Tensor loss;
-    {
-      AutocastScope scope(autocast);
-      loss = cross_entropy_sum(model_.forward(input), labels) / static_cast<double>(valid);  // ()
-    }
-    loss.backward();
-    loss_sum += loss.detach();
-  }
-  const double loss_value = loss_sum.item<double>();
-  TITAN_CHECK(std::isfinite(loss_value),
+  const ForwardBackwardResult fb = forward_backward(model_.forward, micro, device_, 0, autocast);
+  TITAN_CHECK(std::isfinite(fb.loss),
               "[titan::Trainer] expected a finite loss, got {} at step {}. Lower optimizer.lr, raise "
               "lr_scheduler.warmup_steps, or check the data; debug.deterministic reproduces the run.",
-              loss_value, step_);
+              fb.loss, step_);
   const double norm = clip_grad_norm_(model_.parameters, config_.training.max_norm);
   optimizer_->step(lr);
-  losses_.push_back(loss_value);
+  losses_.push_back(fb.loss);
 
-  metrics_->add_step(tokens, data_seconds);
+  metrics_->add_step(fb.tokens, data_seconds);
   if (step_ == 1 || step_ % config_.metrics.log_freq == 0 || step_ == config_.training.steps) {
-    metrics_->log(step_, loss_value, norm, lr);
+    metrics_->log(step_, fb.loss, norm, lr);
   }
 }
 

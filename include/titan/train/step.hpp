@@ -1,0 +1,31 @@
+// SPDX-License-Identifier: BSD-3-Clause
+// Forward + backward over gradient-accumulation microbatches with torchtitan's normalisation: every
+// microbatch's summed cross-entropy is divided by the valid tokens of the WHOLE global batch, so the
+// accumulated gradient is the exact token mean however the batch is split (and across dp ranks).
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <functional>
+#include <vector>
+
+namespace titan {
+
+struct Microbatch {
+  at::Tensor input;   // (B, S) int64
+  at::Tensor labels;  // (B, S) int64, -100 = ignore
+};
+
+struct ForwardBackwardResult {
+  double loss = 0;           ///< sum over microbatches of CE_sum / global_valid_tokens
+  int64_t valid_tokens = 0;  ///< labels != -100 across the microbatches
+  int64_t tokens = 0;        ///< all label positions (torchtitan counts these for tps)
+};
+
+/// Runs forward and backward on each microbatch (gradients accumulate in the parameters' .grad).
+/// `global_valid_tokens` <= 0 means "count them here" (single data-parallel rank).
+ForwardBackwardResult forward_backward(const std::function<at::Tensor(const at::Tensor&)>& forward,
+                                       const std::vector<Microbatch>& microbatches, const at::Device& device,
+                                       int64_t global_valid_tokens = 0, bool cuda_bf16_autocast = false);
+
+}  // namespace titan

@@ -1,0 +1,62 @@
+// SPDX-License-Identifier: BSD-3-Clause
+#include "titan/train/step.hpp"
+
+#include <ATen/ATen.h>
+#include <ATen/autocast_mode.h>
+
+#include "titan/core/error.hpp"
+#include "titan/train/loss.hpp"
+
+namespace titan {
+namespace {
+
+// bf16 autocast on CUDA for the forward pass, restored on exit (also when forward throws).
+class AutocastScope {
+ public:
+  explicit AutocastScope(bool enabled) : enabled_(enabled) {
+    if (!enabled_) return;
+    at::autocast::set_autocast_dtype(at::kCUDA, at::kBFloat16);
+    at::autocast::set_autocast_enabled(at::kCUDA, true);
+  }
+  ~AutocastScope() {
+    if (!enabled_) return;
+    at::autocast::set_autocast_enabled(at::kCUDA, false);
+    at::autocast::clear_cache();
+  }
+  AutocastScope(const AutocastScope&) = delete;
+  AutocastScope& operator=(const AutocastScope&) = delete;
+
+ private:
+  bool enabled_;
+};
+
+}  // namespace
+
+ForwardBackwardResult forward_backward(const std::function<at::Tensor(const at::Tensor&)>& forward,
+                                       const std::vector<Microbatch>& microbatches, const at::Device& device,
+                                       int64_t global_valid_tokens, bool cuda_bf16_autocast) {
+  ForwardBackwardResult result;
+  for (const auto& mb : microbatches) {
+    result.valid_tokens += count_valid_tokens(mb.labels);
+    result.tokens += mb.labels.numel();
+  }
+  const int64_t denom = global_valid_tokens > 0 ? global_valid_tokens : result.valid_tokens;
+  TITAN_CHECK(denom > 0, "[titan::forward_backward] expected valid label tokens, got none in {} microbatches. "
+              "Check the dataset (every label is -100).", microbatches.size());
+  at::Tensor loss_sum = at::zeros({}, at::TensorOptions().dtype(at::kFloat).device(device));  // ()
+  for (const auto& mb : microbatches) {
+    const at::Tensor input = mb.input.to(device, /*non_blocking=*/true);    // (B, S)
+    const at::Tensor labels = mb.labels.to(device, /*non_blocking=*/true);  // (B, S)
+    at::Tensor loss;                                                        // ()
+    {
+      AutocastScope autocast(cuda_bf16_autocast);
+      loss = cross_entropy_sum(forward(input), labels) / static_cast<double>(denom);
+    }
+    loss.backward();
+    loss_sum += loss.detach();
+  }
+  result.loss = loss_sum.item<double>();
+  return result;
+}
+
+}  // namespace titan
