@@ -16,11 +16,11 @@ BUILD=1
 
 log() { printf '[setup] %s\n' "$*"; }
 
-# --- Debian packages -------------------------------------------------------------------------
+# --- Debian packages ({fmt} comes with the torch wheel: its include dir shadows a system copy) -------------------------------------------------------------------------
 APT_PACKAGES=(
   build-essential cmake ninja-build ccache pkg-config git
   python3 python3-venv python3-pip
-  libfmt-dev nlohmann-json3-dev catch2 libtomlplusplus-dev libsentencepiece-dev
+  nlohmann-json3-dev catch2 libtomlplusplus-dev libsentencepiece-dev
   zlib1g-dev libzstd-dev
   fortunes fortunes-min   # the default training corpus: real English quotations
 )

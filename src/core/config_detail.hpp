@@ -23,6 +23,8 @@ using nlohmann::json;
 /// Throws ConfigError(key, "[titan::config] " + message).
 [[noreturn]] void fail(std::string key, std::string_view message);
 
+inline constexpr std::string_view kCommandLine = "the command line";
+
 /// Where a value came from, for error messages: the key as the user wrote it and its source.
 struct Where {
   std::string_view key;
@@ -44,6 +46,8 @@ bool is_table_key(std::string_view canonical);
 /// nothing when the key lies elsewhere. Defined beside the support table.
 std::optional<std::string> recognised_unsupported_note(std::string_view canonical, std::string_view value);
 bool is_recognised_unsupported_table(std::string_view canonical);
+/// Those sections, for --help.
+std::vector<std::string_view> recognised_unsupported_sections();
 
 /// Calls visit(value) on the field named `canonical`; false when there is no such field.
 template <class Visitor>
@@ -57,6 +61,12 @@ bool visit_key(JobConfig& config, std::string_view canonical, Visitor&& visit) {
   });
   return found;
 }
+
+/// True when `canonical` is a field of the schema.
+bool is_known_key(std::string_view canonical);
+
+/// `training.steps` -> `/training/steps`.
+json::json_pointer pointer_of(std::string_view dotted_key);
 
 /// Adds `note` once.
 void add_note(ConfigNotes* notes, std::string note);

@@ -26,9 +26,13 @@ int64_t proc_status_kib(const std::string& key) {
 }
 
 std::string with_commas(int64_t v) {
-  std::string digits = std::to_string(v < 0 ? -v : v);
-  for (int64_t i = static_cast<int64_t>(digits.size()) - 3; i > 0; i -= 3) digits.insert(static_cast<size_t>(i), ",");
-  return v < 0 ? "-" + digits : digits;
+  const std::string digits = std::to_string(v < 0 ? -v : v);
+  std::string out = v < 0 ? "-" : "";
+  for (size_t i = 0; i < digits.size(); ++i) {
+    if (i > 0 && (digits.size() - i) % 3 == 0) out.push_back(',');
+    out.push_back(digits[i]);
+  }
+  return out;
 }
 
 constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;

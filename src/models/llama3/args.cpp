@@ -22,6 +22,9 @@ namespace {
 const std::map<std::string, Llama3Args, std::less<>>& flavors() {
   static const std::map<std::string, Llama3Args, std::less<>> table = {
       {"debugmodel", {.dim = 256, .n_layers = 6, .n_heads = 16, .vocab_size = 2048, .rope_theta = 500000}},
+      // titan-only: a ~100M model (98.0M parameters) for CPU benchmarks between debugmodel and 1B.
+      {"100M", {.dim = 640, .n_layers = 12, .n_heads = 10, .n_kv_heads = 5, .vocab_size = 32768,
+                .rope_theta = 500000}},
       {"1B", {.dim = 2048, .n_layers = 16, .n_heads = 32, .n_kv_heads = 8, .multiple_of = 1024,
               .ffn_dim_multiplier = 1.5, .rope_theta = 500000, .tie_word_embeddings = true}},
       {"3B", {.dim = 3072, .n_layers = 28, .n_heads = 24, .n_kv_heads = 8, .multiple_of = 1024,

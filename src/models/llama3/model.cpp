@@ -54,7 +54,7 @@ Llama3::Llama3(const Llama3Args& args, int64_t seq_len, const at::TensorOptions&
 
 at::Tensor Llama3::forward(const at::Tensor& tokens) const {
   TITAN_CHECK_VALUE(tokens.dim() == 2 && tokens.size(1) <= seq_len_,
-                    "[titan::llama3] expected tokens of shape (B, S<={}), got {}.", seq_len_, tokens.sizes());
+                    "[titan::llama3] expected tokens of shape (B, S<={}), got {}.", seq_len_, c10::str(tokens.sizes()));
   TITAN_CHECK(rope_.cos.defined(), "[titan::llama3] expected a materialized model, got one on the meta device. "
               "Call materialize(device) and init_weights() first.");
   at::Tensor h = tok_embeddings->forward(tokens);  // (B, S, D)

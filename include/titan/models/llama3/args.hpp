@@ -44,7 +44,8 @@ struct Llama3Args {
   int64_t ffn_hidden_dim() const;
 };
 
-/// torchtitan's flavor table: "debugmodel", "1B", "3B", "8B", "70B", "405B".
+/// torchtitan's flavor table: "debugmodel", "1B", "3B", "8B", "70B", "405B"; plus titan's "100M"
+/// (a CPU benchmark size).
 /// Throws naming the flavor and listing the known ones.
 Llama3Args flavor(std::string_view name);
 std::vector<std::string> flavor_names();

@@ -1,0 +1,135 @@
+// SPDX-License-Identifier: BSD-3-Clause
+// Value checks on a whole JobConfig: each names the key, what it must be and what it is. Checks that need
+// the world size (degree products, batch divisibility) belong to the mesh and trainer, not here.
+#include "config_detail.hpp"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <algorithm>
+#include <initializer_list>
+
+namespace titan {
+namespace {
+
+using config_detail::json;
+
+void require(bool ok, std::string_view key, std::string_view must, const json& got) {
+  if (ok) return;
+  config_detail::fail(std::string(key), fmt::format("expected {} {}, got {}. Set it in the config file or with --{}.",
+                                                    key, must, got.dump(), key));
+}
+
+void one_of(std::string_view key, const std::string& value, std::initializer_list<std::string_view> allowed) {
+  const bool ok = std::find(allowed.begin(), allowed.end(), value) != allowed.end();
+  require(ok, key, fmt::format("to be one of {}", fmt::join(allowed, "|")), value);
+}
+
+void positive(std::string_view key, int64_t v) { require(v > 0, key, "> 0", v); }
+void non_negative(std::string_view key, int64_t v) { require(v >= 0, key, ">= 0", v); }
+void non_negative(std::string_view key, double v) { require(v >= 0, key, ">= 0", v); }
+void unit_interval(std::string_view key, double v) { require(v >= 0 && v <= 1, key, "in [0, 1]", v); }
+void degree(std::string_view key, int64_t v) { require(v >= 1, key, ">= 1", v); }
+
+bool is_positive_integer(const std::string& s) {
+  return !s.empty() && s.size() < 10 && std::all_of(s.begin(), s.end(), [](char c) { return c >= '0' && c <= '9'; }) &&
+         std::stoll(s) > 0;
+}
+
+void validate_training(const TrainingConfig& t) {
+  positive("training.local_batch_size", t.local_batch_size);
+  require(t.global_batch_size == -1 || t.global_batch_size > 0, "training.global_batch_size", "> 0 or -1 (infer)",
+          t.global_batch_size);
+  positive("training.seq_len", t.seq_len);
+  positive("training.steps", t.steps);
+  require(t.max_norm > 0, "training.max_norm", "> 0", t.max_norm);
+  one_of("training.dtype", t.dtype, {"float32", "bfloat16"});
+  one_of("training.mixed_precision_param", t.mixed_precision_param, {"bfloat16", "float32"});
+  one_of("training.mixed_precision_reduce", t.mixed_precision_reduce, {"float32"});
+  positive("training.gc_freq", t.gc_freq);
+  non_negative("training.num_threads", t.num_threads);
+  non_negative("training.dataloader.num_workers", t.dataloader.num_workers);
+}
+
+void validate_optimizer(const OptimizerConfig& o, const LRSchedulerConfig& s) {
+  one_of("optimizer.name", o.name, {"AdamW", "Adam"});
+  non_negative("optimizer.lr", o.lr);
+  require(o.beta1 >= 0 && o.beta1 < 1, "optimizer.beta1", "in [0, 1)", o.beta1);
+  require(o.beta2 >= 0 && o.beta2 < 1, "optimizer.beta2", "in [0, 1)", o.beta2);
+  require(o.eps > 0, "optimizer.eps", "> 0", o.eps);
+  non_negative("optimizer.weight_decay", o.weight_decay);
+  one_of("optimizer.implementation", o.implementation, {"for-loop", "foreach", "fused"});
+  non_negative("lr_scheduler.warmup_steps", s.warmup_steps);
+  if (s.total_steps) positive("lr_scheduler.total_steps", *s.total_steps);
+  if (s.decay_ratio) unit_interval("lr_scheduler.decay_ratio", *s.decay_ratio);
+  one_of("lr_scheduler.decay_type", s.decay_type, {"linear", "sqrt", "cosine"});
+  unit_interval("lr_scheduler.min_lr_factor", s.min_lr_factor);
+}
+
+void validate_parallelism(const ParallelismConfig& p) {
+  degree("parallelism.data_parallel_replicate_degree", p.data_parallel_replicate_degree);
+  require(p.data_parallel_shard_degree == -1 || p.data_parallel_shard_degree >= 1,
+          "parallelism.data_parallel_shard_degree", ">= 1 or -1 (infer)", p.data_parallel_shard_degree);
+  degree("parallelism.tensor_parallel_degree", p.tensor_parallel_degree);
+  degree("parallelism.pipeline_parallel_degree", p.pipeline_parallel_degree);
+  degree("parallelism.context_parallel_degree", p.context_parallel_degree);
+  degree("parallelism.expert_parallel_degree", p.expert_parallel_degree);
+  degree("parallelism.expert_tensor_parallel_degree", p.expert_tensor_parallel_degree);
+  positive("parallelism.pipeline_parallel_microbatch_size", p.pipeline_parallel_microbatch_size);
+  if (p.pipeline_parallel_layers_per_stage) {
+    positive("parallelism.pipeline_parallel_layers_per_stage", *p.pipeline_parallel_layers_per_stage);
+  }
+  one_of("parallelism.fsdp_reshard_after_forward", p.fsdp_reshard_after_forward, {"default", "always", "never"});
+  if (p.context_parallel_load_balancer) {
+    one_of("parallelism.context_parallel_load_balancer", *p.context_parallel_load_balancer, {"headtail", "ptrr"});
+  }
+  one_of("parallelism.context_parallel_rotate_method", p.context_parallel_rotate_method, {"allgather", "alltoall"});
+  one_of("parallelism.expert_parallel_comm_backend", p.expert_parallel_comm_backend, {"standard", "deepep"});
+}
+
+void validate_checkpointing(const CheckpointConfig& c, const ActivationCheckpointConfig& ac) {
+  positive("checkpoint.interval", c.interval);
+  require(c.keep_latest_k == 0 || c.keep_latest_k >= 2, "checkpoint.keep_latest_k",
+          "0 (keep all) or >= 2 (the newest may still be saving)", c.keep_latest_k);
+  one_of("checkpoint.export_dtype", c.export_dtype, {"float16", "bfloat16", "float32"});
+  one_of("checkpoint.async_mode", c.async_mode, {"disabled", "async", "async_with_pinned_mem"});
+  one_of("activation_checkpoint.mode", ac.mode, {"selective", "full", "memory_budget", "none"});
+  require(ac.selective_ac_option == "op" || is_positive_integer(ac.selective_ac_option),
+          "activation_checkpoint.selective_ac_option", "to be a positive integer or \"op\"", ac.selective_ac_option);
+  unit_interval("activation_checkpoint.memory_budget", ac.memory_budget);
+}
+
+void validate_rest(const JobConfig& c) {
+  require(!c.model.name.empty(), "model.name", "to be non-empty", c.model.name);
+  require(!c.model.flavor.empty(), "model.flavor", "to be non-empty", c.model.flavor);
+  positive("metrics.log_freq", c.metrics.log_freq);
+  non_negative("metrics.peak_flops", c.metrics.peak_flops);
+  positive("profiling.profile_freq", c.profiling.profile_freq);
+  positive("profiling.profiler_active", c.profiling.profiler_active);
+  non_negative("profiling.profiler_warmup", c.profiling.profiler_warmup);
+  if (c.float8.recipe_name) {
+    one_of("float8.recipe_name", *c.float8.recipe_name, {"tensorwise", "rowwise", "rowwise_with_gw_hp"});
+  }
+  positive("comm.init_timeout_seconds", c.comm.init_timeout_seconds);
+  positive("comm.train_timeout_seconds", c.comm.train_timeout_seconds);
+  non_negative("comm.trace_buf_size", c.comm.trace_buf_size);
+  one_of("comm.mode", c.comm.mode, {"default", "fake_backend", "local_tensor"});
+  positive("validation.local_batch_size", c.validation.local_batch_size);
+  positive("validation.seq_len", c.validation.seq_len);
+  positive("validation.freq", c.validation.freq);
+  require(c.validation.steps > 0 || c.validation.steps == -1, "validation.steps", "> 0 or -1 (whole dataset)",
+          c.validation.steps);
+  non_negative("validation.dataloader.num_workers", c.validation.dataloader.num_workers);
+}
+
+}  // namespace
+
+void validate(const JobConfig& config) {
+  validate_training(config.training);
+  validate_optimizer(config.optimizer, config.lr_scheduler);
+  validate_parallelism(config.parallelism);
+  validate_checkpointing(config.checkpoint, config.activation_checkpoint);
+  validate_rest(config);
+}
+
+}  // namespace titan
