@@ -25,7 +25,7 @@ struct Registry {
     entries["fortunes"] = {{.format = CorpusFormat::fortunes, .path = "/usr/share/games/fortunes"},
                            "Install Debian's fortunes (apt-get install fortunes fortunes-min) or point "
                            "training.dataset_path at a folder of fortune files."};
-    entries["tinyshakespeare"] = {{.format = CorpusFormat::text},
+    entries["tinyshakespeare"] = {{.format = CorpusFormat::text, .path = {}},
                                   "Download karpathy/char-rnn's data/tinyshakespeare/input.txt and set "
                                   "training.dataset_path to it."};
   }
