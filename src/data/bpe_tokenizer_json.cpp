@@ -105,8 +105,8 @@ void read_model(const Reader& r, const json& model, BpeTokenizer::Impl& impl) {
     }
     const std::string merged = left + right;
     for (const std::string* t : std::array<const std::string*, 3>{&left, &right, &merged}) {
-      r.check(vocab.contains(*t), key, fmt::format("tokens that are in model.vocab, but {} is not", json(*t).dump()),
-              m, "The merges do not belong to this vocab; the file is corrupt.");
+      r.check(vocab.contains(*t), key, fmt::format("merge parts in model.vocab ({} is not)", json(*t).dump()), m,
+              "The merges do not belong to this vocab; the file is corrupt.");
     }
     merges.push_back({vocab.at(left), vocab.at(right), vocab.at(merged)});
   }

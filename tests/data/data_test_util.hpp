@@ -1,0 +1,32 @@
+// SPDX-License-Identifier: BSD-3-Clause
+// Helpers for the data tests: a small BPE trained in memory, so packing tests need no shared data.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "titan/data/bpe_trainer.hpp"
+
+namespace titan::test {
+
+inline std::vector<std::string> sample_documents() {
+  return {"The quick brown fox jumps over the lazy dog.",
+          "To be, or not to be, that is the question:\nWhether 'tis nobler in the mind to suffer",
+          "A",
+          "",
+          "Pack my box with five dozen liquor jugs! 12345 + 678 = 13023",
+          "Caf\u00e9 na\u00efve \u6771\u4eac \U0001F642 \u2014 the end."};
+}
+
+/// A byte-level BPE of `vocab_size` trained on sample_documents(); with `bos_eos` false it has no
+/// BOS/EOS tokens.
+inline std::shared_ptr<data::BpeTokenizer> tiny_tokenizer(int64_t vocab_size = 300, bool bos_eos = true) {
+  data::BpeTrainerConfig config;
+  config.vocab_size = vocab_size;
+  if (!bos_eos) config.bos_token = config.eos_token = "";
+  data::BpeTrainer trainer(config);
+  for (const std::string& doc : sample_documents()) trainer.add_text(doc);
+  return trainer.train().tokenizer();
+}
+
+}  // namespace titan::test
