@@ -2,6 +2,7 @@
 // Your own training loop from titan's parts: config, model on meta -> materialize -> init, AdamW,
 // warmup-stable-decay LR, data loader, token-mean loss, clipping, metrics. Run:
 //   build/bin/custom_loop --training.steps 20 --training.seq_len 128 --training.local_batch_size 4
+#include <ATen/Parallel.h>
 #include <titan/titan.hpp>
 
 

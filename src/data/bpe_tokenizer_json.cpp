@@ -71,12 +71,16 @@ void read_model(const Reader& r, const json& model, BpeTokenizer::Impl& impl) {
   detail::StringMap<int32_t> vocab;
   vocab.reserve(vocab_json.size());
   for (const auto& [token, id] : vocab_json.items()) {
-    r.check(id.is_number_integer() && id.get<int64_t>() >= 0 && id.get<int64_t>() < (int64_t(1) << 31),
-            fmt::format("model.vocab[{}]", json(token).dump()), "a token id in [0, 2^31)", id);
+    // Messages are built only on failure: a Llama 3 vocab has 128k entries and 280k merges.
+    const auto key = [&] { return fmt::format("model.vocab[{}]", json(token).dump()); };
+    if (!(id.is_number_integer() && id.get<int64_t>() >= 0 && id.get<int64_t>() < (int64_t(1) << 31))) {
+      r.check(false, key(), "a token id in [0, 2^31)", id);
+    }
     const auto i = id.get<int32_t>();
     if (size_t(i) >= impl.model_tokens.size()) impl.model_tokens.resize(size_t(i) + 1);
-    r.check(impl.model_tokens[i].empty(), fmt::format("model.vocab[{}]", json(token).dump()),
-            fmt::format("an id not used by {}", json(impl.model_tokens[i]).dump()), id);
+    if (!impl.model_tokens[i].empty()) {
+      r.check(false, key(), fmt::format("an id not used by {}", json(impl.model_tokens[i]).dump()), id);
+    }
     impl.model_tokens[i] = token;
     vocab.emplace(token, i);
   }
@@ -87,26 +91,30 @@ void read_model(const Reader& r, const json& model, BpeTokenizer::Impl& impl) {
   merges.reserve(merges_json.size());
   for (size_t i = 0; i < merges_json.size(); ++i) {
     const json& m = merges_json[i];
-    const std::string key = fmt::format("model.merges[{}]", i);
+    const auto key = [i] { return fmt::format("model.merges[{}]", i); };
     std::string left, right;
     if (m.is_string()) {
       const auto& s = m.get_ref<const std::string&>();
       if (s.starts_with("#version")) continue;
       const size_t space = s.find(' ');
-      r.check(space != std::string::npos && s.find(' ', space + 1) == std::string::npos, key,
-              "two tokens separated by one space", m);
+      if (space == std::string::npos || s.find(' ', space + 1) != std::string::npos) {
+        r.check(false, key(), "two tokens separated by one space", m);
+      }
       left = s.substr(0, space);
       right = s.substr(space + 1);
     } else {
-      r.check(m.is_array() && m.size() == 2 && m[0].is_string() && m[1].is_string(), key,
-              "a pair of token strings", m);
+      if (!(m.is_array() && m.size() == 2 && m[0].is_string() && m[1].is_string())) {
+        r.check(false, key(), "a pair of token strings", m);
+      }
       left = m[0].get<std::string>();
       right = m[1].get<std::string>();
     }
     const std::string merged = left + right;
     for (const std::string* t : std::array<const std::string*, 3>{&left, &right, &merged}) {
-      r.check(vocab.contains(*t), key, fmt::format("merge parts in model.vocab ({} is not)", json(*t).dump()), m,
-              "The merges do not belong to this vocab; the file is corrupt.");
+      if (!vocab.contains(*t)) {
+        r.check(false, key(), fmt::format("merge parts in model.vocab ({} is not)", json(*t).dump()), m,
+                "The merges do not belong to this vocab; the file is corrupt.");
+      }
     }
     merges.push_back({vocab.at(left), vocab.at(right), vocab.at(merged)});
   }
@@ -234,13 +242,18 @@ void read_post_processor(const Reader& r, const json& pp, const std::string& whe
       after_text = true;
       continue;
     }
-    r.check(item.is_object() && item.contains("SpecialToken"), key, "{\"Sequence\": ...} or {\"SpecialToken\": ...}", item);
-    const std::string name = r.string(r.member(item.at("SpecialToken"), key + ".SpecialToken", "id"), key + ".SpecialToken.id");
+    r.check(item.is_object() && item.contains("SpecialToken"), key, "{\"Sequence\": ...} or {\"SpecialToken\": ...}",
+            item);
+    const std::string name =
+        r.string(r.member(item.at("SpecialToken"), key + ".SpecialToken", "id"), key + ".SpecialToken.id");
     const json& ids = r.member(r.member(specials, where + ".special_tokens", name.c_str()),
                                fmt::format("{}.special_tokens.{}", where, name), "ids");
     r.check(ids.is_array(), fmt::format("{}.special_tokens.{}.ids", where, name), "an array of ids", ids);
     auto& dst = after_text ? impl.template_suffix : impl.template_prefix;
-    for (const json& id : ids) dst.push_back(id.get<int32_t>());
+    for (const json& id : ids) {
+      r.check(id.is_number_integer(), fmt::format("{}.special_tokens.{}.ids", where, name), "token ids", ids);
+      dst.push_back(id.get<int32_t>());
+    }
   }
 }
 
@@ -288,13 +301,16 @@ void read_config(const Reader& r, const json& config, BpeTokenizer::Impl& impl) 
   for (const char* key : {"bos_token", "eos_token", "pad_token", "unk_token", "sep_token", "cls_token", "mask_token"}) {
     if (auto c = content(key)) {
       const json& v = config.at(key);
-      tokens.push_back(v.is_object() ? added_token(r, v, key, true, true) : detail::AddedToken{.content = *c, .special = true});
+      tokens.push_back(v.is_object() ? added_token(r, v, key, true, true)
+                                     : detail::AddedToken{.content = *c, .special = true});
     }
   }
   const json& decoder = config.value("added_tokens_decoder", json::object());
   r.check(decoder.is_object(), "added_tokens_decoder", "an object {id: token}", decoder);
   for (const auto& [id, t] : decoder.items()) {
-    if (t.is_object() && t.contains("content")) tokens.push_back(added_token(r, t, "added_tokens_decoder." + id, true, true));
+    if (t.is_object() && t.contains("content")) {
+      tokens.push_back(added_token(r, t, "added_tokens_decoder." + id, true, true));
+    }
   }
   impl.add_tokens(tokens);
   for (auto [key, dst] : {std::pair{"bos_token", &impl.bos}, std::pair{"eos_token", &impl.eos}}) {
@@ -320,7 +336,8 @@ std::shared_ptr<BpeTokenizer> BpeTokenizer::from_json(const json& tokenizer, std
   read_added_tokens(r, tokenizer, *impl);
   if (config != nullptr) read_config(Reader(std::move(config_source)), *config, *impl);
   impl->finalize();
-  for (auto [id, flag] : {std::pair{impl->bos, &impl->template_adds_bos}, std::pair{impl->eos, &impl->template_adds_eos}}) {
+  for (auto [id, flag] :
+       {std::pair{impl->bos, &impl->template_adds_bos}, std::pair{impl->eos, &impl->template_adds_eos}}) {
     auto has = [&](const std::vector<int32_t>& v) { return std::find(v.begin(), v.end(), *id) != v.end(); };
     *flag = id.has_value() && (has(impl->template_prefix) || has(impl->template_suffix));
   }

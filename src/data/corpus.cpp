@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <cerrno>
 #include <string_view>
 
 #include "titan/core/error.hpp"
@@ -24,7 +25,8 @@ class MappedFile {
  public:
   explicit MappedFile(const fs::path& path) : path_(path) {
     const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-    TITAN_CHECK_VALUE(fd >= 0, "[titan::data::Corpus] expected a readable file at {}, got errno {}.", path.string(), errno);
+    TITAN_CHECK_VALUE(fd >= 0, "[titan::data::Corpus] expected a readable file at {}, got errno {}.", path.string(),
+                      errno);
     struct stat st {};
     ::fstat(fd, &st);
     size_ = size_t(st.st_size);
@@ -43,7 +45,9 @@ class MappedFile {
   MappedFile(const MappedFile&) = delete;
   MappedFile& operator=(const MappedFile&) = delete;
 
-  std::string_view bytes() const { return size_ == 0 ? std::string_view() : std::string_view(static_cast<const char*>(data_), size_); }
+  std::string_view bytes() const {
+    return size_ == 0 ? std::string_view() : std::string_view(static_cast<const char*>(data_), size_);
+  }
   const fs::path& path() const { return path_; }
 
  private:
@@ -127,8 +131,8 @@ class FileCorpus final : public Corpus {
   int64_t size() const override { return int64_t(spans_.size()); }
 
   std::string document(int64_t index) const override {
-    TITAN_CHECK_VALUE(index >= 0 && index < size(), "[titan::data::Corpus] {}: expected a document index in [0, {}), got {}.",
-                      name_, size(), index);
+    TITAN_CHECK_VALUE(index >= 0 && index < size(),
+                      "[titan::data::Corpus] {}: expected a document index in [0, {}), got {}.", name_, size(), index);
     const Span& s = spans_[size_t(index)];
     const MappedFile& file = *files_[s.file];
     const std::string_view raw = file.bytes().substr(s.offset, s.length);
@@ -167,8 +171,8 @@ class MemoryCorpus final : public Corpus {
   const std::string& name() const override { return name_; }
   int64_t size() const override { return int64_t(docs_.size()); }
   std::string document(int64_t index) const override {
-    TITAN_CHECK_VALUE(index >= 0 && index < size(), "[titan::data::Corpus] {}: expected a document index in [0, {}), got {}.",
-                      name_, size(), index);
+    TITAN_CHECK_VALUE(index >= 0 && index < size(),
+                      "[titan::data::Corpus] {}: expected a document index in [0, {}), got {}.", name_, size(), index);
     return docs_[size_t(index)];
   }
   std::vector<std::pair<fs::path, uintmax_t>> files() const override { return {}; }
@@ -208,8 +212,10 @@ std::vector<fs::path> list_files(const CorpusSpec& spec) {
 }  // namespace
 
 std::shared_ptr<Corpus> open_corpus(std::string name, const CorpusSpec& spec) {
-  TITAN_CHECK_VALUE(fs::exists(spec.path), "[titan::data::open_corpus] dataset \"{}\": expected a file or folder at {}, "
-                    "got nothing there. Set training.dataset_path to where the data is.", name, spec.path.string());
+  TITAN_CHECK_VALUE(fs::exists(spec.path),
+                    "[titan::data::open_corpus] dataset \"{}\": expected a file or folder at {}, "
+                    "got nothing there. Set training.dataset_path to where the data is.",
+                    name, spec.path.string());
   const std::vector<fs::path> paths = list_files(spec);
   auto corpus = std::make_shared<FileCorpus>(name, spec, paths);
   TITAN_CHECK_VALUE(corpus->size() > 0, "[titan::data::open_corpus] dataset \"{}\" at {}: expected at least one "

@@ -61,16 +61,20 @@ std::shared_ptr<Corpus> load_dataset(const std::string& name, const std::filesys
     if (it == r.entries.end()) {
       std::vector<std::string> names;
       for (const auto& [n, e] : r.entries) names.push_back(n);
-      TITAN_CHECK_VALUE(false, "[titan::data::load_dataset] expected training.dataset to be one of [{}], got \"{}\". "
-                        "Register it with titan::data::register_dataset(\"{}\", spec).", fmt::join(names, ", "), name, name);
+      TITAN_CHECK_VALUE(false,
+                        "[titan::data::load_dataset] expected training.dataset to be one of [{}], got \"{}\". "
+                        "Register it with titan::data::register_dataset(\"{}\", spec).",
+                        fmt::join(names, ", "), name, name);
     }
     entry = it->second;
   }
   if (!dataset_path.empty()) entry.spec.path = dataset_path;
   TITAN_CHECK_VALUE(!entry.spec.path.empty(), "[titan::data::load_dataset] dataset \"{}\": expected a path, got none "
                     "(it has no default location). {}", name, entry.missing_hint);
-  TITAN_CHECK_VALUE(std::filesystem::exists(entry.spec.path), "[titan::data::load_dataset] dataset \"{}\": expected its "
-                    "data at {}, got nothing there. {}", name, entry.spec.path.string(), entry.missing_hint);
+  TITAN_CHECK_VALUE(std::filesystem::exists(entry.spec.path),
+                    "[titan::data::load_dataset] dataset \"{}\": expected its "
+                    "data at {}, got nothing there. {}",
+                    name, entry.spec.path.string(), entry.missing_hint);
   return open_corpus(name, entry.spec);
 }
 

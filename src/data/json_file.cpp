@@ -49,7 +49,8 @@ void write_file_atomic(const std::filesystem::path& path, std::string_view conte
   std::error_code ec;
   std::filesystem::rename(tmp, path, ec);
   if (ec) std::filesystem::remove(tmp);
-  TITAN_CHECK_VALUE(!ec, "[titan::data] expected to rename {} to {}, got: {}.", tmp.string(), path.string(), ec.message());
+  TITAN_CHECK_VALUE(!ec, "[titan::data] expected to rename {} to {}, got: {}.", tmp.string(), path.string(),
+                    ec.message());
 }
 
 }  // namespace titan::data::detail

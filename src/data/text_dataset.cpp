@@ -71,8 +71,10 @@ void TextDataset::load_state(const nlohmann::json& state) {
   TITAN_CHECK_VALUE(fields_ok, "[titan::data::TextDataset] expected a state with dataset, document, epoch, windows "
                     "and buffer, got {}.", state.dump().substr(0, 200));
   const auto name = state.at("dataset").get<std::string>();
-  TITAN_CHECK_VALUE(name == corpus_->name(), "[titan::data::TextDataset] expected a state saved for dataset \"{}\", "
-                    "got one for \"{}\". Resume with the dataset the checkpoint was trained on.", corpus_->name(), name);
+  TITAN_CHECK_VALUE(name == corpus_->name(),
+                    "[titan::data::TextDataset] expected a state saved for dataset \"{}\", "
+                    "got one for \"{}\". Resume with the dataset the checkpoint was trained on.",
+                    corpus_->name(), name);
   const auto document = state.at("document").get<int64_t>();
   TITAN_CHECK_VALUE(document >= 0 && document < corpus_->size(), "[titan::data::TextDataset] dataset \"{}\": expected "
                     "a saved document index in [0, {}), got {}. The dataset changed since the state was saved.",

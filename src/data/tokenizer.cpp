@@ -23,10 +23,12 @@ std::shared_ptr<Tokenizer> load_tokenizer(const std::filesystem::path& dir_or_fi
       for (const auto& e : fs::directory_iterator(dir_or_file, ec)) present.push_back(e.path().filename().string());
     }
     std::sort(present.begin(), present.end());
-    TITAN_CHECK_VALUE(false, "[titan::data::load_tokenizer] expected a Hugging Face tokenizer.json at {}, got {}. "
+    TITAN_CHECK_VALUE(false,
+                      "[titan::data::load_tokenizer] expected a Hugging Face tokenizer.json at {}, got {}. "
                       "Point model.hf_assets_path at a folder holding tokenizer.json (+ tokenizer_config.json), "
                       "or leave it without one to train a BPE on the dataset.",
-                      file.string(), is_dir ? fmt::format("a folder holding [{}]", fmt::join(present, ", ")) : "no such file");
+                      file.string(),
+                      is_dir ? fmt::format("a folder holding [{}]", fmt::join(present, ", ")) : "no such file");
   }
   const fs::path config = file.parent_path() / "tokenizer_config.json";
   auto tokenizer = BpeTokenizer::from_files(file, fs::exists(config) ? config : fs::path());

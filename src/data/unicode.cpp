@@ -102,11 +102,19 @@ std::string utf8_lossy(std::string_view s) {
     // Skip the maximal prefix of a valid sequence (Unicode's "maximal subpart" rule), then emit
     // one U+FFFD for it.
     const unsigned char b0 = p[i];
-    unsigned char lo = 0x80, hi = 0xBF;
-    size_t need = 0;
-    if (b0 >= 0xC2 && b0 <= 0xDF) need = 1;
-    else if (b0 >= 0xE0 && b0 <= 0xEF) { need = 2; if (b0 == 0xE0) lo = 0xA0; if (b0 == 0xED) hi = 0x9F; }
-    else if (b0 >= 0xF0 && b0 <= 0xF4) { need = 3; if (b0 == 0xF0) lo = 0x90; if (b0 == 0xF4) hi = 0x8F; }
+    size_t need = 0;                      // continuation bytes the lead byte asks for
+    unsigned char lo = 0x80, hi = 0xBF;   // allowed range of the first one (no overlongs, surrogates)
+    if (b0 >= 0xC2 && b0 <= 0xDF) {
+      need = 1;
+    } else if (b0 >= 0xE0 && b0 <= 0xEF) {
+      need = 2;
+      lo = b0 == 0xE0 ? 0xA0 : 0x80;
+      hi = b0 == 0xED ? 0x9F : 0xBF;
+    } else if (b0 >= 0xF0 && b0 <= 0xF4) {
+      need = 3;
+      lo = b0 == 0xF0 ? 0x90 : 0x80;
+      hi = b0 == 0xF4 ? 0x8F : 0xBF;
+    }
     size_t j = i + 1;
     for (size_t k = 0; k < need && j < s.size(); ++k, ++j) {
       const unsigned char b = p[j];

@@ -102,7 +102,7 @@ TEST_CASE("for_each_field visits the declared fields in order", "[cpu][config]")
   CHECK(std::count(keys.begin(), keys.end(), "validation.dataloader.prefetch_factor") == 1);
 }
 
-TEST_CASE("layers: defaults < preset < TOML < command line", "[cpu][config]") {
+TEST_CASE("layers apply in order: defaults < preset < TOML < command line", "[cpu][config]") {
   titan::test::TempDir dir;
   const std::string toml = write(dir, "run.toml", "[training]\nsteps = 20\n[metrics]\nlog_freq = 5\n");
   // The file is listed after the override on purpose: position on the line does not change the layer.
@@ -114,7 +114,7 @@ TEST_CASE("layers: defaults < preset < TOML < command line", "[cpu][config]") {
   CHECK(c.job.config_file == toml);
 }
 
-TEST_CASE("overrides accept --a.b=v, --a.b v and hyphens", "[cpu][config]") {
+TEST_CASE("overrides accept key=value and key value forms and hyphens", "[cpu][config]") {
   const JobConfig c = parse({"--training.steps=7", "--training.seq_len", "128", "--optimizer.lr=3e-4",
                              "--job.dump-folder", "/tmp/run", "--parallelism.data_parallel_shard_degree", "-1"});
   CHECK(c.training.steps == 7);
@@ -247,7 +247,7 @@ TEST_CASE("unknown keys name the key and suggest the closest", "[cpu][config]") 
   CHECK_THROWS_WITH(parse({"training.steps", "3"}), Contains("expected --section.key arguments"));
 }
 
-TEST_CASE("wrong types name the key, the expected type and the value", "[cpu][config]") {
+TEST_CASE("wrong types name the key and the expected type and the value", "[cpu][config]") {
   titan::test::TempDir dir;
   const std::string toml = write(dir, "run.toml", "[training]\nsteps = \"ten\"\n");
   CHECK_THROWS_WITH(parse({"--job.config_file", toml}), Contains("training.steps expects an integer, got \"ten\""));
@@ -304,7 +304,7 @@ TEST_CASE("validate names the offending key", "[cpu][config]") {
   CHECK(error_key([] { parse({"--lr_scheduler.warmup_steps", "-1"}); }) == "lr_scheduler.warmup_steps");
 }
 
-TEST_CASE("--help lists every key with its default and its /// doc", "[cpu][config]") {
+TEST_CASE("help lists every key with its default and its doc line", "[cpu][config]") {
   const std::string help = titan::config_help();
   size_t leaves = 0;
   const JobConfig defaults;

@@ -25,17 +25,17 @@ TEST_CASE("tokenizer_for trains a BPE on first use, caches it, and reuses it", "
   const auto corpus = titan::data::open_corpus("greetings", {.path = tmp.path / "corpus.txt"});
   const fs::path cache = tmp.path / "cache";
 
-  const auto first = titan::data::tokenizer_for("", *corpus, 280, cache);
+  const auto first = titan::data::tokenizer_for("", *corpus, 400, cache);
   REQUIRE(entries(cache).size() == 1);
   const fs::path dir = entries(cache)[0];
-  CHECK(dir.filename().string().starts_with("greetings-v280-"));
+  CHECK(dir.filename().string().starts_with("greetings-v400-"));
   CHECK(fs::exists(dir / "tokenizer.json"));
   CHECK(fs::exists(dir / "tokenizer_config.json"));
-  CHECK(first->vocab_size() < 280);  // the text runs out of pairs
+  CHECK(first->vocab_size() < 400);  // the text runs out of pairs
   CHECK(first->decode(first->encode("Hello again")) == "Hello again");
   const auto written = fs::last_write_time(dir / "tokenizer.json");
 
-  const auto again = titan::data::tokenizer_for(tmp.path / "no-assets-here", *corpus, 280, cache);
+  const auto again = titan::data::tokenizer_for(tmp.path / "no-assets-here", *corpus, 400, cache);
   CHECK(entries(cache).size() == 1);
   CHECK(fs::last_write_time(dir / "tokenizer.json") == written);
   CHECK(again->encode("Hello there") == first->encode("Hello there"));
@@ -43,7 +43,7 @@ TEST_CASE("tokenizer_for trains a BPE on first use, caches it, and reuses it", "
   // A changed corpus (other size) or another vocab size is another cache entry.
   titan::test::write_file(tmp.path / "corpus.txt", "Different text now.\n");
   const auto changed = titan::data::open_corpus("greetings", {.path = tmp.path / "corpus.txt"});
-  titan::data::tokenizer_for("", *changed, 280, cache);
+  titan::data::tokenizer_for("", *changed, 400, cache);
   titan::data::tokenizer_for("", *changed, 270, cache);
   CHECK(entries(cache).size() == 3);
 }

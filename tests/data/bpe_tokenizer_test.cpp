@@ -7,6 +7,7 @@
 
 #include <cstring>
 
+#include "data_test_util.hpp"
 #include "test_util.hpp"
 #include "titan/data/bpe_tokenizer.hpp"
 #include "titan/data/pre_tokenizer.hpp"
@@ -23,10 +24,13 @@ constexpr std::string_view kExtraLine =
     "Caf\u00e9 na\u00efve fa\u00e7ade \u2014 \u6771\u4eac \u65e5\u672c\u8a9e \U0001F642\U0001F680 12345678 "
     "\u00bd \u216b x\u00b2  tabs\t\there\r\nDON'T 'S '\u017fx <|end_of_text|> end\n   \n";
 
+// The extra line is repeated so that the HF-trained tokenizers learn merges for its digits, CJK and
+// emoji; without merges a wrong split of those pieces would give the same byte tokens and go unseen.
 fs::path write_corpus(const TempDir& tmp) {
   const fs::path path = tmp.path / "text.txt";
-  titan::test::write_file(path, titan::test::read_file(titan::test::shared_data() / "tinyshakespeare" / "input.txt") +
-                                    std::string(kExtraLine));
+  std::string text = titan::test::read_file(titan::test::shared_data() / "tinyshakespeare" / "input.txt");
+  for (int i = 0; i < 200; ++i) text += kExtraLine;
+  titan::test::write_file(path, text);
   return path;
 }
 
@@ -37,21 +41,6 @@ std::vector<int32_t> read_ids(const fs::path& path) {
   return ids;
 }
 
-// Empty when equal; else where the first difference is, with the text around it.
-std::string first_mismatch(const std::vector<int32_t>& ours, const std::vector<int32_t>& hf, const Tokenizer& tok) {
-  size_t i = 0;
-  while (i < ours.size() && i < hf.size() && ours[i] == hf[i]) ++i;
-  if (i == ours.size() && i == hf.size()) return {};
-  auto window = [&](const std::vector<int32_t>& ids) {
-    const size_t lo = i >= 8 ? i - 8 : 0, hi = std::min(ids.size(), i + 8);
-    std::string s;
-    for (size_t k = lo; k < hi; ++k) s += fmt::format("{}{}:{:?}", k == i ? ">>" : " ", ids[k], tok.decode(std::span(&ids[k], 1)));
-    return s;
-  };
-  return fmt::format("first mismatch at token {} of {} (ours) / {} (HF)\n ours: {}\n HF:   {}", i, ours.size(),
-                     hf.size(), window(ours), window(hf));
-}
-
 // Runs the oracle's `encode` and checks ids and decoded text against ours.
 void check_against_hf(const Tokenizer& tok, const fs::path& tokenizer_json, const fs::path& text, const TempDir& tmp) {
   const fs::path prefix = tmp.path / "hf_encode";
@@ -59,9 +48,8 @@ void check_against_hf(const Tokenizer& tok, const fs::path& tokenizer_json, cons
                                                                   text.string(), prefix.string())) == 0);
   const std::vector<int32_t> hf = read_ids(prefix.string() + ".ids");
   const std::vector<int32_t> ours = tok.encode(titan::test::read_file(text));
-  INFO(first_mismatch(ours, hf, tok));
   REQUIRE(ours.size() > 100000);
-  CHECK(ours == hf);
+  CHECK(titan::test::first_mismatch(ours, hf, tok) == "");
   CHECK(tok.decode(ours) == titan::test::read_file(prefix.string() + ".decoded"));
 }
 
@@ -84,33 +72,40 @@ TEST_CASE("BpeTokenizer encodes like HF: HF-trained GPT-2 style BPE with merges"
   TITAN_REQUIRE_SHARED_DATA();
   TempDir tmp;
   const fs::path text = write_corpus(tmp), dir = tmp.path / "gpt2";
-  REQUIRE(titan::test::run_python("hf_tokenizer.py", fmt::format("train '{}' 1500 '{}'", text.string(), dir.string())) == 0);
+  REQUIRE(titan::test::run_python("hf_tokenizer.py",
+                                  fmt::format("train '{}' 1500 '{}'", text.string(), dir.string())) == 0);
   const auto tok = titan::data::load_tokenizer(dir);
   CHECK(tok->vocab_size() == 1500);
   CHECK(tok->bos_id() == 0);
   CHECK(tok->eos_id() == 1);
   const std::vector<int32_t> hf = read_ids(dir / "hf.ids");
   const std::vector<int32_t> ours = tok->encode(titan::test::read_file(text));
-  INFO(first_mismatch(ours, hf, *tok));
-  CHECK(ours == hf);
+  CHECK(titan::test::first_mismatch(ours, hf, *tok) == "");
   CHECK(tok->decode(ours) == titan::test::read_file(dir / "hf.decoded"));
+  // Checked by hand with tokenizers 0.23: the prefix space goes to each segment between special
+  // tokens, and an empty text gives no tokens at all.
+  CHECK(tok->encode("").empty());
+  REQUIRE(tok->token_to_id("\u0120b").has_value());
+  CHECK(tok->encode("<|end_of_text|><|end_of_text|>b") == std::vector<int32_t>{1, 1, *tok->token_to_id("\u0120b")});
 }
 
 TEST_CASE("BpeTokenizer encodes like HF: Llama 3 split regex, ignore_merges, BOS from the template", "[data]") {
   TITAN_REQUIRE_SHARED_DATA();
   TempDir tmp;
   const fs::path text = write_corpus(tmp), dir = tmp.path / "llama3";
-  REQUIRE(titan::test::run_python("hf_tokenizer.py", fmt::format("llama3 '{}' 1500 '{}'", text.string(), dir.string())) == 0);
+  REQUIRE(titan::test::run_python("hf_tokenizer.py",
+                                  fmt::format("llama3 '{}' 1500 '{}'", text.string(), dir.string())) == 0);
   const auto tok = titan::data::BpeTokenizer::from_files(dir / "tokenizer.json", dir / "tokenizer_config.json");
   CHECK(tok->post_processor_adds_bos());
   CHECK_FALSE(tok->post_processor_adds_eos());
   const std::string corpus = titan::test::read_file(text);
   const std::vector<int32_t> hf = read_ids(dir / "hf.ids");
   const std::vector<int32_t> ours = tok->encode(corpus);
-  INFO(first_mismatch(ours, hf, *tok));
-  CHECK(ours == hf);
+  CHECK(titan::test::first_mismatch(ours, hf, *tok) == "");
   CHECK(tok->decode(ours) == titan::test::read_file(dir / "hf.decoded"));
-  CHECK(tok->decode(ours, /*skip_special_tokens=*/true) == std::string(corpus).replace(corpus.find("<|end_of_text|>"), 15, ""));
+  std::string without_specials = corpus;
+  for (size_t at; (at = without_specials.find("<|end_of_text|>")) != std::string::npos;) without_specials.erase(at, 15);
+  CHECK(tok->decode(ours, /*skip_special_tokens=*/true) == without_specials);
 
   // torchtitan's rule: the template's BOS is not added again; EOS is appended once.
   const std::vector<int32_t> doc = tok->encode("Hello world", true, true);

@@ -28,7 +28,7 @@ TEST_CASE("Corpus: plain text splits on blank lines, or one document per file", 
   CHECK(all_documents(*blocks) ==
         std::vector<std::string>{"First:\nline two", "Second\r", "Third", "Fourth (no final newline)"});
   CHECK(blocks->files().size() == 2);
-  CHECK(blocks->files()[0].second == 38);
+  CHECK(blocks->files()[0].second == 37);
 
   const auto files = titan::data::open_corpus(
       "t", {.format = CorpusFormat::text, .path = tmp.path / "a.txt", .split_blank_lines = false});

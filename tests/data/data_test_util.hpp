@@ -1,7 +1,11 @@
 // SPDX-License-Identifier: BSD-3-Clause
-// Helpers for the data tests: a small BPE trained in memory, so packing tests need no shared data.
+// Helpers for the data tests: id-by-id comparison with context, and a small BPE trained in memory so
+// packing tests need no shared data.
 #pragma once
 
+#include <fmt/format.h>
+
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -16,6 +20,24 @@ inline std::vector<std::string> sample_documents() {
           "",
           "Pack my box with five dozen liquor jugs! 12345 + 678 = 13023",
           "Caf\u00e9 na\u00efve \u6771\u4eac \U0001F642 \u2014 the end."};
+}
+
+/// Empty when equal; else where the first difference is, with the text around it.
+inline std::string first_mismatch(const std::vector<int32_t>& ours, const std::vector<int32_t>& hf,
+                                  const data::Tokenizer& tok) {
+  size_t i = 0;
+  while (i < ours.size() && i < hf.size() && ours[i] == hf[i]) ++i;
+  if (i == ours.size() && i == hf.size()) return {};
+  auto window = [&](const std::vector<int32_t>& ids) {
+    const size_t lo = i >= 8 ? i - 8 : 0, hi = std::min(ids.size(), i + 8);
+    std::string s;
+    for (size_t k = lo; k < hi; ++k) {
+      s += fmt::format("{}{}:{:?}", k == i ? ">>" : " ", ids[k], tok.decode(std::span(&ids[k], 1)));
+    }
+    return s;
+  };
+  return fmt::format("first mismatch at token {} of {} (ours) / {} (HF)\n ours: {}\n HF:   {}", i, ours.size(),
+                     hf.size(), window(ours), window(hf));
 }
 
 /// A byte-level BPE of `vocab_size` trained on sample_documents(); with `bos_eos` false it has no

@@ -42,6 +42,17 @@ TEST_CASE("BpeTokenizer: a minimal tokenizer.json with both merge spellings load
   CHECK(tok->vocab_size() == 258);
   CHECK_FALSE(tok->bos_id().has_value());
   CHECK(tok->encode("x", true, true) == std::vector<int32_t>{'x'});  // nothing to add without BOS/EOS
+
+  // Decoding partial characters gives U+FFFD per maximal invalid subsequence, as Python's
+  // bytes.decode("utf-8", "replace") and HF do.
+  using Ids = std::vector<int32_t>;
+  const std::string fffd = "\uFFFD";
+  CHECK(tok->decode(Ids{0xE6}) == fffd);
+  CHECK(tok->decode(Ids{0xE6, 0x9D, 'a'}) == fffd + "a");
+  CHECK(tok->decode(Ids{0xC0, 0x80}) == fffd + fffd);
+  CHECK(tok->decode(Ids{0xED, 0xA0, 0x80}) == fffd + fffd + fffd);
+  CHECK(tok->decode(Ids{0xF4, 0x90, 0x80, 0x80}) == fffd + fffd + fffd + fffd);
+  CHECK(tok->decode(Ids{0xF0, 0x9F, 0x99, 0x82, 999, -1}) == "\U0001F642");  // unknown ids are skipped
 }
 
 TEST_CASE("BpeTokenizer: corrupt tokenizer.json files are refused, naming the file", "[data]") {
@@ -75,8 +86,9 @@ TEST_CASE("BpeTokenizer: corrupt tokenizer.json files are refused, naming the fi
   SECTION("a split regex we have no scanner for") {
     json doc = minimal_tokenizer();
     doc["pre_tokenizer"] = {{"type", "Sequence"},
-                            {"pretokenizers", {{{"type", "Split"}, {"pattern", {{"Regex", "\\d+"}}}, {"behavior", "Isolated"}},
-                                               {{"type", "ByteLevel"}, {"use_regex", false}}}}};
+                            {"pretokenizers",
+                             {{{"type", "Split"}, {"pattern", {{"Regex", "\\d+"}}}, {"behavior", "Isolated"}},
+                              {{"type", "ByteLevel"}, {"use_regex", false}}}}};
     CHECK_THROWS_AS(titan::data::load_tokenizer(write(tmp, doc.dump())), c10::NotImplementedError);
     CHECK_THROWS_WITH(titan::data::load_tokenizer(write(tmp, doc.dump())),
                       Contains("pre_tokenizer.pretokenizers[0].pattern") && Contains("Llama 3"));
