@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: BSD-3-Clause
-// Your own training loop from titan's parts: config, model on meta -> materialize -> init, AdamW,
+// Your own training loop from titan's parts: config, model + init, AdamW,
 // warmup-stable-decay LR, data loader, token-mean loss, clipping, metrics. Run:
 //   build/bin/custom_loop --training.steps 20 --training.seq_len 128 --training.local_batch_size 4
 #include <ATen/Parallel.h>
@@ -12,12 +12,11 @@ int main(int argc, char** argv) {
     titan::JobConfig cfg = titan::parse_args(argc, argv, &notes);
     if (notes.help_requested) return fmt::print("{}", titan::config_help()), 0;
 
-    auto model = titan::llama3::Llama3::build(cfg);  // meta device: free to build and count
+    at::manual_seed(cfg.debug.seed.value_or(0));
+    auto model = titan::llama3::Llama3::build(cfg, 0, at::kCPU);
+    model->init_weights();
     auto tokenizer = titan::build_tokenizer(cfg, model->vocab_size());
     auto loader = titan::build_dataloader(cfg, tokenizer, /*dp_rank=*/0, /*dp_degree=*/1);
-    model->materialize(at::kCPU);
-    at::manual_seed(cfg.debug.seed.value_or(0));
-    model->init_weights();
 
     const auto params = model->unique_parameters();
     titan::AdamW optimizer(params, {.lr = cfg.optimizer.lr, .weight_decay = cfg.optimizer.weight_decay});

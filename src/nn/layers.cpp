@@ -34,14 +34,4 @@ void RMSNorm::reset_parameters() {
   weight.fill_(1.0);
 }
 
-void to_empty(torch::nn::Module& module, const at::Device& device) {
-  at::NoGradGuard no_grad;
-  for (auto& p : module.parameters(/*recurse=*/true)) {
-    p.set_data(at::empty(p.sizes(), p.options().device(device)));
-  }
-  for (auto& b : module.buffers(/*recurse=*/true)) {
-    b.set_data(at::empty(b.sizes(), b.options().device(device)));
-  }
-}
-
 }  // namespace titan::nn

@@ -38,8 +38,4 @@ class RMSNorm : public torch::nn::Module {
   double eps;
 };
 
-/// Replace every parameter and buffer of `module` (recursively) by uninitialised storage on
-/// `device` (PyTorch's `to_empty`): the step between a meta-device model and init_weights.
-void to_empty(torch::nn::Module& module, const at::Device& device);
-
 }  // namespace titan::nn

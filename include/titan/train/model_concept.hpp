@@ -20,12 +20,11 @@ concept TrainableModel =
     std::derived_from<M, torch::nn::Module> &&
     requires(M& m, const M& cm, const at::Tensor& tokens, const JobConfig& config, const at::Device& device,
              int64_t n) {
-      // Builds the model from the job config on the meta device; n > 0 overrides the vocab size.
-      { M::build(config, n) } -> std::same_as<std::shared_ptr<M>>;
+      // Builds the model from the job config on `device` (meta: count and plan without memory);
+      // n > 0 overrides the vocab size.
+      { M::build(config, n, device) } -> std::same_as<std::shared_ptr<M>>;
       // tokens (B, S) int64 -> logits (B, S, V).
       { cm.forward(tokens) } -> std::same_as<at::Tensor>;
-      // Allocates (uninitialised) storage on `device` for a meta-built model.
-      { m.materialize(device) };
       // Initialises weights from the current RNG state.
       { m.init_weights() };
       // Every trainable tensor once (tied weights once).

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: BSD-3-Clause
 // Trainer<Model>: torchtitan's loop assembled from titan's parts. The template part only builds the
-// model (meta device -> materialize -> init) and hands a type-erased handle to the compiled core.
+// model (counted on the meta device, then built on the device and initialised) and hands a type-erased handle to the compiled core.
 //
 // Example:
 //   auto config = titan::parse_args(argc, argv);
@@ -22,13 +22,13 @@ namespace titan {
 template <TrainableModel Model>
 class Trainer {
  public:
-  explicit Trainer(JobConfig config)
-      : model_(Model::build(config, 0)),  // on the meta device: counted and planned before any allocation
-        core_(std::make_unique<detail::TrainerCore>(std::move(config), model_->vocab_size())) {
-    log::info("Model {} {}: {} parameters", core_->config().model.name, core_->config().model.flavor,
-              model_->num_params());
-    model_->materialize(core_->device());
+  explicit Trainer(JobConfig config) {
+    // On the meta device first: counted (and later planned) before any memory is allocated.
+    const auto planned = Model::build(config, 0, at::Device(at::kMeta));
+    log::info("Model {} {}: {} parameters", config.model.name, config.model.flavor, planned->num_params());
+    core_ = std::make_unique<detail::TrainerCore>(std::move(config), planned->vocab_size());
     core_->seed_for_init();
+    model_ = Model::build(core_->config(), 0, core_->device());
     model_->init_weights();
     auto* raw = model_.get();
     core_->attach_model({

@@ -49,26 +49,24 @@ Llama3::Llama3(const Llama3Args& args, int64_t seq_len, const at::TensorOptions&
   if (!args.tie_word_embeddings) {
     output = register_module("output", std::make_shared<nn::Linear>(args.dim, args.vocab_size, options));
   }
-  if (options.device().type() != at::kMeta) materialize(options.device());
+  if (options.device().type() != at::kMeta) {
+    // RoPE tables are derived, not parameters: rebuilt on the model's device, never checkpointed.
+    rope_ = nn::make_rope_tables({.head_dim = args.head_dim(), .max_positions = seq_len,
+                                  .theta = args.rope_theta, .llama3_scaling = args.rope_scaling},
+                                 options.device());
+  }
 }
 
 at::Tensor Llama3::forward(const at::Tensor& tokens) const {
   TITAN_CHECK_VALUE(tokens.dim() == 2 && tokens.size(1) <= seq_len_,
                     "[titan::llama3] expected tokens of shape (B, S<={}), got {}.", seq_len_, c10::str(tokens.sizes()));
-  TITAN_CHECK(rope_.cos.defined(), "[titan::llama3] expected a materialized model, got one on the meta device. "
-              "Call materialize(device) and init_weights() first.");
+  TITAN_CHECK(rope_.cos.defined(), "[titan::llama3] expected a model on a real device, got one on meta. "
+              "Build it with a device (Llama3::build(config, 0, device)) and call init_weights().");
   at::Tensor h = tok_embeddings->forward(tokens);  // (B, S, D)
   for (const auto& layer : layers) h = layer->forward(h, rope_);
   h = norm->forward(h);                             // (B, S, D)
   const at::Tensor& head = output ? output->weight : tok_embeddings->weight;  // (V, D)
   return at::linear(h, head);                       // (B, S, V)
-}
-
-void Llama3::materialize(const at::Device& device) {
-  nn::to_empty(*this, device);
-  rope_ = nn::make_rope_tables({.head_dim = args_.head_dim(), .max_positions = seq_len_, .theta = args_.rope_theta,
-                                .llama3_scaling = args_.rope_scaling},
-                               device);
 }
 
 void Llama3::init_weights() {

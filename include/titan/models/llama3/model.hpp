@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: BSD-3-Clause
 // Llama 3 with torchtitan's exact architecture and parameter names (`tok_embeddings.weight`,
 // `layers.N.attention.wq.weight`, ..., `norm.weight`, `output.weight`) and init scheme. Built on
-// any device; build on meta to count or plan a 405B model, then `materialize` + `init_weights`.
+// any device: on meta to count or plan a 405B model for free, on a real device to train
+// (`init_weights` then fills it).
 #pragma once
 
 #include <memory>
@@ -38,14 +39,13 @@ class Llama3 : public torch::nn::Module {
   /// exceed args.max_seq_len.
   Llama3(const Llama3Args& args, int64_t seq_len, const at::TensorOptions& options);
 
-  /// Builds from the job config (model.flavor, training.seq_len) on the meta device; `vocab_size`
-  /// overrides the flavor's when > 0 (a tokenizer with more tokens than the flavor's vocab).
-  static std::shared_ptr<Llama3> build(const JobConfig& config, int64_t vocab_size = 0);
+  /// Builds from the job config (model.flavor, training.seq_len) on `device` (default meta);
+  /// `vocab_size` > 0 overrides the flavor's.
+  static std::shared_ptr<Llama3> build(const JobConfig& config, int64_t vocab_size = 0,
+                                       const at::Device& device = at::kMeta);
 
   /// tokens (B, S) int64 -> logits (B, S, V) in the parameter dtype.
   at::Tensor forward(const at::Tensor& tokens) const;
-  /// Moves parameters to uninitialised storage on `device` (from meta) and builds RoPE tables there.
-  void materialize(const at::Device& device);
   /// torchtitan's init scheme (under the current RNG state).
   void init_weights();
   /// Parameters without duplicates (tied weights once), in registration order.
