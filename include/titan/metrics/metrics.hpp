@@ -62,7 +62,7 @@ class MetricsProcessor {
     double peak_flops = 0;        ///< device peak FLOP/s for MFU
     int64_t non_data_parallel_size = 1;  ///< cp * tp * pp: tps is per device
     at::Device device = at::kCPU;
-    std::filesystem::path jsonl_path;     ///< empty = no JSONL
+    std::filesystem::path jsonl_path{};   ///< empty = no JSONL
     bool color = true;
   };
   explicit MetricsProcessor(Options options);

@@ -28,9 +28,9 @@ namespace titan::detail {
 
 /// What the core needs of a model, type-erased.
 struct ModelHandle {
-  std::string description;                                 ///< e.g. "llama3 debugmodel"
-  std::function<at::Tensor(const at::Tensor&)> forward;    ///< tokens (B, S) -> logits (B, S, V)
-  std::vector<at::Tensor> parameters;                      ///< trainable tensors, each once
+  std::string description{};                               ///< e.g. "llama3 debugmodel"
+  std::function<at::Tensor(const at::Tensor&)> forward{};  ///< tokens (B, S) -> logits (B, S, V)
+  std::vector<at::Tensor> parameters{};                    ///< trainable tensors, each once
   int64_t num_params = 0;
   int64_t flops_per_token = 0;                             ///< at training.seq_len
 };
