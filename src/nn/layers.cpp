@@ -23,10 +23,9 @@ RMSNorm::RMSNorm(int64_t dim, double eps_, const at::TensorOptions& options) : e
 }
 
 at::Tensor RMSNorm::forward(const at::Tensor& x) const {
-  // fp32 statistics even for bf16 activations (torchtitan/Llama reference numerics).
-  const at::Tensor x32 = x.to(at::kFloat);  // (..., D)
-  const at::Tensor normed = at::rms_norm(x32, {x.size(-1)}, std::nullopt, eps).to(x.scalar_type());
-  return normed * weight;
+  // at::rms_norm accumulates in fp32 for bf16 input (torchtitan's nn.RMSNorm numerics), with the
+  // weight applied in the same op.
+  return at::rms_norm(x, {x.size(-1)}, weight, eps);
 }
 
 void RMSNorm::reset_parameters() {

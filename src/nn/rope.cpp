@@ -39,24 +39,20 @@ RopeTables make_rope_tables(const RopeConfig& c, const at::Device& device) {
   const at::Tensor freqs = rope_frequencies(c);                       // (HD/2)
   const at::Tensor t = at::arange(c.max_positions, at::kFloat);       // (P)
   const at::Tensor angles = at::outer(t, freqs);                      // (P, HD/2)
-  return {at::cos(angles).to(device), at::sin(angles).to(device)};
+  return {at::polar(at::ones_like(angles), angles).to(device)};     // (P, HD/2) complex64
 }
 
 at::Tensor apply_rope(const at::Tensor& x, const RopeTables& tables) {
   const int64_t seq = x.size(1);
-  TITAN_CHECK_VALUE(seq <= tables.cos.size(0),
+  TITAN_CHECK_VALUE(seq <= tables.freqs_cis.size(0),
                     "[titan::nn::rope] expected at most {} positions, got a sequence of {}. "
                     "Raise the model's max positions (training.seq_len).",
-                    tables.cos.size(0), seq);
+                    tables.freqs_cis.size(0), seq);
   const int64_t half = x.size(-1) / 2;
-  const at::Tensor pairs = x.to(at::kFloat).unflatten(-1, {half, 2});  // (B, S, H, HD/2, 2)
-  const at::Tensor x0 = pairs.select(-1, 0);                           // (B, S, H, HD/2)
-  const at::Tensor x1 = pairs.select(-1, 1);                           // (B, S, H, HD/2)
-  const at::Tensor cos = tables.cos.narrow(0, 0, seq).unsqueeze(1);    // (S, 1, HD/2)
-  const at::Tensor sin = tables.sin.narrow(0, 0, seq).unsqueeze(1);    // (S, 1, HD/2)
-  const at::Tensor r0 = x0 * cos - x1 * sin;                           // (B, S, H, HD/2)
-  const at::Tensor r1 = x0 * sin + x1 * cos;                           // (B, S, H, HD/2)
-  return at::stack({r0, r1}, -1).flatten(-2).to(x.scalar_type());      // (B, S, H, HD)
+  const at::Tensor pairs = x.to(at::kFloat).unflatten(-1, {half, 2}).contiguous();  // (B, S, H, HD/2, 2)
+  const at::Tensor rot = tables.freqs_cis.narrow(0, 0, seq).unsqueeze(1);           // (S, 1, HD/2)
+  const at::Tensor out = at::view_as_complex(pairs) * rot;                          // (B, S, H, HD/2)
+  return at::view_as_real(out).flatten(-2).to(x.scalar_type());                     // (B, S, H, HD)
 }
 
 }  // namespace titan::nn

@@ -30,10 +30,10 @@ struct RopeConfig {
 /// The per-pair rotation frequencies f_i, i < head_dim/2, float32, after optional scaling.
 at::Tensor rope_frequencies(const RopeConfig& config);  // (HD/2)
 
-/// cos/sin tables of angle t * f_i.
+/// The rotations e^{i t f_i} as complex numbers (torchtitan's freqs_cis): one complex multiply per
+/// pair is a single kernel, fewer passes over q and k than separate cos/sin arithmetic.
 struct RopeTables {
-  at::Tensor cos;  // (max_positions, HD/2) float32
-  at::Tensor sin;  // (max_positions, HD/2) float32
+  at::Tensor freqs_cis;  // (max_positions, HD/2) complex64
 };
 RopeTables make_rope_tables(const RopeConfig& config, const at::Device& device);
 

@@ -60,7 +60,7 @@ Llama3::Llama3(const Llama3Args& args, int64_t seq_len, const at::TensorOptions&
 at::Tensor Llama3::forward(const at::Tensor& tokens) const {
   TITAN_CHECK_VALUE(tokens.dim() == 2 && tokens.size(1) <= seq_len_,
                     "[titan::llama3] expected tokens of shape (B, S<={}), got {}.", seq_len_, c10::str(tokens.sizes()));
-  TITAN_CHECK(rope_.cos.defined(), "[titan::llama3] expected a model on a real device, got one on meta. "
+  TITAN_CHECK(rope_.freqs_cis.defined(), "[titan::llama3] expected a model on a real device, got one on meta. "
               "Build it with a device (Llama3::build(config, 0, device)) and call init_weights().");
   at::Tensor h = tok_embeddings->forward(tokens);  // (B, S, D)
   for (const auto& layer : layers) h = layer->forward(h, rope_);
