@@ -45,46 +45,50 @@ void AdamW::step(double lr) {
 }
 
 namespace {
-template <class F>
-std::vector<at::Tensor> pick(const std::vector<size_t>& idx, F&& get) {
-  std::vector<at::Tensor> out;
-  out.reserve(idx.size());
-  for (size_t i : idx) out.push_back(get(i));
+
+// The tensors of the parameters that have a gradient this step, as the multi-tensor kernels take them.
+struct ActiveLists {
+  std::vector<at::Tensor> params, grads, exp_avgs, exp_avg_sqs, steps;
+};
+
+ActiveLists gather(const std::vector<size_t>& active, const std::vector<at::Tensor>& params,
+                   const std::vector<at::Tensor>& m, const std::vector<at::Tensor>& v,
+                   const std::vector<at::Tensor>& steps) {
+  ActiveLists out;
+  for (size_t i : active) {
+    out.params.push_back(params[i]);
+    out.grads.push_back(params[i].grad());
+    out.exp_avgs.push_back(m[i]);
+    out.exp_avg_sqs.push_back(v[i]);
+    out.steps.push_back(steps[i]);
+  }
+  // The fused kernel reads step counters the caller has already advanced (as torch.optim does).
+  at::_foreach_add_(out.steps, 1);
   return out;
 }
 }  // namespace
 
 void AdamW::step_fused(double lr, const std::vector<size_t>& active) {
-  auto params = pick(active, [&](size_t i) { return params_[i]; });
-  auto grads = pick(active, [&](size_t i) { return params_[i].grad(); });
-  auto m = pick(active, [&](size_t i) { return exp_avgs_[i]; });
-  auto v = pick(active, [&](size_t i) { return exp_avg_sqs_[i]; });
-  auto steps = pick(active, [&](size_t i) { return steps_[i]; });
-  // The fused kernel reads step counters the caller has already advanced (as torch.optim does).
-  at::_foreach_add_(steps, 1);
-  at::_fused_adamw_(params, grads, m, v, /*max_exp_avg_sqs=*/{}, steps, lr, config_.beta1, config_.beta2,
-                    config_.weight_decay, config_.eps, /*amsgrad=*/false, /*maximize=*/false);
+  auto t = gather(active, params_, exp_avgs_, exp_avg_sqs_, steps_);
+  at::_fused_adamw_(t.params, t.grads, t.exp_avgs, t.exp_avg_sqs, /*max_exp_avg_sqs=*/{}, t.steps, lr,
+                    config_.beta1, config_.beta2, config_.weight_decay, config_.eps, /*amsgrad=*/false,
+                    /*maximize=*/false);
 }
 
 void AdamW::step_foreach(double lr, const std::vector<size_t>& active) {
-  auto params = pick(active, [&](size_t i) { return params_[i]; });
-  auto grads = pick(active, [&](size_t i) { return params_[i].grad(); });
-  auto m = pick(active, [&](size_t i) { return exp_avgs_[i]; });
-  auto v = pick(active, [&](size_t i) { return exp_avg_sqs_[i]; });
-  auto steps = pick(active, [&](size_t i) { return steps_[i]; });
-  at::_foreach_add_(steps, 1);
-  at::_foreach_mul_(params, 1.0 - lr * config_.weight_decay);
-  at::_foreach_lerp_(m, grads, 1.0 - config_.beta1);
-  at::_foreach_mul_(v, config_.beta2);
-  at::_foreach_addcmul_(v, grads, grads, 1.0 - config_.beta2);
+  auto t = gather(active, params_, exp_avgs_, exp_avg_sqs_, steps_);
+  at::_foreach_mul_(t.params, 1.0 - lr * config_.weight_decay);
+  at::_foreach_lerp_(t.exp_avgs, t.grads, 1.0 - config_.beta1);
+  at::_foreach_mul_(t.exp_avg_sqs, config_.beta2);
+  at::_foreach_addcmul_(t.exp_avg_sqs, t.grads, t.grads, 1.0 - config_.beta2);
   // All tensors of one optimizer share the step count, so the bias corrections are scalars.
-  const double t = steps.front().item<double>();
-  const double bc1 = 1.0 - std::pow(config_.beta1, t);
-  const double bc2_sqrt = std::sqrt(1.0 - std::pow(config_.beta2, t));
-  auto denom = at::_foreach_sqrt(v);
+  const double step = t.steps.front().item<double>();
+  const double bc1 = 1.0 - std::pow(config_.beta1, step);
+  const double bc2_sqrt = std::sqrt(1.0 - std::pow(config_.beta2, step));
+  auto denom = at::_foreach_sqrt(t.exp_avg_sqs);
   at::_foreach_div_(denom, bc2_sqrt);
   at::_foreach_add_(denom, config_.eps);
-  at::_foreach_addcdiv_(params, m, denom, -lr / bc1);
+  at::_foreach_addcdiv_(t.params, t.exp_avgs, denom, -lr / bc1);
 }
 
 void AdamW::step_for_loop(double lr, const std::vector<size_t>& active) {
