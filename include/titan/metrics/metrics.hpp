@@ -13,6 +13,8 @@
 #include <optional>
 #include <string>
 
+#include "titan/core/log.hpp"
+
 namespace titan {
 
 /// Peak dense FLOP/s of a device: the bf16 table for GPUs (torchtitan's, matched on the name), and
@@ -63,7 +65,7 @@ class MetricsProcessor {
     int64_t non_data_parallel_size = 1;  ///< cp * tp * pp: tps is per device
     at::Device device = at::kCPU;
     std::filesystem::path jsonl_path{};   ///< empty = no JSONL
-    bool color = true;
+    bool color = log::color();            ///< ANSI colors (default: stdout is a terminal)
   };
   explicit MetricsProcessor(Options options);
 
