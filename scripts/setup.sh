@@ -22,6 +22,7 @@ APT_PACKAGES=(
   python3 python3-venv python3-pip
   nlohmann-json3-dev catch2 libtomlplusplus-dev libsentencepiece-dev
   zlib1g-dev libzstd-dev
+  libgloo-dev   # headers only: the torch wheel ships c10d's ProcessGroupGloo.hpp but not the gloo headers it includes
   fortunes fortunes-min   # the default training corpus: real English quotations
 )
 missing=()

@@ -2,30 +2,117 @@
 #include "titan/nn/init.hpp"
 
 #include <ATen/ATen.h>
+#include <ATen/Parallel.h>
 #include <c10/core/GradMode.h>
 
 #include <cmath>
+#include <numbers>
+
+#include "titan/parallel/sharded_param.hpp"
 
 namespace titan::nn {
 namespace {
+
+thread_local uint64_t init_seed = 0;
+thread_local uint64_t init_stream = 0;
+
+constexpr uint64_t kGolden = 0x9E3779B97F4A7C15ULL;
+
+// SplitMix64's finaliser: a bijective 64-bit mix, good enough for a counter-based stream.
+uint64_t mix(uint64_t x) {
+  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ULL;
+  x = (x ^ (x >> 27)) * 0x94D049BB133111EBULL;
+  return x ^ (x >> 31);
+}
+
 double norm_cdf(double x) { return (1.0 + std::erf(x / std::sqrt(2.0))) / 2.0; }
+
+struct Region {
+  std::vector<int64_t> global_shape;
+  std::vector<int64_t> offset;
+  std::vector<int64_t> local_shape;
+};
+
+Region region_of(const at::Tensor& t) {
+  if (const parallel::ShardedParam* sp = parallel::sharded_param(t)) return {sp->global_shape, sp->offset, sp->local_shape};
+  return {t.sizes().vec(), std::vector<int64_t>(static_cast<size_t>(t.dim()), 0), t.sizes().vec()};
+}
+
 }  // namespace
+
+void manual_init_seed(uint64_t seed) {
+  init_seed = seed;
+  init_stream = 0;
+}
+
+namespace detail {
+
+uint64_t next_init_stream() { return init_stream++; }
+
+at::Tensor counter_uniform(const at::Tensor& t, uint64_t stream, int64_t draws) {
+  const Region r = region_of(t);
+  const uint64_t key = mix(init_seed ^ mix(stream * kGolden + 1));
+  std::vector<int64_t> with_draws = r.local_shape;
+  with_draws.push_back(draws);
+  at::Tensor out = at::empty(with_draws, at::TensorOptions().dtype(at::kDouble));  // (local region..., draws)
+  const int64_t dims = static_cast<int64_t>(r.local_shape.size());
+  const int64_t last = dims == 0 ? 1 : r.local_shape.back();
+  const int64_t rows = last == 0 ? 0 : out.numel() / (last * draws);
+  // Global strides, for the global linear index of each local row's first element.
+  std::vector<int64_t> gstride(static_cast<size_t>(dims), 1);
+  for (int64_t d = dims - 2; d >= 0; --d) gstride[d] = gstride[d + 1] * r.global_shape[d + 1];
+  double* data = out.data_ptr<double>();
+  at::parallel_for(0, rows, 256, [&](int64_t begin, int64_t end) {
+    std::vector<int64_t> idx(static_cast<size_t>(std::max<int64_t>(dims - 1, 0)));
+    for (int64_t row = begin; row < end; ++row) {
+      int64_t rest = row, global = 0;
+      for (int64_t d = dims - 2; d >= 0; --d) {
+        const int64_t i = rest % r.local_shape[d];
+        rest /= r.local_shape[d];
+        global += (r.offset[d] + i) * gstride[d];
+      }
+      if (dims > 0) global += r.offset[dims - 1];
+      double* dst = data + row * last * draws;
+      for (int64_t j = 0; j < last; ++j) {
+        for (int64_t k = 0; k < draws; ++k) {
+          const uint64_t counter = static_cast<uint64_t>((global + j) * draws + k);
+          dst[j * draws + k] = static_cast<double>(mix(key + counter * kGolden) >> 11) * 0x1.0p-53;
+        }
+      }
+    }
+  });
+  return out;
+}
+
+void write_local(at::Tensor& t, const at::Tensor& values) {
+  at::NoGradGuard no_grad;
+  if (values.sizes() == t.sizes()) {
+    t.copy_(values);
+    return;
+  }
+  t.zero_();
+  t.narrow(0, 0, values.size(0)).copy_(values);
+}
+
+}  // namespace detail
 
 void trunc_normal_(at::Tensor& t, double mean, double std, double a, double b) {
   at::NoGradGuard no_grad;
-  // Same sequence of ops as torch.nn.init._no_grad_trunc_normal_, so a seed gives the same weights.
   const double l = norm_cdf((a - mean) / std);
   const double u = norm_cdf((b - mean) / std);
-  t.uniform_(2 * l - 1, 2 * u - 1);
-  t.erfinv_();
-  t.mul_(std * std::sqrt(2.0));
-  t.add_(mean);
-  t.clamp_(a, b);
+  at::Tensor v = detail::counter_uniform(t, detail::next_init_stream(), 1).squeeze(-1);
+  // PyTorch's recipe: uniform on [2l-1, 2u-1], erfinv, scale, shift, clamp.
+  v.mul_(2 * u - 2 * l).add_(2 * l - 1);
+  v.erfinv_().mul_(std * std::sqrt(2.0)).add_(mean).clamp_(a, b);
+  detail::write_local(t, v);
 }
 
 void normal_(at::Tensor& t, double mean, double std) {
   at::NoGradGuard no_grad;
-  t.normal_(mean, std);
+  at::Tensor uv = detail::counter_uniform(t, detail::next_init_stream(), 2);
+  const at::Tensor radius = at::sqrt(-2.0 * at::log1p(-uv.select(-1, 0)));
+  const at::Tensor angle = uv.select(-1, 1) * (2.0 * std::numbers::pi);
+  detail::write_local(t, radius * at::cos(angle) * std + mean);
 }
 
 }  // namespace titan::nn

@@ -11,6 +11,7 @@
 #include <random>
 
 #include "titan/core/config_loader.hpp"
+#include "titan/nn/init.hpp"
 #include "titan/core/error.hpp"
 #include "titan/core/log.hpp"
 #include "titan/data/dataloader.hpp"
@@ -91,7 +92,10 @@ TrainerCore::TrainerCore(JobConfig config, int64_t model_vocab_size) : config_(s
 
 TrainerCore::~TrainerCore() = default;
 
-void TrainerCore::seed_for_init() const { at::manual_seed(static_cast<uint64_t>(seed_)); }
+void TrainerCore::seed_for_init() const {
+  at::manual_seed(static_cast<uint64_t>(seed_));
+  nn::manual_init_seed(static_cast<uint64_t>(seed_));
+}
 
 void TrainerCore::attach_model(ModelHandle model) {
   model_ = std::move(model);

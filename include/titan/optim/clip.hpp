@@ -9,11 +9,17 @@
 
 namespace titan {
 
-/// Total L2 norm of the defined gradients of `params`, as a () float32 tensor (no host sync).
-at::Tensor grad_norm(const std::vector<at::Tensor>& params);
+namespace dist {
+class Mesh;
+}
+
+/// Total L2 norm of the defined gradients of `params`, as a () float32 tensor. With a mesh, gradients
+/// of sharded parameters (parallel::sharded_param) have their squared norms summed over the mesh
+/// axes they are sharded on, so every rank gets the norm of the whole model.
+at::Tensor grad_norm(const std::vector<at::Tensor>& params, const dist::Mesh* mesh = nullptr);
 
 /// Scales gradients in place so their total norm is at most `max_norm` (<= 0 disables the scaling);
 /// returns the pre-clip norm. Uses torch's coefficient max_norm / (norm + 1e-6) clamped to 1.
-double clip_grad_norm_(const std::vector<at::Tensor>& params, double max_norm);
+double clip_grad_norm_(const std::vector<at::Tensor>& params, double max_norm, const dist::Mesh* mesh = nullptr);
 
 }  // namespace titan

@@ -8,6 +8,7 @@
 
 #include "titan/core/error.hpp"
 #include "titan/nn/init.hpp"
+#include "titan/parallel/sharded_param.hpp"
 
 namespace titan::llama3 {
 
@@ -66,7 +67,7 @@ at::Tensor Llama3::forward(const at::Tensor& tokens) const {
   for (const auto& layer : layers) h = layer->forward(h, rope_);
   h = norm->forward(h);                             // (B, S, D)
   const at::Tensor& head = output ? output->weight : tok_embeddings->weight;  // (V, D)
-  return at::linear(h, head);                       // (B, S, V)
+  return parallel::with_param(head, [&](const at::Tensor& w) { return at::linear(h, w); });  // (B, S, V)
 }
 
 void Llama3::init_weights() {

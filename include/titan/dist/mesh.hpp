@@ -1,0 +1,80 @@
+// SPDX-License-Identifier: BSD-3-Clause
+// The device mesh: world ranks laid out on named axes pp x dp_replicate x dp_shard x cp x tp
+// (torchtitan's order, tp fastest), with a process group per axis and per flattened axis set
+// (dp = dp_replicate x dp_shard, dp_shard_cp, dp_cp). "Axis" is a mesh axis, "dim" a tensor dim.
+#pragma once
+
+#include <array>
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <string>
+#include <string_view>
+
+#include "titan/dist/process_group.hpp"
+#include "titan/dist/store.hpp"
+
+namespace titan {
+struct ParallelismConfig;
+}
+
+namespace titan::dist {
+
+/// Degrees of the mesh axes; their product is the world size.
+struct MeshShape {
+  int64_t pp = 1;            ///< pipeline stages
+  int64_t dp_replicate = 1;  ///< replicated data parallel (DDP, or the replicate axis of HSDP)
+  int64_t dp_shard = 1;      ///< sharded data parallel (FSDP)
+  int64_t cp = 1;            ///< context parallel
+  int64_t tp = 1;            ///< tensor parallel
+
+  int64_t world_size() const { return pp * dp_replicate * dp_shard * cp * tp; }
+  /// Data-parallel degree: how many different batches one step sees.
+  int64_t dp() const { return dp_replicate * dp_shard; }
+  /// "dp_replicate(2) * dp_shard(4) * cp(1) * tp(2) * pp(1) = 16"
+  std::string describe() const;
+};
+
+/// Resolves parallelism.* degrees for world_size ranks (data_parallel_shard_degree -1 takes what is
+/// left) and checks that they multiply to it, naming every factor when they don't.
+MeshShape mesh_shape(const ParallelismConfig& parallelism, int64_t world_size);
+
+/// How to build the groups.
+struct MeshOptions {
+  /// "gloo" (CPU) or "nccl" (CUDA).
+  std::string backend = "gloo";
+  /// Rendezvous timeout (comm.init_timeout_seconds).
+  std::chrono::milliseconds init_timeout{std::chrono::seconds(300)};
+  /// Collective timeout (comm.train_timeout_seconds).
+  std::chrono::milliseconds timeout{std::chrono::seconds(100)};
+};
+
+/// This rank's view of the mesh. Copies share the groups.
+class Mesh {
+ public:
+  /// The mesh of a single process (every group has one rank).
+  Mesh();
+  /// Builds every group this rank belongs to, in the same order on every rank. Collective: all
+  /// world ranks must call it with the same shape and a store they share.
+  Mesh(const MeshShape& shape, int64_t rank, const Store& store, const MeshOptions& options = {});
+
+  const MeshShape& shape() const { return shape_; }
+  int64_t rank() const { return rank_; }
+  int64_t world_size() const { return shape_.world_size(); }
+  /// Degree of an axis or flattened axis set ("tp", "dp", "dp_shard_cp", ...).
+  int64_t size(std::string_view axis) const { return group(axis).size(); }
+  /// This rank's index along an axis or flattened axis set.
+  int64_t coordinate(std::string_view axis) const { return group(axis).rank(); }
+  /// The group of ranks that differ from this one only along `axis`.
+  const ProcessGroup& group(std::string_view axis) const;
+
+  /// Axis and flattened-axis names, in creation order.
+  static const std::array<std::string_view, 9>& axis_names();
+
+ private:
+  MeshShape shape_;
+  int64_t rank_ = 0;
+  std::map<std::string, ProcessGroup, std::less<>> groups_;
+};
+
+}  // namespace titan::dist

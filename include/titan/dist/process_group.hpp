@@ -1,0 +1,96 @@
+// SPDX-License-Identifier: BSD-3-Clause
+// titan's collective interface: the few operations the parallelisms need, over a c10d backend
+// (Gloo on CPU, NCCL on CUDA). It hides Gloo's gaps: AVG is pre-divide + SUM, reduce-scatter works
+// on every backend, a group of one rank does no communication at all. It also counts the bytes each
+// rank puts on the wire, so benchmarks can compare the measured volume with the theory.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace titan::dist {
+
+class Store;
+
+namespace detail {
+struct WorkImpl;
+struct GroupImpl;
+}  // namespace detail
+
+enum class ReduceOp { kSum, kAvg, kMax, kMin };
+
+/// A pending collective. wait() blocks until its result is in the output tensor (on CUDA: until the
+/// current stream is ordered after it) and rethrows a backend error naming the group.
+class Work {
+ public:
+  Work() = default;
+  explicit Work(std::shared_ptr<detail::WorkImpl> impl) : impl_(std::move(impl)) {}
+  void wait();
+  bool pending() const { return impl_ != nullptr; }
+
+ private:
+  std::shared_ptr<detail::WorkImpl> impl_;
+};
+
+/// Bytes this rank sent per collective kind (ring algorithm volumes: what NCCL moves; Gloo's
+/// emulated reduce-scatter really moves twice the reduce-scatter figure, counted as such).
+struct CommStats {
+  int64_t all_gather_bytes = 0;      ///< (n-1)/n x output bytes per all-gather
+  int64_t reduce_scatter_bytes = 0;  ///< (n-1)/n x input bytes per reduce-scatter
+  int64_t all_reduce_bytes = 0;      ///< 2(n-1)/n x bytes per all-reduce
+  int64_t other_bytes = 0;           ///< broadcast, all-to-all, point-to-point
+  int64_t calls = 0;                 ///< collectives issued
+  int64_t total() const { return all_gather_bytes + reduce_scatter_bytes + all_reduce_bytes + other_bytes; }
+};
+
+/// Options for creating a group.
+struct GroupOptions {
+  /// Rendezvous (backend construction) timeout.
+  std::chrono::milliseconds init_timeout{std::chrono::seconds(300)};
+  /// Timeout of each collective.
+  std::chrono::milliseconds timeout{std::chrono::seconds(100)};
+  /// "gloo" or "nccl".
+  std::string backend = "gloo";
+};
+
+/// One communicator over a subset of the world's ranks. Copies share the communicator.
+class ProcessGroup {
+ public:
+  /// A group of one rank: every collective is a local copy (no backend, no threads).
+  static ProcessGroup single(std::string name);
+  /// Joins the group `name` as group rank `rank` of `size` over store (blocks until all joined).
+  static ProcessGroup create(std::string name, const Store& store, int64_t rank, int64_t size,
+                             std::vector<int64_t> global_ranks, const GroupOptions& options);
+
+  int64_t rank() const;
+  int64_t size() const;
+  const std::string& name() const;
+  /// The world ranks of the members, in group-rank order.
+  const std::vector<int64_t>& global_ranks() const;
+
+  /// In-place all-reduce of a contiguous tensor.
+  Work all_reduce(at::Tensor& tensor, ReduceOp op = ReduceOp::kSum) const;
+  /// out (size * in.numel(), contiguous) = concatenation of every rank's in, in group-rank order.
+  Work all_gather(at::Tensor& out, const at::Tensor& in) const;
+  /// out (in.numel() / size) = this rank's chunk of the element-wise reduction of every rank's in.
+  Work reduce_scatter(at::Tensor& out, const at::Tensor& in, ReduceOp op = ReduceOp::kSum) const;
+  /// out = chunk r of every rank's in, concatenated; in and out split evenly on dim 0.
+  Work all_to_all(at::Tensor& out, const at::Tensor& in) const;
+  Work broadcast(at::Tensor& tensor, int64_t root) const;
+  void barrier() const;
+
+  /// Bytes sent so far by this rank through this group.
+  CommStats stats() const;
+  void reset_stats() const;
+
+ private:
+  explicit ProcessGroup(std::shared_ptr<detail::GroupImpl> impl) : impl_(std::move(impl)) {}
+  std::shared_ptr<detail::GroupImpl> impl_;
+};
+
+}  // namespace titan::dist

@@ -1,0 +1,89 @@
+// SPDX-License-Identifier: BSD-3-Clause
+// Data parallelism as FSDP2 does it, for any model built from titan's layers: FSDP (dp_shard),
+// HSDP (dp_replicate x dp_shard) and DDP (dp_replicate). Parameters are grouped into units (e.g. the
+// embeddings, each transformer block, final norm + output, the root); each unit all-gathers its
+// parameters in one flat collective before first use, prefetching the next unit, frees them after
+// forward if the policy says so and re-gathers them for backward, and reduce-scatters its gradients
+// asynchronously as soon as they are complete. DDP is the same machinery with whole parameters and
+// an all-reduce per unit (the unit is the bucket).
+#pragma once
+
+#include <ATen/core/Tensor.h>
+#include <c10/core/ScalarType.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace torch::nn {
+class Module;
+}
+
+namespace titan::dist {
+class Mesh;
+}
+
+namespace titan::parallel {
+
+namespace detail {
+struct DataParallelState;
+}
+
+/// FSDP/HSDP/DDP options (torchtitan's parallelism.fsdp_* and training.mixed_precision_*).
+struct DataParallelOptions {
+  /// "always" (free each unit after its forward, except the last unit, whose backward comes first),
+  /// "default" (as always, but also keep the unit before the last: torchtitan's last-block rule) or
+  /// "never" (keep everything gathered from forward to backward).
+  std::string reshard_after_forward = "default";
+  /// dtype of the gathered parameters and of compute (bf16 on GPU; fp32 on CPU).
+  at::ScalarType param_dtype = at::kFloat;
+  /// dtype gradients are reduced in.
+  at::ScalarType reduce_dtype = at::kFloat;
+  /// Record the collective/compute event trace (tests and debugging).
+  bool trace = false;
+};
+
+/// One event of the trace: what happened to which unit, in program order.
+struct DataParallelEvent {
+  enum class Kind { kGatherIssued, kGatherWaited, kUse, kFreed, kReduceIssued, kReduceWaited, kBackwardDone };
+  Kind kind = Kind::kUse;  ///< what happened
+  int64_t unit = -1;       ///< which unit (-1: none)
+};
+
+/// The applied data parallelism of one model on one rank. Keep it alive as long as the model.
+class DataParallel {
+ public:
+  ~DataParallel();
+  DataParallel(const DataParallel&) = delete;
+  DataParallel& operator=(const DataParallel&) = delete;
+
+  /// "FSDP(dp_shard=4)", "HSDP(dp_replicate=2, dp_shard=2)", "DDP(dp_replicate=2)".
+  std::string describe() const;
+  int64_t num_units() const;
+  /// Names of the units, e.g. {"tok_embeddings", "layers.0", ..., "norm+output", "root"}.
+  std::vector<std::string> unit_names() const;
+  /// Bytes of gathered (unsharded) parameters currently held.
+  int64_t gathered_bytes() const;
+  /// The trace since the last clear_trace() (empty unless options.trace).
+  std::vector<DataParallelEvent> trace() const;
+  void clear_trace();
+  /// Frees every gathered unit (e.g. after an evaluation forward, before saving memory).
+  void reshard();
+
+ private:
+  friend std::shared_ptr<DataParallel> data_parallelize(torch::nn::Module&, const std::vector<std::vector<std::string>>&,
+                                                        const dist::Mesh&, const DataParallelOptions&);
+  explicit DataParallel(std::unique_ptr<detail::DataParallelState> state);
+  std::unique_ptr<detail::DataParallelState> state_;
+};
+
+/// Shards (dp_shard > 1) or replicates (dp_replicate > 1) model's parameters over the mesh's data
+/// parallel axes. `units` lists, in forward order, the module paths of each unit (a unit may span
+/// several modules, e.g. {"norm", "output"}); parameters under none of them form the root unit.
+/// Each parameter keeps its identity (optimizer and layers hold the same tensor) but its data becomes
+/// the local shard: dim 0 split evenly over dp_shard, zero-padded at the end. Returns nullptr when
+/// the mesh has no data parallelism.
+std::shared_ptr<DataParallel> data_parallelize(torch::nn::Module& model, const std::vector<std::vector<std::string>>& units,
+                                               const dist::Mesh& mesh, const DataParallelOptions& options = {});
+
+}  // namespace titan::parallel

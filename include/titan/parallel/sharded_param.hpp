@@ -1,0 +1,66 @@
+// SPDX-License-Identifier: BSD-3-Clause
+// ShardedParam: a parameter that knows its global shape and its placement on each mesh axis, stores
+// only its local shard (the registered parameter's data), and produces the tensor a layer needs this
+// step with the reverse collective wired into autograd. It is the C++ counterpart of a DTensor
+// parameter. Layers ask for their weights through with_param(); with nothing applied it is a plain
+// call, so the same layer code serves one device, FSDP, HSDP, DDP and TP.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <atomic>
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace titan::parallel {
+
+/// How a tensor is laid out along one mesh axis.
+struct Placement {
+  enum class Kind { kReplicate, kShard, kPartial };
+  Kind kind = Kind::kReplicate;  ///< replicated, sharded on `dim`, or a partial sum
+  int64_t dim = 0;               ///< the sharded tensor dim (kShard only)
+
+  static Placement replicate() { return {}; }
+  static Placement shard(int64_t dim) { return {.kind = Kind::kShard, .dim = dim}; }
+  static Placement partial() { return {.kind = Kind::kPartial, .dim = 0}; }
+  /// "Shard(0)", "Replicate()", "Partial()"
+  std::string str() const;
+  bool operator==(const Placement&) const = default;
+};
+
+/// What every sharding-aware part needs to know about one parameter.
+struct ShardedParam {
+  std::string fqn;                                              ///< model path, e.g. layers.0.attention.wq.weight
+  std::vector<int64_t> global_shape{};                          ///< shape of the whole (unsharded) parameter
+  std::vector<std::pair<std::string, Placement>> placements{};  ///< non-replicated mesh axes, outermost first
+  std::vector<int64_t> offset{};                                ///< where the local shard starts in the global tensor
+  std::vector<int64_t> local_shape{};                           ///< the real (unpadded) extent of the local shard
+  at::Tensor local{};                                           ///< the registered parameter (dim 0 may be padded)
+  /// "layers.0.attention.wq.weight (4096, 4096) Shard(0) on dp_shard"
+  std::string str() const;
+};
+
+/// The sharding of p, or nullptr when p is an ordinary (whole, local) tensor.
+const ShardedParam* sharded_param(const at::Tensor& p);
+
+namespace detail {
+struct Binding;
+extern std::atomic<int64_t> bound_params;
+const Binding* find_binding(const at::Tensor& p);
+at::Tensor materialize(const Binding& binding);
+at::Tensor after_use(const Binding& binding, const at::Tensor& output);
+}  // namespace detail
+
+/// Calls f with the tensor the layer needs for p this step (e.g. the all-gathered weight under
+/// FSDP) and returns f's result, wired so that p's gradient reaches its shard.
+template <class F>
+at::Tensor with_param(const at::Tensor& p, F&& f) {
+  if (detail::bound_params.load(std::memory_order_relaxed) == 0) return f(p);
+  const detail::Binding* binding = detail::find_binding(p);
+  if (binding == nullptr) return f(p);
+  return detail::after_use(*binding, f(detail::materialize(*binding)));
+}
+
+}  // namespace titan::parallel

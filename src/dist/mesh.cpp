@@ -1,0 +1,153 @@
+// SPDX-License-Identifier: BSD-3-Clause
+#include "titan/dist/mesh.hpp"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <vector>
+
+#include "titan/core/config.hpp"
+#include "titan/core/error.hpp"
+
+namespace titan::dist {
+namespace {
+
+// Mesh coordinates in torchtitan's order, slowest first: pp, dp_replicate, dp_shard, cp, tp.
+constexpr int kAxes = 5;
+using Coord = std::array<int64_t, kAxes>;
+
+std::array<int64_t, kAxes> sizes_of(const MeshShape& s) { return {s.pp, s.dp_replicate, s.dp_shard, s.cp, s.tp}; }
+
+Coord coordinate_of(int64_t rank, const std::array<int64_t, kAxes>& sizes) {
+  Coord c{};
+  for (int a = kAxes - 1; a >= 0; --a) {
+    c[a] = rank % sizes[a];
+    rank /= sizes[a];
+  }
+  return c;
+}
+
+int64_t rank_of(const Coord& c, const std::array<int64_t, kAxes>& sizes) {
+  int64_t rank = 0;
+  for (int a = 0; a < kAxes; ++a) rank = rank * sizes[a] + c[a];
+  return rank;
+}
+
+// Which of the five axes each named group spans.
+std::vector<int> axes_of(std::string_view name) {
+  if (name == "world") return {0, 1, 2, 3, 4};
+  if (name == "pp") return {0};
+  if (name == "dp_replicate") return {1};
+  if (name == "dp_shard") return {2};
+  if (name == "cp") return {3};
+  if (name == "tp") return {4};
+  if (name == "dp") return {1, 2};
+  if (name == "dp_shard_cp") return {2, 3};
+  if (name == "dp_cp") return {1, 2, 3};
+  return {};
+}
+
+// The world ranks that share this rank's coordinates outside `axes`, in row-major order of `axes`.
+std::vector<int64_t> members(const Coord& self, const std::vector<int>& axes, const std::array<int64_t, kAxes>& sizes) {
+  std::vector<int64_t> ranks;
+  int64_t count = 1;
+  for (int a : axes) count *= sizes[a];
+  for (int64_t i = 0; i < count; ++i) {
+    Coord c = self;
+    int64_t rest = i;
+    for (auto it = axes.rbegin(); it != axes.rend(); ++it) {
+      c[*it] = rest % sizes[*it];
+      rest /= sizes[*it];
+    }
+    ranks.push_back(rank_of(c, sizes));
+  }
+  return ranks;
+}
+
+}  // namespace
+
+std::string MeshShape::describe() const {
+  return fmt::format("dp_replicate({}) * dp_shard({}) * cp({}) * tp({}) * pp({}) = {}", dp_replicate, dp_shard, cp, tp,
+                     pp, world_size());
+}
+
+MeshShape mesh_shape(const ParallelismConfig& p, int64_t world_size) {
+  MeshShape s{.pp = p.pipeline_parallel_degree,
+              .dp_replicate = p.data_parallel_replicate_degree,
+              .dp_shard = p.data_parallel_shard_degree,
+              .cp = p.context_parallel_degree,
+              .tp = p.tensor_parallel_degree};
+  for (auto [key, value] : {std::pair{"pipeline_parallel_degree", s.pp}, {"data_parallel_replicate_degree", s.dp_replicate},
+                            {"context_parallel_degree", s.cp}, {"tensor_parallel_degree", s.tp}}) {
+    if (value < 1) throw ConfigError(std::string("parallelism.") + key,
+                                     fmt::format("[titan::dist::mesh_shape] expected parallelism.{} >= 1, got {}.", key, value));
+  }
+  if (s.dp_shard == -1) {
+    const int64_t others = s.pp * s.dp_replicate * s.cp * s.tp;
+    if (world_size % others != 0) {
+      throw ConfigError("parallelism.data_parallel_shard_degree",
+                        fmt::format("[titan::dist::mesh_shape] expected WORLD_SIZE ({}) divisible by pp({}) * dp_replicate({}) "
+                                    "* cp({}) * tp({}) = {} to infer data_parallel_shard_degree. Change the degrees or "
+                                    "the number of ranks.", world_size, s.pp, s.dp_replicate, s.cp, s.tp, others));
+    }
+    s.dp_shard = world_size / others;
+  }
+  if (s.dp_shard < 1) {
+    throw ConfigError("parallelism.data_parallel_shard_degree",
+                      fmt::format("[titan::dist::mesh_shape] expected data_parallel_shard_degree >= 1 or -1, got {}.", s.dp_shard));
+  }
+  if (s.world_size() != world_size) {
+    throw ConfigError("parallelism", fmt::format("[titan::dist::mesh_shape] expected the parallel degrees to multiply to "
+                                                 "WORLD_SIZE, got {} != WORLD_SIZE({}). Change parallelism.* or the number "
+                                                 "of ranks (data_parallel_shard_degree = -1 takes the ranks left).",
+                                                 s.describe(), world_size));
+  }
+  return s;
+}
+
+const std::array<std::string_view, 9>& Mesh::axis_names() {
+  static const std::array<std::string_view, 9> names{"world", "pp", "dp_replicate", "dp_shard", "cp",
+                                                     "tp",    "dp", "dp_shard_cp",  "dp_cp"};
+  return names;
+}
+
+Mesh::Mesh() {
+  for (std::string_view name : axis_names()) groups_.emplace(std::string(name), ProcessGroup::single(std::string(name)));
+}
+
+Mesh::Mesh(const MeshShape& shape, int64_t rank, const Store& store, const MeshOptions& options)
+    : shape_(shape), rank_(rank) {
+  const auto sizes = sizes_of(shape);
+  TITAN_CHECK_VALUE(rank >= 0 && rank < shape.world_size(),
+                    "[titan::dist::Mesh] expected 0 <= RANK < {} ({}), got RANK {}.", shape.world_size(), shape.describe(),
+                    rank);
+  const Coord self = coordinate_of(rank, sizes);
+  const GroupOptions group_options{.init_timeout = options.init_timeout, .timeout = options.timeout,
+                                   .backend = options.backend};
+  // Every rank walks the names in the same order; each joins only its own groups, and a flattened
+  // set with the same members as an earlier group shares that communicator.
+  std::map<std::vector<int64_t>, ProcessGroup> by_members;
+  for (std::string_view name : axis_names()) {
+    const std::vector<int64_t> ranks = members(self, axes_of(name), sizes);
+    if (auto it = by_members.find(ranks); it != by_members.end()) {
+      groups_.emplace(std::string(name), it->second);
+      continue;
+    }
+    int64_t group_rank = 0;
+    while (ranks[static_cast<size_t>(group_rank)] != rank) ++group_rank;
+    const std::string unique = fmt::format("{}/{}", name, fmt::join(ranks, "-"));
+    ProcessGroup group = ProcessGroup::create(unique, store, group_rank, static_cast<int64_t>(ranks.size()), ranks,
+                                              group_options);
+    by_members.emplace(ranks, group);
+    groups_.emplace(std::string(name), group);
+  }
+}
+
+const ProcessGroup& Mesh::group(std::string_view axis) const {
+  auto it = groups_.find(axis);
+  TITAN_CHECK_VALUE(it != groups_.end(), "[titan::dist::Mesh] expected a mesh axis (world, pp, dp_replicate, dp_shard, "
+                    "cp, tp, dp, dp_shard_cp, dp_cp), got '{}'.", axis);
+  return it->second;
+}
+
+}  // namespace titan::dist

@@ -1,0 +1,217 @@
+// SPDX-License-Identifier: BSD-3-Clause
+#include "titan/dist/process_group.hpp"
+
+#include <ATen/ATen.h>
+#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
+
+#include <atomic>
+
+#include "store_impl.hpp"
+#include "titan/core/error.hpp"
+#include "titan/dist/store.hpp"
+
+namespace titan::dist {
+namespace detail {
+
+struct WorkImpl {
+  c10::intrusive_ptr<c10d::Work> work;
+  std::string group;
+};
+
+struct GroupImpl {
+  std::string name;
+  int64_t rank = 0;
+  int64_t size = 1;
+  std::vector<int64_t> global_ranks;
+  c10::intrusive_ptr<c10d::Backend> backend;  // null for a group of one
+  std::atomic<int64_t> all_gather_bytes{0}, reduce_scatter_bytes{0}, all_reduce_bytes{0}, other_bytes{0}, calls{0};
+};
+
+}  // namespace detail
+
+namespace {
+
+int64_t nbytes(const at::Tensor& t) { return t.numel() * static_cast<int64_t>(t.element_size()); }
+
+c10d::ReduceOp to_c10d(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::kMax:
+      return c10d::ReduceOp::MAX;
+    case ReduceOp::kMin:
+      return c10d::ReduceOp::MIN;
+    default:
+      return c10d::ReduceOp::SUM;  // kAvg is pre-divided: Gloo has no AVG
+  }
+}
+
+void check_contiguous(const at::Tensor& t, const char* what, const std::string& group) {
+  TITAN_CHECK_VALUE(t.is_contiguous(), "[titan::dist::ProcessGroup] expected a contiguous {} tensor for group '{}', got "
+                    "strides {}. Call .contiguous() first.", what, group, c10::str(t.strides()));
+}
+
+Work wrap(const detail::GroupImpl& g, c10::intrusive_ptr<c10d::Work> work) {
+  return Work(std::make_shared<detail::WorkImpl>(detail::WorkImpl{std::move(work), g.name}));
+}
+
+}  // namespace
+
+void Work::wait() {
+  if (!impl_) return;
+  try {
+    impl_->work->wait();
+  } catch (const std::exception& e) {
+    const std::string group = impl_->group;
+    impl_.reset();
+    TITAN_CHECK(false, "[titan::dist] expected the collective on group '{}' to complete, got: {}. Another rank may have "
+                "failed or timed out (comm.train_timeout_seconds); its log names the first error.", group,
+                error_message(e));
+  }
+  impl_.reset();
+}
+
+ProcessGroup ProcessGroup::single(std::string name) {
+  auto impl = std::make_shared<detail::GroupImpl>();
+  impl->name = std::move(name);
+  impl->global_ranks = {0};
+  return ProcessGroup(std::move(impl));
+}
+
+ProcessGroup ProcessGroup::create(std::string name, const Store& store, int64_t rank, int64_t size,
+                                  std::vector<int64_t> global_ranks, const GroupOptions& options) {
+  TITAN_CHECK_VALUE(size >= 1 && rank >= 0 && rank < size,
+                    "[titan::dist::ProcessGroup] expected 0 <= rank < size for group '{}', got rank {} of {}.", name,
+                    rank, size);
+  if (size == 1) {
+    ProcessGroup g = single(std::move(name));
+    g.impl_->global_ranks = std::move(global_ranks);
+    return g;
+  }
+  auto impl = std::make_shared<detail::GroupImpl>();
+  impl->name = name;
+  impl->rank = rank;
+  impl->size = size;
+  impl->global_ranks = std::move(global_ranks);
+  const Store group_store = store.prefixed("titan/group/" + name);
+  try {
+    if (options.backend == "nccl") {
+      impl->backend = detail::make_nccl_backend(group_store.impl()->store, rank, size, options.timeout);
+    } else {
+      TITAN_CHECK_VALUE(options.backend == "gloo", "[titan::dist::ProcessGroup] expected backend gloo or nccl, got '{}'.",
+                        options.backend);
+      auto gloo_options = c10d::ProcessGroupGloo::Options::create(options.init_timeout);
+      gloo_options->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1"));
+      gloo_options->threads = 2;  // one collective in flight per direction is all FSDP overlaps
+      impl->backend = c10::make_intrusive<c10d::ProcessGroupGloo>(group_store.impl()->store, static_cast<int>(rank),
+                                                                  static_cast<int>(size), gloo_options);
+      impl->backend->setTimeout(options.timeout);
+    }
+  } catch (const c10::ValueError&) {
+    throw;
+  } catch (const std::exception& e) {
+    TITAN_CHECK(false, "[titan::dist::ProcessGroup] expected all {} ranks of group '{}' to join within {} s "
+                "(comm.init_timeout_seconds), got: {}. Check that every rank runs the same parallelism config.",
+                size, name, options.init_timeout.count() / 1000, error_message(e));
+  }
+  return ProcessGroup(std::move(impl));
+}
+
+int64_t ProcessGroup::rank() const { return impl_->rank; }
+int64_t ProcessGroup::size() const { return impl_->size; }
+const std::string& ProcessGroup::name() const { return impl_->name; }
+const std::vector<int64_t>& ProcessGroup::global_ranks() const { return impl_->global_ranks; }
+
+Work ProcessGroup::all_reduce(at::Tensor& tensor, ReduceOp op) const {
+  if (impl_->size == 1) return {};
+  check_contiguous(tensor, "all_reduce", impl_->name);
+  if (op == ReduceOp::kAvg) tensor.div_(static_cast<double>(impl_->size));
+  impl_->all_reduce_bytes += 2 * (impl_->size - 1) * nbytes(tensor) / impl_->size;
+  ++impl_->calls;
+  std::vector<at::Tensor> tensors{tensor};
+  c10d::AllreduceOptions options;
+  options.reduceOp = to_c10d(op);
+  return wrap(*impl_, impl_->backend->allreduce(tensors, options));
+}
+
+Work ProcessGroup::all_gather(at::Tensor& out, const at::Tensor& in) const {
+  TITAN_CHECK_VALUE(out.numel() == in.numel() * impl_->size,
+                    "[titan::dist::ProcessGroup] expected an all-gather output of {} x {} elements on group '{}', got {}.",
+                    impl_->size, in.numel(), impl_->name, out.numel());
+  if (impl_->size == 1) {
+    out.view_as(in).copy_(in);
+    return {};
+  }
+  check_contiguous(out, "all_gather output", impl_->name);
+  check_contiguous(in, "all_gather input", impl_->name);
+  impl_->all_gather_bytes += (impl_->size - 1) * nbytes(in);
+  ++impl_->calls;
+  at::Tensor flat_out = out.view({-1});
+  at::Tensor flat_in = in.view({-1});
+  return wrap(*impl_, impl_->backend->_allgather_base(flat_out, flat_in));
+}
+
+Work ProcessGroup::reduce_scatter(at::Tensor& out, const at::Tensor& in, ReduceOp op) const {
+  TITAN_CHECK_VALUE(in.numel() == out.numel() * impl_->size,
+                    "[titan::dist::ProcessGroup] expected a reduce-scatter input of {} x {} elements on group '{}', got {}.",
+                    impl_->size, out.numel(), impl_->name, in.numel());
+  TITAN_CHECK_VALUE(op == ReduceOp::kSum || op == ReduceOp::kAvg,
+                    "[titan::dist::ProcessGroup] expected SUM or AVG for reduce-scatter on group '{}'.", impl_->name);
+  if (impl_->size == 1) {
+    out.copy_(in.view_as(out));
+    return {};
+  }
+  check_contiguous(out, "reduce_scatter output", impl_->name);
+  at::Tensor flat_in = in.contiguous().view({-1});
+  if (op == ReduceOp::kAvg) flat_in = flat_in / static_cast<double>(impl_->size);
+  const bool emulated = impl_->backend->getBackendName() == "gloo";  // Gloo: all-reduce + take a chunk
+  impl_->reduce_scatter_bytes += (emulated ? 2 : 1) * (impl_->size - 1) * nbytes(out);
+  ++impl_->calls;
+  at::Tensor flat_out = out.view({-1});
+  c10d::ReduceScatterOptions options;
+  options.reduceOp = c10d::ReduceOp::SUM;
+  return wrap(*impl_, impl_->backend->_reduce_scatter_base(flat_out, flat_in, options));
+}
+
+Work ProcessGroup::all_to_all(at::Tensor& out, const at::Tensor& in) const {
+  TITAN_CHECK_VALUE(out.numel() == in.numel(), "[titan::dist::ProcessGroup] expected all-to-all tensors of equal size on "
+                    "group '{}', got {} and {}.", impl_->name, in.numel(), out.numel());
+  if (impl_->size == 1) {
+    out.copy_(in);
+    return {};
+  }
+  check_contiguous(out, "all_to_all output", impl_->name);
+  at::Tensor contiguous_in = in.contiguous();
+  impl_->other_bytes += (impl_->size - 1) * nbytes(in) / impl_->size;
+  ++impl_->calls;
+  std::vector<int64_t> even_split;
+  return wrap(*impl_, impl_->backend->alltoall_base(out, contiguous_in, even_split, even_split));
+}
+
+Work ProcessGroup::broadcast(at::Tensor& tensor, int64_t root) const {
+  if (impl_->size == 1) return {};
+  check_contiguous(tensor, "broadcast", impl_->name);
+  impl_->other_bytes += impl_->rank == root ? nbytes(tensor) : 0;
+  ++impl_->calls;
+  std::vector<at::Tensor> tensors{tensor};
+  c10d::BroadcastOptions options;
+  options.rootRank = root;
+  return wrap(*impl_, impl_->backend->broadcast(tensors, options));
+}
+
+void ProcessGroup::barrier() const {
+  if (impl_->size == 1) return;
+  Work(std::make_shared<detail::WorkImpl>(detail::WorkImpl{impl_->backend->barrier(), impl_->name})).wait();
+}
+
+CommStats ProcessGroup::stats() const {
+  return {.all_gather_bytes = impl_->all_gather_bytes,
+          .reduce_scatter_bytes = impl_->reduce_scatter_bytes,
+          .all_reduce_bytes = impl_->all_reduce_bytes,
+          .other_bytes = impl_->other_bytes,
+          .calls = impl_->calls};
+}
+
+void ProcessGroup::reset_stats() const {
+  impl_->all_gather_bytes = impl_->reduce_scatter_bytes = impl_->all_reduce_bytes = impl_->other_bytes = impl_->calls = 0;
+}
+
+}  // namespace titan::dist

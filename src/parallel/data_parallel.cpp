@@ -1,0 +1,155 @@
+// SPDX-License-Identifier: BSD-3-Clause
+#include "titan/parallel/data_parallel.hpp"
+
+#include <ATen/ATen.h>
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+#include <torch/nn/module.h>
+
+#include <unordered_set>
+
+#include "data_parallel_state.hpp"
+#include "titan/core/error.hpp"
+#include "titan/dist/mesh.hpp"
+
+namespace titan::parallel {
+namespace {
+
+bool under(const std::string& fqn, const std::string& module_path) {
+  return module_path.empty() || fqn == module_path ||
+         (fqn.size() > module_path.size() && fqn.compare(0, module_path.size(), module_path) == 0 &&
+          fqn[module_path.size()] == '.');
+}
+
+std::string unit_name(const std::vector<std::string>& paths) {
+  return paths.empty() ? "root" : fmt::format("{}", fmt::join(paths, "+"));
+}
+
+// Moves p's data to this rank's dim-0 shard (zero-padded to rows_per_rank) and records where it lies.
+detail::UnitParam shard_param(const std::string& fqn, at::Tensor param, const dist::ProcessGroup& group,
+                              const DataParallelOptions& options) {
+  TITAN_CHECK_VALUE(param.dim() >= 1, "[titan::parallel::data_parallelize] expected parameters with at least one dim, "
+                    "got a scalar '{}'. Make it shape (1).", fqn);
+  detail::UnitParam p;
+  p.full_shape = param.sizes().vec();
+  const int64_t n = group.size();
+  const int64_t rows = p.full_shape[0];
+  p.rows_per_rank = (rows + n - 1) / n;
+  p.row_numel = rows == 0 ? 0 : param.numel() / rows;
+  if (n > 1) {
+    at::NoGradGuard no_grad;
+    std::vector<int64_t> shard_shape = p.full_shape;
+    shard_shape[0] = p.rows_per_rank;
+    at::Tensor shard = at::zeros(shard_shape, param.options());  // (rows_per_rank, ...)
+    const int64_t begin = std::min(rows, group.rank() * p.rows_per_rank);
+    const int64_t valid = std::min(rows, begin + p.rows_per_rank) - begin;
+    if (valid > 0) shard.narrow(0, 0, valid).copy_(param.narrow(0, begin, valid));
+    param.set_data(shard);
+    p.gathered = at::empty(p.full_shape, param.options().dtype(options.param_dtype)).storage().getWeakStorageImpl().lock();
+    p.gathered->reset();
+  }
+  p.param = std::move(param);
+  return p;
+}
+
+ShardedParam describe_param(const std::string& fqn, const detail::UnitParam& p, const dist::ProcessGroup& group) {
+  ShardedParam info{.fqn = fqn, .global_shape = p.full_shape, .local = p.param};
+  info.offset.assign(p.full_shape.size(), 0);
+  info.local_shape = p.full_shape;
+  if (group.size() > 1) {
+    info.placements.emplace_back("dp_shard", Placement::shard(0));
+    const int64_t rows = p.full_shape[0];
+    const int64_t begin = std::min(rows, group.rank() * p.rows_per_rank);
+    info.offset[0] = begin;
+    info.local_shape[0] = std::min(rows, begin + p.rows_per_rank) - begin;
+  }
+  return info;
+}
+
+}  // namespace
+
+DataParallel::DataParallel(std::unique_ptr<detail::DataParallelState> state) : state_(std::move(state)) {}
+DataParallel::~DataParallel() = default;
+
+std::string DataParallel::describe() const {
+  const int64_t shard = state_->shard.size(), replicate = state_->replicate.size();
+  if (shard > 1 && replicate > 1) return fmt::format("HSDP(dp_replicate={}, dp_shard={})", replicate, shard);
+  if (shard > 1) return fmt::format("FSDP(dp_shard={})", shard);
+  return fmt::format("DDP(dp_replicate={})", replicate);
+}
+
+int64_t DataParallel::num_units() const { return static_cast<int64_t>(state_->units.size()); }
+
+std::vector<std::string> DataParallel::unit_names() const {
+  std::vector<std::string> names;
+  for (const auto& unit : state_->units) names.push_back(unit.name);
+  return names;
+}
+
+int64_t DataParallel::gathered_bytes() const { return state_->gathered_bytes(); }
+std::vector<DataParallelEvent> DataParallel::trace() const { return state_->events; }
+void DataParallel::clear_trace() { state_->events.clear(); }
+void DataParallel::reshard() { state_->free_all(); }
+
+std::shared_ptr<DataParallel> data_parallelize(torch::nn::Module& model, const std::vector<std::vector<std::string>>& units,
+                                               const dist::Mesh& mesh, const DataParallelOptions& options) {
+  const dist::ProcessGroup& shard = mesh.group("dp_shard");
+  const dist::ProcessGroup& replicate = mesh.group("dp_replicate");
+  if (shard.size() == 1 && replicate.size() == 1) return nullptr;
+  TITAN_CHECK_VALUE(options.reshard_after_forward == "default" || options.reshard_after_forward == "always" ||
+                        options.reshard_after_forward == "never",
+                    "[titan::parallel::data_parallelize] expected parallelism.fsdp_reshard_after_forward default, always "
+                    "or never, got '{}'.", options.reshard_after_forward);
+
+  const auto modules = model.named_modules("", /*include_self=*/false);
+  for (const auto& paths : units) {
+    for (const auto& path : paths) {
+      TITAN_CHECK_VALUE(modules.contains(path), "[titan::parallel::data_parallelize] expected an FSDP unit path naming a "
+                        "submodule, got '{}' (no such module). Check the model's named_modules().", path);
+    }
+  }
+
+  auto state = std::make_unique<detail::DataParallelState>(shard, replicate, options);
+  // Units in forward order, the root (parameters under no unit) last; a parameter shared by two
+  // modules (tied weights) belongs to the first unit that reaches it.
+  std::vector<std::vector<std::string>> specs = units;
+  specs.emplace_back();
+  std::unordered_set<const c10::TensorImpl*> taken;
+  const auto params = model.named_parameters(/*recurse=*/true);
+  std::vector<std::vector<std::string>> unit_fqns;
+  for (const auto& paths : specs) {
+    detail::Unit unit{.name = unit_name(paths)};
+    std::vector<std::string> fqns;
+    for (const auto& item : params) {
+      const bool member = paths.empty() || std::any_of(paths.begin(), paths.end(),
+                                                       [&](const std::string& p) { return under(item.key(), p); });
+      if (!member || !taken.insert(item.value().unsafeGetTensorImpl()).second) continue;
+      detail::UnitParam p = shard_param(item.key(), item.value(), shard, options);
+      p.offset = unit.chunk_numel;
+      unit.chunk_numel += p.shard_numel();
+      unit.params.push_back(std::move(p));
+      fqns.push_back(item.key());
+    }
+    if (unit.params.empty()) continue;
+    state->units.push_back(std::move(unit));
+    unit_fqns.push_back(std::move(fqns));
+  }
+  const int64_t last = static_cast<int64_t>(state->units.size()) - 1;
+  for (int64_t u = 0; u <= last; ++u) {
+    detail::Unit& unit = state->units[static_cast<size_t>(u)];
+    // The last unit is never freed after forward (no hook marks the end of the model's forward, and
+    // backward starts with it); "default" also keeps the unit before it, as torchtitan keeps the last
+    // transformer block, which backward would re-gather immediately.
+    unit.reshard_after_forward = (options.reshard_after_forward == "always" && u < last) ||
+                                 (options.reshard_after_forward == "default" && u < last - 1);
+    for (size_t i = 0; i < unit.params.size(); ++i) {
+      detail::bind_param(unit.params[i].param, {.info = describe_param(unit_fqns[static_cast<size_t>(u)][i], unit.params[i], shard),
+                                          .handler = state.get(),
+                                          .unit = u,
+                                          .index = static_cast<int64_t>(i)});
+    }
+  }
+  return std::shared_ptr<DataParallel>(new DataParallel(std::move(state)));
+}
+
+}  // namespace titan::parallel

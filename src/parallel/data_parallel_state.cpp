@@ -1,0 +1,275 @@
+// SPDX-License-Identifier: BSD-3-Clause
+#include "data_parallel_state.hpp"
+
+#include <ATen/ATen.h>
+#include <c10/core/GradMode.h>
+#include <torch/csrc/autograd/engine.h>
+#include <torch/csrc/autograd/function.h>
+#include <torch/csrc/autograd/functions/utils.h>
+
+#include "titan/core/error.hpp"
+
+namespace titan::parallel::detail {
+namespace {
+
+using torch::autograd::variable_list;
+
+// Receives every gathered parameter's gradient of one unit use, then hands them to the state. Its
+// inputs are the shard leaves; it returns no gradient for them: the state writes .grad itself once
+// the asynchronous reduction is done.
+struct UnshardBackward : torch::autograd::Node {
+  UnshardBackward(DataParallelState* state, int64_t unit) : state_(state), unit_(unit) {}
+  variable_list apply(variable_list&& grads) override {
+    state_->post_backward(unit_, grads);
+    return variable_list(num_outputs());
+  }
+  std::string name() const override { return "titan::parallel::UnshardBackward"; }
+
+ private:
+  DataParallelState* state_;
+  int64_t unit_;
+};
+
+// Identity on a layer output; in backward it runs before that layer's own backward, so the unit's
+// parameters are gathered again before any saved gathered tensor is read.
+struct PreBackward : torch::autograd::Node {
+  PreBackward(DataParallelState* state, int64_t unit) : state_(state), unit_(unit) {}
+  variable_list apply(variable_list&& grads) override {
+    state_->pre_backward(unit_);
+    return std::move(grads);
+  }
+  std::string name() const override { return "titan::parallel::PreBackward"; }
+
+ private:
+  DataParallelState* state_;
+  int64_t unit_;
+};
+
+// A new tensor object over the same bytes (no autograd view bookkeeping, its own version counter).
+at::Tensor alias_of(const at::Tensor& t) {
+  at::NoGradGuard no_grad;
+  return at::empty({0}, t.options()).set_(t);
+}
+
+}  // namespace
+
+DataParallelState::DataParallelState(dist::ProcessGroup shard_group, dist::ProcessGroup replicate_group,
+                                     DataParallelOptions opts)
+    : shard(std::move(shard_group)), replicate(std::move(replicate_group)), options(std::move(opts)) {}
+
+DataParallelState::~DataParallelState() {
+  for (auto& p : pending_) {
+    try {
+      p.work.wait();
+    } catch (...) {  // a destructor must not throw; the error was already reported by the step
+    }
+  }
+  for (auto& unit : units) {
+    for (auto& p : unit.params) unbind_param(p.param);
+  }
+}
+
+void DataParallelState::record(DataParallelEvent::Kind kind, int64_t unit) {
+  if (options.trace) events.push_back({.kind = kind, .unit = unit});
+}
+
+at::Tensor DataParallelState::gathered_alias(const UnitParam& p) const {
+  if (shard.size() == 1) {
+    if (p.param.scalar_type() == options.param_dtype) return alias_of(p.param);
+    at::NoGradGuard no_grad;
+    return p.param.to(options.param_dtype);
+  }
+  at::NoGradGuard no_grad;
+  const auto device = p.param.device();
+  return at::empty({0}, at::TensorOptions().dtype(options.param_dtype).device(device))
+      .set_(c10::Storage(p.gathered), 0, p.full_shape, c10::contiguous_strides(p.full_shape));
+}
+
+void DataParallelState::start_gather(int64_t u) {
+  Unit& unit = units[static_cast<size_t>(u)];
+  if (shard.size() == 1 || unit.state != Unit::State::kSharded) return;
+  at::NoGradGuard no_grad;
+  std::vector<at::Tensor> flat;
+  flat.reserve(unit.params.size());
+  for (const auto& p : unit.params) flat.push_back(p.param.reshape({-1}).to(options.param_dtype));
+  unit.gather_in = at::cat(flat);                                                   // (chunk_numel)
+  unit.gather_out = at::empty({shard.size() * unit.chunk_numel}, unit.gather_in.options());  // (N * chunk_numel)
+  unit.gather_work = shard.all_gather(unit.gather_out, unit.gather_in);
+  unit.state = Unit::State::kGathering;
+  record(DataParallelEvent::Kind::kGatherIssued, u);
+}
+
+void DataParallelState::finish_gather(int64_t u) {
+  Unit& unit = units[static_cast<size_t>(u)];
+  if (shard.size() == 1 || unit.state == Unit::State::kGathered) return;
+  start_gather(u);
+  unit.gather_work.wait();
+  record(DataParallelEvent::Kind::kGatherWaited, u);
+  at::NoGradGuard no_grad;
+  const int64_t n = shard.size();
+  const at::Tensor by_rank = unit.gather_out.view({n, unit.chunk_numel});  // (N, chunk_numel)
+  for (auto& p : unit.params) {
+    const size_t nbytes = static_cast<size_t>(c10::multiply_integers(p.full_shape)) * c10::elementSize(options.param_dtype);
+    p.gathered->set_data_ptr_noswap(p.gathered->allocator()->allocate(nbytes));
+    p.gathered->set_nbytes(nbytes);
+    std::vector<int64_t> padded = p.full_shape;
+    padded[0] = n * p.rows_per_rank;
+    const at::Tensor full = by_rank.narrow(1, p.offset, p.shard_numel()).reshape(padded).narrow(0, 0, p.full_shape[0]);
+    gathered_alias(p).copy_(full);  // a fresh alias: the saved gathered tensors' versions stay unchanged
+  }
+  unit.gather_in = at::Tensor();
+  unit.gather_out = at::Tensor();
+  unit.state = Unit::State::kGathered;
+}
+
+void DataParallelState::free_unit(int64_t u) {
+  Unit& unit = units[static_cast<size_t>(u)];
+  if (shard.size() == 1 || unit.state == Unit::State::kSharded) return;
+  if (unit.state == Unit::State::kGathering) unit.gather_work.wait();  // never free what a collective writes
+  for (auto& p : unit.params) p.gathered->reset();
+  unit.gather_in = at::Tensor();
+  unit.gather_out = at::Tensor();
+  unit.state = Unit::State::kSharded;
+  record(DataParallelEvent::Kind::kFreed, u);
+}
+
+void DataParallelState::free_all() {
+  for (int64_t u = 0; u < static_cast<int64_t>(units.size()); ++u) {
+    units[static_cast<size_t>(u)].outputs.clear();
+    free_unit(u);
+  }
+  current_ = -1;
+}
+
+void DataParallelState::enter_unit(int64_t u) {
+  if (current_ >= 0) {
+    units[static_cast<size_t>(current_)].outputs.clear();
+    if (u <= current_) {
+      free_all();  // a new forward (or a tied weight): shards may have changed since the last gather
+    } else if (units[static_cast<size_t>(current_)].reshard_after_forward) {
+      free_unit(current_);
+    }
+  }
+  current_ = u;
+  finish_gather(u);
+  if (u + 1 < static_cast<int64_t>(units.size())) start_gather(u + 1);  // forward prefetch
+}
+
+at::Tensor DataParallelState::materialize(int64_t u, int64_t index) {
+  if (u != current_) enter_unit(u);
+  record(DataParallelEvent::Kind::kUse, u);
+  Unit& unit = units[static_cast<size_t>(u)];
+  if (!c10::GradMode::is_enabled()) return gathered_alias(unit.params[static_cast<size_t>(index)]);
+  if (unit.outputs.empty()) {
+    // One node per unit use: it fires once all of the unit's gradients are in.
+    std::vector<at::Tensor> leaves;
+    leaves.reserve(unit.params.size());
+    for (const auto& p : unit.params) leaves.push_back(p.param);
+    auto node = std::shared_ptr<UnshardBackward>(new UnshardBackward(this, u), torch::autograd::deleteNode);
+    node->set_next_edges(torch::autograd::collect_next_edges(leaves));
+    for (const auto& p : unit.params) {
+      at::Tensor out = gathered_alias(p);
+      torch::autograd::set_history(out, node);
+      unit.outputs.push_back(std::move(out));
+    }
+  }
+  return unit.outputs[static_cast<size_t>(index)];
+}
+
+at::Tensor DataParallelState::after_use(int64_t u, const at::Tensor& output) {
+  if (shard.size() == 1 || !c10::GradMode::is_enabled() || !output.requires_grad()) return output;
+  auto node = std::shared_ptr<PreBackward>(new PreBackward(this, u), torch::autograd::deleteNode);
+  node->set_next_edges(torch::autograd::collect_next_edges(output));
+  at::Tensor out = alias_of(output);
+  torch::autograd::set_history(out, node);
+  return out;
+}
+
+void DataParallelState::pre_backward(int64_t u) {
+  finish_gather(u);
+  if (u > 0) start_gather(u - 1);  // backward prefetch
+}
+
+void DataParallelState::post_backward(int64_t u, const std::vector<at::Tensor>& grads) {
+  at::NoGradGuard no_grad;
+  Unit& unit = units[static_cast<size_t>(u)];
+  // Bound the reduce-scatters in flight to one: wait the earlier ones (their all-reduce may go on).
+  for (auto& p : pending_) {
+    if (p.stage == 0) progress(p, /*block=*/false);
+  }
+  const int64_t n = shard.size();
+  std::vector<at::Tensor> columns;  // per parameter (N, shard_numel)
+  columns.reserve(unit.params.size());
+  for (size_t i = 0; i < unit.params.size(); ++i) {
+    const UnitParam& p = unit.params[i];
+    const auto reduce_options = p.param.options().dtype(options.reduce_dtype);
+    std::vector<int64_t> padded = p.full_shape;
+    padded[0] = n * p.rows_per_rank;
+    at::Tensor g = at::zeros(padded, reduce_options);
+    if (i < grads.size() && grads[i].defined()) g.narrow(0, 0, p.full_shape[0]).copy_(grads[i]);
+    columns.push_back(g.view({n, p.shard_numel()}));
+  }
+  PendingReduce reduce{.unit = u};
+  reduce.in = columns.size() == 1 ? columns[0] : at::cat(columns, 1);  // (N, chunk_numel)
+  reduce.out = at::empty({unit.chunk_numel}, reduce.in.options());
+  reduce.work = shard.reduce_scatter(reduce.out, reduce.in);
+  record(DataParallelEvent::Kind::kReduceIssued, u);
+  pending_.push_back(std::move(reduce));
+  if (n == 1) progress(pending_.back(), /*block=*/false);  // DDP: start the all-reduce now
+  unit.outputs.clear();
+  free_unit(u);  // FSDP2 frees after backward whatever the forward policy
+  if (!callback_queued_) {
+    callback_queued_ = true;
+    torch::autograd::Engine::get_default_engine().queue_callback([this] { finish_backward(); });
+  }
+}
+
+void DataParallelState::progress(PendingReduce& p, bool block) {
+  if (p.stage == 0) {
+    p.work.wait();
+    p.in = at::Tensor();
+    if (replicate.size() > 1) {
+      p.work = replicate.all_reduce(p.out);
+      p.stage = 1;
+    } else {
+      p.stage = 2;
+    }
+  }
+  if (p.stage == 1 && block) {
+    p.work.wait();
+    p.stage = 2;
+  }
+  if (p.stage != 2) return;
+  record(DataParallelEvent::Kind::kReduceWaited, p.unit);
+  for (auto& param : units[static_cast<size_t>(p.unit)].params) {
+    at::Tensor grad = p.out.narrow(0, param.offset, param.shard_numel()).view(param.param.sizes()).to(param.param.scalar_type());
+    at::Tensor& slot = param.param.mutable_grad();
+    if (slot.defined()) {
+      slot.add_(grad);
+    } else {
+      slot = grad.clone(at::MemoryFormat::Contiguous);
+    }
+  }
+  p.out = at::Tensor();
+  p.stage = 3;
+}
+
+void DataParallelState::finish_backward() {
+  callback_queued_ = false;
+  for (auto& p : pending_) progress(p, /*block=*/true);
+  pending_.clear();
+  free_all();
+  record(DataParallelEvent::Kind::kBackwardDone, -1);
+}
+
+int64_t DataParallelState::gathered_bytes() const {
+  int64_t bytes = 0;
+  for (const auto& unit : units) {
+    for (const auto& p : unit.params) {
+      if (p.gathered) bytes += static_cast<int64_t>(p.gathered->nbytes());
+    }
+  }
+  return bytes;
+}
+
+}  // namespace titan::parallel::detail

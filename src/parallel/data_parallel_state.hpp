@@ -1,0 +1,90 @@
+// SPDX-License-Identifier: BSD-3-Clause
+// Private: the per-rank state machine behind titan::parallel::DataParallel.
+//
+// A unit's life in one step (FSDP, reshard_after_forward):
+//   forward : first use -> wait its all-gather (issued early as a prefetch) -> issue the next unit's
+//             all-gather -> layers compute -> next unit's first use frees this unit's gathered storage
+//   backward: first layer output of the unit reached -> re-gather (and prefetch the unit before) ->
+//             layers' backward -> the unit's gather node receives all its gradients -> reduce-scatter
+//             issued async, gathered storage freed -> end of backward: wait, write shard .grad
+// The gathered tensors that autograd saved keep their StorageImpl; only its bytes are released and
+// re-attached, so saved tensors see the re-gathered data without a version bump.
+#pragma once
+
+#include <c10/core/StorageImpl.h>
+
+#include <string>
+#include <vector>
+
+#include "binding.hpp"
+#include "titan/dist/process_group.hpp"
+#include "titan/parallel/data_parallel.hpp"
+
+namespace titan::parallel::detail {
+
+struct UnitParam {
+  at::Tensor param;                               // the registered leaf; data (rows_per_rank, ...) = local shard
+  std::vector<int64_t> full_shape;                // the unsharded shape
+  int64_t rows_per_rank = 0;                      // dim-0 rows of every shard (last ranks zero-padded)
+  int64_t row_numel = 1;                          // elements per dim-0 row
+  int64_t offset = 0;                             // element offset in the unit's per-rank flat chunk
+  c10::intrusive_ptr<c10::StorageImpl> gathered;  // the unsharded tensor's storage (FSDP); bytes freed when sharded
+  int64_t shard_numel() const { return rows_per_rank * row_numel; }
+};
+
+struct Unit {
+  enum class State { kSharded, kGathering, kGathered };
+  std::string name;
+  std::vector<UnitParam> params{};
+  int64_t chunk_numel = 0;  // per-rank elements of the flat all-gather input
+  bool reshard_after_forward = true;
+  State state = State::kSharded;
+  dist::Work gather_work{};
+  at::Tensor gather_in{}; // (chunk_numel) in param_dtype, alive while the all-gather reads it
+  at::Tensor gather_out{};// (shard_size * chunk_numel)
+  std::vector<at::Tensor> outputs{};  // this forward's gathered tensors with autograd history
+};
+
+// A unit's gradient on its way: reduce-scatter over dp_shard, then all-reduce over dp_replicate.
+struct PendingReduce {
+  int64_t unit = 0;
+  at::Tensor in{};  // (shard_size, chunk_numel) reduce_dtype, read by the collective
+  at::Tensor out{};  // (chunk_numel) reduce_dtype
+  dist::Work work{};
+  int stage = 0;  // 0: reduce-scatter in flight, 1: all-reduce in flight, 2: done
+};
+
+struct DataParallelState final : ParamHandler {
+  DataParallelState(dist::ProcessGroup shard_group, dist::ProcessGroup replicate_group, DataParallelOptions opts);
+  ~DataParallelState() override;
+
+  at::Tensor materialize(int64_t unit, int64_t index) override;
+  at::Tensor after_use(int64_t unit, const at::Tensor& output) override;
+
+  void pre_backward(int64_t unit);
+  void post_backward(int64_t unit, const std::vector<at::Tensor>& grads);
+  void finish_backward();
+  void free_all();
+  int64_t gathered_bytes() const;
+
+  dist::ProcessGroup shard;
+  dist::ProcessGroup replicate;
+  DataParallelOptions options;
+  std::vector<Unit> units;
+  std::vector<DataParallelEvent> events;
+
+ private:
+  void enter_unit(int64_t unit);
+  void start_gather(int64_t unit);
+  void finish_gather(int64_t unit);
+  void free_unit(int64_t unit);
+  at::Tensor gathered_alias(const UnitParam& p) const;
+  void progress(PendingReduce& p, bool block);
+  void record(DataParallelEvent::Kind kind, int64_t unit);
+
+  int64_t current_ = -1;
+  bool callback_queued_ = false;
+  std::vector<PendingReduce> pending_;
+};
+
+}  // namespace titan::parallel::detail

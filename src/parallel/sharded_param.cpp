@@ -1,0 +1,84 @@
+// SPDX-License-Identifier: BSD-3-Clause
+#include "titan/parallel/sharded_param.hpp"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <memory>
+#include <shared_mutex>
+#include <unordered_map>
+
+#include "binding.hpp"
+
+namespace titan::parallel {
+namespace detail {
+
+std::atomic<int64_t> bound_params{0};
+
+namespace {
+// Ranks as threads each bind their own parameters, so the map is shared and locked; lookups take a
+// shared lock (a few ns per layer call).
+struct Registry {
+  std::shared_mutex mutex;
+  std::unordered_map<const c10::TensorImpl*, std::unique_ptr<Binding>> bindings;
+};
+Registry& registry() {
+  static Registry r;
+  return r;
+}
+}  // namespace
+
+void bind_param(const at::Tensor& p, Binding binding) {
+  Registry& r = registry();
+  std::unique_lock lock(r.mutex);
+  auto [it, inserted] = r.bindings.insert_or_assign(p.unsafeGetTensorImpl(), std::make_unique<Binding>(std::move(binding)));
+  if (inserted) ++bound_params;
+}
+
+void unbind_param(const at::Tensor& p) {
+  Registry& r = registry();
+  std::unique_lock lock(r.mutex);
+  if (r.bindings.erase(p.unsafeGetTensorImpl()) > 0) --bound_params;
+}
+
+const Binding* find_binding(const at::Tensor& p) {
+  Registry& r = registry();
+  std::shared_lock lock(r.mutex);
+  auto it = r.bindings.find(p.unsafeGetTensorImpl());
+  return it == r.bindings.end() ? nullptr : it->second.get();
+}
+
+at::Tensor materialize(const Binding& binding) {
+  return binding.handler ? binding.handler->materialize(binding.unit, binding.index) : binding.info.local;
+}
+
+at::Tensor after_use(const Binding& binding, const at::Tensor& output) {
+  return binding.handler ? binding.handler->after_use(binding.unit, output) : output;
+}
+
+}  // namespace detail
+
+std::string Placement::str() const {
+  switch (kind) {
+    case Kind::kShard:
+      return fmt::format("Shard({})", dim);
+    case Kind::kPartial:
+      return "Partial()";
+    default:
+      return "Replicate()";
+  }
+}
+
+std::string ShardedParam::str() const {
+  std::string where;
+  for (const auto& [axis, placement] : placements) where += fmt::format(" {} on {}", placement.str(), axis);
+  return fmt::format("{} ({}){}", fqn, fmt::join(global_shape, ", "), where.empty() ? " Replicate()" : where);
+}
+
+const ShardedParam* sharded_param(const at::Tensor& p) {
+  if (detail::bound_params.load(std::memory_order_relaxed) == 0) return nullptr;
+  const detail::Binding* binding = detail::find_binding(p);
+  return binding ? &binding->info : nullptr;
+}
+
+}  // namespace titan::parallel

@@ -1,0 +1,105 @@
+// SPDX-License-Identifier: BSD-3-Clause
+// Trains debugmodel-shaped Llama 3 on one rank of a mesh with fixed global batches, so parallel
+// layouts can be compared with one rank step by step.
+#pragma once
+
+#include <ATen/ATen.h>
+
+#include <optional>
+
+#include "titan/dist/functional.hpp"
+#include "titan/dist/mesh.hpp"
+#include "titan/models/llama3/model.hpp"
+#include "titan/models/llama3/parallelize.hpp"
+#include "titan/nn/init.hpp"
+#include "titan/optim/adamw.hpp"
+#include "titan/optim/clip.hpp"
+#include "titan/parallel/sharded_param.hpp"
+#include "titan/train/loss.hpp"
+#include "titan/train/step.hpp"
+
+namespace titan::test {
+
+inline constexpr double kParityLr = 1e-3;
+
+struct ParityRun {
+  int64_t steps = 20;                   ///< optimizer steps
+  int64_t global_batch = 8;             ///< sequences per step, split over dp ranks
+  int64_t seq_len = 64;                 ///< tokens per sequence
+  int64_t accumulation = 1;             ///< microbatches per rank per step
+  std::string reshard = "default";      ///< fsdp_reshard_after_forward
+  bool trace = false;                   ///< record the FSDP event trace
+};
+
+struct ParityResult {
+  std::vector<double> losses;             ///< global loss per step
+  std::vector<double> grad_norms;         ///< global grad norm per step
+  std::vector<at::Tensor> weights;        ///< whole parameters after the last step (unique_parameters order)
+  int64_t local_state_bytes = 0;          ///< this rank's params + grads + AdamW state
+  std::shared_ptr<parallel::DataParallel> dp;
+};
+
+inline llama3::Llama3Args parity_args() {
+  llama3::Llama3Args args = llama3::flavor("debugmodel");
+  args.vocab_size = 512;  // the loss curve is what matters here, not the vocabulary
+  return args;
+}
+
+/// The global batch of a step: the same on every rank (rank-independent generator).
+inline std::pair<at::Tensor, at::Tensor> global_batch(int64_t step, const ParityRun& run, int64_t vocab) {
+  // Learnable sequences: arithmetic progressions mod vocab, random start and stride 1..4.
+  auto gen = at::make_generator<at::CPUGeneratorImpl>(1000 + step);
+  const at::Tensor start = at::randint(vocab, {run.global_batch, 1}, gen, at::kLong);       // (B, 1)
+  const at::Tensor stride = at::randint(1, 5, {run.global_batch, 1}, gen, at::kLong);       // (B, 1)
+  const at::Tensor t = at::arange(run.seq_len + 1, at::kLong).unsqueeze(0);                 // (1, S+1)
+  at::Tensor tokens = (start + stride * t).remainder(vocab);                                // (B, S+1)
+  at::Tensor labels = tokens.narrow(1, 1, run.seq_len).clone();                                  // (B, S)
+  labels.narrow(0, 0, 1).narrow(1, 0, 5).fill_(kIgnoreIndex);  // uneven valid tokens across ranks
+  return {tokens.narrow(1, 0, run.seq_len).contiguous(), labels};
+}
+
+/// The whole parameter behind p (all-gathered over dp_shard when sharded).
+inline at::Tensor whole(const at::Tensor& p, const dist::Mesh& mesh) {
+  const parallel::ShardedParam* sp = parallel::sharded_param(p);
+  if (sp == nullptr || sp->placements.empty()) return p.detach().clone();
+  return dist::detail::gather_along(p.detach(), mesh.group("dp_shard"), 0).narrow(0, 0, sp->global_shape[0]).clone();
+}
+
+inline ParityResult train_parity(const dist::Mesh& mesh, const ParityRun& run) {
+  nn::manual_init_seed(42);
+  llama3::Llama3 model(parity_args(), run.seq_len, at::TensorOptions());
+  ParityResult result;
+  result.dp = llama3::parallelize(model, mesh, {.reshard_after_forward = run.reshard, .trace = run.trace});
+  model.init_weights();  // after sharding: every rank fills only its shard
+  const auto params = model.unique_parameters();
+  AdamW optimizer(params, {.lr = kParityLr, .weight_decay = 0.1});
+  const int64_t dp = mesh.size("dp");
+  const int64_t dp_rank = mesh.coordinate("dp");
+  const int64_t local = run.global_batch / dp;
+  for (int64_t step = 0; step < run.steps; ++step) {
+    optimizer.zero_grad();
+    auto [input, labels] = global_batch(step, run, parity_args().vocab_size);
+    std::vector<Microbatch> micro;
+    const int64_t per_micro = local / run.accumulation;
+    for (int64_t m = 0; m < run.accumulation; ++m) {
+      const int64_t row = dp_rank * local + m * per_micro;
+      micro.push_back({input.narrow(0, row, per_micro), labels.narrow(0, row, per_micro)});
+    }
+    const ForwardBackwardResult fb = forward_backward([&](const at::Tensor& t) { return model.forward(t); }, micro,
+                                                      at::kCPU, count_valid_tokens(labels));
+    at::Tensor loss = at::full({1}, fb.loss, at::kDouble);
+    mesh.group("dp").all_reduce(loss).wait();
+    result.losses.push_back(loss.item<double>());
+    result.grad_norms.push_back(clip_grad_norm_(params, 1.0, &mesh));
+    optimizer.step(kParityLr);
+  }
+  for (const auto& p : params) {
+    result.local_state_bytes += p.nbytes() + (p.grad().defined() ? p.grad().nbytes() : 0);
+  }
+  for (const auto& s : optimizer.exp_avgs()) result.local_state_bytes += s.nbytes();
+  for (const auto& s : optimizer.exp_avg_sqs()) result.local_state_bytes += s.nbytes();
+  for (const auto& p : params) result.weights.push_back(whole(p, mesh));
+  return result;
+}
+
+}  // namespace titan::test
