@@ -1,0 +1,52 @@
+// SPDX-License-Identifier: BSD-3-Clause
+// What the launcher tests share: where titan-run and the env probe are, and parsing the probe's lines.
+#pragma once
+
+#include "dist/subprocess.hpp"
+#include "test_util.hpp"
+
+#include <map>
+#include <regex>
+#include <string>
+
+namespace titan::test {
+
+inline std::string titan_run_path() { return (binary_dir() / "bin" / "titan-run").string(); }
+inline std::string env_probe_path() { return (binary_dir() / "bin" / "titan_env_probe").string(); }
+
+/// One "probe ..." line: its key=value fields, and the "[rank R] " prefix the launcher added (-1: none).
+struct ProbeLine {
+  long prefix_rank = -1;
+  std::map<std::string, std::string> fields;
+  long field(const std::string& key) const { return std::stol(fields.at(key)); }
+};
+
+/// The probe lines in `output`, keyed by the rank the probe read.
+inline std::map<long, ProbeLine> probe_lines(const std::string& output) {
+  static const std::regex line_re(R"((?:\[rank (\d+)\] )?probe (.*))");
+  static const std::regex field_re(R"((\w+)=(\S*))");
+  std::map<long, ProbeLine> lines;
+  std::istringstream in(output);
+  for (std::string line; std::getline(in, line);) {
+    std::smatch m;
+    if (!std::regex_match(line, m, line_re)) continue;
+    ProbeLine probe;
+    if (m[1].matched) probe.prefix_rank = std::stol(m[1].str());
+    const std::string fields = m[2].str();
+    for (std::sregex_iterator it(fields.begin(), fields.end(), field_re), end; it != end; ++it) {
+      probe.fields[(*it)[1].str()] = (*it)[2].str();
+    }
+    lines[probe.field("rank")] = probe;
+  }
+  return lines;
+}
+
+/// True once `n` probes have printed their line.
+inline auto has_probes(std::size_t n) {
+  return [n](const std::string& output) { return probe_lines(output).size() >= n; };
+}
+
+/// False once no process `pid` exists (reaped, not even a zombie).
+inline bool process_exists(pid_t pid) { return kill(pid, 0) == 0 || errno != ESRCH; }
+
+}  // namespace titan::test

@@ -1,0 +1,196 @@
+// SPDX-License-Identifier: BSD-3-Clause
+// titan-run end to end: N env probes as ranks, their prefixed output, failures stopping the job.
+#include "dist/launch_test_util.hpp"
+
+#include <set>
+
+using titan::test::env_probe_path;
+using titan::test::exit_code;
+using titan::test::has_probes;
+using titan::test::probe_lines;
+using titan::test::Subprocess;
+using titan::test::titan_run_path;
+
+namespace {
+
+// Generous: four LibTorch-linked probes starting on a loaded 2-core machine.
+constexpr double kStartSeconds = 120;
+
+std::vector<std::string> titan_run(std::vector<std::string> flags, const std::vector<std::string>& probe_args = {}) {
+  flags.insert(flags.begin(), titan_run_path());
+  flags.push_back("--");
+  flags.push_back(env_probe_path());
+  flags.insert(flags.end(), probe_args.begin(), probe_args.end());
+  return flags;
+}
+
+std::vector<pid_t> probe_pids(const std::string& output) {
+  std::vector<pid_t> pids;
+  for (const auto& [rank, line] : probe_lines(output)) pids.push_back(static_cast<pid_t>(line.field("pid")));
+  return pids;
+}
+
+void check_no_survivors(const std::vector<pid_t>& pids) {
+  for (pid_t pid : pids) {
+    INFO("probe pid " << pid);
+    CHECK_FALSE(titan::test::process_exists(pid));
+  }
+}
+
+}  // namespace
+
+TEST_CASE("titan-run: four ranks get the torchrun contract and prefixed output", "[dist][titan-run]") {
+  Subprocess run(titan_run({"--nproc-per-node", "4"}));
+  const auto status = run.wait(kStartSeconds);
+  INFO(run.output());
+  REQUIRE(status);
+  CHECK(exit_code(*status) == 0);
+  const auto lines = probe_lines(run.output());
+  REQUIRE(lines.size() == 4);
+  const long port = lines.at(0).field("master_port");
+  CHECK(port > 0);
+  for (long rank = 0; rank < 4; ++rank) {
+    const auto& line = lines.at(rank);
+    CHECK(line.prefix_rank == rank);
+    CHECK(line.field("local_rank") == rank);
+    CHECK(line.field("world_size") == 4);
+    CHECK(line.field("local_world_size") == 4);
+    CHECK(line.field("master_port") == port);
+    CHECK(line.fields.at("master_addr") == "127.0.0.1");
+    CHECK(line.fields.at("source") == "torchrun");
+    CHECK(line.fields.at("group_rank") == "0");
+  }
+}
+
+TEST_CASE("titan-run: the second node of two gets ranks 2 and 3", "[dist][titan-run]") {
+  Subprocess run(titan_run({"--nproc-per-node", "2", "--nnodes", "2", "--node-rank", "1", "--master-addr",
+                            "10.1.2.3", "--master-port=29555"}));
+  const auto status = run.wait(kStartSeconds);
+  INFO(run.output());
+  REQUIRE(status);
+  CHECK(exit_code(*status) == 0);
+  const auto lines = probe_lines(run.output());
+  REQUIRE(lines.size() == 2);
+  for (long rank : {2L, 3L}) {
+    const auto& line = lines.at(rank);
+    CHECK(line.prefix_rank == rank);
+    CHECK(line.field("local_rank") == rank - 2);
+    CHECK(line.field("world_size") == 4);
+    CHECK(line.field("local_world_size") == 2);
+    CHECK(line.field("master_port") == 29555);
+    CHECK(line.fields.at("master_addr") == "10.1.2.3");
+    CHECK(line.fields.at("group_rank") == "1");
+  }
+}
+
+TEST_CASE("titan-run: lines of different ranks never mix", "[dist][titan-run]") {
+  constexpr int kLines = 300;
+  Subprocess run(titan_run({"--nproc-per-node", "4"}, {"--lines", std::to_string(kLines)}));
+  const auto status = run.wait(kStartSeconds);
+  REQUIRE(status);
+  CHECK(exit_code(*status) == 0);
+  // Each rank writes its line in two pieces; the launcher must print it whole, after the rank's prefix.
+  const std::regex line_re(R"(\[rank (\d)\] line (\d+) begin ([a-z])\3{299} end)");
+  std::map<std::string, std::set<int>> seen;  // rank -> line numbers
+  std::istringstream in(run.output());
+  for (std::string line; std::getline(in, line);) {
+    if (line.find(" probe ") != std::string::npos) continue;
+    std::smatch m;
+    INFO(line);
+    REQUIRE(std::regex_match(line, m, line_re));
+    CHECK(m[3].str()[0] == 'a' + std::stoi(m[1].str()));
+    seen[m[1].str()].insert(std::stoi(m[2].str()));
+  }
+  REQUIRE(seen.size() == 4);
+  for (const auto& [rank, numbers] : seen) CHECK(numbers.size() == static_cast<std::size_t>(kLines));
+}
+
+TEST_CASE("titan-run: a rank killed by SIGKILL stops the job and names the rank", "[dist][titan-run]") {
+  Subprocess run(titan_run({"--nproc-per-node", "4"}, {"--wait"}));
+  REQUIRE(run.read_until(has_probes(4), kStartSeconds));
+  const std::vector<pid_t> pids = probe_pids(run.output());
+  const pid_t victim = static_cast<pid_t>(probe_lines(run.output()).at(2).field("pid"));
+  const auto killed_at = Subprocess::Clock::now();
+  REQUIRE(kill(victim, SIGKILL) == 0);
+  const auto status = run.wait(60);
+  const double seconds = std::chrono::duration<double>(Subprocess::Clock::now() - killed_at).count();
+  INFO(run.output());
+  REQUIRE(status);
+  CHECK(seconds < 30);  // the acceptance bound
+  CHECK(exit_code(*status) == 128 + SIGKILL);
+  CHECK_THAT(run.output(),
+             Catch::Contains("titan-run: rank 2 was killed by signal 9 (SIGKILL); stopped the other 3 ranks"));
+  check_no_survivors(pids);
+}
+
+TEST_CASE("titan-run: a failing rank's exit status is reported and returned", "[dist][titan-run]") {
+  Subprocess run(titan_run({"--nproc-per-node", "4"}, {"--wait", "--fail-rank", "1", "--exit-code", "7"}));
+  const auto status = run.wait(kStartSeconds);
+  INFO(run.output());
+  REQUIRE(status);
+  CHECK(exit_code(*status) == 7);
+  CHECK_THAT(run.output(), Catch::Contains("titan-run: rank 1 exited with status 7; stopped the other 3 ranks"));
+  check_no_survivors(probe_pids(run.output()));
+}
+
+TEST_CASE("titan-run: ranks that ignore SIGTERM get SIGKILL after the grace period", "[dist][titan-run]") {
+  Subprocess run(titan_run({"--nproc-per-node", "2", "--grace-seconds", "1"},
+                           {"--wait", "--ignore-term", "--fail-rank", "0", "--exit-code", "5"}));
+  const auto status = run.wait(kStartSeconds);
+  INFO(run.output());
+  REQUIRE(status);
+  CHECK(exit_code(*status) == 5);
+  CHECK_THAT(run.output(), Catch::Contains("titan-run: rank(s) 1 still running 1 s after SIGTERM; sent SIGKILL"));
+  CHECK_THAT(run.output(), Catch::Contains("titan-run: rank 0 exited with status 5; stopped the other 1 rank"));
+  check_no_survivors(probe_pids(run.output()));
+}
+
+TEST_CASE("titan-run: SIGINT is forwarded to the ranks", "[dist][titan-run]") {
+  Subprocess run(titan_run({"--nproc-per-node", "2"}, {"--wait"}));
+  REQUIRE(run.read_until(has_probes(2), kStartSeconds));
+  REQUIRE(kill(run.pid(), SIGINT) == 0);
+  const auto status = run.wait(60);
+  INFO(run.output());
+  REQUIRE(status);
+  CHECK(exit_code(*status) == 128 + SIGINT);
+  CHECK_THAT(run.output(), Catch::Contains("titan-run: received SIGINT; stopped 2 running rank(s)"));
+  check_no_survivors(probe_pids(run.output()));
+}
+
+TEST_CASE("titan-run: bad command lines are clear errors", "[dist][titan-run]") {
+  using Args = std::vector<std::string>;
+  const std::vector<std::pair<Args, std::string>> cases = {
+      {{"--nproc-per-node", "0", "prog"}, "--nproc-per-node expects a number >= 1, got '0'"},
+      {{"--nproc-per-node", "two", "prog"}, "--nproc-per-node expects a number >= 1, got 'two'"},
+      {{"--bogus", "prog"}, "unknown flag '--bogus'"},
+      {{"--nproc-per-node", "2"}, "no program to run"},
+      {{"--nproc-per-node"}, "--nproc-per-node needs a value"},
+      {{"--nnodes", "2", "--node-rank", "2", "prog"}, "--node-rank must be below --nnodes (2), got 2"},
+      {{"--nnodes", "2", "--master-port", "1234", "prog"}, "--nnodes > 1 needs --master-addr"},
+  };
+  for (const auto& [args, message] : cases) {
+    Args argv{titan_run_path()};
+    argv.insert(argv.end(), args.begin(), args.end());
+    Subprocess run(argv);
+    const auto status = run.wait(60);
+    INFO(run.output());
+    REQUIRE(status);
+    CHECK(exit_code(*status) == 2);
+    CHECK_THAT(run.output(), Catch::StartsWith("titan-run: " + message));
+  }
+  Subprocess help({titan_run_path(), "--help"});
+  const auto status = help.wait(60);
+  REQUIRE(status);
+  CHECK(exit_code(*status) == 0);
+  CHECK_THAT(help.output(), Catch::StartsWith("usage: titan-run --nproc-per-node N"));
+}
+
+TEST_CASE("titan-run: a program that cannot start fails every rank with 127", "[dist][titan-run]") {
+  Subprocess run({titan_run_path(), "--nproc-per-node", "2", "--", "/nonexistent/titan-program"});
+  const auto status = run.wait(60);
+  INFO(run.output());
+  REQUIRE(status);
+  CHECK(exit_code(*status) == 127);
+  CHECK_THAT(run.output(), Catch::Contains("titan-run: cannot run '/nonexistent/titan-program': No such file"));
+  CHECK_THAT(run.output(), Catch::Contains("exited with status 127"));
+}
