@@ -49,4 +49,13 @@ inline auto has_probes(std::size_t n) {
 /// False once no process `pid` exists (reaped, not even a zombie).
 inline bool process_exists(pid_t pid) { return kill(pid, 0) == 0 || errno != ESRCH; }
 
+/// False once `pid` has exited; a zombie waiting for init to reap it counts as exited.
+inline bool process_running(pid_t pid) {
+  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
+  std::string line;
+  if (!std::getline(stat, line)) return false;
+  const auto close = line.rfind(')');  // the command name may contain spaces and parentheses
+  return close != std::string::npos && close + 2 < line.size() && line[close + 2] != 'Z';
+}
+
 }  // namespace titan::test

@@ -123,6 +123,21 @@ TEST_CASE("titan-run: a rank killed by SIGKILL stops the job and names the rank"
   check_no_survivors(pids);
 }
 
+TEST_CASE("titan-run: ranks die with the launcher when it is killed", "[dist][titan-run]") {
+  Subprocess run(titan_run({"--nproc-per-node", "2"}, {"--wait", "--ignore-term"}));
+  REQUIRE(run.read_until(has_probes(2), kStartSeconds));
+  const std::vector<pid_t> pids = probe_pids(run.output());
+  REQUIRE(kill(run.pid(), SIGKILL) == 0);
+  run.wait(60);
+  // PR_SET_PDEATHSIG delivers SIGKILL to the ranks as the launcher dies; allow the kernel a moment.
+  const auto deadline = Subprocess::Clock::now() + std::chrono::seconds(30);
+  for (pid_t pid : pids) {
+    while (titan::test::process_running(pid) && Subprocess::Clock::now() < deadline) usleep(20000);
+    INFO("probe pid " << pid);
+    CHECK_FALSE(titan::test::process_running(pid));
+  }
+}
+
 TEST_CASE("titan-run: a failing rank's exit status is reported and returned", "[dist][titan-run]") {
   Subprocess run(titan_run({"--nproc-per-node", "4"}, {"--wait", "--fail-rank", "1", "--exit-code", "7"}));
   const auto status = run.wait(kStartSeconds);
