@@ -95,10 +95,12 @@ TEST_CASE("read_launch_env: torchrun mistakes are named", "[dist][launch_env]") 
   CHECK_THAT(error_of(with(kTorchrun, "WORLD_SIZE", "4x")),
              Catch::StartsWith("[titan::dist::read_launch_env] expected WORLD_SIZE to be an integer, got '4x'."));
   CHECK_THAT(error_of(with(kTorchrun, "LOCAL_RANK", "")), Catch::Contains("expected LOCAL_RANK to be an integer"));
-  CHECK_THAT(error_of(with(kTorchrun, "MASTER_PORT", "http")), Catch::Contains("expected MASTER_PORT to be an integer"));
+  CHECK_THAT(error_of(with(kTorchrun, "MASTER_PORT", "http")),
+             Catch::Contains("expected MASTER_PORT to be an integer"));
   CHECK_THAT(error_of(with(kTorchrun, "MASTER_PORT", "70000")),
              Catch::Contains("expected MASTER_PORT in [1, 65535], got 70000"));
-  CHECK_THAT(error_of(with(kTorchrun, "LOCAL_RANK", "4")), Catch::Contains("expected 0 <= LOCAL_RANK < LOCAL_WORLD_SIZE (4), got 4"));
+  CHECK_THAT(error_of(with(kTorchrun, "LOCAL_RANK", "4")),
+             Catch::Contains("expected 0 <= LOCAL_RANK < LOCAL_WORLD_SIZE (4), got 4"));
   CHECK_THAT(error_of(with(kTorchrun, "LOCAL_WORLD_SIZE", "9")),
              Catch::Contains("expected 1 <= LOCAL_WORLD_SIZE <= WORLD_SIZE (8), got 9"));
 }
@@ -142,7 +144,8 @@ TEST_CASE("read_launch_env: Slurm mistakes are named", "[dist][launch_env]") {
                    {"SLURM_NODELIST", "n1"}};
   CHECK_THAT(error_of(without(slurm, "SLURM_NTASKS")),
              Catch::Contains("expected SLURM_NTASKS to be set because SLURM_PROCID is set"));
-  CHECK_THAT(error_of(slurm), Catch::Contains("expected MASTER_PORT or SLURM_JOB_ID to be set because SLURM_NTASKS is 2"));
+  CHECK_THAT(error_of(slurm),
+             Catch::Contains("expected MASTER_PORT or SLURM_JOB_ID to be set because SLURM_NTASKS is 2"));
   CHECK_THAT(error_of(with(with(slurm, "MASTER_PORT", "1"), "SLURM_PROCID", "2")),
              Catch::Contains("expected 0 <= SLURM_PROCID < SLURM_NTASKS (2), got 2"));
   CHECK_THAT(error_of(with(with(slurm, "MASTER_PORT", "1"), "SLURM_NNODES", "3")),

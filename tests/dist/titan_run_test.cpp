@@ -175,8 +175,9 @@ TEST_CASE("titan-run: SIGINT is forwarded to the ranks", "[dist][titan-run]") {
 TEST_CASE("titan-run: bad command lines are clear errors", "[dist][titan-run]") {
   using Args = std::vector<std::string>;
   const std::vector<std::pair<Args, std::string>> cases = {
-      {{"--nproc-per-node", "0", "prog"}, "--nproc-per-node expects a number >= 1, got '0'"},
-      {{"--nproc-per-node", "two", "prog"}, "--nproc-per-node expects a number >= 1, got 'two'"},
+      {{"--nproc-per-node", "0", "prog"}, "--nproc-per-node expects a number in [1, 4096], got '0'"},
+      {{"--nproc-per-node", "two", "prog"}, "--nproc-per-node expects a number in [1, 4096], got 'two'"},
+      {{"--grace-seconds", "nan", "prog"}, "--grace-seconds expects a number in [0, 3600], got 'nan'"},
       {{"--bogus", "prog"}, "unknown flag '--bogus'"},
       {{"--nproc-per-node", "2"}, "no program to run"},
       {{"--nproc-per-node"}, "--nproc-per-node needs a value"},

@@ -13,7 +13,8 @@ int main(int argc, char** argv) {
   try {
     options = titan_run::parse_options(argc, argv);
   } catch (const std::invalid_argument& e) {
-    titan_run::write_all(STDERR_FILENO, std::string("titan-run: ") + e.what() + "\nrun 'titan-run --help' for the usage\n");
+    const std::string message = std::string("titan-run: ") + e.what() + "\nrun 'titan-run --help' for the usage\n";
+    titan_run::write_all(STDERR_FILENO, message);
     return 2;
   }
   if (options.help) {

@@ -2,18 +2,23 @@
 #include "options.hpp"
 
 #include <charconv>
+#include <sstream>
 #include <stdexcept>
 
 namespace titan_run {
 namespace {
 
+// Bounds keep node_rank * nproc_per_node + local_rank within int and the grace period finite.
 template <typename T>
-T parse_number(const std::string& flag, const std::string& text, T min_value) {
+T parse_number(const std::string& flag, const std::string& text, T min_value, T max_value) {
   T value{};
   const char* end = text.data() + text.size();
   const auto [ptr, ec] = std::from_chars(text.data(), end, value);
-  if (text.empty() || ec != std::errc() || ptr != end || value < min_value) {
-    throw std::invalid_argument(flag + " expects a number >= " + std::to_string(min_value) + ", got '" + text + "'");
+  // Written so that NaN fails too.
+  if (text.empty() || ec != std::errc() || ptr != end || !(value >= min_value && value <= max_value)) {
+    std::ostringstream message;
+    message << flag << " expects a number in [" << min_value << ", " << max_value << "], got '" << text << "'";
+    throw std::invalid_argument(message.str());
   }
   return value;
 }
@@ -24,7 +29,6 @@ void check_consistent(const Options& o) {
     throw std::invalid_argument("--node-rank must be below --nnodes (" + std::to_string(o.nnodes) + "), got " +
                                 std::to_string(o.node_rank));
   }
-  if (o.master_port > 65535) throw std::invalid_argument("--master-port must be at most 65535");
   // Every node must agree on the rendezvous address, so it cannot be picked locally.
   if (o.nnodes > 1 && (o.master_port == 0 || o.master_addr == Options{}.master_addr)) {
     throw std::invalid_argument("--nnodes > 1 needs --master-addr (rank 0's host, reachable from every node) and "
@@ -65,17 +69,17 @@ Options parse_options(int argc, char** argv) {
       return argv[++i];
     };
     if (arg == "--nproc-per-node") {
-      o.nproc_per_node = parse_number<int>(arg, take_value(), 1);
+      o.nproc_per_node = parse_number<int>(arg, take_value(), 1, 4096);
     } else if (arg == "--nnodes") {
-      o.nnodes = parse_number<int>(arg, take_value(), 1);
+      o.nnodes = parse_number<int>(arg, take_value(), 1, 100000);
     } else if (arg == "--node-rank") {
-      o.node_rank = parse_number<int>(arg, take_value(), 0);
+      o.node_rank = parse_number<int>(arg, take_value(), 0, 100000);
     } else if (arg == "--master-addr") {
       o.master_addr = take_value();
     } else if (arg == "--master-port") {
-      o.master_port = parse_number<int>(arg, take_value(), 1);
+      o.master_port = parse_number<int>(arg, take_value(), 1, 65535);
     } else if (arg == "--grace-seconds") {
-      o.grace_seconds = parse_number<double>(arg, take_value(), 0.0);
+      o.grace_seconds = parse_number<double>(arg, take_value(), 0.0, 3600.0);
     } else {
       throw std::invalid_argument("unknown flag '" + std::string(argv[i]) + "' (see --help)");
     }

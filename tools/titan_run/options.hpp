@@ -19,6 +19,11 @@ struct Options {
   std::vector<std::string> command;        ///< the program and its arguments
 };
 
+/// The global rank of this node's `local_rank`-th rank.
+inline int global_rank(const Options& options, int local_rank) {
+  return options.node_rank * options.nproc_per_node + local_rank;
+}
+
 /// Parses argv; throws std::invalid_argument with a message that names the flag.
 Options parse_options(int argc, char** argv);
 

@@ -54,7 +54,7 @@ std::vector<char*> c_strings(const std::vector<std::string>& strings) {
 
 std::vector<std::string> rank_environment(const Options& o, int local_rank, int master_port) {
   const std::vector<std::pair<std::string, std::string>> contract = {
-      {"RANK", std::to_string(o.node_rank * o.nproc_per_node + local_rank)},
+      {"RANK", std::to_string(global_rank(o, local_rank))},
       {"LOCAL_RANK", std::to_string(local_rank)},
       {"WORLD_SIZE", std::to_string(o.nnodes * o.nproc_per_node)},
       {"LOCAL_WORLD_SIZE", std::to_string(o.nproc_per_node)},

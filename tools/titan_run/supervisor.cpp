@@ -67,7 +67,7 @@ void Supervisor::start_ranks() {
   const int port = options_.master_port != 0 ? options_.master_port : pick_free_port();
   ranks_.reserve(options_.nproc_per_node);
   for (int local = 0; local < options_.nproc_per_node; ++local) {
-    const int rank = options_.node_rank * options_.nproc_per_node + local;
+    const int rank = global_rank(options_, local);
     const std::string prefix = "[rank " + std::to_string(rank) + "] ";
     RankProcess process = spawn_rank(options_.command, rank_environment(options_, local, port), rank, launcher_mask_);
     ranks_.push_back(Rank{process, LinePrefixer(prefix, STDOUT_FILENO), LinePrefixer(prefix, STDERR_FILENO)});
