@@ -45,28 +45,28 @@ Vars without(Vars vars, const std::string& name) {
   return vars;
 }
 
+void check_env(const LaunchEnv& got, const LaunchEnv& want) {
+  CHECK(got.rank == want.rank);
+  CHECK(got.local_rank == want.local_rank);
+  CHECK(got.world_size == want.world_size);
+  CHECK(got.local_world_size == want.local_world_size);
+  CHECK(got.master_addr == want.master_addr);
+  CHECK(got.master_port == want.master_port);
+  CHECK(got.source == want.source);
+}
+
 }  // namespace
 
 TEST_CASE("read_launch_env: no launcher means one process", "[dist][launch_env]") {
-  const LaunchEnv env = read({{"MASTER_PORT", "1234"}, {"SLURM_JOB_ID", "77"}});
-  CHECK(env.rank == 0);
-  CHECK(env.local_rank == 0);
-  CHECK(env.world_size == 1);
-  CHECK(env.local_world_size == 1);
-  CHECK(env.master_addr == "127.0.0.1");
-  CHECK(env.master_port == 0);
-  CHECK(env.source == "none");
+  // MASTER_PORT and a job id alone (an sbatch script outside srun) are not a launch.
+  check_env(read({{"MASTER_PORT", "1234"}, {"SLURM_JOB_ID", "77"}}), LaunchEnv{});
+  CHECK(LaunchEnv{}.source == "none");
+  CHECK(LaunchEnv{}.world_size == 1);
 }
 
 TEST_CASE("read_launch_env: the torchrun contract", "[dist][launch_env]") {
-  const LaunchEnv env = read(kTorchrun);
-  CHECK(env.rank == 5);
-  CHECK(env.local_rank == 1);
-  CHECK(env.world_size == 8);
-  CHECK(env.local_world_size == 4);
-  CHECK(env.master_addr == "10.0.0.7");
-  CHECK(env.master_port == 29500);
-  CHECK(env.source == "torchrun");
+  check_env(read(kTorchrun), {.rank = 5, .local_rank = 1, .world_size = 8, .local_world_size = 4,
+                              .master_addr = "10.0.0.7", .master_port = 29500, .source = "torchrun"});
 }
 
 TEST_CASE("read_launch_env: torchrun wins over Slurm when both are set", "[dist][launch_env]") {
@@ -115,15 +115,9 @@ TEST_CASE("read_launch_env: the Slurm contract", "[dist][launch_env]") {
   const Vars slurm{{"SLURM_PROCID", "6"},   {"SLURM_NTASKS", "8"},        {"SLURM_LOCALID", "2"},
                    {"SLURM_NODEID", "1"},   {"SLURM_JOB_ID", "123456"},  {"SLURM_TASKS_PER_NODE", "4(x2)"},
                    {"SLURM_JOB_NODELIST", "gpu-[007-008]"}};
-  const LaunchEnv env = read(slurm);
-  CHECK(env.source == "slurm");
-  CHECK(env.rank == 6);
-  CHECK(env.local_rank == 2);
-  CHECK(env.world_size == 8);
-  CHECK(env.local_world_size == 4);
-  CHECK(env.master_addr == "gpu-007");
-  CHECK(env.master_port == 20000 + 3456);
-  CHECK(env.master_port == titan::dist::slurm_default_port(123456));
+  check_env(read(slurm), {.rank = 6, .local_rank = 2, .world_size = 8, .local_world_size = 4,
+                          .master_addr = "gpu-007", .master_port = 20000 + 3456, .source = "slurm"});
+  CHECK(titan::dist::slurm_default_port(123456) == 23456);
 
   // The user's MASTER_ADDR/MASTER_PORT and --ntasks-per-node win over what is derived.
   Vars explicit_vars = slurm;

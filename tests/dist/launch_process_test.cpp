@@ -3,8 +3,8 @@
 #include "dist/launch_test_util.hpp"
 
 using titan::test::env_probe_path;
-using titan::test::exit_code;
 using titan::test::probe_lines;
+using titan::test::require_exit;
 using titan::test::Subprocess;
 
 TEST_CASE("torchrun: two probe ranks read torchrun's environment", "[dist][torchrun]") {
@@ -12,23 +12,9 @@ TEST_CASE("torchrun: two probe ranks read torchrun's environment", "[dist][torch
   Subprocess run({TITAN_TEST_PYTHON, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--standalone",
                   "--no-python", env_probe_path()},
                  {{"RANK", std::nullopt}, {"WORLD_SIZE", std::nullopt}, {"OMP_NUM_THREADS", "1"}});
-  const auto status = run.wait(300);
-  INFO(run.output());
-  REQUIRE(status);
-  CHECK(exit_code(*status) == 0);
-  const auto lines = probe_lines(run.output());
-  REQUIRE(lines.size() == 2);
-  const long port = lines.at(0).field("master_port");
-  CHECK(port > 0);
-  for (long rank = 0; rank < 2; ++rank) {
-    const auto& line = lines.at(rank);
-    CHECK(line.field("local_rank") == rank);
-    CHECK(line.field("world_size") == 2);
-    CHECK(line.field("local_world_size") == 2);
-    CHECK(line.field("master_port") == port);
-    CHECK(line.fields.at("source") == "torchrun");
-    CHECK(line.fields.at("group_rank") == "0");
-  }
+  require_exit(run, 0, 300);
+  titan::test::check_node(probe_lines(run.output()),
+                          {.first_rank = 0, .local_world_size = 2, .world_size = 2, .prefixed = false});
 }
 
 TEST_CASE("read_launch_env in a process: missing MASTER_PORT and a wrong WORLD_SIZE are clear errors",
@@ -41,10 +27,7 @@ TEST_CASE("read_launch_env in a process: missing MASTER_PORT and a wrong WORLD_S
   };
   for (const auto& [env, message] : cases) {
     Subprocess probe({env_probe_path()}, env);
-    const auto status = probe.wait(120);
-    INFO(probe.output());
-    REQUIRE(status);
-    CHECK(exit_code(*status) == 3);
+    require_exit(probe, 3, 120);
     CHECK_THAT(probe.output(), Catch::StartsWith(message));
   }
 }

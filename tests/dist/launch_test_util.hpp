@@ -46,6 +46,45 @@ inline auto has_probes(std::size_t n) {
   return [n](const std::string& output) { return probe_lines(output).size() >= n; };
 }
 
+/// Waits for `run` to end (a hang fails the test) and checks its exit code (-signal when killed).
+inline void require_exit(Subprocess& run, int expected, double seconds) {
+  const auto status = run.wait(seconds);
+  INFO(run.output());
+  REQUIRE(status);
+  CHECK(exit_code(*status) == expected);
+}
+
+/// What one node's probes must have read: ranks first_rank, first_rank + 1, ... on one port.
+struct NodeContract {
+  long first_rank = 0;           ///< global rank of the node's local rank 0
+  long local_world_size = 1;     ///< probes expected on the node
+  long world_size = 1;           ///< ranks in the job
+  std::string group_rank = "0";  ///< GROUP_RANK as printed
+  std::string master_addr = "";  ///< expected MASTER_ADDR; empty: not checked
+  long master_port = 0;          ///< expected MASTER_PORT; 0: any, the same on every rank
+  bool prefixed = true;          ///< lines carry titan-run's "[rank R] " prefix
+};
+
+inline void check_node(const std::map<long, ProbeLine>& lines, const NodeContract& want) {
+  REQUIRE(lines.size() == static_cast<std::size_t>(want.local_world_size));
+  const long port = want.master_port != 0 ? want.master_port : lines.begin()->second.field("master_port");
+  CHECK(port > 0);
+  for (long local = 0; local < want.local_world_size; ++local) {
+    const long rank = want.first_rank + local;
+    INFO("rank " << rank);
+    REQUIRE(lines.count(rank) == 1);
+    const ProbeLine& line = lines.at(rank);
+    CHECK(line.prefix_rank == (want.prefixed ? rank : -1));
+    CHECK(line.field("local_rank") == local);
+    CHECK(line.field("world_size") == want.world_size);
+    CHECK(line.field("local_world_size") == want.local_world_size);
+    CHECK(line.field("master_port") == port);
+    if (!want.master_addr.empty()) CHECK(line.fields.at("master_addr") == want.master_addr);
+    CHECK(line.fields.at("source") == "torchrun");
+    CHECK(line.fields.at("group_rank") == want.group_rank);
+  }
+}
+
 /// False once no process `pid` exists (reaped, not even a zombie).
 inline bool process_exists(pid_t pid) { return kill(pid, 0) == 0 || errno != ESRCH; }
 

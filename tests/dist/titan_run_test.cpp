@@ -4,10 +4,11 @@
 
 #include <set>
 
+using titan::test::check_node;
 using titan::test::env_probe_path;
-using titan::test::exit_code;
 using titan::test::has_probes;
 using titan::test::probe_lines;
+using titan::test::require_exit;
 using titan::test::Subprocess;
 using titan::test::titan_run_path;
 
@@ -41,54 +42,23 @@ void check_no_survivors(const std::vector<pid_t>& pids) {
 
 TEST_CASE("titan-run: four ranks get the torchrun contract and prefixed output", "[dist][titan-run]") {
   Subprocess run(titan_run({"--nproc-per-node", "4"}));
-  const auto status = run.wait(kStartSeconds);
-  INFO(run.output());
-  REQUIRE(status);
-  CHECK(exit_code(*status) == 0);
-  const auto lines = probe_lines(run.output());
-  REQUIRE(lines.size() == 4);
-  const long port = lines.at(0).field("master_port");
-  CHECK(port > 0);
-  for (long rank = 0; rank < 4; ++rank) {
-    const auto& line = lines.at(rank);
-    CHECK(line.prefix_rank == rank);
-    CHECK(line.field("local_rank") == rank);
-    CHECK(line.field("world_size") == 4);
-    CHECK(line.field("local_world_size") == 4);
-    CHECK(line.field("master_port") == port);
-    CHECK(line.fields.at("master_addr") == "127.0.0.1");
-    CHECK(line.fields.at("source") == "torchrun");
-    CHECK(line.fields.at("group_rank") == "0");
-  }
+  require_exit(run, 0, kStartSeconds);
+  check_node(probe_lines(run.output()),
+             {.first_rank = 0, .local_world_size = 4, .world_size = 4, .master_addr = "127.0.0.1"});
 }
 
 TEST_CASE("titan-run: the second node of two gets ranks 2 and 3", "[dist][titan-run]") {
   Subprocess run(titan_run({"--nproc-per-node", "2", "--nnodes", "2", "--node-rank", "1", "--master-addr",
                             "10.1.2.3", "--master-port=29555"}));
-  const auto status = run.wait(kStartSeconds);
-  INFO(run.output());
-  REQUIRE(status);
-  CHECK(exit_code(*status) == 0);
-  const auto lines = probe_lines(run.output());
-  REQUIRE(lines.size() == 2);
-  for (long rank : {2L, 3L}) {
-    const auto& line = lines.at(rank);
-    CHECK(line.prefix_rank == rank);
-    CHECK(line.field("local_rank") == rank - 2);
-    CHECK(line.field("world_size") == 4);
-    CHECK(line.field("local_world_size") == 2);
-    CHECK(line.field("master_port") == 29555);
-    CHECK(line.fields.at("master_addr") == "10.1.2.3");
-    CHECK(line.fields.at("group_rank") == "1");
-  }
+  require_exit(run, 0, kStartSeconds);
+  check_node(probe_lines(run.output()), {.first_rank = 2, .local_world_size = 2, .world_size = 4,
+                                         .group_rank = "1", .master_addr = "10.1.2.3", .master_port = 29555});
 }
 
 TEST_CASE("titan-run: lines of different ranks never mix", "[dist][titan-run]") {
   constexpr int kLines = 300;
   Subprocess run(titan_run({"--nproc-per-node", "4"}, {"--lines", std::to_string(kLines)}));
-  const auto status = run.wait(kStartSeconds);
-  REQUIRE(status);
-  CHECK(exit_code(*status) == 0);
+  require_exit(run, 0, kStartSeconds);
   // Each rank writes its line in two pieces; the launcher must print it whole, after the rank's prefix.
   const std::regex line_re(R"(\[rank (\d)\] line (\d+) begin ([a-z])\3{299} end)");
   std::map<std::string, std::set<int>> seen;  // rank -> line numbers
@@ -112,12 +82,9 @@ TEST_CASE("titan-run: a rank killed by SIGKILL stops the job and names the rank"
   const pid_t victim = static_cast<pid_t>(probe_lines(run.output()).at(2).field("pid"));
   const auto killed_at = Subprocess::Clock::now();
   REQUIRE(kill(victim, SIGKILL) == 0);
-  const auto status = run.wait(60);
+  require_exit(run, 128 + SIGKILL, 60);
   const double seconds = std::chrono::duration<double>(Subprocess::Clock::now() - killed_at).count();
-  INFO(run.output());
-  REQUIRE(status);
   CHECK(seconds < 30);  // the acceptance bound
-  CHECK(exit_code(*status) == 128 + SIGKILL);
   CHECK_THAT(run.output(),
              Catch::Contains("titan-run: rank 2 was killed by signal 9 (SIGKILL); stopped the other 3 ranks"));
   check_no_survivors(pids);
@@ -140,10 +107,7 @@ TEST_CASE("titan-run: ranks die with the launcher when it is killed", "[dist][ti
 
 TEST_CASE("titan-run: a failing rank's exit status is reported and returned", "[dist][titan-run]") {
   Subprocess run(titan_run({"--nproc-per-node", "4"}, {"--wait", "--fail-rank", "1", "--exit-code", "7"}));
-  const auto status = run.wait(kStartSeconds);
-  INFO(run.output());
-  REQUIRE(status);
-  CHECK(exit_code(*status) == 7);
+  require_exit(run, 7, kStartSeconds);
   CHECK_THAT(run.output(), Catch::Contains("titan-run: rank 1 exited with status 7; stopped the other 3 ranks"));
   check_no_survivors(probe_pids(run.output()));
 }
@@ -151,10 +115,7 @@ TEST_CASE("titan-run: a failing rank's exit status is reported and returned", "[
 TEST_CASE("titan-run: ranks that ignore SIGTERM get SIGKILL after the grace period", "[dist][titan-run]") {
   Subprocess run(titan_run({"--nproc-per-node", "2", "--grace-seconds", "1"},
                            {"--wait", "--ignore-term", "--fail-rank", "0", "--exit-code", "5"}));
-  const auto status = run.wait(kStartSeconds);
-  INFO(run.output());
-  REQUIRE(status);
-  CHECK(exit_code(*status) == 5);
+  require_exit(run, 5, kStartSeconds);
   CHECK_THAT(run.output(), Catch::Contains("titan-run: rank(s) 1 still running 1 s after SIGTERM; sent SIGKILL"));
   CHECK_THAT(run.output(), Catch::Contains("titan-run: rank 0 exited with status 5; stopped the other 1 rank"));
   check_no_survivors(probe_pids(run.output()));
@@ -164,10 +125,7 @@ TEST_CASE("titan-run: SIGINT is forwarded to the ranks", "[dist][titan-run]") {
   Subprocess run(titan_run({"--nproc-per-node", "2"}, {"--wait"}));
   REQUIRE(run.read_until(has_probes(2), kStartSeconds));
   REQUIRE(kill(run.pid(), SIGINT) == 0);
-  const auto status = run.wait(60);
-  INFO(run.output());
-  REQUIRE(status);
-  CHECK(exit_code(*status) == 128 + SIGINT);
+  require_exit(run, 128 + SIGINT, 60);
   CHECK_THAT(run.output(), Catch::Contains("titan-run: received SIGINT; stopped 2 running rank(s)"));
   check_no_survivors(probe_pids(run.output()));
 }
@@ -188,25 +146,17 @@ TEST_CASE("titan-run: bad command lines are clear errors", "[dist][titan-run]") 
     Args argv{titan_run_path()};
     argv.insert(argv.end(), args.begin(), args.end());
     Subprocess run(argv);
-    const auto status = run.wait(60);
-    INFO(run.output());
-    REQUIRE(status);
-    CHECK(exit_code(*status) == 2);
+    require_exit(run, 2, 60);
     CHECK_THAT(run.output(), Catch::StartsWith("titan-run: " + message));
   }
   Subprocess help({titan_run_path(), "--help"});
-  const auto status = help.wait(60);
-  REQUIRE(status);
-  CHECK(exit_code(*status) == 0);
+  require_exit(help, 0, 60);
   CHECK_THAT(help.output(), Catch::StartsWith("usage: titan-run --nproc-per-node N"));
 }
 
 TEST_CASE("titan-run: a program that cannot start fails every rank with 127", "[dist][titan-run]") {
   Subprocess run({titan_run_path(), "--nproc-per-node", "2", "--", "/nonexistent/titan-program"});
-  const auto status = run.wait(60);
-  INFO(run.output());
-  REQUIRE(status);
-  CHECK(exit_code(*status) == 127);
+  require_exit(run, 127, 60);
   CHECK_THAT(run.output(), Catch::Contains("titan-run: cannot run '/nonexistent/titan-program': No such file"));
   CHECK_THAT(run.output(), Catch::Contains("exited with status 127"));
 }
