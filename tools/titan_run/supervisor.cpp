@@ -56,11 +56,12 @@ class Supervisor {
   int signal_fd_ = -1;
   sigset_t launcher_mask_{};  // restored in the ranks
   std::vector<Rank> ranks_;
-  std::optional<int> failed_;        // index of the first rank that failed
-  int stopped_others_ = 0;           // ranks still running when the failure or signal came
-  int interrupt_ = 0;                // the signal that asked the launcher to stop, 0 when none
-  int stop_signal_ = 0;               // the first signal sent to stop the ranks
+  std::optional<int> failed_;  // index of the first rank that failed
+  int stopped_others_ = 0;     // ranks still running when the failure or signal came
+  int interrupt_ = 0;          // the signal that asked the launcher to stop, 0 when none
+  int stop_signal_ = 0;        // the first signal sent to stop the ranks
   std::optional<Clock::time_point> kill_deadline_;  // SIGKILL whoever still runs after this
+  bool escalated_ = false;                          // SIGKILL was sent: nothing left to wait for
 };
 
 void Supervisor::start_ranks() {
@@ -93,7 +94,7 @@ void Supervisor::stop_ranks(int sig) {
 }
 
 void Supervisor::escalate_if_due() {
-  if (!kill_deadline_ || Clock::now() < *kill_deadline_ || running_count() == 0) return;
+  if (!kill_deadline_ || escalated_ || Clock::now() < *kill_deadline_ || running_count() == 0) return;
   std::string late;
   for (const Rank& r : ranks_) {
     if (r.running) late += (late.empty() ? "" : ", ") + std::to_string(r.process.rank);
@@ -102,7 +103,7 @@ void Supervisor::escalate_if_due() {
   grace << options_.grace_seconds;  // 5, 0.5: no trailing zeros
   say("rank(s) " + late + " still running " + grace.str() + " s after " + signal_name(stop_signal_) + "; sent SIGKILL");
   stop_ranks(SIGKILL);
-  kill_deadline_ = Clock::time_point::max();  // nothing further to escalate to
+  escalated_ = true;
 }
 
 void Supervisor::reap() {
@@ -169,7 +170,7 @@ void Supervisor::poll_once() {
   if (running_count() == 0) {
     // Every rank is gone; a pipe still open is held by something that escaped its group. Bounded wait.
     timeout_ms = 1000;
-  } else if (kill_deadline_ && *kill_deadline_ != Clock::time_point::max()) {
+  } else if (kill_deadline_ && !escalated_) {
     const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(*kill_deadline_ - Clock::now());
     timeout_ms = static_cast<int>(std::max<int64_t>(0, left.count()) + 1);
   }
