@@ -1,9 +1,9 @@
 // SPDX-License-Identifier: BSD-3-Clause
 // Test helper for the launcher tests: prints what read_launch_env sees, then behaves as asked.
 //   env_probe [--wait] [--ignore-term] [--fail-rank R --exit-code C] [--lines N]
-// --wait: block until killed (the kill tests); --ignore-term: ignore SIGTERM (the SIGKILL escalation
-// test); --fail-rank: rank R exits with status C after
-// printing; --lines: print N long lines on stdout and on stderr (the interleaving test).
+// --wait: block until killed (the kill tests); --ignore-term: ignore SIGTERM, set before the probe line
+// is printed (the SIGKILL escalation test); --fail-rank: rank R exits with status C after printing;
+// --lines: print N long lines on stdout and on stderr in two writes each (the interleaving test).
 #include "titan/core/error.hpp"
 #include "titan/dist/launch_env.hpp"
 
