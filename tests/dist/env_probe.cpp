@@ -1,0 +1,55 @@
+// SPDX-License-Identifier: BSD-3-Clause
+// Test helper for the launcher tests: prints what read_launch_env sees, then behaves as asked.
+//   env_probe [--wait] [--ignore-term] [--fail-rank R --exit-code C] [--lines N]
+// --wait: block until killed (the kill tests); --ignore-term: ignore SIGTERM, set before the probe line
+// is printed (the SIGKILL escalation test); --fail-rank: rank R exits with status C after printing;
+// --lines: print N long lines on stdout and on stderr in two writes each (the interleaving test).
+#include "titan/core/error.hpp"
+#include "titan/dist/launch_env.hpp"
+
+#include <csignal>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <unistd.h>
+
+int main(int argc, char** argv) {
+  bool wait = false;
+  long fail_rank = -1;
+  int exit_code = 1;
+  long lines = 0;
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    const char* next = i + 1 < argc ? argv[i + 1] : "0";
+    if (arg == "--wait") wait = true;
+    if (arg == "--ignore-term") std::signal(SIGTERM, SIG_IGN);
+    if (arg == "--fail-rank") fail_rank = std::atol(next);
+    if (arg == "--exit-code") exit_code = std::atoi(next);
+    if (arg == "--lines") lines = std::atol(next);
+  }
+  titan::dist::LaunchEnv env;
+  try {
+    env = titan::dist::read_launch_env();
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "%s\n", titan::error_message(e).c_str());
+    return 3;
+  }
+  const char* group_rank = std::getenv("GROUP_RANK");
+  std::printf("probe pid=%ld rank=%ld local_rank=%ld world_size=%ld local_world_size=%ld master_addr=%s "
+              "master_port=%d source=%s group_rank=%s\n",
+              static_cast<long>(getpid()), static_cast<long>(env.rank), static_cast<long>(env.local_rank),
+              static_cast<long>(env.world_size), static_cast<long>(env.local_world_size), env.master_addr.c_str(),
+              env.master_port, env.source.c_str(), group_rank != nullptr ? group_rank : "-");
+  // Small writes on purpose: the launcher must reassemble lines that arrive in pieces.
+  const std::string payload(300, static_cast<char>('a' + env.rank % 26));
+  for (long i = 0; i < lines; ++i) {
+    FILE* stream = i % 2 == 0 ? stdout : stderr;
+    std::fprintf(stream, "line %ld begin ", i);
+    std::fflush(stream);
+    std::fprintf(stream, "%s end\n", payload.c_str());
+  }
+  std::fflush(stdout);
+  if (env.rank == fail_rank) return exit_code;
+  while (wait) pause();
+  return 0;
+}

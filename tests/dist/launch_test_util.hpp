@@ -1,0 +1,100 @@
+// SPDX-License-Identifier: BSD-3-Clause
+// What the launcher tests share: where titan-run and the env probe are, and parsing the probe's lines.
+#pragma once
+
+#include "dist/subprocess.hpp"
+#include "test_util.hpp"
+
+#include <map>
+#include <regex>
+#include <string>
+
+namespace titan::test {
+
+inline std::string titan_run_path() { return (binary_dir() / "bin" / "titan-run").string(); }
+inline std::string env_probe_path() { return (binary_dir() / "bin" / "titan_env_probe").string(); }
+
+/// One "probe ..." line: its key=value fields, and the "[rank R] " prefix the launcher added (-1: none).
+struct ProbeLine {
+  long prefix_rank = -1;
+  std::map<std::string, std::string> fields;
+  long field(const std::string& key) const { return std::stol(fields.at(key)); }
+};
+
+/// The probe lines in `output`, keyed by the rank the probe read.
+inline std::map<long, ProbeLine> probe_lines(const std::string& output) {
+  static const std::regex line_re(R"((?:\[rank (\d+)\] )?probe (.*))");
+  static const std::regex field_re(R"((\w+)=(\S*))");
+  std::map<long, ProbeLine> lines;
+  std::istringstream in(output);
+  for (std::string line; std::getline(in, line);) {
+    std::smatch m;
+    if (!std::regex_match(line, m, line_re)) continue;
+    ProbeLine probe;
+    if (m[1].matched) probe.prefix_rank = std::stol(m[1].str());
+    const std::string fields = m[2].str();
+    for (std::sregex_iterator it(fields.begin(), fields.end(), field_re), end; it != end; ++it) {
+      probe.fields[(*it)[1].str()] = (*it)[2].str();
+    }
+    lines[probe.field("rank")] = probe;
+  }
+  return lines;
+}
+
+/// True once `n` probes have printed their line.
+inline auto has_probes(std::size_t n) {
+  return [n](const std::string& output) { return probe_lines(output).size() >= n; };
+}
+
+/// Waits for `run` to end (a hang fails the test) and checks its exit code (-signal when killed).
+inline void require_exit(Subprocess& run, int expected, double seconds) {
+  const auto status = run.wait(seconds);
+  INFO(run.output());
+  REQUIRE(status);
+  CHECK(exit_code(*status) == expected);
+}
+
+/// What one node's probes must have read: ranks first_rank, first_rank + 1, ... on one port.
+struct NodeContract {
+  long first_rank = 0;           ///< global rank of the node's local rank 0
+  long local_world_size = 1;     ///< probes expected on the node
+  long world_size = 1;           ///< ranks in the job
+  std::string group_rank = "0";  ///< GROUP_RANK as printed
+  std::string master_addr = "";  ///< expected MASTER_ADDR; empty: not checked
+  long master_port = 0;          ///< expected MASTER_PORT; 0: any, the same on every rank
+  bool prefixed = true;          ///< lines carry titan-run's "[rank R] " prefix
+};
+
+inline void check_node(const std::map<long, ProbeLine>& lines, const NodeContract& want) {
+  REQUIRE(lines.size() == static_cast<std::size_t>(want.local_world_size));
+  const long port = want.master_port != 0 ? want.master_port : lines.begin()->second.field("master_port");
+  CHECK(port > 0);
+  for (long local = 0; local < want.local_world_size; ++local) {
+    const long rank = want.first_rank + local;
+    INFO("rank " << rank);
+    REQUIRE(lines.count(rank) == 1);
+    const ProbeLine& line = lines.at(rank);
+    CHECK(line.prefix_rank == (want.prefixed ? rank : -1));
+    CHECK(line.field("local_rank") == local);
+    CHECK(line.field("world_size") == want.world_size);
+    CHECK(line.field("local_world_size") == want.local_world_size);
+    CHECK(line.field("master_port") == port);
+    if (!want.master_addr.empty()) CHECK(line.fields.at("master_addr") == want.master_addr);
+    CHECK(line.fields.at("source") == "torchrun");
+    CHECK(line.fields.at("group_rank") == want.group_rank);
+  }
+}
+
+/// False once no process `pid` exists (reaped, not even a zombie).
+inline bool process_exists(pid_t pid) { return kill(pid, 0) == 0 || errno != ESRCH; }
+
+/// False once `pid` has exited; a zombie waiting for init to reap it counts as exited.
+inline bool process_running(pid_t pid) {
+  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
+  std::string line;
+  if (!std::getline(stat, line)) return false;
+  const auto close = line.rfind(')');  // the command name may contain spaces and parentheses
+  return close != std::string::npos && close + 2 < line.size() && line[close + 2] != 'Z';
+}
+
+}  // namespace titan::test

@@ -1,0 +1,124 @@
+// SPDX-License-Identifier: BSD-3-Clause
+// A child process for the launcher tests: stdout and stderr merged into one pipe, read with deadlines
+// so a hung child fails the test instead of hanging it.
+#pragma once
+
+#include <catch2/catch.hpp>
+
+#include <cerrno>
+#include <chrono>
+#include <csignal>
+#include <fcntl.h>
+#include <functional>
+#include <map>
+#include <optional>
+#include <spawn.h>
+#include <string>
+#include <poll.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#include <vector>
+
+extern char** environ;
+
+namespace titan::test {
+
+class Subprocess {
+ public:
+  using Clock = std::chrono::steady_clock;
+
+  /// Starts argv[0] (a path) with the test's environment changed by `env` (nullopt removes a variable).
+  explicit Subprocess(const std::vector<std::string>& argv,
+                      const std::map<std::string, std::optional<std::string>>& env = {}) {
+    std::vector<std::string> entries;
+    for (char** e = environ; *e != nullptr; ++e) {
+      const std::string entry = *e;
+      if (env.count(entry.substr(0, entry.find('='))) == 0) entries.push_back(entry);
+    }
+    for (const auto& [name, value] : env) {
+      if (value) entries.push_back(name + "=" + *value);
+    }
+    int fds[2];
+    REQUIRE(pipe2(fds, O_CLOEXEC) == 0);
+    posix_spawn_file_actions_t actions;
+    posix_spawn_file_actions_init(&actions);
+    posix_spawn_file_actions_adddup2(&actions, fds[1], STDOUT_FILENO);
+    posix_spawn_file_actions_adddup2(&actions, fds[1], STDERR_FILENO);
+    std::vector<char*> args = c_strings(argv);
+    std::vector<char*> envp = c_strings(entries);
+    const int rc = posix_spawn(&pid_, args[0], &actions, nullptr, args.data(), envp.data());
+    posix_spawn_file_actions_destroy(&actions);
+    close(fds[1]);
+    fd_ = fds[0];
+    REQUIRE(rc == 0);
+  }
+
+  ~Subprocess() {
+    if (!status_) {
+      kill(pid_, SIGKILL);
+      waitpid(pid_, nullptr, 0);
+    }
+    if (fd_ >= 0) close(fd_);
+  }
+  Subprocess(const Subprocess&) = delete;
+  Subprocess& operator=(const Subprocess&) = delete;
+
+  pid_t pid() const { return pid_; }
+  const std::string& output() const { return output_; }
+
+  /// Reads until `done(output())` holds or the output ends; false when `seconds` pass first.
+  bool read_until(const std::function<bool(const std::string&)>& done, double seconds) {
+    const auto deadline = Clock::now() + std::chrono::milliseconds(static_cast<int64_t>(seconds * 1000));
+    while (!done(output_)) {
+      if (fd_ < 0) return false;
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
+      if (left <= 0) return false;
+      pollfd p{fd_, POLLIN, 0};
+      if (poll(&p, 1, static_cast<int>(left)) <= 0) continue;
+      char buffer[4096];
+      const ssize_t n = read(fd_, buffer, sizeof(buffer));
+      if (n > 0) {
+        output_.append(buffer, static_cast<std::size_t>(n));
+      } else if (n == 0 || errno != EINTR) {
+        close(fd_);
+        fd_ = -1;
+      }
+    }
+    return true;
+  }
+
+  /// Reads to the end and reaps; the waitpid status, or nullopt (child killed) when `seconds` pass first.
+  std::optional<int> wait(double seconds) {
+    const auto start = Clock::now();
+    read_until([](const std::string&) { return false; }, seconds);
+    while (!status_) {
+      int status = 0;
+      if (waitpid(pid_, &status, WNOHANG) == pid_) {
+        status_ = status;
+      } else if (Clock::now() - start > std::chrono::milliseconds(static_cast<int64_t>(seconds * 1000))) {
+        return std::nullopt;
+      } else {
+        usleep(10000);  // the output is closed already; the exit follows within moments
+      }
+    }
+    return status_;
+  }
+
+ private:
+  static std::vector<char*> c_strings(const std::vector<std::string>& strings) {
+    std::vector<char*> out;
+    for (const auto& s : strings) out.push_back(const_cast<char*>(s.c_str()));
+    out.push_back(nullptr);
+    return out;
+  }
+
+  pid_t pid_ = -1;
+  int fd_ = -1;
+  std::string output_;
+  std::optional<int> status_;
+};
+
+/// The exit code of a waitpid status; -signal when it was killed.
+inline int exit_code(int status) { return WIFEXITED(status) ? WEXITSTATUS(status) : -WTERMSIG(status); }
+
+}  // namespace titan::test

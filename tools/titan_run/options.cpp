@@ -1,0 +1,111 @@
+// SPDX-License-Identifier: BSD-3-Clause
+#include "options.hpp"
+
+#include <charconv>
+#include <sstream>
+#include <stdexcept>
+
+namespace titan_run {
+namespace {
+
+// Bounds keep node_rank * nproc_per_node + local_rank within int and the grace period finite.
+template <typename T>
+T parse_number(const std::string& flag, const std::string& text, T min_value, T max_value) {
+  T value{};
+  const char* end = text.data() + text.size();
+  const auto [ptr, ec] = std::from_chars(text.data(), end, value);
+  // Written so that NaN fails too.
+  if (text.empty() || ec != std::errc() || ptr != end || !(value >= min_value && value <= max_value)) {
+    std::ostringstream message;
+    message << flag << " expects a number in [" << min_value << ", " << max_value << "], got '" << text << "'";
+    throw std::invalid_argument(message.str());
+  }
+  return value;
+}
+
+void check_consistent(const Options& o) {
+  if (o.command.empty() && !o.help) throw std::invalid_argument("no program to run; put it after the flags");
+  if (o.node_rank >= o.nnodes) {
+    throw std::invalid_argument("--node-rank must be below --nnodes (" + std::to_string(o.nnodes) + "), got " +
+                                std::to_string(o.node_rank));
+  }
+  // Every node must agree on the rendezvous address, so it cannot be picked locally.
+  if (o.nnodes > 1 && (o.master_port == 0 || o.master_addr == Options{}.master_addr)) {
+    throw std::invalid_argument("--nnodes > 1 needs --master-addr (rank 0's host, reachable from every node) and "
+                                "--master-port: all nodes must agree on them");
+  }
+}
+
+}  // namespace
+
+Options parse_options(int argc, char** argv) {
+  Options o;
+  int i = 1;
+  for (; i < argc; ++i) {
+    std::string arg = argv[i];
+    if (arg == "--") {
+      ++i;
+      break;
+    }
+    if (arg.rfind("-", 0) != 0) break;  // the program starts here
+    if (arg == "-h" || arg == "--help") {
+      o.help = true;
+      continue;
+    }
+    std::string value;
+    bool has_value = false;
+    if (const auto eq = arg.find('='); eq != std::string::npos) {
+      value = arg.substr(eq + 1);
+      arg.resize(eq);
+      has_value = true;
+    }
+    // torchrun spells its flags both ways; accept both so its command lines port unchanged.
+    for (std::size_t k = 2; k < arg.size(); ++k) {
+      if (arg[k] == '_') arg[k] = '-';
+    }
+    auto take_value = [&]() -> std::string {
+      if (has_value) return value;
+      if (i + 1 >= argc) throw std::invalid_argument(arg + " needs a value");
+      return argv[++i];
+    };
+    if (arg == "--nproc-per-node") {
+      o.nproc_per_node = parse_number<int>(arg, take_value(), 1, 4096);
+    } else if (arg == "--nnodes") {
+      o.nnodes = parse_number<int>(arg, take_value(), 1, 100000);
+    } else if (arg == "--node-rank") {
+      o.node_rank = parse_number<int>(arg, take_value(), 0, 100000);
+    } else if (arg == "--master-addr") {
+      o.master_addr = take_value();
+    } else if (arg == "--master-port") {
+      o.master_port = parse_number<int>(arg, take_value(), 1, 65535);
+    } else if (arg == "--grace-seconds") {
+      o.grace_seconds = parse_number<double>(arg, take_value(), 0.0, 3600.0);
+    } else {
+      throw std::invalid_argument("unknown flag '" + std::string(argv[i]) + "' (see --help)");
+    }
+  }
+  o.command.assign(argv + i, argv + argc);
+  check_consistent(o);
+  return o;
+}
+
+std::string usage() {
+  return R"(usage: titan-run --nproc-per-node N [--nnodes M --node-rank K --master-addr A --master-port P]
+                 [--grace-seconds S] [--] program [args...]
+
+Starts N ranks of `program` with torchrun's environment (RANK, LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE,
+MASTER_ADDR, MASTER_PORT, GROUP_RANK, NODE_RANK), prefixes every line they print with "[rank R] ", and
+when one rank fails stops the others (SIGTERM, then SIGKILL after the grace period) and exits non-zero
+naming it. SIGINT/SIGTERM are forwarded to the ranks.
+
+  --nproc-per-node N   ranks on this node (default 1)
+  --nnodes M           nodes in the job; run one titan-run per node (default 1)
+  --node-rank K        this node's index, 0..M-1 (default 0)
+  --master-addr A      host of rank 0 (default 127.0.0.1)
+  --master-port P      rendezvous port (default: a free port; required when M > 1)
+  --grace-seconds S    time between SIGTERM and SIGKILL when stopping ranks (default 5)
+  -h, --help           this text
+)";
+}
+
+}  // namespace titan_run

@@ -1,0 +1,250 @@
+// SPDX-License-Identifier: BSD-3-Clause
+#include "supervisor.hpp"
+
+#include "line_prefixer.hpp"
+#include "rank_process.hpp"
+
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <optional>
+#include <sstream>
+#include <poll.h>
+#include <string>
+#include <sys/signalfd.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#include <vector>
+
+namespace titan_run {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+std::string signal_name(int sig) {
+  const char* abbrev = sigabbrev_np(sig);
+  return abbrev != nullptr ? std::string("SIG") + abbrev : "signal " + std::to_string(sig);
+}
+
+void say(const std::string& message) { write_all(STDERR_FILENO, "titan-run: " + message + "\n"); }
+
+struct Rank {
+  RankProcess process;
+  LinePrefixer out;
+  LinePrefixer err;
+  bool running = true;
+  int status = 0;  // waitpid status once it has exited
+};
+
+class Supervisor {
+ public:
+  explicit Supervisor(const Options& options) : options_(options) {}
+  int run();
+
+ private:
+  void start_ranks();
+  void poll_once();
+  void on_signal();
+  void reap();
+  void read_output(int& fd, LinePrefixer& prefixer);
+  void stop_ranks(int sig);
+  void escalate_if_due();
+  int running_count() const;
+  int exit_status();
+
+  const Options& options_;
+  int signal_fd_ = -1;
+  sigset_t launcher_mask_{};  // restored in the ranks
+  std::vector<Rank> ranks_;
+  std::optional<int> failed_;  // index of the first rank that failed
+  int stopped_others_ = 0;     // ranks still running when the failure or signal came
+  int interrupt_ = 0;          // the signal that asked the launcher to stop, 0 when none
+  int stop_signal_ = 0;        // the first signal sent to stop the ranks
+  std::optional<Clock::time_point> kill_deadline_;  // SIGKILL whoever still runs after this
+  bool escalated_ = false;                          // SIGKILL was sent: nothing left to wait for
+};
+
+void Supervisor::start_ranks() {
+  const int port = options_.master_port != 0 ? options_.master_port : pick_free_port();
+  ranks_.reserve(options_.nproc_per_node);
+  for (int local = 0; local < options_.nproc_per_node; ++local) {
+    const int rank = global_rank(options_, local);
+    const std::string prefix = "[rank " + std::to_string(rank) + "] ";
+    RankProcess process = spawn_rank(options_.command, rank_environment(options_, local, port), rank, launcher_mask_);
+    ranks_.push_back(Rank{process, LinePrefixer(prefix, STDOUT_FILENO), LinePrefixer(prefix, STDERR_FILENO)});
+  }
+}
+
+int Supervisor::running_count() const {
+  int n = 0;
+  for (const Rank& r : ranks_) n += r.running;
+  return n;
+}
+
+// Signals every running rank's process group; the first call starts the grace period.
+void Supervisor::stop_ranks(int sig) {
+  for (const Rank& r : ranks_) {
+    if (r.running) kill(-r.process.pid, sig);
+  }
+  if (!kill_deadline_) {
+    stop_signal_ = sig;
+    const auto grace = std::chrono::duration<double>(options_.grace_seconds);
+    kill_deadline_ = Clock::now() + std::chrono::duration_cast<Clock::duration>(grace);
+  }
+}
+
+void Supervisor::escalate_if_due() {
+  if (!kill_deadline_ || escalated_ || Clock::now() < *kill_deadline_ || running_count() == 0) return;
+  std::string late;
+  for (const Rank& r : ranks_) {
+    if (r.running) late += (late.empty() ? "" : ", ") + std::to_string(r.process.rank);
+  }
+  std::ostringstream grace;
+  grace << options_.grace_seconds;  // 5, 0.5: no trailing zeros
+  say("rank(s) " + late + " still running " + grace.str() + " s after " + signal_name(stop_signal_) + "; sent SIGKILL");
+  stop_ranks(SIGKILL);
+  escalated_ = true;
+}
+
+void Supervisor::reap() {
+  int status = 0;
+  pid_t pid = 0;
+  while ((pid = waitpid(-1, &status, WNOHANG)) > 0) {
+    for (std::size_t i = 0; i < ranks_.size(); ++i) {
+      Rank& r = ranks_[i];
+      if (r.process.pid != pid) continue;
+      r.running = false;
+      r.status = status;
+      // The group id stays reserved while anything in the group lives, so killing it now cannot hit an
+      // unrelated process; it removes whatever the rank left behind.
+      kill(-pid, SIGKILL);
+      const bool failed = !(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+      if (failed && !failed_ && interrupt_ == 0) {
+        failed_ = static_cast<int>(i);
+        stopped_others_ = running_count();
+        stop_ranks(SIGTERM);
+      }
+    }
+  }
+}
+
+void Supervisor::on_signal() {
+  signalfd_siginfo info{};
+  while (read(signal_fd_, &info, sizeof(info)) == static_cast<ssize_t>(sizeof(info))) {
+    const int sig = static_cast<int>(info.ssi_signo);
+    if (sig == SIGCHLD) {
+      reap();
+    } else if (interrupt_ != 0 || failed_) {
+      stop_ranks(SIGKILL);  // asked twice: stop waiting
+    } else {
+      interrupt_ = sig;
+      stopped_others_ = running_count();
+      stop_ranks(sig);
+    }
+  }
+}
+
+void Supervisor::read_output(int& fd, LinePrefixer& prefixer) {
+  char buffer[65536];
+  const ssize_t n = read(fd, buffer, sizeof(buffer));
+  if (n > 0) {
+    prefixer.feed(buffer, static_cast<std::size_t>(n));
+  } else if (n == 0 || (errno != EAGAIN && errno != EINTR)) {
+    prefixer.finish();
+    close(fd);
+    fd = -1;
+  }
+}
+
+void Supervisor::poll_once() {
+  std::vector<pollfd> fds{{signal_fd_, POLLIN, 0}};
+  std::vector<std::pair<int*, LinePrefixer*>> streams;
+  for (Rank& r : ranks_) {
+    for (auto [fd, prefixer] : {std::pair{&r.process.out_fd, &r.out}, std::pair{&r.process.err_fd, &r.err}}) {
+      if (*fd < 0) continue;
+      fds.push_back({*fd, POLLIN, 0});
+      streams.emplace_back(fd, prefixer);
+    }
+  }
+  int timeout_ms = -1;
+  if (running_count() == 0) {
+    // Every rank is gone; a pipe still open is held by something that escaped its group. Bounded wait.
+    timeout_ms = 1000;
+  } else if (kill_deadline_ && !escalated_) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(*kill_deadline_ - Clock::now());
+    timeout_ms = static_cast<int>(std::max<int64_t>(0, left.count()) + 1);
+  }
+  const int ready = poll(fds.data(), fds.size(), timeout_ms);
+  if (ready == 0 && running_count() == 0) {
+    for (auto [fd, prefixer] : streams) {
+      prefixer->finish();
+      close(*fd);
+      *fd = -1;
+    }
+    return;
+  }
+  if (fds[0].revents != 0) on_signal();
+  for (std::size_t i = 1; i < fds.size(); ++i) {
+    if (fds[i].revents != 0) read_output(*streams[i - 1].first, *streams[i - 1].second);
+  }
+  escalate_if_due();
+}
+
+int Supervisor::exit_status() {
+  const auto others = [this] {
+    return stopped_others_ == 0 ? std::string() : "; stopped the other " + std::to_string(stopped_others_) +
+                                                    (stopped_others_ == 1 ? " rank" : " ranks");
+  };
+  if (failed_) {
+    const Rank& r = ranks_[*failed_];
+    const std::string who = "rank " + std::to_string(r.process.rank);
+    if (WIFSIGNALED(r.status)) {
+      const int sig = WTERMSIG(r.status);
+      say(who + " was killed by signal " + std::to_string(sig) + " (" + signal_name(sig) + ")" + others());
+      return 128 + sig;
+    }
+    say(who + " exited with status " + std::to_string(WEXITSTATUS(r.status)) + others());
+    return WEXITSTATUS(r.status);
+  }
+  if (interrupt_ != 0) {
+    say("received " + signal_name(interrupt_) + "; stopped " + std::to_string(stopped_others_) + " running rank(s)");
+    return 128 + interrupt_;
+  }
+  return 0;
+}
+
+int Supervisor::run() {
+  // Signals arrive through a descriptor in the poll loop instead of handlers: no async-signal-safety
+  // concerns, and a SIGCHLD between two checks cannot be lost.
+  sigset_t handled;
+  sigemptyset(&handled);
+  for (int sig : {SIGCHLD, SIGINT, SIGTERM, SIGHUP}) sigaddset(&handled, sig);
+  sigprocmask(SIG_BLOCK, &handled, &launcher_mask_);
+  signal_fd_ = signalfd(-1, &handled, SFD_NONBLOCK | SFD_CLOEXEC);
+  if (signal_fd_ < 0) throw std::runtime_error(std::string("signalfd: ") + std::strerror(errno));
+  // A closed stdout must not kill the launcher before it has stopped the ranks.
+  signal(SIGPIPE, SIG_IGN);
+  try {
+    start_ranks();
+  } catch (...) {
+    stop_ranks(SIGKILL);
+    while (running_count() > 0 && waitpid(-1, nullptr, 0) > 0) {
+    }
+    throw;
+  }
+  auto streams_open = [this] {
+    for (const Rank& r : ranks_) {
+      if (r.process.out_fd >= 0 || r.process.err_fd >= 0) return true;
+    }
+    return false;
+  };
+  while (running_count() > 0 || streams_open()) poll_once();
+  close(signal_fd_);
+  return exit_status();
+}
+
+}  // namespace
+
+int supervise(const Options& options) { return Supervisor(options).run(); }
+
+}  // namespace titan_run
