@@ -13,7 +13,7 @@ namespace titan {
 namespace config_detail {
 namespace {
 
-constexpr std::string_view kNeedsDistributed = "needs the distributed runtime, not yet available";
+constexpr std::string_view kNeedsDistributed = "is not supported yet (titan has FSDP/HSDP/DDP so far); the trainer stops";
 
 struct Unsupported {
   std::string_view key;
@@ -39,8 +39,6 @@ const std::vector<Unsupported>& unsupported_table() {
       {"metrics.enable_wandb", is_true, "Weights & Biases has no C++ client: ignored"},
       {"model.converters", is_non_empty, "model converters (float8, mx) are not supported yet: ignored"},
       {"training.enable_cpu_offload", is_true, "CPU offload needs FSDP, not yet available: ignored"},
-      {"parallelism.data_parallel_replicate_degree", above_one, kNeedsDistributed},
-      {"parallelism.data_parallel_shard_degree", above_one, kNeedsDistributed},
       {"parallelism.tensor_parallel_degree", above_one, kNeedsDistributed},
       {"parallelism.pipeline_parallel_degree", above_one, kNeedsDistributed},
       {"parallelism.context_parallel_degree", above_one, kNeedsDistributed},

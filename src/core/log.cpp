@@ -23,7 +23,16 @@ Level level_from_env() {
   return Level::info;
 }
 
-std::atomic<int> g_rank{0};
+// Until the trainer confirms it, the launcher's word (torchrun/titan-run's RANK, Slurm's
+// SLURM_PROCID), so lines printed before the mesh exists are filtered per rank too.
+int rank_from_env() {
+  for (const char* name : {"RANK", "SLURM_PROCID"}) {
+    if (const char* v = std::getenv(name)) return std::atoi(v);
+  }
+  return 0;
+}
+
+std::atomic<int> g_rank{rank_from_env()};
 std::atomic<Level> g_level{level_from_env()};
 std::atomic<bool> g_color{isatty(fileno(stdout)) != 0};
 std::mutex g_mutex;

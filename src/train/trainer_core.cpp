@@ -8,6 +8,7 @@
 #include <chrono>
 #include <cmath>
 #include <filesystem>
+#include <optional>
 #include <random>
 
 #include "titan/core/config_loader.hpp"
@@ -16,10 +17,13 @@
 #include "titan/core/log.hpp"
 #include "titan/data/dataloader.hpp"
 #include "titan/data/tokenizer.hpp"
+#include "titan/dist/launch_env.hpp"
+#include "titan/dist/mesh.hpp"
 #include "titan/metrics/metrics.hpp"
 #include "titan/optim/adamw.hpp"
 #include "titan/optim/clip.hpp"
 #include "titan/optim/lr_schedule.hpp"
+#include "titan/parallel/data_parallel.hpp"
 #include "titan/train/data_setup.hpp"
 #include "titan/train/loss.hpp"
 #include "titan/train/step.hpp"
@@ -27,25 +31,28 @@
 namespace titan::detail {
 namespace {
 
-void check_single_process_layout(const ParallelismConfig& p) {
-  // The distributed runtime (FSDP/TP/PP/CP) is not built yet: any degree > 1 needs it.
+void check_supported_layout(const ParallelismConfig& p) {
+  // Data parallelism (FSDP/HSDP/DDP) is built; the other axes are not yet.
   const std::pair<const char*, int64_t> degrees[] = {
-      {"parallelism.data_parallel_replicate_degree", p.data_parallel_replicate_degree},
-      {"parallelism.data_parallel_shard_degree", p.data_parallel_shard_degree},
       {"parallelism.tensor_parallel_degree", p.tensor_parallel_degree},
       {"parallelism.pipeline_parallel_degree", p.pipeline_parallel_degree},
       {"parallelism.context_parallel_degree", p.context_parallel_degree},
+      {"parallelism.expert_parallel_degree", p.expert_parallel_degree},
   };
   for (const auto& [key, degree] : degrees) {
     if (degree > 1) {
-      throw ConfigError(key, fmt::format("[titan::Trainer] expected {} = 1 (or -1) in a single-process run, got {}. "
-                                         "Multi-rank training needs titan's distributed runtime; set it to 1.",
-                                         key, degree));
+      throw ConfigError(key, fmt::format("[titan::Trainer] expected {} = 1, got {}: titan trains with FSDP, HSDP and DDP "
+                                         "so far. Use parallelism.data_parallel_shard_degree / "
+                                         "data_parallel_replicate_degree instead.", key, degree));
     }
   }
 }
 
-at::Device pick_device() { return at::hasCUDA() ? at::Device(at::kCUDA, 0) : at::Device(at::kCPU); }
+// One GPU per rank, picked by LOCAL_RANK (torchrun/srun/titan-run all set it).
+at::Device pick_device(int64_t local_rank) {
+  if (!at::hasCUDA()) return at::Device(at::kCPU);
+  return at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(local_rank % at::getNumGPUs()));
+}
 
 at::ScalarType parse_dtype(const std::string& name, const char* key) {
   if (name == "float32") return at::kFloat;
@@ -58,22 +65,45 @@ at::ScalarType parse_dtype(const std::string& name, const char* key) {
 TrainerCore::TrainerCore(JobConfig config, int64_t model_vocab_size) : config_(std::move(config)) {
   validate(config_);
   log::set_color(!config_.metrics.disable_color_printing && log::color());
-  check_single_process_layout(config_.parallelism);
-  device_ = pick_device();
+  check_supported_layout(config_.parallelism);
+  const dist::LaunchEnv env = dist::read_launch_env();
+  log::set_rank(static_cast<int>(env.rank));
+  const dist::MeshShape shape = dist::mesh_shape(config_.parallelism, env.world_size);
+  device_ = pick_device(env.local_rank);
+  std::optional<dist::Store> store;
+  if (env.world_size > 1) {
+    const dist::MeshOptions mesh_options{.backend = device_.is_cuda() ? "nccl" : "gloo",
+                                         .init_timeout = std::chrono::seconds(config_.comm.init_timeout_seconds),
+                                         .timeout = std::chrono::seconds(config_.comm.train_timeout_seconds)};
+    store = dist::Store::tcp(env.master_addr, env.master_port, env.rank == 0, env.world_size, mesh_options.init_timeout);
+    mesh_ = std::make_unique<dist::Mesh>(shape, env.rank, *store, mesh_options);
+  } else {
+    mesh_ = std::make_unique<dist::Mesh>();
+  }
+  dp_degree_ = shape.dp();
+  dp_rank_ = mesh_->coordinate("dp");
+  log::info("Mesh {} ({} launch, {} backend)", shape.describe(), env.source, device_.is_cuda() ? "nccl" : "gloo");
   if (config_.training.num_threads > 0) at::set_num_threads(static_cast<int>(config_.training.num_threads));
   if (config_.debug.deterministic) {
     at::globalContext().setDeterministicAlgorithms(true, config_.debug.deterministic_warn_only);
   }
   seed_ = config_.debug.seed.value_or(static_cast<int64_t>(std::random_device{}() & 0x7fffffff));
+  if (store && !config_.debug.seed) {  // every rank must init the same weights: rank 0's draw wins
+    if (env.rank == 0) store->set("titan/trainer/seed", std::to_string(seed_));
+    seed_ = std::stoll(store->get("titan/trainer/seed"));
+  }
 
   const std::filesystem::path run_dir(config_.job.dump_folder);
   std::filesystem::create_directories(run_dir);
-  write_config_json(config_, run_dir / "config.json");
+  if (env.rank == 0) write_config_json(config_, run_dir / "config.json");
   if (config_.job.print_config) log::info("Effective config:\n{}", to_json(config_).dump(2));
   log::info("Run directory {} (config.json written); device {}, {} intra-op threads, seed {}", run_dir.string(),
             device_.str(), at::get_num_threads(), seed_);
 
-  tokenizer_ = build_tokenizer(config_, model_vocab_size);
+  // Rank 0 first: a tokenizer trained on first use is written to the cache, which the others read.
+  if (mesh_->rank() == 0) tokenizer_ = build_tokenizer(config_, model_vocab_size);
+  mesh_->group("world").barrier();
+  if (mesh_->rank() != 0) tokenizer_ = build_tokenizer(config_, model_vocab_size);
   TITAN_CHECK_VALUE(tokenizer_->vocab_size() <= model_vocab_size,
                     "[titan::Trainer] expected a tokenizer with at most {} tokens (the model's vocab_size), got {} "
                     "from model.hf_assets_path='{}'. Use a matching tokenizer or flavor.",
@@ -87,7 +117,7 @@ TrainerCore::TrainerCore(JobConfig config, int64_t model_vocab_size) : config_(s
                     "training.local_batch_size ({}) x data-parallel degree ({}). Adjust one of them.",
                     global_bs, local_bs, dp_degree_);
   grad_accum_steps_ = global_bs / (local_bs * dp_degree_);
-  loader_ = build_dataloader(config_, tokenizer_, /*dp_rank=*/0, dp_degree_);
+  loader_ = build_dataloader(config_, tokenizer_, dp_rank_, dp_degree_);
 }
 
 TrainerCore::~TrainerCore() = default;
@@ -95,6 +125,19 @@ TrainerCore::~TrainerCore() = default;
 void TrainerCore::seed_for_init() const {
   at::manual_seed(static_cast<uint64_t>(seed_));
   nn::manual_init_seed(static_cast<uint64_t>(seed_));
+}
+
+void TrainerCore::apply_data_parallel(torch::nn::Module& model, const std::vector<std::vector<std::string>>& units) {
+  // FSDP's mixed precision on GPU (bf16 gathers and compute, fp32 reduction); fp32 on CPU.
+  const parallel::DataParallelOptions options{
+      .reshard_after_forward = config_.parallelism.fsdp_reshard_after_forward,
+      .param_dtype = device_.is_cuda() ? parse_dtype(config_.training.mixed_precision_param, "training.mixed_precision_param")
+                                       : at::kFloat,
+      .reduce_dtype = device_.is_cuda() ? parse_dtype(config_.training.mixed_precision_reduce, "training.mixed_precision_reduce")
+                                        : at::kFloat,
+  };
+  data_parallel_ = parallel::data_parallelize(model, units, *mesh_, options);
+  if (data_parallel_) log::info("Applied {} to the model ({} units)", data_parallel_->describe(), data_parallel_->num_units());
 }
 
 void TrainerCore::attach_model(ModelHandle model) {
@@ -126,7 +169,7 @@ void TrainerCore::attach_model(ModelHandle model) {
       .flops_per_token = model_.flops_per_token,
       .peak_flops = peak.flops,
       .device = device_,
-      .jsonl_path = config_.metrics.enable_jsonl ? run_dir / "metrics.jsonl" : std::filesystem::path(),
+      .jsonl_path = config_.metrics.enable_jsonl && mesh_->rank() == 0 ? run_dir / "metrics.jsonl" : std::filesystem::path(),
       .color = log::color(),
   });
   const MemoryStats mem = memory_stats(device_);
@@ -138,6 +181,14 @@ void TrainerCore::attach_model(ModelHandle model) {
             "sequence length {}, total steps {} (warmup {})",
             config_.training.local_batch_size, config_.training.local_batch_size * grad_accum_steps_ * dp_degree_,
             grad_accum_steps_, config_.training.seq_len, config_.training.steps, config_.lr_scheduler.warmup_steps);
+}
+
+template <class T>
+T TrainerCore::all_reduce_sum(T value) const {
+  if (dp_degree_ == 1) return value;
+  at::Tensor t = at::full({1}, static_cast<double>(value), at::TensorOptions().dtype(at::kDouble).device(device_));
+  mesh_->group("dp").all_reduce(t).wait();
+  return static_cast<T>(t.item<double>());
 }
 
 void TrainerCore::train() {
@@ -163,14 +214,19 @@ void TrainerCore::train_step() {
   const double data_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - data_start).count();
 
   // bf16 autocast on CUDA when parameters are fp32 (torchtitan's single-device mixed precision).
-  const bool autocast = device_.is_cuda() && config_.training.dtype == "float32" &&
+  const bool autocast = device_.is_cuda() && !data_parallel_ && config_.training.dtype == "float32" &&
                         config_.training.mixed_precision_param == "bfloat16";
-  const ForwardBackwardResult fb = forward_backward(model_.forward, micro, device_, 0, autocast);
+  // The loss is normalised by the valid tokens of the whole global batch (all dp ranks).
+  int64_t local_valid = 0;
+  for (const auto& mb : micro) local_valid += count_valid_tokens(mb.labels);
+  const int64_t global_valid = all_reduce_sum(local_valid);
+  ForwardBackwardResult fb = forward_backward(model_.forward, micro, device_, global_valid, autocast);
+  fb.loss = all_reduce_sum(fb.loss);
   TITAN_CHECK(std::isfinite(fb.loss),
               "[titan::Trainer] expected a finite loss, got {} at step {}. Lower optimizer.lr, raise "
               "lr_scheduler.warmup_steps, or check the data; debug.deterministic reproduces the run.",
               fb.loss, step_);
-  const double norm = clip_grad_norm_(model_.parameters, config_.training.max_norm);
+  const double norm = clip_grad_norm_(model_.parameters, config_.training.max_norm, mesh_.get());
   optimizer_->step(lr);
   losses_.push_back(fb.loss);
 

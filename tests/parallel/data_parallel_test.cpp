@@ -141,7 +141,7 @@ TEST_CASE("FSDP prefetches the next all-gather and reduce-scatters during backwa
   using Kind = parallel::DataParallelEvent::Kind;
   dist::run_local_ranks(2, [&](int64_t rank, const dist::Store& store) {
     const dist::Mesh mesh({.dp_shard = 2}, rank, store, kFast);
-    const test::ParityResult r = test::train_parity(mesh, {.steps = 1, .trace = true});
+    const test::ParityResult r = test::train_parity(mesh, {.steps = 1, .reshard = "always", .trace = true});
     const auto events = r.dp->trace();
     const int64_t units = r.dp->num_units();
     auto first = [&](Kind kind, int64_t unit) {

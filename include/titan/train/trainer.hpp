@@ -11,6 +11,8 @@
 #include <fmt/format.h>
 
 #include <memory>
+#include <string>
+#include <vector>
 #include <utility>
 
 #include "titan/core/log.hpp"
@@ -18,6 +20,19 @@
 #include "titan/train/model_concept.hpp"
 
 namespace titan {
+
+/// FSDP units of a model: its own data_parallel_units() if it has one, else one unit per direct
+/// child module (in registration order).
+template <class Model>
+std::vector<std::vector<std::string>> data_parallel_units(const Model& model) {
+  if constexpr (requires { model.data_parallel_units(); }) {
+    return model.data_parallel_units();
+  } else {
+    std::vector<std::vector<std::string>> units;
+    for (const auto& child : model.named_children()) units.push_back({child.key()});
+    return units;
+  }
+}
 
 template <TrainableModel Model>
 class Trainer {
@@ -29,14 +44,17 @@ class Trainer {
     core_ = std::make_unique<detail::TrainerCore>(std::move(config), planned->vocab_size());
     core_->seed_for_init();
     model_ = Model::build(core_->config(), 0, core_->device());
+    // Shard first, then initialise: each rank fills only its shard (layout-invariant init).
+    core_->apply_data_parallel(*model_, data_parallel_units(*model_));
     model_->init_weights();
     auto* raw = model_.get();
     core_->attach_model({
         .description = fmt::format("{} {}", core_->config().model.name, core_->config().model.flavor),
         .forward = [raw](const at::Tensor& tokens) { return raw->forward(tokens); },
         .parameters = model_->unique_parameters(),
-        .num_params = model_->num_params(),
-        .flops_per_token = model_->num_flops_per_token(core_->config().training.seq_len),
+        // Counted on the unsharded (meta) model: sharded parameters hold only this rank's rows.
+        .num_params = planned->num_params(),
+        .flops_per_token = planned->num_flops_per_token(core_->config().training.seq_len),
     });
   }
 

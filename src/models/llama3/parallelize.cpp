@@ -18,6 +18,8 @@ std::vector<std::vector<std::string>> data_parallel_units(const Llama3& model) {
   return units;
 }
 
+std::vector<std::vector<std::string>> Llama3::data_parallel_units() const { return llama3::data_parallel_units(*this); }
+
 std::shared_ptr<parallel::DataParallel> parallelize(Llama3& model, const dist::Mesh& mesh,
                                                     const parallel::DataParallelOptions& options) {
   return parallel::data_parallelize(model, data_parallel_units(model), mesh, options);

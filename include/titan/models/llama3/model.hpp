@@ -54,6 +54,8 @@ class Llama3 : public torch::nn::Module {
   int64_t num_params() const;
   /// torchtitan's training FLOPs per token: 6 * (N - N_embedding) + 12 * L * D * S.
   int64_t num_flops_per_token(int64_t seq_len) const;
+  /// FSDP units in forward order (see models/llama3/parallelize.hpp).
+  std::vector<std::vector<std::string>> data_parallel_units() const;
 
   int64_t vocab_size() const { return args_.vocab_size; }
   const Llama3Args& args() const { return args_; }

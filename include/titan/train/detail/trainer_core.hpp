@@ -22,7 +22,16 @@ namespace data {
 class Tokenizer;
 class DataLoader;
 }  // namespace data
+namespace dist {
+class Mesh;
+}
+namespace parallel {
+class DataParallel;
+}
 }  // namespace titan
+namespace torch::nn {
+class Module;
+}
 
 namespace titan::detail {
 
@@ -47,8 +56,14 @@ class TrainerCore {
   const JobConfig& config() const { return config_; }
   const at::Device& device() const { return device_; }
   const data::Tokenizer& tokenizer() const { return *tokenizer_; }
-  /// Seeds the global RNG for weight init (debug.seed, or a logged random seed).
+  /// Seeds the global RNG and titan's layout-invariant init generator (debug.seed, or a logged
+  /// random seed shared by all ranks).
   void seed_for_init() const;
+  /// This rank's mesh (one process: a mesh of size 1).
+  const dist::Mesh& mesh() const { return *mesh_; }
+  /// Applies FSDP/HSDP/DDP over the mesh's data-parallel axes, `units` being the module paths of each
+  /// FSDP unit in forward order. Call before init_weights (ranks then fill only their shards).
+  void apply_data_parallel(torch::nn::Module& model, const std::vector<std::vector<std::string>>& units);
   /// Takes the model and builds optimizer, LR schedule and metrics around it.
   void attach_model(ModelHandle model);
 
@@ -65,10 +80,17 @@ class TrainerCore {
   AdamW& optimizer() { return *optimizer_; }
 
  private:
+  /// Sum over the data-parallel ranks (a value of this rank's batch -> of the global batch).
+  template <class T>
+  T all_reduce_sum(T value) const;
+
   JobConfig config_;
   at::Device device_ = at::kCPU;
   int64_t seed_ = 0;
+  std::unique_ptr<dist::Mesh> mesh_;
+  std::shared_ptr<parallel::DataParallel> data_parallel_;
   int64_t dp_degree_ = 1;
+  int64_t dp_rank_ = 0;
   int64_t grad_accum_steps_ = 1;
   std::shared_ptr<data::Tokenizer> tokenizer_;
   std::unique_ptr<data::DataLoader> loader_;
