@@ -5,12 +5,13 @@
 
 #include "test_util.hpp"
 #include "titan/models/llama3/model.hpp"
+#include "titan/nn/init.hpp"
 #include "titan/train/loss.hpp"
 #include "titan/train/step.hpp"
 
 namespace {
 std::vector<at::Tensor> grads_for(const std::vector<titan::Microbatch>& micro, double* loss) {
-  at::manual_seed(5);
+  titan::nn::manual_init_seed(5);
   titan::llama3::Llama3 model({.dim = 64, .n_layers = 2, .n_heads = 4, .n_kv_heads = 2, .vocab_size = 101,
                                .multiple_of = 32, .rope_theta = 500000},
                               16, at::TensorOptions());
