@@ -81,7 +81,7 @@ ProcessGroup ProcessGroup::create(std::string name, const Store& store, int64_t 
   TITAN_CHECK_VALUE(size >= 1 && rank >= 0 && rank < size,
                     "[titan::dist::ProcessGroup] expected 0 <= rank < size for group '{}', got rank {} of {}.", name,
                     rank, size);
-  if (size == 1) {
+  if (size == 1 && !options.backend_for_single_rank) {
     ProcessGroup g = single(std::move(name));
     g.impl_->global_ranks = std::move(global_ranks);
     return g;
@@ -121,7 +121,7 @@ const std::string& ProcessGroup::name() const { return impl_->name; }
 const std::vector<int64_t>& ProcessGroup::global_ranks() const { return impl_->global_ranks; }
 
 Work ProcessGroup::all_reduce(at::Tensor& tensor, ReduceOp op) const {
-  if (impl_->size == 1) return {};
+  if (!impl_->backend) return {};
   check_contiguous(tensor, "all_reduce", impl_->name);
   if (op == ReduceOp::kAvg) tensor.div_(static_cast<double>(impl_->size));
   impl_->all_reduce_bytes += 2 * (impl_->size - 1) * nbytes(tensor) / impl_->size;
@@ -136,7 +136,7 @@ Work ProcessGroup::all_gather(at::Tensor& out, const at::Tensor& in) const {
   TITAN_CHECK_VALUE(out.numel() == in.numel() * impl_->size,
                     "[titan::dist::ProcessGroup] expected an all-gather output of {} x {} elements on group '{}', got {}.",
                     impl_->size, in.numel(), impl_->name, out.numel());
-  if (impl_->size == 1) {
+  if (!impl_->backend) {
     out.view_as(in).copy_(in);
     return {};
   }
@@ -155,7 +155,7 @@ Work ProcessGroup::reduce_scatter(at::Tensor& out, const at::Tensor& in, ReduceO
                     impl_->size, out.numel(), impl_->name, in.numel());
   TITAN_CHECK_VALUE(op == ReduceOp::kSum || op == ReduceOp::kAvg,
                     "[titan::dist::ProcessGroup] expected SUM or AVG for reduce-scatter on group '{}'.", impl_->name);
-  if (impl_->size == 1) {
+  if (!impl_->backend) {
     out.copy_(in.view_as(out));
     return {};
   }
@@ -174,7 +174,7 @@ Work ProcessGroup::reduce_scatter(at::Tensor& out, const at::Tensor& in, ReduceO
 Work ProcessGroup::all_to_all(at::Tensor& out, const at::Tensor& in) const {
   TITAN_CHECK_VALUE(out.numel() == in.numel(), "[titan::dist::ProcessGroup] expected all-to-all tensors of equal size on "
                     "group '{}', got {} and {}.", impl_->name, in.numel(), out.numel());
-  if (impl_->size == 1) {
+  if (!impl_->backend) {
     out.copy_(in);
     return {};
   }
@@ -187,7 +187,7 @@ Work ProcessGroup::all_to_all(at::Tensor& out, const at::Tensor& in) const {
 }
 
 Work ProcessGroup::broadcast(at::Tensor& tensor, int64_t root) const {
-  if (impl_->size == 1) return {};
+  if (!impl_->backend) return {};
   check_contiguous(tensor, "broadcast", impl_->name);
   impl_->other_bytes += impl_->rank == root ? nbytes(tensor) : 0;
   ++impl_->calls;
@@ -198,7 +198,7 @@ Work ProcessGroup::broadcast(at::Tensor& tensor, int64_t root) const {
 }
 
 void ProcessGroup::barrier() const {
-  if (impl_->size == 1) return;
+  if (!impl_->backend) return;
   Work(std::make_shared<detail::WorkImpl>(detail::WorkImpl{impl_->backend->barrier(), impl_->name})).wait();
 }
 

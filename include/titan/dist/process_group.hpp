@@ -56,6 +56,9 @@ struct GroupOptions {
   std::chrono::milliseconds timeout{std::chrono::seconds(100)};
   /// "gloo" or "nccl".
   std::string backend = "gloo";
+  /// Build a real backend even for a group of one (single-GPU NCCL smoke tests); normally a group
+  /// of one does no communication at all.
+  bool backend_for_single_rank = false;
 };
 
 /// One communicator over a subset of the world's ranks. Copies share the communicator.

@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: BSD-3-Clause
+# The distributed runtime on a machine with one NVIDIA GPU: builds titan against the torch found there,
+# runs the NCCL smoke test (a one-rank NCCL group, every collective titan uses), then trains the debug
+# model through titan-run (world size 1). Fits in a few minutes. Usage:
+#   benchmarks/gpu/distributed_world1.sh [--dry-run]      (results under ${OUT:-build-gpu/results})
+set -euo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+DRY=0; [[ "${1:-}" == "--dry-run" ]] && DRY=1
+BUILD="${BUILD:-$ROOT/build-gpu}"
+RESULTS="${OUT:-$BUILD/results}"
+PY="${PYTHON:-python3}"
+run() { echo "+ $*"; if ((DRY == 0)); then "$@"; fi; }
+
+TORCH_DIR=$("$PY" -c 'import os, torch; print(os.path.dirname(torch.__file__))' 2>/dev/null || echo "<torch>")
+run mkdir -p "$RESULTS"
+run cmake -S "$ROOT" -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DTITAN_ENABLE_CUDA=ON \
+    -DLIBTORCH_ROOT="$TORCH_DIR" -DTITAN_BUILD_TESTS=OFF
+run cmake --build "$BUILD" --target nccl_world1 train_llama3 titan-run
+if ((DRY)); then
+  echo "+ $BUILD/bin/nccl_world1 | tee $RESULTS/nccl_world1.txt"
+  echo "+ $BUILD/bin/titan-run --nproc-per-node 1 $BUILD/bin/train_llama3 --config llama3_debugmodel ... | tee $RESULTS/train_world1.txt"
+  exit 0
+fi
+"$BUILD/bin/nccl_world1" | tee "$RESULTS/nccl_world1.txt"
+"$BUILD/bin/titan-run" --nproc-per-node 1 "$BUILD/bin/train_llama3" --config llama3_debugmodel \
+    --training.steps 30 --metrics.log_freq 10 --job.dump_folder "$RESULTS/train_world1" 2>&1 | tee "$RESULTS/train_world1.txt"
