@@ -7,11 +7,18 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <mutex>
 #include <random>
 #include <sstream>
 #include <string>
 
 namespace titan::test {
+
+/// Catch2 2.x is not thread-safe: assertions made on rank threads take this lock (RANK_CHECK).
+inline std::mutex& catch_mutex() {
+  static std::mutex m;
+  return m;
+}
 
 namespace fs = std::filesystem;
 
@@ -66,4 +73,15 @@ inline void write_file(const fs::path& p, const std::string& s) {
       WARN("skipped: ../shared/data is absent");                                \
       return;                                                                   \
     }                                                                           \
+  } while (0)
+
+// Assertions on rank threads (dist::run_local_ranks): the condition is evaluated first, outside the
+// lock (it may run a collective), then reported under the lock, with an optional message.
+#define RANK_CHECK(...) RANK_CHECK_INFO("", __VA_ARGS__)
+#define RANK_CHECK_INFO(message, ...)                                                \
+  do {                                                                               \
+    const bool titan_ok_ = static_cast<bool>(__VA_ARGS__);                           \
+    std::lock_guard<std::mutex> titan_catch_lock_(::titan::test::catch_mutex());     \
+    INFO(message << " [" << #__VA_ARGS__ << "]");                                    \
+    CHECK(titan_ok_);                                                                \
   } while (0)

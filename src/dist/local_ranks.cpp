@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: BSD-3-Clause
 #include "titan/dist/local_ranks.hpp"
 
+#include <cstdlib>
 #include <exception>
 #include <mutex>
 #include <string>
@@ -14,6 +15,9 @@ namespace titan::dist {
 
 void run_local_ranks(int64_t world_size, const std::function<void(int64_t rank, const Store& store)>& fn) {
   TITAN_CHECK_VALUE(world_size >= 1, "[titan::dist::run_local_ranks] expected world_size >= 1, got {}.", world_size);
+  // c10d's flight recorder is one per process and assumes one rank per process: ranks as threads
+  // would race on it (seen as crashes in FlightRecorder::record). It only serves post-mortem dumps.
+  setenv("TORCH_FR_BUFFER_SIZE", "0", /*overwrite=*/1);
   const Store store = Store::in_memory();
   std::mutex mutex;
   std::string first_error;

@@ -6,6 +6,7 @@
 #include <c10/core/GradMode.h>
 
 #include <chrono>
+#include <cstdlib>
 #include <cmath>
 #include <filesystem>
 #include <optional>
@@ -72,6 +73,8 @@ TrainerCore::TrainerCore(JobConfig config, int64_t model_vocab_size) : config_(s
   device_ = pick_device(env.local_rank);
   std::optional<dist::Store> store;
   if (env.world_size > 1) {
+    // c10d's flight recorder (comm.trace_buf_size entries; torchtitan sets the same variable).
+    setenv("TORCH_FR_BUFFER_SIZE", std::to_string(config_.comm.trace_buf_size).c_str(), /*overwrite=*/0);
     const dist::MeshOptions mesh_options{.backend = device_.is_cuda() ? "nccl" : "gloo",
                                          .init_timeout = std::chrono::seconds(config_.comm.init_timeout_seconds),
                                          .timeout = std::chrono::seconds(config_.comm.train_timeout_seconds)};

@@ -81,8 +81,7 @@ TEST_CASE("FSDP initial weights equal the single-rank ones from the seed alone",
     model.init_weights();
     const auto params = model.unique_parameters();
     for (size_t i = 0; i < params.size(); ++i) {
-      INFO("parameter " << i);
-      CHECK(at::equal(test::whole(params[i], mesh), expected[i]));
+      RANK_CHECK_INFO("parameter " << i, at::equal(test::whole(params[i], mesh), expected[i]));
     }
   });
 }
@@ -115,7 +114,7 @@ TEST_CASE("reshard_after_forward frees gathered parameters between forward and b
       auto dp = llama3::parallelize(model, mesh, {.reshard_after_forward = policy});
       model.init_weights();
       const at::Tensor tokens = at::randint(512, {2, 32}, at::kLong);  // (B, S)
-      CHECK(dp->gathered_bytes() == 0);
+      RANK_CHECK(dp->gathered_bytes() == 0);
       const at::Tensor loss = model.forward(tokens).square().mean();
       const int64_t after_forward = dp->gathered_bytes();
       // Bytes of the whole model, of the last unit (norm + output) and of the last block.
@@ -124,15 +123,14 @@ TEST_CASE("reshard_after_forward frees gathered parameters between forward and b
       const int64_t last_unit = (meta.norm->weight.numel() + meta.output->weight.numel()) * 4;
       int64_t last_block = 0;
       for (const auto& p : meta.layers.back()->parameters()) last_block += p.numel() * 4;
-      INFO("policy " << policy << ": " << after_forward << " gathered bytes after forward");
       // titan sees no end-of-forward hook, so the last unit stays gathered until its backward under
       // every policy; "default" also keeps the last block (backward needs it next).
-      if (policy == "always") CHECK(after_forward == last_unit);
-      if (policy == "default") CHECK(after_forward == last_unit + last_block);
-      if (policy == "never") CHECK(after_forward == full_model);
+      if (policy == "always") RANK_CHECK_INFO("policy always: " << after_forward << " bytes", after_forward == last_unit);
+      if (policy == "default") RANK_CHECK_INFO("policy default: " << after_forward << " bytes", after_forward == last_unit + last_block);
+      if (policy == "never") RANK_CHECK_INFO("policy never: " << after_forward << " bytes", after_forward == full_model);
       loss.backward();
-      CHECK(dp->gathered_bytes() == 0);  // every unit is freed after its backward
-      for (const auto& p : model.unique_parameters()) CHECK(p.grad().defined());
+      RANK_CHECK(dp->gathered_bytes() == 0);  // every unit is freed after its backward
+      for (const auto& p : model.unique_parameters()) RANK_CHECK(p.grad().defined());
     }
   });
 }
@@ -157,21 +155,19 @@ TEST_CASE("FSDP prefetches the next all-gather and reduce-scatters during backwa
       return int64_t{-1};
     };
     for (int64_t u = 0; u + 1 < units; ++u) {
-      INFO("unit " << u);
       // Forward prefetch: unit u+1's all-gather is issued while unit u's layers still compute.
-      CHECK(first(Kind::kGatherIssued, u + 1) < last(Kind::kUse, u));
-      CHECK(first(Kind::kGatherIssued, u + 1) >= 0);
+      RANK_CHECK_INFO("unit " << u, first(Kind::kGatherIssued, u + 1) < last(Kind::kUse, u));
+      RANK_CHECK(first(Kind::kGatherIssued, u + 1) >= 0);
     }
     const int64_t last_use = last(Kind::kUse, 0) > last(Kind::kUse, units - 1) ? last(Kind::kUse, 0)
                                                                                : last(Kind::kUse, units - 1);
     for (int64_t u = units - 1; u > 0; --u) {
-      INFO("backward unit " << u);
       const int64_t reduce = first(Kind::kReduceIssued, u);
-      CHECK(reduce > last_use);
+      RANK_CHECK_INFO("backward unit " << u, reduce > last_use);
       // Its reduce-scatter is issued before the unit below has even been gathered for backward.
-      CHECK(reduce < last(Kind::kGatherWaited, u - 1));
+      RANK_CHECK_INFO("backward unit " << u, reduce < last(Kind::kGatherWaited, u - 1));
     }
-    CHECK(last(Kind::kBackwardDone, -1) > first(Kind::kReduceIssued, 0));
+    RANK_CHECK(last(Kind::kBackwardDone, -1) > first(Kind::kReduceIssued, 0));
   });
 }
 
@@ -179,6 +175,12 @@ TEST_CASE("an unknown FSDP unit path is an error naming it", "[parallel][fsdp]")
   dist::run_local_ranks(2, [&](int64_t rank, const dist::Store& store) {
     const dist::Mesh mesh({.dp_shard = 2}, rank, store, kFast);
     llama3::Llama3 model(test::parity_args(), 32, at::TensorOptions());
-    CHECK_THROWS_WITH(parallel::data_parallelize(model, {{"layers.99"}}, mesh), Catch::Contains("'layers.99'"));
+    std::string error;
+    try {
+      parallel::data_parallelize(model, {{"layers.99"}}, mesh);
+    } catch (const std::exception& e) {
+      error = e.what();
+    }
+    RANK_CHECK_INFO(error, error.find("'layers.99'") != std::string::npos);
   });
 }

@@ -13,6 +13,7 @@ namespace titan::dist {
 
 /// Runs fn(rank, store) on world_size threads and joins them. If ranks throw, rethrows the first
 /// error prefixed with its rank (the others usually fail next with a timeout: keep timeouts short).
+/// Turns off c10d's per-process flight recorder (TORCH_FR_BUFFER_SIZE=0): it assumes one rank per process.
 void run_local_ranks(int64_t world_size, const std::function<void(int64_t rank, const Store& store)>& fn);
 
 }  // namespace titan::dist

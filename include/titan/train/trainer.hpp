@@ -10,11 +10,13 @@
 
 #include <fmt/format.h>
 
+#include <filesystem>
 #include <memory>
 #include <string>
 #include <vector>
 #include <utility>
 
+#include "titan/checkpoint/seed_checkpoint.hpp"
 #include "titan/core/log.hpp"
 #include "titan/train/detail/trainer_core.hpp"
 #include "titan/train/model_concept.hpp"
@@ -47,6 +49,11 @@ class Trainer {
     // Shard first, then initialise: each rank fills only its shard (layout-invariant init).
     core_->apply_data_parallel(*model_, data_parallel_units(*model_));
     model_->init_weights();
+    const auto& initial = core_->config().checkpoint.initial_load_path;
+    if (initial && initial->ends_with(".safetensors")) {
+      checkpoint::load_seed_checkpoint(*model_, *initial);
+      log::info("Loaded the initial weights from {}", *initial);
+    }
     auto* raw = model_.get();
     core_->attach_model({
         .description = fmt::format("{} {}", core_->config().model.name, core_->config().model.flavor),
@@ -58,7 +65,19 @@ class Trainer {
     });
   }
 
-  void train() { core_->train(); }
+  /// Trains to training.steps; with checkpoint.create_seed_checkpoint, writes the initial weights
+  /// to <dump_folder>/<checkpoint.folder>/seed.safetensors instead and returns.
+  void train() {
+    const JobConfig& c = core_->config();
+    if (c.checkpoint.create_seed_checkpoint) {
+      const auto path = std::filesystem::path(c.job.dump_folder) / c.checkpoint.folder / "seed.safetensors";
+      checkpoint::save_seed_checkpoint(*model_, core_->mesh(), path);
+      log::info("Seed checkpoint written to {}; start runs from it with --checkpoint.initial_load_path {}", path.string(),
+                path.string());
+      return;
+    }
+    core_->train();
+  }
   void train_step() { core_->train_step(); }
 
   Model& model() { return *model_; }
