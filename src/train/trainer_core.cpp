@@ -78,14 +78,7 @@ TrainerCore::TrainerCore(JobConfig config, int64_t model_vocab_size) : config_(s
                     "from model.hf_assets_path='{}'. Use a matching tokenizer or flavor.",
                     model_vocab_size, tokenizer_->vocab_size(), config_.model.hf_assets_path);
 
-  const int64_t local_bs = config_.training.local_batch_size;
-  const int64_t global_bs = config_.training.global_batch_size < 0 ? local_bs * dp_degree_
-                                                                    : config_.training.global_batch_size;
-  TITAN_CHECK_VALUE(global_bs % (local_bs * dp_degree_) == 0,
-                    "[titan::Trainer] expected training.global_batch_size ({}) to be a multiple of "
-                    "training.local_batch_size ({}) x data-parallel degree ({}). Adjust one of them.",
-                    global_bs, local_bs, dp_degree_);
-  grad_accum_steps_ = global_bs / (local_bs * dp_degree_);
+  grad_accum_steps_ = gradient_accumulation_steps(config_, dp_degree_);
   loader_ = build_dataloader(config_, tokenizer_, /*dp_rank=*/0, dp_degree_);
 }
 
