@@ -255,7 +255,8 @@ class CorpusSource final : public Source {
 
 std::shared_ptr<Source> open_source(std::string name, const CorpusSpec& spec) {
   std::vector<fs::path> files = list_corpus_files(spec);
-  TITAN_CHECK_VALUE(!files.empty() && (files.size() > 1 || fs::exists(files[0])),
+  // A broken link is listed (and reported as unreadable when read), a missing path is not.
+  TITAN_CHECK_VALUE(!files.empty() && fs::exists(fs::symlink_status(files[0])),
                     "[titan::data::open_source] dataset \"{}\": expected files at {}, got none. Set "
                     "training.dataset_path to a file, a folder or a glob of shards.", name, spec.path.string());
   return std::make_shared<FileSource>(std::move(name), spec, std::move(files));
