@@ -20,6 +20,7 @@
 #include "titan/optim/clip.hpp"
 #include "titan/optim/lr_schedule.hpp"
 #include "titan/train/data_setup.hpp"
+#include "titan/train/detail/validation.hpp"
 #include "titan/train/loss.hpp"
 #include "titan/train/step.hpp"
 
@@ -80,6 +81,7 @@ TrainerCore::TrainerCore(JobConfig config, int64_t model_vocab_size) : config_(s
 
   grad_accum_steps_ = gradient_accumulation_steps(config_, dp_degree_);
   loader_ = build_dataloader(config_, tokenizer_, /*dp_rank=*/0, dp_degree_);
+  if (config_.validation.enable) validator_ = std::make_unique<Validator>(config_, tokenizer_, 0, dp_degree_);
 }
 
 TrainerCore::~TrainerCore() = default;
@@ -167,6 +169,7 @@ void TrainerCore::train_step() {
   if (step_ == 1 || step_ % config_.metrics.log_freq == 0 || step_ == config_.training.steps) {
     metrics_->log(step_, fb.loss, norm, lr);
   }
+  maybe_validate(validator_.get(), step_, model_.forward, device_, *metrics_);
 }
 
 }  // namespace titan::detail
