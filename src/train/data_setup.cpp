@@ -62,6 +62,23 @@ data::Packing parse_packing(const std::string& name) {
   return data::Packing::concat;
 }
 
+// What training and validation loaders share; the caller sets the batch shape.
+data::DataLoaderConfig loader_config(const TrainingConfig& t, const DataLoaderConfig& workers, int64_t dp_rank,
+                                     int64_t dp_degree) {
+  return {.local_batch_size = 1,
+          .seq_len = 1,
+          .dp_rank = dp_rank,
+          .dp_degree = dp_degree,
+          .grad_accum_steps = 1,
+          .packing = parse_packing(t.packing),
+          .num_workers = workers.num_workers,
+          .prefetch = workers.prefetch_factor.value_or(2),
+          .loop = true,
+          .seed = 0,
+          .add_bos = true,
+          .add_eos = true};
+}
+
 }  // namespace
 
 std::vector<data::WeightedSource> build_sources(const JobConfig& config) {
@@ -98,44 +115,24 @@ int64_t gradient_accumulation_steps(const JobConfig& config, int64_t dp_degree) 
 std::unique_ptr<data::DataLoader> build_dataloader(const JobConfig& config, std::shared_ptr<data::Tokenizer> tokenizer,
                                                    int64_t dp_rank, int64_t dp_degree) {
   const TrainingConfig& t = config.training;
-  return std::make_unique<data::DataLoader>(build_sources(config), std::move(tokenizer),
-                                            data::DataLoaderConfig{
-                                                .local_batch_size = t.local_batch_size,
-                                                .seq_len = t.seq_len,
-                                                .dp_rank = dp_rank,
-                                                .dp_degree = dp_degree,
-                                                .grad_accum_steps = gradient_accumulation_steps(config, dp_degree),
-                                                .packing = parse_packing(t.packing),
-                                                .num_workers = t.dataloader.num_workers,
-                                                .prefetch = t.dataloader.prefetch_factor.value_or(2),
-                                                .loop = true,
-                                                .seed = 0,
-                                                .add_bos = true,
-                                                .add_eos = true,
-                                            });
+  data::DataLoaderConfig c = loader_config(t, t.dataloader, dp_rank, dp_degree);
+  c.local_batch_size = t.local_batch_size;
+  c.seq_len = t.seq_len;
+  c.grad_accum_steps = gradient_accumulation_steps(config, dp_degree);
+  return std::make_unique<data::DataLoader>(build_sources(config), std::move(tokenizer), c);
 }
 
 std::unique_ptr<data::DataLoader> build_validation_dataloader(const JobConfig& config,
                                                               std::shared_ptr<data::Tokenizer> tokenizer,
                                                               int64_t dp_rank, int64_t dp_degree) {
   const ValidationConfig& v = config.validation;
+  data::DataLoaderConfig c = loader_config(config.training, v.dataloader, dp_rank, dp_degree);
+  c.local_batch_size = v.local_batch_size;
+  c.seq_len = v.seq_len;
+  c.loop = false;  // one pass: the whole validation set, or validation.steps batches of it
   std::vector<data::WeightedSource> sources{
       {.source = open_dataset(config.training, v.dataset, v.dataset_path.value_or("")), .weight = 1.0}};
-  return std::make_unique<data::DataLoader>(std::move(sources), std::move(tokenizer),
-                                            data::DataLoaderConfig{
-                                                .local_batch_size = v.local_batch_size,
-                                                .seq_len = v.seq_len,
-                                                .dp_rank = dp_rank,
-                                                .dp_degree = dp_degree,
-                                                .grad_accum_steps = 1,
-                                                .packing = parse_packing(config.training.packing),
-                                                .num_workers = v.dataloader.num_workers,
-                                                .prefetch = v.dataloader.prefetch_factor.value_or(2),
-                                                .loop = false,
-                                                .seed = 0,
-                                                .add_bos = true,
-                                                .add_eos = true,
-                                            });
+  return std::make_unique<data::DataLoader>(std::move(sources), std::move(tokenizer), c);
 }
 
 }  // namespace titan
