@@ -73,9 +73,14 @@ class LoaderImpl {
 
   std::optional<Batch> try_next() {
     if (!current_ || micro_index_ == config_.grad_accum_steps) {
+      // After an error or the end the producer has stopped: answer the same again instead of waiting.
+      if (finished_.error) std::rethrow_exception(finished_.error);
+      if (finished_.end) return std::nullopt;
       GlobalBatch batch = config_.num_workers > 0 ? pop() : make();
-      if (batch.error) std::rethrow_exception(batch.error);
-      if (batch.end) return std::nullopt;
+      if (batch.error || batch.end) {
+        finished_ = std::move(batch);
+        return try_next();
+      }
       before_state_ = boundary_state_;
       current_ = std::move(batch);
       micro_index_ = resume_micro_;
@@ -122,6 +127,7 @@ class LoaderImpl {
     boundary_state_.erase("microbatch");
     boundary_state_.erase("layout");
     resume_micro_ = micro;
+    finished_ = {};
     current_.reset();
     micro_index_ = 0;
     epoch_ = committed_.cursors.front().epoch;
@@ -249,6 +255,7 @@ class LoaderImpl {
 
   // Consumer side (the training thread).
   std::optional<GlobalBatch> current_;
+  GlobalBatch finished_;      // the end or the error, once met
   int64_t micro_index_ = 0;   // next microbatch of current_
   int64_t resume_micro_ = 0;  // microbatches to skip in the first batch after load_state
   nlohmann::json boundary_state_, before_state_;

@@ -235,4 +235,5 @@ TEST_CASE("DataLoader: a dataset that yields no tokens is an error, not a hang",
   CHECK_THROWS_WITH(DataLoader(corpus, tok, {.dp_rank = 2, .dp_degree = 2}), Contains("dp_rank"));
   DataLoader with_workers(corpus, tok, {.local_batch_size = 1, .seq_len = 4, .num_workers = 2});
   CHECK_THROWS_WITH(with_workers.next(), Contains("\"blank\""));  // a worker's error reaches next()
+  CHECK_THROWS_WITH(with_workers.next(), Contains("\"blank\""));  // and again, rather than a hang
 }

@@ -73,6 +73,8 @@ TEST_CASE("SFT: the label mask covers exactly the assistant tokens", "[data]") {
       CHECK(trained.size() == expected);
     }
     CHECK_FALSE(loader.try_next().has_value());  // one pass: two conversations
+    CHECK_FALSE(loader.try_next().has_value());
+    CHECK_THROWS_WITH(loader.next(), Catch::Matchers::Contains("try_next"));
   }
   SECTION("packed: the same mask inside the concatenated stream") {
     DataLoader loader({{.source = titan::data::open_source("chat", spec), .weight = 1.0}}, tok,
