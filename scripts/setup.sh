@@ -21,7 +21,7 @@ APT_PACKAGES=(
   build-essential cmake ninja-build ccache pkg-config git
   python3 python3-venv python3-pip
   nlohmann-json3-dev catch2 libtomlplusplus-dev libsentencepiece-dev
-  zlib1g-dev libzstd-dev
+  zlib1g-dev libzstd-dev zstd   # zstd: the data tests compress .zst shards with its CLI
   libgloo-dev   # headers only: the torch wheel ships c10d's ProcessGroupGloo.hpp but not the gloo headers it includes
   fortunes fortunes-min   # the default training corpus: real English quotations
 )

@@ -57,7 +57,6 @@ const std::vector<Unsupported>& unsupported_table() {
       {"float8.precompute_float8_dynamic_scale_for_fsdp", is_true, "float8 training is not supported yet: ignored"},
       {"float8.recipe_name", is_set, "float8 training is not supported yet: ignored"},
       {"float8.emulate", is_true, "float8 training is not supported yet: ignored"},
-      {"validation.enable", is_true, "validation is not available yet: ignored"},
   };
   return rows;
 }

@@ -49,6 +49,10 @@ void validate_training(const TrainingConfig& t) {
   positive("training.gc_freq", t.gc_freq);
   non_negative("training.num_threads", t.num_threads);
   non_negative("training.dataloader.num_workers", t.dataloader.num_workers);
+  if (t.dataloader.prefetch_factor) positive("training.dataloader.prefetch_factor", *t.dataloader.prefetch_factor);
+  one_of("training.dataset_on_bad_record", t.dataset_on_bad_record, {"error", "skip"});
+  one_of("training.packing", t.packing, {"concat", "document", "padded"});
+  if (t.dataset_format) one_of("training.dataset_format", *t.dataset_format, {"text", "jsonl", "fortunes", "chat"});
 }
 
 void validate_optimizer(const OptimizerConfig& o, const LRSchedulerConfig& s) {

@@ -84,7 +84,8 @@ std::shared_ptr<Tokenizer> train(const Corpus& corpus, int64_t vocab_size, const
 std::shared_ptr<Tokenizer> tokenizer_for(const fs::path& hf_assets_path, const Corpus& corpus, int64_t vocab_size,
                                          const fs::path& cache_dir, const AutoTokenizerOptions& options) {
   if (!hf_assets_path.empty()) {
-    const bool has = fs::is_directory(hf_assets_path) ? fs::exists(hf_assets_path / "tokenizer.json")
+    const bool has = fs::is_directory(hf_assets_path) ? fs::exists(hf_assets_path / "tokenizer.json") ||
+                                                            fs::exists(hf_assets_path / "tokenizer.model")
                                                       : fs::is_regular_file(hf_assets_path);
     if (has) return load_tokenizer(hf_assets_path);
     log::info("tokenizer: no tokenizer.json at {}; using a BPE trained on dataset {}", hf_assets_path.string(),

@@ -4,6 +4,7 @@
 #include "titan/data/corpus.hpp"
 
 #include <fcntl.h>
+#include <glob.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -118,6 +119,10 @@ class FileCorpus final : public Corpus {
         case CorpusFormat::fortunes:
           index_blocks(bytes, file, [](std::string_view l) { return l == "%" || l == "%\r"; }, spans_);
           break;
+        case CorpusFormat::chat:
+          TITAN_CHECK_VALUE(false, "[titan::data::open_corpus] dataset \"{}\": expected text, jsonl or fortunes for "
+                            "an indexed corpus, got chat. Open chat data with open_source.", name_);
+          break;
         case CorpusFormat::jsonl:
           for_each_line(bytes, [&](std::string_view line, uint64_t offset, uint32_t number) {
             if (!is_blank(line)) spans_.push_back({file, number, offset, line.size()});
@@ -185,15 +190,34 @@ class MemoryCorpus final : public Corpus {
 bool wanted(const fs::path& p, CorpusFormat format) {
   const std::string name = p.filename().string();
   if (name.starts_with('.')) return false;
+  // A compressed shard is judged by the name under the compression suffix.
+  const fs::path inner = p.extension() == ".gz" || p.extension() == ".zst" ? p.stem() : p;
   switch (format) {
     case CorpusFormat::text: return true;
-    case CorpusFormat::jsonl: return p.extension() == ".jsonl" || p.extension() == ".json";
+    case CorpusFormat::jsonl:
+    case CorpusFormat::chat: return inner.extension() == ".jsonl" || inner.extension() == ".json";
     case CorpusFormat::fortunes: return !p.has_extension();  // skips the .dat indexes and .u8 links
   }
   return false;
 }
 
-std::vector<fs::path> list_files(const CorpusSpec& spec) {
+bool is_glob(const fs::path& p) { return p.string().find_first_of("*?[") != std::string::npos; }
+
+std::vector<fs::path> glob_files(const fs::path& pattern) {
+  glob_t g{};
+  const int rc = ::glob(pattern.c_str(), 0, nullptr, &g);
+  std::vector<fs::path> out;
+  if (rc == 0) {
+    for (size_t i = 0; i < g.gl_pathc; ++i) out.emplace_back(g.gl_pathv[i]);
+  }
+  ::globfree(&g);
+  return out;  // glob(3) sorts its matches
+}
+
+}  // namespace
+
+std::vector<fs::path> list_corpus_files(const CorpusSpec& spec) {
+  if (is_glob(spec.path)) return glob_files(spec.path);
   if (!fs::is_directory(spec.path)) return {spec.path};
   std::vector<fs::path> out;
   for (auto it = fs::recursive_directory_iterator(spec.path); it != fs::recursive_directory_iterator(); ++it) {
@@ -209,14 +233,12 @@ std::vector<fs::path> list_files(const CorpusSpec& spec) {
   return out;
 }
 
-}  // namespace
-
 std::shared_ptr<Corpus> open_corpus(std::string name, const CorpusSpec& spec) {
-  TITAN_CHECK_VALUE(fs::exists(spec.path),
+  TITAN_CHECK_VALUE(fs::exists(spec.path) || is_glob(spec.path),
                     "[titan::data::open_corpus] dataset \"{}\": expected a file or folder at {}, "
                     "got nothing there. Set training.dataset_path to where the data is.",
                     name, spec.path.string());
-  const std::vector<fs::path> paths = list_files(spec);
+  const std::vector<fs::path> paths = list_corpus_files(spec);
   auto corpus = std::make_shared<FileCorpus>(name, spec, paths);
   TITAN_CHECK_VALUE(corpus->size() > 0, "[titan::data::open_corpus] dataset \"{}\" at {}: expected at least one "
                     "document, got none in {} file(s). Check the path and the format (text, jsonl, fortunes).",

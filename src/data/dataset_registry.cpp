@@ -25,6 +25,14 @@ struct Registry {
     entries["fortunes"] = {{.format = CorpusFormat::fortunes, .path = "/usr/share/games/fortunes"},
                            "Install Debian's fortunes (apt-get install fortunes fortunes-min) or point "
                            "training.dataset_path at a folder of fortune files."};
+    // allenai/c4 "en" as downloaded from Hugging Face: en/c4-train.00000-of-01024.json.gz, ...
+    entries["c4"] = {{.format = CorpusFormat::jsonl, .path = {}},
+                     "Download the shards (git lfs pull --include \"en/*\" in a clone of "
+                     "https://huggingface.co/datasets/allenai/c4) and set training.dataset_path to the en/ folder "
+                     "or a glob such as en/c4-train.*.json.gz."};
+    entries["c4_validation"] = {{.format = CorpusFormat::jsonl, .path = {}},
+                                "Set validation.dataset_path to the C4 en/ folder's validation shards, e.g. "
+                                "en/c4-validation.*.json.gz."};
     entries["tinyshakespeare"] = {{.format = CorpusFormat::text, .path = {}},
                                   "Download karpathy/char-rnn's data/tinyshakespeare/input.txt and set "
                                   "training.dataset_path to it."};
@@ -52,7 +60,7 @@ std::vector<std::string> registered_datasets() {
   return names;
 }
 
-std::shared_ptr<Corpus> load_dataset(const std::string& name, const std::filesystem::path& dataset_path) {
+CorpusSpec dataset_spec(const std::string& name, const std::filesystem::path& dataset_path) {
   Entry entry;
   {
     Registry& r = registry();
@@ -71,11 +79,16 @@ std::shared_ptr<Corpus> load_dataset(const std::string& name, const std::filesys
   if (!dataset_path.empty()) entry.spec.path = dataset_path;
   TITAN_CHECK_VALUE(!entry.spec.path.empty(), "[titan::data::load_dataset] dataset \"{}\": expected a path, got none "
                     "(it has no default location). {}", name, entry.missing_hint);
-  TITAN_CHECK_VALUE(std::filesystem::exists(entry.spec.path),
+  const bool glob = entry.spec.path.string().find_first_of("*?[") != std::string::npos;
+  TITAN_CHECK_VALUE(glob || std::filesystem::exists(entry.spec.path),
                     "[titan::data::load_dataset] dataset \"{}\": expected its "
                     "data at {}, got nothing there. {}",
                     name, entry.spec.path.string(), entry.missing_hint);
-  return open_corpus(name, entry.spec);
+  return entry.spec;
+}
+
+std::shared_ptr<Corpus> load_dataset(const std::string& name, const std::filesystem::path& dataset_path) {
+  return open_corpus(name, dataset_spec(name, dataset_path));
 }
 
 }  // namespace titan::data

@@ -9,12 +9,18 @@
 #include "titan/core/error.hpp"
 #include "titan/core/log.hpp"
 #include "titan/data/bpe_tokenizer.hpp"
+#include "titan/data/sentencepiece_tokenizer.hpp"
 
 namespace titan::data {
 
 std::shared_ptr<Tokenizer> load_tokenizer(const std::filesystem::path& dir_or_file) {
   namespace fs = std::filesystem;
   const bool is_dir = fs::is_directory(dir_or_file);
+  // A sentencepiece model: a .model file, or a folder with tokenizer.model and no tokenizer.json.
+  if (dir_or_file.extension() == ".model") return load_sentencepiece(dir_or_file);
+  if (is_dir && !fs::exists(dir_or_file / "tokenizer.json") && fs::exists(dir_or_file / "tokenizer.model")) {
+    return load_sentencepiece(dir_or_file / "tokenizer.model");
+  }
   const fs::path file = is_dir ? dir_or_file / "tokenizer.json" : dir_or_file;
   if (!fs::exists(file)) {
     std::vector<std::string> present;
@@ -25,7 +31,8 @@ std::shared_ptr<Tokenizer> load_tokenizer(const std::filesystem::path& dir_or_fi
     std::sort(present.begin(), present.end());
     TITAN_CHECK_VALUE(false,
                       "[titan::data::load_tokenizer] expected a Hugging Face tokenizer.json at {}, got {}. "
-                      "Point model.hf_assets_path at a folder holding tokenizer.json (+ tokenizer_config.json), "
+                      "Point model.hf_assets_path at a folder holding tokenizer.json (+ tokenizer_config.json) or "
+                      "a sentencepiece tokenizer.model, "
                       "or leave it without one to train a BPE on the dataset.",
                       file.string(),
                       is_dir ? fmt::format("a folder holding [{}]", fmt::join(present, ", ")) : "no such file");

@@ -141,4 +141,17 @@ std::string MetricsProcessor::format_line(const StepMetrics& m) const {
                      fmt::format("step_time: {:.3f}s data: {:.1f}%", m.step_time, m.data_pct));
 }
 
+void MetricsProcessor::log_validation(int64_t step, double loss, int64_t tokens) {
+  const double perplexity = std::exp(loss);
+  log::info("validate step {:>5}  loss {:8.4f}  perplexity {:10.3f}  tokens {}", step, loss, perplexity, tokens);
+  if (jsonl_.is_open()) {
+    const nlohmann::json record = {{"step", step},
+                                   {"validation_metrics/loss", loss},
+                                   {"validation_metrics/perplexity", perplexity},
+                                   {"validation_metrics/tokens", tokens}};
+    jsonl_ << record.dump() << '\n';
+    jsonl_.flush();
+  }
+}
+
 }  // namespace titan

@@ -4,17 +4,14 @@
 #include <cstdlib>
 #include <filesystem>
 
+#include "titan/core/error.hpp"
 #include "titan/core/log.hpp"
 #include "titan/data/auto_tokenizer.hpp"
-#include "titan/data/corpus.hpp"
 #include "titan/data/dataloader.hpp"
+#include "titan/data/source.hpp"
 
 namespace titan {
 namespace {
-
-std::shared_ptr<data::Corpus> training_corpus(const JobConfig& config) {
-  return data::load_dataset(config.training.dataset, config.training.dataset_path.value_or(""));
-}
 
 // $TITAN_CACHE_DIR, else $XDG_CACHE_HOME/titan, else ~/.cache/titan: shared by every run on the machine.
 std::filesystem::path cache_dir() {
@@ -24,24 +21,118 @@ std::filesystem::path cache_dir() {
   return std::filesystem::path(home != nullptr ? home : ".") / ".cache" / "titan" / "tokenizers";
 }
 
+data::CorpusFormat parse_format(const std::string& name) {
+  if (name == "jsonl") return data::CorpusFormat::jsonl;
+  if (name == "fortunes") return data::CorpusFormat::fortunes;
+  if (name == "chat") return data::CorpusFormat::chat;
+  return data::CorpusFormat::text;
+}
+
+std::shared_ptr<data::Source> open_dataset(const TrainingConfig& t, const std::string& name,
+                                           const std::string& path) {
+  data::CorpusSpec spec = data::dataset_spec(name, path);
+  if (t.dataset_text_field) spec.text_field = *t.dataset_text_field;
+  if (t.dataset_format) spec.format = parse_format(*t.dataset_format);
+  spec.on_bad_record = t.dataset_on_bad_record == "skip" ? data::OnBadRecord::skip : data::OnBadRecord::error;
+  return data::open_source(name, spec);
+}
+
+// "name:weight" or "name:weight:path".
+data::WeightedSource mixture_entry(const TrainingConfig& t, const std::string& entry) {
+  const size_t a = entry.find(':');
+  const size_t b = a == std::string::npos ? a : entry.find(':', a + 1);
+  double weight = 0;
+  try {
+    weight = std::stod(entry.substr(a + 1, b == std::string::npos ? std::string::npos : b - a - 1));
+  } catch (const std::exception&) {
+    weight = 0;
+  }
+  if (a == std::string::npos || !(weight > 0)) {
+    throw ConfigError("training.dataset_mixture",
+                      fmt::format("[titan::build_sources] expected training.dataset_mixture entries \"name:weight\" "
+                                  "or \"name:weight:path\" with weight > 0, got \"{}\".", entry));
+  }
+  const std::string path = b == std::string::npos ? "" : entry.substr(b + 1);
+  return {.source = open_dataset(t, entry.substr(0, a), path), .weight = weight};
+}
+
+data::Packing parse_packing(const std::string& name) {
+  if (name == "document") return data::Packing::document;
+  if (name == "padded") return data::Packing::padded;
+  return data::Packing::concat;
+}
+
+// What training and validation loaders share; the caller sets the batch shape.
+data::DataLoaderConfig loader_config(const TrainingConfig& t, const DataLoaderConfig& workers, int64_t dp_rank,
+                                     int64_t dp_degree) {
+  return {.local_batch_size = 1,
+          .seq_len = 1,
+          .dp_rank = dp_rank,
+          .dp_degree = dp_degree,
+          .grad_accum_steps = 1,
+          .packing = parse_packing(t.packing),
+          .num_workers = workers.num_workers,
+          .prefetch = workers.prefetch_factor.value_or(2),
+          .loop = true,
+          .seed = 0,
+          .add_bos = true,
+          .add_eos = true};
+}
+
 }  // namespace
+
+std::vector<data::WeightedSource> build_sources(const JobConfig& config) {
+  const TrainingConfig& t = config.training;
+  std::vector<data::WeightedSource> sources;
+  for (const std::string& entry : t.dataset_mixture) sources.push_back(mixture_entry(t, entry));
+  if (sources.empty()) sources.push_back({.source = open_dataset(t, t.dataset, t.dataset_path.value_or("")),
+                                          .weight = 1.0});
+  return sources;
+}
 
 std::shared_ptr<data::Tokenizer> build_tokenizer(const JobConfig& config, int64_t model_vocab_size) {
   // model.tokenizer_path is torchtitan's deprecated spelling of the same thing; it wins when set.
   const std::filesystem::path assets = config.model.tokenizer_path.value_or(config.model.hf_assets_path);
-  const auto corpus = training_corpus(config);
-  return data::tokenizer_for(assets, *corpus, model_vocab_size, cache_dir());
+  const data::AutoTokenizerOptions options;
+  // A tokenizer is trained on the first source's first documents (only when assets has none).
+  auto source = build_sources(config).front().source;
+  const auto sample = data::sample_corpus(*source, options.max_training_bytes);
+  return data::tokenizer_for(assets, *sample, model_vocab_size, cache_dir(), options);
+}
+
+int64_t gradient_accumulation_steps(const JobConfig& config, int64_t dp_degree) {
+  const int64_t local = config.training.local_batch_size;
+  const int64_t global = config.training.global_batch_size < 0 ? local * dp_degree : config.training.global_batch_size;
+  if (global % (local * dp_degree) != 0) {
+    throw ConfigError("training.global_batch_size",
+                      fmt::format("[titan::Trainer] expected training.global_batch_size ({}) to be a multiple of "
+                                  "training.local_batch_size ({}) x data-parallel degree ({}). Adjust one of them.",
+                                  global, local, dp_degree));
+  }
+  return global / (local * dp_degree);
 }
 
 std::unique_ptr<data::DataLoader> build_dataloader(const JobConfig& config, std::shared_ptr<data::Tokenizer> tokenizer,
                                                    int64_t dp_rank, int64_t dp_degree) {
-  return std::make_unique<data::DataLoader>(training_corpus(config), std::move(tokenizer),
-                                            data::DataLoaderConfig{
-                                                .local_batch_size = config.training.local_batch_size,
-                                                .seq_len = config.training.seq_len,
-                                                .dp_rank = dp_rank,
-                                                .dp_degree = dp_degree,
-                                            });
+  const TrainingConfig& t = config.training;
+  data::DataLoaderConfig c = loader_config(t, t.dataloader, dp_rank, dp_degree);
+  c.local_batch_size = t.local_batch_size;
+  c.seq_len = t.seq_len;
+  c.grad_accum_steps = gradient_accumulation_steps(config, dp_degree);
+  return std::make_unique<data::DataLoader>(build_sources(config), std::move(tokenizer), c);
+}
+
+std::unique_ptr<data::DataLoader> build_validation_dataloader(const JobConfig& config,
+                                                              std::shared_ptr<data::Tokenizer> tokenizer,
+                                                              int64_t dp_rank, int64_t dp_degree) {
+  const ValidationConfig& v = config.validation;
+  data::DataLoaderConfig c = loader_config(config.training, v.dataloader, dp_rank, dp_degree);
+  c.local_batch_size = v.local_batch_size;
+  c.seq_len = v.seq_len;
+  c.loop = false;  // one pass: the whole validation set, or validation.steps batches of it
+  std::vector<data::WeightedSource> sources{
+      {.source = open_dataset(config.training, v.dataset, v.dataset_path.value_or("")), .weight = 1.0}};
+  return std::make_unique<data::DataLoader>(std::move(sources), std::move(tokenizer), c);
 }
 
 }  // namespace titan

@@ -26,6 +26,7 @@
 #include "titan/optim/lr_schedule.hpp"
 #include "titan/parallel/data_parallel.hpp"
 #include "titan/train/data_setup.hpp"
+#include "titan/train/detail/validation.hpp"
 #include "titan/train/loss.hpp"
 #include "titan/train/step.hpp"
 
@@ -112,15 +113,9 @@ TrainerCore::TrainerCore(JobConfig config, int64_t model_vocab_size) : config_(s
                     "from model.hf_assets_path='{}'. Use a matching tokenizer or flavor.",
                     model_vocab_size, tokenizer_->vocab_size(), config_.model.hf_assets_path);
 
-  const int64_t local_bs = config_.training.local_batch_size;
-  const int64_t global_bs = config_.training.global_batch_size < 0 ? local_bs * dp_degree_
-                                                                    : config_.training.global_batch_size;
-  TITAN_CHECK_VALUE(global_bs % (local_bs * dp_degree_) == 0,
-                    "[titan::Trainer] expected training.global_batch_size ({}) to be a multiple of "
-                    "training.local_batch_size ({}) x data-parallel degree ({}). Adjust one of them.",
-                    global_bs, local_bs, dp_degree_);
-  grad_accum_steps_ = global_bs / (local_bs * dp_degree_);
+  grad_accum_steps_ = gradient_accumulation_steps(config_, dp_degree_);
   loader_ = build_dataloader(config_, tokenizer_, dp_rank_, dp_degree_);
+  if (config_.validation.enable) validator_ = std::make_unique<Validator>(config_, tokenizer_, dp_rank_, dp_degree_);
 }
 
 TrainerCore::~TrainerCore() = default;
@@ -236,6 +231,13 @@ void TrainerCore::train_step() {
   metrics_->add_step(fb.tokens, data_seconds);
   if (step_ == 1 || step_ % config_.metrics.log_freq == 0 || step_ == config_.training.steps) {
     metrics_->log(step_, fb.loss, norm, lr);
+  }
+  if (validator_ && validator_->due(step_)) {
+    ValidationResult r = validator_->run(model_.forward, device_);
+    r.loss_sum = all_reduce_sum(r.loss_sum);  // every dp rank validated its slice of each batch
+    r.tokens = all_reduce_sum(r.tokens);
+    if (r.tokens > 0) metrics_->log_validation(step_, r.loss(), r.tokens);
+    if (data_parallel_) data_parallel_->reshard();  // the no-grad forward left units gathered
   }
 }
 

@@ -85,7 +85,8 @@ TEST_CASE("Datasets: registry, dataset_path, and errors naming dataset and path"
   CHECK(std::find(names.begin(), names.end(), "fortunes") != names.end());
   CHECK_THROWS_WITH(titan::data::load_dataset("tinyshakespeare"),
                     Contains("\"tinyshakespeare\"") && Contains("dataset_path"));
-  CHECK_THROWS_WITH(titan::data::load_dataset("c4"), Contains("\"c4\"") && Contains("fortunes") &&
+  CHECK_THROWS_WITH(titan::data::load_dataset("c4"), Contains("\"c4\"") && Contains("allenai/c4"));
+  CHECK_THROWS_WITH(titan::data::load_dataset("c5"), Contains("\"c5\"") && Contains("fortunes") &&
                                                           Contains("register_dataset"));
   const fs::path missing = tmp.path / "nowhere";
   CHECK_THROWS_WITH(titan::data::load_dataset("fortunes", missing), Contains(missing.string()) &&

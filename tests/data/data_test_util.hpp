@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "titan/data/bpe_trainer.hpp"
+#include "titan/data/corpus.hpp"
 
 namespace titan::test {
 
@@ -49,6 +50,17 @@ inline std::shared_ptr<data::BpeTokenizer> tiny_tokenizer(int64_t vocab_size = 3
   data::BpeTrainer trainer(config);
   for (const std::string& doc : sample_documents()) trainer.add_text(doc);
   return trainer.train().tokenizer();
+}
+
+}  // namespace titan::test
+
+namespace titan::test {
+
+/// Every document of `corpus`, in order.
+inline std::vector<std::string> read_all_documents(const data::Corpus& corpus) {
+  std::vector<std::string> docs;
+  for (int64_t i = 0; i < corpus.size(); ++i) docs.push_back(corpus.document(i));
+  return docs;
 }
 
 }  // namespace titan::test

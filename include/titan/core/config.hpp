@@ -175,10 +175,21 @@ struct TrainingConfig {
   int64_t num_threads = 0;
   /// Dataloader settings.
   DataLoaderConfig dataloader;
+  /// titan: weighted mixture instead of dataset, entries "name:weight" or "name:weight:path".
+  std::vector<std::string> dataset_mixture;
+  /// titan: JSON key holding the text in JSONL datasets (unset = the dataset's registered key).
+  std::optional<std::string> dataset_text_field;
+  /// titan: override the dataset's format: text, jsonl, fortunes or chat (SFT).
+  std::optional<std::string> dataset_format;
+  /// titan: bad records (malformed JSON, missing field, bad UTF-8, empty/unreadable file): error or skip.
+  std::string dataset_on_bad_record = "error";
+  /// titan: packing: concat (torchtitan v0.2), document (positions and block-causal ids) or padded.
+  std::string packing = "concat";
 };
 TITAN_CONFIG(TrainingConfig, dataset, dataset_path, local_batch_size, global_batch_size, seq_len, max_norm,
              steps, enable_cpu_offload, dtype, mixed_precision_param, mixed_precision_reduce, gc_freq,
-             gc_debug, num_threads, dataloader)
+             gc_debug, num_threads, dataloader, dataset_mixture, dataset_text_field, dataset_format,
+             dataset_on_bad_record, packing)
 
 /// Mesh degrees and per-parallelism options.
 struct ParallelismConfig {

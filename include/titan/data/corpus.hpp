@@ -30,16 +30,34 @@ enum class CorpusFormat {
   text,      ///< plain UTF-8 text; see CorpusSpec::split_blank_lines
   jsonl,     ///< one JSON object per line; the document is CorpusSpec::text_field
   fortunes,  ///< Debian fortune files: quotes separated by lines holding only "%"
+  chat,      ///< JSON lines of {"messages": [{"role", "content"}, ...]} for SFT (streaming sources only)
+};
+
+/// What a bad record (malformed JSON, missing field, invalid UTF-8, empty or unreadable file) does.
+enum class OnBadRecord {
+  error,  ///< throw, naming the file and line
+  skip,   ///< log a warning naming the file and line, count it, and go on
+};
+
+/// How a chat is rendered to text: turn_start, the content, turn_end, for each message in order.
+/// Only assistant turns are trained on (their content and turn_end); everything else gets label -100.
+struct ChatTemplate {
+  std::string turn_start = "<|{role}|>\n";  ///< before each message; "{role}" becomes the message's role
+  std::string turn_end = "<|end|>\n";       ///< after each message
 };
 
 struct CorpusSpec {
   CorpusFormat format = CorpusFormat::text;
-  /// A file, or a folder read recursively in path order: text takes every file but hidden ones,
-  /// jsonl takes *.jsonl and *.json, fortunes takes files without an extension outside `off/`.
+  /// A file, a glob of files ("shards/*.jsonl.gz"), or a folder read recursively in path order: text
+  /// takes every file but hidden ones, jsonl and chat take *.jsonl and *.json (also .gz / .zst
+  /// compressed), fortunes takes files without an extension outside `off/`.
   std::filesystem::path path;
   std::string text_field = "text";  ///< jsonl only
   /// text only: each run of non-blank lines is a document (true), or each file is one (false).
   bool split_blank_lines = true;
+  std::string messages_field = "messages";       ///< chat only: the key holding the message list
+  ChatTemplate chat_template = {};               ///< chat only
+  OnBadRecord on_bad_record = OnBadRecord::error;  ///< streaming sources only (source.hpp)
 };
 
 /// Indexes the files of `spec` (their contents are read on demand). Throws c10::ValueError naming
@@ -57,8 +75,14 @@ void register_dataset(const std::string& name, CorpusSpec spec, std::string miss
 /// /usr/share/games/fortunes) and `tinyshakespeare` (no default path: give dataset_path).
 std::vector<std::string> registered_datasets();
 
-/// Opens dataset `name`; a non-empty `dataset_path` replaces its registered path
+/// The registered spec of dataset `name`, its path replaced by a non-empty `dataset_path`
 /// (training.dataset_path). Errors name the dataset, the path and what to do.
+CorpusSpec dataset_spec(const std::string& name, const std::filesystem::path& dataset_path = {});
+
+/// The files of `spec`, sorted: the file itself, a glob's matches, or a folder's files of its format.
+std::vector<std::filesystem::path> list_corpus_files(const CorpusSpec& spec);
+
+/// Opens dataset `name` (dataset_spec) as an indexed corpus; compressed files need load_source.
 std::shared_ptr<Corpus> load_dataset(const std::string& name, const std::filesystem::path& dataset_path = {});
 
 }  // namespace titan::data

@@ -73,6 +73,8 @@ class MetricsProcessor {
   void add_step(int64_t tokens, double data_seconds);
   /// Builds the record for `step` over the steps since the last log, prints and writes it.
   StepMetrics log(int64_t step, double loss, double grad_norm, double lr);
+  /// Prints and writes a validation result: the token-mean loss over `tokens` and its perplexity.
+  void log_validation(int64_t step, double loss, int64_t tokens);
   /// Console line for a record (fixed fields, optional ANSI colors).
   std::string format_line(const StepMetrics& m) const;
 

@@ -1,14 +1,18 @@
 // SPDX-License-Identifier: BSD-3-Clause
-// Job config -> tokenizer and data loader (dataset registry, tokenizer trained on first use).
+// Job config -> tokenizer and data loaders (dataset registry, mixtures, tokenizer trained on first use).
 #pragma once
 
 #include <memory>
+#include <optional>
+#include <string>
+#include <vector>
 
 #include "titan/core/config.hpp"
 
 namespace titan::data {
 class Tokenizer;
 class DataLoader;
+struct WeightedSource;
 }  // namespace titan::data
 
 namespace titan {
@@ -16,8 +20,24 @@ namespace titan {
 /// The tokenizer of model.hf_assets_path, or one trained on the dataset and cached on first use.
 std::shared_ptr<data::Tokenizer> build_tokenizer(const JobConfig& config, int64_t model_vocab_size);
 
-/// The training loader of this data-parallel rank.
+/// Microbatches per rank per step: training.global_batch_size / (local_batch_size x dp_degree)
+/// (1 when global_batch_size is -1). Throws ConfigError when it does not divide.
+int64_t gradient_accumulation_steps(const JobConfig& config, int64_t dp_degree);
+
+/// The training sources: training.dataset_mixture, else training.dataset (at training.dataset_path),
+/// with the training.dataset_* overrides applied.
+std::vector<data::WeightedSource> build_sources(const JobConfig& config);
+
+/// The training loader of this data-parallel rank. Ranks that differ only in cp/tp/pp pass the same
+/// dp_rank and get the same batches. Global batch = training.global_batch_size windows, split into
+/// gradient_accumulation_steps(config, dp_degree) microbatches per rank.
 std::unique_ptr<data::DataLoader> build_dataloader(const JobConfig& config, std::shared_ptr<data::Tokenizer> tokenizer,
-                                                  int64_t dp_rank, int64_t dp_degree);
+                                                   int64_t dp_rank, int64_t dp_degree);
+
+/// The one-pass validation loader of this rank: validation.dataset at validation.dataset_path,
+/// validation.local_batch_size x validation.seq_len microbatches.
+std::unique_ptr<data::DataLoader> build_validation_dataloader(const JobConfig& config,
+                                                              std::shared_ptr<data::Tokenizer> tokenizer,
+                                                              int64_t dp_rank, int64_t dp_degree);
 
 }  // namespace titan

@@ -34,6 +34,7 @@ class Module;
 }
 
 namespace titan::detail {
+class Validator;
 
 /// What the core needs of a model, type-erased.
 struct ModelHandle {
@@ -94,6 +95,7 @@ class TrainerCore {
   int64_t grad_accum_steps_ = 1;
   std::shared_ptr<data::Tokenizer> tokenizer_;
   std::unique_ptr<data::DataLoader> loader_;
+  std::unique_ptr<Validator> validator_;  // null unless validation.enable
   ModelHandle model_;
   std::unique_ptr<AdamW> optimizer_;
   std::unique_ptr<LRSchedule> schedule_;
