@@ -12,7 +12,7 @@ int main(int argc, char** argv) {
     titan::JobConfig cfg = titan::parse_args(argc, argv, &notes);
     if (notes.help_requested) return fmt::print("{}", titan::config_help()), 0;
 
-    at::manual_seed(cfg.debug.seed.value_or(0));
+    titan::nn::manual_init_seed(static_cast<uint64_t>(cfg.debug.seed.value_or(0)));  // layout-invariant init
     auto model = titan::llama3::Llama3::build(cfg, 0, at::kCPU);
     model->init_weights();
     auto tokenizer = titan::build_tokenizer(cfg, model->vocab_size());
