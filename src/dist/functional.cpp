@@ -52,6 +52,17 @@ at::Tensor differentiable(const at::Tensor& input, const char* name,
 
 int64_t wrap_dim(int64_t dim, const at::Tensor& x) { return dim < 0 ? dim + x.dim() : dim; }
 
+// x split into group.size() chunks along dim, stacked rank-major: (n, *chunk.shape), contiguous.
+at::Tensor split_rank_major(const at::Tensor& x, const ProcessGroup& group, int64_t dim, const char* op) {
+  const int64_t n = group.size();
+  TITAN_CHECK_VALUE(x.size(dim) % n == 0, "[titan::dist::{}] expected dim {} of size {} divisible by the group size {} "
+                    "of '{}'.", op, dim, x.size(dim), n, group.name());
+  auto split = x.sizes().vec();
+  split[static_cast<size_t>(dim)] /= n;
+  split.insert(split.begin() + dim, n);
+  return x.reshape(split).movedim(dim, 0).contiguous();
+}
+
 }  // namespace
 
 namespace detail {
@@ -72,16 +83,9 @@ at::Tensor gather_along(const at::Tensor& x, const ProcessGroup& group, int64_t 
 
 at::Tensor scatter_sum_along(const at::Tensor& x, const ProcessGroup& group, int64_t dim) {
   dim = wrap_dim(dim, x);
-  const int64_t n = group.size();
-  TITAN_CHECK_VALUE(x.size(dim) % n == 0,
-                    "[titan::dist::reduce_scatter] expected dim {} of size {} divisible by the group size {} of '{}'.", dim,
-                    x.size(dim), n, group.name());
-  auto split = x.sizes().vec();
-  split[static_cast<size_t>(dim)] /= n;
-  split.insert(split.begin() + dim, n);
-  const at::Tensor rank_major = x.reshape(split).movedim(dim, 0).contiguous();  // (n, *chunk.shape)
+  const at::Tensor rank_major = split_rank_major(x, group, dim, "reduce_scatter");  // (n, *chunk.shape)
   auto out_sizes = x.sizes().vec();
-  out_sizes[static_cast<size_t>(dim)] /= n;
+  out_sizes[static_cast<size_t>(dim)] /= group.size();
   at::Tensor out = at::empty(out_sizes, x.options());
   group.reduce_scatter(out, rank_major).wait();
   return out;
@@ -115,7 +119,9 @@ at::Tensor all_reduce(const at::Tensor& x, const ProcessGroup& group) {
 
 at::Tensor copy_to_group(const at::Tensor& x, const ProcessGroup& group) {
   return differentiable(
-      x, "titan::dist::CopyToGroupBackward", [](const at::Tensor& t) { return t.view_as(t); },
+      x, "titan::dist::CopyToGroupBackward",
+      // An alias that is not an autograd view of x, so it can take its own grad_fn.
+      [](const at::Tensor& t) { return at::empty({0}, t.options()).set_(t); },
       [group](const at::Tensor& g) {
         at::Tensor out = g.contiguous().clone();
         group.all_reduce(out).wait();
@@ -125,16 +131,9 @@ at::Tensor copy_to_group(const at::Tensor& x, const ProcessGroup& group) {
 
 at::Tensor all_to_all(const at::Tensor& x, const ProcessGroup& group, int64_t split_dim, int64_t cat_dim) {
   auto exchange = [group](const at::Tensor& t, int64_t split, int64_t cat) {
-    split = wrap_dim(split, t);
     cat = wrap_dim(cat, t);
     const int64_t n = group.size();
-    TITAN_CHECK_VALUE(t.size(split) % n == 0,
-                      "[titan::dist::all_to_all] expected dim {} of size {} divisible by the group size {} of '{}'.", split,
-                      t.size(split), n, group.name());
-    auto sizes = t.sizes().vec();
-    sizes[static_cast<size_t>(split)] /= n;
-    sizes.insert(sizes.begin() + split, n);
-    const at::Tensor send = t.reshape(sizes).movedim(split, 0).contiguous();  // (n, *chunk.shape)
+    const at::Tensor send = split_rank_major(t, group, wrap_dim(split, t), "all_to_all");  // (n, *chunk.shape)
     at::Tensor recv = at::empty_like(send);
     group.all_to_all(recv, send).wait();
     // recv[r] is rank r's chunk: concatenate those along cat.
