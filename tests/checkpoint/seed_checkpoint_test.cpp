@@ -2,6 +2,7 @@
 // Seed checkpoint: written once from one rank's weights, readable by the safetensors package, loaded
 // onto FSDP shards (each rank reading its rows), and broken files rejected with the tensor named.
 #include <ATen/ATen.h>
+#include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include "parallel/parity_util.hpp"
@@ -28,7 +29,8 @@ TEST_CASE("a seed checkpoint loads onto FSDP shards and the safetensors package 
   REQUIRE(test::fs::exists(path));
   CHECK_FALSE(test::fs::exists(path.string() + ".tmp"));
 
-  REQUIRE(test::run_python("safetensors_sums.py", "\"" + path.string() + "\" \"" + (dir.path / "sums.json").string() + "\"") == 0);
+  const std::string args = fmt::format("\"{}\" \"{}\"", path.string(), (dir.path / "sums.json").string());
+  REQUIRE(test::run_python("safetensors_sums.py", args) == 0);
   const auto sums = nlohmann::json::parse(test::read_file(dir.path / "sums.json"));
   const auto named = source.named_parameters();
   CHECK(sums.size() == named.size());
