@@ -31,4 +31,5 @@
 #include "titan/train/loss.hpp"
 #include "titan/train/data_setup.hpp"
 #include "titan/train/model_concept.hpp"
+#include "titan/train/step.hpp"
 #include "titan/train/trainer.hpp"
