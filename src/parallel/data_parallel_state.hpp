@@ -51,7 +51,7 @@ struct PendingReduce {
   at::Tensor in{};  // (shard_size, chunk_numel) reduce_dtype, read by the collective
   at::Tensor out{};  // (chunk_numel) reduce_dtype
   dist::Work work{};
-  int stage = 0;  // 0: reduce-scatter in flight, 1: all-reduce in flight, 2: done
+  int stage = 0;  // 0: reduce-scatter in flight, 1: all-reduce in flight, 2: reduced, 3: written to .grad
 };
 
 struct DataParallelState final : ParamHandler {

@@ -11,6 +11,7 @@
 #include <sstream>
 
 #include "test_util.hpp"
+#include "train/train_test_util.hpp"
 #include "titan/core/config.hpp"
 #include "titan/core/config_loader.hpp"
 #include "titan/models/llama3/model.hpp"
@@ -21,21 +22,11 @@ namespace fs = std::filesystem;
 namespace {
 
 titan::JobConfig golden_config(const fs::path& dump) {
-  titan::JobConfig c;
-  c.job.dump_folder = dump.string();
-  c.model.flavor = "debugmodel";
-  c.model.hf_assets_path = (titan::test::shared_data() / "tokenizer-bpe2k").string();
-  c.training.dataset = "tinyshakespeare";
-  c.training.dataset_path = (titan::test::shared_data() / "tinyshakespeare" / "input.txt").string();
-  c.training.seq_len = 64;
-  c.training.local_batch_size = 4;
-  c.training.steps = 20;
-  c.training.num_threads = 1;
+  titan::JobConfig c = titan::test::tinyshakespeare_job(dump, /*seq_len=*/64, /*local_batch=*/4, /*steps=*/20, /*seed=*/42);
   c.lr_scheduler.warmup_steps = 2;
   c.lr_scheduler.decay_ratio = 0.8;
   c.metrics.log_freq = 5;
   c.metrics.disable_color_printing = true;
-  c.debug.seed = 42;
   c.debug.deterministic = true;
   return c;
 }

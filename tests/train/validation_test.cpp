@@ -7,6 +7,7 @@
 #include <fstream>
 
 #include "test_util.hpp"
+#include "train/train_test_util.hpp"
 #include "titan/core/config.hpp"
 #include "titan/models/llama3/model.hpp"
 #include "titan/train/trainer.hpp"
@@ -16,19 +17,9 @@ namespace fs = std::filesystem;
 TEST_CASE("Validation: every validation.freq steps the loss and perplexity go to the metrics", "[train]") {
   TITAN_REQUIRE_SHARED_DATA();
   titan::test::TempDir dir;
-  titan::JobConfig c;
-  c.job.dump_folder = dir.path.string();
-  c.model.flavor = "debugmodel";
-  c.model.hf_assets_path = (titan::test::shared_data() / "tokenizer-bpe2k").string();
-  c.training.dataset = "tinyshakespeare";
-  c.training.dataset_path = (titan::test::shared_data() / "tinyshakespeare" / "input.txt").string();
-  c.training.seq_len = 32;
-  c.training.local_batch_size = 2;
-  c.training.steps = 4;
-  c.training.num_threads = 1;
+  titan::JobConfig c = titan::test::tinyshakespeare_job(dir.path, /*seq_len=*/32, /*local_batch=*/2, /*steps=*/4, /*seed=*/1);
   c.metrics.log_freq = 2;
   c.metrics.enable_jsonl = true;
-  c.debug.seed = 1;
   c.validation.enable = true;
   c.validation.dataset = "tinyshakespeare";
   c.validation.dataset_path = c.training.dataset_path;
