@@ -1,27 +1,21 @@
 // SPDX-License-Identifier: BSD-3-Clause
-// Safetensors layout: u64 little-endian header size N, N bytes of JSON {name: {dtype, shape,
-// data_offsets: [begin, end]}} (offsets relative to the end of the header), then the raw bytes.
 #include "titan/checkpoint/seed_checkpoint.hpp"
 
 #include <ATen/ATen.h>
 #include <fmt/format.h>
-#include <nlohmann/json.hpp>
 #include <torch/nn/module.h>
 
-#include <fstream>
-
-#include "titan/core/error.hpp"
+#include "titan/checkpoint/checkpoint.hpp"
+#include "titan/checkpoint/safetensors.hpp"
 #include "titan/dist/functional.hpp"
 #include "titan/dist/mesh.hpp"
 #include "titan/parallel/sharded_param.hpp"
 
 namespace titan::checkpoint {
-namespace {
 
 namespace fs = std::filesystem;
 
-// The whole parameter behind p: all-gathered over the axes it is sharded on, padding dropped.
-at::Tensor whole(const at::Tensor& p, const dist::Mesh& mesh) {
+at::Tensor gather_whole(const at::Tensor& p, const dist::Mesh& mesh) {
   at::Tensor t = p.detach();
   const parallel::ShardedParam* sp = parallel::sharded_param(p);
   if (sp == nullptr) return t;
@@ -33,93 +27,20 @@ at::Tensor whole(const at::Tensor& p, const dist::Mesh& mesh) {
   return t.contiguous();
 }
 
-}  // namespace
-
 void save_seed_checkpoint(const torch::nn::Module& model, const dist::Mesh& mesh, const fs::path& path) {
-  nlohmann::json header = nlohmann::json::object();
-  std::vector<at::Tensor> tensors;
-  int64_t offset = 0;
+  std::vector<std::pair<std::string, at::Tensor>> tensors;
   for (const auto& item : model.named_parameters(/*recurse=*/true)) {
-    at::Tensor t = whole(item.value(), mesh).to(at::kCPU, at::kFloat).contiguous();
-    header[item.key()] = {{"dtype", "F32"}, {"shape", t.sizes().vec()}, {"data_offsets", {offset, offset + t.nbytes()}}};
-    offset += static_cast<int64_t>(t.nbytes());
-    tensors.push_back(std::move(t));
+    tensors.emplace_back(item.key(), gather_whole(item.value(), mesh).to(at::kCPU, at::kFloat).contiguous());
   }
-  if (mesh.rank() != 0) return;
-  header["__metadata__"] = {{"format", "pt"}, {"writer", "titan seed checkpoint"}};
-  std::string json = header.dump();
-  while (json.size() % 8 != 0) json += ' ';  // keep the data 8-byte aligned
-  if (path.has_parent_path()) fs::create_directories(path.parent_path());
-  const fs::path tmp = path.string() + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    TITAN_CHECK(out.good(), "[titan::checkpoint::save_seed_checkpoint] expected to write '{}', got an open error. Check "
-                "the folder's permissions and free space.", tmp.string());
-    const uint64_t size = json.size();
-    out.write(reinterpret_cast<const char*>(&size), 8);
-    out.write(json.data(), static_cast<std::streamsize>(json.size()));
-    for (const auto& t : tensors) out.write(static_cast<const char*>(t.data_ptr()), static_cast<std::streamsize>(t.nbytes()));
-    out.flush();
-    TITAN_CHECK(out.good(), "[titan::checkpoint::save_seed_checkpoint] expected to write {} bytes to '{}', got a write "
-                "error. Check free space.", offset, tmp.string());
-  }
-  fs::rename(tmp, path);
+  if (mesh.rank() == 0) write_safetensors(path, tensors, {{"format", "pt"}, {"writer", "titan seed checkpoint"}});
 }
 
 void load_seed_checkpoint(torch::nn::Module& model, const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  TITAN_CHECK_VALUE(in.good(), "[titan::checkpoint::load_seed_checkpoint] expected a readable safetensors file, got "
-                    "none at '{}'. Write one with checkpoint.create_seed_checkpoint.", path.string());
-  const auto file_size = static_cast<int64_t>(fs::file_size(path));
-  uint64_t header_size = 0;
-  in.read(reinterpret_cast<char*>(&header_size), 8);
-  TITAN_CHECK_VALUE(in.good() && static_cast<int64_t>(header_size) + 8 <= file_size,
-                    "[titan::checkpoint::load_seed_checkpoint] expected a safetensors header in '{}', got a file of {} "
-                    "bytes. The file is truncated or not safetensors.", path.string(), file_size);
-  std::string json(header_size, '\0');
-  in.read(json.data(), static_cast<std::streamsize>(header_size));
-  const nlohmann::json header = nlohmann::json::parse(json);
-  const int64_t data_start = 8 + static_cast<int64_t>(header_size);
-  at::NoGradGuard no_grad;
-  for (auto& item : model.named_parameters(/*recurse=*/true)) {
-    const std::string& name = item.key();
-    TITAN_CHECK_VALUE(header.contains(name), "[titan::checkpoint::load_seed_checkpoint] expected tensor '{}' in '{}', "
-                      "got none. The checkpoint is of another model or flavor.", name, path.string());
-    const auto& entry = header.at(name);
-    const auto shape = entry.at("shape").get<std::vector<int64_t>>();
-    const parallel::ShardedParam* sp = parallel::sharded_param(item.value());
-    const std::vector<int64_t> global = sp ? sp->global_shape : item.value().sizes().vec();
-    TITAN_CHECK_VALUE(entry.at("dtype") == "F32" && shape == global,
-                      "[titan::checkpoint::load_seed_checkpoint] expected '{}' as F32 {}, got {} {} in '{}'.", name,
-                      c10::str(at::IntArrayRef(global)), entry.at("dtype").dump(), c10::str(at::IntArrayRef(shape)),
-                      path.string());
-    const auto offsets = entry.at("data_offsets").get<std::vector<int64_t>>();
-    TITAN_CHECK_VALUE(data_start + offsets[1] <= file_size,
-                      "[titan::checkpoint::load_seed_checkpoint] expected tensor '{}' to end at byte {} of '{}', got a "
-                      "file of {} bytes (truncated).", name, data_start + offsets[1], path.string(), file_size);
-    if (sp) {
-      for (const auto& [axis, placement] : sp->placements) {
-        TITAN_CHECK_NOT_IMPLEMENTED(placement.kind != parallel::Placement::Kind::kShard || placement.dim == 0,
-                                    "[titan::checkpoint::load_seed_checkpoint] expected dim-0 shards, got '{}' {} on {}. "
-                                    "Load before applying tensor parallelism.", name, placement.str(), axis);
-      }
-    }
-    // This rank's dim-0 rows only (FSDP shards are dim-0 row ranges of the whole tensor).
-    const int64_t rows = global.empty() ? 1 : global[0];
-    const int64_t row_bytes = rows == 0 ? 0 : (offsets[1] - offsets[0]) / rows;
-    const int64_t first = sp ? sp->offset[0] : 0;
-    const int64_t count = sp ? sp->local_shape[0] : rows;
-    std::vector<int64_t> local_shape = global;
-    if (!local_shape.empty()) local_shape[0] = count;
-    at::Tensor rows_read = at::empty(local_shape, at::kFloat);  // (count, ...)
-    in.seekg(data_start + offsets[0] + first * row_bytes);
-    in.read(static_cast<char*>(rows_read.data_ptr()), static_cast<std::streamsize>(count * row_bytes));
-    TITAN_CHECK(in.good(), "[titan::checkpoint::load_seed_checkpoint] expected to read tensor '{}' from '{}', got a read "
-                "error.", name, path.string());
-    at::Tensor& param = item.value();
-    if (param.dim() > 0 && param.size(0) != count) param.zero_();  // padding rows stay zero
-    (param.dim() > 0 ? param.narrow(0, 0, count) : param).copy_(rows_read);
+  State state;
+  for (const auto& item : model.named_parameters(/*recurse=*/true)) {
+    state.tensors.push_back(state_tensor("model." + item.key(), item.value(), nullptr));
   }
+  load_safetensors(SafetensorsFile(path), state);
 }
 
 }  // namespace titan::checkpoint

@@ -12,6 +12,7 @@
 #include <optional>
 #include <random>
 
+#include "titan/checkpoint/checkpointer.hpp"
 #include "titan/core/config_loader.hpp"
 #include "titan/nn/init.hpp"
 #include "titan/core/error.hpp"
@@ -179,6 +180,7 @@ void TrainerCore::attach_model(ModelHandle model) {
             "sequence length {}, total steps {} (warmup {})",
             config_.training.local_batch_size, config_.training.local_batch_size * grad_accum_steps_ * dp_degree_,
             grad_accum_steps_, config_.training.seq_len, config_.training.steps, config_.lr_scheduler.warmup_steps);
+  load_checkpoint();
 }
 
 template <class T>
@@ -193,6 +195,7 @@ void TrainerCore::train() {
   TITAN_CHECK(optimizer_ != nullptr, "[titan::Trainer] expected a model, got none. Call attach_model first.");
   log::info("Training starts at step {}", step_ + 1);
   while (step_ < config_.training.steps) train_step();
+  wait_for_checkpoint();
   log::info("Training completed at step {}", step_);
 }
 
@@ -239,6 +242,7 @@ void TrainerCore::train_step() {
     if (r.tokens > 0) metrics_->log_validation(step_, r.loss(), r.tokens);
     if (data_parallel_) data_parallel_->reshard();  // the no-grad forward left units gathered
   }
+  maybe_save_checkpoint();
 }
 
 }  // namespace titan::detail

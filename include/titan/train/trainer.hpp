@@ -36,6 +36,32 @@ std::vector<std::vector<std::string>> data_parallel_units(const Model& model) {
   }
 }
 
+/// The FQN of each of params (a tied tensor: its first name).
+template <class Model>
+std::vector<std::string> parameter_names(const Model& model, const std::vector<at::Tensor>& params) {
+  std::vector<std::string> names;
+  const auto named = model.named_parameters(/*recurse=*/true);
+  for (const auto& p : params) {
+    for (const auto& item : named) {
+      if (item.value().unsafeGetTensorImpl() == p.unsafeGetTensorImpl()) {
+        names.push_back(item.key());
+        break;
+      }
+    }
+  }
+  return names;
+}
+
+/// The model's Hugging Face adapter (HF import/export) if it has one.
+template <class Model>
+std::shared_ptr<const checkpoint::HfAdapter> hf_adapter(const Model& model) {
+  if constexpr (requires { model.hf_adapter(); }) {
+    return model.hf_adapter();
+  } else {
+    return nullptr;
+  }
+}
+
 template <TrainableModel Model>
 class Trainer {
  public:
@@ -49,16 +75,14 @@ class Trainer {
     // Shard first, then initialise: each rank fills only its shard (layout-invariant init).
     core_->apply_data_parallel(*model_, data_parallel_units(*model_));
     model_->init_weights();
-    const auto& initial = core_->config().checkpoint.initial_load_path;
-    if (initial && initial->ends_with(".safetensors")) {
-      checkpoint::load_seed_checkpoint(*model_, *initial);
-      log::info("Loaded the initial weights from {}", *initial);
-    }
     auto* raw = model_.get();
+    std::vector<at::Tensor> params = model_->unique_parameters();
     core_->attach_model({
         .description = fmt::format("{} {}", core_->config().model.name, core_->config().model.flavor),
         .forward = [raw](const at::Tensor& tokens) { return raw->forward(tokens); },
-        .parameters = model_->unique_parameters(),
+        .parameters = params,
+        .parameter_names = parameter_names(*model_, params),
+        .hf_adapter = hf_adapter(*model_),
         // Counted on the unsharded (meta) model: sharded parameters hold only this rank's rows.
         .num_params = planned->num_params(),
         .flops_per_token = planned->num_flops_per_token(core_->config().training.seq_len),

@@ -16,6 +16,9 @@
 namespace titan {
 struct JobConfig;
 }
+namespace titan::checkpoint {
+class HfAdapter;
+}
 
 namespace titan::llama3 {
 
@@ -56,6 +59,9 @@ class Llama3 : public torch::nn::Module {
   int64_t num_flops_per_token(int64_t seq_len) const;
   /// FSDP units in forward order (see models/llama3/parallelize.hpp).
   std::vector<std::vector<std::string>> data_parallel_units() const;
+
+  /// Maps this model to and from Hugging Face LlamaForCausalLM weights (see hf_adapter.hpp).
+  std::shared_ptr<const checkpoint::HfAdapter> hf_adapter() const;
 
   int64_t vocab_size() const { return args_.vocab_size; }
   const Llama3Args& args() const { return args_; }

@@ -28,6 +28,11 @@ class Mesh;
 namespace parallel {
 class DataParallel;
 }
+namespace checkpoint {
+class Checkpointer;
+class HfAdapter;
+struct State;
+}  // namespace checkpoint
 }  // namespace titan
 namespace torch::nn {
 class Module;
@@ -41,6 +46,8 @@ struct ModelHandle {
   std::string description{};                               ///< e.g. "llama3 debugmodel"
   std::function<at::Tensor(const at::Tensor&)> forward{};  ///< tokens (B, S) -> logits (B, S, V)
   std::vector<at::Tensor> parameters{};                    ///< trainable tensors, each once
+  std::vector<std::string> parameter_names{};              ///< FQN of each of parameters (checkpoint keys)
+  std::shared_ptr<const checkpoint::HfAdapter> hf_adapter{};  ///< HF import/export; null = none
   int64_t num_params = 0;
   int64_t flops_per_token = 0;                             ///< at training.seq_len
 };
@@ -79,11 +86,19 @@ class TrainerCore {
   /// Losses of every step run so far (global token-mean), for tests and the golden curve.
   const std::vector<double>& loss_history() const { return losses_; }
   AdamW& optimizer() { return *optimizer_; }
+  /// The training state a checkpoint holds: model, optimizer, lr_scheduler, dataloader, train_state.
+  checkpoint::State checkpoint_state() const;
 
  private:
   /// Sum over the data-parallel ranks (a value of this rank's batch -> of the global batch).
   template <class T>
   T all_reduce_sum(T value) const;
+  /// Loads a checkpoint or initial weights per checkpoint.* (called by attach_model).
+  void load_checkpoint();
+  /// Saves when checkpoint.* says this step is a save step.
+  void maybe_save_checkpoint();
+  /// Waits for an in-flight async save (end of training).
+  void wait_for_checkpoint();
 
   JobConfig config_;
   at::Device device_ = at::kCPU;
@@ -100,6 +115,7 @@ class TrainerCore {
   std::unique_ptr<AdamW> optimizer_;
   std::unique_ptr<LRSchedule> schedule_;
   std::unique_ptr<MetricsProcessor> metrics_;
+  std::unique_ptr<checkpoint::Checkpointer> checkpointer_;
   int64_t step_ = 0;
   std::vector<double> losses_;
 };

@@ -1,0 +1,66 @@
+// SPDX-License-Identifier: BSD-3-Clause
+// Hugging Face weights: a folder with config.json and model.safetensors, or shards listed by
+// model.safetensors.index.json. A model's HfAdapter maps its FQNs and layouts to HF's (Llama 3:
+// names plus the q/k row permutation between interleaved and rotate-half RoPE).
+#pragma once
+
+#include <ATen/core/Tensor.h>
+#include <nlohmann/json.hpp>
+
+#include <cstdint>
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace titan::checkpoint {
+
+struct State;
+class SafetensorsFile;
+
+/// How one model's parameters map to a Hugging Face checkpoint.
+class HfAdapter {
+ public:
+  virtual ~HfAdapter() = default;
+  /// The HF key of a titan FQN (tok_embeddings.weight -> model.embed_tokens.weight).
+  virtual std::string hf_name(const std::string& fqn) const = 0;
+  /// Another HF key holding fqn when hf_name is absent (a tied lm_head read from the embedding), or "".
+  virtual std::string hf_fallback(const std::string& fqn) const { return {}; }
+  /// The whole titan tensor in HF layout, and back.
+  virtual at::Tensor to_hf(const std::string& fqn, const at::Tensor& whole) const = 0;
+  virtual at::Tensor from_hf(const std::string& fqn, const at::Tensor& whole) const = 0;
+  /// config.json for weights stored as dtype.
+  virtual nlohmann::json hf_config(at::ScalarType dtype) const = 0;
+};
+
+/// Writes whole titan tensors (fqn, tensor) as an HF folder: config.json, and model.safetensors or,
+/// past max_shard_bytes, model-0000i-of-0000n.safetensors + model.safetensors.index.json. The folder
+/// is written under a temporary name and renamed when complete.
+void save_hf(const std::filesystem::path& folder, const std::vector<std::pair<std::string, at::Tensor>>& tensors,
+             const HfAdapter& adapter, at::ScalarType dtype, int64_t max_shard_bytes = int64_t{5} << 30);
+
+/// An HF folder opened for reading (single or sharded safetensors).
+class HfReader {
+ public:
+  explicit HfReader(const std::filesystem::path& folder);
+  ~HfReader();
+  bool contains(const std::string& hf_name) const { return file_of_.count(hf_name) != 0; }
+  /// The whole tensor as stored; throws naming the folder when absent.
+  at::Tensor read(const std::string& hf_name) const;
+  /// config.json
+  const nlohmann::json& config() const { return config_; }
+
+ private:
+  std::filesystem::path folder_;
+  nlohmann::json config_;
+  std::map<std::string, std::shared_ptr<SafetensorsFile>> file_of_;
+};
+
+/// Loads the "model." tensors of state from an HF folder. The q/k permutation mixes rows, so each
+/// rank reads whole tensors and keeps its region (an import is one-off; titan checkpoints read only
+/// the overlapping bytes).
+void load_hf(const std::filesystem::path& folder, State& state, const HfAdapter& adapter);
+
+}  // namespace titan::checkpoint

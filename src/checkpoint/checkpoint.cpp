@@ -1,0 +1,325 @@
+// SPDX-License-Identifier: BSD-3-Clause
+// The sharded format: see checkpoint.hpp. index.json:
+//   {"format": "titan-checkpoint", "version": 1, "step": N, "world_size": W,
+//    "files": {"rank-00000.safetensors": bytes, ...},
+//    "tensors": {key: {"dtype", "global_shape", "placements",
+//                      "shards": [{"file", "offset", "shape", "begin", "end", "crc32": [...]}]}},
+//    "values": {group: JSON}}
+#include "titan/checkpoint/checkpoint.hpp"
+
+#include <ATen/ATen.h>
+#include <fmt/format.h>
+
+#include <chrono>
+#include <fstream>
+#include <map>
+#include <regex>
+#include <thread>
+
+#include "titan/checkpoint/safetensors.hpp"
+#include "titan/core/error.hpp"
+#include "titan/dist/mesh.hpp"
+#include "titan/optim/adamw.hpp"
+#include "titan/parallel/sharded_param.hpp"
+
+namespace titan::checkpoint {
+namespace fs = std::filesystem;
+namespace {
+
+constexpr int kFormatVersion = 1;
+
+std::string rank_file(int64_t rank) { return fmt::format("rank-{:05d}.safetensors", rank); }
+std::string rank_json(int64_t rank) { return fmt::format("rank-{:05d}.json", rank); }
+
+// The base mesh axes a (possibly flattened) axis spans.
+std::vector<std::string_view> base_axes(std::string_view axis) {
+  if (axis == "dp") return {"dp_replicate", "dp_shard"};
+  if (axis == "dp_shard_cp") return {"dp_shard", "cp"};
+  if (axis == "dp_cp") return {"dp_replicate", "dp_shard", "cp"};
+  return {axis};
+}
+
+nlohmann::json read_json(const fs::path& path) {
+  std::ifstream in(path);
+  TITAN_CHECK_VALUE(in.good(), "[titan::checkpoint] expected '{}', got none.", path.string());
+  auto j = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+  TITAN_CHECK_VALUE(!j.is_discarded(), "[titan::checkpoint] expected JSON in '{}', got unparsable text (corrupt).",
+                    path.string());
+  return j;
+}
+
+bool excluded(const std::string& key, const std::vector<std::string>& exclude) {
+  return std::find(exclude.begin(), exclude.end(), group_of(key)) != exclude.end();
+}
+
+}  // namespace
+
+std::string group_of(const std::string& key) { return key.substr(0, key.find('.')); }
+
+StateTensor state_tensor(std::string key, const at::Tensor& p, const dist::Mesh* mesh) {
+  StateTensor st{.key = std::move(key), .tensor = p};
+  const parallel::ShardedParam* sp = parallel::sharded_param(p);
+  if (sp == nullptr) {
+    st.global_shape = st.local_shape = p.sizes().vec();
+    st.offset.assign(st.global_shape.size(), 0);
+    st.owner = mesh == nullptr || mesh->rank() == 0;
+    return st;
+  }
+  st.global_shape = sp->global_shape;
+  st.offset = sp->offset;
+  st.local_shape = sp->local_shape;
+  std::vector<std::string_view> sharded_axes;
+  for (const auto& [axis, placement] : sp->placements) {
+    TITAN_CHECK_NOT_IMPLEMENTED(placement.kind != parallel::Placement::Kind::kPartial,
+                                "[titan::checkpoint] expected '{}' sharded or replicated, got Partial() on {}. "
+                                "Reduce it before saving.", st.key, axis);
+    if (placement.kind != parallel::Placement::Kind::kShard) continue;
+    if (!st.placements.empty()) st.placements += ' ';
+    st.placements += fmt::format("{}:{}", axis, placement.str());
+    for (auto base : base_axes(axis)) sharded_axes.push_back(base);
+  }
+  if (mesh != nullptr) {
+    for (std::string_view axis : {"dp_replicate", "dp_shard", "cp", "tp"}) {
+      if (std::find(sharded_axes.begin(), sharded_axes.end(), axis) == sharded_axes.end() && mesh->coordinate(axis) != 0) {
+        st.owner = false;
+      }
+    }
+  }
+  return st;
+}
+
+void add_model(State& state, const std::vector<std::string>& names, const std::vector<at::Tensor>& params,
+               const dist::Mesh* mesh) {
+  TITAN_CHECK(names.size() == params.size(), "[titan::checkpoint::add_model] expected a name per parameter, got {} "
+              "names for {} parameters.", names.size(), params.size());
+  for (size_t i = 0; i < params.size(); ++i) state.tensors.push_back(state_tensor("model." + names[i], params[i], mesh));
+}
+
+void add_optimizer(State& state, const std::vector<std::string>& names, const AdamW& optimizer, const dist::Mesh* mesh) {
+  TITAN_CHECK(names.size() == optimizer.params().size(), "[titan::checkpoint::add_optimizer] expected a name per "
+              "parameter, got {} names for {} parameters.", names.size(), optimizer.params().size());
+  for (size_t i = 0; i < names.size(); ++i) {
+    // The moments are laid out like their parameter (same shard); the step counter is one scalar.
+    StateTensor like = state_tensor("", optimizer.params()[i], mesh);
+    for (const auto& [suffix, t] : {std::pair{"exp_avg", optimizer.exp_avgs()[i]}, {"exp_avg_sq", optimizer.exp_avg_sqs()[i]}}) {
+      StateTensor st = like;
+      st.key = fmt::format("optimizer.{}.{}", names[i], suffix);
+      st.tensor = t;
+      state.tensors.push_back(std::move(st));
+    }
+    state.tensors.push_back(state_tensor(fmt::format("optimizer.{}.step", names[i]), optimizer.steps()[i], mesh));
+  }
+}
+
+State stage(const State& state, at::ScalarType model_dtype) {
+  State staged{.tensors = {}, .values = state.values};
+  at::NoGradGuard no_grad;
+  for (const auto& st : state.tensors) {
+    if (!st.owner) continue;
+    StateTensor copy = st;
+    at::Tensor t = st.tensor.detach();
+    for (size_t d = 0; d < st.local_shape.size(); ++d) t = t.narrow(static_cast<int64_t>(d), 0, st.local_shape[d]);
+    const at::ScalarType dtype = group_of(st.key) == "model" ? model_dtype : t.scalar_type();
+    // A fresh host tensor, never a view: training goes on changing the original.
+    at::Tensor host = at::empty(t.sizes(), at::TensorOptions().dtype(dtype));
+    host.copy_(t);
+    copy.tensor = host;
+    staged.tensors.push_back(std::move(copy));
+  }
+  return staged;
+}
+
+void write_rank_part(const fs::path& tmp_folder, int64_t rank, const State& staged) {
+  std::vector<std::pair<std::string, at::Tensor>> named;
+  for (const auto& st : staged.tensors) named.emplace_back(st.key, st.tensor);
+  const std::string file = rank_file(rank);
+  const std::vector<WrittenTensor> written = write_safetensors(tmp_folder / file, named);
+  nlohmann::json part = {{"file", file}, {"bytes", fs::file_size(tmp_folder / file)}, {"tensors", nlohmann::json::object()}};
+  for (size_t i = 0; i < written.size(); ++i) {
+    const StateTensor& st = staged.tensors[i];
+    part["tensors"][st.key] = {{"dtype", written[i].entry.dtype},     {"global_shape", st.global_shape},
+                               {"placements", st.placements},         {"offset", st.offset},
+                               {"shape", st.tensor.sizes().vec()},    {"begin", written[i].entry.begin},
+                               {"end", written[i].entry.end},         {"crc32", written[i].crc32}};
+  }
+  if (rank == 0) part["values"] = staged.values;
+  write_file_atomically(tmp_folder / rank_json(rank), part.dump());
+}
+
+bool commit(const fs::path& tmp_folder, const fs::path& folder, int64_t world_size, int64_t step, double timeout_s,
+            const std::atomic<bool>* cancel) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
+  nlohmann::json index = {{"format", "titan-checkpoint"}, {"version", kFormatVersion}, {"step", step},
+                          {"world_size", world_size}, {"files", nlohmann::json::object()},
+                          {"tensors", nlohmann::json::object()}, {"values", nlohmann::json::object()}};
+  for (int64_t r = 0; r < world_size; ++r) {
+    const fs::path part_path = tmp_folder / rank_json(r);
+    // Ranks write their parts on their own (possibly background) threads; the file system is the
+    // rendezvous, so an async save needs no collective off the training thread.
+    while (!fs::exists(part_path)) {
+      if (std::chrono::steady_clock::now() > deadline || (cancel != nullptr && cancel->load())) return false;
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    const nlohmann::json part = read_json(part_path);
+    index["files"][part.at("file").get<std::string>()] = part.at("bytes");
+    for (const auto& [key, t] : part.at("tensors").items()) {
+      auto& entry = index["tensors"][key];
+      if (entry.is_null()) {
+        entry = {{"dtype", t.at("dtype")}, {"global_shape", t.at("global_shape")}, {"placements", t.at("placements")},
+                 {"shards", nlohmann::json::array()}};
+      }
+      entry["shards"].push_back({{"file", part.at("file")}, {"offset", t.at("offset")}, {"shape", t.at("shape")},
+                                 {"begin", t.at("begin")}, {"end", t.at("end")}, {"crc32", t.at("crc32")}});
+    }
+    if (part.contains("values")) index["values"] = part.at("values");
+  }
+  write_file_atomically(tmp_folder / "index.json", index.dump());
+  for (int64_t r = 0; r < world_size; ++r) fs::remove(tmp_folder / rank_json(r));
+  if (fs::exists(folder)) fs::remove_all(folder);  // an older save of the same step (e.g. a re-run)
+  fs::rename(tmp_folder, folder);
+  return true;
+}
+
+void save(const fs::path& folder, const State& state, const dist::Mesh& mesh, int64_t step, at::ScalarType model_dtype) {
+  const fs::path tmp = folder.parent_path() / fmt::format(".{}.tmp", folder.filename().string());
+  if (mesh.rank() == 0) {
+    fs::remove_all(tmp);
+    fs::create_directories(tmp);
+  }
+  mesh.group("world").barrier();
+  write_rank_part(tmp, mesh.rank(), stage(state, model_dtype));
+  mesh.group("world").barrier();
+  if (mesh.rank() == 0) {
+    TITAN_CHECK(commit(tmp, folder, mesh.world_size(), step, 0.0), "[titan::checkpoint::save] expected every rank's "
+                "part in '{}', got some missing after a barrier.", tmp.string());
+  }
+  mesh.group("world").barrier();
+}
+
+std::optional<std::string> check_complete(const fs::path& folder) {
+  const fs::path index_path = folder / "index.json";
+  if (!fs::exists(index_path)) return fmt::format("no index.json in '{}' (an interrupted save)", folder.string());
+  std::ifstream in(index_path);
+  const auto index = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+  if (index.is_discarded() || !index.contains("files")) return fmt::format("'{}' is not a titan index", index_path.string());
+  for (const auto& [file, bytes] : index.at("files").items()) {
+    const fs::path path = folder / file;
+    if (!fs::exists(path)) return fmt::format("shard '{}' listed in the index is missing", path.string());
+    if (static_cast<int64_t>(fs::file_size(path)) != bytes.get<int64_t>()) {
+      return fmt::format("shard '{}' has {} bytes, the index records {} (truncated)", path.string(), fs::file_size(path),
+                         bytes.get<int64_t>());
+    }
+  }
+  return std::nullopt;
+}
+
+void assign_region(const StateTensor& st, const at::Tensor& region) {
+  at::NoGradGuard no_grad;
+  at::Tensor local = st.tensor.detach();
+  const bool padded = local.dim() > 0 && local.size(0) != st.local_shape[0];
+  if (padded) local.zero_();  // padding rows stay zero
+  at::Tensor dst = local;
+  for (size_t d = 0; d < st.local_shape.size(); ++d) dst = dst.narrow(static_cast<int64_t>(d), 0, st.local_shape[d]);
+  dst.copy_(region);
+}
+
+void load_safetensors(const SafetensorsFile& file, State& state) {
+  for (auto& st : state.tensors) {
+    if (group_of(st.key) != "model") continue;
+    const std::string name = st.key.substr(6);
+    const TensorEntry& entry = file.entry(name);
+    TITAN_CHECK_VALUE(entry.shape == st.global_shape, "[titan::checkpoint] expected '{}' of shape {}, got {} {} in "
+                      "'{}'. The file is of another model or flavor.", name, c10::str(at::IntArrayRef(st.global_shape)),
+                      entry.dtype, c10::str(at::IntArrayRef(entry.shape)), file.path().string());
+    const std::vector<int64_t> origin(entry.shape.size(), 0);
+    assign_region(st, read_region(file, entry, origin, st.offset, st.local_shape, nullptr, name));
+  }
+}
+
+nlohmann::json load(const fs::path& folder, State& state, const std::vector<std::string>& exclude) {
+  if (const auto problem = check_complete(folder)) {
+    TITAN_CHECK_VALUE(false, "[titan::checkpoint::load] expected a complete checkpoint at '{}', got {}. Restore the "
+                      "file or load another step (checkpoint.load_step).", folder.string(), *problem);
+  }
+  const nlohmann::json index = read_json(folder / "index.json");
+  TITAN_CHECK_VALUE(index.value("format", "") == "titan-checkpoint" && index.value("version", 0) == kFormatVersion,
+                    "[titan::checkpoint::load] expected a titan-checkpoint index version {} in '{}', got format '{}' "
+                    "version {}.", kFormatVersion, folder.string(), index.value("format", ""), index.value("version", 0));
+  const auto& tensors = index.at("tensors");
+  std::map<std::string, SafetensorsFile> files;  // opened on first use
+  std::vector<std::string> groups_held;
+  for (const auto& [key, _] : tensors.items()) groups_held.push_back(group_of(key));
+  for (const auto& [group, _] : index.at("values").items()) groups_held.push_back(group);
+  nlohmann::json skipped = nlohmann::json::array();
+  at::NoGradGuard no_grad;
+  for (auto& st : state.tensors) {
+    if (excluded(st.key, exclude)) continue;
+    if (std::find(groups_held.begin(), groups_held.end(), group_of(st.key)) == groups_held.end()) {
+      if (std::find(skipped.begin(), skipped.end(), group_of(st.key)) == skipped.end()) skipped.push_back(group_of(st.key));
+      continue;
+    }
+    TITAN_CHECK_VALUE(tensors.contains(st.key), "[titan::checkpoint::load] expected tensor '{}' in '{}', got none. The "
+                      "checkpoint is of another model, flavor or optimizer; exclude its group with "
+                      "checkpoint.exclude_from_loading.", st.key, folder.string());
+    const auto& saved = tensors.at(st.key);
+    const auto global = saved.at("global_shape").get<std::vector<int64_t>>();
+    TITAN_CHECK_VALUE(global == st.global_shape, "[titan::checkpoint::load] expected '{}' of global shape {}, got {} in "
+                      "'{}'. The checkpoint is of another model or flavor.", st.key,
+                      c10::str(at::IntArrayRef(st.global_shape)), c10::str(at::IntArrayRef(global)), folder.string());
+    // The local rectangle, assembled from every saved shard that overlaps it.
+    at::Tensor region = at::empty(st.local_shape, at::TensorOptions().dtype(st.tensor.scalar_type()));
+    int64_t covered = 0;
+    for (const auto& shard : saved.at("shards")) {
+      const auto s_off = shard.at("offset").get<std::vector<int64_t>>();
+      const auto s_shape = shard.at("shape").get<std::vector<int64_t>>();
+      std::vector<int64_t> lo(global.size()), extent(global.size());
+      int64_t numel = 1;
+      for (size_t d = 0; d < global.size(); ++d) {
+        lo[d] = std::max(s_off[d], st.offset[d]);
+        extent[d] = std::max<int64_t>(0, std::min(s_off[d] + s_shape[d], st.offset[d] + st.local_shape[d]) - lo[d]);
+        numel *= extent[d];
+      }
+      if (numel == 0) continue;
+      const std::string file = shard.at("file").get<std::string>();
+      auto it = files.find(file);
+      if (it == files.end()) it = files.emplace(file, SafetensorsFile(folder / file)).first;
+      const TensorEntry entry{.dtype = saved.at("dtype").get<std::string>(), .shape = s_shape,
+                              .begin = shard.at("begin").get<int64_t>(), .end = shard.at("end").get<int64_t>()};
+      const auto crc = shard.at("crc32").get<std::vector<uint32_t>>();
+      at::Tensor part = read_region(it->second, entry, s_off, lo, extent, &crc, st.key);
+      at::Tensor dst = region;
+      for (size_t d = 0; d < global.size(); ++d) {
+        dst = dst.narrow(static_cast<int64_t>(d), lo[d] - st.offset[d], extent[d]);
+      }
+      dst.copy_(part);
+      covered += numel;
+    }
+    TITAN_CHECK_VALUE(covered == region.numel(), "[titan::checkpoint::load] expected the shards of '{}' in '{}' to cover "
+                      "its region at {} of shape {}, got {} of {} elements. The index is inconsistent.", st.key,
+                      folder.string(), c10::str(at::IntArrayRef(st.offset)), c10::str(at::IntArrayRef(st.local_shape)),
+                      covered, region.numel());
+    assign_region(st, region);
+  }
+  nlohmann::json values = nlohmann::json::object();
+  for (const auto& [group, value] : index.at("values").items()) {
+    if (std::find(exclude.begin(), exclude.end(), group) == exclude.end()) values[group] = value;
+  }
+  values["skipped"] = skipped;
+  values["step"] = index.at("step");
+  return values;
+}
+
+std::vector<std::pair<int64_t, fs::path>> list_steps(const fs::path& root) {
+  std::vector<std::pair<int64_t, fs::path>> out;
+  if (!fs::is_directory(root)) return out;
+  static const std::regex step_re(R"(step-(\d+))");
+  for (const auto& e : fs::directory_iterator(root)) {
+    std::smatch m;
+    const std::string name = e.path().filename().string();
+    if (e.is_directory() && std::regex_match(name, m, step_re)) out.emplace_back(std::stoll(m[1].str()), e.path());
+  }
+  std::sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
+  return out;
+}
+
+}  // namespace titan::checkpoint

@@ -1,0 +1,103 @@
+// SPDX-License-Identifier: BSD-3-Clause
+#include "titan/checkpoint/hf.hpp"
+
+#include <ATen/ATen.h>
+#include <fmt/format.h>
+
+#include <fstream>
+
+#include "titan/checkpoint/checkpoint.hpp"
+#include "titan/checkpoint/safetensors.hpp"
+#include "titan/core/error.hpp"
+
+namespace titan::checkpoint {
+namespace fs = std::filesystem;
+
+void save_hf(const fs::path& folder, const std::vector<std::pair<std::string, at::Tensor>>& tensors,
+             const HfAdapter& adapter, at::ScalarType dtype, int64_t max_shard_bytes) {
+  std::vector<std::vector<std::pair<std::string, at::Tensor>>> shards(1);
+  int64_t shard_bytes = 0, total = 0;
+  for (const auto& [fqn, t] : tensors) {
+    at::Tensor hf = adapter.to_hf(fqn, t.detach().to(at::kCPU)).to(dtype).contiguous();
+    const auto bytes = static_cast<int64_t>(hf.nbytes());
+    if (shard_bytes > 0 && shard_bytes + bytes > max_shard_bytes) {
+      shards.emplace_back();
+      shard_bytes = 0;
+    }
+    shards.back().emplace_back(adapter.hf_name(fqn), std::move(hf));
+    shard_bytes += bytes;
+    total += bytes;
+  }
+  const fs::path tmp = folder.parent_path() / fmt::format(".{}.tmp", folder.filename().string());
+  fs::remove_all(tmp);
+  fs::create_directories(tmp);
+  const std::map<std::string, std::string> metadata{{"format", "pt"}};
+  if (shards.size() == 1) {
+    write_safetensors(tmp / "model.safetensors", shards[0], metadata);
+  } else {
+    nlohmann::json index = {{"metadata", {{"total_size", total}}}, {"weight_map", nlohmann::json::object()}};
+    for (size_t i = 0; i < shards.size(); ++i) {
+      const std::string name = fmt::format("model-{:05d}-of-{:05d}.safetensors", i + 1, shards.size());
+      write_safetensors(tmp / name, shards[i], metadata);
+      for (const auto& [key, _] : shards[i]) index["weight_map"][key] = name;
+    }
+    write_file_atomically(tmp / "model.safetensors.index.json", index.dump(2));
+  }
+  write_file_atomically(tmp / "config.json", adapter.hf_config(dtype).dump(2));
+  if (fs::exists(folder)) fs::remove_all(folder);
+  fs::rename(tmp, folder);
+}
+
+HfReader::HfReader(const fs::path& folder) : folder_(folder) {
+  const fs::path config_path = folder / "config.json";
+  std::ifstream config(config_path);
+  TITAN_CHECK_VALUE(config.good(), "[titan::checkpoint::HfReader] expected a Hugging Face folder with config.json, got "
+                    "none at '{}'.", config_path.string());
+  config_ = nlohmann::json::parse(config);
+  const fs::path index_path = folder / "model.safetensors.index.json";
+  std::map<std::string, std::shared_ptr<SafetensorsFile>> opened;
+  auto open = [&](const std::string& name) {
+    auto& f = opened[name];
+    if (!f) f = std::make_shared<SafetensorsFile>(folder / name);
+    return f;
+  };
+  if (fs::exists(index_path)) {
+    std::ifstream in(index_path);
+    const auto index = nlohmann::json::parse(in);
+    for (const auto& [key, file] : index.at("weight_map").items()) file_of_[key] = open(file.get<std::string>());
+  } else {
+    TITAN_CHECK_VALUE(fs::exists(folder / "model.safetensors"), "[titan::checkpoint::HfReader] expected "
+                      "model.safetensors or model.safetensors.index.json in '{}', got neither.", folder.string());
+    const auto file = open("model.safetensors");
+    for (const auto& [key, _] : file->entries()) file_of_[key] = file;
+  }
+}
+
+HfReader::~HfReader() = default;
+
+at::Tensor HfReader::read(const std::string& hf_name) const {
+  const auto it = file_of_.find(hf_name);
+  TITAN_CHECK_VALUE(it != file_of_.end(), "[titan::checkpoint::HfReader] expected tensor '{}' in the Hugging Face "
+                    "folder '{}', got none. The folder holds another model.", hf_name, folder_.string());
+  return it->second->read(hf_name);
+}
+
+void load_hf(const fs::path& folder, State& state, const HfAdapter& adapter) {
+  const HfReader reader(folder);
+  for (auto& st : state.tensors) {
+    if (group_of(st.key) != "model") continue;
+    const std::string fqn = st.key.substr(6);
+    std::string name = adapter.hf_name(fqn);
+    if (!reader.contains(name) && !adapter.hf_fallback(fqn).empty()) name = adapter.hf_fallback(fqn);
+    at::Tensor whole = adapter.from_hf(fqn, reader.read(name));
+    TITAN_CHECK_VALUE(whole.sizes().vec() == st.global_shape, "[titan::checkpoint::load_hf] expected '{}' ({}) of shape "
+                      "{}, got {} in '{}'. The folder holds another model size.", name, fqn,
+                      c10::str(at::IntArrayRef(st.global_shape)), c10::str(whole.sizes()), folder.string());
+    for (size_t d = 0; d < st.local_shape.size(); ++d) {
+      whole = whole.narrow(static_cast<int64_t>(d), st.offset[d], st.local_shape[d]);
+    }
+    assign_region(st, whole);
+  }
+}
+
+}  // namespace titan::checkpoint

@@ -1,0 +1,56 @@
+// SPDX-License-Identifier: BSD-3-Clause
+// The trainer's side of checkpointing: what its state is, and how a loaded state is applied.
+#include <ATen/ATen.h>
+#include <ATen/CPUGeneratorImpl.h>
+
+#include <filesystem>
+
+#include "titan/checkpoint/checkpointer.hpp"
+#include "titan/core/log.hpp"
+#include "titan/data/dataloader.hpp"
+#include "titan/dist/mesh.hpp"
+#include "titan/optim/adamw.hpp"
+#include "titan/train/detail/trainer_core.hpp"
+
+namespace titan::detail {
+
+checkpoint::State TrainerCore::checkpoint_state() const {
+  checkpoint::State state;
+  checkpoint::add_model(state, model_.parameter_names, model_.parameters, mesh_.get());
+  checkpoint::add_optimizer(state, model_.parameter_names, *optimizer_, mesh_.get());
+  // The schedule is a pure function of the step: its state is the step (torch's LambdaLR last_epoch).
+  state.values["lr_scheduler"] = {{"last_epoch", step_}};
+  // At a step boundary the loader's state is the same on every rank and loads under any dp degree.
+  state.values["dataloader"] = loader_->state();
+  state.values["train_state"] = {{"step", step_}};
+  const at::Tensor rng = at::detail::getDefaultCPUGenerator().get_state();  // (n,) uint8
+  state.tensors.push_back(checkpoint::state_tensor("train_state.rng_cpu", rng, mesh_.get()));
+  return state;
+}
+
+void TrainerCore::load_checkpoint() {
+  checkpointer_ = std::make_unique<checkpoint::Checkpointer>(
+      config_.checkpoint, std::filesystem::path(config_.job.dump_folder), *mesh_, model_.hf_adapter,
+      static_cast<double>(config_.comm.train_timeout_seconds));
+  checkpoint::State state = checkpoint_state();
+  const auto values = checkpointer_->load(state);
+  if (!values) return;
+  if (values->contains("train_state")) {
+    step_ = values->at("train_state").at("step").get<int64_t>();
+    for (const auto& st : state.tensors) {
+      if (st.key == "train_state.rng_cpu") at::detail::getDefaultCPUGenerator().set_state(st.tensor);
+    }
+  }
+  if (values->contains("dataloader")) loader_->load_state(values->at("dataloader"));
+  if (step_ > 0) log::info("Resuming at step {}", step_ + 1);
+}
+
+void TrainerCore::maybe_save_checkpoint() {
+  if (checkpointer_->due(step_, config_.training.steps)) {
+    checkpointer_->save(step_, checkpoint_state(), /*last=*/step_ == config_.training.steps);
+  }
+}
+
+void TrainerCore::wait_for_checkpoint() { checkpointer_->wait(); }
+
+}  // namespace titan::detail
