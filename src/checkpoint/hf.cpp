@@ -75,6 +75,12 @@ HfReader::HfReader(const fs::path& folder) : folder_(folder) {
 
 HfReader::~HfReader() = default;
 
+std::vector<std::string> HfReader::names() const {
+  std::vector<std::string> out;
+  for (const auto& [name, _] : file_of_) out.push_back(name);
+  return out;
+}
+
 at::Tensor HfReader::read(const std::string& hf_name) const {
   const auto it = file_of_.find(hf_name);
   TITAN_CHECK_VALUE(it != file_of_.end(), "[titan::checkpoint::HfReader] expected tensor '{}' in the Hugging Face "

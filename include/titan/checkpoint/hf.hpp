@@ -47,6 +47,8 @@ class HfReader {
   explicit HfReader(const std::filesystem::path& folder);
   ~HfReader();
   bool contains(const std::string& hf_name) const { return file_of_.count(hf_name) != 0; }
+  /// Every tensor name in the folder.
+  std::vector<std::string> names() const;
   /// The whole tensor as stored; throws naming the folder when absent.
   at::Tensor read(const std::string& hf_name) const;
   /// config.json

@@ -1,0 +1,244 @@
+// SPDX-License-Identifier: BSD-3-Clause
+// The sharded format on synthetic shards: any grid of rectangles saved, any other grid loaded
+// (bitwise); damaged files rejected naming the file and tensor; the Checkpointer's policy
+// (keep_latest_k, load_step, newest broken checkpoint skipped, async staging, model-only export).
+#include <ATen/ATen.h>
+#include <fmt/format.h>
+
+#include <fstream>
+
+#include "test_util.hpp"
+#include "titan/checkpoint/checkpoint.hpp"
+#include "titan/checkpoint/checkpointer.hpp"
+#include "titan/dist/mesh.hpp"
+
+using namespace titan;
+namespace fs = std::filesystem;
+
+namespace {
+
+// The rectangle [offset, offset + shape) of global as one rank's StateTensor.
+checkpoint::StateTensor region(const std::string& key, const at::Tensor& global, std::vector<int64_t> offset,
+                               std::vector<int64_t> shape) {
+  at::Tensor local = global;
+  for (size_t d = 0; d < shape.size(); ++d) local = local.narrow(static_cast<int64_t>(d), offset[d], shape[d]);
+  return {.key = key, .tensor = local.clone(), .global_shape = global.sizes().vec(), .offset = std::move(offset),
+          .local_shape = std::move(shape), .placements = "test:Shard", .owner = true};
+}
+
+struct Saved {
+  at::Tensor matrix = at::randn({7, 10});    // (7, 10) split 2 x 2, uneven
+  at::Tensor cube = at::randn({4, 6, 5});    // (4, 6, 5) split on dim 1 in 4
+  at::Tensor scalar = at::randn({});         // () on rank 0 only
+};
+
+// Four "ranks" write their parts of s, rank 0 commits: the path of a real save, minus the mesh.
+void save_grid(const Saved& s, const fs::path& folder, int64_t step) {
+  const fs::path tmp = folder.parent_path() / ".tmp-save";
+  fs::create_directories(tmp);
+  const int64_t rows[] = {0, 4, 7}, cols[] = {0, 5, 10}, planes[] = {0, 2, 3, 5, 6};
+  for (int64_t r = 0; r < 4; ++r) {
+    checkpoint::State part;
+    part.tensors.push_back(region("model.matrix", s.matrix, {rows[r / 2], cols[r % 2]},
+                                  {rows[r / 2 + 1] - rows[r / 2], cols[r % 2 + 1] - cols[r % 2]}));
+    part.tensors.push_back(region("optimizer.cube", s.cube, {0, planes[r], 0}, {4, planes[r + 1] - planes[r], 5}));
+    if (r == 0) {
+      part.tensors.push_back(region("train_state.scalar", s.scalar, {}, {}));
+      part.values["dataloader"] = {{"position", 42}};
+    }
+    checkpoint::write_rank_part(tmp, r, checkpoint::stage(part, at::kFloat));
+  }
+  REQUIRE(checkpoint::commit(tmp, folder, 4, step, 10.0));
+}
+
+// Loads folder onto the given rectangles (of matrix; cube and scalar whole) and checks them bitwise.
+void check_load(const Saved& s, const fs::path& folder, const std::vector<std::pair<std::vector<int64_t>, std::vector<int64_t>>>& rects) {
+  for (const auto& [offset, shape] : rects) {
+    INFO("region at " << c10::str(at::IntArrayRef(offset)) << " of shape " << c10::str(at::IntArrayRef(shape)));
+    checkpoint::State state;
+    state.tensors.push_back(region("model.matrix", at::zeros({7, 10}), offset, shape));
+    state.tensors.push_back(region("optimizer.cube", at::zeros({4, 6, 5}), {0, 0, 0}, {4, 6, 5}));
+    state.tensors.push_back(region("train_state.scalar", at::zeros({}), {}, {}));
+    const auto values = checkpoint::load(folder, state);
+    at::Tensor want = s.matrix;
+    for (size_t d = 0; d < 2; ++d) want = want.narrow(static_cast<int64_t>(d), offset[d], shape[d]);
+    CHECK(at::equal(state.tensors[0].tensor, want));
+    CHECK(at::equal(state.tensors[1].tensor, s.cube));
+    CHECK(at::equal(state.tensors[2].tensor, s.scalar));
+    CHECK(values.at("dataloader").at("position") == 42);
+    CHECK(values.at("step") == 3);
+  }
+}
+
+// Flips one byte of a file in place.
+void flip_byte(const fs::path& path, int64_t offset) {
+  std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
+  f.seekg(offset);
+  char c = 0;
+  f.read(&c, 1);
+  c = static_cast<char>(c ^ 0x40);
+  f.seekp(offset);
+  f.write(&c, 1);
+}
+
+nlohmann::json index_of(const fs::path& folder) { return nlohmann::json::parse(test::read_file(folder / "index.json")); }
+
+}  // namespace
+
+TEST_CASE("a checkpoint of 2-D shards loads bitwise onto any other rectangles", "[checkpoint]") {
+  test::TempDir dir;
+  at::manual_seed(0);
+  const Saved s;
+  const fs::path folder = dir.path / "step-3";
+  save_grid(s, folder, 3);
+  CHECK_FALSE(fs::exists(dir.path / ".tmp-save"));
+  const auto index = index_of(folder);
+  CHECK(index.at("tensors").at("model.matrix").at("shards").size() == 4);
+  CHECK(index.at("tensors").at("train_state.scalar").at("shards").size() == 1);
+  CHECK(index.at("files").size() == 4);
+  // Whole; row blocks across the saved row split; column blocks across the saved column split; one cell.
+  check_load(s, folder, {{{0, 0}, {7, 10}}, {{0, 0}, {3, 10}}, {{3, 0}, {4, 10}}, {{0, 3}, {7, 4}},
+                         {{2, 7}, {5, 3}}, {{4, 5}, {1, 1}}});
+}
+
+TEST_CASE("a dim-0 padded local shard loads with its padding zeroed", "[checkpoint]") {
+  test::TempDir dir;
+  const Saved s;
+  save_grid(s, dir.path / "step-3", 3);
+  checkpoint::State state;
+  auto st = region("model.matrix", at::zeros({7, 10}), {4, 0}, {3, 10});
+  st.tensor = at::full({4, 10}, 7.0f);  // FSDP pads the last shard to the others' row count
+  state.tensors.push_back(st);
+  checkpoint::load(dir.path / "step-3", state, {"optimizer", "train_state"});
+  CHECK(at::equal(state.tensors[0].tensor.narrow(0, 0, 3), s.matrix.narrow(0, 4, 3)));
+  CHECK(state.tensors[0].tensor[3].abs().sum().item<float>() == 0.0f);
+}
+
+TEST_CASE("a flipped byte a truncated file or a missing shard is an error naming it", "[checkpoint][integrity]") {
+  test::TempDir dir;
+  const Saved s;
+  const fs::path folder = dir.path / "step-3";
+  auto load_whole = [&] { check_load(s, folder, {{{0, 0}, {7, 10}}}); };
+
+  SECTION("flipped byte") {
+    save_grid(s, folder, 3);
+    const auto shard = index_of(folder).at("tensors").at("optimizer.cube").at("shards").at(2);
+    flip_byte(folder / shard.at("file").get<std::string>(), shard.at("begin").get<int64_t>() + 5);
+    CHECK_FALSE(checkpoint::check_complete(folder));  // sizes are intact: only the checksum can tell
+    CHECK_THROWS_WITH(load_whole(), Catch::Contains("optimizer.cube") && Catch::Contains("rank-00002.safetensors") &&
+                                        Catch::Contains("checksum"));
+  }
+  SECTION("truncated shard") {
+    save_grid(s, folder, 3);
+    fs::resize_file(folder / "rank-00001.safetensors", fs::file_size(folder / "rank-00001.safetensors") - 8);
+    REQUIRE(checkpoint::check_complete(folder));
+    CHECK_THAT(*checkpoint::check_complete(folder), Catch::Contains("rank-00001.safetensors") && Catch::Contains("truncated"));
+    CHECK_THROWS_WITH(load_whole(), Catch::Contains("rank-00001.safetensors") && Catch::Contains("truncated"));
+  }
+  SECTION("missing shard") {
+    save_grid(s, folder, 3);
+    fs::remove(folder / "rank-00003.safetensors");
+    CHECK_THROWS_WITH(load_whole(), Catch::Contains("rank-00003.safetensors") && Catch::Contains("missing"));
+  }
+  SECTION("missing index") {
+    save_grid(s, folder, 3);
+    fs::remove(folder / "index.json");
+    CHECK_THROWS_WITH(load_whole(), Catch::Contains("no index.json"));
+  }
+}
+
+namespace {
+
+CheckpointConfig policy(int64_t keep, const std::string& async_mode) {
+  CheckpointConfig c;
+  c.enable = true;
+  c.interval = 1;
+  c.keep_latest_k = keep;
+  c.async_mode = async_mode;
+  return c;
+}
+
+// A one-process training state: a "model" weight, an optimizer moment and the loader's position.
+struct ToyState {
+  at::Tensor weight = at::zeros({300, 1000});  // (300, 1000): 1.2 MB, more than one checksum chunk
+  at::Tensor moment = at::zeros({300, 1000});
+  int64_t position = 0;
+  checkpoint::State state() {
+    checkpoint::State s;
+    s.tensors.push_back(checkpoint::state_tensor("model.weight", weight, nullptr));
+    s.tensors.push_back(checkpoint::state_tensor("optimizer.weight.exp_avg", moment, nullptr));
+    s.values["dataloader"] = {{"position", position}};
+    return s;
+  }
+  void set(int64_t step) {
+    weight.fill_(static_cast<float>(step));
+    moment.fill_(static_cast<float>(-step));
+    position = 10 * step;
+  }
+};
+
+}  // namespace
+
+TEST_CASE("the checkpointer keeps the newest k and loads the latest complete or load_step", "[checkpoint][policy]") {
+  test::TempDir dir;
+  const dist::Mesh mesh;
+  const std::string mode = GENERATE(as<std::string>{}, "disabled", "async");
+  INFO("async_mode " << mode);
+  ToyState toy;
+  {
+    checkpoint::Checkpointer saver(policy(2, mode), dir.path, mesh);
+    for (int64_t step = 1; step <= 4; ++step) {
+      toy.set(step);
+      saver.save(step, toy.state(), /*last=*/false);
+      toy.set(100 + step);  // training goes on while an async save is written: the save holds `step`
+    }
+    saver.wait();
+  }
+  const auto steps = checkpoint::list_steps(dir.path / "checkpoint");
+  REQUIRE(steps.size() == 2);
+  CHECK(steps[0].first == 4);
+  CHECK(steps[1].first == 3);
+
+  auto load_with = [&](CheckpointConfig c) {
+    ToyState into;
+    checkpoint::State state = into.state();
+    auto values = checkpoint::Checkpointer(c, dir.path, mesh).load(state);
+    REQUIRE(values);
+    CHECK(into.weight.mean().item<float>() == -into.moment.mean().item<float>());
+    CHECK(values->at("dataloader").at("position") == 10 * values->at("step").get<int64_t>());
+    CHECK(into.weight.mean().item<float>() == static_cast<float>(values->at("step").get<int64_t>()));
+    return values->at("step").get<int64_t>();
+  };
+  CHECK(load_with(policy(2, mode)) == 4);
+  CheckpointConfig at3 = policy(2, mode);
+  at3.load_step = 3;
+  CHECK(load_with(at3) == 3);
+
+  // The newest is broken (an interrupted save leaves no index): the previous one loads.
+  fs::remove(dir.path / "checkpoint" / "step-4" / "index.json");
+  fs::create_directories(dir.path / "checkpoint" / ".step-5.tmp");
+  CHECK(load_with(policy(2, mode)) == 3);
+  CheckpointConfig at4 = policy(2, mode);
+  at4.load_step = 4;
+  CHECK_THROWS_WITH(load_with(at4), Catch::Contains("load_step 4") && Catch::Contains("no index.json"));
+}
+
+TEST_CASE("the last save holds the model only in export_dtype", "[checkpoint][policy]") {
+  test::TempDir dir;
+  const dist::Mesh mesh;
+  CheckpointConfig c = policy(0, "async");
+  c.export_dtype = "bfloat16";
+  ToyState toy;
+  toy.set(3);
+  checkpoint::Checkpointer(c, dir.path, mesh).save(3, toy.state(), /*last=*/true);
+  const fs::path folder = dir.path / "checkpoint" / "step-3";
+  const auto index = index_of(folder);
+  CHECK(index.at("tensors").size() == 1);
+  CHECK(index.at("tensors").at("model.weight").at("dtype") == "BF16");
+  ToyState into;
+  checkpoint::State state = into.state();
+  const auto values = checkpoint::load(folder, state);
+  CHECK(values.at("skipped") == nlohmann::json::array({"optimizer"}));
+  CHECK(at::equal(into.weight, toy.weight));  // 3.0 is exact in bfloat16
+  CHECK(into.moment.abs().sum().item<float>() == 0.0f);
+}
