@@ -41,9 +41,9 @@ struct Checkpointer::Impl {
   const dist::Mesh& mesh;
   std::shared_ptr<const HfAdapter> hf;
   double commit_timeout_s;
-  std::thread writer;  // the in-flight async save
-  std::thread purger;  // the in-flight deletion of old checkpoints (rank 0)
-  std::exception_ptr error;
+  std::thread writer{};  // the in-flight async save
+  std::thread purger{};  // the in-flight deletion of old checkpoints (rank 0)
+  std::exception_ptr error{};
   std::atomic<bool> cancel{false};
 
   // Deletes all but the newest keep_latest_k complete checkpoints, and temporary folders of saves

@@ -38,7 +38,8 @@ void TrainerCore::load_checkpoint() {
   if (values->contains("train_state")) {
     step_ = values->at("train_state").at("step").get<int64_t>();
     for (const auto& st : state.tensors) {
-      if (st.key == "train_state.rng_cpu") at::detail::getDefaultCPUGenerator().set_state(st.tensor);
+      at::Generator cpu = at::detail::getDefaultCPUGenerator();
+      if (st.key == "train_state.rng_cpu") cpu.set_state(st.tensor);
     }
   }
   if (values->contains("dataloader")) loader_->load_state(values->at("dataloader"));
