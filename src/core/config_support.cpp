@@ -24,9 +24,6 @@ struct Unsupported {
 bool is_true(const json& v) { return v.is_boolean() && v.get<bool>(); }
 bool is_set(const json& v) { return !v.is_null(); }
 bool is_non_empty(const json& v) { return !v.empty(); }
-bool not_safetensors(const json& v) {
-  return v.is_string() && !v.get<std::string>().ends_with(".safetensors");
-}
 bool above_one(const json& v) { return v.is_number_integer() && v.get<int64_t>() > 1; }
 auto none_of(std::vector<std::string> allowed) {
   return [allowed = std::move(allowed)](const json& v) {
@@ -48,9 +45,7 @@ const std::vector<Unsupported>& unsupported_table() {
       {"parallelism.expert_parallel_degree", above_one, kNeedsDistributed},
       {"parallelism.expert_tensor_parallel_degree", above_one, kNeedsDistributed},
       {"parallelism.enable_async_tensor_parallel", is_true, "async TP is not supported yet: ignored"},
-      {"checkpoint.enable", is_true, "checkpointing is not available yet: ignored"},
-      {"checkpoint.initial_load_path", not_safetensors,
-       "only a titan seed checkpoint (a .safetensors file) loads so far: ignored"},
+      {"checkpoint.initial_load_in_hf_quantized", is_true, "quantized HF checkpoints are not supported yet: ignored"},
       {"activation_checkpoint.mode", none_of({"none", "selective"}), "only none and selective so far, not yet: ignored"},
       {"compile.enable", is_true, "titan has no graph compiler yet: ignored"},
       {"float8.enable_fsdp_float8_all_gather", is_true, "float8 training is not supported yet: ignored"},

@@ -3,6 +3,8 @@
 #include <ATen/ATen.h>
 #include <ATen/CPUGeneratorImpl.h>
 
+#include <fmt/format.h>
+
 #include <filesystem>
 
 #include "titan/checkpoint/checkpointer.hpp"
@@ -16,8 +18,11 @@ namespace titan::detail {
 
 checkpoint::State TrainerCore::checkpoint_state() const {
   checkpoint::State state;
-  checkpoint::add_model(state, model_.parameter_names, model_.parameters, mesh_.get());
-  checkpoint::add_optimizer(state, model_.parameter_names, *optimizer_, mesh_.get());
+  std::vector<std::string> names = model_.parameter_names;
+  // A handle without names still checkpoints, under positional keys (stable for one model type).
+  for (size_t i = names.size(); i < model_.parameters.size(); ++i) names.push_back(fmt::format("param_{}", i));
+  checkpoint::add_model(state, names, model_.parameters, mesh_.get());
+  checkpoint::add_optimizer(state, names, *optimizer_, mesh_.get());
   // The schedule is a pure function of the step: its state is the step (torch's LambdaLR last_epoch).
   state.values["lr_scheduler"] = {{"last_epoch", step_}};
   // At a step boundary the loader's state is the same on every rank and loads under any dp degree.

@@ -285,9 +285,9 @@ TEST_CASE("recognised torchtitan sections load with a note", "[cpu][config]") {
   // A default value is no reason for a note; a non-default switch is.
   CHECK(titan::unsupported_notes(JobConfig{}).empty());
   JobConfig c;
-  c.checkpoint.enable = true;
+  c.checkpoint.initial_load_in_hf_quantized = true;
   REQUIRE(titan::unsupported_notes(c).size() == 1);
-  CHECK_THAT(titan::unsupported_notes(c)[0], Contains("checkpoint.enable = true"));
+  CHECK_THAT(titan::unsupported_notes(c)[0], Contains("checkpoint.initial_load_in_hf_quantized = true"));
 }
 
 TEST_CASE("validate names the offending key", "[cpu][config]") {
