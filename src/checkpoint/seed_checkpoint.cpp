@@ -11,36 +11,19 @@
 #include <fstream>
 
 #include "titan/core/error.hpp"
-#include "titan/dist/functional.hpp"
 #include "titan/dist/mesh.hpp"
 #include "titan/parallel/sharded_param.hpp"
 
 namespace titan::checkpoint {
-namespace {
 
 namespace fs = std::filesystem;
-
-// The whole parameter behind p: all-gathered over the axes it is sharded on, padding dropped.
-at::Tensor whole(const at::Tensor& p, const dist::Mesh& mesh) {
-  at::Tensor t = p.detach();
-  const parallel::ShardedParam* sp = parallel::sharded_param(p);
-  if (sp == nullptr) return t;
-  for (auto it = sp->placements.rbegin(); it != sp->placements.rend(); ++it) {
-    if (it->second.kind != parallel::Placement::Kind::kShard) continue;
-    t = dist::detail::gather_along(t, mesh.group(it->first), it->second.dim);
-  }
-  for (size_t d = 0; d < sp->global_shape.size(); ++d) t = t.narrow(static_cast<int64_t>(d), 0, sp->global_shape[d]);
-  return t.contiguous();
-}
-
-}  // namespace
 
 void save_seed_checkpoint(const torch::nn::Module& model, const dist::Mesh& mesh, const fs::path& path) {
   nlohmann::json header = nlohmann::json::object();
   std::vector<at::Tensor> tensors;
   int64_t offset = 0;
   for (const auto& item : model.named_parameters(/*recurse=*/true)) {
-    at::Tensor t = whole(item.value(), mesh).to(at::kCPU, at::kFloat).contiguous();
+    at::Tensor t = parallel::full_tensor(item.value(), mesh).to(at::kCPU, at::kFloat).contiguous();
     header[item.key()] = {{"dtype", "F32"}, {"shape", t.sizes().vec()}, {"data_offsets", {offset, offset + t.nbytes()}}};
     offset += static_cast<int64_t>(t.nbytes());
     tensors.push_back(std::move(t));
@@ -97,28 +80,24 @@ void load_seed_checkpoint(torch::nn::Module& model, const fs::path& path) {
     TITAN_CHECK_VALUE(data_start + offsets[1] <= file_size,
                       "[titan::checkpoint::load_seed_checkpoint] expected tensor '{}' to end at byte {} of '{}', got a "
                       "file of {} bytes (truncated).", name, data_start + offsets[1], path.string(), file_size);
-    if (sp) {
-      for (const auto& [axis, placement] : sp->placements) {
-        TITAN_CHECK_NOT_IMPLEMENTED(placement.kind != parallel::Placement::Kind::kShard || placement.dim == 0,
-                                    "[titan::checkpoint::load_seed_checkpoint] expected dim-0 shards, got '{}' {} on {}. "
-                                    "Load before applying tensor parallelism.", name, placement.str(), axis);
-      }
-    }
-    // This rank's dim-0 rows only (FSDP shards are dim-0 row ranges of the whole tensor).
+    // This rank's region is a box of the whole tensor: read its dim-0 rows, then cut the other dims.
     const int64_t rows = global.empty() ? 1 : global[0];
     const int64_t row_bytes = rows == 0 ? 0 : (offsets[1] - offsets[0]) / rows;
     const int64_t first = sp ? sp->offset[0] : 0;
     const int64_t count = sp ? sp->local_shape[0] : rows;
-    std::vector<int64_t> local_shape = global;
-    if (!local_shape.empty()) local_shape[0] = count;
-    at::Tensor rows_read = at::empty(local_shape, at::kFloat);  // (count, ...)
+    std::vector<int64_t> rows_shape = global;
+    if (!rows_shape.empty()) rows_shape[0] = count;
+    at::Tensor region = at::empty(rows_shape, at::kFloat);  // (count, ...) then narrowed to local_shape
     in.seekg(data_start + offsets[0] + first * row_bytes);
-    in.read(static_cast<char*>(rows_read.data_ptr()), static_cast<std::streamsize>(count * row_bytes));
+    in.read(static_cast<char*>(region.data_ptr()), static_cast<std::streamsize>(count * row_bytes));
     TITAN_CHECK(in.good(), "[titan::checkpoint::load_seed_checkpoint] expected to read tensor '{}' from '{}', got a read "
                 "error.", name, path.string());
+    for (size_t d = 1; sp && d < global.size(); ++d) {
+      region = region.narrow(static_cast<int64_t>(d), sp->offset[d], sp->local_shape[d]);
+    }
     at::Tensor& param = item.value();
     if (param.dim() > 0 && param.size(0) != count) param.zero_();  // padding rows stay zero
-    (param.dim() > 0 ? param.narrow(0, 0, count) : param).copy_(rows_read);
+    (param.dim() > 0 ? param.narrow(0, 0, count) : param).copy_(region);
   }
 }
 
