@@ -14,7 +14,7 @@ namespace titan::parallel::detail {
 
 struct TpContext {
   std::string axis;           // mesh axis name, recorded in the ShardedParams
-  dist::ProcessGroup group;   // the tp group
+  dist::ProcessGroup group = dist::ProcessGroup::single("tp");  // the tp group
 };
 
 /// What applying one style produced.
