@@ -78,7 +78,7 @@ RankResult run_rank(const Options& o, const titan::dist::Mesh& mesh) {
   llama3::Llama3 model(args, o.seq_len, at::TensorOptions());
   RankResult result;
   result.param_bytes = llama3::Llama3(args, o.seq_len, at::TensorOptions().device(at::kMeta)).num_params() * 4;
-  auto dp = llama3::parallelize(model, mesh);
+  auto dp = llama3::parallelize(model, mesh).dp;
   model.init_weights();
   const auto params = model.unique_parameters();
   AdamW optimizer(params, {.lr = 1e-4});

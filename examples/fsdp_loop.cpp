@@ -21,8 +21,8 @@ int main(int argc, char** argv) {
 
     nn::manual_init_seed(static_cast<uint64_t>(cfg.debug.seed.value_or(0)));
     auto model = llama3::Llama3::build(cfg, 0, at::kCPU);
-    auto fsdp = llama3::parallelize(*model, mesh);  // FSDP units: embeddings, each block, norm + output
-    model->init_weights();                          // each rank fills only its shards
+    auto fsdp = llama3::parallelize(*model, mesh).dp;  // FSDP units: embeddings, each block, norm + output
+    model->init_weights();                             // each rank fills only its shards
 
     auto tokenizer = build_tokenizer(cfg, model->vocab_size());
     auto loader = build_dataloader(cfg, tokenizer, mesh.coordinate("dp"), mesh.size("dp"));

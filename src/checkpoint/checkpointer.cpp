@@ -14,6 +14,7 @@
 #include "titan/core/error.hpp"
 #include "titan/core/log.hpp"
 #include "titan/dist/mesh.hpp"
+#include "titan/parallel/sharded_param.hpp"
 
 namespace titan::checkpoint {
 namespace fs = std::filesystem;
@@ -120,7 +121,7 @@ void Checkpointer::save(int64_t step, const State& state, bool last) {
                       "checkpoint.last_save_in_hf, got none. Unset last_save_in_hf.");
     std::vector<std::pair<std::string, at::Tensor>> whole;
     for (const auto& st : state.tensors) {
-      if (group_of(st.key) == "model") whole.emplace_back(st.key.substr(6), gather_whole(st.tensor, m.mesh));
+      if (group_of(st.key) == "model") whole.emplace_back(st.key.substr(6), parallel::full_tensor(st.tensor, m.mesh));
     }
     if (m.mesh.rank() == 0) save_hf(folder, whole, *m.hf, dtype);
     m.mesh.group("world").barrier();

@@ -7,7 +7,6 @@
 
 #include "titan/checkpoint/checkpoint.hpp"
 #include "titan/checkpoint/safetensors.hpp"
-#include "titan/dist/functional.hpp"
 #include "titan/dist/mesh.hpp"
 #include "titan/parallel/sharded_param.hpp"
 
@@ -15,22 +14,10 @@ namespace titan::checkpoint {
 
 namespace fs = std::filesystem;
 
-at::Tensor gather_whole(const at::Tensor& p, const dist::Mesh& mesh) {
-  at::Tensor t = p.detach();
-  const parallel::ShardedParam* sp = parallel::sharded_param(p);
-  if (sp == nullptr) return t;
-  for (auto it = sp->placements.rbegin(); it != sp->placements.rend(); ++it) {
-    if (it->second.kind != parallel::Placement::Kind::kShard) continue;
-    t = dist::detail::gather_along(t, mesh.group(it->first), it->second.dim);
-  }
-  for (size_t d = 0; d < sp->global_shape.size(); ++d) t = t.narrow(static_cast<int64_t>(d), 0, sp->global_shape[d]);
-  return t.contiguous();
-}
-
 void save_seed_checkpoint(const torch::nn::Module& model, const dist::Mesh& mesh, const fs::path& path) {
   std::vector<std::pair<std::string, at::Tensor>> tensors;
   for (const auto& item : model.named_parameters(/*recurse=*/true)) {
-    tensors.emplace_back(item.key(), gather_whole(item.value(), mesh).to(at::kCPU, at::kFloat).contiguous());
+    tensors.emplace_back(item.key(), parallel::full_tensor(item.value(), mesh).to(at::kCPU, at::kFloat).contiguous());
   }
   if (mesh.rank() == 0) write_safetensors(path, tensors, {{"format", "pt"}, {"writer", "titan seed checkpoint"}});
 }

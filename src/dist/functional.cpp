@@ -129,6 +129,29 @@ at::Tensor copy_to_group(const at::Tensor& x, const ProcessGroup& group) {
       });
 }
 
+namespace {
+at::Tensor local_chunk(const at::Tensor& x, const ProcessGroup& group, int64_t dim) {
+  dim = wrap_dim(dim, x);
+  TITAN_CHECK_VALUE(x.size(dim) % group.size() == 0, "[titan::dist::split_to_shard] expected dim {} of size {} divisible "
+                    "by the group size {} of '{}'.", dim, x.size(dim), group.size(), group.name());
+  const int64_t chunk = x.size(dim) / group.size();
+  return x.narrow(dim, group.rank() * chunk, chunk).contiguous();
+}
+}  // namespace
+
+at::Tensor gather_to_replicate(const at::Tensor& x, const ProcessGroup& group, int64_t dim) {
+  return differentiable(
+      x, "titan::dist::GatherToReplicateBackward",
+      [&](const at::Tensor& t) { return detail::gather_along(t, group, dim); },
+      [group, dim](const at::Tensor& g) { return local_chunk(g, group, dim); });
+}
+
+at::Tensor split_to_shard(const at::Tensor& x, const ProcessGroup& group, int64_t dim) {
+  return differentiable(
+      x, "titan::dist::SplitToShardBackward", [&](const at::Tensor& t) { return local_chunk(t, group, dim); },
+      [group, dim](const at::Tensor& g) { return detail::gather_along(g, group, dim); });
+}
+
 at::Tensor all_to_all(const at::Tensor& x, const ProcessGroup& group, int64_t split_dim, int64_t cat_dim) {
   auto exchange = [group](const at::Tensor& t, int64_t split, int64_t cat) {
     cat = wrap_dim(cat, t);

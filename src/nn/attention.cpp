@@ -5,6 +5,7 @@
 
 #include "titan/core/error.hpp"
 #include "titan/nn/init.hpp"
+#include "titan/parallel/module_hooks.hpp"
 
 namespace titan::nn {
 namespace {
@@ -27,18 +28,21 @@ Attention::Attention(int64_t dim, int64_t n_heads_, int64_t n_kv_heads_, const a
 }
 
 at::Tensor Attention::forward(const at::Tensor& x, const RopeTables& rope) const {
-  const int64_t bsz = x.size(0);
-  const int64_t seq = x.size(1);
-  at::Tensor q = wq->forward(x).view({bsz, seq, n_heads, head_dim});     // (B, S, H, HD)
-  at::Tensor k = wk->forward(x).view({bsz, seq, n_kv_heads, head_dim});  // (B, S, KVH, HD)
-  at::Tensor v = wv->forward(x).view({bsz, seq, n_kv_heads, head_dim});  // (B, S, KVH, HD)
-  q = apply_rope(q, rope).transpose(1, 2);                                // (B, H, S, HD)
-  k = apply_rope(k, rope).transpose(1, 2);                                // (B, KVH, S, HD)
-  v = v.transpose(1, 2);                                                  // (B, KVH, S, HD)
-  const at::Tensor out = at::scaled_dot_product_attention(
-      q, k, v, /*attn_mask=*/std::nullopt, /*dropout_p=*/0.0, /*is_causal=*/true,
-      /*scale=*/std::nullopt, /*enable_gqa=*/n_kv_heads != n_heads);     // (B, H, S, HD)
-  return wo->forward(out.transpose(1, 2).reshape({bsz, seq, n_heads * head_dim}));
+  return parallel::module_call(*this, x, [&](const at::Tensor& in) {
+    const int64_t bsz = in.size(0);
+    const int64_t seq = in.size(1);
+    // -1 heads: under tensor parallelism this rank holds n_heads/tp query and n_kv_heads/tp kv heads.
+    at::Tensor q = wq->forward(in).view({bsz, seq, -1, head_dim});  // (B, S, H, HD)
+    at::Tensor k = wk->forward(in).view({bsz, seq, -1, head_dim});  // (B, S, KVH, HD)
+    at::Tensor v = wv->forward(in).view({bsz, seq, -1, head_dim});  // (B, S, KVH, HD)
+    q = apply_rope(q, rope).transpose(1, 2);                         // (B, H, S, HD)
+    k = apply_rope(k, rope).transpose(1, 2);                         // (B, KVH, S, HD)
+    v = v.transpose(1, 2);                                           // (B, KVH, S, HD)
+    const at::Tensor out = at::scaled_dot_product_attention(
+        q, k, v, /*attn_mask=*/std::nullopt, /*dropout_p=*/0.0, /*is_causal=*/true,
+        /*scale=*/std::nullopt, /*enable_gqa=*/n_kv_heads != n_heads);  // (B, H, S, HD)
+    return wo->forward(out.transpose(1, 2).reshape({bsz, seq, -1}));
+  });
 }
 
 void Attention::init_weights(double out_std) {
@@ -53,7 +57,9 @@ FeedForward::FeedForward(int64_t dim, int64_t hidden_dim, const at::TensorOption
 }
 
 at::Tensor FeedForward::forward(const at::Tensor& x) const {
-  return w2->forward(at::silu(w1->forward(x)) * w3->forward(x));
+  return parallel::module_call(*this, x, [&](const at::Tensor& in) {
+    return w2->forward(at::silu(w1->forward(in)) * w3->forward(in));
+  });
 }
 
 void FeedForward::init_weights(double out_std) {

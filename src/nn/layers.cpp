@@ -4,6 +4,7 @@
 #include <ATen/ATen.h>
 #include <c10/core/GradMode.h>
 
+#include "titan/parallel/module_hooks.hpp"
 #include "titan/parallel/sharded_param.hpp"
 
 namespace titan::nn {
@@ -13,7 +14,9 @@ Linear::Linear(int64_t in_features, int64_t out_features, const at::TensorOption
 }
 
 at::Tensor Linear::forward(const at::Tensor& x) const {
-  return parallel::with_param(weight, [&](const at::Tensor& w) { return at::linear(x, w); });
+  return parallel::module_call(*this, x, [&](const at::Tensor& in) {
+    return parallel::with_param(weight, [&](const at::Tensor& w) { return at::linear(in, w); });
+  });
 }
 
 Embedding::Embedding(int64_t num_embeddings, int64_t dim, const at::TensorOptions& options) {
@@ -21,7 +24,9 @@ Embedding::Embedding(int64_t num_embeddings, int64_t dim, const at::TensorOption
 }
 
 at::Tensor Embedding::forward(const at::Tensor& tokens) const {
-  return parallel::with_param(weight, [&](const at::Tensor& w) { return at::embedding(w, tokens); });
+  return parallel::module_call(*this, tokens, [&](const at::Tensor& in) {
+    return parallel::with_param(weight, [&](const at::Tensor& w) { return at::embedding(w, in); });
+  });
 }
 
 RMSNorm::RMSNorm(int64_t dim, double eps_, const at::TensorOptions& options) : eps(eps_) {
@@ -31,7 +36,9 @@ RMSNorm::RMSNorm(int64_t dim, double eps_, const at::TensorOptions& options) : e
 at::Tensor RMSNorm::forward(const at::Tensor& x) const {
   // at::rms_norm accumulates in fp32 for bf16 input (torchtitan's nn.RMSNorm numerics), with the
   // weight applied in the same op.
-  return parallel::with_param(weight, [&](const at::Tensor& w) { return at::rms_norm(x, {x.size(-1)}, w, eps); });
+  return parallel::module_call(*this, x, [&](const at::Tensor& in) {
+    return parallel::with_param(weight, [&](const at::Tensor& w) { return at::rms_norm(in, {in.size(-1)}, w, eps); });
+  });
 }
 
 void RMSNorm::reset_parameters() {

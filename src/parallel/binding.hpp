@@ -3,6 +3,8 @@
 // sharded_param() look here; FSDP/DDP (and TP) bind their parameters at apply time.
 #pragma once
 
+#include <functional>
+
 #include "titan/parallel/sharded_param.hpp"
 
 namespace titan::parallel::detail {
@@ -21,6 +23,9 @@ struct Binding {
   ParamHandler* handler = nullptr;  ///< who materialises it (null: sharded but used as is)
   int64_t unit = 0;                ///< handler's unit index
   int64_t index = 0;               ///< index within the unit
+  /// Applied to the materialised tensor on every use (TP: e.g. a sequence-parallel norm weight's
+  /// gradient all-reduce); kept when FSDP/DDP re-bind a TP parameter.
+  std::function<at::Tensor(const at::Tensor&)> transform{};
 };
 
 /// Registers (or replaces) p's binding.

@@ -6,6 +6,7 @@
 #include <fmt/ranges.h>
 #include <torch/nn/module.h>
 
+#include <optional>
 #include <unordered_set>
 
 #include "data_parallel_state.hpp"
@@ -52,15 +53,24 @@ detail::UnitParam shard_param(const std::string& fqn, at::Tensor param, const di
   return p;
 }
 
-ShardedParam describe_param(const std::string& fqn, const detail::UnitParam& p, const dist::ProcessGroup& group) {
+// p's sharding: dim 0 of its data (the whole tensor, or the TP shard `prior` describes) split over
+// dp_shard, composed with what was applied before.
+ShardedParam describe_param(const std::string& fqn, const detail::UnitParam& p, const dist::ProcessGroup& group,
+                            const detail::Binding* prior) {
   ShardedParam info{.fqn = fqn, .global_shape = p.full_shape, .local = p.param};
   info.offset.assign(p.full_shape.size(), 0);
   info.local_shape = p.full_shape;
+  if (prior != nullptr) {
+    info.global_shape = prior->info.global_shape;
+    info.placements = prior->info.placements;
+    info.offset = prior->info.offset;
+    info.local_shape = prior->info.local_shape;
+  }
   if (group.size() > 1) {
     info.placements.emplace_back("dp_shard", Placement::shard(0));
-    const int64_t rows = p.full_shape[0];
+    const int64_t rows = info.local_shape[0];
     const int64_t begin = std::min(rows, group.rank() * p.rows_per_rank);
-    info.offset[0] = begin;
+    info.offset[0] += begin;
     info.local_shape[0] = std::min(rows, begin + p.rows_per_rank) - begin;
   }
   return info;
@@ -117,13 +127,21 @@ std::shared_ptr<DataParallel> data_parallelize(torch::nn::Module& model, const s
   std::unordered_set<const c10::TensorImpl*> taken;
   const auto params = model.named_parameters(/*recurse=*/true);
   std::vector<std::vector<std::string>> unit_fqns;
+  // What tensor parallelism bound before: its placements and per-use transform carry over.
+  std::vector<std::vector<std::optional<detail::Binding>>> priors;
   for (const auto& paths : specs) {
     detail::Unit unit{.name = unit_name(paths)};
     std::vector<std::string> fqns;
+    std::vector<std::optional<detail::Binding>> unit_priors;
     for (const auto& item : params) {
       const bool member = paths.empty() || std::any_of(paths.begin(), paths.end(),
                                                        [&](const std::string& p) { return under(item.key(), p); });
       if (!member || !taken.insert(item.value().unsafeGetTensorImpl()).second) continue;
+      const detail::Binding* prior = detail::find_binding(item.value());
+      TITAN_CHECK_VALUE(prior == nullptr || prior->handler == nullptr, "[titan::parallel::data_parallelize] expected "
+                        "'{}' not yet data-parallel, got it already bound. Apply data parallelism once per model.",
+                        item.key());
+      unit_priors.push_back(prior ? std::optional<detail::Binding>(*prior) : std::nullopt);
       detail::UnitParam p = shard_param(item.key(), item.value(), shard, options);
       p.offset = unit.chunk_numel;
       unit.chunk_numel += p.shard_numel();
@@ -133,6 +151,7 @@ std::shared_ptr<DataParallel> data_parallelize(torch::nn::Module& model, const s
     if (unit.params.empty()) continue;
     state->units.push_back(std::move(unit));
     unit_fqns.push_back(std::move(fqns));
+    priors.push_back(std::move(unit_priors));
   }
   const int64_t last = static_cast<int64_t>(state->units.size()) - 1;
   for (int64_t u = 0; u <= last; ++u) {
@@ -143,10 +162,14 @@ std::shared_ptr<DataParallel> data_parallelize(torch::nn::Module& model, const s
     unit.reshard_after_forward = (options.reshard_after_forward == "always" && u < last) ||
                                  (options.reshard_after_forward == "default" && u < last - 1);
     for (size_t i = 0; i < unit.params.size(); ++i) {
-      detail::bind_param(unit.params[i].param, {.info = describe_param(unit_fqns[static_cast<size_t>(u)][i], unit.params[i], shard),
-                                          .handler = state.get(),
-                                          .unit = u,
-                                          .index = static_cast<int64_t>(i)});
+      const auto& prior = priors[static_cast<size_t>(u)][i];
+      detail::bind_param(unit.params[i].param,
+                         {.info = describe_param(unit_fqns[static_cast<size_t>(u)][i], unit.params[i], shard,
+                                                 prior ? &*prior : nullptr),
+                          .handler = state.get(),
+                          .unit = u,
+                          .index = static_cast<int64_t>(i),
+                          .transform = prior ? prior->transform : nullptr});
     }
   }
   return std::shared_ptr<DataParallel>(new DataParallel(std::move(state)));

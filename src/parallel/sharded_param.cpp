@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: BSD-3-Clause
 #include "titan/parallel/sharded_param.hpp"
 
+#include <ATen/ATen.h>
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
@@ -9,6 +10,8 @@
 #include <unordered_map>
 
 #include "binding.hpp"
+#include "titan/dist/functional.hpp"
+#include "titan/dist/mesh.hpp"
 
 namespace titan::parallel {
 namespace detail {
@@ -49,7 +52,8 @@ const Binding* find_binding(const at::Tensor& p) {
 }
 
 at::Tensor materialize(const Binding& binding) {
-  return binding.handler ? binding.handler->materialize(binding.unit, binding.index) : binding.info.local;
+  at::Tensor t = binding.handler ? binding.handler->materialize(binding.unit, binding.index) : binding.info.local;
+  return binding.transform ? binding.transform(t) : t;
 }
 
 at::Tensor after_use(const Binding& binding, const at::Tensor& output) {
@@ -73,6 +77,31 @@ std::string ShardedParam::str() const {
   std::string where;
   for (const auto& [axis, placement] : placements) where += fmt::format(" {} on {}", placement.str(), axis);
   return fmt::format("{} ({}){}", fqn, fmt::join(global_shape, ", "), where.empty() ? " Replicate()" : where);
+}
+
+at::Tensor full_tensor(const at::Tensor& p, const dist::Mesh& mesh) {
+  at::NoGradGuard no_grad;
+  const ShardedParam* sp = sharded_param(p);
+  if (sp == nullptr || sp->placements.empty()) return p.detach().clone();
+  // The block shape after each split (ceil chunks, as sharding made them), then undo the splits
+  // last-first: gather along the split dim and drop that level's padding.
+  std::vector<std::vector<int64_t>> shapes{sp->global_shape};
+  for (const auto& [axis, placement] : sp->placements) {
+    std::vector<int64_t> shape = shapes.back();
+    if (placement.kind == Placement::Kind::kShard) {
+      const int64_t n = mesh.size(axis);
+      auto& extent = shape[static_cast<size_t>(placement.dim)];
+      extent = (extent + n - 1) / n;
+    }
+    shapes.push_back(std::move(shape));
+  }
+  at::Tensor t = p.detach();
+  for (size_t i = sp->placements.size(); i-- > 0;) {
+    const auto& [axis, placement] = sp->placements[i];
+    if (placement.kind != Placement::Kind::kShard) continue;
+    t = dist::detail::gather_along(t, mesh.group(axis), placement.dim).narrow(placement.dim, 0, shapes[i][static_cast<size_t>(placement.dim)]);
+  }
+  return t.contiguous();
 }
 
 const ShardedParam* sharded_param(const at::Tensor& p) {

@@ -34,7 +34,7 @@ class AutocastScope {
 
 ForwardBackwardResult forward_backward(const std::function<at::Tensor(const at::Tensor&)>& forward,
                                        const std::vector<Microbatch>& microbatches, const at::Device& device,
-                                       int64_t global_valid_tokens, bool cuda_bf16_autocast) {
+                                       int64_t global_valid_tokens, bool cuda_bf16_autocast, const LossFn& loss_fn) {
   ForwardBackwardResult result;
   for (const auto& mb : microbatches) {
     result.valid_tokens += count_valid_tokens(mb.labels);
@@ -50,7 +50,8 @@ ForwardBackwardResult forward_backward(const std::function<at::Tensor(const at::
     at::Tensor loss;                                                        // ()
     {
       AutocastScope autocast(cuda_bf16_autocast);
-      loss = cross_entropy_sum(forward(input), labels) / static_cast<double>(denom);
+      const at::Tensor logits = forward(input);  // (B, S, V), or (B, S, V/tp) under loss parallel
+      loss = (loss_fn ? loss_fn(logits, labels) : cross_entropy_sum(logits, labels)) / static_cast<double>(denom);
     }
     loss.backward();
     loss_sum += loss.detach();

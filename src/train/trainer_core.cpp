@@ -26,6 +26,7 @@
 #include "titan/optim/clip.hpp"
 #include "titan/optim/lr_schedule.hpp"
 #include "titan/parallel/data_parallel.hpp"
+#include "titan/parallel/tensor_parallel.hpp"
 #include "titan/train/data_setup.hpp"
 #include "titan/train/detail/validation.hpp"
 #include "titan/train/loss.hpp"
@@ -37,16 +38,15 @@ namespace {
 void check_supported_layout(const ParallelismConfig& p) {
   // Data parallelism (FSDP/HSDP/DDP) is built; the other axes are not yet.
   const std::pair<const char*, int64_t> degrees[] = {
-      {"parallelism.tensor_parallel_degree", p.tensor_parallel_degree},
       {"parallelism.pipeline_parallel_degree", p.pipeline_parallel_degree},
       {"parallelism.context_parallel_degree", p.context_parallel_degree},
       {"parallelism.expert_parallel_degree", p.expert_parallel_degree},
   };
   for (const auto& [key, degree] : degrees) {
     if (degree > 1) {
-      throw ConfigError(key, fmt::format("[titan::Trainer] expected {} = 1, got {}: titan trains with FSDP, HSDP and DDP "
-                                         "so far. Use parallelism.data_parallel_shard_degree / "
-                                         "data_parallel_replicate_degree instead.", key, degree));
+      throw ConfigError(key, fmt::format("[titan::Trainer] expected {} = 1, got {}: titan trains with FSDP, HSDP, DDP "
+                                         "and TP so far. Use parallelism.data_parallel_shard_degree / "
+                                         "data_parallel_replicate_degree / tensor_parallel_degree instead.", key, degree));
     }
   }
 }
@@ -139,6 +139,21 @@ void TrainerCore::apply_data_parallel(torch::nn::Module& model, const std::vecto
   if (data_parallel_) log::info("Applied {} to the model ({} units)", data_parallel_->describe(), data_parallel_->num_units());
 }
 
+void TrainerCore::apply_tensor_parallel(torch::nn::Module& model, const parallel::ParallelPlan& plan) {
+  tensor_parallel_ = parallel::parallelize_module(model, *mesh_, plan);
+  if (!tensor_parallel_) return;
+  log::info("Applied {} to the model ({} modules)", tensor_parallel_->describe(), plan.entries.size());
+  if (config_.parallelism.enable_async_tensor_parallel) {
+    log::warn("parallelism.enable_async_tensor_parallel: overlapped (async) TP is not built yet; TP collectives run "
+              "synchronously (same results)");
+  }
+  if (tensor_parallel_->loss_parallel()) {
+    loss_ = [tp = tensor_parallel_](const at::Tensor& logits, const at::Tensor& labels) {
+      return tp->cross_entropy_sum(logits, labels);
+    };
+  }
+}
+
 void TrainerCore::attach_model(ModelHandle model) {
   model_ = std::move(model);
   const auto param_dtype = parse_dtype(config_.training.dtype, "training.dtype");
@@ -221,7 +236,7 @@ void TrainerCore::train_step() {
   int64_t local_valid = 0;
   for (const auto& mb : micro) local_valid += count_valid_tokens(mb.labels);
   const int64_t global_valid = all_reduce_sum(local_valid);
-  ForwardBackwardResult fb = forward_backward(model_.forward, micro, device_, global_valid, autocast);
+  ForwardBackwardResult fb = forward_backward(model_.forward, micro, device_, global_valid, autocast, loss_);
   fb.loss = all_reduce_sum(fb.loss);
   TITAN_CHECK(std::isfinite(fb.loss),
               "[titan::Trainer] expected a finite loss, got {} at step {}. Lower optimizer.lr, raise "
@@ -236,7 +251,7 @@ void TrainerCore::train_step() {
     metrics_->log(step_, fb.loss, norm, lr);
   }
   if (validator_ && validator_->due(step_)) {
-    ValidationResult r = validator_->run(model_.forward, device_);
+    ValidationResult r = validator_->run(model_.forward, device_, loss_);
     r.loss_sum = all_reduce_sum(r.loss_sum);  // every dp rank validated its slice of each batch
     r.tokens = all_reduce_sum(r.tokens);
     if (r.tokens > 0) metrics_->log_validation(step_, r.loss(), r.tokens);

@@ -1,16 +1,10 @@
 // SPDX-License-Identifier: BSD-3-Clause
-// FSDP / HSDP / DDP against one rank: same seed (layout-invariant init), same global batches, 20
-// steps of debugmodel on Gloo with ranks as threads. Tolerance: fp32 sums are reordered (each rank
-// sums its tokens, the collective sums ranks), ~1e-7 relative per reduction, which AdamW's division
-// by sqrt(v) amplifies on elements whose gradient is near rounding level (their update is
-// lr * m / sqrt(v), whatever the gradient's size). We require 1e-5 relative on losses and grad norms
-// and, on the final weights, 1e-4 relative plus 2e-5 absolute (2% of one step's lr; measured max
-// 3e-6 for FSDP 2, 1.2e-5 for HSDP 2x2 whose gradients go through two reductions).
+// FSDP / HSDP / DDP against one rank (tolerances: tests/parallel/parity_check.hpp), memory, overlap.
 #include <ATen/ATen.h>
 
 #include <mutex>
 
-#include "parity_util.hpp"
+#include "parity_check.hpp"
 #include "test_util.hpp"
 #include "titan/dist/local_ranks.hpp"
 #include "titan/parallel/data_parallel.hpp"
@@ -19,40 +13,9 @@ using namespace titan;
 
 namespace {
 
-const dist::MeshOptions kFast{.init_timeout = std::chrono::seconds(120), .timeout = std::chrono::seconds(120)};
-
-const test::ParityResult& single_rank() {
-  static const test::ParityResult result = test::train_parity(dist::Mesh(), {});
-  return result;
-}
-
-void check_parity(const dist::MeshShape& shape, const test::ParityRun& run = {}) {
-  const test::ParityResult& ref = single_rank();
-  std::mutex mutex;
-  std::vector<test::ParityResult> results(static_cast<size_t>(shape.world_size()));
-  dist::run_local_ranks(shape.world_size(), [&](int64_t rank, const dist::Store& store) {
-    const dist::Mesh mesh(shape, rank, store, kFast);
-    test::ParityResult r = test::train_parity(mesh, run);
-    std::lock_guard lock(mutex);
-    results[static_cast<size_t>(rank)] = std::move(r);
-  });
-  for (size_t rank = 0; rank < results.size(); ++rank) {
-    const auto& r = results[rank];
-    INFO(shape.describe() << " rank " << rank);
-    REQUIRE(r.losses.size() == ref.losses.size());
-    for (size_t s = 0; s < r.losses.size(); ++s) {
-      INFO("step " << s + 1 << " loss " << r.losses[s] << " vs " << ref.losses[s]);
-      CHECK(r.losses[s] == Approx(ref.losses[s]).epsilon(1e-5));
-      CHECK(r.grad_norms[s] == Approx(ref.grad_norms[s]).epsilon(1e-5));
-    }
-    REQUIRE(r.weights.size() == ref.weights.size());
-    for (size_t i = 0; i < r.weights.size(); ++i) {
-      INFO("parameter " << i << " max abs diff " << (r.weights[i] - ref.weights[i]).abs().max().item<double>());
-      CHECK(at::allclose(r.weights[i], ref.weights[i], 1e-4, 2e-5));
-    }
-  }
-  CHECK(ref.losses.back() < ref.losses.front() - 0.5);  // it really trained
-}
+using test::check_parity;
+using test::kFast;
+using test::single_rank;
 
 }  // namespace
 
@@ -77,7 +40,7 @@ TEST_CASE("FSDP initial weights equal the single-rank ones from the seed alone",
     const dist::Mesh mesh({.dp_shard = 3}, rank, store, kFast);
     nn::manual_init_seed(42);
     llama3::Llama3 model(test::parity_args(), 64, at::TensorOptions());
-    auto dp = llama3::parallelize(model, mesh);
+    auto dp = llama3::parallelize(model, mesh).dp;
     model.init_weights();
     const auto params = model.unique_parameters();
     for (size_t i = 0; i < params.size(); ++i) {
@@ -111,7 +74,7 @@ TEST_CASE("reshard_after_forward frees gathered parameters between forward and b
     for (const std::string policy : {"always", "default", "never"}) {
       nn::manual_init_seed(1);
       llama3::Llama3 model(test::parity_args(), 32, at::TensorOptions());
-      auto dp = llama3::parallelize(model, mesh, {.reshard_after_forward = policy});
+      auto dp = llama3::parallelize(model, mesh, {.data_parallel = {.reshard_after_forward = policy}}).dp;
       model.init_weights();
       const at::Tensor tokens = at::randint(512, {2, 32}, at::kLong);  // (B, S)
       RANK_CHECK(dp->gathered_bytes() == 0);
@@ -140,8 +103,8 @@ TEST_CASE("FSDP prefetches the next all-gather and reduce-scatters during backwa
   dist::run_local_ranks(2, [&](int64_t rank, const dist::Store& store) {
     const dist::Mesh mesh({.dp_shard = 2}, rank, store, kFast);
     const test::ParityResult r = test::train_parity(mesh, {.steps = 1, .reshard = "always", .trace = true});
-    const auto events = r.dp->trace();
-    const int64_t units = r.dp->num_units();
+    const auto events = r.applied.dp->trace();
+    const int64_t units = r.applied.dp->num_units();
     auto first = [&](Kind kind, int64_t unit) {
       for (size_t i = 0; i < events.size(); ++i) {
         if (events[i].kind == kind && events[i].unit == unit) return static_cast<int64_t>(i);

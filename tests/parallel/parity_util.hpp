@@ -29,6 +29,8 @@ struct ParityRun {
   int64_t accumulation = 1;             ///< microbatches per rank per step
   std::string reshard = "default";      ///< fsdp_reshard_after_forward
   bool trace = false;                   ///< record the FSDP event trace
+  bool sequence_parallel = true;        ///< under TP: sequence-sharded activations between blocks
+  bool loss_parallel = true;            ///< under TP: loss on vocab-sharded logits
 };
 
 struct ParityResult {
@@ -36,7 +38,7 @@ struct ParityResult {
   std::vector<double> grad_norms;         ///< global grad norm per step
   std::vector<at::Tensor> weights;        ///< whole parameters after the last step (unique_parameters order)
   int64_t local_state_bytes = 0;          ///< this rank's params + grads + AdamW state
-  std::shared_ptr<parallel::DataParallel> dp;
+  llama3::Parallelized applied;           ///< TP / FSDP handles (alive with the result)
 };
 
 inline llama3::Llama3Args parity_args() {
@@ -58,18 +60,23 @@ inline std::pair<at::Tensor, at::Tensor> global_batch(int64_t step, const Parity
   return {tokens.narrow(1, 0, run.seq_len).contiguous(), labels};
 }
 
-/// The whole parameter behind p (all-gathered over dp_shard when sharded).
-inline at::Tensor whole(const at::Tensor& p, const dist::Mesh& mesh) {
-  const parallel::ShardedParam* sp = parallel::sharded_param(p);
-  if (sp == nullptr || sp->placements.empty()) return p.detach().clone();
-  return dist::detail::gather_along(p.detach(), mesh.group("dp_shard"), 0).narrow(0, 0, sp->global_shape[0]).clone();
-}
+/// The whole parameter behind p (all-gathered over every axis it is sharded on).
+inline at::Tensor whole(const at::Tensor& p, const dist::Mesh& mesh) { return parallel::full_tensor(p, mesh); }
 
 inline ParityResult train_parity(const dist::Mesh& mesh, const ParityRun& run) {
   nn::manual_init_seed(42);
   llama3::Llama3 model(parity_args(), run.seq_len, at::TensorOptions());
   ParityResult result;
-  result.dp = llama3::parallelize(model, mesh, {.reshard_after_forward = run.reshard, .trace = run.trace});
+  result.applied = llama3::parallelize(
+      model, mesh,
+      {.tensor_parallel = {.sequence_parallel = run.sequence_parallel, .loss_parallel = run.loss_parallel},
+       .data_parallel = {.reshard_after_forward = run.reshard, .trace = run.trace}});
+  LossFn loss;  // plain cross-entropy unless the logits are vocab-sharded
+  if (result.applied.tp) {
+    loss = [tp = result.applied.tp](const at::Tensor& logits, const at::Tensor& labels) {
+      return tp->cross_entropy_sum(logits, labels);
+    };
+  }
   model.init_weights();  // after sharding: every rank fills only its shard
   const auto params = model.unique_parameters();
   AdamW optimizer(params, {.lr = kParityLr, .weight_decay = 0.1});
@@ -86,7 +93,7 @@ inline ParityResult train_parity(const dist::Mesh& mesh, const ParityRun& run) {
       micro.push_back({input.narrow(0, row, per_micro), labels.narrow(0, row, per_micro)});
     }
     const ForwardBackwardResult fb = forward_backward([&](const at::Tensor& t) { return model.forward(t); }, micro,
-                                                      at::kCPU, count_valid_tokens(labels));
+                                                      at::kCPU, count_valid_tokens(labels), false, loss);
     at::Tensor loss = at::full({1}, fb.loss, at::kDouble);
     mesh.group("dp").all_reduce(loss).wait();
     result.losses.push_back(loss.item<double>());

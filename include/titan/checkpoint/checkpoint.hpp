@@ -77,10 +77,6 @@ void write_rank_part(const std::filesystem::path& tmp_folder, int64_t rank, cons
 bool commit(const std::filesystem::path& tmp_folder, const std::filesystem::path& folder, int64_t world_size,
             int64_t step, double timeout_s, const std::atomic<bool>* cancel = nullptr);
 
-/// The whole tensor behind p: all-gathered over the axes it is sharded on, padding dropped.
-/// Collective over those axes.
-at::Tensor gather_whole(const at::Tensor& p, const dist::Mesh& mesh);
-
 /// Saves state to folder synchronously (collective over the mesh's world).
 void save(const std::filesystem::path& folder, const State& state, const dist::Mesh& mesh, int64_t step = 0,
           at::ScalarType model_dtype = at::kFloat);

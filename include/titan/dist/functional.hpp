@@ -24,6 +24,14 @@ at::Tensor all_reduce(const at::Tensor& x, const ProcessGroup& group);
 /// consumers are sharded).
 at::Tensor copy_to_group(const at::Tensor& x, const ProcessGroup& group);
 
+/// Concatenates every rank's x along dim, for consumers that use it replicated (every rank computes
+/// the same thing from it). Backward: this rank's chunk of the (replicated) gradient, no
+/// communication (Megatron's gather_from_tensor_model_parallel_region).
+at::Tensor gather_to_replicate(const at::Tensor& x, const ProcessGroup& group, int64_t dim);
+
+/// This rank's chunk along dim of a replicated x. Backward: all-gather of the gradient along dim.
+at::Tensor split_to_shard(const at::Tensor& x, const ProcessGroup& group, int64_t dim);
+
 /// Splits x into group.size() chunks along split_dim, sends chunk r to rank r, concatenates what
 /// arrives along cat_dim. Backward: the reverse all-to-all.
 at::Tensor all_to_all(const at::Tensor& x, const ProcessGroup& group, int64_t split_dim, int64_t cat_dim);

@@ -14,6 +14,10 @@
 #include <utility>
 #include <vector>
 
+namespace titan::dist {
+class Mesh;
+}
+
 namespace titan::parallel {
 
 /// How a tensor is laid out along one mesh axis.
@@ -34,9 +38,12 @@ struct Placement {
 struct ShardedParam {
   std::string fqn;                                              ///< model path, e.g. layers.0.attention.wq.weight
   std::vector<int64_t> global_shape{};                          ///< shape of the whole (unsharded) parameter
-  std::vector<std::pair<std::string, Placement>> placements{};  ///< non-replicated mesh axes, outermost first
-  std::vector<int64_t> offset{};                                ///< where the local shard starts in the global tensor
-  std::vector<int64_t> local_shape{};                           ///< the real (unpadded) extent of the local shard
+  /// Non-replicated mesh axes in the order they were applied: the first splits the global tensor,
+  /// each later one splits the previous one's local block (TP, then FSDP on the TP shard). Every
+  /// split is torch.chunk's: ceil-sized chunks, the last ones short or empty (FSDP pads them).
+  std::vector<std::pair<std::string, Placement>> placements{};
+  std::vector<int64_t> offset{};                                ///< where the local region starts in the global tensor
+  std::vector<int64_t> local_shape{};                           ///< the real (unpadded) extent of the local region (a box)
   at::Tensor local{};                                           ///< the registered parameter (dim 0 may be padded)
   /// "layers.0.attention.wq.weight (4096, 4096) Shard(0) on dp_shard"
   std::string str() const;
@@ -44,6 +51,10 @@ struct ShardedParam {
 
 /// The sharding of p, or nullptr when p is an ordinary (whole, local) tensor.
 const ShardedParam* sharded_param(const at::Tensor& p);
+
+/// The whole tensor behind p (DTensor.full_tensor()): all-gathered over every axis p is sharded on,
+/// padding dropped. Collective over those axes of mesh; a copy of p when p is not sharded.
+at::Tensor full_tensor(const at::Tensor& p, const dist::Mesh& mesh);
 
 namespace detail {
 struct Binding;

@@ -9,6 +9,8 @@
 #include <functional>
 #include <vector>
 
+#include "titan/train/loss.hpp"
+
 namespace titan {
 
 struct Microbatch {
@@ -23,9 +25,11 @@ struct ForwardBackwardResult {
 };
 
 /// Runs forward and backward on each microbatch (gradients accumulate in the parameters' .grad).
-/// `global_valid_tokens` <= 0 means "count them here" (single data-parallel rank).
+/// `global_valid_tokens` <= 0 means "count them here" (single data-parallel rank); `loss` (default
+/// cross_entropy_sum) sums the token losses of one microbatch.
 ForwardBackwardResult forward_backward(const std::function<at::Tensor(const at::Tensor&)>& forward,
                                        const std::vector<Microbatch>& microbatches, const at::Device& device,
-                                       int64_t global_valid_tokens = 0, bool cuda_bf16_autocast = false);
+                                       int64_t global_valid_tokens = 0, bool cuda_bf16_autocast = false,
+                                       const LossFn& loss = {});
 
 }  // namespace titan

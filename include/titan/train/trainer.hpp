@@ -17,7 +17,9 @@
 #include <utility>
 
 #include "titan/checkpoint/seed_checkpoint.hpp"
+#include "titan/core/error.hpp"
 #include "titan/core/log.hpp"
+#include "titan/parallel/plan.hpp"
 #include "titan/train/detail/trainer_core.hpp"
 #include "titan/train/model_concept.hpp"
 
@@ -72,7 +74,9 @@ class Trainer {
     core_ = std::make_unique<detail::TrainerCore>(std::move(config), planned->vocab_size());
     core_->seed_for_init();
     model_ = Model::build(core_->config(), 0, core_->device());
-    // Shard first, then initialise: each rank fills only its shard (layout-invariant init).
+    // Shard first (TP, then FSDP on the TP shards), then initialise: each rank fills only its shard
+    // (layout-invariant init).
+    apply_tensor_parallel();
     core_->apply_data_parallel(*model_, data_parallel_units(*model_));
     model_->init_weights();
     auto* raw = model_.get();
@@ -108,6 +112,21 @@ class Trainer {
   detail::TrainerCore& core() { return *core_; }
 
  private:
+  void apply_tensor_parallel() {
+    const ParallelismConfig& p = core_->config().parallelism;
+    if (p.tensor_parallel_degree <= 1) return;
+    if constexpr (requires(const Model& m, const parallel::TensorParallelPlanOptions& o) {
+                    { m.tensor_parallel_plan(int64_t{2}, o) } -> std::same_as<parallel::ParallelPlan>;
+                  }) {
+      core_->apply_tensor_parallel(*model_, model_->tensor_parallel_plan(p.tensor_parallel_degree,
+                                                                         {.loss_parallel = !p.disable_loss_parallel}));
+    } else {
+      throw ConfigError("parallelism.tensor_parallel_degree",
+                        "[titan::Trainer] expected a model with tensor_parallel_plan(degree, options), got one without. "
+                        "Give the model a ParallelPlan (docs/distributed.md) or set tensor_parallel_degree = 1.");
+    }
+  }
+
   std::shared_ptr<Model> model_;
   std::unique_ptr<detail::TrainerCore> core_;
 };

@@ -66,8 +66,8 @@ at::Tensor Llama3::forward(const at::Tensor& tokens) const {
   at::Tensor h = tok_embeddings->forward(tokens);  // (B, S, D)
   for (const auto& layer : layers) h = layer->forward(h, rope_);
   h = norm->forward(h);                             // (B, S, D)
-  const at::Tensor& head = output ? output->weight : tok_embeddings->weight;  // (V, D)
-  return parallel::with_param(head, [&](const at::Tensor& w) { return at::linear(h, w); });  // (B, S, V)
+  if (output) return output->forward(h);  // (B, S, V), or (B, S, V/tp) under loss parallel
+  return parallel::with_param(tok_embeddings->weight, [&](const at::Tensor& w) { return at::linear(h, w); });  // (B, S, V)
 }
 
 void Llama3::init_weights() {

@@ -1,10 +1,17 @@
 // SPDX-License-Identifier: BSD-3-Clause
 #include "titan/models/llama3/parallelize.hpp"
 
+#include "titan/core/error.hpp"
 #include "titan/dist/mesh.hpp"
 #include "titan/models/llama3/model.hpp"
 
 namespace titan::llama3 {
+
+using parallel::ColwiseParallel;
+using parallel::Placement;
+using parallel::PrepareModuleInput;
+using parallel::RowwiseParallel;
+using parallel::SequenceParallel;
 
 std::vector<std::vector<std::string>> data_parallel_units(const Llama3& model) {
   std::vector<std::vector<std::string>> units{{"tok_embeddings"}};
@@ -20,9 +27,49 @@ std::vector<std::vector<std::string>> data_parallel_units(const Llama3& model) {
 
 std::vector<std::vector<std::string>> Llama3::data_parallel_units() const { return llama3::data_parallel_units(*this); }
 
-std::shared_ptr<parallel::DataParallel> parallelize(Llama3& model, const dist::Mesh& mesh,
-                                                    const parallel::DataParallelOptions& options) {
-  return parallel::data_parallelize(model, data_parallel_units(model), mesh, options);
+parallel::ParallelPlan tensor_parallel_plan(const Llama3& model, int64_t degree,
+                                            const parallel::TensorParallelPlanOptions& options) {
+  const Llama3Args& args = model.args();
+  TITAN_CHECK_VALUE(args.n_heads % degree == 0 && args.kv_heads() % degree == 0,
+                    "[titan::llama3::tensor_parallel_plan] expected n_heads ({}) and n_kv_heads ({}) divisible by the "
+                    "tensor-parallel degree {} (path layers.*.attention). Choose a degree that divides both.",
+                    args.n_heads, args.kv_heads(), degree);
+  TITAN_CHECK_NOT_IMPLEMENTED(model.output != nullptr, "[titan::llama3::tensor_parallel_plan] expected an untied output "
+                              "layer, got tie_word_embeddings = true. Tied embeddings under TP are not supported yet.");
+  const bool sp = options.sequence_parallel;
+  // Between blocks activations are sequence-sharded (SP) or replicated; inside attention and the
+  // feed-forward they are replicated over the sequence and sharded over heads / hidden features.
+  const Placement between = sp ? Placement::shard(1) : Placement::replicate();
+  parallel::ParallelPlan plan;
+  plan.add("tok_embeddings", RowwiseParallel{.input_layout = Placement::replicate(), .output_layout = between});
+  for (size_t i = 0; i < model.layers.size(); ++i) {
+    const std::string block = "layers." + std::to_string(i);
+    if (sp) plan.add(block + ".attention_norm", SequenceParallel{});
+    plan.add(block + ".attention", PrepareModuleInput{.input_layout = between, .desired_input_layout = Placement::replicate()});
+    for (const char* w : {".attention.wq", ".attention.wk", ".attention.wv"}) plan.add(block + w, ColwiseParallel{});
+    plan.add(block + ".attention.wo", RowwiseParallel{.output_layout = between});
+    if (sp) plan.add(block + ".ffn_norm", SequenceParallel{});
+    plan.add(block + ".feed_forward", PrepareModuleInput{.input_layout = between, .desired_input_layout = Placement::replicate()});
+    for (const char* w : {".feed_forward.w1", ".feed_forward.w3"}) plan.add(block + w, ColwiseParallel{});
+    plan.add(block + ".feed_forward.w2", RowwiseParallel{.output_layout = between});
+  }
+  if (sp) plan.add("norm", SequenceParallel{});
+  plan.add("output", ColwiseParallel{.input_layout = between,
+                                     .output_layout = options.loss_parallel ? Placement::shard(-1) : Placement::replicate(),
+                                     .loss_parallel = options.loss_parallel});
+  return plan;
+}
+
+parallel::ParallelPlan Llama3::tensor_parallel_plan(int64_t degree, const parallel::TensorParallelPlanOptions& options) const {
+  return llama3::tensor_parallel_plan(*this, degree, options);
+}
+
+Parallelized parallelize(Llama3& model, const dist::Mesh& mesh, const ParallelizeOptions& options) {
+  Parallelized out;
+  const int64_t tp = mesh.size("tp");
+  if (tp > 1) out.tp = parallel::parallelize_module(model, mesh, tensor_parallel_plan(model, tp, options.tensor_parallel));
+  out.dp = parallel::data_parallelize(model, data_parallel_units(model), mesh, options.data_parallel);
+  return out;
 }
 
 }  // namespace titan::llama3

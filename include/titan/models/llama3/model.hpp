@@ -12,6 +12,7 @@
 #include "titan/nn/attention.hpp"
 #include "titan/nn/layers.hpp"
 #include "titan/nn/rope.hpp"
+#include "titan/parallel/plan.hpp"
 
 namespace titan {
 struct JobConfig;
@@ -59,6 +60,8 @@ class Llama3 : public torch::nn::Module {
   int64_t num_flops_per_token(int64_t seq_len) const;
   /// FSDP units in forward order (see models/llama3/parallelize.hpp).
   std::vector<std::vector<std::string>> data_parallel_units() const;
+  /// torchtitan's tensor-parallel plan for `degree` ranks (see models/llama3/parallelize.hpp).
+  parallel::ParallelPlan tensor_parallel_plan(int64_t degree, const parallel::TensorParallelPlanOptions& options = {}) const;
 
   /// Maps this model to and from Hugging Face LlamaForCausalLM weights (see hf_adapter.hpp).
   std::shared_ptr<const checkpoint::HfAdapter> hf_adapter() const;

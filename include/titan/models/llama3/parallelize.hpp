@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: BSD-3-Clause
-// How Llama 3 is parallelized: its FSDP/HSDP/DDP units (torchtitan's: the embeddings, each
-// transformer block, final norm + output together, the root) and the application of the
-// data-parallel axes. Tensor parallelism joins here when its plan lands.
+// How Llama 3 is parallelized, in torchtitan's order: tensor (+ sequence, loss) parallelism over tp
+// with torchtitan's plan, then FSDP/HSDP/DDP over the data-parallel axes, whose units are the
+// embeddings, each transformer block, final norm + output together and the root.
 #pragma once
 
 #include <memory>
@@ -9,6 +9,8 @@
 #include <vector>
 
 #include "titan/parallel/data_parallel.hpp"
+#include "titan/parallel/plan.hpp"
+#include "titan/parallel/tensor_parallel.hpp"
 
 namespace titan::dist {
 class Mesh;
@@ -21,8 +23,26 @@ class Llama3;
 /// Module paths of each data-parallel unit, in forward order.
 std::vector<std::vector<std::string>> data_parallel_units(const Llama3& model);
 
-/// Applies FSDP/HSDP/DDP as the mesh asks (nullptr when it has no data-parallel axis).
-std::shared_ptr<parallel::DataParallel> parallelize(Llama3& model, const dist::Mesh& mesh,
-                                                    const parallel::DataParallelOptions& options = {});
+/// torchtitan's TP plan (see docs/distributed.md): attention wq/wk/wv and feed-forward w1/w3
+/// colwise, wo and w2 rowwise, embedding vocab-parallel, output colwise (vocab-sharded logits under
+/// loss parallel), norms sequence-parallel. Checks that `degree` divides the heads and kv heads.
+parallel::ParallelPlan tensor_parallel_plan(const Llama3& model, int64_t degree,
+                                            const parallel::TensorParallelPlanOptions& options = {});
+
+struct ParallelizeOptions {
+  /// Sequence and loss parallelism under TP.
+  parallel::TensorParallelPlanOptions tensor_parallel{};
+  /// FSDP/HSDP/DDP options.
+  parallel::DataParallelOptions data_parallel{};
+};
+
+/// What was applied; keep it alive as long as the model.
+struct Parallelized {
+  std::shared_ptr<parallel::TensorParallel> tp;  ///< null without a tp axis
+  std::shared_ptr<parallel::DataParallel> dp;    ///< null without data-parallel axes (destroyed before tp)
+};
+
+/// Applies TP (mesh tp > 1), then FSDP/HSDP/DDP as the mesh asks.
+Parallelized parallelize(Llama3& model, const dist::Mesh& mesh, const ParallelizeOptions& options = {});
 
 }  // namespace titan::llama3

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "titan/core/config.hpp"
+#include "titan/train/loss.hpp"
 
 namespace titan {
 class AdamW;
@@ -27,6 +28,8 @@ class Mesh;
 }
 namespace parallel {
 class DataParallel;
+class TensorParallel;
+struct ParallelPlan;
 }
 namespace checkpoint {
 class Checkpointer;
@@ -72,6 +75,9 @@ class TrainerCore {
   /// Applies FSDP/HSDP/DDP over the mesh's data-parallel axes, `units` being the module paths of each
   /// FSDP unit in forward order. Call before init_weights (ranks then fill only their shards).
   void apply_data_parallel(torch::nn::Module& model, const std::vector<std::vector<std::string>>& units);
+  /// Applies the model's tensor-parallel plan over the mesh's tp axis (call before
+  /// apply_data_parallel: FSDP then shards the tp shards).
+  void apply_tensor_parallel(torch::nn::Module& model, const parallel::ParallelPlan& plan);
   /// Takes the model and builds optimizer, LR schedule and metrics around it.
   void attach_model(ModelHandle model);
 
@@ -104,7 +110,9 @@ class TrainerCore {
   at::Device device_ = at::kCPU;
   int64_t seed_ = 0;
   std::unique_ptr<dist::Mesh> mesh_;
-  std::shared_ptr<parallel::DataParallel> data_parallel_;
+  std::shared_ptr<parallel::TensorParallel> tensor_parallel_;
+  std::shared_ptr<parallel::DataParallel> data_parallel_;  // declared after tp: destroyed first
+  LossFn loss_;  // empty: cross_entropy_sum
   int64_t dp_degree_ = 1;
   int64_t dp_rank_ = 0;
   int64_t grad_accum_steps_ = 1;

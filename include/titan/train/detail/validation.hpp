@@ -10,6 +10,7 @@
 #include <memory>
 
 #include "titan/core/config.hpp"
+#include "titan/train/loss.hpp"
 
 namespace titan {
 namespace data {
@@ -33,7 +34,8 @@ class Validator {
   /// True when step `step` ends with a validation run.
   bool due(int64_t step) const;
   /// Runs the validation set from its start (one pass, at most validation.steps batches).
-  ValidationResult run(const std::function<at::Tensor(const at::Tensor&)>& forward, const at::Device& device) const;
+  ValidationResult run(const std::function<at::Tensor(const at::Tensor&)>& forward, const at::Device& device,
+                       const LossFn& loss) const;
 
  private:
   JobConfig config_;

@@ -1,0 +1,49 @@
+// SPDX-License-Identifier: BSD-3-Clause
+// The point where a parallel style meets a module's forward. Tensor parallelism changes what goes
+// into and comes out of a module (gather the sequence, reduce a partial sum, mask a vocabulary
+// shard); the module's own math stays as written. titan's layers (Linear, Embedding, RMSNorm,
+// Attention, FeedForward) run their forward through module_call(); a user's module that a
+// ParallelPlan names does the same:
+//
+//   at::Tensor MyBlock::forward(const at::Tensor& x) const {
+//     return titan::parallel::module_call(*this, x, [&](const at::Tensor& in) { return proj->forward(in); });
+//   }
+//
+// With no style applied anywhere it is one relaxed atomic load and a direct call.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+#include <c10/util/FunctionRef.h>
+
+#include <atomic>
+#include <memory>
+
+namespace torch::nn {
+class Module;
+}
+
+namespace titan::parallel {
+
+namespace detail {
+/// What a style does around a module's forward.
+struct ModuleHook {
+  virtual ~ModuleHook() = default;
+  /// Redistributes x, runs the module's math (inner) and redistributes its output.
+  virtual at::Tensor call(const at::Tensor& x, c10::function_ref<at::Tensor(const at::Tensor&)> inner) const = 0;
+};
+extern std::atomic<int64_t> hooked_modules;
+const ModuleHook* find_module_hook(const torch::nn::Module* module);
+void set_module_hook(const torch::nn::Module* module, std::shared_ptr<const ModuleHook> hook);
+void remove_module_hook(const torch::nn::Module* module);
+}  // namespace detail
+
+/// Runs f(x) as module's forward under the style applied to module (if any).
+template <class F>
+at::Tensor module_call(const torch::nn::Module& module, const at::Tensor& x, F&& f) {
+  if (detail::hooked_modules.load(std::memory_order_relaxed) == 0) return f(x);
+  const detail::ModuleHook* hook = detail::find_module_hook(&module);
+  if (hook == nullptr) return f(x);
+  return hook->call(x, f);
+}
+
+}  // namespace titan::parallel

@@ -1,0 +1,187 @@
+// SPDX-License-Identifier: BSD-3-Clause
+#include "tp_styles.hpp"
+
+#include <ATen/ATen.h>
+#include <c10/core/GradMode.h>
+#include <torch/nn/module.h>
+
+#include <algorithm>
+
+#include "binding.hpp"
+#include "titan/core/error.hpp"
+#include "titan/dist/functional.hpp"
+#include "titan/nn/layers.hpp"
+
+namespace titan::parallel::detail {
+namespace {
+
+using Kind = Placement::Kind;
+
+// Inputs a PrepareModuleInput has already made replicated for the layers inside its module: their
+// gradient sum is that module's job (a reduce-scatter or all-reduce), so a colwise layer inside
+// must not add its own (DTensor's "input is already a DTensor" case).
+thread_local std::vector<const c10::TensorImpl*> prepared_inputs;
+
+struct PreparedScope {
+  explicit PreparedScope(const at::Tensor& x) { prepared_inputs.push_back(x.unsafeGetTensorImpl()); }
+  ~PreparedScope() { prepared_inputs.pop_back(); }
+  PreparedScope(const PreparedScope&) = delete;
+  PreparedScope& operator=(const PreparedScope&) = delete;
+};
+
+bool is_prepared(const at::Tensor& x) {
+  return std::find(prepared_inputs.begin(), prepared_inputs.end(), x.unsafeGetTensorImpl()) != prepared_inputs.end();
+}
+
+// Replaces param's data by its chunk along dim and records where it lies.
+void shard_param(const std::string& fqn, at::Tensor& param, int64_t dim, const TpContext& ctx) {
+  TITAN_CHECK_VALUE(find_binding(param) == nullptr, "[titan::parallel::parallelize_module] expected '{}' to be sharded "
+                    "once, got a second style for it (a tied or shared weight?). Give it one style.", fqn);
+  const int64_t n = ctx.group.size();
+  const int64_t chunk = param.size(dim) / n;
+  ShardedParam info{.fqn = fqn, .global_shape = param.sizes().vec(), .placements = {{ctx.axis, Placement::shard(dim)}}};
+  info.offset.assign(info.global_shape.size(), 0);
+  info.offset[static_cast<size_t>(dim)] = ctx.group.rank() * chunk;
+  {
+    at::NoGradGuard no_grad;
+    param.set_data(param.narrow(dim, ctx.group.rank() * chunk, chunk).clone(at::MemoryFormat::Contiguous));
+  }
+  info.local_shape = param.sizes().vec();
+  info.local = param;
+  bind_param(param, {.info = std::move(info)});
+}
+
+std::string param_name(const std::string& path, const char* name) { return path.empty() ? name : path + "." + name; }
+
+struct ColwiseHook final : ModuleHook {
+  ColwiseParallel style;
+  dist::ProcessGroup group;
+  ColwiseHook(ColwiseParallel s, dist::ProcessGroup g) : style(s), group(std::move(g)) {}
+
+  at::Tensor call(const at::Tensor& x, c10::function_ref<at::Tensor(const at::Tensor&)> inner) const override {
+    at::Tensor in;  // replicated input, its gradient summed over tp on the way back
+    if (style.input_layout.kind == Kind::kShard) {
+      in = dist::all_gather(x, group, style.input_layout.dim);
+    } else {
+      in = is_prepared(x) ? x : dist::copy_to_group(x, group);
+    }
+    at::Tensor y = inner(in);  // (..., out/tp)
+    return style.output_layout.kind == Kind::kReplicate ? dist::gather_to_replicate(y, group, -1) : y;
+  }
+};
+
+struct RowwiseHook final : ModuleHook {
+  RowwiseParallel style;
+  dist::ProcessGroup group;
+  int64_t vocab_begin = -1;  // an Embedding's shard [vocab_begin, vocab_end); -1 for a Linear
+  int64_t vocab_end = -1;
+  RowwiseHook(RowwiseParallel s, dist::ProcessGroup g) : style(s), group(std::move(g)) {}
+
+  at::Tensor call(const at::Tensor& x, c10::function_ref<at::Tensor(const at::Tensor&)> inner) const override {
+    at::Tensor partial;  // this rank's term of the output sum
+    if (vocab_begin >= 0) {
+      // Tokens outside this rank's rows look up row 0 and are zeroed: the sum over ranks is the lookup.
+      const at::Tensor outside = x.lt(vocab_begin).logical_or_(x.ge(vocab_end));  // (B, S) bool
+      partial = inner((x - vocab_begin).masked_fill_(outside, 0)).masked_fill(outside.unsqueeze(-1), 0.0);
+    } else {
+      partial = inner(style.input_layout.kind == Kind::kReplicate ? dist::split_to_shard(x, group, -1) : x);
+    }
+    return style.output_layout.kind == Kind::kShard ? dist::reduce_scatter(partial, group, style.output_layout.dim)
+                                                    : dist::all_reduce(partial, group);
+  }
+};
+
+struct PrepareInputHook final : ModuleHook {
+  PrepareModuleInput style;
+  dist::ProcessGroup group;
+  PrepareInputHook(PrepareModuleInput s, dist::ProcessGroup g) : style(s), group(std::move(g)) {}
+
+  at::Tensor call(const at::Tensor& x, c10::function_ref<at::Tensor(const at::Tensor&)> inner) const override {
+    if (style.desired_input_layout.kind == Kind::kShard) return inner(dist::split_to_shard(x, group, style.desired_input_layout.dim));
+    const at::Tensor in = style.input_layout.kind == Kind::kShard ? dist::all_gather(x, group, style.input_layout.dim)
+                                                                  : dist::copy_to_group(x, group);
+    PreparedScope scope(in);
+    return inner(in);
+  }
+};
+
+void check_layout(const std::string& path, const char* what, const Placement& layout) {
+  TITAN_CHECK_VALUE(layout.kind != Kind::kPartial, "[titan::parallel::ParallelPlan] expected '{}' {} Replicate() or "
+                    "Shard(d), got Partial(). Partial sums only arise inside a style.", path, what);
+}
+
+}  // namespace
+
+void check_style(const std::string& path, const torch::nn::Module& module, const ParallelStyle& style, int64_t degree) {
+  const auto* linear = dynamic_cast<const nn::Linear*>(&module);
+  const auto* embedding = dynamic_cast<const nn::Embedding*>(&module);
+  auto divides = [&](const at::Tensor& w, int64_t dim, const char* what) {
+    TITAN_CHECK_VALUE(w.size(dim) % degree == 0, "[titan::parallel::ParallelPlan] expected '{}' {} ({}) divisible by the "
+                      "tensor-parallel degree {}, got a remainder of {}. Change parallelism.tensor_parallel_degree or "
+                      "the model's dimensions.", path, what, w.size(dim), degree, w.size(dim) % degree);
+  };
+  if (const auto* s = std::get_if<ColwiseParallel>(&style)) {
+    TITAN_CHECK_VALUE(linear != nullptr, "[titan::parallel::ParallelPlan] expected '{}' (ColwiseParallel) to be a "
+                      "titan::nn::Linear, got {}.", path, module.name());
+    check_layout(path, "input_layout", s->input_layout);
+    check_layout(path, "output_layout", s->output_layout);
+    TITAN_CHECK_VALUE(!s->loss_parallel || s->output_layout.kind == Kind::kShard,
+                      "[titan::parallel::ParallelPlan] expected '{}' with loss_parallel to keep output_layout Shard(-1), "
+                      "got Replicate().", path);
+    divides(linear->weight, 0, "output features");
+  } else if (const auto* r = std::get_if<RowwiseParallel>(&style)) {
+    TITAN_CHECK_VALUE(linear != nullptr || embedding != nullptr, "[titan::parallel::ParallelPlan] expected '{}' "
+                      "(RowwiseParallel) to be a titan::nn::Linear or Embedding, got {}.", path, module.name());
+    check_layout(path, "input_layout", r->input_layout);
+    check_layout(path, "output_layout", r->output_layout);
+    if (linear) divides(linear->weight, 1, "input features");
+    if (embedding) divides(embedding->weight, 0, "vocabulary");
+  } else if (const auto* p = std::get_if<PrepareModuleInput>(&style)) {
+    check_layout(path, "input_layout", p->input_layout);
+    check_layout(path, "desired_input_layout", p->desired_input_layout);
+  }
+}
+
+AppliedStyle apply_style(const std::string& path, torch::nn::Module& module, const ParallelStyle& style,
+                         const TpContext& ctx) {
+  AppliedStyle applied;
+  if (const auto* s = std::get_if<ColwiseParallel>(&style)) {
+    auto& linear = dynamic_cast<nn::Linear&>(module);
+    shard_param(param_name(path, "weight"), linear.weight, 0, ctx);
+    applied.params.push_back(linear.weight);
+    applied.hook = std::make_shared<ColwiseHook>(*s, ctx.group);
+    applied.loss_parallel = s->loss_parallel;
+  } else if (const auto* r = std::get_if<RowwiseParallel>(&style)) {
+    auto hook = std::make_shared<RowwiseHook>(*r, ctx.group);
+    if (auto* embedding = dynamic_cast<nn::Embedding*>(&module)) {
+      shard_param(param_name(path, "weight"), embedding->weight, 0, ctx);
+      applied.params.push_back(embedding->weight);
+      hook->vocab_begin = sharded_param(embedding->weight)->offset[0];
+      hook->vocab_end = hook->vocab_begin + embedding->weight.size(0);
+    } else {
+      auto& linear = dynamic_cast<nn::Linear&>(module);
+      shard_param(param_name(path, "weight"), linear.weight, 1, ctx);
+      applied.params.push_back(linear.weight);
+    }
+    applied.hook = std::move(hook);
+  } else if (std::holds_alternative<SequenceParallel>(style)) {
+    // Each rank sees only its sequence chunk, so each weight gradient is a partial sum.
+    for (auto& item : module.named_parameters(/*recurse=*/true)) {
+      const std::string fqn = param_name(path, item.key().c_str());
+      TITAN_CHECK_VALUE(find_binding(item.value()) == nullptr, "[titan::parallel::parallelize_module] expected '{}' "
+                        "to get one style, got a second.", fqn);
+      ShardedParam info{.fqn = fqn, .global_shape = item.value().sizes().vec(), .local = item.value()};
+      info.offset.assign(info.global_shape.size(), 0);
+      info.local_shape = info.global_shape;
+      dist::ProcessGroup group = ctx.group;
+      bind_param(item.value(), {.info = std::move(info),
+                                .transform = [group](const at::Tensor& w) { return dist::copy_to_group(w, group); }});
+      applied.params.push_back(item.value());
+    }
+  } else if (const auto* p = std::get_if<PrepareModuleInput>(&style)) {
+    applied.hook = std::make_shared<PrepareInputHook>(*p, ctx.group);
+  }
+  return applied;
+}
+
+}  // namespace titan::parallel::detail

@@ -1,0 +1,34 @@
+// SPDX-License-Identifier: BSD-3-Clause
+// Private: what each ParallelStyle does to the module it names — shard (bind) its parameters over
+// tp and install the hook that redistributes its input and output.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "titan/dist/process_group.hpp"
+#include "titan/parallel/module_hooks.hpp"
+#include "titan/parallel/plan.hpp"
+
+namespace titan::parallel::detail {
+
+struct TpContext {
+  std::string axis;           // mesh axis name, recorded in the ShardedParams
+  dist::ProcessGroup group = dist::ProcessGroup::single("tp");  // the tp group
+};
+
+/// What applying one style produced.
+struct AppliedStyle {
+  std::shared_ptr<const ModuleHook> hook;  // null: nothing around the forward
+  std::vector<at::Tensor> params;          // parameters it bound (unbound on teardown)
+  bool loss_parallel = false;              // the module's output is the vocab-sharded logits
+};
+
+/// Checks that style fits module (path names it in errors); degree = tp size.
+void check_style(const std::string& path, const torch::nn::Module& module, const ParallelStyle& style, int64_t degree);
+
+/// Shards module's parameters and builds its hook.
+AppliedStyle apply_style(const std::string& path, torch::nn::Module& module, const ParallelStyle& style,
+                         const TpContext& ctx);
+
+}  // namespace titan::parallel::detail

@@ -1,0 +1,57 @@
+// SPDX-License-Identifier: BSD-3-Clause
+// Parallel layouts (FSDP, HSDP, DDP, TP, 2-D) against one rank: same seed (layout-invariant init),
+// same global batches, 20 steps of debugmodel on Gloo with ranks as threads. Tolerance: fp32 sums
+// are reordered (each rank
+// sums its tokens, the collective sums ranks), ~1e-7 relative per reduction, which AdamW's division
+// by sqrt(v) amplifies on elements whose gradient is near rounding level (their update is
+// lr * m / sqrt(v), whatever the gradient's size). We require 1e-5 relative on losses and grad norms
+// and, on the final weights, 1e-4 relative plus 2e-5 absolute (2% of one step's lr; measured max
+// 3e-6 for FSDP 2, 1.2e-5 for HSDP 2x2 whose gradients go through two reductions).
+// TP adds the same kind of reordering (row-parallel partial sums are added by the all-reduce), so
+// it gets the same tolerances.
+#pragma once
+
+#include <mutex>
+
+#include "parity_util.hpp"
+#include "test_util.hpp"
+#include "titan/dist/local_ranks.hpp"
+
+namespace titan::test {
+
+inline const dist::MeshOptions kFast{.init_timeout = std::chrono::seconds(120), .timeout = std::chrono::seconds(120)};
+
+inline const ParityResult& single_rank() {
+  static const ParityResult result = train_parity(dist::Mesh(), {});
+  return result;
+}
+
+inline void check_parity(const dist::MeshShape& shape, const ParityRun& run = {}) {
+  const ParityResult& ref = single_rank();
+  std::mutex mutex;
+  std::vector<ParityResult> results(static_cast<size_t>(shape.world_size()));
+  dist::run_local_ranks(shape.world_size(), [&](int64_t rank, const dist::Store& store) {
+    const dist::Mesh mesh(shape, rank, store, kFast);
+    ParityResult r = train_parity(mesh, run);
+    std::lock_guard lock(mutex);
+    results[static_cast<size_t>(rank)] = std::move(r);
+  });
+  for (size_t rank = 0; rank < results.size(); ++rank) {
+    const auto& r = results[rank];
+    INFO(shape.describe() << " rank " << rank);
+    REQUIRE(r.losses.size() == ref.losses.size());
+    for (size_t s = 0; s < r.losses.size(); ++s) {
+      INFO("step " << s + 1 << " loss " << r.losses[s] << " vs " << ref.losses[s]);
+      CHECK(r.losses[s] == Approx(ref.losses[s]).epsilon(1e-5));
+      CHECK(r.grad_norms[s] == Approx(ref.grad_norms[s]).epsilon(1e-5));
+    }
+    REQUIRE(r.weights.size() == ref.weights.size());
+    for (size_t i = 0; i < r.weights.size(); ++i) {
+      INFO("parameter " << i << " max abs diff " << (r.weights[i] - ref.weights[i]).abs().max().item<double>());
+      CHECK(at::allclose(r.weights[i], ref.weights[i], 1e-4, 2e-5));
+    }
+  }
+  CHECK(ref.losses.back() < ref.losses.front() - 0.5);  // it really trained
+}
+
+}  // namespace titan::test
