@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: BSD-3-Clause
 // Checkpoints through the bundled trainer as real processes: exact resume (bitwise losses), resharding
-// onto other layouts (FSDP 4 -> FSDP 2 and one process) with the data stream continuing where it
-// stopped, and a rank killed during an async save leaving the previous checkpoint loadable.
+// onto other layouts (FSDP 4 -> FSDP 2 and one process; FSDP 2 x TP 2 -> TP 2 and one process) with
+// the data stream continuing where it stopped, and a rank killed during an async save leaving the
+// previous checkpoint loadable.
 #include <nlohmann/json.hpp>
 
 #include <dirent.h>
@@ -81,42 +82,73 @@ TEST_CASE("exact resume: 40 steps equal 20 then a new process resuming for 20 bi
   }
 }
 
-TEST_CASE("an FSDP 4 checkpoint resumes on FSDP 2 and on one process", "[checkpoint][reshard][launch][train]") {
-  TITAN_REQUIRE_SHARED_DATA();
-  TempDir original, fsdp2, single;
+namespace {
+
+// One layout: processes, local batch (global batch 8 everywhere) and its parallelism flags.
+struct Layout {
+  std::string name;
+  int64_t nproc = 1;
+  int64_t local_batch = 8;
+  std::vector<std::string> flags{};
+};
+
+// Trains 8 steps on `from`, saving at step 4 and 8; then each layout in `to` resumes from the step-4
+// checkpoint: its steps 5-8 must match the original's losses, and its loader must end where the
+// original's did.
+void check_reshard(const Layout& from, const std::vector<Layout>& to) {
   const std::vector<std::string> save = {"--checkpoint.enable", "true", "--checkpoint.interval", "4",
                                          "--checkpoint.last_save_model_only", "false", "--checkpoint.keep_latest_k", "0"};
-  // Global batch 8 on every layout: 4 x 2, 2 x 4, 1 x 8.
-  Subprocess four(titan_run(4, concat(concat(trainer_args(original.path, 8, 2), save),
-                                      {"--parallelism.data_parallel_shard_degree", "4"})));
-  require_exit(four, 0, 600);
+  auto run = [&](const Layout& layout, const fs::path& dump, const std::vector<std::string>& extra) {
+    auto args = concat(concat(concat(trainer_args(dump, 8, layout.local_batch), save), layout.flags), extra);
+    Subprocess p(layout.nproc > 1 ? titan_run(layout.nproc, args) : args, kSingle);
+    require_exit(p, 0, 600);
+    return p.output();
+  };
+  TempDir original;
+  run(from, original.path, {});
   const fs::path step4 = original.path / "checkpoint" / "step-4";
   REQUIRE_FALSE(titan::checkpoint::check_complete(step4));
-  CHECK(index_of(step4).at("files").size() == 4);
-  const auto from = concat(save, {"--checkpoint.initial_load_path", step4.string(),
-                                  "--checkpoint.initial_load_model_only", "false"});
-  Subprocess two(titan_run(2, concat(concat(trainer_args(fsdp2.path, 8, 4), from),
-                                     {"--parallelism.data_parallel_shard_degree", "2"})));
-  require_exit(two, 0, 600);
-  Subprocess one(concat(trainer_args(single.path, 8, 8), from), kSingle);
-  require_exit(one, 0, 600);
-  CHECK_THAT(one.output(), Catch::Contains("Resuming at step 5"));
-
+  CHECK(index_of(step4).at("files").size() == static_cast<size_t>(from.nproc));
   const auto want = losses(original.path);
   const nlohmann::json stream = index_of(original.path / "checkpoint" / "step-8").at("values").at("dataloader");
-  for (const auto& [name, dump] : {std::pair{"FSDP 2", &fsdp2.path}, {"one process", &single.path}}) {
-    INFO(name);
-    const auto got = losses(*dump);
+  for (const Layout& layout : to) {
+    INFO(from.name << " -> " << layout.name);
+    TempDir dump;
+    const std::string output = run(layout, dump.path, {"--checkpoint.initial_load_path", step4.string(),
+                                                       "--checkpoint.initial_load_model_only", "false"});
+    CHECK_THAT(output, Catch::Contains("Resuming at step 5"));
+    const auto got = losses(dump.path);
     REQUIRE(got.size() == 4);
     for (int64_t step = 5; step <= 8; ++step) {
       INFO("step " << step);
-      // The same 8 sequences per step from the same weights and moments, summed in another grouping:
-      // fp32 reduction-order differences (~1e-7 relative) carried through 4 Adam steps stay below 1e-5.
+      // The same 8 sequences per step from the same weights and moments, reduced in another order
+      // (other shard sums, TP partial sums): fp32 differences of ~1e-7 relative carried through 4
+      // Adam steps; 1e-5 relative bounds them and still fails on any wrong weight or window.
       CHECK(got.at(step) == Approx(want.at(step)).epsilon(1e-5));
     }
     // The loader ends where the original's did: no window repeated or skipped on the way.
-    CHECK(index_of(*dump / "checkpoint" / "step-8").at("values").at("dataloader") == stream);
+    CHECK(index_of(dump.path / "checkpoint" / "step-8").at("values").at("dataloader") == stream);
   }
+}
+
+const Layout kSingleLayout{.name = "one process", .nproc = 1, .local_batch = 8, .flags = {}};
+
+}  // namespace
+
+TEST_CASE("an FSDP 4 checkpoint resumes on FSDP 2 and on one process", "[checkpoint][reshard][launch][train]") {
+  TITAN_REQUIRE_SHARED_DATA();
+  check_reshard({.name = "FSDP 4", .nproc = 4, .local_batch = 2, .flags = {"--parallelism.data_parallel_shard_degree", "4"}},
+                {{.name = "FSDP 2", .nproc = 2, .local_batch = 4, .flags = {"--parallelism.data_parallel_shard_degree", "2"}},
+                 kSingleLayout});
+}
+
+TEST_CASE("an FSDP 2 x TP 2 checkpoint resumes on TP 2 and on one process", "[checkpoint][reshard][tp][launch][train]") {
+  TITAN_REQUIRE_SHARED_DATA();
+  check_reshard({.name = "FSDP 2 x TP 2", .nproc = 4, .local_batch = 4,
+                 .flags = {"--parallelism.data_parallel_shard_degree", "2", "--parallelism.tensor_parallel_degree", "2"}},
+                {{.name = "TP 2", .nproc = 2, .local_batch = 8,
+                  .flags = {"--parallelism.data_parallel_shard_degree", "1", "--parallelism.tensor_parallel_degree", "2"}},
+                 kSingleLayout});
 }
 
 namespace {
