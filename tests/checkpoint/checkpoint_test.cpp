@@ -242,3 +242,20 @@ TEST_CASE("the last save holds the model only in export_dtype", "[checkpoint][po
   CHECK(at::equal(into.weight, toy.weight));  // 3.0 is exact in bfloat16
   CHECK(into.moment.abs().sum().item<float>() == 0.0f);
 }
+
+TEST_CASE("exclude_from_loading leaves the excluded groups untouched", "[checkpoint][policy]") {
+  test::TempDir dir;
+  const dist::Mesh mesh;
+  ToyState toy;
+  toy.set(5);
+  checkpoint::Checkpointer(policy(0, "disabled"), dir.path, mesh).save(5, toy.state(), /*last=*/false);
+  CheckpointConfig c = policy(0, "disabled");
+  c.exclude_from_loading = {"optimizer", "dataloader"};
+  ToyState into;
+  checkpoint::State state = into.state();
+  const auto values = checkpoint::Checkpointer(c, dir.path, mesh).load(state);
+  REQUIRE(values);
+  CHECK(at::equal(into.weight, toy.weight));
+  CHECK(into.moment.abs().sum().item<float>() == 0.0f);
+  CHECK_FALSE(values->contains("dataloader"));
+}
