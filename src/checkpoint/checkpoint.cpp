@@ -120,8 +120,9 @@ State stage(const State& state, at::ScalarType model_dtype) {
     at::Tensor t = st.tensor.detach();
     for (size_t d = 0; d < st.local_shape.size(); ++d) t = t.narrow(static_cast<int64_t>(d), 0, st.local_shape[d]);
     const at::ScalarType dtype = group_of(st.key) == "model" ? model_dtype : t.scalar_type();
-    // A fresh host tensor, never a view: training goes on changing the original.
-    at::Tensor host = at::empty(t.sizes(), at::TensorOptions().dtype(dtype));
+    // A fresh host tensor, never a view: training goes on changing the original. Pinned when the
+    // source is on a GPU, so the device-to-host copy runs at full bus speed.
+    at::Tensor host = at::empty(t.sizes(), at::TensorOptions().dtype(dtype).pinned_memory(t.is_cuda()));
     host.copy_(t);
     copy.tensor = host;
     staged.tensors.push_back(std::move(copy));

@@ -4,6 +4,7 @@
 // the same logits, directly and through titan-convert; a trained titan model exported at the end of
 // training gives transformers titan's logits.
 #include <ATen/ATen.h>
+#include <ATen/CPUGeneratorImpl.h>
 #include <fmt/format.h>
 
 #include "dist/subprocess.hpp"

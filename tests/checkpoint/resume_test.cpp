@@ -3,9 +3,11 @@
 // onto other layouts (FSDP 4 -> FSDP 2 and one process; FSDP 2 x TP 2 -> TP 2 and one process) with
 // the data stream continuing where it stopped, and a rank killed during an async save leaving the
 // previous checkpoint loadable.
+#include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include <dirent.h>
+#include <signal.h>
 
 #include <fstream>
 #include <map>
