@@ -45,6 +45,7 @@ struct Checkpointer::Impl {
   std::thread writer{};  // the in-flight async save
   std::thread purger{};  // the in-flight deletion of old checkpoints (rank 0)
   std::exception_ptr error{};
+  std::shared_ptr<const State> buffers{};  // the last staged state: its tensors are reused once written
   std::atomic<bool> cancel{false};
 
   // Deletes all but the newest keep_latest_k complete checkpoints, and temporary folders of saves
@@ -140,13 +141,14 @@ void Checkpointer::save(int64_t step, const State& state, bool last) {
   }
   m.mesh.group("world").barrier();  // the folder exists (and is empty) before anyone writes
   const auto start = std::chrono::steady_clock::now();
-  State staged = stage(selected, dtype);
+  auto staged = std::make_shared<const State>(stage(selected, dtype, m.buffers.get()));
+  m.buffers = staged;
   const double stage_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   const int64_t rank = m.mesh.rank(), world = m.mesh.world_size();
   const bool async = c.async_mode != "disabled" && !last;
-  auto write = [&m, tmp, folder, rank, world, step, async, staged = std::move(staged)]() {
+  auto write = [&m, tmp, folder, rank, world, step, async, staged]() {
     injected_write_delay();
-    write_rank_part(tmp, rank, staged);
+    write_rank_part(tmp, rank, *staged);
     if (rank != 0) return;
     if (!commit(tmp, folder, world, step, m.commit_timeout_s, &m.cancel)) {
       log::warn("Checkpoint step {} was not completed (a rank's part never arrived); {} is left incomplete and will "

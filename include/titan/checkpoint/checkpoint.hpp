@@ -66,8 +66,9 @@ void add_optimizer(State& state, const std::vector<std::string>& names, const Ad
 std::string group_of(const std::string& key);
 
 /// A host copy of what this rank writes (owned tensors only, padding dropped, model tensors cast to
-/// model_dtype): afterwards training may change the originals while the copy is written.
-State stage(const State& state, at::ScalarType model_dtype);
+/// model_dtype): afterwards training may change the originals while the copy is written. `reuse`,
+/// a previous stage() result no longer being written, lends its buffers where they fit.
+State stage(const State& state, at::ScalarType model_dtype, const State* reuse = nullptr);
 
 /// Writes this rank's part of a staged state into `tmp_folder` (rank-R.safetensors + rank-R.json).
 void write_rank_part(const std::filesystem::path& tmp_folder, int64_t rank, const State& staged);
