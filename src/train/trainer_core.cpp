@@ -181,6 +181,8 @@ void TrainerCore::attach_model(ModelHandle model) {
   metrics_ = std::make_unique<MetricsProcessor>(MetricsProcessor::Options{
       .flops_per_token = model_.flops_per_token,
       .peak_flops = peak.flops,
+      // torchtitan's per-device tps: a batch is shared by the cp * tp * pp ranks that process it.
+      .non_data_parallel_size = mesh_->size("tp") * mesh_->size("cp") * mesh_->size("pp"),
       .device = device_,
       .jsonl_path = config_.metrics.enable_jsonl && mesh_->rank() == 0 ? run_dir / "metrics.jsonl" : std::filesystem::path(),
       .color = log::color(),
