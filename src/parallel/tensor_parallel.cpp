@@ -83,12 +83,19 @@ TensorParallel::TensorParallel(std::unique_ptr<detail::TensorParallelState> stat
 TensorParallel::~TensorParallel() = default;
 
 std::string TensorParallel::describe() const {
-  return fmt::format("TP({}={}{}{})", state_->ctx.axis, state_->ctx.group.size(),
-                     state_->sequence_parallel ? ", sequence parallel" : "", state_->loss_parallel ? ", loss parallel" : "");
+  return fmt::format("TP({}={}{}{}{})", state_->ctx.axis, state_->ctx.group.size(),
+                     state_->sequence_parallel ? ", sequence parallel" : "", state_->loss_parallel ? ", loss parallel" : "",
+                     state_->ctx.async ? fmt::format(", async x{}", state_->ctx.chunks) : "");
 }
 const ParallelPlan& TensorParallel::plan() const { return state_->plan; }
 int64_t TensorParallel::degree() const { return state_->ctx.group.size(); }
 bool TensorParallel::loss_parallel() const { return state_->loss_parallel; }
+std::vector<TensorParallelEvent> TensorParallel::trace() const {
+  return state_->ctx.trace ? *state_->ctx.trace : std::vector<TensorParallelEvent>{};
+}
+void TensorParallel::clear_trace() {
+  if (state_->ctx.trace) state_->ctx.trace->clear();
+}
 
 at::Tensor TensorParallel::cross_entropy_sum(const at::Tensor& logits, const at::Tensor& labels) const {
   if (!state_->loss_parallel) return titan::cross_entropy_sum(logits, labels);
@@ -103,7 +110,11 @@ std::shared_ptr<TensorParallel> parallelize_module(torch::nn::Module& model, con
   validate_plan(model, plan, group.size());  // nothing is touched unless the whole plan fits
   auto state = std::make_unique<detail::TensorParallelState>();
   state->plan = plan;
-  state->ctx = {.axis = options.axis, .group = group};
+  state->ctx = {.axis = options.axis,
+                .group = group,
+                .async = options.async,
+                .chunks = options.async_chunks,
+                .trace = options.trace ? std::make_shared<std::vector<TensorParallelEvent>>() : nullptr};
   for (const auto& [path, style] : plan.entries) {
     torch::nn::Module& module = find_module(model, path);
     detail::AppliedStyle applied = detail::apply_style(path, module, style, state->ctx);

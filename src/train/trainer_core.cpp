@@ -139,13 +139,10 @@ void TrainerCore::apply_data_parallel(torch::nn::Module& model, const std::vecto
 }
 
 void TrainerCore::apply_tensor_parallel(torch::nn::Module& model, const parallel::ParallelPlan& plan) {
-  tensor_parallel_ = parallel::parallelize_module(model, *mesh_, plan);
+  tensor_parallel_ = parallel::parallelize_module(model, *mesh_, plan,
+                                                  {.async = config_.parallelism.enable_async_tensor_parallel});
   if (!tensor_parallel_) return;
   log::info("Applied {} to the model ({} modules)", tensor_parallel_->describe(), plan.entries.size());
-  if (config_.parallelism.enable_async_tensor_parallel) {
-    log::warn("parallelism.enable_async_tensor_parallel: overlapped (async) TP is not built yet; TP collectives run "
-              "synchronously (same results)");
-  }
   if (tensor_parallel_->loss_parallel()) {
     loss_ = [tp = tensor_parallel_](const at::Tensor& logits, const at::Tensor& labels) {
       return tp->cross_entropy_sum(logits, labels);
