@@ -43,7 +43,9 @@ std::string kind_name(const ParallelStyle& style) {
       style);
 }
 
-torch::nn::Module& find_module(torch::nn::Module& model, const std::string& path) {
+// M: Module or const Module ("" names the root, which named_modules(include_self=false) omits).
+template <class M>
+M& find_module(M& model, const std::string& path) {
   if (path.empty()) return model;
   const auto modules = model.named_modules("", /*include_self=*/false);
   TITAN_CHECK_VALUE(modules.contains(path), "[titan::parallel::ParallelPlan] expected '{}' to name a submodule, got no "
@@ -73,10 +75,7 @@ std::string ParallelPlan::str() const {
 }
 
 void validate_plan(const torch::nn::Module& model, const ParallelPlan& plan, int64_t degree) {
-  auto& mutable_model = const_cast<torch::nn::Module&>(model);  // named_modules is not const in LibTorch
-  for (const auto& [path, style] : plan.entries) {
-    detail::check_style(path, find_module(mutable_model, path), style, degree);
-  }
+  for (const auto& [path, style] : plan.entries) detail::check_style(path, find_module(model, path), style, degree);
 }
 
 TensorParallel::TensorParallel(std::unique_ptr<detail::TensorParallelState> state) : state_(std::move(state)) {}
