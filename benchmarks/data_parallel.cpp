@@ -14,10 +14,10 @@
 #include <algorithm>
 #include <chrono>
 #include <mutex>
-#include <sstream>
 #include <string>
 #include <vector>
 
+#include "bench_flags.hpp"
 #include "titan/core/error.hpp"
 #include "titan/dist/local_ranks.hpp"
 #include "titan/dist/mesh.hpp"
@@ -41,26 +41,13 @@ struct Options {
 
 Options parse(int argc, char** argv) {
   Options o;
-  for (int i = 1; i + 1 < argc; i += 2) {
-    const std::string k = argv[i], v = argv[i + 1];
-    if (k == "--flavor") {
-      o.flavor = v;
-    } else if (k == "--ranks") {
-      o.ranks.clear();
-      std::stringstream ss(v);
-      for (std::string item; std::getline(ss, item, ',');) o.ranks.push_back(std::stoll(item));
-    } else if (k == "--mode") {
-      o.mode = v;
-    } else if (k == "--seq-len") {
-      o.seq_len = std::stoll(v);
-    } else if (k == "--batch") {
-      o.batch = std::stoll(v);
-    } else if (k == "--steps") {
-      o.steps = std::stoll(v);
-    } else {
-      TITAN_CHECK_VALUE(false, "[bench_data_parallel] expected --flavor|--ranks|--mode|--seq-len|--batch|--steps, got '{}'.", k);
-    }
-  }
+  titan::bench::parse_flags(argc, argv, "bench_data_parallel",
+                            {{"--flavor", &o.flavor},
+                             {"--ranks", &o.ranks},
+                             {"--mode", &o.mode},
+                             {"--seq-len", &o.seq_len},
+                             {"--batch", &o.batch},
+                             {"--steps", &o.steps}});
   TITAN_CHECK_VALUE(o.mode == "fsdp" || o.mode == "ddp", "[bench_data_parallel] expected --mode fsdp or ddp, got '{}'.", o.mode);
   return o;
 }

@@ -8,7 +8,7 @@
 //   plain TP         : 4 all-reduces of A                      -> 8 (N-1)/N A
 // Gloo emulates reduce-scatter with an all-reduce (2 (N-1)/N A each), so its SP figure is 12 (N-1)/N A;
 // both are printed. The norm weights' gradient all-reduce (2 D floats per block) is included. Run:
-//   build/bin/bench_tensor_parallel --flavor debugmodel --ranks 1,2 --seq-len 256 --batch 4
+//   build/bin/bench_tensor_parallel --flavor debugmodel --ranks 1,2 --seq-len 256 --batch 4 [--async 1]
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 #include <fmt/format.h>
@@ -16,10 +16,10 @@
 #include <algorithm>
 #include <chrono>
 #include <mutex>
-#include <sstream>
 #include <string>
 #include <vector>
 
+#include "bench_flags.hpp"
 #include "titan/core/error.hpp"
 #include "titan/dist/local_ranks.hpp"
 #include "titan/dist/mesh.hpp"
@@ -36,6 +36,7 @@ struct Options {
   std::string flavor = "debugmodel";    ///< Llama 3 flavor
   std::vector<int64_t> ranks{1, 2};     ///< TP degrees to run
   bool sequence_parallel = true;        ///< SP + loss parallel, or plain TP
+  bool async = false;                   ///< async TP (collectives overlapped over 2 batch chunks)
   int64_t seq_len = 256;                ///< tokens per sequence
   int64_t batch = 4;                    ///< sequences per step (the same on every TP rank)
   int64_t steps = 5;                    ///< timed steps (after 1 warmup step)
@@ -43,27 +44,14 @@ struct Options {
 
 Options parse(int argc, char** argv) {
   Options o;
-  for (int i = 1; i + 1 < argc; i += 2) {
-    const std::string k = argv[i], v = argv[i + 1];
-    if (k == "--flavor") {
-      o.flavor = v;
-    } else if (k == "--ranks") {
-      o.ranks.clear();
-      std::stringstream ss(v);
-      for (std::string item; std::getline(ss, item, ',');) o.ranks.push_back(std::stoll(item));
-    } else if (k == "--sequence-parallel") {
-      o.sequence_parallel = v == "1" || v == "true";
-    } else if (k == "--seq-len") {
-      o.seq_len = std::stoll(v);
-    } else if (k == "--batch") {
-      o.batch = std::stoll(v);
-    } else if (k == "--steps") {
-      o.steps = std::stoll(v);
-    } else {
-      TITAN_CHECK_VALUE(false, "[bench_tensor_parallel] expected --flavor|--ranks|--sequence-parallel|--seq-len|--batch|"
-                        "--steps, got '{}'.", k);
-    }
-  }
+  titan::bench::parse_flags(argc, argv, "bench_tensor_parallel",
+                            {{"--flavor", &o.flavor},
+                             {"--ranks", &o.ranks},
+                             {"--sequence-parallel", &o.sequence_parallel},
+                             {"--async", &o.async},
+                             {"--seq-len", &o.seq_len},
+                             {"--batch", &o.batch},
+                             {"--steps", &o.steps}});
   return o;
 }
 
@@ -79,7 +67,9 @@ RankResult run_rank(const Options& o, const titan::dist::Mesh& mesh, int64_t n_l
   nn::manual_init_seed(0);
   llama3::Llama3 model(args, o.seq_len, at::TensorOptions());
   const auto applied = llama3::parallelize(
-      model, mesh, {.tensor_parallel = {.sequence_parallel = o.sequence_parallel, .loss_parallel = o.sequence_parallel}});
+      model, mesh,
+      {.tensor_parallel = {.sequence_parallel = o.sequence_parallel, .loss_parallel = o.sequence_parallel},
+       .tensor_parallel_runtime = {.async = o.async}});
   model.init_weights();
   LossFn loss;
   if (applied.tp) loss = [tp = applied.tp](const at::Tensor& l, const at::Tensor& y) { return tp->cross_entropy_sum(l, y); };
@@ -123,8 +113,8 @@ int main(int argc, char** argv) {
     const Options o = parse(argc, argv);
     at::set_num_threads(1);
     const llama3::Llama3Args args = llama3::flavor(o.flavor);
-    fmt::print("TP{} {} seq_len {} batch {} ({} timed steps, ranks as threads, Gloo, 1 intra-op thread/rank)\n",
-               o.sequence_parallel ? " + SP + loss parallel" : "", o.flavor, o.seq_len, o.batch, o.steps);
+    fmt::print("{}TP{} {} seq_len {} batch {} ({} timed steps, ranks as threads, Gloo, 1 intra-op thread/rank)\n",
+               o.async ? "async " : "", o.sequence_parallel ? " + SP + loss parallel" : "", o.flavor, o.seq_len, o.batch, o.steps);
     fmt::print("{:>5} {:>12} {:>10} {:>16} {:>16} {:>22}\n", "ranks", "tok/s", "step(med)", "MB/block/step",
                "measured/A", "theory/A");
     const double activation = static_cast<double>(o.batch * o.seq_len * args.dim * 4);  // A

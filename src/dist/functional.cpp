@@ -63,32 +63,55 @@ at::Tensor split_rank_major(const at::Tensor& x, const ProcessGroup& group, int6
   return x.reshape(split).movedim(dim, 0).contiguous();
 }
 
+// A collective in flight: both buffers must outlive it.
+struct InFlight {
+  at::Tensor out;
+  at::Tensor in;
+  Work work;
+};
+
+// Gathers rank-major on a leading axis: (n, *x.shape); gathered_view moves it next to dim.
+InFlight gather_rank_major(const at::Tensor& x, const ProcessGroup& group) {
+  const at::Tensor input = x.contiguous();
+  auto sizes = input.sizes().vec();
+  sizes.insert(sizes.begin(), group.size());
+  at::Tensor stacked = at::empty(sizes, input.options());  // (n, *x.shape)
+  Work work = group.all_gather(stacked, input);
+  return {stacked, input, std::move(work)};
+}
+
+at::Tensor gathered_view(const at::Tensor& stacked, int64_t dim) {
+  auto out_sizes = stacked.sizes().vec();
+  const int64_t n = out_sizes.front();
+  out_sizes.erase(out_sizes.begin());
+  out_sizes[static_cast<size_t>(dim)] *= n;
+  return stacked.movedim(0, dim).reshape(out_sizes);
+}
+
+InFlight scatter_sum_start(const at::Tensor& x, const ProcessGroup& group, int64_t dim) {
+  const at::Tensor rank_major = split_rank_major(x, group, dim, "reduce_scatter");  // (n, *chunk.shape)
+  auto out_sizes = x.sizes().vec();
+  out_sizes[static_cast<size_t>(dim)] /= group.size();
+  at::Tensor out = at::empty(out_sizes, x.options());
+  Work work = group.reduce_scatter(out, rank_major);
+  return {out, rank_major, std::move(work)};
+}
+
 }  // namespace
 
 namespace detail {
 
 at::Tensor gather_along(const at::Tensor& x, const ProcessGroup& group, int64_t dim) {
   dim = wrap_dim(dim, x);
-  const int64_t n = group.size();
-  // Gather rank-major on a leading axis, then move it next to dim.
-  const at::Tensor input = x.contiguous();
-  auto sizes = input.sizes().vec();
-  sizes.insert(sizes.begin(), n);
-  at::Tensor stacked = at::empty(sizes, input.options());  // (n, *x.shape)
-  group.all_gather(stacked, input).wait();
-  auto out_sizes = input.sizes().vec();
-  out_sizes[static_cast<size_t>(dim)] *= n;
-  return stacked.movedim(0, dim).reshape(out_sizes);
+  InFlight g = gather_rank_major(x, group);
+  g.work.wait();
+  return gathered_view(g.out, dim);
 }
 
 at::Tensor scatter_sum_along(const at::Tensor& x, const ProcessGroup& group, int64_t dim) {
-  dim = wrap_dim(dim, x);
-  const at::Tensor rank_major = split_rank_major(x, group, dim, "reduce_scatter");  // (n, *chunk.shape)
-  auto out_sizes = x.sizes().vec();
-  out_sizes[static_cast<size_t>(dim)] /= group.size();
-  at::Tensor out = at::empty(out_sizes, x.options());
-  group.reduce_scatter(out, rank_major).wait();
-  return out;
+  InFlight r = scatter_sum_start(x, group, wrap_dim(dim, x));
+  r.work.wait();
+  return r.out;
 }
 
 }  // namespace detail
@@ -127,6 +150,43 @@ at::Tensor copy_to_group(const at::Tensor& x, const ProcessGroup& group) {
         group.all_reduce(out).wait();
         return out;
       });
+}
+
+PendingCollective all_gather_start(const at::Tensor& x, const ProcessGroup& group, int64_t dim) {
+  PendingCollective p;
+  p.gather = true;
+  p.input = x;
+  p.group = group;
+  p.dim = wrap_dim(dim, x);
+  InFlight g = gather_rank_major(x.detach(), group);
+  p.buffer = g.out;
+  p.source = g.in;
+  p.work = std::move(g.work);
+  return p;
+}
+
+PendingCollective reduce_scatter_start(const at::Tensor& x, const ProcessGroup& group, int64_t dim) {
+  PendingCollective p;
+  p.gather = false;
+  p.input = x;
+  p.group = group;
+  p.dim = wrap_dim(dim, x);
+  InFlight r = scatter_sum_start(x.detach(), group, p.dim);
+  p.buffer = r.out;
+  p.source = r.in;
+  p.work = std::move(r.work);
+  return p;
+}
+
+at::Tensor PendingCollective::finish() {
+  work.wait();
+  source.reset();
+  const at::Tensor result = gather ? gathered_view(buffer, dim) : buffer;
+  auto backward = gather ? std::function<at::Tensor(const at::Tensor&)>(
+                               [g = group, d = dim](const at::Tensor& grad) { return detail::scatter_sum_along(grad, g, d); })
+                         : [g = group, d = dim](const at::Tensor& grad) { return detail::gather_along(grad, g, d); };
+  return differentiable(input, gather ? "titan::dist::AllGatherBackward" : "titan::dist::ReduceScatterBackward",
+                        [&](const at::Tensor&) { return result; }, std::move(backward));
 }
 
 namespace {

@@ -43,7 +43,9 @@ std::string kind_name(const ParallelStyle& style) {
       style);
 }
 
-torch::nn::Module& find_module(torch::nn::Module& model, const std::string& path) {
+// M: Module or const Module ("" names the root, which named_modules(include_self=false) omits).
+template <class M>
+M& find_module(M& model, const std::string& path) {
   if (path.empty()) return model;
   const auto modules = model.named_modules("", /*include_self=*/false);
   TITAN_CHECK_VALUE(modules.contains(path), "[titan::parallel::ParallelPlan] expected '{}' to name a submodule, got no "
@@ -73,22 +75,26 @@ std::string ParallelPlan::str() const {
 }
 
 void validate_plan(const torch::nn::Module& model, const ParallelPlan& plan, int64_t degree) {
-  auto& mutable_model = const_cast<torch::nn::Module&>(model);  // named_modules is not const in LibTorch
-  for (const auto& [path, style] : plan.entries) {
-    detail::check_style(path, find_module(mutable_model, path), style, degree);
-  }
+  for (const auto& [path, style] : plan.entries) detail::check_style(path, find_module(model, path), style, degree);
 }
 
 TensorParallel::TensorParallel(std::unique_ptr<detail::TensorParallelState> state) : state_(std::move(state)) {}
 TensorParallel::~TensorParallel() = default;
 
 std::string TensorParallel::describe() const {
-  return fmt::format("TP({}={}{}{})", state_->ctx.axis, state_->ctx.group.size(),
-                     state_->sequence_parallel ? ", sequence parallel" : "", state_->loss_parallel ? ", loss parallel" : "");
+  return fmt::format("TP({}={}{}{}{})", state_->ctx.axis, state_->ctx.group.size(),
+                     state_->sequence_parallel ? ", sequence parallel" : "", state_->loss_parallel ? ", loss parallel" : "",
+                     state_->ctx.async ? fmt::format(", async x{}", state_->ctx.chunks) : "");
 }
 const ParallelPlan& TensorParallel::plan() const { return state_->plan; }
 int64_t TensorParallel::degree() const { return state_->ctx.group.size(); }
 bool TensorParallel::loss_parallel() const { return state_->loss_parallel; }
+std::vector<TensorParallelEvent> TensorParallel::trace() const {
+  return state_->ctx.trace ? *state_->ctx.trace : std::vector<TensorParallelEvent>{};
+}
+void TensorParallel::clear_trace() {
+  if (state_->ctx.trace) state_->ctx.trace->clear();
+}
 
 at::Tensor TensorParallel::cross_entropy_sum(const at::Tensor& logits, const at::Tensor& labels) const {
   if (!state_->loss_parallel) return titan::cross_entropy_sum(logits, labels);
@@ -103,7 +109,11 @@ std::shared_ptr<TensorParallel> parallelize_module(torch::nn::Module& model, con
   validate_plan(model, plan, group.size());  // nothing is touched unless the whole plan fits
   auto state = std::make_unique<detail::TensorParallelState>();
   state->plan = plan;
-  state->ctx = {.axis = options.axis, .group = group};
+  state->ctx = {.axis = options.axis,
+                .group = group,
+                .async = options.async,
+                .chunks = options.async_chunks,
+                .trace = options.trace ? std::make_shared<std::vector<TensorParallelEvent>>() : nullptr};
   for (const auto& [path, style] : plan.entries) {
     torch::nn::Module& module = find_module(model, path);
     detail::AppliedStyle applied = detail::apply_style(path, module, style, state->ctx);

@@ -53,55 +53,110 @@ void shard_param(const std::string& fqn, at::Tensor& param, int64_t dim, const T
 
 std::string param_name(const std::string& path, const char* name) { return path.empty() ? name : path + "." + name; }
 
+void record(const TpContext& ctx, TensorParallelEvent::Kind kind, int64_t chunk) {
+  if (ctx.trace) ctx.trace->push_back({.kind = kind, .chunk = chunk});
+}
+
+bool pipelined(const TpContext& ctx, const at::Tensor& x) {
+  return ctx.async && ctx.chunks > 1 && x.dim() > 1 && x.size(0) >= ctx.chunks && x.size(0) % ctx.chunks == 0;
+}
+
+// fn(all_gather(x, dim)), computed batch chunk by batch chunk while the next chunk's gather is in
+// flight (async TP); one blocking gather otherwise.
+template <class F>
+at::Tensor gather_then(const at::Tensor& x, int64_t dim, const TpContext& ctx, F&& fn) {
+  if (!pipelined(ctx, x)) return fn(dist::all_gather(x, ctx.group, dim));
+  using Kind = TensorParallelEvent::Kind;
+  const std::vector<at::Tensor> parts = x.chunk(ctx.chunks, 0);
+  std::vector<dist::PendingCollective> pending;
+  pending.push_back(dist::all_gather_start(parts[0], ctx.group, dim));
+  record(ctx, Kind::kIssued, 0);
+  std::vector<at::Tensor> outputs;
+  for (size_t i = 0; i < parts.size(); ++i) {
+    if (i + 1 < parts.size()) {
+      pending.push_back(dist::all_gather_start(parts[i + 1], ctx.group, dim));
+      record(ctx, Kind::kIssued, static_cast<int64_t>(i + 1));
+    }
+    const at::Tensor gathered = pending[i].finish();
+    record(ctx, Kind::kFinished, static_cast<int64_t>(i));
+    outputs.push_back(fn(gathered));
+    record(ctx, Kind::kComputed, static_cast<int64_t>(i));
+  }
+  return at::cat(outputs, 0);
+}
+
+// reduce_scatter(partial(x), dim), with chunk i's reduce-scatter in flight while chunk i+1's partial
+// sums are computed (async TP); blocking otherwise.
+template <class F>
+at::Tensor reduce_scatter_of(const at::Tensor& x, int64_t dim, const TpContext& ctx, F&& partial) {
+  if (!pipelined(ctx, x)) return dist::reduce_scatter(partial(x), ctx.group, dim);
+  using Kind = TensorParallelEvent::Kind;
+  std::vector<dist::PendingCollective> pending;
+  int64_t chunk = 0;
+  for (const at::Tensor& part : x.chunk(ctx.chunks, 0)) {
+    pending.push_back(dist::reduce_scatter_start(partial(part), ctx.group, dim));
+    record(ctx, Kind::kComputed, chunk);
+    record(ctx, Kind::kIssued, chunk++);
+  }
+  std::vector<at::Tensor> outputs;
+  for (size_t i = 0; i < pending.size(); ++i) {
+    outputs.push_back(pending[i].finish());
+    record(ctx, Kind::kFinished, static_cast<int64_t>(i));
+  }
+  return at::cat(outputs, 0);
+}
+
 struct ColwiseHook final : ModuleHook {
   ColwiseParallel style;
-  dist::ProcessGroup group;
-  ColwiseHook(ColwiseParallel s, dist::ProcessGroup g) : style(s), group(std::move(g)) {}
+  TpContext ctx;
+  ColwiseHook(ColwiseParallel s, TpContext c) : style(s), ctx(std::move(c)) {}
 
   at::Tensor call(const at::Tensor& x, c10::function_ref<at::Tensor(const at::Tensor&)> inner) const override {
-    at::Tensor in;  // replicated input, its gradient summed over tp on the way back
-    if (style.input_layout.kind == Kind::kShard) {
-      in = dist::all_gather(x, group, style.input_layout.dim);
-    } else {
-      in = is_prepared(x) ? x : dist::copy_to_group(x, group);
-    }
-    at::Tensor y = inner(in);  // (..., out/tp)
-    return style.output_layout.kind == Kind::kReplicate ? dist::gather_to_replicate(y, group, -1) : y;
+    auto compute = [&](const at::Tensor& in) {  // in: replicated, its gradient summed over tp on the way back
+      at::Tensor y = inner(in);                 // (..., out/tp)
+      return style.output_layout.kind == Kind::kReplicate ? dist::gather_to_replicate(y, ctx.group, -1) : y;
+    };
+    if (style.input_layout.kind == Kind::kShard) return gather_then(x, style.input_layout.dim, ctx, compute);
+    return compute(is_prepared(x) ? x : dist::copy_to_group(x, ctx.group));
   }
 };
 
 struct RowwiseHook final : ModuleHook {
   RowwiseParallel style;
-  dist::ProcessGroup group;
+  TpContext ctx;
   int64_t vocab_begin = -1;  // an Embedding's shard [vocab_begin, vocab_end); -1 for a Linear
   int64_t vocab_end = -1;
-  RowwiseHook(RowwiseParallel s, dist::ProcessGroup g) : style(s), group(std::move(g)) {}
+  RowwiseHook(RowwiseParallel s, TpContext c) : style(s), ctx(std::move(c)) {}
 
   at::Tensor call(const at::Tensor& x, c10::function_ref<at::Tensor(const at::Tensor&)> inner) const override {
-    at::Tensor partial;  // this rank's term of the output sum
-    if (vocab_begin >= 0) {
-      // Tokens outside this rank's rows look up row 0 and are zeroed: the sum over ranks is the lookup.
-      const at::Tensor outside = x.lt(vocab_begin).logical_or_(x.ge(vocab_end));  // (B, S) bool
-      partial = inner((x - vocab_begin).masked_fill_(outside, 0)).masked_fill(outside.unsqueeze(-1), 0.0);
-    } else {
-      partial = inner(style.input_layout.kind == Kind::kReplicate ? dist::split_to_shard(x, group, -1) : x);
-    }
-    return style.output_layout.kind == Kind::kShard ? dist::reduce_scatter(partial, group, style.output_layout.dim)
-                                                    : dist::all_reduce(partial, group);
+    auto partial = [&](const at::Tensor& in) {  // this rank's term of the output sum
+      if (vocab_begin >= 0) {
+        // Tokens outside this rank's rows look up row 0 and are zeroed: the sum over ranks is the lookup.
+        const at::Tensor outside = in.lt(vocab_begin).logical_or_(in.ge(vocab_end));  // (B, S) bool
+        return inner((in - vocab_begin).masked_fill_(outside, 0)).masked_fill(outside.unsqueeze(-1), 0.0);
+      }
+      return inner(style.input_layout.kind == Kind::kReplicate ? dist::split_to_shard(in, ctx.group, -1) : in);
+    };
+    if (style.output_layout.kind == Kind::kShard) return reduce_scatter_of(x, style.output_layout.dim, ctx, partial);
+    return dist::all_reduce(partial(x), ctx.group);
   }
 };
 
 struct PrepareInputHook final : ModuleHook {
   PrepareModuleInput style;
-  dist::ProcessGroup group;
-  PrepareInputHook(PrepareModuleInput s, dist::ProcessGroup g) : style(s), group(std::move(g)) {}
+  TpContext ctx;
+  PrepareInputHook(PrepareModuleInput s, TpContext c) : style(s), ctx(std::move(c)) {}
 
   at::Tensor call(const at::Tensor& x, c10::function_ref<at::Tensor(const at::Tensor&)> inner) const override {
-    if (style.desired_input_layout.kind == Kind::kShard) return inner(dist::split_to_shard(x, group, style.desired_input_layout.dim));
-    const at::Tensor in = style.input_layout.kind == Kind::kShard ? dist::all_gather(x, group, style.input_layout.dim)
-                                                                  : dist::copy_to_group(x, group);
-    PreparedScope scope(in);
-    return inner(in);
+    if (style.desired_input_layout.kind == Kind::kShard) {
+      return inner(dist::split_to_shard(x, ctx.group, style.desired_input_layout.dim));
+    }
+    auto run = [&](const at::Tensor& in) {
+      PreparedScope scope(in);
+      return inner(in);
+    };
+    if (style.input_layout.kind == Kind::kShard) return gather_then(x, style.input_layout.dim, ctx, run);
+    return run(dist::copy_to_group(x, ctx.group));
   }
 };
 
@@ -149,10 +204,10 @@ AppliedStyle apply_style(const std::string& path, torch::nn::Module& module, con
     auto& linear = dynamic_cast<nn::Linear&>(module);
     shard_param(param_name(path, "weight"), linear.weight, 0, ctx);
     applied.params.push_back(linear.weight);
-    applied.hook = std::make_shared<ColwiseHook>(*s, ctx.group);
+    applied.hook = std::make_shared<ColwiseHook>(*s, ctx);
     applied.loss_parallel = s->loss_parallel;
   } else if (const auto* r = std::get_if<RowwiseParallel>(&style)) {
-    auto hook = std::make_shared<RowwiseHook>(*r, ctx.group);
+    auto hook = std::make_shared<RowwiseHook>(*r, ctx);
     if (auto* embedding = dynamic_cast<nn::Embedding*>(&module)) {
       shard_param(param_name(path, "weight"), embedding->weight, 0, ctx);
       applied.params.push_back(embedding->weight);
@@ -179,7 +234,7 @@ AppliedStyle apply_style(const std::string& path, torch::nn::Module& module, con
       applied.params.push_back(item.value());
     }
   } else if (const auto* p = std::get_if<PrepareModuleInput>(&style)) {
-    applied.hook = std::make_shared<PrepareInputHook>(*p, ctx.group);
+    applied.hook = std::make_shared<PrepareInputHook>(*p, ctx);
   }
   return applied;
 }

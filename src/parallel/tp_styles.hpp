@@ -9,12 +9,16 @@
 #include "titan/dist/process_group.hpp"
 #include "titan/parallel/module_hooks.hpp"
 #include "titan/parallel/plan.hpp"
+#include "titan/parallel/tensor_parallel.hpp"
 
 namespace titan::parallel::detail {
 
 struct TpContext {
   std::string axis;           // mesh axis name, recorded in the ShardedParams
   dist::ProcessGroup group = dist::ProcessGroup::single("tp");  // the tp group
+  bool async = false;         // pipeline sequence collectives over batch chunks
+  int64_t chunks = 2;         // batch chunks (async)
+  std::shared_ptr<std::vector<TensorParallelEvent>> trace;  // null: not recorded
 };
 
 /// What applying one style produced.

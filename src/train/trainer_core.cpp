@@ -140,13 +140,10 @@ void TrainerCore::apply_data_parallel(torch::nn::Module& model, const std::vecto
 }
 
 void TrainerCore::apply_tensor_parallel(torch::nn::Module& model, const parallel::ParallelPlan& plan) {
-  tensor_parallel_ = parallel::parallelize_module(model, *mesh_, plan);
+  tensor_parallel_ = parallel::parallelize_module(model, *mesh_, plan,
+                                                  {.async = config_.parallelism.enable_async_tensor_parallel});
   if (!tensor_parallel_) return;
   log::info("Applied {} to the model ({} modules)", tensor_parallel_->describe(), plan.entries.size());
-  if (config_.parallelism.enable_async_tensor_parallel) {
-    log::warn("parallelism.enable_async_tensor_parallel: overlapped (async) TP is not built yet; TP collectives run "
-              "synchronously (same results)");
-  }
   if (tensor_parallel_->loss_parallel()) {
     loss_ = [tp = tensor_parallel_](const at::Tensor& logits, const at::Tensor& labels) {
       return tp->cross_entropy_sum(logits, labels);
@@ -182,6 +179,8 @@ void TrainerCore::attach_model(ModelHandle model) {
   metrics_ = std::make_unique<MetricsProcessor>(MetricsProcessor::Options{
       .flops_per_token = model_.flops_per_token,
       .peak_flops = peak.flops,
+      // torchtitan's per-device tps: a batch is shared by the cp * tp * pp ranks that process it.
+      .non_data_parallel_size = mesh_->size("tp") * mesh_->size("cp") * mesh_->size("pp"),
       .device = device_,
       .jsonl_path = config_.metrics.enable_jsonl && mesh_->rank() == 0 ? run_dir / "metrics.jsonl" : std::filesystem::path(),
       .color = log::color(),

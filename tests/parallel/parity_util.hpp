@@ -31,6 +31,7 @@ struct ParityRun {
   bool trace = false;                   ///< record the FSDP event trace
   bool sequence_parallel = true;        ///< under TP: sequence-sharded activations between blocks
   bool loss_parallel = true;            ///< under TP: loss on vocab-sharded logits
+  bool async_tp = false;                ///< under TP: collectives overlapped over batch chunks
 };
 
 struct ParityResult {
@@ -70,6 +71,7 @@ inline ParityResult train_parity(const dist::Mesh& mesh, const ParityRun& run) {
   result.applied = llama3::parallelize(
       model, mesh,
       {.tensor_parallel = {.sequence_parallel = run.sequence_parallel, .loss_parallel = run.loss_parallel},
+       .tensor_parallel_runtime = {.async = run.async_tp, .trace = run.trace},
        .data_parallel = {.reshard_after_forward = run.reshard, .trace = run.trace}});
   LossFn loss;  // plain cross-entropy unless the logits are vocab-sharded
   if (result.applied.tp) {

@@ -203,7 +203,7 @@ struct ParallelismConfig {
   int64_t tensor_parallel_degree = 1;
   /// Do not compute the loss on vocab-sharded logits under TP.
   bool disable_loss_parallel = false;
-  /// Overlap TP collectives with matmuls (needs compile).
+  /// Overlap TP's sequence all-gathers / reduce-scatters with compute, in batch chunks.
   bool enable_async_tensor_parallel = false;
   /// Pipeline-parallel degree (ranks, not stages).
   int64_t pipeline_parallel_degree = 1;

@@ -36,6 +36,27 @@ at::Tensor split_to_shard(const at::Tensor& x, const ProcessGroup& group, int64_
 /// arrives along cat_dim. Backward: the reverse all-to-all.
 at::Tensor all_to_all(const at::Tensor& x, const ProcessGroup& group, int64_t split_dim, int64_t cat_dim);
 
+/// A collective issued now and finished by finish(): whatever runs between the two overlaps it
+/// (async tensor parallelism). finish() returns the result wired into autograd like the blocking
+/// version (all_gather's backward: reduce-scatter; reduce_scatter's: all-gather).
+class PendingCollective {
+ public:
+  at::Tensor finish();
+
+ private:
+  friend PendingCollective all_gather_start(const at::Tensor&, const ProcessGroup&, int64_t);
+  friend PendingCollective reduce_scatter_start(const at::Tensor&, const ProcessGroup&, int64_t);
+  bool gather = true;
+  at::Tensor input{};     // what the caller passed (the autograd edge)
+  at::Tensor buffer{};    // the collective's output, rank-major for a gather
+  at::Tensor source{};    // the collective's input buffer, alive while it runs
+  Work work{};
+  ProcessGroup group = ProcessGroup::single("pending");
+  int64_t dim = 0;
+};
+PendingCollective all_gather_start(const at::Tensor& x, const ProcessGroup& group, int64_t dim = 0);
+PendingCollective reduce_scatter_start(const at::Tensor& x, const ProcessGroup& group, int64_t dim = 0);
+
 namespace detail {
 /// The non-differentiable kernels (also used by FSDP and the checkpointer).
 at::Tensor gather_along(const at::Tensor& x, const ProcessGroup& group, int64_t dim);

@@ -15,6 +15,7 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "titan/parallel/plan.hpp"
 
@@ -35,6 +36,22 @@ struct TensorParallelState;
 struct TensorParallelOptions {
   /// Mesh axis the plan shards over.
   std::string axis = "tp";
+  /// Async TP: split each sequence all-gather / reduce-scatter into batch chunks and compute one
+  /// chunk while the next one's collective is in flight (torchtitan's enable_async_tensor_parallel,
+  /// here without compile). Same results. Assumes the modules it wraps treat batch rows
+  /// independently (true of transformer blocks); a batch not divisible by the chunks runs blocking.
+  bool async = false;
+  /// Batch chunks per overlapped collective (async only).
+  int64_t async_chunks = 2;
+  /// Record the event trace (tests).
+  bool trace = false;
+};
+
+/// One event of the async-TP trace, in program order.
+struct TensorParallelEvent {
+  enum class Kind { kIssued, kFinished, kComputed };
+  Kind kind = Kind::kIssued;  ///< a chunk's collective issued / finished, or its compute done
+  int64_t chunk = 0;          ///< batch chunk index
 };
 
 /// The applied plan on one rank. Keep it alive as long as the model (it owns the module hooks).
@@ -50,6 +67,9 @@ class TensorParallel {
   int64_t degree() const;
   /// Whether the plan leaves the logits vocab-sharded for the loss.
   bool loss_parallel() const;
+  /// The trace since the last clear_trace() (empty unless options.trace).
+  std::vector<TensorParallelEvent> trace() const;
+  void clear_trace();
   /// Sum of per-token cross-entropy over valid labels of the logits the model returns: computed on
   /// the vocab shards without gathering them under loss parallel, plain otherwise.
   at::Tensor cross_entropy_sum(const at::Tensor& logits,   // (B, S, V) or (B, S, V/tp)

@@ -67,7 +67,10 @@ parallel::ParallelPlan Llama3::tensor_parallel_plan(int64_t degree, const parall
 Parallelized parallelize(Llama3& model, const dist::Mesh& mesh, const ParallelizeOptions& options) {
   Parallelized out;
   const int64_t tp = mesh.size("tp");
-  if (tp > 1) out.tp = parallel::parallelize_module(model, mesh, tensor_parallel_plan(model, tp, options.tensor_parallel));
+  if (tp > 1) {
+    out.tp = parallel::parallelize_module(model, mesh, tensor_parallel_plan(model, tp, options.tensor_parallel),
+                                          options.tensor_parallel_runtime);
+  }
   out.dp = parallel::data_parallelize(model, data_parallel_units(model), mesh, options.data_parallel);
   return out;
 }

@@ -32,6 +32,8 @@ parallel::ParallelPlan tensor_parallel_plan(const Llama3& model, int64_t degree,
 struct ParallelizeOptions {
   /// Sequence and loss parallelism under TP.
   parallel::TensorParallelPlanOptions tensor_parallel{};
+  /// How TP runs: async (overlapped) collectives, trace.
+  parallel::TensorParallelOptions tensor_parallel_runtime{};
   /// FSDP/HSDP/DDP options.
   parallel::DataParallelOptions data_parallel{};
 };
