@@ -152,30 +152,25 @@ at::Tensor copy_to_group(const at::Tensor& x, const ProcessGroup& group) {
       });
 }
 
-PendingCollective all_gather_start(const at::Tensor& x, const ProcessGroup& group, int64_t dim) {
+PendingCollective PendingCollective::start(bool gather, const at::Tensor& x, const ProcessGroup& group, int64_t dim) {
   PendingCollective p;
-  p.gather = true;
+  p.gather = gather;
   p.input = x;
   p.group = group;
   p.dim = wrap_dim(dim, x);
-  InFlight g = gather_rank_major(x.detach(), group);
-  p.buffer = g.out;
-  p.source = g.in;
-  p.work = std::move(g.work);
+  InFlight f = gather ? gather_rank_major(x.detach(), group) : scatter_sum_start(x.detach(), group, p.dim);
+  p.buffer = f.out;
+  p.source = f.in;
+  p.work = std::move(f.work);
   return p;
 }
 
+PendingCollective all_gather_start(const at::Tensor& x, const ProcessGroup& group, int64_t dim) {
+  return PendingCollective::start(/*gather=*/true, x, group, dim);
+}
+
 PendingCollective reduce_scatter_start(const at::Tensor& x, const ProcessGroup& group, int64_t dim) {
-  PendingCollective p;
-  p.gather = false;
-  p.input = x;
-  p.group = group;
-  p.dim = wrap_dim(dim, x);
-  InFlight r = scatter_sum_start(x.detach(), group, p.dim);
-  p.buffer = r.out;
-  p.source = r.in;
-  p.work = std::move(r.work);
-  return p;
+  return PendingCollective::start(/*gather=*/false, x, group, dim);
 }
 
 at::Tensor PendingCollective::finish() {

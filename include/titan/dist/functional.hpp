@@ -46,6 +46,7 @@ class PendingCollective {
  private:
   friend PendingCollective all_gather_start(const at::Tensor&, const ProcessGroup&, int64_t);
   friend PendingCollective reduce_scatter_start(const at::Tensor&, const ProcessGroup&, int64_t);
+  static PendingCollective start(bool gather, const at::Tensor& x, const ProcessGroup& group, int64_t dim);
   bool gather = true;
   at::Tensor input{};     // what the caller passed (the autograd edge)
   at::Tensor buffer{};    // the collective's output, rank-major for a gather
