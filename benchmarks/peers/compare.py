@@ -40,17 +40,21 @@ CONFIGS = {
     # ~3 GB of gathered embedding/output, their grads and logits), too much beside the builds sharing it.
     "1B-shape-2L-512": dict(flavor="1B", n_layers=2, seq_len=512, batch=1, steps=2, warmup=1, ranks=[1]),
 }
+# One GPU (benchmarks/gpu/run.sh): the whole Llama 3.2 1B shape, untied on every side (1.50B parameters,
+# 24 GB of fp32 weights, grads and AdamW moments), bf16 autocast. 8B needs 16 B/param x 8.03B = 128 GB of
+# the same before activations: it does not fit one 141 GB H200 without sharding or optimizer offload.
+CONFIGS["gpu-1B-2048"] = dict(flavor="1B", n_layers=0, seq_len=2048, batch=4, steps=20, warmup=3, ranks=[1])
 DEFAULT = ["debugmodel-512", "debugmodel-2048", "100M-512", "1B-shape-2L-512"]
 SMOKE = dict(flavor="debugmodel", n_layers=1, seq_len=32, batch=1, steps=2, warmup=0, ranks=[1, 2])
 SIDES = ["titan", "torchtitan", "eager"]
 FIELDS = ["side", "flavor", "n_layers", "params", "batch", "seq_len", "ranks", "threads", "step_times",
           "step_time_min", "step_time_median", "step_time_max", "tps", "losses", "flops_per_token",
-          "peak_memory_bytes"]
+          "mfu_declared", "peak_memory_bytes"]
 
 
-def command(side, cfg, ranks, build, python, out):
-    threads = 2 // ranks
-    common = ["--flavor", cfg["flavor"], "--n-layers", str(cfg["n_layers"]), "--seq-len", str(cfg["seq_len"]),
+def command(side, cfg, ranks, build, python, out, device):
+    threads = 2 // ranks if device == "cpu" else 0
+    common = ["--device", device, "--flavor", cfg["flavor"], "--n-layers", str(cfg["n_layers"]), "--seq-len", str(cfg["seq_len"]),
               "--batch", str(cfg["batch"]), "--steps", str(cfg["steps"]), "--warmup", str(cfg["warmup"]),
               "--threads", str(threads), "--json", out]
     if side == "titan":
@@ -64,10 +68,14 @@ def command(side, cfg, ranks, build, python, out):
     return [python, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(ranks)] + peer
 
 
-def run(side, cfg, ranks, build, python, out):
-    env = dict(os.environ, OMP_NUM_THREADS=str(2 // ranks), MKL_NUM_THREADS=str(2 // ranks))
-    cmd = command(side, cfg, ranks, build, python, out)
+def run(side, cfg, ranks, o, out):
+    env = dict(os.environ)
+    if o.device == "cpu":
+        env.update(OMP_NUM_THREADS=str(2 // ranks), MKL_NUM_THREADS=str(2 // ranks))
+    cmd = command(side, cfg, ranks, o.build, o.python, out, o.device)
     print("+ " + " ".join(os.path.relpath(c, ROOT) if c.startswith(ROOT) else c for c in cmd), flush=True)
+    if o.dry_run:
+        return None
     p = subprocess.run(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     lines = [l for l in p.stdout.splitlines() if side + ":" in l]
     print("\n".join(lines) if p.returncode == 0 else p.stdout[-4000:], flush=True)
@@ -91,10 +99,14 @@ def summarise(name, cfg, ranks, results):
         row[side] = dict(tps=statistics.median(r["tps"] for r in rs), step_min=steps[0],
                          step_median=statistics.median(steps), step_max=steps[-1], params=rs[0]["params"],
                          loss_first=rs[0]["losses"][0], loss_last=rs[0]["losses"][-1],
-                         peak_memory_gib=max(r["peak_memory_bytes"] for r in rs) / 2**30)
+                         peak_memory_gib=max(r["peak_memory_bytes"] for r in rs) / 2**30,
+                         mfu_declared=statistics.median(r["mfu_declared"] for r in rs))
     titan = results["titan"]
     row["titan_mfu_vs_gemm"] = statistics.median(r["mfu_gemm"] for r in titan)
     row["gemm_peak_gflops"] = statistics.median(r["gemm_peak_flops"] for r in titan) / 1e9
+    gemm = row["gemm_peak_gflops"] * 1e9
+    for side in SIDES:  # every side against the GEMM rate titan measured in the same round
+        row[side]["mfu_vs_gemm"] = 100 * row[side]["tps"] * results[side][0]["flops_per_token"] / gemm if gemm else 0.0
     row["titan_over_torchtitan"] = row["titan"]["tps"] / row["torchtitan"]["tps"]
     row["titan_over_eager"] = row["titan"]["tps"] / row["eager"]["tps"]
     return row
@@ -108,7 +120,9 @@ def main():
     p.add_argument("--build", default=os.path.join(ROOT, "build"))
     p.add_argument("--python", default=sys.executable)
     p.add_argument("--json", default="", help="result file (default: <build>/peers/result.json)")
+    p.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
     p.add_argument("--smoke", action="store_true", help="one-layer model, 2 steps, 1 round: a quick check")
+    p.add_argument("--dry-run", action="store_true", help="print the commands, run nothing")
     o = p.parse_args()
     configs = {"smoke": SMOKE} if o.smoke else {n: CONFIGS[n] for n in o.configs.split(",")}
     rounds = 1 if o.smoke else o.rounds
@@ -123,19 +137,25 @@ def main():
             for r in range(rounds):
                 for side in SIDES:
                     out = os.path.join(work, f"{name}_{ranks}r_{side}_{r}.json")
-                    results[side].append(run(side, cfg, ranks, o.build, o.python, out))
-            rows.append(summarise(name, cfg, ranks, results))
+                    results[side].append(run(side, cfg, ranks, o, out))
+            if not o.dry_run:
+                rows.append(summarise(name, cfg, ranks, results))
+    if o.dry_run:
+        return
     print("\n| config | ranks x threads | S | B/rank | titan tok/s/rank | torchtitan+FSDP2 tok/s | eager tok/s "
           "| titan/torchtitan | titan/eager | titan step min/med/max s | torchtitan step min/med/max s "
-          "| titan MFU vs GEMM peak |")
-    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+          "| MFU vs GEMM peak titan / torchtitan / eager | MFU titan / torchtitan / eager | peak mem GiB titan / torchtitan / eager |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     for w in rows:
         t, tt, e = w["titan"], w["torchtitan"], w["eager"]
         print(f"| {w['config']} | {w['ranks']} x {w['threads_per_rank']} | {w['seq_len']} | {w['batch']} "
               f"| {t['tps']:,.0f} | {tt['tps']:,.0f} | {e['tps']:,.0f} | {w['titan_over_torchtitan']:.2f} "
               f"| {w['titan_over_eager']:.2f} | {t['step_min']:.2f} / {t['step_median']:.2f} / {t['step_max']:.2f} "
               f"| {tt['step_min']:.2f} / {tt['step_median']:.2f} / {tt['step_max']:.2f} "
-              f"| {w['titan_mfu_vs_gemm']:.0f}% of {w['gemm_peak_gflops']:.0f} GFLOP/s |")
+              f"| {t['mfu_vs_gemm']:.0f}% / {tt['mfu_vs_gemm']:.0f}% / {e['mfu_vs_gemm']:.0f}% "
+              f"of {w['gemm_peak_gflops']:.0f} GFLOP/s "
+              f"| {t['mfu_declared']:.1f}% / {tt['mfu_declared']:.1f}% / {e['mfu_declared']:.1f}% "
+              f"| {t['peak_memory_gib']:.2f} / {tt['peak_memory_gib']:.2f} / {e['peak_memory_gib']:.2f} |")
     path = o.json or os.path.join(o.build, "peers", "result.json")
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     with open(path, "w") as f:
