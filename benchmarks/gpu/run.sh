@@ -9,14 +9,7 @@
 # AdamW moments alone are 128 GB, beyond one GPU without sharding. About 5 minutes, most of it the build.
 #   benchmarks/gpu/run.sh [--dry-run]      (results under ${OUT:-build-gpu/results})
 set -euo pipefail
-ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
-DRY=0; [[ "${1:-}" == "--dry-run" ]] && DRY=1
-BUILD="${BUILD:-$ROOT/build-gpu}"
-RESULTS="${OUT:-$BUILD/results}"
-PY="${PYTHON:-python3}"
-run() { echo "+ $*"; if ((DRY == 0)); then "$@"; fi; }
-
-TORCH_DIR=$("$PY" -c 'import os, torch; print(os.path.dirname(torch.__file__))' 2>/dev/null || echo "<torch>")
+source "$(dirname "${BASH_SOURCE[0]}")/common.sh" "$@"
 if ((DRY == 0)) && ! "$PY" -c 'import torchtitan.models.llama3' 2>/dev/null; then
   echo "[gpu/run.sh] expected torchtitan importable by $PY, got an ImportError." \
        "Install it beside the image's torch: pip install torchtitan==0.2.2 torch==<the installed version>"
