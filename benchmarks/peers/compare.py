@@ -104,6 +104,12 @@ def summarise(name, cfg, ranks, results):
     titan = results["titan"]
     row["titan_mfu_vs_gemm"] = statistics.median(r["mfu_gemm"] for r in titan)
     row["gemm_peak_gflops"] = statistics.median(r["gemm_peak_flops"] for r in titan) / 1e9
+    # The peers declare no CPU peak; measure them against titan's (the FMA peak of the same threads).
+    declared = statistics.median(r["tflops"] * 1e12 * 100 / r["mfu_declared"] for r in titan if r["mfu_declared"] > 0) \
+        if any(r["mfu_declared"] > 0 for r in titan) else 0.0
+    for side in SIDES:
+        if row[side]["mfu_declared"] == 0 and declared:
+            row[side]["mfu_declared"] = 100 * row[side]["tps"] * results[side][0]["flops_per_token"] / declared
     gemm = row["gemm_peak_gflops"] * 1e9
     for side in SIDES:  # every side against the GEMM rate titan measured in the same round
         row[side]["mfu_vs_gemm"] = 100 * row[side]["tps"] * results[side][0]["flops_per_token"] / gemm if gemm else 0.0
@@ -123,11 +129,14 @@ def main():
     p.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
     p.add_argument("--smoke", action="store_true", help="one-layer model, 2 steps, 1 round: a quick check")
     p.add_argument("--dry-run", action="store_true", help="print the commands, run nothing")
+    p.add_argument("--summarise", default="", help="print the table of an earlier (or interrupted) run's "
+                   "per-run JSON directory (the 'titan-peers-*' temporary directory) instead of running")
     o = p.parse_args()
     configs = {"smoke": SMOKE} if o.smoke else {n: CONFIGS[n] for n in o.configs.split(",")}
     rounds = 1 if o.smoke else o.rounds
     only = [int(r) for r in o.ranks.split(",")] if o.ranks else None
-    work = tempfile.mkdtemp(prefix="titan-peers-")
+    work = o.summarise or tempfile.mkdtemp(prefix="titan-peers-")
+    print(f"per-run results in {work}", flush=True)
     rows = []
     for name, cfg in configs.items():
         for ranks in cfg["ranks"]:
@@ -137,7 +146,13 @@ def main():
             for r in range(rounds):
                 for side in SIDES:
                     out = os.path.join(work, f"{name}_{ranks}r_{side}_{r}.json")
-                    results[side].append(run(side, cfg, ranks, o, out))
+                    if not o.summarise:
+                        results[side].append(run(side, cfg, ranks, o, out))
+                    elif os.path.exists(out):
+                        with open(out) as f:
+                            results[side].append(json.load(f))
+            if o.summarise and not all(results.values()):
+                continue
             if not o.dry_run:
                 rows.append(summarise(name, cfg, ranks, results))
     if o.dry_run:
