@@ -1,9 +1,12 @@
 // SPDX-License-Identifier: BSD-3-Clause
 // Step-throughput benchmark: full training steps (forward, backward, clipping, fused AdamW) of a Llama 3
-// flavor on one device; prints tokens/s, TFLOPs and MFU (torchtitan's 6N + 12*L*D*S formula) against
-// the declared peak and against a measured fp32 GEMM peak of the same threads. Run:
+// flavor; prints tokens/s, TFLOPs and MFU (torchtitan's 6N + 12*L*D*S formula) against the declared
+// peak and, on CPU, against a measured fp32 GEMM peak of the same threads. One process is one rank;
+// under a launcher (titan-run, torchrun) with WORLD_SIZE > 1 the ranks shard the model with FSDP
+// (dp_shard = world size, Gloo on CPU), as the Python peer in benchmarks/peers/peer_step.py does.
+// benchmarks/peers/run_peers.sh runs both alternately. Run:
 //   build/bin/bench_step_throughput --flavor debugmodel --seq-len 512 --batch 8 --steps 10
-//   build/bin/bench_step_throughput --flavor 100M --seq-len 512 --batch 4 --steps 5
+//   build/bin/titan-run --nproc-per-node 2 build/bin/bench_step_throughput --flavor 100M --threads 1
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 #include <fmt/format.h>
@@ -11,13 +14,19 @@
 
 #include <algorithm>
 #include <chrono>
-#include <cstring>
+#include <cstdio>
+#include <memory>
 #include <string>
 #include <vector>
 
+#include "bench_flags.hpp"
 #include "titan/core/error.hpp"
+#include "titan/dist/launch_env.hpp"
+#include "titan/dist/mesh.hpp"
 #include "titan/metrics/metrics.hpp"
 #include "titan/models/llama3/model.hpp"
+#include "titan/models/llama3/parallelize.hpp"
+#include "titan/nn/init.hpp"
 #include "titan/optim/adamw.hpp"
 #include "titan/optim/clip.hpp"
 #include "titan/train/step.hpp"
@@ -25,30 +34,34 @@
 namespace {
 
 struct Options {
-  std::string flavor = "debugmodel";
-  int64_t seq_len = 512;
-  int64_t batch = 8;
-  int64_t steps = 10;
-  int64_t warmup = 2;
-  int64_t threads = 0;
-  std::string json;
+  std::string flavor = "debugmodel";  ///< Llama 3 flavor (titan::llama3::flavor)
+  int64_t n_layers = 0;               ///< override the flavor's block count (0: keep it)
+  int64_t tie_embeddings = -1;        ///< override weight tying: 0 or 1 (-1: keep the flavor's)
+  int64_t seq_len = 512;              ///< tokens per sequence S
+  int64_t batch = 8;                  ///< sequences per rank per step B
+  int64_t steps = 10;                 ///< timed steps
+  int64_t warmup = 2;                 ///< untimed steps before them
+  int64_t threads = 0;                ///< intra-op threads (at::set_num_threads); 0: LibTorch's default
+  std::string device = "cpu";         ///< cpu or cuda (cuda: bf16 autocast, fp32 master weights)
+  std::string json;                   ///< write the result here (rank 0) when not empty
 };
 
 Options parse(int argc, char** argv) {
   Options o;
-  for (int i = 1; i + 1 < argc; i += 2) {
-    const std::string k = argv[i];
-    const std::string v = argv[i + 1];
-    if (k == "--flavor") o.flavor = v;
-    else if (k == "--seq-len") o.seq_len = std::stoll(v);
-    else if (k == "--batch") o.batch = std::stoll(v);
-    else if (k == "--steps") o.steps = std::stoll(v);
-    else if (k == "--warmup") o.warmup = std::stoll(v);
-    else if (k == "--threads") o.threads = std::stoll(v);
-    else if (k == "--json") o.json = v;
-    else TITAN_CHECK_VALUE(false, "[bench_step_throughput] expected --flavor|--seq-len|--batch|--steps|--warmup|"
-                                  "--threads|--json, got '{}'.", k);
-  }
+  titan::bench::parse_flags(argc, argv, "bench_step_throughput",
+                            {{"--flavor", &o.flavor},
+                             {"--n-layers", &o.n_layers},
+                             {"--tie-embeddings", &o.tie_embeddings},
+                             {"--seq-len", &o.seq_len},
+                             {"--batch", &o.batch},
+                             {"--steps", &o.steps},
+                             {"--warmup", &o.warmup},
+                             {"--threads", &o.threads},
+                             {"--device", &o.device},
+                             {"--json", &o.json}});
+  TITAN_CHECK_VALUE(o.steps > 0, "[bench_step_throughput] expected --steps > 0, got {}.", o.steps);
+  TITAN_CHECK_VALUE(o.device == "cpu" || o.device == "cuda",
+                    "[bench_step_throughput] expected --device cpu or cuda, got '{}'.", o.device);
   return o;
 }
 
@@ -74,48 +87,96 @@ double measured_gemm_flops() {
 }  // namespace
 
 int main(int argc, char** argv) {
+  using namespace titan;
   try {
     const Options o = parse(argc, argv);
     if (o.threads > 0) at::set_num_threads(static_cast<int>(o.threads));
-    at::manual_seed(0);
-    titan::llama3::Llama3 model(titan::llama3::flavor(o.flavor), o.seq_len, at::TensorOptions());
+    const dist::LaunchEnv env = dist::read_launch_env();
+    const bool rank0 = env.rank == 0;
+    const at::Device device = o.device == "cuda" ? at::Device(at::kCUDA, static_cast<int>(env.local_rank)) : at::kCPU;
+    // FSDP over all ranks, as the peer's fully_shard over a one-axis mesh of WORLD_SIZE.
+    std::unique_ptr<dist::Mesh> mesh = std::make_unique<dist::Mesh>();
+    if (env.world_size > 1) {
+      const dist::Store store = dist::Store::tcp(env.master_addr, env.master_port, rank0, env.world_size,
+                                                 std::chrono::seconds(300));
+      mesh = std::make_unique<dist::Mesh>(dist::MeshShape{.dp_shard = env.world_size}, env.rank, store,
+                                          dist::MeshOptions{.backend = device.is_cuda() ? "nccl" : "gloo"});
+    }
+
+    llama3::Llama3Args args = llama3::flavor(o.flavor);
+    if (o.n_layers > 0) args.n_layers = o.n_layers;
+    if (o.tie_embeddings >= 0) args.tie_word_embeddings = o.tie_embeddings != 0;
+    nn::manual_init_seed(0);
+    at::manual_seed(static_cast<uint64_t>(env.rank));  // each rank draws its own batch
+    llama3::Llama3 model(args, o.seq_len, at::TensorOptions().device(device));
+    const auto parallel = llama3::parallelize(model, *mesh);  // no-op on one rank
     model.init_weights();
+    // Counted on an unsharded meta twin: under FSDP `model` holds only this rank's shards.
+    const llama3::Llama3 whole(args, o.seq_len, at::TensorOptions().device(at::kMeta));
     const auto params = model.unique_parameters();
-    titan::AdamW optimizer(params, {});
+    AdamW optimizer(params, {});  // torchtitan's defaults: betas (0.9, 0.95), eps 1e-8, wd 0.1, fused
     const auto forward = [&](const at::Tensor& t) { return model.forward(t); };
-    const int64_t vocab = model.vocab_size();
-    const at::Tensor input = at::randint(0, vocab, {o.batch, o.seq_len}, at::kLong);   // (B, S)
-    const at::Tensor labels = at::randint(0, vocab, {o.batch, o.seq_len}, at::kLong);  // (B, S)
+    const at::Tensor input = at::randint(0, args.vocab_size, {o.batch, o.seq_len}, at::kLong).to(device);   // (B, S)
+    const at::Tensor labels = at::randint(0, args.vocab_size, {o.batch, o.seq_len}, at::kLong).to(device);  // (B, S)
+    const int64_t global_tokens = o.batch * o.seq_len * env.world_size;
 
     std::vector<double> times;
+    std::vector<double> losses;
     for (int64_t s = 0; s < o.warmup + o.steps; ++s) {
+      if (s == o.warmup) reset_peak_memory(device);
       const auto t0 = std::chrono::steady_clock::now();
       optimizer.zero_grad();
-      titan::forward_backward(forward, {{input, labels}}, at::kCPU);
-      titan::clip_grad_norm_(params, 1.0);
+      const ForwardBackwardResult fb =
+          forward_backward(forward, {{input, labels}}, device, global_tokens, /*cuda_bf16_autocast=*/device.is_cuda());
+      clip_grad_norm_(params, 1.0, mesh.get());
       optimizer.step(1e-4);
+      // NOTE: the step is asynchronous on CUDA; reading one element waits for the optimizer's kernels.
+      if (device.is_cuda()) (void)params.front().reshape(-1)[0].item<float>();
       if (s >= o.warmup) times.push_back(seconds_since(t0));
+      losses.push_back(fb.loss);
     }
-    std::sort(times.begin(), times.end());
-    const double median = times[times.size() / 2];
-    const double tokens = static_cast<double>(o.batch * o.seq_len);
-    const double flops_per_token = static_cast<double>(model.num_flops_per_token(o.seq_len));
-    const auto peak = titan::peak_flops(at::kCPU, at::get_num_threads());
-    const double gemm = measured_gemm_flops();
+    const MemoryStats memory = memory_stats(device);
+    std::vector<double> sorted = times;
+    std::sort(sorted.begin(), sorted.end());
+    const double median = sorted[sorted.size() / 2];
+    const double tokens = static_cast<double>(o.batch * o.seq_len);  // per rank: torchtitan's tps is per device
+    const double flops_per_token = static_cast<double>(whole.num_flops_per_token(o.seq_len));
+    const auto peak = peak_flops(device, at::get_num_threads());
+    const double gemm = device.is_cuda() ? 0.0 : measured_gemm_flops();
     const double tps = tokens / median;
     const double achieved = flops_per_token * tps;
-    fmt::print("flavor {} ({:.1f}M params)  B={} S={}  threads={}\n", o.flavor, model.num_params() / 1e6, o.batch,
-               o.seq_len, at::get_num_threads());
-    fmt::print("step time min/median/max: {:.3f} / {:.3f} / {:.3f} s\n", times.front(), median, times.back());
-    fmt::print("tokens/s: {:.0f}  TFLOPs: {:.4f}  MFU: {:.1f}% of declared peak ({:.0f} GFLOP/s), {:.1f}% of "
-               "measured GEMM peak ({:.0f} GFLOP/s)\n",
-               tps, achieved / 1e12, 100 * achieved / peak.flops, peak.flops / 1e9, 100 * achieved / gemm, gemm / 1e9);
+    if (!rank0) return 0;
+    fmt::print("titan: flavor {} ({:.1f}M params, {} layers)  B={} S={}  ranks={}  threads={}  device={}\n", o.flavor,
+               static_cast<double>(whole.num_params()) / 1e6, args.n_layers, o.batch, o.seq_len, env.world_size,
+               at::get_num_threads(), o.device);
+    fmt::print("titan: step time min/median/max: {:.3f} / {:.3f} / {:.3f} s  tokens/s/rank: {:.0f}  loss {:.4f} -> {:.4f}\n",
+               sorted.front(), median, sorted.back(), tps, losses.front(), losses.back());
+    fmt::print("titan: TFLOPs: {:.4f}  MFU: {:.1f}% of declared peak ({:.0f} GFLOP/s)", achieved / 1e12,
+               100 * achieved / peak.flops, peak.flops / 1e9);
+    if (gemm > 0) fmt::print(", {:.1f}% of measured GEMM peak ({:.0f} GFLOP/s)", 100 * achieved / gemm, gemm / 1e9);
+    fmt::print("  peak memory {:.2f} GiB\n", static_cast<double>(memory.max_active) / (1 << 30));
     if (!o.json.empty()) {
-      const nlohmann::json j = {{"flavor", o.flavor}, {"batch", o.batch}, {"seq_len", o.seq_len},
-                                {"threads", at::get_num_threads()}, {"step_time_min", times.front()},
-                                {"step_time_median", median}, {"step_time_max", times.back()}, {"tps", tps},
-                                {"tflops", achieved / 1e12}, {"mfu_declared", 100 * achieved / peak.flops},
-                                {"mfu_gemm", 100 * achieved / gemm}, {"gemm_peak_flops", gemm}};
+      const nlohmann::json j = {{"side", "titan"},
+                                {"flavor", o.flavor},
+                                {"n_layers", args.n_layers},
+                                {"params", whole.num_params()},
+                                {"batch", o.batch},
+                                {"seq_len", o.seq_len},
+                                {"ranks", env.world_size},
+                                {"threads", at::get_num_threads()},
+                                {"device", o.device},
+                                {"step_times", times},
+                                {"step_time_min", sorted.front()},
+                                {"step_time_median", median},
+                                {"step_time_max", sorted.back()},
+                                {"tps", tps},
+                                {"losses", losses},
+                                {"flops_per_token", flops_per_token},
+                                {"tflops", achieved / 1e12},
+                                {"mfu_declared", 100 * achieved / peak.flops},
+                                {"mfu_gemm", gemm > 0 ? 100 * achieved / gemm : 0.0},
+                                {"gemm_peak_flops", gemm},
+                                {"peak_memory_bytes", memory.max_active}};
       std::FILE* f = std::fopen(o.json.c_str(), "w");
       TITAN_CHECK(f != nullptr, "[bench_step_throughput] expected a writable --json path, got '{}'.", o.json);
       fmt::print(f, "{}\n", j.dump(2));
@@ -123,7 +184,7 @@ int main(int argc, char** argv) {
     }
     return 0;
   } catch (const std::exception& e) {
-    fmt::print(stderr, "error: {}\n", titan::error_message(e));
+    fmt::print(stderr, "bench_step_throughput: {}\n", error_message(e));
     return 1;
   }
 }

@@ -5,14 +5,7 @@
 # model through titan-run (world size 1). Fits in a few minutes. Usage:
 #   benchmarks/gpu/distributed_world1.sh [--dry-run]      (results under ${OUT:-build-gpu/results})
 set -euo pipefail
-ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
-DRY=0; [[ "${1:-}" == "--dry-run" ]] && DRY=1
-BUILD="${BUILD:-$ROOT/build-gpu}"
-RESULTS="${OUT:-$BUILD/results}"
-PY="${PYTHON:-python3}"
-run() { echo "+ $*"; if ((DRY == 0)); then "$@"; fi; }
-
-TORCH_DIR=$("$PY" -c 'import os, torch; print(os.path.dirname(torch.__file__))' 2>/dev/null || echo "<torch>")
+source "$(dirname "${BASH_SOURCE[0]}")/common.sh" "$@"
 run mkdir -p "$RESULTS"
 run cmake -S "$ROOT" -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DTITAN_ENABLE_CUDA=ON \
     -DLIBTORCH_ROOT="$TORCH_DIR" -DTITAN_BUILD_TESTS=OFF

@@ -17,6 +17,8 @@ from torch import nn
 FLAVORS = {
     "debugmodel": dict(dim=256, n_layers=6, n_heads=16, n_kv_heads=16, vocab=2048, multiple_of=256, mult=None),
     "100M": dict(dim=640, n_layers=12, n_heads=10, n_kv_heads=5, vocab=32768, multiple_of=256, mult=None),
+    # Llama 3.2 1B's shape, untied (the torchtitan peer's Transformer has no weight tying).
+    "1B": dict(dim=2048, n_layers=16, n_heads=32, n_kv_heads=8, vocab=128256, multiple_of=1024, mult=1.5),
 }
 
 

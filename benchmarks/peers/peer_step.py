@@ -1,0 +1,194 @@
+# SPDX-License-Identifier: BSD-3-Clause
+"""The Python side of the side-by-side step benchmark (bench_step_throughput is the C++ side).
+
+One process is one rank. `--model torchtitan` builds torchtitan's own Llama 3 (`Transformer` from the pip
+`torchtitan` package, pinned in scripts/requirements.txt); `--model eager` the plain-PyTorch model of
+llama3_eager.py. Under torchrun with WORLD_SIZE > 1 the model is sharded with FSDP2 (`fully_shard`) over a
+one-axis mesh of all ranks (Gloo on CPU, NCCL on GPU): for torchtitan by its own `apply_fsdp` (embeddings,
+each block, norm + output, root; fp32 all-gather and reduce on CPU), for the eager model by the same units.
+
+Why not torchtitan's trainer (`torchrun -m torchtitan.train`)? On a machine without an accelerator it
+picks device "cuda" anyway (tools/utils.py `get_device_info` falls back to "cuda") and stops at
+`torch.cuda.set_device` with "RuntimeError: Found no NVIDIA driver on your system". So this script
+drives the step itself, the way torchtitan's `train_step` does: token-sum cross-entropy divided by the
+global token count, `clip_grad_norm_` (torchtitan's, DTensor-aware) at 1.0, AdamW (betas 0.9/0.95,
+eps 1e-8, weight decay 0.1, fused) at lr 1e-4, `zero_grad(set_to_none=True)`.
+
+    torchrun --nproc-per-node 2 benchmarks/peers/peer_step.py --model torchtitan --flavor debugmodel
+"""
+import argparse
+import copy
+import json
+import os
+import resource
+import sys
+import time
+
+import torch
+import torch.nn.functional as F
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import llama3_eager  # noqa: E402
+
+
+def torchtitan_args(flavor, n_layers, seq_len):
+    """torchtitan's TransformerModelArgs for a titan flavor; titan's "100M" and "1B" are mirrored here
+    because torchtitan 0.2.2's table has neither (1B is untied: its Transformer has no weight tying)."""
+    from torchtitan.models.llama3 import llama3_args
+    from torchtitan.models.llama3.model.args import TransformerModelArgs
+
+    if flavor in llama3_args:
+        args = copy.deepcopy(llama3_args[flavor])
+    else:
+        a = llama3_eager.FLAVORS[flavor]
+        args = TransformerModelArgs(dim=a["dim"], n_layers=a["n_layers"], n_heads=a["n_heads"],
+                                    n_kv_heads=a["n_kv_heads"], vocab_size=a["vocab"], multiple_of=a["multiple_of"],
+                                    ffn_dim_multiplier=a["mult"], rope_theta=500000)
+    if n_layers > 0:
+        args.n_layers = n_layers
+    args.max_seq_len = seq_len  # torchtitan's trainer does the same (update_from_config)
+    return args
+
+
+def flops_per_token(params, embedding_params, n_layers, n_heads, head_dim, seq_len):
+    """torchtitan's formula (models/utils.py): 6 * (N - N_embedding) + 6 * L * H * (2 * HD) * S."""
+    return 6 * (params - embedding_params) + 6 * n_layers * n_heads * 2 * head_dim * seq_len
+
+
+def build(o, device, mesh):
+    """The model with its FSDP units applied (when `mesh`), initialised on `device`."""
+    if o.model == "torchtitan":
+        from torchtitan.models.llama3.model.model import Transformer
+
+        args = torchtitan_args(o.flavor, o.n_layers, o.seq_len)
+        with torch.device("meta"):
+            model = Transformer(args)
+        n_layers, n_heads, dim = args.n_layers, args.n_heads, args.dim
+        if mesh is not None:
+            from torchtitan.models.llama3.infra.parallelize import apply_fsdp
+
+            dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
+            apply_fsdp(model, mesh, param_dtype=dtype, reduce_dtype=torch.float32, pp_enabled=False)
+        model.to_empty(device=device)
+        with torch.no_grad():
+            model.init_weights(buffer_device=device)
+    else:
+        a = dict(llama3_eager.FLAVORS[o.flavor])
+        if o.n_layers > 0:
+            a["n_layers"] = o.n_layers
+        with torch.device(device):
+            model = llama3_eager.Llama3(a, o.seq_len)
+        n_layers, n_heads, dim = a["n_layers"], a["n_heads"], a["dim"]
+        if mesh is not None:
+            from torch.distributed.fsdp import FSDPModule, MixedPrecisionPolicy, fully_shard
+
+            dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
+            mp = MixedPrecisionPolicy(param_dtype=dtype, reduce_dtype=torch.float32)
+            fully_shard(model.tok_embeddings, mesh=mesh, mp_policy=mp)
+            for block in model.layers:
+                fully_shard(block, mesh=mesh, mp_policy=mp)
+            fully_shard([model.norm, model.output], mesh=mesh, mp_policy=mp, reshard_after_forward=False)
+            fully_shard(model, mesh=mesh, mp_policy=mp)
+            for m in model.modules():  # the loss is already divided by the global token count
+                if isinstance(m, FSDPModule):
+                    m.set_gradient_divide_factor(1.0)
+    if mesh is not None and device.type == "cpu":
+        # A divide factor becomes NCCL's PREMUL_SUM reduce-scatter, which Gloo rejects ("RuntimeError: Cannot
+        # use ReduceOp.PREMUL_SUM with Gloo"); force plain SUM (and a divide by 1) as titan's Gloo path does.
+        from torch.distributed.fsdp import FSDPModule
+
+        for m in model.modules():
+            if isinstance(m, FSDPModule):
+                m.set_force_sum_reduction_for_comms(True)
+    params = sum(p.numel() for p in model.parameters())  # a DTensor's numel() is the global size
+    embedding = model.tok_embeddings.weight.numel()
+    return model, params, flops_per_token(params, embedding, n_layers, n_heads, dim // n_heads, o.seq_len), n_layers
+
+
+def peak_memory(device):
+    if device.type == "cuda":
+        return torch.cuda.max_memory_allocated(device)
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # Linux: KiB; titan reports VmHWM alike
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("--model", default="torchtitan", choices=["torchtitan", "eager"])
+    p.add_argument("--flavor", default="debugmodel", choices=sorted(llama3_eager.FLAVORS))
+    p.add_argument("--n-layers", type=int, default=0, help="override the flavor's block count (0: keep)")
+    p.add_argument("--seq-len", type=int, default=512)
+    p.add_argument("--batch", type=int, default=8, help="sequences per rank per step")
+    p.add_argument("--steps", type=int, default=10)
+    p.add_argument("--warmup", type=int, default=2)
+    p.add_argument("--threads", type=int, default=0, help="torch.set_num_threads (0: torch's default)")
+    p.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
+    p.add_argument("--json", default="")
+    o = p.parse_args()
+    if o.threads > 0:
+        torch.set_num_threads(o.threads)
+    rank, world = int(os.environ.get("RANK", "0")), int(os.environ.get("WORLD_SIZE", "1"))
+    device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0"))) if o.device == "cuda" else torch.device("cpu")
+    if device.type == "cuda":
+        torch.cuda.set_device(device)
+    mesh = None
+    if world > 1:
+        from torch.distributed.device_mesh import init_device_mesh
+
+        torch.distributed.init_process_group("nccl" if device.type == "cuda" else "gloo")
+        mesh = init_device_mesh(device.type, (world,), mesh_dim_names=("dp_shard",))
+    torch.manual_seed(0)
+    model, params, fpt, n_layers = build(o, device, mesh)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4, betas=(0.9, 0.95), eps=1e-8, weight_decay=0.1, fused=True)
+    from torchtitan.distributed.utils import clip_grad_norm_
+
+    torch.manual_seed(rank)  # each rank draws its own batch
+    vocab = model.tok_embeddings.weight.shape[0]
+    x = torch.randint(0, vocab, (o.batch, o.seq_len), device=device)
+    y = torch.randint(0, vocab, (o.batch, o.seq_len), device=device)
+    global_tokens = o.batch * o.seq_len * world
+    # One GPU without FSDP: bf16 autocast, as torchtitan's maybe_enable_amp does (titan: cuda_bf16_autocast).
+    amp = device.type == "cuda" and mesh is None
+    times, losses = [], []
+    for s in range(o.warmup + o.steps):
+        if s == o.warmup and device.type == "cuda":
+            torch.cuda.reset_peak_memory_stats(device)
+        t0 = time.perf_counter()
+        opt.zero_grad(set_to_none=True)
+        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=amp):
+            logits = model(x)
+        loss = F.cross_entropy(logits.flatten(0, 1).float(), y.flatten(0, 1), reduction="sum") / global_tokens
+        loss.backward()
+        clip_grad_norm_(list(model.parameters()), 1.0, foreach=True)
+        opt.step()
+        losses.append(loss.item())  # a sync point on CUDA, as titan's forward_backward reads the loss
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        if s >= o.warmup:
+            times.append(time.perf_counter() - t0)
+    ordered = sorted(times)
+    med = ordered[len(ordered) // 2]
+    tps = o.batch * o.seq_len / med
+    peak = 0.0
+    if device.type == "cuda":
+        from torchtitan.tools.utils import get_peak_flops
+
+        peak = get_peak_flops(torch.cuda.get_device_name(device))
+    result = dict(side=o.model, flavor=o.flavor, n_layers=n_layers, params=params, batch=o.batch, seq_len=o.seq_len,
+                  ranks=world, threads=torch.get_num_threads(), device=o.device, step_times=times,
+                  step_time_min=ordered[0], step_time_median=med, step_time_max=ordered[-1], tps=tps, losses=losses,
+                  flops_per_token=fpt, tflops=fpt * tps / 1e12, mfu_declared=100 * fpt * tps / peak if peak else 0.0,
+                  peak_memory_bytes=peak_memory(device))
+    if rank == 0:
+        print(f"{o.model}: flavor {o.flavor} ({params / 1e6:.1f}M params, {n_layers} layers) B={o.batch} "
+              f"S={o.seq_len} ranks={world} threads={torch.get_num_threads()} device={o.device}")
+        print(f"{o.model}: step time min/median/max: {ordered[0]:.3f} / {med:.3f} / {ordered[-1]:.3f} s  "
+              f"tokens/s/rank: {tps:.0f}  loss {losses[0]:.4f} -> {losses[-1]:.4f}")
+        if o.json:
+            with open(o.json, "w") as f:
+                json.dump(result, f, indent=2)
+    if mesh is not None:
+        torch.distributed.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
