@@ -13,9 +13,11 @@
 namespace titan::dist {
 namespace detail {
 
+struct GroupImpl;
+
 struct WorkImpl {
   c10::intrusive_ptr<c10d::Work> work;
-  std::string group;
+  std::shared_ptr<GroupImpl> group;
 };
 
 struct GroupImpl {
@@ -25,6 +27,7 @@ struct GroupImpl {
   std::vector<int64_t> global_ranks;
   c10::intrusive_ptr<c10d::Backend> backend;  // null for a group of one
   std::atomic<int64_t> all_gather_bytes{0}, reduce_scatter_bytes{0}, all_reduce_bytes{0}, other_bytes{0}, calls{0};
+  std::atomic<int64_t> wait_ns{0};
 };
 
 }  // namespace detail
@@ -49,18 +52,20 @@ void check_contiguous(const at::Tensor& t, const char* what, const std::string& 
                     "strides {}. Call .contiguous() first.", what, group, c10::str(t.strides()));
 }
 
-Work wrap(const detail::GroupImpl& g, c10::intrusive_ptr<c10d::Work> work) {
-  return Work(std::make_shared<detail::WorkImpl>(detail::WorkImpl{std::move(work), g.name}));
+Work wrap(const std::shared_ptr<detail::GroupImpl>& g, c10::intrusive_ptr<c10d::Work> work) {
+  return Work(std::make_shared<detail::WorkImpl>(detail::WorkImpl{std::move(work), g}));
 }
 
 }  // namespace
 
 void Work::wait() {
   if (!impl_) return;
+  const auto start = std::chrono::steady_clock::now();
   try {
     impl_->work->wait();
+    impl_->group->wait_ns += std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start).count();
   } catch (const std::exception& e) {
-    const std::string group = impl_->group;
+    const std::string group = impl_->group->name;
     impl_.reset();
     TITAN_CHECK(false, "[titan::dist] expected the collective on group '{}' to complete, got: {}. Another rank may have "
                 "failed or timed out (comm.train_timeout_seconds); its log names the first error.", group,
@@ -129,7 +134,7 @@ Work ProcessGroup::all_reduce(at::Tensor& tensor, ReduceOp op) const {
   std::vector<at::Tensor> tensors{tensor};
   c10d::AllreduceOptions options;
   options.reduceOp = to_c10d(op);
-  return wrap(*impl_, impl_->backend->allreduce(tensors, options));
+  return wrap(impl_, impl_->backend->allreduce(tensors, options));
 }
 
 Work ProcessGroup::all_gather(at::Tensor& out, const at::Tensor& in) const {
@@ -146,7 +151,7 @@ Work ProcessGroup::all_gather(at::Tensor& out, const at::Tensor& in) const {
   ++impl_->calls;
   at::Tensor flat_out = out.view({-1});
   at::Tensor flat_in = in.view({-1});
-  return wrap(*impl_, impl_->backend->_allgather_base(flat_out, flat_in));
+  return wrap(impl_, impl_->backend->_allgather_base(flat_out, flat_in));
 }
 
 Work ProcessGroup::reduce_scatter(at::Tensor& out, const at::Tensor& in, ReduceOp op) const {
@@ -168,7 +173,7 @@ Work ProcessGroup::reduce_scatter(at::Tensor& out, const at::Tensor& in, ReduceO
   at::Tensor flat_out = out.view({-1});
   c10d::ReduceScatterOptions options;
   options.reduceOp = c10d::ReduceOp::SUM;
-  return wrap(*impl_, impl_->backend->_reduce_scatter_base(flat_out, flat_in, options));
+  return wrap(impl_, impl_->backend->_reduce_scatter_base(flat_out, flat_in, options));
 }
 
 Work ProcessGroup::all_to_all(at::Tensor& out, const at::Tensor& in) const {
@@ -183,7 +188,7 @@ Work ProcessGroup::all_to_all(at::Tensor& out, const at::Tensor& in) const {
   impl_->other_bytes += (impl_->size - 1) * nbytes(in) / impl_->size;
   ++impl_->calls;
   std::vector<int64_t> even_split;
-  return wrap(*impl_, impl_->backend->alltoall_base(out, contiguous_in, even_split, even_split));
+  return wrap(impl_, impl_->backend->alltoall_base(out, contiguous_in, even_split, even_split));
 }
 
 Work ProcessGroup::broadcast(at::Tensor& tensor, int64_t root) const {
@@ -194,12 +199,12 @@ Work ProcessGroup::broadcast(at::Tensor& tensor, int64_t root) const {
   std::vector<at::Tensor> tensors{tensor};
   c10d::BroadcastOptions options;
   options.rootRank = root;
-  return wrap(*impl_, impl_->backend->broadcast(tensors, options));
+  return wrap(impl_, impl_->backend->broadcast(tensors, options));
 }
 
 void ProcessGroup::barrier() const {
   if (!impl_->backend) return;
-  Work(std::make_shared<detail::WorkImpl>(detail::WorkImpl{impl_->backend->barrier(), impl_->name})).wait();
+  wrap(impl_, impl_->backend->barrier()).wait();
 }
 
 CommStats ProcessGroup::stats() const {
@@ -207,11 +212,13 @@ CommStats ProcessGroup::stats() const {
           .reduce_scatter_bytes = impl_->reduce_scatter_bytes,
           .all_reduce_bytes = impl_->all_reduce_bytes,
           .other_bytes = impl_->other_bytes,
-          .calls = impl_->calls};
+          .calls = impl_->calls,
+          .wait_seconds = static_cast<double>(impl_->wait_ns) * 1e-9};
 }
 
 void ProcessGroup::reset_stats() const {
   impl_->all_gather_bytes = impl_->reduce_scatter_bytes = impl_->all_reduce_bytes = impl_->other_bytes = impl_->calls = 0;
+  impl_->wait_ns = 0;
 }
 
 }  // namespace titan::dist

@@ -49,8 +49,12 @@ namespace detail {
 
 uint64_t next_init_stream() { return init_stream++; }
 
-at::Tensor counter_uniform(const at::Tensor& t, uint64_t stream, int64_t draws) {
-  const Region r = region_of(t);
+at::Tensor counter_uniform(const at::Tensor& t, uint64_t stream, int64_t draws, int64_t row_begin, int64_t row_count) {
+  Region r = region_of(t);
+  if (!r.local_shape.empty() && row_count >= 0) {
+    r.offset[0] += row_begin;
+    r.local_shape[0] = row_count;
+  }
   const uint64_t key = mix(init_seed ^ mix(stream * kGolden + 1));
   std::vector<int64_t> with_draws = r.local_shape;
   with_draws.push_back(draws);
@@ -96,23 +100,51 @@ void write_local(at::Tensor& t, const at::Tensor& values) {
 
 }  // namespace detail
 
-void trunc_normal_(at::Tensor& t, double mean, double std, double a, double b) {
+namespace {
+
+// Writes transform(uniforms) over t's local region a slab of dim-0 rows at a time: the double
+// temporaries stay a few x kSlabElements x 8 bytes however large t is (a 128k-vocabulary
+// embedding would otherwise take ~10 GB of them). Every element's value depends only on its global
+// position, so slabs give the same bits as one piece.
+template <typename Transform>
+void fill_local(at::Tensor& t, int64_t draws, Transform transform) {
+  constexpr int64_t kSlabElements = int64_t{1} << 20;
   at::NoGradGuard no_grad;
+  const uint64_t stream = detail::next_init_stream();
+  const Region r = region_of(t);
+  const int64_t rows = r.local_shape.empty() ? 0 : r.local_shape[0];
+  const int64_t row_numel = rows == 0 ? 0 : c10::multiply_integers(r.local_shape) / rows;
+  const int64_t slab = std::max<int64_t>(1, kSlabElements / std::max<int64_t>(1, row_numel * draws));
+  if (rows <= slab) {
+    detail::write_local(t, transform(detail::counter_uniform(t, stream, draws)));
+    return;
+  }
+  if (t.size(0) > rows) t.narrow(0, rows, t.size(0) - rows).zero_();  // padding rows of a dim-0 shard
+  for (int64_t begin = 0; begin < rows; begin += slab) {
+    const int64_t count = std::min(slab, rows - begin);
+    t.narrow(0, begin, count).copy_(transform(detail::counter_uniform(t, stream, draws, begin, count)));
+  }
+}
+
+}  // namespace
+
+void trunc_normal_(at::Tensor& t, double mean, double std, double a, double b) {
   const double l = norm_cdf((a - mean) / std);
   const double u = norm_cdf((b - mean) / std);
-  at::Tensor v = detail::counter_uniform(t, detail::next_init_stream(), 1).squeeze(-1);
-  // PyTorch's recipe: uniform on [2l-1, 2u-1], erfinv, scale, shift, clamp.
-  v.mul_(2 * u - 2 * l).add_(2 * l - 1);
-  v.erfinv_().mul_(std * std::sqrt(2.0)).add_(mean).clamp_(a, b);
-  detail::write_local(t, v);
+  fill_local(t, 1, [&](const at::Tensor& uniform) {  // uniform: (rows..., 1)
+    at::Tensor v = uniform.squeeze(-1);
+    // PyTorch's recipe: uniform on [2l-1, 2u-1], erfinv, scale, shift, clamp.
+    v.mul_(2 * u - 2 * l).add_(2 * l - 1);
+    return v.erfinv_().mul_(std * std::sqrt(2.0)).add_(mean).clamp_(a, b);
+  });
 }
 
 void normal_(at::Tensor& t, double mean, double std) {
-  at::NoGradGuard no_grad;
-  at::Tensor uv = detail::counter_uniform(t, detail::next_init_stream(), 2);
-  const at::Tensor radius = at::sqrt(-2.0 * at::log1p(-uv.select(-1, 0)));
-  const at::Tensor angle = uv.select(-1, 1) * (2.0 * std::numbers::pi);
-  detail::write_local(t, radius * at::cos(angle) * std + mean);
+  fill_local(t, 2, [&](const at::Tensor& uv) {  // uv: (rows..., 2)
+    const at::Tensor radius = at::sqrt(-2.0 * at::log1p(-uv.select(-1, 0)));
+    const at::Tensor angle = uv.select(-1, 1) * (2.0 * std::numbers::pi);
+    return radius * at::cos(angle) * std + mean;
+  });
 }
 
 }  // namespace titan::nn

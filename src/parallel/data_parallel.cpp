@@ -119,7 +119,13 @@ std::shared_ptr<DataParallel> data_parallelize(torch::nn::Module& model, const s
     }
   }
 
-  auto state = std::make_unique<detail::DataParallelState>(shard, replicate, options);
+  TITAN_CHECK_VALUE(options.collectives == "auto" || options.collectives == "flat" || options.collectives == "per_param",
+                    "[titan::parallel::data_parallelize] expected collectives auto, flat or per_param, got '{}'.",
+                    options.collectives);
+  const auto all_params = model.parameters();
+  const bool on_cpu = all_params.empty() || all_params.front().device().is_cpu();
+  const bool per_param = options.collectives == "per_param" || (options.collectives == "auto" && on_cpu);
+  auto state = std::make_unique<detail::DataParallelState>(shard, replicate, options, per_param);
   // Units in forward order, the root (parameters under no unit) last; a parameter shared by two
   // modules (tied weights) belongs to the first unit that reaches it.
   std::vector<std::vector<std::string>> specs = units;

@@ -54,14 +54,19 @@ at::Tensor alias_of(const at::Tensor& t) {
 }  // namespace
 
 DataParallelState::DataParallelState(dist::ProcessGroup shard_group, dist::ProcessGroup replicate_group,
-                                     DataParallelOptions opts)
-    : shard(std::move(shard_group)), replicate(std::move(replicate_group)), options(std::move(opts)) {}
+                                     DataParallelOptions opts, bool per_param_collectives)
+    : shard(std::move(shard_group)),
+      replicate(std::move(replicate_group)),
+      options(std::move(opts)),
+      per_param(per_param_collectives) {}
 
 DataParallelState::~DataParallelState() {
   for (auto& p : pending_) {
-    try {
-      p.work.wait();
-    } catch (...) {  // a destructor must not throw; the error was already reported by the step
+    for (auto& work : p.works) {
+      try {
+        work.wait();
+      } catch (...) {  // a destructor must not throw; the error was already reported by the step
+      }
     }
   }
   for (auto& unit : units) {
@@ -85,50 +90,90 @@ at::Tensor DataParallelState::gathered_alias(const UnitParam& p) const {
       .set_(c10::Storage(p.gathered), 0, p.full_shape, c10::contiguous_strides(p.full_shape));
 }
 
+void DataParallelState::allocate_gathered(UnitParam& p) const {
+  const size_t nbytes = static_cast<size_t>(c10::multiply_integers(p.full_shape)) * c10::elementSize(options.param_dtype);
+  p.gathered->set_data_ptr_noswap(p.gathered->allocator()->allocate(nbytes));
+  p.gathered->set_nbytes(nbytes);
+}
+
 void DataParallelState::start_gather(int64_t u) {
   Unit& unit = units[static_cast<size_t>(u)];
   if (shard.size() == 1 || unit.state != Unit::State::kSharded) return;
   at::NoGradGuard no_grad;
+  if (per_param) {
+    start_gather_per_param(unit);
+  } else {
+    start_gather_flat(unit);
+  }
+  unit.state = Unit::State::kGathering;
+  record(DataParallelEvent::Kind::kGatherIssued, u);
+}
+
+void DataParallelState::start_gather_flat(Unit& unit) {
   std::vector<at::Tensor> flat;
   flat.reserve(unit.params.size());
   for (const auto& p : unit.params) flat.push_back(p.param.reshape({-1}).to(options.param_dtype));
-  unit.gather_in = at::cat(flat);                                                   // (chunk_numel)
-  unit.gather_out = at::empty({shard.size() * unit.chunk_numel}, unit.gather_in.options());  // (N * chunk_numel)
-  unit.gather_work = shard.all_gather(unit.gather_out, unit.gather_in);
-  unit.state = Unit::State::kGathering;
-  record(DataParallelEvent::Kind::kGatherIssued, u);
+  at::Tensor in = at::cat(flat);                                                  // (chunk_numel)
+  at::Tensor out = at::empty({shard.size() * unit.chunk_numel}, in.options());   // (N * chunk_numel)
+  unit.gather_works.push_back(shard.all_gather(out, in));
+  unit.gather_buffers = {std::move(in), std::move(out)};
+}
+
+void DataParallelState::start_gather_per_param(Unit& unit) {
+  const int64_t n = shard.size();
+  for (auto& p : unit.params) {
+    allocate_gathered(p);
+    at::Tensor in = p.param.to(options.param_dtype).contiguous();  // the shard itself when dtypes agree
+    at::Tensor out;  // (N * rows_per_rank, ...): the gathered storage itself unless rows are padded
+    if (n * p.rows_per_rank == p.full_shape[0]) {
+      out = gathered_alias(p);
+    } else {
+      std::vector<int64_t> padded = p.full_shape;
+      padded[0] = n * p.rows_per_rank;
+      out = at::empty(padded, in.options());
+    }
+    unit.gather_works.push_back(shard.all_gather(out, in));
+    unit.gather_buffers.push_back(std::move(in));
+    unit.gather_buffers.push_back(std::move(out));
+  }
 }
 
 void DataParallelState::finish_gather(int64_t u) {
   Unit& unit = units[static_cast<size_t>(u)];
   if (shard.size() == 1 || unit.state == Unit::State::kGathered) return;
   start_gather(u);
-  unit.gather_work.wait();
+  for (auto& work : unit.gather_works) work.wait();
+  unit.gather_works.clear();
   record(DataParallelEvent::Kind::kGatherWaited, u);
   at::NoGradGuard no_grad;
   const int64_t n = shard.size();
-  const at::Tensor by_rank = unit.gather_out.view({n, unit.chunk_numel});  // (N, chunk_numel)
-  for (auto& p : unit.params) {
-    const size_t nbytes = static_cast<size_t>(c10::multiply_integers(p.full_shape)) * c10::elementSize(options.param_dtype);
-    p.gathered->set_data_ptr_noswap(p.gathered->allocator()->allocate(nbytes));
-    p.gathered->set_nbytes(nbytes);
-    std::vector<int64_t> padded = p.full_shape;
-    padded[0] = n * p.rows_per_rank;
-    const at::Tensor full = by_rank.narrow(1, p.offset, p.shard_numel()).reshape(padded).narrow(0, 0, p.full_shape[0]);
-    gathered_alias(p).copy_(full);  // a fresh alias: the saved gathered tensors' versions stay unchanged
+  if (per_param) {
+    for (size_t i = 0; i < unit.params.size(); ++i) {
+      UnitParam& p = unit.params[i];
+      const at::Tensor& landed = unit.gather_buffers[2 * i + 1];  // (N * rows_per_rank, ...)
+      if (landed.size(0) != p.full_shape[0]) gathered_alias(p).copy_(landed.narrow(0, 0, p.full_shape[0]));
+    }
+  } else {
+    const at::Tensor by_rank = unit.gather_buffers[1].view({n, unit.chunk_numel});  // (N, chunk_numel)
+    for (auto& p : unit.params) {
+      allocate_gathered(p);
+      std::vector<int64_t> padded = p.full_shape;
+      padded[0] = n * p.rows_per_rank;
+      const at::Tensor full = by_rank.narrow(1, p.offset, p.shard_numel()).reshape(padded).narrow(0, 0, p.full_shape[0]);
+      gathered_alias(p).copy_(full);  // a fresh alias: the saved gathered tensors' versions stay unchanged
+    }
   }
-  unit.gather_in = at::Tensor();
-  unit.gather_out = at::Tensor();
+  unit.gather_buffers.clear();
   unit.state = Unit::State::kGathered;
 }
 
 void DataParallelState::free_unit(int64_t u) {
   Unit& unit = units[static_cast<size_t>(u)];
   if (shard.size() == 1 || unit.state == Unit::State::kSharded) return;
-  if (unit.state == Unit::State::kGathering) unit.gather_work.wait();  // never free what a collective writes
+  for (auto& work : unit.gather_works) work.wait();  // never free what a collective writes
+  unit.gather_works.clear();
   for (auto& p : unit.params) p.gathered->reset();
-  unit.gather_in = at::Tensor();
-  unit.gather_out = at::Tensor();
+  unit.gather_buffers.clear();
   unit.state = Unit::State::kSharded;
   record(DataParallelEvent::Kind::kFreed, u);
 }
@@ -197,25 +242,9 @@ void DataParallelState::post_backward(int64_t u, const std::vector<at::Tensor>& 
   for (auto& p : pending_) {
     if (p.stage == 0) progress(p, /*block=*/false);
   }
-  const int64_t n = shard.size();
-  std::vector<at::Tensor> columns;  // per parameter (N, shard_numel)
-  columns.reserve(unit.params.size());
-  for (size_t i = 0; i < unit.params.size(); ++i) {
-    const UnitParam& p = unit.params[i];
-    const auto reduce_options = p.param.options().dtype(options.reduce_dtype);
-    std::vector<int64_t> padded = p.full_shape;
-    padded[0] = n * p.rows_per_rank;
-    at::Tensor g = at::zeros(padded, reduce_options);
-    if (i < grads.size() && grads[i].defined()) g.narrow(0, 0, p.full_shape[0]).copy_(grads[i]);
-    columns.push_back(g.view({n, p.shard_numel()}));
-  }
-  PendingReduce reduce{.unit = u};
-  reduce.in = columns.size() == 1 ? columns[0] : at::cat(columns, 1);  // (N, chunk_numel)
-  reduce.out = at::empty({unit.chunk_numel}, reduce.in.options());
-  reduce.work = shard.reduce_scatter(reduce.out, reduce.in);
+  pending_.push_back(per_param ? start_reduce_per_param(u, grads) : start_reduce_flat(u, grads));
   record(DataParallelEvent::Kind::kReduceIssued, u);
-  pending_.push_back(std::move(reduce));
-  if (n == 1) progress(pending_.back(), /*block=*/false);  // DDP: start the all-reduce now
+  if (shard.size() == 1) progress(pending_.back(), /*block=*/false);  // DDP: start the all-reduce now
   unit.outputs.clear();
   free_unit(u);  // FSDP2 frees after backward whatever the forward policy
   if (!callback_queued_) {
@@ -224,33 +253,94 @@ void DataParallelState::post_backward(int64_t u, const std::vector<at::Tensor>& 
   }
 }
 
+at::Tensor DataParallelState::padded_grad(const UnitParam& p, const at::Tensor& grad) const {
+  std::vector<int64_t> padded = p.full_shape;
+  padded[0] = shard.size() * p.rows_per_rank;
+  const auto reduce_options = p.param.options().dtype(options.reduce_dtype);
+  if (grad.defined() && padded[0] == p.full_shape[0]) return grad.to(options.reduce_dtype).contiguous();
+  at::Tensor g = at::zeros(padded, reduce_options);  // (N * rows_per_rank, ...)
+  if (grad.defined()) g.narrow(0, 0, p.full_shape[0]).copy_(grad);
+  return g;
+}
+
+PendingReduce DataParallelState::start_reduce_flat(int64_t u, const std::vector<at::Tensor>& grads) {
+  const Unit& unit = units[static_cast<size_t>(u)];
+  const int64_t n = shard.size();
+  std::vector<at::Tensor> columns;  // per parameter (N, shard_numel)
+  columns.reserve(unit.params.size());
+  for (size_t i = 0; i < unit.params.size(); ++i) {
+    const UnitParam& p = unit.params[i];
+    std::vector<int64_t> padded = p.full_shape;
+    padded[0] = n * p.rows_per_rank;
+    at::Tensor g = at::zeros(padded, p.param.options().dtype(options.reduce_dtype));
+    if (i < grads.size() && grads[i].defined()) g.narrow(0, 0, p.full_shape[0]).copy_(grads[i]);
+    columns.push_back(g.view({n, p.shard_numel()}));
+  }
+  PendingReduce reduce{.unit = u};
+  reduce.in.push_back(columns.size() == 1 ? columns[0] : at::cat(columns, 1));  // (N, chunk_numel)
+  reduce.out.push_back(at::empty({unit.chunk_numel}, reduce.in[0].options()));
+  reduce.works.push_back(shard.reduce_scatter(reduce.out[0], reduce.in[0]));
+  return reduce;
+}
+
+PendingReduce DataParallelState::start_reduce_per_param(int64_t u, const std::vector<at::Tensor>& grads) {
+  const Unit& unit = units[static_cast<size_t>(u)];
+  PendingReduce reduce{.unit = u};
+  const at::Tensor none;
+  for (size_t i = 0; i < unit.params.size(); ++i) {
+    const UnitParam& p = unit.params[i];
+    const at::Tensor& grad = i < grads.size() ? grads[i] : none;  // both lvalues: no copy, no extra reference
+    at::Tensor in = padded_grad(p, grad);  // (N * rows_per_rank, ...)
+    if (shard.size() == 1) {
+      // DDP: the all-reduce works in place, and autograd may have handed the same gradient tensor to
+      // another node too (e.g. both inputs of an add): reduce a copy unless only we hold it.
+      const bool ours = !in.is_same(grad) || (grad.use_count() == 2 && grad.storage().use_count() == 1);
+      reduce.out.push_back(ours ? in.view(p.param.sizes()) : in.view(p.param.sizes()).clone());
+      continue;
+    }
+    at::Tensor out = at::empty(p.param.sizes(), in.options());  // (rows_per_rank, ...)
+    reduce.works.push_back(shard.reduce_scatter(out, in));
+    reduce.in.push_back(std::move(in));
+    reduce.out.push_back(std::move(out));
+  }
+  return reduce;
+}
+
 void DataParallelState::progress(PendingReduce& p, bool block) {
   if (p.stage == 0) {
-    p.work.wait();
-    p.in = at::Tensor();
+    for (auto& work : p.works) work.wait();
+    p.works.clear();
+    p.in.clear();
     if (replicate.size() > 1) {
-      p.work = replicate.all_reduce(p.out);
+      for (auto& out : p.out) p.works.push_back(replicate.all_reduce(out));
       p.stage = 1;
     } else {
       p.stage = 2;
     }
   }
   if (p.stage == 1 && block) {
-    p.work.wait();
+    for (auto& work : p.works) work.wait();
+    p.works.clear();
     p.stage = 2;
   }
   if (p.stage != 2) return;
   record(DataParallelEvent::Kind::kReduceWaited, p.unit);
-  for (auto& param : units[static_cast<size_t>(p.unit)].params) {
-    at::Tensor grad = p.out.narrow(0, param.offset, param.shard_numel()).view(param.param.sizes()).to(param.param.scalar_type());
+  auto& params = units[static_cast<size_t>(p.unit)].params;
+  for (size_t i = 0; i < params.size(); ++i) {
+    UnitParam& param = params[i];
+    // Flat: this parameter's slice of the unit's buffer, cloned so the buffer can go; per parameter:
+    // its own reduced tensor, used as it is.
+    at::Tensor grad = per_param ? p.out[i].to(param.param.scalar_type())
+                                : p.out[0].narrow(0, param.offset, param.shard_numel()).view(param.param.sizes())
+                                      .to(param.param.scalar_type()).clone(at::MemoryFormat::Contiguous);
     at::Tensor& slot = param.param.mutable_grad();
     if (slot.defined()) {
       slot.add_(grad);
     } else {
-      slot = grad.clone(at::MemoryFormat::Contiguous);
+      slot = std::move(grad);
     }
   }
-  p.out = at::Tensor();
+  p.out.clear();
   p.stage = 3;
 }
 

@@ -39,23 +39,27 @@ struct Unit {
   int64_t chunk_numel = 0;  // per-rank elements of the flat all-gather input
   bool reshard_after_forward = true;
   State state = State::kSharded;
-  dist::Work gather_work{};
-  at::Tensor gather_in{}; // (chunk_numel) in param_dtype, alive while the all-gather reads it
-  at::Tensor gather_out{};// (shard_size * chunk_numel)
+  std::vector<dist::Work> gather_works{};
+  // What the in-flight all-gathers read and write. Flat: {in (chunk_numel), out (N * chunk_numel)};
+  // per parameter: each input, and the (N * rows_per_rank, ...) landing buffer of a padded one.
+  std::vector<at::Tensor> gather_buffers{};
   std::vector<at::Tensor> outputs{};  // this forward's gathered tensors with autograd history
 };
 
 // A unit's gradient on its way: reduce-scatter over dp_shard, then all-reduce over dp_replicate.
+// Flat: one in (shard_size, chunk_numel) and one out (chunk_numel); per parameter: one pair each,
+// in (shard_size * rows_per_rank, ...) and out (rows_per_rank, ...). All in reduce_dtype.
 struct PendingReduce {
   int64_t unit = 0;
-  at::Tensor in{};  // (shard_size, chunk_numel) reduce_dtype, read by the collective
-  at::Tensor out{};  // (chunk_numel) reduce_dtype
-  dist::Work work{};
+  std::vector<at::Tensor> in{};
+  std::vector<at::Tensor> out{};
+  std::vector<dist::Work> works{};
   int stage = 0;  // 0: reduce-scatter in flight, 1: all-reduce in flight, 2: reduced, 3: written to .grad
 };
 
 struct DataParallelState final : ParamHandler {
-  DataParallelState(dist::ProcessGroup shard_group, dist::ProcessGroup replicate_group, DataParallelOptions opts);
+  DataParallelState(dist::ProcessGroup shard_group, dist::ProcessGroup replicate_group, DataParallelOptions opts,
+                    bool per_param_collectives);
   ~DataParallelState() override;
 
   at::Tensor materialize(int64_t unit, int64_t index) override;
@@ -70,13 +74,22 @@ struct DataParallelState final : ParamHandler {
   dist::ProcessGroup shard;
   dist::ProcessGroup replicate;
   DataParallelOptions options;
+  // One collective per parameter, straight between its storage and the gathered/reduced tensors (CPU):
+  // no flat-buffer copies. Else one flat collective per unit (GPU: fewest launches).
+  bool per_param;
   std::vector<Unit> units;
   std::vector<DataParallelEvent> events;
 
  private:
   void enter_unit(int64_t unit);
   void start_gather(int64_t unit);
+  void start_gather_flat(Unit& unit);
+  void start_gather_per_param(Unit& unit);
   void finish_gather(int64_t unit);
+  void allocate_gathered(UnitParam& p) const;
+  PendingReduce start_reduce_flat(int64_t unit, const std::vector<at::Tensor>& grads);
+  PendingReduce start_reduce_per_param(int64_t unit, const std::vector<at::Tensor>& grads);
+  at::Tensor padded_grad(const UnitParam& p, const at::Tensor& grad) const;
   void free_unit(int64_t unit);
   at::Tensor gathered_alias(const UnitParam& p) const;
   void progress(PendingReduce& p, bool block);

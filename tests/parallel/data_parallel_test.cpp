@@ -31,6 +31,20 @@ TEST_CASE("DDP 2 with 2 accumulation microbatches matches one rank", "[parallel]
   check_parity({.dp_replicate = 2}, {.accumulation = 2});
 }
 
+// 3 ranks: debugmodel's 256-row weights split 86/86/84 rows, so every gather and reduce goes
+// through the padded path.
+TEST_CASE("FSDP 3 with padded shards matches one rank", "[parallel][fsdp][parity]") {
+  check_parity({.dp_shard = 3}, {.global_batch = 6});
+}
+
+TEST_CASE("FSDP 3 with flat collectives matches one rank", "[parallel][fsdp][parity]") {
+  check_parity({.dp_shard = 3}, {.global_batch = 6, .collectives = "flat"});
+}
+
+TEST_CASE("DDP 2 with flat collectives matches one rank", "[parallel][ddp][parity]") {
+  check_parity({.dp_replicate = 2}, {.collectives = "flat"});
+}
+
 TEST_CASE("FSDP initial weights equal the single-rank ones from the seed alone", "[parallel][fsdp][init]") {
   nn::manual_init_seed(42);
   llama3::Llama3 reference(test::parity_args(), 64, at::TensorOptions());

@@ -28,6 +28,7 @@ struct ParityRun {
   int64_t seq_len = 64;                 ///< tokens per sequence
   int64_t accumulation = 1;             ///< microbatches per rank per step
   std::string reshard = "default";      ///< fsdp_reshard_after_forward
+  std::string collectives = "auto";     ///< FSDP/DDP collective layout: auto | flat | per_param
   bool trace = false;                   ///< record the FSDP event trace
   bool sequence_parallel = true;        ///< under TP: sequence-sharded activations between blocks
   bool loss_parallel = true;            ///< under TP: loss on vocab-sharded logits
@@ -72,7 +73,7 @@ inline ParityResult train_parity(const dist::Mesh& mesh, const ParityRun& run) {
       model, mesh,
       {.tensor_parallel = {.sequence_parallel = run.sequence_parallel, .loss_parallel = run.loss_parallel},
        .tensor_parallel_runtime = {.async = run.async_tp, .trace = run.trace},
-       .data_parallel = {.reshard_after_forward = run.reshard, .trace = run.trace}});
+       .data_parallel = {.reshard_after_forward = run.reshard, .collectives = run.collectives, .trace = run.trace}});
   LossFn loss;  // plain cross-entropy unless the logits are vocab-sharded
   if (result.applied.tp) {
     loss = [tp = result.applied.tp](const at::Tensor& logits, const at::Tensor& labels) {

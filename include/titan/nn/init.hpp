@@ -24,8 +24,10 @@ void trunc_normal_(at::Tensor& t, double mean, double std, double a, double b);
 void normal_(at::Tensor& t, double mean, double std);
 
 namespace detail {
-/// Uniform [0, 1) doubles for t's local elements (the valid, unpadded region), shape = that region.
-at::Tensor counter_uniform(const at::Tensor& t, uint64_t stream, int64_t draws_per_element);
+/// Uniform [0, 1) doubles for t's local elements (the valid, unpadded region), shape = that region;
+/// with row_count >= 0 only rows [row_begin, row_begin + row_count) of it.
+at::Tensor counter_uniform(const at::Tensor& t, uint64_t stream, int64_t draws_per_element, int64_t row_begin = 0,
+                           int64_t row_count = -1);
 /// Takes the next stream of the calling thread.
 uint64_t next_init_stream();
 /// Writes values (the local valid region) into t, zeroing any padding rows.

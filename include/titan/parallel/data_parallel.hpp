@@ -39,6 +39,10 @@ struct DataParallelOptions {
   at::ScalarType param_dtype = at::kFloat;
   /// dtype gradients are reduced in.
   at::ScalarType reduce_dtype = at::kFloat;
+  /// "auto" (per_param on CPU, flat on GPU), "flat" (one all-gather / reduce-scatter per unit over a
+  /// packed buffer: fewest launches, one copy in and one out) or "per_param" (one collective per
+  /// parameter, straight into its gathered storage and out of autograd's gradient: no copies).
+  std::string collectives = "auto";
   /// Record the collective/compute event trace (tests and debugging).
   bool trace = false;
 };
