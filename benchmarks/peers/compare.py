@@ -34,17 +34,19 @@ CONFIGS = {
     "debugmodel-512": dict(flavor="debugmodel", n_layers=0, seq_len=512, batch=4, steps=5, warmup=1, ranks=[1, 2]),
     "debugmodel-2048": dict(flavor="debugmodel", n_layers=0, seq_len=2048, batch=1, steps=4, warmup=1, ranks=[1, 2]),
     "100M-512": dict(flavor="100M", n_layers=0, seq_len=512, batch=2, steps=3, warmup=1, ranks=[1, 2]),
-    # Llama 3.2 1B's shape (D 2048, FFN 8192, 32/8 heads, V 128256, untied) with 2 of its 16 blocks:
-    # 647M parameters, 10.4 GB of fp32 weights, grads and AdamW moments. The full 1.24B (19.8 GB, and
-    # 1.5B = 24 GB untied) does not fit this 23 GiB machine; 2 ranks would hold 2 x (5.2 GB of shards +
-    # ~3 GB of gathered embedding/output, their grads and logits), too much beside the builds sharing it.
-    "1B-shape-2L-512": dict(flavor="1B", n_layers=2, seq_len=512, batch=1, steps=2, warmup=1, ranks=[1]),
+    # ~1B: Llama 3.2 1B's shape (D 2048, FFN 8192, 32/8 heads, V 128256, untied as torchtitan 0.2.2's
+    # Transformer has no tying) with 8 of its 16 blocks: 1.01B parameters, 16.2 GB of fp32 weights,
+    # grads and AdamW moments, the most this 23 GiB machine holds (the whole 1.50B untied needs 24 GB).
+    "1B-8L-512": dict(flavor="1B", n_layers=8, seq_len=512, batch=1, steps=3, warmup=1, ranks=[1]),
+    # The same shape with 2 blocks (647M) is the one that fits FSDP over 2 ranks (2 processes' shards,
+    # gathered 128k-row embedding and output, their gradients and the logits).
+    "1B-shape-2L-512": dict(flavor="1B", n_layers=2, seq_len=512, batch=1, steps=3, warmup=1, ranks=[2]),
 }
 # One GPU (benchmarks/gpu/run.sh): the whole Llama 3.2 1B shape, untied on every side (1.50B parameters,
 # 24 GB of fp32 weights, grads and AdamW moments), bf16 autocast. 8B needs 16 B/param x 8.03B = 128 GB of
 # the same before activations: it does not fit one 141 GB H200 without sharding or optimizer offload.
 CONFIGS["gpu-1B-2048"] = dict(flavor="1B", n_layers=0, seq_len=2048, batch=4, steps=20, warmup=3, ranks=[1])
-DEFAULT = ["debugmodel-512", "debugmodel-2048", "100M-512", "1B-shape-2L-512"]
+DEFAULT = ["debugmodel-512", "debugmodel-2048", "100M-512", "1B-8L-512", "1B-shape-2L-512"]
 SMOKE = dict(flavor="debugmodel", n_layers=1, seq_len=32, batch=1, steps=2, warmup=0, ranks=[1, 2])
 SIDES = ["titan", "torchtitan", "eager"]
 FIELDS = ["side", "flavor", "n_layers", "params", "batch", "seq_len", "ranks", "threads", "step_times",
