@@ -162,8 +162,8 @@ int main(int argc, char** argv) {
     fmt::print("titan: TFLOPs: {:.4f}  MFU: {:.1f}% of declared peak ({:.0f} GFLOP/s)", achieved / 1e12,
                100 * achieved / peak.flops, peak.flops / 1e9);
     if (gemm > 0) fmt::print(", {:.1f}% of measured GEMM peak ({:.0f} GFLOP/s)", 100 * achieved / gemm, gemm / 1e9);
-    fmt::print("  peak memory {:.2f} GiB  exposed comm {:.3f} s/step\n", static_cast<double>(memory.max_active) / (1 << 30),
-               comm_wait);
+    fmt::print("  peak memory {:.2f} GiB  exposed comm {:.3f} s/step\n",
+               static_cast<double>(memory.max_active) / (1 << 30), comm_wait);
     if (!o.json.empty()) {
       const nlohmann::json j = {{"side", "titan"},
                                 {"flavor", o.flavor},

@@ -63,7 +63,8 @@ void Work::wait() {
   const auto start = std::chrono::steady_clock::now();
   try {
     impl_->work->wait();
-    impl_->group->wait_ns += std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start).count();
+    const auto waited = std::chrono::steady_clock::now() - start;
+    impl_->group->wait_ns += std::chrono::duration_cast<std::chrono::nanoseconds>(waited).count();
   } catch (const std::exception& e) {
     const std::string group = impl_->group->name;
     impl_.reset();

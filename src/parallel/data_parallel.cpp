@@ -122,8 +122,8 @@ std::shared_ptr<DataParallel> data_parallelize(torch::nn::Module& model, const s
   TITAN_CHECK_VALUE(options.collectives == "auto" || options.collectives == "flat" || options.collectives == "per_param",
                     "[titan::parallel::data_parallelize] expected collectives auto, flat or per_param, got '{}'.",
                     options.collectives);
-  const auto all_params = model.parameters();
-  const bool on_cpu = all_params.empty() || all_params.front().device().is_cpu();
+  const auto params = model.named_parameters(/*recurse=*/true);
+  const bool on_cpu = params.is_empty() || params[0].value().device().is_cpu();
   const bool per_param = options.collectives == "per_param" || (options.collectives == "auto" && on_cpu);
   auto state = std::make_unique<detail::DataParallelState>(shard, replicate, options, per_param);
   // Units in forward order, the root (parameters under no unit) last; a parameter shared by two
@@ -131,7 +131,6 @@ std::shared_ptr<DataParallel> data_parallelize(torch::nn::Module& model, const s
   std::vector<std::vector<std::string>> specs = units;
   specs.emplace_back();
   std::unordered_set<const c10::TensorImpl*> taken;
-  const auto params = model.named_parameters(/*recurse=*/true);
   std::vector<std::vector<std::string>> unit_fqns;
   // What tensor parallelism bound before: its placements and per-use transform carry over.
   std::vector<std::vector<std::optional<detail::Binding>>> priors;

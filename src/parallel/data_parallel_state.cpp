@@ -125,13 +125,7 @@ void DataParallelState::start_gather_per_param(Unit& unit) {
     allocate_gathered(p);
     at::Tensor in = p.param.to(options.param_dtype).contiguous();  // the shard itself when dtypes agree
     at::Tensor out;  // (N * rows_per_rank, ...): the gathered storage itself unless rows are padded
-    if (n * p.rows_per_rank == p.full_shape[0]) {
-      out = gathered_alias(p);
-    } else {
-      std::vector<int64_t> padded = p.full_shape;
-      padded[0] = n * p.rows_per_rank;
-      out = at::empty(padded, in.options());
-    }
+    out = n * p.rows_per_rank == p.full_shape[0] ? gathered_alias(p) : at::empty(p.padded_shape(n), in.options());
     unit.gather_works.push_back(shard.all_gather(out, in));
     unit.gather_buffers.push_back(std::move(in));
     unit.gather_buffers.push_back(std::move(out));
@@ -157,9 +151,8 @@ void DataParallelState::finish_gather(int64_t u) {
     const at::Tensor by_rank = unit.gather_buffers[1].view({n, unit.chunk_numel});  // (N, chunk_numel)
     for (auto& p : unit.params) {
       allocate_gathered(p);
-      std::vector<int64_t> padded = p.full_shape;
-      padded[0] = n * p.rows_per_rank;
-      const at::Tensor full = by_rank.narrow(1, p.offset, p.shard_numel()).reshape(padded).narrow(0, 0, p.full_shape[0]);
+      const at::Tensor full =
+          by_rank.narrow(1, p.offset, p.shard_numel()).reshape(p.padded_shape(n)).narrow(0, 0, p.full_shape[0]);
       gathered_alias(p).copy_(full);  // a fresh alias: the saved gathered tensors' versions stay unchanged
     }
   }
@@ -254,11 +247,9 @@ void DataParallelState::post_backward(int64_t u, const std::vector<at::Tensor>& 
 }
 
 at::Tensor DataParallelState::padded_grad(const UnitParam& p, const at::Tensor& grad) const {
-  std::vector<int64_t> padded = p.full_shape;
-  padded[0] = shard.size() * p.rows_per_rank;
-  const auto reduce_options = p.param.options().dtype(options.reduce_dtype);
+  const std::vector<int64_t> padded = p.padded_shape(shard.size());
   if (grad.defined() && padded[0] == p.full_shape[0]) return grad.to(options.reduce_dtype).contiguous();
-  at::Tensor g = at::zeros(padded, reduce_options);  // (N * rows_per_rank, ...)
+  at::Tensor g = at::zeros(padded, p.param.options().dtype(options.reduce_dtype));  // (N * rows_per_rank, ...)
   if (grad.defined()) g.narrow(0, 0, p.full_shape[0]).copy_(grad);
   return g;
 }
@@ -270,11 +261,7 @@ PendingReduce DataParallelState::start_reduce_flat(int64_t u, const std::vector<
   columns.reserve(unit.params.size());
   for (size_t i = 0; i < unit.params.size(); ++i) {
     const UnitParam& p = unit.params[i];
-    std::vector<int64_t> padded = p.full_shape;
-    padded[0] = n * p.rows_per_rank;
-    at::Tensor g = at::zeros(padded, p.param.options().dtype(options.reduce_dtype));
-    if (i < grads.size() && grads[i].defined()) g.narrow(0, 0, p.full_shape[0]).copy_(grads[i]);
-    columns.push_back(g.view({n, p.shard_numel()}));
+    columns.push_back(padded_grad(p, i < grads.size() ? grads[i] : at::Tensor()).view({n, p.shard_numel()}));
   }
   PendingReduce reduce{.unit = u};
   reduce.in.push_back(columns.size() == 1 ? columns[0] : at::cat(columns, 1));  // (N, chunk_numel)

@@ -30,6 +30,12 @@ struct UnitParam {
   int64_t offset = 0;                             // element offset in the unit's per-rank flat chunk
   c10::intrusive_ptr<c10::StorageImpl> gathered;  // the unsharded tensor's storage (FSDP); bytes freed when sharded
   int64_t shard_numel() const { return rows_per_rank * row_numel; }
+  // The unsharded shape with dim 0 rounded up to n equal shards: what the collectives move.
+  std::vector<int64_t> padded_shape(int64_t n) const {
+    std::vector<int64_t> shape = full_shape;
+    shape[0] = n * rows_per_rank;
+    return shape;
+  }
 };
 
 struct Unit {

@@ -45,7 +45,7 @@ struct CommStats {
   int64_t all_reduce_bytes = 0;      ///< 2(n-1)/n x bytes per all-reduce
   int64_t other_bytes = 0;           ///< broadcast, all-to-all, point-to-point
   int64_t calls = 0;                 ///< collectives issued
-  double wait_seconds = 0;           ///< time callers spent blocked in Work::wait: communication not hidden behind compute (host side)
+  double wait_seconds = 0;           ///< time blocked in Work::wait: communication not hidden (host side)
   int64_t total() const { return all_gather_bytes + reduce_scatter_bytes + all_reduce_bytes + other_bytes; }
 };
 
