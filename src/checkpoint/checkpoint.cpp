@@ -20,7 +20,7 @@
 #include "titan/core/error.hpp"
 #include "titan/dist/mesh.hpp"
 #include "titan/optim/adamw.hpp"
-#include "titan/parallel/sharded_param.hpp"
+#include "titan/layout/sharded_param.hpp"
 
 namespace titan::checkpoint {
 namespace fs = std::filesystem;

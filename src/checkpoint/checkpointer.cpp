@@ -14,7 +14,7 @@
 #include "titan/core/error.hpp"
 #include "titan/core/log.hpp"
 #include "titan/dist/mesh.hpp"
-#include "titan/parallel/sharded_param.hpp"
+#include "titan/layout/sharded_param.hpp"
 
 namespace titan::checkpoint {
 namespace fs = std::filesystem;

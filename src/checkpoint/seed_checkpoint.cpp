@@ -8,7 +8,7 @@
 #include "titan/checkpoint/checkpoint.hpp"
 #include "titan/checkpoint/safetensors.hpp"
 #include "titan/dist/mesh.hpp"
-#include "titan/parallel/sharded_param.hpp"
+#include "titan/layout/sharded_param.hpp"
 
 namespace titan::checkpoint {
 

@@ -5,7 +5,7 @@
 #include <nlohmann/json.hpp>
 
 #include "titan/core/error.hpp"
-#include "titan/train/loss.hpp"
+#include "titan/nn/loss.hpp"
 
 namespace titan::data::detail {
 

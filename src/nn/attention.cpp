@@ -5,7 +5,7 @@
 
 #include "titan/core/error.hpp"
 #include "titan/nn/init.hpp"
-#include "titan/parallel/module_hooks.hpp"
+#include "titan/layout/module_hooks.hpp"
 
 namespace titan::nn {
 namespace {

@@ -8,7 +8,7 @@
 #include <cmath>
 #include <numbers>
 
-#include "titan/parallel/sharded_param.hpp"
+#include "titan/layout/sharded_param.hpp"
 
 namespace titan::nn {
 namespace {

@@ -4,8 +4,8 @@
 #include <ATen/ATen.h>
 #include <c10/core/GradMode.h>
 
-#include "titan/parallel/module_hooks.hpp"
-#include "titan/parallel/sharded_param.hpp"
+#include "titan/layout/module_hooks.hpp"
+#include "titan/layout/sharded_param.hpp"
 
 namespace titan::nn {
 

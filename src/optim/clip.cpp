@@ -7,7 +7,7 @@
 #include <map>
 
 #include "titan/dist/mesh.hpp"
-#include "titan/parallel/sharded_param.hpp"
+#include "titan/layout/sharded_param.hpp"
 
 namespace titan {
 namespace {

@@ -16,7 +16,7 @@
 #include <string>
 #include <vector>
 
-#include "binding.hpp"
+#include "../layout/binding.hpp"
 #include "titan/dist/process_group.hpp"
 #include "titan/parallel/data_parallel.hpp"
 

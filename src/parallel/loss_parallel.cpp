@@ -9,7 +9,7 @@
 #include "titan/core/error.hpp"
 #include "titan/dist/process_group.hpp"
 #include "titan/parallel/tensor_parallel.hpp"
-#include "titan/train/loss.hpp"
+#include "titan/nn/loss.hpp"
 
 namespace titan::parallel {
 namespace {

@@ -5,10 +5,10 @@
 #include <fmt/format.h>
 #include <torch/nn/module.h>
 
-#include "binding.hpp"
+#include "../layout/binding.hpp"
 #include "titan/core/error.hpp"
 #include "titan/dist/mesh.hpp"
-#include "titan/train/loss.hpp"
+#include "titan/nn/loss.hpp"
 #include "tp_styles.hpp"
 
 namespace titan::parallel {

@@ -7,10 +7,10 @@
 
 #include <algorithm>
 
-#include "binding.hpp"
+#include "../layout/binding.hpp"
 #include "titan/core/error.hpp"
 #include "titan/dist/functional.hpp"
-#include "titan/nn/layers.hpp"
+#include "titan/layout/shardable.hpp"
 
 namespace titan::parallel::detail {
 namespace {
@@ -165,11 +165,19 @@ void check_layout(const std::string& path, const char* what, const Placement& la
                     "Shard(d), got Partial(). Partial sums only arise inside a style.", path, what);
 }
 
+// The layer's weight when it has the role a style needs, else null.
+at::Tensor* weight_of(torch::nn::Module& module, ShardableLayer::Role role) {
+  auto* layer = dynamic_cast<ShardableLayer*>(&module);
+  return layer != nullptr && layer->shardable_role() == role ? &layer->shardable_weight() : nullptr;
+}
+
 }  // namespace
 
 void check_style(const std::string& path, const torch::nn::Module& module, const ParallelStyle& style, int64_t degree) {
-  const auto* linear = dynamic_cast<const nn::Linear*>(&module);
-  const auto* embedding = dynamic_cast<const nn::Embedding*>(&module);
+  // Only sizes are read; the interface hands out the weight non-const.
+  auto& m = const_cast<torch::nn::Module&>(module);
+  const at::Tensor* linear = weight_of(m, ShardableLayer::Role::kLinear);
+  const at::Tensor* embedding = weight_of(m, ShardableLayer::Role::kEmbedding);
   auto divides = [&](const at::Tensor& w, int64_t dim, const char* what) {
     TITAN_CHECK_VALUE(w.size(dim) % degree == 0, "[titan::parallel::ParallelPlan] expected '{}' {} ({}) divisible by the "
                       "tensor-parallel degree {}, got a remainder of {}. Change parallelism.tensor_parallel_degree or "
@@ -177,20 +185,21 @@ void check_style(const std::string& path, const torch::nn::Module& module, const
   };
   if (const auto* s = std::get_if<ColwiseParallel>(&style)) {
     TITAN_CHECK_VALUE(linear != nullptr, "[titan::parallel::ParallelPlan] expected '{}' (ColwiseParallel) to be a "
-                      "titan::nn::Linear, got {}.", path, module.name());
+                      "linear ShardableLayer (e.g. titan::nn::Linear), got {}.", path, module.name());
     check_layout(path, "input_layout", s->input_layout);
     check_layout(path, "output_layout", s->output_layout);
     TITAN_CHECK_VALUE(!s->loss_parallel || s->output_layout.kind == Kind::kShard,
                       "[titan::parallel::ParallelPlan] expected '{}' with loss_parallel to keep output_layout Shard(-1), "
                       "got Replicate().", path);
-    divides(linear->weight, 0, "output features");
+    divides(*linear, 0, "output features");
   } else if (const auto* r = std::get_if<RowwiseParallel>(&style)) {
     TITAN_CHECK_VALUE(linear != nullptr || embedding != nullptr, "[titan::parallel::ParallelPlan] expected '{}' "
-                      "(RowwiseParallel) to be a titan::nn::Linear or Embedding, got {}.", path, module.name());
+                      "(RowwiseParallel) to be a linear or embedding ShardableLayer (e.g. titan::nn::Linear, "
+                      "Embedding), got {}.", path, module.name());
     check_layout(path, "input_layout", r->input_layout);
     check_layout(path, "output_layout", r->output_layout);
-    if (linear) divides(linear->weight, 1, "input features");
-    if (embedding) divides(embedding->weight, 0, "vocabulary");
+    if (linear) divides(*linear, 1, "input features");
+    if (embedding) divides(*embedding, 0, "vocabulary");
   } else if (const auto* p = std::get_if<PrepareModuleInput>(&style)) {
     check_layout(path, "input_layout", p->input_layout);
     check_layout(path, "desired_input_layout", p->desired_input_layout);
@@ -201,22 +210,22 @@ AppliedStyle apply_style(const std::string& path, torch::nn::Module& module, con
                          const TpContext& ctx) {
   AppliedStyle applied;
   if (const auto* s = std::get_if<ColwiseParallel>(&style)) {
-    auto& linear = dynamic_cast<nn::Linear&>(module);
-    shard_param(param_name(path, "weight"), linear.weight, 0, ctx);
-    applied.params.push_back(linear.weight);
+    at::Tensor& weight = *weight_of(module, ShardableLayer::Role::kLinear);
+    shard_param(param_name(path, "weight"), weight, 0, ctx);
+    applied.params.push_back(weight);
     applied.hook = std::make_shared<ColwiseHook>(*s, ctx);
     applied.loss_parallel = s->loss_parallel;
   } else if (const auto* r = std::get_if<RowwiseParallel>(&style)) {
     auto hook = std::make_shared<RowwiseHook>(*r, ctx);
-    if (auto* embedding = dynamic_cast<nn::Embedding*>(&module)) {
-      shard_param(param_name(path, "weight"), embedding->weight, 0, ctx);
-      applied.params.push_back(embedding->weight);
-      hook->vocab_begin = sharded_param(embedding->weight)->offset[0];
-      hook->vocab_end = hook->vocab_begin + embedding->weight.size(0);
+    if (at::Tensor* embedding = weight_of(module, ShardableLayer::Role::kEmbedding)) {
+      shard_param(param_name(path, "weight"), *embedding, 0, ctx);
+      applied.params.push_back(*embedding);
+      hook->vocab_begin = sharded_param(*embedding)->offset[0];
+      hook->vocab_end = hook->vocab_begin + embedding->size(0);
     } else {
-      auto& linear = dynamic_cast<nn::Linear&>(module);
-      shard_param(param_name(path, "weight"), linear.weight, 1, ctx);
-      applied.params.push_back(linear.weight);
+      at::Tensor& weight = *weight_of(module, ShardableLayer::Role::kLinear);
+      shard_param(param_name(path, "weight"), weight, 1, ctx);
+      applied.params.push_back(weight);
     }
     applied.hook = std::move(hook);
   } else if (std::holds_alternative<SequenceParallel>(style)) {

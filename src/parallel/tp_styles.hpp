@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "titan/dist/process_group.hpp"
-#include "titan/parallel/module_hooks.hpp"
+#include "titan/layout/module_hooks.hpp"
 #include "titan/parallel/plan.hpp"
 #include "titan/parallel/tensor_parallel.hpp"
 

@@ -5,7 +5,7 @@
 #include <ATen/autocast_mode.h>
 
 #include "titan/core/error.hpp"
-#include "titan/train/loss.hpp"
+#include "titan/nn/loss.hpp"
 
 namespace titan {
 namespace {

@@ -29,7 +29,7 @@
 #include "titan/parallel/tensor_parallel.hpp"
 #include "titan/train/data_setup.hpp"
 #include "titan/train/detail/validation.hpp"
-#include "titan/train/loss.hpp"
+#include "titan/nn/loss.hpp"
 #include "titan/train/step.hpp"
 
 namespace titan::detail {

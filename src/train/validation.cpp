@@ -9,7 +9,7 @@
 #include "titan/data/dataloader.hpp"
 #include "titan/metrics/metrics.hpp"
 #include "titan/train/data_setup.hpp"
-#include "titan/train/loss.hpp"
+#include "titan/nn/loss.hpp"
 
 namespace titan::detail {
 

@@ -6,7 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "titan/data/dataloader.hpp"
-#include "titan/train/loss.hpp"
+#include "titan/nn/loss.hpp"
 
 #include <catch2/catch.hpp>
 

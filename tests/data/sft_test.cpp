@@ -4,7 +4,7 @@
 #include <ATen/ATen.h>
 
 #include "titan/data/dataloader.hpp"
-#include "titan/train/loss.hpp"
+#include "titan/nn/loss.hpp"
 
 #include <catch2/catch.hpp>
 

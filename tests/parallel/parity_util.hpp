@@ -14,8 +14,8 @@
 #include "titan/nn/init.hpp"
 #include "titan/optim/adamw.hpp"
 #include "titan/optim/clip.hpp"
-#include "titan/parallel/sharded_param.hpp"
-#include "titan/train/loss.hpp"
+#include "titan/layout/sharded_param.hpp"
+#include "titan/nn/loss.hpp"
 #include "titan/train/step.hpp"
 
 namespace titan::test {

@@ -6,7 +6,7 @@
 #include "test_util.hpp"
 #include "titan/models/llama3/model.hpp"
 #include "titan/nn/init.hpp"
-#include "titan/train/loss.hpp"
+#include "titan/nn/loss.hpp"
 #include "titan/train/step.hpp"
 
 namespace {

@@ -7,22 +7,28 @@
 #include <ATen/core/Tensor.h>
 #include <torch/nn/module.h>
 
+#include "titan/layout/shardable.hpp"
+
 namespace titan::nn {
 
 /// y = x W^T, no bias.
-class Linear : public torch::nn::Module {
+class Linear : public torch::nn::Module, public parallel::ShardableLayer {
  public:
   Linear(int64_t in_features, int64_t out_features, const at::TensorOptions& options);
   at::Tensor forward(const at::Tensor& x) const;  // (..., in) -> (..., out)
+  Role shardable_role() const override { return Role::kLinear; }
+  at::Tensor& shardable_weight() override { return weight; }
 
   at::Tensor weight;  // (out_features, in_features)
 };
 
 /// Token embedding lookup.
-class Embedding : public torch::nn::Module {
+class Embedding : public torch::nn::Module, public parallel::ShardableLayer {
  public:
   Embedding(int64_t num_embeddings, int64_t dim, const at::TensorOptions& options);
   at::Tensor forward(const at::Tensor& tokens) const;  // (B, S) int64 -> (B, S, D)
+  Role shardable_role() const override { return Role::kEmbedding; }
+  at::Tensor& shardable_weight() override { return weight; }
 
   at::Tensor weight;  // (V, D)
 };

@@ -21,7 +21,7 @@
 #include <variant>
 #include <vector>
 
-#include "titan/parallel/sharded_param.hpp"
+#include "titan/layout/sharded_param.hpp"
 
 namespace titan::parallel {
 

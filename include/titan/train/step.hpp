@@ -9,7 +9,7 @@
 #include <functional>
 #include <vector>
 
-#include "titan/train/loss.hpp"
+#include "titan/nn/loss.hpp"
 
 namespace titan {
 

@@ -21,7 +21,7 @@
 #include "titan/core/log.hpp"
 #include "titan/parallel/plan.hpp"
 #include "titan/train/detail/trainer_core.hpp"
-#include "titan/train/model_concept.hpp"
+#include "titan/models/trainable_model.hpp"
 
 namespace titan {
 

@@ -8,7 +8,7 @@
 
 #include "titan/core/error.hpp"
 #include "titan/nn/init.hpp"
-#include "titan/parallel/sharded_param.hpp"
+#include "titan/layout/sharded_param.hpp"
 
 namespace titan::llama3 {
 

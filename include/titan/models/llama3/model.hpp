@@ -83,5 +83,5 @@ class Llama3 : public torch::nn::Module {
 
 }  // namespace titan::llama3
 
-#include "titan/train/model_concept.hpp"
+#include "titan/models/trainable_model.hpp"
 static_assert(titan::TrainableModel<titan::llama3::Llama3>, "Llama3 must satisfy TrainableModel");

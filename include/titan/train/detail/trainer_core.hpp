@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "titan/core/config.hpp"
-#include "titan/train/loss.hpp"
+#include "titan/nn/loss.hpp"
 
 namespace titan {
 class AdamW;

@@ -10,7 +10,7 @@
 #include <memory>
 
 #include "titan/core/config.hpp"
-#include "titan/train/loss.hpp"
+#include "titan/nn/loss.hpp"
 
 namespace titan {
 namespace data {

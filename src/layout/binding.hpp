@@ -5,7 +5,7 @@
 
 #include <functional>
 
-#include "titan/parallel/sharded_param.hpp"
+#include "titan/layout/sharded_param.hpp"
 
 namespace titan::parallel::detail {
 

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: BSD-3-Clause
-#include "titan/train/loss.hpp"
+#include "titan/nn/loss.hpp"
 
 #include <ATen/ATen.h>
 

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: BSD-3-Clause
-#include "titan/parallel/module_hooks.hpp"
+#include "titan/layout/module_hooks.hpp"
 
 #include <shared_mutex>
 #include <unordered_map>

@@ -1,0 +1,24 @@
+// SPDX-License-Identifier: BSD-3-Clause
+// What a tensor-parallel style may do with a layer: shard its weight along the role's dims. A layer
+// says what it is by implementing this interface (titan::nn::Linear and Embedding do); the styles
+// never look at concrete layer types, so a user's own projection can be named by a plan too.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+namespace titan::parallel {
+
+/// A layer whose weight a ColwiseParallel / RowwiseParallel style may shard.
+class ShardableLayer {
+ public:
+  enum class Role {
+    kLinear,     ///< y = x W^T with W (out_features, in_features): colwise shards dim 0, rowwise dim 1
+    kEmbedding,  ///< rows of W (vocab, dim) looked up by token: rowwise shards dim 0 (the vocabulary)
+  };
+  virtual ~ShardableLayer() = default;
+  virtual Role shardable_role() const = 0;
+  /// The registered weight parameter (the style rebinds it to its tp shard).
+  virtual at::Tensor& shardable_weight() = 0;
+};
+
+}  // namespace titan::parallel
