@@ -8,6 +8,7 @@
 
 #include "titan/core/config.hpp"
 #include "titan/core/error.hpp"
+#include "titan/dist/launch_env.hpp"
 
 namespace titan::dist {
 namespace {
@@ -109,6 +110,20 @@ const std::array<std::string_view, 9>& Mesh::axis_names() {
   static const std::array<std::string_view, 9> names{"world", "pp", "dp_replicate", "dp_shard", "cp",
                                                      "tp",    "dp", "dp_shard_cp",  "dp_cp"};
   return names;
+}
+
+Mesh Mesh::from_launch_env(const MeshShape& shape, const MeshOptions& options) {
+  const LaunchEnv env = read_launch_env();
+  TITAN_CHECK_VALUE(shape.world_size() == env.world_size, "[titan::dist::Mesh::from_launch_env] expected a mesh of "
+                    "WORLD_SIZE ({}) ranks, got {}. Launch {} ranks or change the degrees.", env.world_size,
+                    shape.describe(), shape.world_size());
+  if (env.world_size == 1) return Mesh();
+  const Store store = Store::tcp(env.master_addr, env.master_port, env.rank == 0, env.world_size, options.init_timeout);
+  return Mesh(shape, env.rank, store, options);
+}
+
+Mesh Mesh::from_launch_env(const ParallelismConfig& parallelism, const MeshOptions& options) {
+  return from_launch_env(mesh_shape(parallelism, read_launch_env().world_size), options);
 }
 
 Mesh::Mesh() {

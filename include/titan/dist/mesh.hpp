@@ -58,6 +58,13 @@ class Mesh {
   /// world ranks must call it with the same shape and a store they share.
   Mesh(const MeshShape& shape, int64_t rank, const Store& store, const MeshOptions& options = {});
 
+  /// The mesh of this process as the launcher (titan-run, torchrun, srun) describes it: reads the
+  /// launch environment, meets the other ranks at MASTER_ADDR:MASTER_PORT and builds the groups.
+  /// One process: the single-rank mesh. shape must multiply to WORLD_SIZE (errors name each factor).
+  static Mesh from_launch_env(const MeshShape& shape, const MeshOptions& options = {});
+  /// The same with the degrees of parallelism.* (data_parallel_shard_degree -1 takes what is left).
+  static Mesh from_launch_env(const ParallelismConfig& parallelism, const MeshOptions& options = {});
+
   const MeshShape& shape() const { return shape_; }
   int64_t rank() const { return rank_; }
   int64_t world_size() const { return shape_.world_size(); }
