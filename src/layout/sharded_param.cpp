@@ -140,6 +140,22 @@ std::string Placement::str() const {
   }
 }
 
+TensorLayout TensorLayout::whole(std::vector<int64_t> shape) {
+  TensorLayout layout{.global_shape = shape, .offset = std::vector<int64_t>(shape.size(), 0)};
+  layout.local_shape = std::move(shape);
+  return layout;
+}
+
+std::string TensorLayout::placements_str() const {
+  std::string out;
+  for (const auto& [axis, placement] : placements) {
+    if (placement.kind == Placement::Kind::kReplicate) continue;
+    if (!out.empty()) out += ' ';
+    out += fmt::format("{}:{}", axis, placement.str());
+  }
+  return out;
+}
+
 std::string ShardedParam::str() const {
   std::string where;
   for (const auto& [axis, placement] : placements) where += fmt::format(" {} on {}", placement.str(), axis);

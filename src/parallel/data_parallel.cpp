@@ -58,15 +58,11 @@ detail::UnitParam shard_param(const std::string& fqn, at::Tensor param, const di
 // dp_shard, composed with what was applied before.
 ShardedParam describe_param(const std::string& fqn, const detail::UnitParam& p, const dist::ProcessGroup& group,
                             const detail::Binding* prior) {
-  ShardedParam info{.fqn = fqn, .global_shape = p.full_shape, .local = p.param};
-  info.offset.assign(p.full_shape.size(), 0);
-  info.local_shape = p.full_shape;
-  if (prior != nullptr) {
-    info.global_shape = prior->info.global_shape;
-    info.placements = prior->info.placements;
-    info.offset = prior->info.offset;
-    info.local_shape = prior->info.local_shape;
-  }
+  ShardedParam info;
+  static_cast<TensorLayout&>(info) = prior != nullptr ? static_cast<const TensorLayout&>(prior->info)
+                                                      : TensorLayout::whole(p.full_shape);
+  info.fqn = fqn;
+  info.local = p.param;
   if (group.size() > 1) {
     info.placements.emplace_back("dp_shard", Placement::shard(0));
     const int64_t rows = info.local_shape[0];

@@ -10,6 +10,7 @@
 #include <map>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "titan/dist/process_group.hpp"
 #include "titan/dist/store.hpp"
@@ -76,7 +77,9 @@ class Mesh {
   const ProcessGroup& group(std::string_view axis) const;
 
   /// Axis and flattened-axis names, in creation order.
-  static const std::array<std::string_view, 9>& axis_names();
+  static const std::vector<std::string_view>& axis_names();
+  /// The base axes (pp, dp_replicate, dp_shard, cp, tp) a name spans: "dp" -> {dp_replicate, dp_shard}.
+  static std::vector<std::string_view> base_axes(std::string_view axis);
 
  private:
   MeshShape shape_;
