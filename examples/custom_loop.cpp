@@ -6,6 +6,7 @@
 //   build/bin/custom_loop --job.config_file configs/llama3_debugmodel_cpu.toml --training.steps 10
 //   build/bin/titan-run --nproc-per-node 2 build/bin/custom_loop --job.config_file configs/llama3_debugmodel_cpu.toml
 //       --training.steps 10 --parallelism.tensor_parallel_degree 2         (one command line; FSDP without it)
+#include <ATen/Parallel.h>
 #include <titan/titan.hpp>
 
 int main(int argc, char** argv) {

@@ -8,6 +8,7 @@
 
 #include "parity_check.hpp"
 #include "test_util.hpp"
+#include "titan/core/error.hpp"
 #include "titan/dist/local_ranks.hpp"
 #include "titan/layout/module_hooks.hpp"
 #include "titan/layout/sharded_param.hpp"
