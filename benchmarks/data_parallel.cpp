@@ -23,6 +23,7 @@
 #include "titan/dist/mesh.hpp"
 #include "titan/models/llama3/model.hpp"
 #include "titan/models/llama3/parallelize.hpp"
+#include "titan/parallel/parallelize.hpp"
 #include "titan/nn/init.hpp"
 #include "titan/optim/adamw.hpp"
 #include "titan/optim/clip.hpp"
@@ -65,7 +66,7 @@ RankResult run_rank(const Options& o, const titan::dist::Mesh& mesh) {
   llama3::Llama3 model(args, o.seq_len, at::TensorOptions());
   RankResult result;
   result.param_bytes = llama3::Llama3(args, o.seq_len, at::TensorOptions().device(at::kMeta)).num_params() * 4;
-  auto dp = llama3::parallelize(model, mesh).dp;
+  const Parallelized parallel = parallelize(model, mesh, llama3::parallel_plan(model, mesh));
   model.init_weights();
   const auto params = model.unique_parameters();
   AdamW optimizer(params, {.lr = 1e-4});

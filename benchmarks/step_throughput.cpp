@@ -26,6 +26,7 @@
 #include "titan/metrics/metrics.hpp"
 #include "titan/models/llama3/model.hpp"
 #include "titan/models/llama3/parallelize.hpp"
+#include "titan/parallel/parallelize.hpp"
 #include "titan/nn/init.hpp"
 #include "titan/optim/adamw.hpp"
 #include "titan/optim/clip.hpp"
@@ -97,13 +98,8 @@ int main(int argc, char** argv) {
     const bool rank0 = env.rank == 0;
     const at::Device device = o.device == "cuda" ? at::Device(at::kCUDA, static_cast<int>(env.local_rank)) : at::kCPU;
     // FSDP over all ranks, as the peer's fully_shard over a one-axis mesh of WORLD_SIZE.
-    std::unique_ptr<dist::Mesh> mesh = std::make_unique<dist::Mesh>();
-    if (env.world_size > 1) {
-      const dist::Store store = dist::Store::tcp(env.master_addr, env.master_port, rank0, env.world_size,
-                                                 std::chrono::seconds(300));
-      mesh = std::make_unique<dist::Mesh>(dist::MeshShape{.dp_shard = env.world_size}, env.rank, store,
-                                          dist::MeshOptions{.backend = device.is_cuda() ? "nccl" : "gloo"});
-    }
+    const auto mesh = std::make_unique<dist::Mesh>(dist::Mesh::from_launch_env(
+        {.dp_shard = env.world_size}, {.backend = device.is_cuda() ? "nccl" : "gloo"}));
 
     llama3::Llama3Args args = llama3::flavor(o.flavor);
     if (o.n_layers > 0) args.n_layers = o.n_layers;
@@ -112,7 +108,9 @@ int main(int argc, char** argv) {
     at::manual_seed(static_cast<uint64_t>(env.rank));  // each rank draws its own batch
     llama3::Llama3 model(args, o.seq_len, at::TensorOptions().device(device));
     // No-op on one rank.
-    const auto parallel = llama3::parallelize(model, *mesh, {.data_parallel = {.collectives = o.collectives}});
+    parallel::ParallelPlan plan = llama3::parallel_plan(model, *mesh);
+    plan.data_parallel.options.collectives = o.collectives;
+    const Parallelized parallel = parallelize(model, *mesh, plan);
     model.init_weights();
     // Counted on an unsharded meta twin: under FSDP `model` holds only this rank's shards.
     const llama3::Llama3 whole(args, o.seq_len, at::TensorOptions().device(at::kMeta));

@@ -25,6 +25,7 @@
 #include "titan/dist/mesh.hpp"
 #include "titan/models/llama3/model.hpp"
 #include "titan/models/llama3/parallelize.hpp"
+#include "titan/parallel/parallelize.hpp"
 #include "titan/nn/init.hpp"
 #include "titan/optim/adamw.hpp"
 #include "titan/optim/clip.hpp"
@@ -66,13 +67,15 @@ RankResult run_rank(const Options& o, const titan::dist::Mesh& mesh, int64_t n_l
   args.n_layers = n_layers;
   nn::manual_init_seed(0);
   llama3::Llama3 model(args, o.seq_len, at::TensorOptions());
-  const auto applied = llama3::parallelize(
-      model, mesh,
-      {.tensor_parallel = {.sequence_parallel = o.sequence_parallel, .loss_parallel = o.sequence_parallel},
-       .tensor_parallel_runtime = {.async = o.async}});
+  parallel::ParallelPlan plan = llama3::parallel_plan(model, mesh);
+  if (mesh.size("tp") > 1) {
+    plan.tensor_parallel = llama3::tensor_parallel_plan(
+        model, mesh.size("tp"), {.sequence_parallel = o.sequence_parallel, .loss_parallel = o.sequence_parallel});
+    plan.tensor_parallel.async = o.async;
+  }
+  const Parallelized parallel = parallelize(model, mesh, plan);
   model.init_weights();
-  LossFn loss;
-  if (applied.tp) loss = [tp = applied.tp](const at::Tensor& l, const at::Tensor& y) { return tp->cross_entropy_sum(l, y); };
+  const LossFn loss = [&parallel](const at::Tensor& l, const at::Tensor& y) { return parallel.cross_entropy_sum(l, y); };
   const auto params = model.unique_parameters();
   AdamW optimizer(params, {.lr = 1e-4});
   const dist::ProcessGroup& group = mesh.group("tp");

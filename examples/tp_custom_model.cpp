@@ -52,8 +52,8 @@ struct TinyLM : torch::nn::Module {
 };
 
 // The whole plan: activations are sequence-sharded between blocks, replicated inside them.
-parallel::ParallelPlan plan_for(const TinyLM& model) {
-  parallel::ParallelPlan plan;
+parallel::TensorParallelPlan plan_for(const TinyLM& model) {
+  parallel::TensorParallelPlan plan;
   plan.add("embed", parallel::RowwiseParallel{.input_layout = Placement::replicate(), .output_layout = Placement::shard(1)});
   for (size_t i = 0; i < model.blocks.size(); ++i) {
     const std::string b = fmt::format("block{}", i);
@@ -69,20 +69,15 @@ parallel::ParallelPlan plan_for(const TinyLM& model) {
 
 int main() {
   try {
-    const dist::LaunchEnv env = dist::read_launch_env();
-    log::set_rank(static_cast<int>(env.rank));
-    const dist::Mesh mesh = env.world_size == 1
-                                ? dist::Mesh()
-                                : dist::Mesh({.tp = env.world_size}, env.rank,
-                                             dist::Store::tcp(env.master_addr, env.master_port, env.rank == 0,
-                                                              env.world_size, std::chrono::seconds(300)));
+    const dist::Mesh mesh = dist::Mesh::from_launch_env({.tp = dist::read_launch_env().world_size});
+    log::set_rank(static_cast<int>(mesh.rank()));
     constexpr int64_t kVocab = 256, kDim = 64, kBatch = 8, kSeq = 32;
     nn::manual_init_seed(0);
     TinyLM model(kVocab, kDim, 2, at::TensorOptions());
-    const parallel::ParallelPlan plan = plan_for(model);
-    if (env.rank == 0) fmt::print("{}", plan);
-    auto tp = parallel::parallelize_module(model, mesh, plan);  // nullptr on one rank
-    model.init_weights();                                       // after sharding: same weights on any layout
+    const parallel::ParallelPlan plan{.tensor_parallel = plan_for(model)};
+    if (mesh.rank() == 0) fmt::print("{}", plan);
+    const Parallelized parallel = parallelize(model, mesh, plan);
+    model.init_weights();  // after sharding: same weights on any layout
     const auto params = model.parameters();
     AdamW optimizer(params, {.lr = 3e-3, .weight_decay = 0.0});
     for (int64_t step = 1; step <= 20; ++step) {
@@ -92,14 +87,13 @@ int main() {
       const at::Tensor seq = (start + 3 * at::arange(kSeq + 1, at::kLong)).remainder(kVocab);                // (B, S+1)
       const at::Tensor input = seq.narrow(1, 0, kSeq), labels = seq.narrow(1, 1, kSeq);                      // (B, S)
       const at::Tensor logits = model.forward(input);  // (B, S, V/tp)
-      const at::Tensor loss = (tp ? tp->cross_entropy_sum(logits, labels) : cross_entropy_sum(logits, labels)) /
-                              static_cast<double>(labels.numel());
+      const at::Tensor loss = parallel.cross_entropy_sum(logits, labels) / static_cast<double>(labels.numel());
       optimizer.zero_grad();
       loss.backward();
       const double norm = clip_grad_norm_(params, 1.0, &mesh);
       optimizer.step(3e-3);
       log::info("step {:2d}  loss {:.6f}  grad_norm {:.4f}  ({})", step, loss.item<double>(), norm,
-                tp ? tp->describe() : "one rank");
+                parallel.describe());
     }
     return 0;
   } catch (const std::exception& e) {

@@ -66,8 +66,7 @@ std::vector<std::pair<std::string, at::Tensor>> read_titan(const fs::path& input
     if (ckpt::group_of(key) != "model") continue;
     const auto shape = entry.at("global_shape").get<std::vector<int64_t>>();
     at::Tensor whole = at::empty(shape, at::TensorOptions().dtype(ckpt::scalar_type(entry.at("dtype"))));
-    state.tensors.push_back({.key = key, .tensor = whole, .global_shape = shape,
-                             .offset = std::vector<int64_t>(shape.size(), 0), .local_shape = shape});
+    state.tensors.push_back(ckpt::state_tensor(key, whole, /*mesh=*/nullptr));
   }
   ckpt::load(input, state);
   for (const auto& st : state.tensors) out.emplace_back(st.key.substr(6), st.tensor);

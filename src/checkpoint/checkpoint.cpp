@@ -31,14 +31,6 @@ constexpr int kFormatVersion = 1;
 std::string rank_file(int64_t rank) { return fmt::format("rank-{:05d}.safetensors", rank); }
 std::string rank_json(int64_t rank) { return fmt::format("rank-{:05d}.json", rank); }
 
-// The base mesh axes a (possibly flattened) axis spans.
-std::vector<std::string_view> base_axes(std::string_view axis) {
-  if (axis == "dp") return {"dp_replicate", "dp_shard"};
-  if (axis == "dp_shard_cp") return {"dp_shard", "cp"};
-  if (axis == "dp_cp") return {"dp_replicate", "dp_shard", "cp"};
-  return {axis};
-}
-
 nlohmann::json read_json(const fs::path& path) {
   std::ifstream in(path);
   TITAN_CHECK_VALUE(in.good(), "[titan::checkpoint] expected '{}', got none.", path.string());
@@ -57,29 +49,28 @@ bool excluded(const std::string& key, const std::vector<std::string>& exclude) {
 std::string group_of(const std::string& key) { return key.substr(0, key.find('.')); }
 
 StateTensor state_tensor(std::string key, const at::Tensor& p, const dist::Mesh* mesh) {
-  StateTensor st{.key = std::move(key), .tensor = p};
   const parallel::ShardedParam* sp = parallel::sharded_param(p);
+  StateTensor st;
+  static_cast<parallel::TensorLayout&>(st) = sp ? static_cast<const parallel::TensorLayout&>(*sp)
+                                                : parallel::TensorLayout::whole(p.sizes().vec());
+  st.key = std::move(key);
+  st.tensor = p;
   if (sp == nullptr) {
-    st.global_shape = st.local_shape = p.sizes().vec();
-    st.offset.assign(st.global_shape.size(), 0);
     st.owner = mesh == nullptr || mesh->rank() == 0;
     return st;
   }
-  st.global_shape = sp->global_shape;
-  st.offset = sp->offset;
-  st.local_shape = sp->local_shape;
   std::vector<std::string_view> sharded_axes;
   for (const auto& [axis, placement] : sp->placements) {
     TITAN_CHECK_NOT_IMPLEMENTED(placement.kind != parallel::Placement::Kind::kPartial,
                                 "[titan::checkpoint] expected '{}' sharded or replicated, got Partial() on {}. "
                                 "Reduce it before saving.", st.key, axis);
     if (placement.kind != parallel::Placement::Kind::kShard) continue;
-    if (!st.placements.empty()) st.placements += ' ';
-    st.placements += fmt::format("{}:{}", axis, placement.str());
-    for (auto base : base_axes(axis)) sharded_axes.push_back(base);
+    for (auto base : dist::Mesh::base_axes(axis)) sharded_axes.push_back(base);
   }
   if (mesh != nullptr) {
-    for (std::string_view axis : {"dp_replicate", "dp_shard", "cp", "tp"}) {
+    // Replicas of a region across every axis but pp (whose ranks hold other stages) write it once.
+    for (std::string_view axis : dist::Mesh::base_axes("world")) {
+      if (axis == "pp") continue;
       if (std::find(sharded_axes.begin(), sharded_axes.end(), axis) == sharded_axes.end() && mesh->coordinate(axis) != 0) {
         st.owner = false;
       }
@@ -147,7 +138,7 @@ void write_rank_part(const fs::path& tmp_folder, int64_t rank, const State& stag
   for (size_t i = 0; i < written.size(); ++i) {
     const StateTensor& st = staged.tensors[i];
     part["tensors"][st.key] = {{"dtype", written[i].entry.dtype},     {"global_shape", st.global_shape},
-                               {"placements", st.placements},         {"offset", st.offset},
+                               {"placements", st.placements_str()},         {"offset", st.offset},
                                {"shape", st.tensor.sizes().vec()},    {"begin", written[i].entry.begin},
                                {"end", written[i].entry.end},         {"crc32", written[i].crc32}};
   }

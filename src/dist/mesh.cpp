@@ -8,6 +8,7 @@
 
 #include "titan/core/config.hpp"
 #include "titan/core/error.hpp"
+#include "titan/dist/launch_env.hpp"
 
 namespace titan::dist {
 namespace {
@@ -33,17 +34,25 @@ int64_t rank_of(const Coord& c, const std::array<int64_t, kAxes>& sizes) {
   return rank;
 }
 
-// Which of the five axes each named group spans.
+// The one table of named axes: each group a Mesh builds, in creation order, and the base axes it spans.
+constexpr std::array<std::string_view, kAxes> kBaseAxes{"pp", "dp_replicate", "dp_shard", "cp", "tp"};
+struct NamedAxis {
+  std::string_view name;
+  std::vector<int> axes;  // indices into kBaseAxes
+};
+const std::vector<NamedAxis>& named_axes() {
+  static const std::vector<NamedAxis> table{
+      {"world", {0, 1, 2, 3, 4}}, {"pp", {0}}, {"dp_replicate", {1}},   {"dp_shard", {2}},   {"cp", {3}},
+      {"tp", {4}},                {"dp", {1, 2}}, {"dp_shard_cp", {2, 3}}, {"dp_cp", {1, 2, 3}},
+  };
+  return table;
+}
+
+// Which of the five axes a named group spans (empty: no such name).
 std::vector<int> axes_of(std::string_view name) {
-  if (name == "world") return {0, 1, 2, 3, 4};
-  if (name == "pp") return {0};
-  if (name == "dp_replicate") return {1};
-  if (name == "dp_shard") return {2};
-  if (name == "cp") return {3};
-  if (name == "tp") return {4};
-  if (name == "dp") return {1, 2};
-  if (name == "dp_shard_cp") return {2, 3};
-  if (name == "dp_cp") return {1, 2, 3};
+  for (const auto& axis : named_axes()) {
+    if (axis.name == name) return axis.axes;
+  }
   return {};
 }
 
@@ -105,10 +114,33 @@ MeshShape mesh_shape(const ParallelismConfig& p, int64_t world_size) {
   return s;
 }
 
-const std::array<std::string_view, 9>& Mesh::axis_names() {
-  static const std::array<std::string_view, 9> names{"world", "pp", "dp_replicate", "dp_shard", "cp",
-                                                     "tp",    "dp", "dp_shard_cp",  "dp_cp"};
+const std::vector<std::string_view>& Mesh::axis_names() {
+  static const std::vector<std::string_view> names = [] {
+    std::vector<std::string_view> out;
+    for (const auto& axis : named_axes()) out.push_back(axis.name);
+    return out;
+  }();
   return names;
+}
+
+std::vector<std::string_view> Mesh::base_axes(std::string_view axis) {
+  std::vector<std::string_view> out;
+  for (int a : axes_of(axis)) out.push_back(kBaseAxes[static_cast<size_t>(a)]);
+  return out;
+}
+
+Mesh Mesh::from_launch_env(const MeshShape& shape, const MeshOptions& options) {
+  const LaunchEnv env = read_launch_env();
+  TITAN_CHECK_VALUE(shape.world_size() == env.world_size, "[titan::dist::Mesh::from_launch_env] expected a mesh of "
+                    "WORLD_SIZE ({}) ranks, got {}. Launch {} ranks or change the degrees.", env.world_size,
+                    shape.describe(), shape.world_size());
+  if (env.world_size == 1) return Mesh();
+  const Store store = Store::tcp(env.master_addr, env.master_port, env.rank == 0, env.world_size, options.init_timeout);
+  return Mesh(shape, env.rank, store, options);
+}
+
+Mesh Mesh::from_launch_env(const ParallelismConfig& parallelism, const MeshOptions& options) {
+  return from_launch_env(mesh_shape(parallelism, read_launch_env().world_size), options);
 }
 
 Mesh::Mesh() {

@@ -5,6 +5,9 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <c10/core/GradMode.h>
+#include <torch/csrc/autograd/custom_function.h>
+
 #include <memory>
 #include <shared_mutex>
 #include <unordered_map>
@@ -19,11 +22,41 @@ namespace detail {
 std::atomic<int64_t> bound_params{0};
 
 namespace {
+// An identity whose backward tells the contract that a backward pass reached its parameters.
+// The graph may outlive the handle: the probe holds its contract weakly.
+struct ContractRef : torch::CustomClassHolder {
+  std::weak_ptr<Contract> contract;
+};
+
+struct ContractProbe : torch::autograd::Function<ContractProbe> {
+  static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& x,
+                            const std::shared_ptr<Contract>& contract) {
+    auto ref = c10::make_intrusive<ContractRef>();
+    ref->contract = contract;
+    ctx->saved_data["contract"] = c10::IValue::make_capsule(std::move(ref));
+    return x.view_as(x);
+  }
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grads) {
+    auto ref = c10::static_intrusive_pointer_cast<ContractRef>(ctx->saved_data["contract"].toCapsule());
+    if (auto contract = ref->contract.lock()) contract->on_backward();
+    return {grads[0], at::Tensor()};
+  }
+};
+
+at::Tensor contract_probe(const at::Tensor& x, const std::shared_ptr<Contract>& contract) {
+  return ContractProbe::apply(x, contract);
+}
+
 // Ranks as threads each bind their own parameters, so the map is shared and locked; lookups take a
 // shared lock (a few ns per layer call).
+struct Entry {
+  c10::weak_intrusive_ptr<c10::TensorImpl, c10::UndefinedTensorImpl> owner;  // pins the address, not the data
+  std::unique_ptr<Binding> binding;
+};
 struct Registry {
   std::shared_mutex mutex;
-  std::unordered_map<const c10::TensorImpl*, std::unique_ptr<Binding>> bindings;
+  std::unordered_map<const c10::TensorImpl*, Entry> bindings;
 };
 Registry& registry() {
   static Registry r;
@@ -34,7 +67,27 @@ Registry& registry() {
 void bind_param(const at::Tensor& p, Binding binding) {
   Registry& r = registry();
   std::unique_lock lock(r.mutex);
-  auto [it, inserted] = r.bindings.insert_or_assign(p.unsafeGetTensorImpl(), std::make_unique<Binding>(std::move(binding)));
+  auto [it, inserted] = r.bindings.insert_or_assign(
+      p.unsafeGetTensorImpl(),
+      Entry{.owner = c10::weak_intrusive_ptr<c10::TensorImpl, c10::UndefinedTensorImpl>(p.getIntrusivePtr()),
+            .binding = std::make_unique<Binding>(std::move(binding))});
+  if (inserted) ++bound_params;
+}
+
+void orphan_param(const at::Tensor& p, std::string why) {
+  Registry& r = registry();
+  std::unique_lock lock(r.mutex);
+  std::erase_if(r.bindings, [](const auto& item) {
+    if (!item.second.owner.expired()) return false;
+    --bound_params;
+    return true;
+  });
+  auto binding = std::make_unique<Binding>();
+  binding->orphaned = std::move(why);
+  auto [it, inserted] = r.bindings.insert_or_assign(
+      p.unsafeGetTensorImpl(),
+      Entry{.owner = c10::weak_intrusive_ptr<c10::TensorImpl, c10::UndefinedTensorImpl>(p.getIntrusivePtr()),
+            .binding = std::move(binding)});
   if (inserted) ++bound_params;
 }
 
@@ -44,16 +97,30 @@ void unbind_param(const at::Tensor& p) {
   if (r.bindings.erase(p.unsafeGetTensorImpl()) > 0) --bound_params;
 }
 
+void attach_contract(const at::Tensor& p, std::shared_ptr<Contract> contract) {
+  Registry& r = registry();
+  std::unique_lock lock(r.mutex);
+  auto it = r.bindings.find(p.unsafeGetTensorImpl());
+  TORCH_INTERNAL_ASSERT(it != r.bindings.end(), "attach_contract: the parameter is not bound");
+  it->second.binding->contract = std::move(contract);
+}
+
 const Binding* find_binding(const at::Tensor& p) {
   Registry& r = registry();
   std::shared_lock lock(r.mutex);
   auto it = r.bindings.find(p.unsafeGetTensorImpl());
-  return it == r.bindings.end() ? nullptr : it->second.get();
+  return it == r.bindings.end() ? nullptr : it->second.binding.get();
 }
 
 at::Tensor materialize(const Binding& binding) {
+  TORCH_CHECK(binding.orphaned.empty(), binding.orphaned);
+  binding.used.value.store(true, std::memory_order_relaxed);
   at::Tensor t = binding.handler ? binding.handler->materialize(binding.unit, binding.index) : binding.info.local;
-  return binding.transform ? binding.transform(t) : t;
+  if (binding.transform) t = binding.transform(t);
+  if (binding.contract && c10::GradMode::is_enabled() && !binding.contract->armed.exchange(true)) {
+    t = contract_probe(t, binding.contract);
+  }
+  return t;
 }
 
 at::Tensor after_use(const Binding& binding, const at::Tensor& output) {
@@ -71,6 +138,22 @@ std::string Placement::str() const {
     default:
       return "Replicate()";
   }
+}
+
+TensorLayout TensorLayout::whole(std::vector<int64_t> shape) {
+  TensorLayout layout{.global_shape = shape, .offset = std::vector<int64_t>(shape.size(), 0)};
+  layout.local_shape = std::move(shape);
+  return layout;
+}
+
+std::string TensorLayout::placements_str() const {
+  std::string out;
+  for (const auto& [axis, placement] : placements) {
+    if (placement.kind == Placement::Kind::kReplicate) continue;
+    if (!out.empty()) out += ' ';
+    out += fmt::format("{}:{}", axis, placement.str());
+  }
+  return out;
 }
 
 std::string ShardedParam::str() const {
@@ -107,7 +190,7 @@ at::Tensor full_tensor(const at::Tensor& p, const dist::Mesh& mesh) {
 const ShardedParam* sharded_param(const at::Tensor& p) {
   if (detail::bound_params.load(std::memory_order_relaxed) == 0) return nullptr;
   const detail::Binding* binding = detail::find_binding(p);
-  return binding ? &binding->info : nullptr;
+  return binding && binding->orphaned.empty() ? &binding->info : nullptr;
 }
 
 }  // namespace titan::parallel

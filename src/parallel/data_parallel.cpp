@@ -10,6 +10,7 @@
 #include <unordered_set>
 
 #include "data_parallel_state.hpp"
+#include "find_module.hpp"
 #include "titan/core/error.hpp"
 #include "titan/dist/mesh.hpp"
 
@@ -29,7 +30,7 @@ std::string unit_name(const std::vector<std::string>& paths) {
 // Moves p's data to this rank's dim-0 shard (zero-padded to rows_per_rank) and records where it lies.
 detail::UnitParam shard_param(const std::string& fqn, at::Tensor param, const dist::ProcessGroup& group,
                               const DataParallelOptions& options) {
-  TITAN_CHECK_VALUE(param.dim() >= 1, "[titan::parallel::data_parallelize] expected parameters with at least one dim, "
+  TITAN_CHECK_VALUE(param.dim() >= 1, "[titan::parallelize] expected parameters with at least one dim, "
                     "got a scalar '{}'. Make it shape (1).", fqn);
   detail::UnitParam p;
   p.full_shape = param.sizes().vec();
@@ -57,15 +58,11 @@ detail::UnitParam shard_param(const std::string& fqn, at::Tensor param, const di
 // dp_shard, composed with what was applied before.
 ShardedParam describe_param(const std::string& fqn, const detail::UnitParam& p, const dist::ProcessGroup& group,
                             const detail::Binding* prior) {
-  ShardedParam info{.fqn = fqn, .global_shape = p.full_shape, .local = p.param};
-  info.offset.assign(p.full_shape.size(), 0);
-  info.local_shape = p.full_shape;
-  if (prior != nullptr) {
-    info.global_shape = prior->info.global_shape;
-    info.placements = prior->info.placements;
-    info.offset = prior->info.offset;
-    info.local_shape = prior->info.local_shape;
-  }
+  ShardedParam info;
+  static_cast<TensorLayout&>(info) = prior != nullptr ? static_cast<const TensorLayout&>(prior->info)
+                                                      : TensorLayout::whole(p.full_shape);
+  info.fqn = fqn;
+  info.local = p.param;
   if (group.size() > 1) {
     info.placements.emplace_back("dp_shard", Placement::shard(0));
     const int64_t rows = info.local_shape[0];
@@ -100,28 +97,28 @@ int64_t DataParallel::gathered_bytes() const { return state_->gathered_bytes(); 
 std::vector<DataParallelEvent> DataParallel::trace() const { return state_->events; }
 void DataParallel::clear_trace() { state_->events.clear(); }
 void DataParallel::reshard() { state_->free_all(); }
+const detail::DataParallelState& DataParallel::state() const { return *state_; }
 
-std::shared_ptr<DataParallel> data_parallelize(torch::nn::Module& model, const std::vector<std::vector<std::string>>& units,
-                                               const dist::Mesh& mesh, const DataParallelOptions& options) {
-  const dist::ProcessGroup& shard = mesh.group("dp_shard");
-  const dist::ProcessGroup& replicate = mesh.group("dp_replicate");
-  if (shard.size() == 1 && replicate.size() == 1) return nullptr;
+void detail::validate_data_parallel(const torch::nn::Module& model, const std::vector<std::vector<std::string>>& units,
+                                    const DataParallelOptions& options) {
   TITAN_CHECK_VALUE(options.reshard_after_forward == "default" || options.reshard_after_forward == "always" ||
                         options.reshard_after_forward == "never",
-                    "[titan::parallel::data_parallelize] expected parallelism.fsdp_reshard_after_forward default, always "
+                    "[titan::parallelize] expected plan.data_parallel.options.reshard_after_forward default, always "
                     "or never, got '{}'.", options.reshard_after_forward);
-
-  const auto modules = model.named_modules("", /*include_self=*/false);
-  for (const auto& paths : units) {
-    for (const auto& path : paths) {
-      TITAN_CHECK_VALUE(modules.contains(path), "[titan::parallel::data_parallelize] expected an FSDP unit path naming a "
-                        "submodule, got '{}' (no such module). Check the model's named_modules().", path);
-    }
-  }
-
   TITAN_CHECK_VALUE(options.collectives == "auto" || options.collectives == "flat" || options.collectives == "per_param",
-                    "[titan::parallel::data_parallelize] expected collectives auto, flat or per_param, got '{}'.",
-                    options.collectives);
+                    "[titan::parallelize] expected plan.data_parallel.options.collectives auto, flat or per_param, "
+                    "got '{}'.", options.collectives);
+  auto& root = const_cast<torch::nn::Module&>(model);  // only read
+  for (const auto& paths : units) {
+    for (const auto& path : paths) find_module(root, path, "data_parallel.units");
+  }
+}
+
+std::unique_ptr<DataParallel> detail::apply_data_parallel(torch::nn::Module& model,
+                                                          const std::vector<std::vector<std::string>>& units,
+                                                          const dist::Mesh& mesh, const DataParallelOptions& options) {
+  const dist::ProcessGroup& shard = mesh.group("dp_shard");
+  const dist::ProcessGroup& replicate = mesh.group("dp_replicate");
   const auto params = model.named_parameters(/*recurse=*/true);
   const bool on_cpu = params.is_empty() || params[0].value().device().is_cpu();
   const bool per_param = options.collectives == "per_param" || (options.collectives == "auto" && on_cpu);
@@ -143,7 +140,7 @@ std::shared_ptr<DataParallel> data_parallelize(torch::nn::Module& model, const s
                                                        [&](const std::string& p) { return under(item.key(), p); });
       if (!member || !taken.insert(item.value().unsafeGetTensorImpl()).second) continue;
       const detail::Binding* prior = detail::find_binding(item.value());
-      TITAN_CHECK_VALUE(prior == nullptr || prior->handler == nullptr, "[titan::parallel::data_parallelize] expected "
+      TITAN_CHECK_VALUE(prior == nullptr || prior->handler == nullptr, "[titan::parallelize] expected "
                         "'{}' not yet data-parallel, got it already bound. Apply data parallelism once per model.",
                         item.key());
       unit_priors.push_back(prior ? std::optional<detail::Binding>(*prior) : std::nullopt);
@@ -177,7 +174,7 @@ std::shared_ptr<DataParallel> data_parallelize(torch::nn::Module& model, const s
                           .transform = prior ? prior->transform : nullptr});
     }
   }
-  return std::shared_ptr<DataParallel>(new DataParallel(std::move(state)));
+  return std::unique_ptr<DataParallel>(new DataParallel(std::move(state)));
 }
 
 }  // namespace titan::parallel

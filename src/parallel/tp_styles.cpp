@@ -35,11 +35,14 @@ bool is_prepared(const at::Tensor& x) {
 
 // Replaces param's data by its chunk along dim and records where it lies.
 void shard_param(const std::string& fqn, at::Tensor& param, int64_t dim, const TpContext& ctx) {
-  TITAN_CHECK_VALUE(find_binding(param) == nullptr, "[titan::parallel::parallelize_module] expected '{}' to be sharded "
+  TITAN_CHECK_VALUE(find_binding(param) == nullptr, "[titan::parallelize] expected '{}' to be sharded "
                     "once, got a second style for it (a tied or shared weight?). Give it one style.", fqn);
   const int64_t n = ctx.group.size();
   const int64_t chunk = param.size(dim) / n;
-  ShardedParam info{.fqn = fqn, .global_shape = param.sizes().vec(), .placements = {{ctx.axis, Placement::shard(dim)}}};
+  ShardedParam info;
+  info.fqn = fqn;
+  info.global_shape = param.sizes().vec();
+  info.placements = {{ctx.axis, Placement::shard(dim)}};
   info.offset.assign(info.global_shape.size(), 0);
   info.offset[static_cast<size_t>(dim)] = ctx.group.rank() * chunk;
   {
@@ -232,11 +235,12 @@ AppliedStyle apply_style(const std::string& path, torch::nn::Module& module, con
     // Each rank sees only its sequence chunk, so each weight gradient is a partial sum.
     for (auto& item : module.named_parameters(/*recurse=*/true)) {
       const std::string fqn = param_name(path, item.key().c_str());
-      TITAN_CHECK_VALUE(find_binding(item.value()) == nullptr, "[titan::parallel::parallelize_module] expected '{}' "
+      TITAN_CHECK_VALUE(find_binding(item.value()) == nullptr, "[titan::parallelize] expected '{}' "
                         "to get one style, got a second.", fqn);
-      ShardedParam info{.fqn = fqn, .global_shape = item.value().sizes().vec(), .local = item.value()};
-      info.offset.assign(info.global_shape.size(), 0);
-      info.local_shape = info.global_shape;
+      ShardedParam info;
+      static_cast<TensorLayout&>(info) = TensorLayout::whole(item.value().sizes().vec());
+      info.fqn = fqn;
+      info.local = item.value();
       dist::ProcessGroup group = ctx.group;
       bind_param(item.value(), {.info = std::move(info),
                                 .transform = [group](const at::Tensor& w) { return dist::copy_to_group(w, group); }});

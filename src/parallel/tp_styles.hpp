@@ -10,6 +10,7 @@
 #include "titan/layout/module_hooks.hpp"
 #include "titan/parallel/plan.hpp"
 #include "titan/parallel/tensor_parallel.hpp"
+#include "../layout/binding.hpp"
 
 namespace titan::parallel::detail {
 
@@ -26,6 +27,26 @@ struct AppliedStyle {
   std::shared_ptr<const ModuleHook> hook;  // null: nothing around the forward
   std::vector<at::Tensor> params;          // parameters it bound (unbound on teardown)
   bool loss_parallel = false;              // the module's output is the vocab-sharded logits
+};
+
+/// What a TensorParallel owns: the plan, the hooks it installed and the parameters it bound.
+struct TensorParallelState {
+  struct Hook {
+    std::string path;                         // the module path the plan named
+    std::shared_ptr<const ModuleHook> hook;   // installed on that module
+  };
+  TensorParallelPlan plan;
+  TpContext ctx;
+  std::vector<const torch::nn::Module*> hooked;
+  std::vector<Hook> hooks;
+  std::vector<at::Tensor> params;
+  bool loss_parallel = false;
+  bool sequence_parallel = false;
+
+  ~TensorParallelState() {
+    for (const auto* m : hooked) remove_module_hook(m);
+    for (const auto& p : params) unbind_param(p);
+  }
 };
 
 /// Checks that style fits module (path names it in errors); degree = tp size.

@@ -26,7 +26,7 @@
 #include "titan/optim/clip.hpp"
 #include "titan/optim/lr_schedule.hpp"
 #include "titan/parallel/data_parallel.hpp"
-#include "titan/parallel/tensor_parallel.hpp"
+#include "titan/parallel/parallelize.hpp"
 #include "titan/train/data_setup.hpp"
 #include "titan/train/detail/validation.hpp"
 #include "titan/nn/loss.hpp"
@@ -73,18 +73,12 @@ TrainerCore::TrainerCore(JobConfig config, int64_t model_vocab_size) : config_(s
   log::set_rank(static_cast<int>(env.rank));
   const dist::MeshShape shape = dist::mesh_shape(config_.parallelism, env.world_size);
   device_ = pick_device(env.local_rank);
-  std::optional<dist::Store> store;
-  if (env.world_size > 1) {
-    // c10d's flight recorder (comm.trace_buf_size entries; torchtitan sets the same variable).
-    setenv("TORCH_FR_BUFFER_SIZE", std::to_string(config_.comm.trace_buf_size).c_str(), /*overwrite=*/0);
-    const dist::MeshOptions mesh_options{.backend = device_.is_cuda() ? "nccl" : "gloo",
-                                         .init_timeout = std::chrono::seconds(config_.comm.init_timeout_seconds),
-                                         .timeout = std::chrono::seconds(config_.comm.train_timeout_seconds)};
-    store = dist::Store::tcp(env.master_addr, env.master_port, env.rank == 0, env.world_size, mesh_options.init_timeout);
-    mesh_ = std::make_unique<dist::Mesh>(shape, env.rank, *store, mesh_options);
-  } else {
-    mesh_ = std::make_unique<dist::Mesh>();
-  }
+  // c10d's flight recorder (comm.trace_buf_size entries; torchtitan sets the same variable).
+  if (env.world_size > 1) setenv("TORCH_FR_BUFFER_SIZE", std::to_string(config_.comm.trace_buf_size).c_str(), 0);
+  mesh_ = std::make_unique<dist::Mesh>(dist::Mesh::from_launch_env(
+      shape, {.backend = device_.is_cuda() ? "nccl" : "gloo",
+              .init_timeout = std::chrono::seconds(config_.comm.init_timeout_seconds),
+              .timeout = std::chrono::seconds(config_.comm.train_timeout_seconds)}));
   dp_degree_ = shape.dp();
   dp_rank_ = mesh_->coordinate("dp");
   log::info("Mesh {} ({} launch, {} backend)", shape.describe(), env.source, device_.is_cuda() ? "nccl" : "gloo");
@@ -93,9 +87,10 @@ TrainerCore::TrainerCore(JobConfig config, int64_t model_vocab_size) : config_(s
     at::globalContext().setDeterministicAlgorithms(true, config_.debug.deterministic_warn_only);
   }
   seed_ = config_.debug.seed.value_or(static_cast<int64_t>(std::random_device{}() & 0x7fffffff));
-  if (store && !config_.debug.seed) {  // every rank must init the same weights: rank 0's draw wins
-    if (env.rank == 0) store->set("titan/trainer/seed", std::to_string(seed_));
-    seed_ = std::stoll(store->get("titan/trainer/seed"));
+  if (env.world_size > 1 && !config_.debug.seed) {  // every rank must init the same weights: rank 0's draw wins
+    at::Tensor seed = at::full({1}, env.rank == 0 ? seed_ : 0, at::TensorOptions().dtype(at::kLong).device(device_));
+    mesh_->group("world").all_reduce(seed).wait();
+    seed_ = seed.item<int64_t>();
   }
 
   const std::filesystem::path run_dir(config_.job.dump_folder);
@@ -126,27 +121,12 @@ void TrainerCore::seed_for_init() const {
   nn::manual_init_seed(static_cast<uint64_t>(seed_));
 }
 
-void TrainerCore::apply_data_parallel(torch::nn::Module& model, const std::vector<std::vector<std::string>>& units) {
-  // FSDP's mixed precision on GPU (bf16 gathers and compute, fp32 reduction); fp32 on CPU.
-  const parallel::DataParallelOptions options{
-      .reshard_after_forward = config_.parallelism.fsdp_reshard_after_forward,
-      .param_dtype = device_.is_cuda() ? parse_dtype(config_.training.mixed_precision_param, "training.mixed_precision_param")
-                                       : at::kFloat,
-      .reduce_dtype = device_.is_cuda() ? parse_dtype(config_.training.mixed_precision_reduce, "training.mixed_precision_reduce")
-                                        : at::kFloat,
-  };
-  data_parallel_ = parallel::data_parallelize(model, units, *mesh_, options);
-  if (data_parallel_) log::info("Applied {} to the model ({} units)", data_parallel_->describe(), data_parallel_->num_units());
-}
-
-void TrainerCore::apply_tensor_parallel(torch::nn::Module& model, const parallel::ParallelPlan& plan) {
-  tensor_parallel_ = parallel::parallelize_module(model, *mesh_, plan,
-                                                  {.async = config_.parallelism.enable_async_tensor_parallel});
-  if (!tensor_parallel_) return;
-  log::info("Applied {} to the model ({} modules)", tensor_parallel_->describe(), plan.entries.size());
-  if (tensor_parallel_->loss_parallel()) {
-    loss_ = [tp = tensor_parallel_](const at::Tensor& logits, const at::Tensor& labels) {
-      return tp->cross_entropy_sum(logits, labels);
+void TrainerCore::parallelize(torch::nn::Module& model, const parallel::ParallelPlan& plan) {
+  parallel_ = std::make_unique<Parallelized>(titan::parallelize(model, *mesh_, plan));
+  if (parallel_->tensor_parallel() || parallel_->data_parallel()) log::info("Applied {} to the model", parallel_->describe());
+  if (parallel_->loss_parallel()) {
+    loss_ = [parallel = parallel_.get()](const at::Tensor& logits, const at::Tensor& labels) {
+      return parallel->cross_entropy_sum(logits, labels);
     };
   }
 }
@@ -229,13 +209,14 @@ void TrainerCore::train_step() {
   const double data_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - data_start).count();
 
   // bf16 autocast on CUDA when parameters are fp32 (torchtitan's single-device mixed precision).
-  const bool autocast = device_.is_cuda() && !data_parallel_ && config_.training.dtype == "float32" &&
+  const bool autocast = device_.is_cuda() && !parallel_->data_parallel() && config_.training.dtype == "float32" &&
                         config_.training.mixed_precision_param == "bfloat16";
   // The loss is normalised by the valid tokens of the whole global batch (all dp ranks).
   int64_t local_valid = 0;
   for (const auto& mb : micro) local_valid += count_valid_tokens(mb.labels);
   const int64_t global_valid = all_reduce_sum(local_valid);
   ForwardBackwardResult fb = forward_backward(model_.forward, micro, device_, global_valid, autocast, loss_);
+  if (losses_.empty()) parallel_->check_contracts();  // this process's first step used the plan as planned
   fb.loss = all_reduce_sum(fb.loss);
   TITAN_CHECK(std::isfinite(fb.loss),
               "[titan::Trainer] expected a finite loss, got {} at step {}. Lower optimizer.lr, raise "
@@ -254,7 +235,7 @@ void TrainerCore::train_step() {
     r.loss_sum = all_reduce_sum(r.loss_sum);  // every dp rank validated its slice of each batch
     r.tokens = all_reduce_sum(r.tokens);
     if (r.tokens > 0) metrics_->log_validation(step_, r.loss(), r.tokens);
-    if (data_parallel_) data_parallel_->reshard();  // the no-grad forward left units gathered
+    if (parallel_->data_parallel()) parallel_->data_parallel()->reshard();  // the no-grad forward left units gathered
   }
   maybe_save_checkpoint();
 }

@@ -22,8 +22,14 @@ checkpoint::StateTensor region(const std::string& key, const at::Tensor& global,
                                std::vector<int64_t> shape) {
   at::Tensor local = global;
   for (size_t d = 0; d < shape.size(); ++d) local = local.narrow(static_cast<int64_t>(d), offset[d], shape[d]);
-  return {.key = key, .tensor = local.clone(), .global_shape = global.sizes().vec(), .offset = std::move(offset),
-          .local_shape = std::move(shape), .placements = "test:Shard", .owner = true};
+  checkpoint::StateTensor st;
+  st.global_shape = global.sizes().vec();
+  st.placements = {{"test", parallel::Placement::shard(0)}};
+  st.offset = std::move(offset);
+  st.local_shape = std::move(shape);
+  st.key = key;
+  st.tensor = local.clone();
+  return st;
 }
 
 struct Saved {

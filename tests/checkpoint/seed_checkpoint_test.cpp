@@ -45,7 +45,7 @@ TEST_CASE("a seed checkpoint loads onto FSDP shards and the safetensors package 
     const dist::Mesh mesh({.dp_shard = 3}, rank, store, {.init_timeout = std::chrono::seconds(60)});
     nn::manual_init_seed(99);  // different weights, then overwritten by the file
     llama3::Llama3 model(test::parity_args(), 32, at::TensorOptions());
-    auto dp = llama3::parallelize(model, mesh);
+    const Parallelized parallel = parallelize(model, mesh, llama3::parallel_plan(model, mesh));
     model.init_weights();
     checkpoint::load_seed_checkpoint(model, path);
     const auto params = model.unique_parameters();

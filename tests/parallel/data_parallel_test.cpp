@@ -54,7 +54,7 @@ TEST_CASE("FSDP initial weights equal the single-rank ones from the seed alone",
     const dist::Mesh mesh({.dp_shard = 3}, rank, store, kFast);
     nn::manual_init_seed(42);
     llama3::Llama3 model(test::parity_args(), 64, at::TensorOptions());
-    auto dp = llama3::parallelize(model, mesh).dp;
+    const Parallelized parallel = parallelize(model, mesh, llama3::parallel_plan(model, mesh));
     model.init_weights();
     const auto params = model.unique_parameters();
     for (size_t i = 0; i < params.size(); ++i) {
@@ -88,7 +88,10 @@ TEST_CASE("reshard_after_forward frees gathered parameters between forward and b
     for (const std::string policy : {"always", "default", "never"}) {
       nn::manual_init_seed(1);
       llama3::Llama3 model(test::parity_args(), 32, at::TensorOptions());
-      auto dp = llama3::parallelize(model, mesh, {.data_parallel = {.reshard_after_forward = policy}}).dp;
+      parallel::ParallelPlan plan = llama3::parallel_plan(model, mesh);
+      plan.data_parallel.options.reshard_after_forward = policy;
+      const Parallelized parallel = parallelize(model, mesh, plan);
+      parallel::DataParallel* dp = parallel.data_parallel();
       model.init_weights();
       const at::Tensor tokens = at::randint(512, {2, 32}, at::kLong);  // (B, S)
       RANK_CHECK(dp->gathered_bytes() == 0);
@@ -117,8 +120,8 @@ TEST_CASE("FSDP prefetches the next all-gather and reduce-scatters during backwa
   dist::run_local_ranks(2, [&](int64_t rank, const dist::Store& store) {
     const dist::Mesh mesh({.dp_shard = 2}, rank, store, kFast);
     const test::ParityResult r = test::train_parity(mesh, {.steps = 1, .reshard = "always", .trace = true});
-    const auto events = r.applied.dp->trace();
-    const int64_t units = r.applied.dp->num_units();
+    const auto events = r.applied.data_parallel()->trace();
+    const int64_t units = r.applied.data_parallel()->num_units();
     auto first = [&](Kind kind, int64_t unit) {
       for (size_t i = 0; i < events.size(); ++i) {
         if (events[i].kind == kind && events[i].unit == unit) return static_cast<int64_t>(i);
@@ -154,7 +157,7 @@ TEST_CASE("an unknown FSDP unit path is an error naming it", "[parallel][fsdp]")
     llama3::Llama3 model(test::parity_args(), 32, at::TensorOptions());
     std::string error;
     try {
-      parallel::data_parallelize(model, {{"layers.99"}}, mesh);
+      (void)parallelize(model, mesh, {.data_parallel = {.units = {{"layers.99"}}}});
     } catch (const std::exception& e) {
       error = e.what();
     }

@@ -11,6 +11,7 @@
 #include "titan/dist/mesh.hpp"
 #include "titan/models/llama3/model.hpp"
 #include "titan/models/llama3/parallelize.hpp"
+#include "titan/parallel/parallelize.hpp"
 #include "titan/nn/init.hpp"
 #include "titan/optim/adamw.hpp"
 #include "titan/optim/clip.hpp"
@@ -40,7 +41,7 @@ struct ParityResult {
   std::vector<double> grad_norms;         ///< global grad norm per step
   std::vector<at::Tensor> weights;        ///< whole parameters after the last step (unique_parameters order)
   int64_t local_state_bytes = 0;          ///< this rank's params + grads + AdamW state
-  llama3::Parallelized applied;           ///< TP / FSDP handles (alive with the result)
+  Parallelized applied;                   ///< the model's parallel state (alive with the result)
 };
 
 inline llama3::Llama3Args parity_args() {
@@ -69,17 +70,20 @@ inline ParityResult train_parity(const dist::Mesh& mesh, const ParityRun& run) {
   nn::manual_init_seed(42);
   llama3::Llama3 model(parity_args(), run.seq_len, at::TensorOptions());
   ParityResult result;
-  result.applied = llama3::parallelize(
-      model, mesh,
-      {.tensor_parallel = {.sequence_parallel = run.sequence_parallel, .loss_parallel = run.loss_parallel},
-       .tensor_parallel_runtime = {.async = run.async_tp, .trace = run.trace},
-       .data_parallel = {.reshard_after_forward = run.reshard, .collectives = run.collectives, .trace = run.trace}});
-  LossFn loss;  // plain cross-entropy unless the logits are vocab-sharded
-  if (result.applied.tp) {
-    loss = [tp = result.applied.tp](const at::Tensor& logits, const at::Tensor& labels) {
-      return tp->cross_entropy_sum(logits, labels);
-    };
+  parallel::ParallelPlan plan = llama3::parallel_plan(model, mesh);
+  if (mesh.size("tp") > 1) {
+    plan.tensor_parallel = llama3::tensor_parallel_plan(
+        model, mesh.size("tp"), {.sequence_parallel = run.sequence_parallel, .loss_parallel = run.loss_parallel});
+    plan.tensor_parallel.async = run.async_tp;
+    plan.tensor_parallel.trace = run.trace;
   }
+  plan.data_parallel.options = {.reshard_after_forward = run.reshard, .collectives = run.collectives, .trace = run.trace};
+  result.applied = parallelize(model, mesh, plan);
+  const Parallelized& applied = result.applied;
+  // Plain cross-entropy unless the logits are vocab-sharded.
+  const LossFn loss = [&applied](const at::Tensor& logits, const at::Tensor& labels) {
+    return applied.cross_entropy_sum(logits, labels);
+  };
   model.init_weights();  // after sharding: every rank fills only its shard
   const auto params = model.unique_parameters();
   AdamW optimizer(params, {.lr = kParityLr, .weight_decay = 0.1});

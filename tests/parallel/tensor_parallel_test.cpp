@@ -32,7 +32,7 @@ TEST_CASE("async TP issues the next chunk's collective before computing the curr
   dist::run_local_ranks(2, [&](int64_t rank, const dist::Store& store) {
     const dist::Mesh mesh({.tp = 2}, rank, store, kFast);
     const test::ParityResult r = test::train_parity(mesh, {.steps = 1, .trace = true, .async_tp = true});
-    const auto events = r.applied.tp->trace();
+    const auto events = r.applied.tensor_parallel()->trace();
     // Gathers: "issued 1" comes before "computed 0"; reduce-scatters: "issued 0" before "computed 1".
     int64_t gathers = 0, scatters = 0;
     for (size_t i = 0; i + 2 < events.size(); ++i) {
@@ -108,7 +108,7 @@ TEST_CASE("TP 2 keeps half of the sharded parameters per rank and vocab-sharded 
     const dist::Mesh mesh({.tp = 2}, rank, store, kFast);
     nn::manual_init_seed(3);
     llama3::Llama3 model(test::parity_args(), 32, at::TensorOptions());
-    auto applied = llama3::parallelize(model, mesh);
+    const Parallelized parallel = parallelize(model, mesh, llama3::parallel_plan(model, mesh));
     model.init_weights();
     int64_t local = 0;
     for (const auto& p : model.unique_parameters()) local += p.nbytes();
@@ -120,7 +120,7 @@ TEST_CASE("TP 2 keeps half of the sharded parameters per rank and vocab-sharded 
 
 TEST_CASE("the Llama 3 plan prints each path and style", "[parallel][tp][plan]") {
   const llama3::Llama3 meta(test::parity_args(), 32, at::TensorOptions().device(at::kMeta));
-  const parallel::ParallelPlan plan = llama3::tensor_parallel_plan(meta, 2);
+  const parallel::ParallelPlan plan{.tensor_parallel = llama3::tensor_parallel_plan(meta, 2)};
   const std::string text = fmt::format("{}", plan);
   CHECK(text.find("tok_embeddings: RowwiseParallel(input=Replicate(), output=Shard(1))\n") != std::string::npos);
   CHECK(text.find("layers.0.attention: PrepareModuleInput(input=Shard(1), desired=Replicate())\n") != std::string::npos);
@@ -128,26 +128,26 @@ TEST_CASE("the Llama 3 plan prints each path and style", "[parallel][tp][plan]")
   CHECK(text.find("layers.0.ffn_norm: SequenceParallel()\n") != std::string::npos);
   CHECK(text.find("output: ColwiseParallel(input=Shard(1), output=Shard(-1), loss_parallel)\n") != std::string::npos);
   // 2 (embedding, output) + norm + per block: 2 norms, 2 inputs, 3 + 1 attention, 2 + 1 feed-forward.
-  CHECK(plan.entries.size() == 3 + 11 * meta.layers.size());
+  CHECK(plan.tensor_parallel.styles.size() == 3 + 11 * meta.layers.size());
 }
 
 TEST_CASE("a plan is validated against the model before anything is sharded", "[parallel][tp][plan]") {
-  auto error_of = [](const parallel::ParallelPlan& plan, int64_t degree) {
+  auto error_of = [](const parallel::TensorParallelPlan& plan, int64_t degree) {
     const llama3::Llama3 meta(test::parity_args(), 32, at::TensorOptions().device(at::kMeta));
     try {
-      parallel::validate_plan(meta, plan, degree);
+      parallel::detail::validate_tensor_parallel(meta, plan, degree);
     } catch (const std::exception& e) {
       return std::string(e.what());
     }
     return std::string();
   };
-  parallel::ParallelPlan unknown;
+  parallel::TensorParallelPlan unknown;
   unknown.add("layers.0.attention.wz", parallel::ColwiseParallel{});
   CHECK(error_of(unknown, 2).find("'layers.0.attention.wz'") != std::string::npos);
-  parallel::ParallelPlan wrong_kind;
+  parallel::TensorParallelPlan wrong_kind;
   wrong_kind.add("norm", parallel::ColwiseParallel{});
-  CHECK(error_of(wrong_kind, 2).find("'norm' (ColwiseParallel) to be a titan::nn::Linear") != std::string::npos);
-  parallel::ParallelPlan uneven;
+  CHECK(error_of(wrong_kind, 2).find("'norm' (ColwiseParallel) to be a linear ShardableLayer") != std::string::npos);
+  parallel::TensorParallelPlan uneven;
   uneven.add("layers.0.feed_forward.w2", parallel::RowwiseParallel{});
   CHECK(error_of(uneven, 7).find("'layers.0.feed_forward.w2' input features") != std::string::npos);
   // Heads must divide: debugmodel has 16 heads.
@@ -159,11 +159,12 @@ TEST_CASE("an invalid plan leaves the model untouched", "[parallel][tp][plan]") 
   dist::run_local_ranks(2, [&](int64_t rank, const dist::Store& store) {
     const dist::Mesh mesh({.tp = 2}, rank, store, kFast);
     llama3::Llama3 model(test::parity_args(), 32, at::TensorOptions());
-    parallel::ParallelPlan plan;
-    plan.add("layers.0.attention.wq", parallel::ColwiseParallel{}).add("layers.0.nothing", parallel::SequenceParallel{});
+    parallel::ParallelPlan plan{.data_parallel = {.units = llama3::data_parallel_units(model)}};
+    plan.tensor_parallel.add("layers.0.attention.wq", parallel::ColwiseParallel{})
+        .add("layers.0.nothing", parallel::SequenceParallel{});
     bool threw = false;
     try {
-      parallel::parallelize_module(model, mesh, plan);
+      (void)parallelize(model, mesh, plan);
     } catch (const std::exception&) {
       threw = true;
     }

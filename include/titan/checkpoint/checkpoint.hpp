@@ -26,6 +26,8 @@
 #include <string>
 #include <vector>
 
+#include "titan/layout/sharded_param.hpp"
+
 namespace titan {
 class AdamW;
 }
@@ -35,15 +37,11 @@ class Mesh;
 
 namespace titan::checkpoint {
 
-/// One tensor of a training state: whole, or this rank's rectangle of a global tensor.
-struct StateTensor {
-  std::string key;                       ///< "model.<fqn>", "optimizer.<fqn>.exp_avg", "train_state.rng"
-  at::Tensor tensor{};                   ///< the local tensor (dim 0 may be padded past local_shape)
-  std::vector<int64_t> global_shape{};   ///< shape of the whole tensor
-  std::vector<int64_t> offset{};         ///< where the local rectangle starts in the global tensor
-  std::vector<int64_t> local_shape{};    ///< the real extent of the local rectangle
-  std::string placements{};              ///< "dp_shard:Shard(0) tp:Shard(1)"; empty for a whole tensor
-  bool owner = true;                     ///< this rank writes it (false on every other replica)
+/// One tensor of a training state: whole, or this rank's rectangle of a global tensor (its layout).
+struct StateTensor : parallel::TensorLayout {
+  std::string key;      ///< "model.<fqn>", "optimizer.<fqn>.exp_avg", "train_state.rng"
+  at::Tensor tensor{};  ///< the local tensor (dim 0 may be padded past local_shape)
+  bool owner = true;    ///< this rank writes it (false on every other replica)
 };
 
 /// What a checkpoint holds: tensors and JSON values, grouped by the key's first segment (model,

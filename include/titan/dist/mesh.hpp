@@ -10,6 +10,7 @@
 #include <map>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "titan/dist/process_group.hpp"
 #include "titan/dist/store.hpp"
@@ -58,6 +59,13 @@ class Mesh {
   /// world ranks must call it with the same shape and a store they share.
   Mesh(const MeshShape& shape, int64_t rank, const Store& store, const MeshOptions& options = {});
 
+  /// The mesh of this process as the launcher (titan-run, torchrun, srun) describes it: reads the
+  /// launch environment, meets the other ranks at MASTER_ADDR:MASTER_PORT and builds the groups.
+  /// One process: the single-rank mesh. shape must multiply to WORLD_SIZE (errors name each factor).
+  static Mesh from_launch_env(const MeshShape& shape, const MeshOptions& options = {});
+  /// The same with the degrees of parallelism.* (data_parallel_shard_degree -1 takes what is left).
+  static Mesh from_launch_env(const ParallelismConfig& parallelism, const MeshOptions& options = {});
+
   const MeshShape& shape() const { return shape_; }
   int64_t rank() const { return rank_; }
   int64_t world_size() const { return shape_.world_size(); }
@@ -69,7 +77,9 @@ class Mesh {
   const ProcessGroup& group(std::string_view axis) const;
 
   /// Axis and flattened-axis names, in creation order.
-  static const std::array<std::string_view, 9>& axis_names();
+  static const std::vector<std::string_view>& axis_names();
+  /// The base axes (pp, dp_replicate, dp_shard, cp, tp) a name spans: "dp" -> {dp_replicate, dp_shard}.
+  static std::vector<std::string_view> base_axes(std::string_view axis);
 
  private:
   MeshShape shape_;

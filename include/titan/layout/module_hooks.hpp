@@ -30,6 +30,9 @@ struct ModuleHook {
   virtual ~ModuleHook() = default;
   /// Redistributes x, runs the module's math (inner) and redistributes its output.
   virtual at::Tensor call(const at::Tensor& x, c10::function_ref<at::Tensor(const at::Tensor&)> inner) const = 0;
+  /// Set by the first module_call: a module named by a plan that never runs through module_call is
+  /// reported by the plan's contract check.
+  mutable std::atomic<bool> ran{false};
 };
 extern std::atomic<int64_t> hooked_modules;
 const ModuleHook* find_module_hook(const torch::nn::Module* module);
@@ -43,6 +46,7 @@ at::Tensor module_call(const torch::nn::Module& module, const at::Tensor& x, F&&
   if (detail::hooked_modules.load(std::memory_order_relaxed) == 0) return f(x);
   const detail::ModuleHook* hook = detail::find_module_hook(&module);
   if (hook == nullptr) return f(x);
+  hook->ran.store(true, std::memory_order_relaxed);
   return hook->call(x, f);
 }
 

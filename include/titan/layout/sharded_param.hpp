@@ -34,17 +34,27 @@ struct Placement {
   bool operator==(const Placement&) const = default;
 };
 
-/// What every sharding-aware part needs to know about one parameter.
-struct ShardedParam {
-  std::string fqn;                                              ///< model path, e.g. layers.0.attention.wq.weight
-  std::vector<int64_t> global_shape{};                          ///< shape of the whole (unsharded) parameter
+/// Where this rank's block of a tensor lies in the whole tensor: the one layout description that
+/// FSDP, TP, the initialiser, clipping and the checkpoint share.
+struct TensorLayout {
+  std::vector<int64_t> global_shape{};                          ///< shape of the whole (unsharded) tensor
   /// Non-replicated mesh axes in the order they were applied: the first splits the global tensor,
   /// each later one splits the previous one's local block (TP, then FSDP on the TP shard). Every
   /// split is torch.chunk's: ceil-sized chunks, the last ones short or empty (FSDP pads them).
   std::vector<std::pair<std::string, Placement>> placements{};
   std::vector<int64_t> offset{};                                ///< where the local region starts in the global tensor
   std::vector<int64_t> local_shape{};                           ///< the real (unpadded) extent of the local region (a box)
-  at::Tensor local{};                                           ///< the registered parameter (dim 0 may be padded)
+
+  /// The layout of a whole, unsharded tensor of `shape`.
+  static TensorLayout whole(std::vector<int64_t> shape);
+  /// "dp_shard:Shard(0) tp:Shard(1)"; empty for a whole tensor.
+  std::string placements_str() const;
+};
+
+/// What every sharding-aware part needs to know about one parameter: its layout, name and storage.
+struct ShardedParam : TensorLayout {
+  std::string fqn;   ///< model path, e.g. layers.0.attention.wq.weight
+  at::Tensor local;  ///< the registered parameter (dim 0 may be padded)
   /// "layers.0.attention.wq.weight (4096, 4096) Shard(0) on dp_shard"
   std::string str() const;
 };

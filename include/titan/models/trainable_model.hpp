@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: BSD-3-Clause
-// TrainableModel: exactly the calls Trainer<Model> makes on a model. Assert it right after a
-// model's definition (`static_assert(TrainableModel<Llama3>)`) so a broken model fails there, with
-// one readable message, not deep inside the trainer.
+// TrainableModel: the model spec, exactly the calls Trainer<Model> makes on a model, every one of them
+// required (nothing is detected and silently skipped, so a misspelled hook is a compile error naming
+// it). Assert it right after a model's definition (`static_assert(TrainableModel<Llama3>)`) so a
+// broken model fails there, with one readable message, not deep inside the trainer.
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -11,15 +12,23 @@
 #include <memory>
 #include <vector>
 
+#include "titan/parallel/plan.hpp"
+
 namespace titan {
 
 struct JobConfig;
+namespace dist {
+class Mesh;
+}
+namespace checkpoint {
+class HfAdapter;
+}
 
 template <class M>
 concept TrainableModel =
     std::derived_from<M, torch::nn::Module> &&
-    requires(M& m, const M& cm, const at::Tensor& tokens, const JobConfig& config, const at::Device& device,
-             int64_t n) {
+    requires(M& m, const M& cm, const at::Tensor& tokens, const JobConfig& config, const dist::Mesh& mesh,
+             const at::Device& device, int64_t n) {
       // Builds the model from the job config on `device` (meta: count and plan without memory);
       // n > 0 overrides the vocab size.
       { M::build(config, n, device) } -> std::same_as<std::shared_ptr<M>>;
@@ -34,6 +43,11 @@ concept TrainableModel =
       // Parameter count, and training FLOPs per token at sequence length n (for MFU).
       { cm.num_params() } -> std::convertible_to<int64_t>;
       { cm.num_flops_per_token(n) } -> std::convertible_to<int64_t>;
+      // How the job parallelizes it on mesh (titan::parallelize applies it). A model that only
+      // trains on one device returns a plan with its data-parallel units (parallel::units_per_child).
+      { cm.parallel_plan(config, mesh) } -> std::same_as<parallel::ParallelPlan>;
+      // Hugging Face import/export (nullptr: the model has no HF twin).
+      { cm.hf_adapter() } -> std::same_as<std::shared_ptr<const checkpoint::HfAdapter>>;
     };
 
 }  // namespace titan

@@ -25,9 +25,13 @@ class Mesh;
 
 namespace titan::parallel {
 
+class DataParallel;
+struct DataParallelOptions;
 namespace detail {
 struct DataParallelState;
-}
+std::unique_ptr<DataParallel> apply_data_parallel(torch::nn::Module&, const std::vector<std::vector<std::string>>&,
+                                                  const dist::Mesh&, const DataParallelOptions&);
+}  // namespace detail
 
 /// FSDP/HSDP/DDP options (torchtitan's parallelism.fsdp_* and training.mixed_precision_*).
 struct DataParallelOptions {
@@ -54,7 +58,7 @@ struct DataParallelEvent {
   int64_t unit = -1;       ///< which unit (-1: none)
 };
 
-/// The applied data parallelism of one model on one rank. Keep it alive as long as the model.
+/// The applied data parallelism of one model on one rank (owned by the parallelize() handle).
 class DataParallel {
  public:
   ~DataParallel();
@@ -74,20 +78,28 @@ class DataParallel {
   /// Frees every gathered unit (e.g. after an evaluation forward, before saving memory).
   void reshard();
 
+ /// Machinery (units and their parameters), for parallelize()'s checks.
+  const detail::DataParallelState& state() const;
+
  private:
-  friend std::shared_ptr<DataParallel> data_parallelize(torch::nn::Module&, const std::vector<std::vector<std::string>>&,
-                                                        const dist::Mesh&, const DataParallelOptions&);
+  friend std::unique_ptr<DataParallel> detail::apply_data_parallel(torch::nn::Module&,
+                                                                   const std::vector<std::vector<std::string>>&,
+                                                                   const dist::Mesh&, const DataParallelOptions&);
   explicit DataParallel(std::unique_ptr<detail::DataParallelState> state);
   std::unique_ptr<detail::DataParallelState> state_;
 };
 
+namespace detail {
+/// Checks units and options against model before anything changes (errors name the path).
+void validate_data_parallel(const torch::nn::Module& model, const std::vector<std::vector<std::string>>& units,
+                            const DataParallelOptions& options);
 /// Shards (dp_shard > 1) or replicates (dp_replicate > 1) model's parameters over the mesh's data
-/// parallel axes. `units` lists, in forward order, the module paths of each unit (a unit may span
-/// several modules, e.g. {"norm", "output"}); parameters under none of them form the root unit.
-/// Each parameter keeps its identity (optimizer and layers hold the same tensor) but its data becomes
-/// the local shard: dim 0 split evenly over dp_shard, zero-padded at the end. Returns nullptr when
-/// the mesh has no data parallelism.
-std::shared_ptr<DataParallel> data_parallelize(torch::nn::Module& model, const std::vector<std::vector<std::string>>& units,
-                                               const dist::Mesh& mesh, const DataParallelOptions& options = {});
+/// parallel axes, one unit per entry of `units` (module paths, forward order) plus the root unit of
+/// the parameters under none. Each parameter keeps its identity (optimizer and layers hold the same
+/// tensor) but its data becomes the local shard: dim 0 split evenly over dp_shard, zero-padded at the
+/// end. parallelize() calls it when the mesh has data parallelism.
+std::unique_ptr<DataParallel> apply_data_parallel(torch::nn::Module& model, const std::vector<std::vector<std::string>>& units,
+                                                  const dist::Mesh& mesh, const DataParallelOptions& options);
+}  // namespace detail
 
 }  // namespace titan::parallel

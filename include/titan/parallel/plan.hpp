@@ -1,7 +1,11 @@
 // SPDX-License-Identifier: BSD-3-Clause
-// ParallelPlan: which tensor-parallel style each module gets, by module path, as torchtitan's
-// parallelize_module plans name them. Styles are plain values; their layouts say what the module
-// receives and returns along the tp axis (activations are (B, S, ...), the sequence on dim 1):
+// ParallelPlan: the one declarative description of how a model is parallelized, applied by
+// titan::parallelize(model, mesh, plan) in a fixed order (pipeline split, TP, CP, AC, FSDP/HSDP/DDP).
+// A model supplies its plan through TrainableModel's parallel_plan(config, mesh); a custom loop
+// builds one by hand. Every section is a plain value with designated initialisers.
+//
+// Tensor-parallel styles, by module path, say what a module receives and returns along the tp axis
+// (activations are (B, S, ...), the sequence on dim 1):
 //
 //   ColwiseParallel     weight Shard(0); output keeps the local columns (Shard(-1)) or gathers them
 //   RowwiseParallel     weight Shard(1) (an Embedding: Shard(0), the vocabulary); the partial output is
@@ -10,10 +14,10 @@
 //   PrepareModuleInput  redistributes a module's input once for the layers inside it, e.g. gathers
 //                       the sequence (Shard(1) -> Replicate) before wq/wk/wv
 //
-// Example (a two-layer MLP, Megatron style):
-//   ParallelPlan plan;
-//   plan.add("mlp.up", ColwiseParallel{}).add("mlp.down", RowwiseParallel{});
-//   fmt::print("{}", plan);  // one "path: style" line per entry
+// Example (a two-layer MLP, Megatron style, then FSDP with one unit per block):
+//   ParallelPlan plan{.data_parallel = {.units = {{"mlp"}}}};
+//   plan.tensor_parallel.add("mlp.up", ColwiseParallel{}).add("mlp.down", RowwiseParallel{});
+//   auto parallel = titan::parallelize(model, mesh, plan);  // keep it alive as long as the model
 #pragma once
 
 #include <string>
@@ -22,6 +26,11 @@
 #include <vector>
 
 #include "titan/layout/sharded_param.hpp"
+#include "titan/parallel/data_parallel.hpp"
+
+namespace torch::nn {
+class Module;
+}
 
 namespace titan::parallel {
 
@@ -58,29 +67,71 @@ struct PrepareModuleInput {
 using ParallelStyle = std::variant<ColwiseParallel, RowwiseParallel, SequenceParallel, PrepareModuleInput>;
 
 /// "ColwiseParallel(input=Shard(1), output=Shard(-1), loss_parallel)"
-std::string to_string(const ParallelStyle& style);
+std::string format_as(const ParallelStyle& style);
 
-/// Module path -> style, applied in order.
-struct ParallelPlan {
-  std::vector<std::pair<std::string, ParallelStyle>> entries{};  ///< (module path, style)
+/// Tensor (and sequence) parallelism over the mesh's tp axis: module path -> style.
+struct TensorParallelPlan {
+  /// (module path, style), applied in order; "" names the root module.
+  std::vector<std::pair<std::string, ParallelStyle>> styles{};
+  /// Async TP: split each sequence all-gather / reduce-scatter into batch chunks and compute one
+  /// chunk while the next one's collective is in flight (same results; batch rows must be independent).
+  bool async = false;
+  /// Batch chunks per overlapped collective (async only).
+  int64_t async_chunks = 2;
+  /// Record the async-TP event trace (tests).
+  bool trace = false;
 
-  ParallelPlan& add(std::string path, ParallelStyle style) {
-    entries.emplace_back(std::move(path), std::move(style));
+  TensorParallelPlan& add(std::string path, ParallelStyle style) {
+    styles.emplace_back(std::move(path), std::move(style));
     return *this;
   }
-  /// One "path: style" line per entry.
-  std::string str() const;
 };
 
-/// What a model's own plan function is asked for (torchtitan's TP switches).
-struct TensorParallelPlanOptions {
-  /// Keep activations sequence-sharded between blocks (norms SequenceParallel).
-  bool sequence_parallel = true;
-  /// Leave the logits vocab-sharded and compute the loss on the shards.
-  bool loss_parallel = true;
+/// FSDP (dp_shard), HSDP (dp_replicate x dp_shard) or DDP (dp_replicate), as the mesh's axes say.
+struct DataParallelPlan {
+  /// Module paths of each unit in forward order (a unit may span modules, e.g. {"norm", "output"});
+  /// parameters under none of them form the root unit.
+  std::vector<std::vector<std::string>> units{};
+  /// Reshard policy, mixed precision, collectives.
+  DataParallelOptions options{};
 };
 
-/// fmt support: fmt::format("{}", plan).
-inline std::string format_as(const ParallelPlan& plan) { return plan.str(); }
+/// Activation checkpointing: modules whose activations backward recomputes. Not supported yet.
+struct ActivationCheckpointPlan {
+  /// Module paths to recompute (e.g. every transformer block).
+  std::vector<std::string> modules{};
+};
+
+/// Pipeline split: the module paths of each stage. Not supported yet.
+struct PipelinePlan {
+  /// Module paths per stage, in pipeline order.
+  std::vector<std::vector<std::string>> stages{};
+};
+
+/// Context parallelism: attention modules whose sequence is sharded over cp. Not supported yet.
+struct ContextParallelPlan {
+  /// Module paths of the attention modules.
+  std::vector<std::string> attention_modules{};
+};
+
+/// The whole plan, one section per dimension, in the order parallelize() applies them.
+struct ParallelPlan {
+  /// Cut into stages first.
+  PipelinePlan pipeline{};
+  /// Then shard weights over tp.
+  TensorParallelPlan tensor_parallel{};
+  /// Then shard attention's sequence over cp.
+  ContextParallelPlan context_parallel{};
+  /// Then wrap modules for recomputation.
+  ActivationCheckpointPlan activation_checkpoint{};
+  /// Last, FSDP/HSDP/DDP over the data-parallel axes.
+  DataParallelPlan data_parallel{};
+};
+
+/// One "path: Style(...)" line per tensor-parallel entry, then one line per non-empty section.
+std::string format_as(const ParallelPlan& plan);
+
+/// Data-parallel units for a model with no better grouping: one per direct child, in registration order.
+std::vector<std::vector<std::string>> units_per_child(const torch::nn::Module& model);
 
 }  // namespace titan::parallel

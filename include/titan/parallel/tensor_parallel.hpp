@@ -1,14 +1,9 @@
 // SPDX-License-Identifier: BSD-3-Clause
-// Tensor (and sequence) parallelism: a ParallelPlan applied to any model built from titan's layers
-// over the mesh's tp axis. Each named module's parameters are replaced by their tp shard (bound as
-// ShardedParams, so init, clipping, FSDP on top and checkpoints see the layout) and its forward runs
-// through the style's redistribution (Megatron's f/g and the sequence-parallel all-gather /
-// reduce-scatter, as autograd functions). Apply it before data parallelism: FSDP then shards the tp
-// shards over dp_shard (2-D).
-//
-//   auto tp = titan::parallel::parallelize_module(model, mesh, plan);
-//   at::Tensor logits = model.forward(tokens);           // vocab-sharded under loss parallel
-//   at::Tensor loss = tp->cross_entropy_sum(logits, labels) / n_valid;
+// Tensor (and sequence) parallelism: the state a TensorParallelPlan leaves on one rank, owned by the
+// handle titan::parallelize() returns. Each named module's parameters are replaced by their tp shard
+// (bound as ShardedParams, so init, clipping, FSDP on top and checkpoints see the layout) and its
+// forward runs through the style's redistribution (Megatron's f/g and the sequence-parallel
+// all-gather / reduce-scatter, as autograd functions).
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -17,7 +12,6 @@
 #include <string>
 #include <vector>
 
-#include "titan/parallel/plan.hpp"
 
 namespace torch::nn {
 class Module;
@@ -29,23 +23,12 @@ class ProcessGroup;
 
 namespace titan::parallel {
 
+class TensorParallel;
+struct TensorParallelPlan;
 namespace detail {
 struct TensorParallelState;
-}
-
-struct TensorParallelOptions {
-  /// Mesh axis the plan shards over.
-  std::string axis = "tp";
-  /// Async TP: split each sequence all-gather / reduce-scatter into batch chunks and compute one
-  /// chunk while the next one's collective is in flight (torchtitan's enable_async_tensor_parallel,
-  /// here without compile). Same results. Assumes the modules it wraps treat batch rows
-  /// independently (true of transformer blocks); a batch not divisible by the chunks runs blocking.
-  bool async = false;
-  /// Batch chunks per overlapped collective (async only).
-  int64_t async_chunks = 2;
-  /// Record the event trace (tests).
-  bool trace = false;
-};
+std::unique_ptr<TensorParallel> apply_tensor_parallel(torch::nn::Module&, const dist::Mesh&, const TensorParallelPlan&);
+}  // namespace detail
 
 /// One event of the async-TP trace, in program order.
 struct TensorParallelEvent {
@@ -54,7 +37,7 @@ struct TensorParallelEvent {
   int64_t chunk = 0;          ///< batch chunk index
 };
 
-/// The applied plan on one rank. Keep it alive as long as the model (it owns the module hooks).
+/// The applied tensor-parallel plan on one rank (owned by the parallelize() handle).
 class TensorParallel {
  public:
   ~TensorParallel();
@@ -63,7 +46,9 @@ class TensorParallel {
 
   /// "TP(tp=2, sequence parallel, loss parallel)"
   std::string describe() const;
-  const ParallelPlan& plan() const;
+  const TensorParallelPlan& plan() const;
+  /// Machinery (hooks and bound parameters), for parallelize()'s checks.
+  const detail::TensorParallelState& state() const;
   int64_t degree() const;
   /// Whether the plan leaves the logits vocab-sharded for the loss.
   bool loss_parallel() const;
@@ -76,19 +61,20 @@ class TensorParallel {
                                const at::Tensor& labels) const;  // (B, S) int64, -100 = skip
 
  private:
-  friend std::shared_ptr<TensorParallel> parallelize_module(torch::nn::Module&, const dist::Mesh&, const ParallelPlan&,
-                                                            const TensorParallelOptions&);
+  friend std::unique_ptr<TensorParallel> detail::apply_tensor_parallel(torch::nn::Module&, const dist::Mesh&,
+                                                                       const TensorParallelPlan&);
   explicit TensorParallel(std::unique_ptr<detail::TensorParallelState> state);
   std::unique_ptr<detail::TensorParallelState> state_;
 };
 
+namespace detail {
 /// Checks plan against model before anything changes: every path names a module of the kind its
 /// style needs, and every split divides by degree. Errors name the path.
-void validate_plan(const torch::nn::Module& model, const ParallelPlan& plan, int64_t degree);
-
-/// Validates, then applies plan over the mesh's tp axis. Returns nullptr when that axis has size 1.
-std::shared_ptr<TensorParallel> parallelize_module(torch::nn::Module& model, const dist::Mesh& mesh,
-                                                   const ParallelPlan& plan, const TensorParallelOptions& options = {});
+void validate_tensor_parallel(const torch::nn::Module& model, const TensorParallelPlan& plan, int64_t degree);
+/// Applies a validated plan over the mesh's tp axis (parallelize() calls it; tp > 1).
+std::unique_ptr<TensorParallel> apply_tensor_parallel(torch::nn::Module& model, const dist::Mesh& mesh,
+                                                      const TensorParallelPlan& plan);
+}  // namespace detail
 
 /// Loss parallel: sum over valid labels of the cross-entropy of logits split along the vocabulary
 /// over group (this rank holds columns [vocab_offset, vocab_offset + V/tp)). Never materialises the

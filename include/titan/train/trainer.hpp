@@ -19,24 +19,10 @@
 #include "titan/checkpoint/seed_checkpoint.hpp"
 #include "titan/core/error.hpp"
 #include "titan/core/log.hpp"
-#include "titan/parallel/plan.hpp"
 #include "titan/train/detail/trainer_core.hpp"
 #include "titan/models/trainable_model.hpp"
 
 namespace titan {
-
-/// FSDP units of a model: its own data_parallel_units() if it has one, else one unit per direct
-/// child module (in registration order).
-template <class Model>
-std::vector<std::vector<std::string>> data_parallel_units(const Model& model) {
-  if constexpr (requires { model.data_parallel_units(); }) {
-    return model.data_parallel_units();
-  } else {
-    std::vector<std::vector<std::string>> units;
-    for (const auto& child : model.named_children()) units.push_back({child.key()});
-    return units;
-  }
-}
 
 /// The FQN of each of params (a tied tensor: its first name).
 template <class Model>
@@ -54,16 +40,6 @@ std::vector<std::string> parameter_names(const Model& model, const std::vector<a
   return names;
 }
 
-/// The model's Hugging Face adapter (HF import/export) if it has one.
-template <class Model>
-std::shared_ptr<const checkpoint::HfAdapter> hf_adapter(const Model& model) {
-  if constexpr (requires { model.hf_adapter(); }) {
-    return model.hf_adapter();
-  } else {
-    return nullptr;
-  }
-}
-
 template <TrainableModel Model>
 class Trainer {
  public:
@@ -74,10 +50,9 @@ class Trainer {
     core_ = std::make_unique<detail::TrainerCore>(std::move(config), planned->vocab_size());
     core_->seed_for_init();
     model_ = Model::build(core_->config(), 0, core_->device());
-    // Shard first (TP, then FSDP on the TP shards), then initialise: each rank fills only its shard
-    // (layout-invariant init).
-    apply_tensor_parallel();
-    core_->apply_data_parallel(*model_, data_parallel_units(*model_));
+    // Shard first (the model's plan: TP, then FSDP on the TP shards), then initialise: each rank
+    // fills only its shard (layout-invariant init).
+    core_->parallelize(*model_, model_->parallel_plan(core_->config(), core_->mesh()));
     model_->init_weights();
     auto* raw = model_.get();
     std::vector<at::Tensor> params = model_->unique_parameters();
@@ -86,7 +61,7 @@ class Trainer {
         .forward = [raw](const at::Tensor& tokens) { return raw->forward(tokens); },
         .parameters = params,
         .parameter_names = parameter_names(*model_, params),
-        .hf_adapter = hf_adapter(*model_),
+        .hf_adapter = model_->hf_adapter(),
         // Counted on the unsharded (meta) model: sharded parameters hold only this rank's rows.
         .num_params = planned->num_params(),
         .flops_per_token = planned->num_flops_per_token(core_->config().training.seq_len),
@@ -112,21 +87,6 @@ class Trainer {
   detail::TrainerCore& core() { return *core_; }
 
  private:
-  void apply_tensor_parallel() {
-    const ParallelismConfig& p = core_->config().parallelism;
-    if (p.tensor_parallel_degree <= 1) return;
-    if constexpr (requires(const Model& m, const parallel::TensorParallelPlanOptions& o) {
-                    { m.tensor_parallel_plan(int64_t{2}, o) } -> std::same_as<parallel::ParallelPlan>;
-                  }) {
-      core_->apply_tensor_parallel(*model_, model_->tensor_parallel_plan(p.tensor_parallel_degree,
-                                                                         {.loss_parallel = !p.disable_loss_parallel}));
-    } else {
-      throw ConfigError("parallelism.tensor_parallel_degree",
-                        "[titan::Trainer] expected a model with tensor_parallel_plan(degree, options), got one without. "
-                        "Give the model a ParallelPlan (docs/distributed.md) or set tensor_parallel_degree = 1.");
-    }
-  }
-
   std::shared_ptr<Model> model_;
   std::unique_ptr<detail::TrainerCore> core_;
 };

@@ -1,11 +1,21 @@
 // SPDX-License-Identifier: BSD-3-Clause
 #include "titan/models/llama3/parallelize.hpp"
 
+#include "titan/core/config.hpp"
 #include "titan/core/error.hpp"
 #include "titan/dist/mesh.hpp"
 #include "titan/models/llama3/model.hpp"
 
 namespace titan::llama3 {
+namespace {
+
+at::ScalarType parse_dtype(const std::string& name, const char* key) {
+  if (name == "float32") return at::kFloat;
+  if (name == "bfloat16") return at::kBFloat16;
+  throw ConfigError(key, fmt::format("[titan::llama3::parallel_plan] expected {} in float32|bfloat16, got '{}'.", key, name));
+}
+
+}  // namespace
 
 using parallel::ColwiseParallel;
 using parallel::Placement;
@@ -25,10 +35,8 @@ std::vector<std::vector<std::string>> data_parallel_units(const Llama3& model) {
   return units;
 }
 
-std::vector<std::vector<std::string>> Llama3::data_parallel_units() const { return llama3::data_parallel_units(*this); }
-
-parallel::ParallelPlan tensor_parallel_plan(const Llama3& model, int64_t degree,
-                                            const parallel::TensorParallelPlanOptions& options) {
+parallel::TensorParallelPlan tensor_parallel_plan(const Llama3& model, int64_t degree,
+                                                  const TensorParallelOptions& options) {
   const Llama3Args& args = model.args();
   TITAN_CHECK_VALUE(args.n_heads % degree == 0 && args.kv_heads() % degree == 0,
                     "[titan::llama3::tensor_parallel_plan] expected n_heads ({}) and n_kv_heads ({}) divisible by the "
@@ -40,7 +48,7 @@ parallel::ParallelPlan tensor_parallel_plan(const Llama3& model, int64_t degree,
   // Between blocks activations are sequence-sharded (SP) or replicated; inside attention and the
   // feed-forward they are replicated over the sequence and sharded over heads / hidden features.
   const Placement between = sp ? Placement::shard(1) : Placement::replicate();
-  parallel::ParallelPlan plan;
+  parallel::TensorParallelPlan plan;
   plan.add("tok_embeddings", RowwiseParallel{.input_layout = Placement::replicate(), .output_layout = between});
   for (size_t i = 0; i < model.layers.size(); ++i) {
     const std::string block = "layers." + std::to_string(i);
@@ -60,19 +68,31 @@ parallel::ParallelPlan tensor_parallel_plan(const Llama3& model, int64_t degree,
   return plan;
 }
 
-parallel::ParallelPlan Llama3::tensor_parallel_plan(int64_t degree, const parallel::TensorParallelPlanOptions& options) const {
-  return llama3::tensor_parallel_plan(*this, degree, options);
+parallel::ParallelPlan parallel_plan(const Llama3& model, const dist::Mesh& mesh) {
+  parallel::ParallelPlan plan{.data_parallel = {.units = data_parallel_units(model)}};
+  if (mesh.size("tp") > 1) plan.tensor_parallel = tensor_parallel_plan(model, mesh.size("tp"));
+  return plan;
 }
 
-Parallelized parallelize(Llama3& model, const dist::Mesh& mesh, const ParallelizeOptions& options) {
-  Parallelized out;
-  const int64_t tp = mesh.size("tp");
-  if (tp > 1) {
-    out.tp = parallel::parallelize_module(model, mesh, tensor_parallel_plan(model, tp, options.tensor_parallel),
-                                          options.tensor_parallel_runtime);
+parallel::ParallelPlan parallel_plan(const Llama3& model, const JobConfig& config, const dist::Mesh& mesh) {
+  const ParallelismConfig& p = config.parallelism;
+  parallel::ParallelPlan plan{.data_parallel = {.units = data_parallel_units(model)}};
+  if (mesh.size("tp") > 1) {
+    plan.tensor_parallel = tensor_parallel_plan(model, mesh.size("tp"), {.loss_parallel = !p.disable_loss_parallel});
+    plan.tensor_parallel.async = p.enable_async_tensor_parallel;
   }
-  out.dp = parallel::data_parallelize(model, data_parallel_units(model), mesh, options.data_parallel);
-  return out;
+  parallel::DataParallelOptions& dp = plan.data_parallel.options;
+  dp.reshard_after_forward = p.fsdp_reshard_after_forward;
+  // FSDP's mixed precision on GPU (bf16 gathers and compute, fp32 reduction); fp32 on CPU.
+  if (model.tok_embeddings->weight.device().is_cuda()) {
+    dp.param_dtype = parse_dtype(config.training.mixed_precision_param, "training.mixed_precision_param");
+    dp.reduce_dtype = parse_dtype(config.training.mixed_precision_reduce, "training.mixed_precision_reduce");
+  }
+  return plan;
+}
+
+parallel::ParallelPlan Llama3::parallel_plan(const JobConfig& config, const dist::Mesh& mesh) const {
+  return llama3::parallel_plan(*this, config, mesh);
 }
 
 }  // namespace titan::llama3

@@ -20,6 +20,9 @@ struct JobConfig;
 namespace titan::checkpoint {
 class HfAdapter;
 }
+namespace titan::dist {
+class Mesh;
+}
 
 namespace titan::llama3 {
 
@@ -58,10 +61,8 @@ class Llama3 : public torch::nn::Module {
   int64_t num_params() const;
   /// torchtitan's training FLOPs per token: 6 * (N - N_embedding) + 12 * L * D * S.
   int64_t num_flops_per_token(int64_t seq_len) const;
-  /// FSDP units in forward order (see models/llama3/parallelize.hpp).
-  std::vector<std::vector<std::string>> data_parallel_units() const;
-  /// torchtitan's tensor-parallel plan for `degree` ranks (see models/llama3/parallelize.hpp).
-  parallel::ParallelPlan tensor_parallel_plan(int64_t degree, const parallel::TensorParallelPlanOptions& options = {}) const;
+  /// torchtitan's plan for this job on mesh (see models/llama3/parallelize.hpp).
+  parallel::ParallelPlan parallel_plan(const JobConfig& config, const dist::Mesh& mesh) const;
 
   /// Maps this model to and from Hugging Face LlamaForCausalLM weights (see hf_adapter.hpp).
   std::shared_ptr<const checkpoint::HfAdapter> hf_adapter() const;

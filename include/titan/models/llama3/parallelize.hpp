@@ -1,17 +1,17 @@
 // SPDX-License-Identifier: BSD-3-Clause
-// How Llama 3 is parallelized, in torchtitan's order: tensor (+ sequence, loss) parallelism over tp
-// with torchtitan's plan, then FSDP/HSDP/DDP over the data-parallel axes, whose units are the
-// embeddings, each transformer block, final norm + output together and the root.
+// Llama 3's ParallelPlan, torchtitan's: tensor (+ sequence, loss) parallelism over tp with
+// torchtitan's apply_tp plan, then FSDP/HSDP/DDP whose units are the embeddings, each transformer
+// block, and final norm + output together (the root holds what is left).
 #pragma once
 
-#include <memory>
 #include <string>
 #include <vector>
 
-#include "titan/parallel/data_parallel.hpp"
 #include "titan/parallel/plan.hpp"
-#include "titan/parallel/tensor_parallel.hpp"
 
+namespace titan {
+struct JobConfig;
+}
 namespace titan::dist {
 class Mesh;
 }
@@ -20,31 +20,30 @@ namespace titan::llama3 {
 
 class Llama3;
 
+/// torchtitan's TP switches.
+struct TensorParallelOptions {
+  /// Keep activations sequence-sharded between blocks (norms SequenceParallel).
+  bool sequence_parallel = true;
+  /// Leave the logits vocab-sharded and compute the loss on the shards.
+  bool loss_parallel = true;
+};
+
 /// Module paths of each data-parallel unit, in forward order.
 std::vector<std::vector<std::string>> data_parallel_units(const Llama3& model);
 
-/// torchtitan's TP plan (see docs/distributed.md): attention wq/wk/wv and feed-forward w1/w3
+/// torchtitan's TP plan (see docs/tensor_parallel.md): attention wq/wk/wv and feed-forward w1/w3
 /// colwise, wo and w2 rowwise, embedding vocab-parallel, output colwise (vocab-sharded logits under
 /// loss parallel), norms sequence-parallel. Checks that `degree` divides the heads and kv heads.
-parallel::ParallelPlan tensor_parallel_plan(const Llama3& model, int64_t degree,
-                                            const parallel::TensorParallelPlanOptions& options = {});
+parallel::TensorParallelPlan tensor_parallel_plan(const Llama3& model, int64_t degree,
+                                                  const TensorParallelOptions& options = {});
 
-struct ParallelizeOptions {
-  /// Sequence and loss parallelism under TP.
-  parallel::TensorParallelPlanOptions tensor_parallel{};
-  /// How TP runs: async (overlapped) collectives, trace.
-  parallel::TensorParallelOptions tensor_parallel_runtime{};
-  /// FSDP/HSDP/DDP options.
-  parallel::DataParallelOptions data_parallel{};
-};
+/// The whole plan on mesh with titan's defaults: TP (sequence and loss parallel) when tp > 1, and
+/// FSDP/HSDP/DDP units, fp32 throughout.
+parallel::ParallelPlan parallel_plan(const Llama3& model, const dist::Mesh& mesh);
 
-/// What was applied; keep it alive as long as the model.
-struct Parallelized {
-  std::shared_ptr<parallel::TensorParallel> tp;  ///< null without a tp axis
-  std::shared_ptr<parallel::DataParallel> dp;    ///< null without data-parallel axes (destroyed before tp)
-};
-
-/// Applies TP (mesh tp > 1), then FSDP/HSDP/DDP as the mesh asks.
-Parallelized parallelize(Llama3& model, const dist::Mesh& mesh, const ParallelizeOptions& options = {});
+/// The plan the job config asks for: parallelism.disable_loss_parallel,
+/// enable_async_tensor_parallel, fsdp_reshard_after_forward, and FSDP mixed precision on GPU
+/// (training.mixed_precision_param / _reduce; fp32 on CPU).
+parallel::ParallelPlan parallel_plan(const Llama3& model, const JobConfig& config, const dist::Mesh& mesh);
 
 }  // namespace titan::llama3

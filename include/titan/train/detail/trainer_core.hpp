@@ -26,9 +26,8 @@ class DataLoader;
 namespace dist {
 class Mesh;
 }
+class Parallelized;
 namespace parallel {
-class DataParallel;
-class TensorParallel;
 struct ParallelPlan;
 }
 namespace checkpoint {
@@ -72,12 +71,9 @@ class TrainerCore {
   void seed_for_init() const;
   /// This rank's mesh (one process: a mesh of size 1).
   const dist::Mesh& mesh() const { return *mesh_; }
-  /// Applies FSDP/HSDP/DDP over the mesh's data-parallel axes, `units` being the module paths of each
-  /// FSDP unit in forward order. Call before init_weights (ranks then fill only their shards).
-  void apply_data_parallel(torch::nn::Module& model, const std::vector<std::vector<std::string>>& units);
-  /// Applies the model's tensor-parallel plan over the mesh's tp axis (call before
-  /// apply_data_parallel: FSDP then shards the tp shards).
-  void apply_tensor_parallel(torch::nn::Module& model, const parallel::ParallelPlan& plan);
+  /// Applies the model's plan over the mesh (titan::parallelize) and keeps the handle for the
+  /// trainer's life. Call before init_weights (ranks then fill only their shards).
+  void parallelize(torch::nn::Module& model, const parallel::ParallelPlan& plan);
   /// Takes the model and builds optimizer, LR schedule and metrics around it.
   void attach_model(ModelHandle model);
 
@@ -110,8 +106,7 @@ class TrainerCore {
   at::Device device_ = at::kCPU;
   int64_t seed_ = 0;
   std::unique_ptr<dist::Mesh> mesh_;
-  std::shared_ptr<parallel::TensorParallel> tensor_parallel_;
-  std::shared_ptr<parallel::DataParallel> data_parallel_;  // declared after tp: destroyed first
+  std::unique_ptr<Parallelized> parallel_;  // the model's parallel state (one device: nothing applied)
   LossFn loss_;  // empty: cross_entropy_sum
   int64_t dp_degree_ = 1;
   int64_t dp_rank_ = 0;

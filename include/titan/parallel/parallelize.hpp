@@ -1,0 +1,79 @@
+// SPDX-License-Identifier: BSD-3-Clause
+// titan::parallelize(model, mesh, plan): the one way a model becomes parallel. It validates the
+// whole plan against the model and the mesh before changing anything, applies it in the fixed order
+// (pipeline split, TP, CP, AC, FSDP/HSDP/DDP) and returns the one handle that owns every piece of
+// parallel state. The handle is move-only and [[nodiscard]]; the model is usable exactly as long as
+// it lives (afterwards a layer's read of a sharded parameter is an error naming the parameter).
+//
+//   titan::parallel::ParallelPlan plan = model->parallel_plan(config, mesh);
+//   auto parallel = titan::parallelize(*model, mesh, plan);
+//   model->init_weights();                                            // each rank fills its shards
+//   at::Tensor loss = parallel.cross_entropy_sum(model->forward(tokens), labels) / n_tokens;
+//
+// After the first backward it checks what it cannot see at apply time: a parameter under the plan
+// that a layer read directly instead of through with_param (a torch::nn::Linear under DDP would
+// silently diverge), or a module the plan named whose forward never went through module_call.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <memory>
+#include <string>
+
+#include "titan/parallel/plan.hpp"
+
+namespace torch::nn {
+class Module;
+}
+namespace titan::dist {
+class Mesh;
+}
+namespace titan::parallel {
+class TensorParallel;
+class DataParallel;
+namespace detail {
+struct ParallelizedState;
+}
+}  // namespace titan::parallel
+
+namespace titan {
+
+/// Everything parallelize() applied to one model on this rank.
+class [[nodiscard]] Parallelized {
+ public:
+  /// Nothing applied (one device).
+  Parallelized();
+  ~Parallelized();
+  Parallelized(Parallelized&&) noexcept;
+  Parallelized& operator=(Parallelized&&) noexcept;
+  Parallelized(const Parallelized&) = delete;
+  Parallelized& operator=(const Parallelized&) = delete;
+
+  /// "TP(tp=2, sequence parallel, loss parallel) + FSDP(dp_shard=2)", or "one device".
+  std::string describe() const;
+  /// The tensor-parallel state; null when the mesh has no tp axis.
+  parallel::TensorParallel* tensor_parallel() const;
+  /// The FSDP/HSDP/DDP state; null when the mesh has no data-parallel axis.
+  parallel::DataParallel* data_parallel() const;
+  /// Whether the model's logits come out vocab-sharded (loss parallel).
+  bool loss_parallel() const;
+  /// Sum of per-token cross-entropy over valid labels of the model's logits: on the vocab shards
+  /// under loss parallel, plain otherwise.
+  at::Tensor cross_entropy_sum(const at::Tensor& logits,   // (B, S, V) or (B, S, V/tp)
+                               const at::Tensor& labels) const;  // (B, S) int64, -100 = skip
+  /// Throws, naming each, when a parameter under the plan was never read through with_param or a
+  /// module the plan named never ran through module_call. Runs by itself at the end of the first
+  /// backward that reaches the plan's parameters; the Trainer also calls it after its first step.
+  void check_contracts() const;
+
+ private:
+  friend Parallelized parallelize(torch::nn::Module&, const dist::Mesh&, const parallel::ParallelPlan&);
+  explicit Parallelized(std::unique_ptr<parallel::detail::ParallelizedState> state);
+  std::unique_ptr<parallel::detail::ParallelizedState> state_;
+};
+
+/// Validates plan against model and mesh, then applies it. Collective over the mesh: every rank calls
+/// it with the same plan. Errors name the plan section, module path or parameter.
+Parallelized parallelize(torch::nn::Module& model, const dist::Mesh& mesh, const parallel::ParallelPlan& plan);
+
+}  // namespace titan

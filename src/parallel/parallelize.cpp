@@ -1,0 +1,217 @@
+// SPDX-License-Identifier: BSD-3-Clause
+#include "titan/parallel/parallelize.hpp"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+#include <torch/csrc/autograd/engine.h>
+#include <torch/nn/module.h>
+
+#include <unordered_set>
+#include <utility>
+#include <vector>
+
+#include "../layout/binding.hpp"
+#include "data_parallel_state.hpp"
+#include "titan/core/error.hpp"
+#include "titan/dist/mesh.hpp"
+#include "titan/nn/loss.hpp"
+#include "titan/parallel/data_parallel.hpp"
+#include "titan/parallel/tensor_parallel.hpp"
+#include "tp_styles.hpp"
+
+namespace titan::parallel::detail {
+namespace {
+
+// At most this many names per error line: enough to find the culprit, short enough to read.
+constexpr size_t kMaxNames = 8;
+
+std::string name_list(const std::vector<std::string>& names) {
+  const size_t shown = std::min(names.size(), kMaxNames);
+  std::string out = fmt::format("'{}'", fmt::join(names.begin(), names.begin() + static_cast<std::ptrdiff_t>(shown), "', '"));
+  if (names.size() > shown) out += fmt::format(" and {} more", names.size() - shown);
+  return out;
+}
+
+// The contract of one handle: what the first backward checks.
+struct PlanContract final : Contract, std::enable_shared_from_this<PlanContract> {
+  std::string model;                                                    // the model's name, for errors
+  std::vector<std::pair<std::string, at::Tensor>> params;               // (fqn, registered parameter)
+  std::vector<std::pair<std::string, const ModuleHook*>> hooks;         // (module path, its hook)
+  std::atomic<bool> queued{false};
+  std::atomic<bool> passed{false};
+
+  void on_backward() override {
+    if (passed.load(std::memory_order_relaxed) || queued.exchange(true)) return;
+    std::weak_ptr<PlanContract> weak = weak_from_this();
+    torch::autograd::Engine::get_default_engine().queue_callback([weak] {
+      if (auto self = weak.lock()) self->check();
+    });
+  }
+
+  void check() {
+    std::vector<std::string> unread, unhooked;
+    for (const auto& [fqn, p] : params) {
+      const Binding* binding = find_binding(p);
+      if (binding != nullptr && !binding->used.value.load(std::memory_order_relaxed)) unread.push_back(fqn);
+    }
+    for (const auto& [path, hook] : hooks) {
+      if (!hook->ran.load(std::memory_order_relaxed)) unhooked.push_back(path.empty() ? "<root>" : path);
+    }
+    TITAN_CHECK_VALUE(unread.empty(), "[titan::parallelize] expected every parameter of {} under the plan to be read "
+                      "through titan::parallel::with_param, got {} read around it in the first forward/backward, so "
+                      "its sharding and gradient reduction never ran (e.g. a torch::nn::Linear reads its weight "
+                      "directly). Build those layers from titan::nn layers, or read the weight as "
+                      "with_param(weight, [&](const at::Tensor& w) {{ ... }}).", model, name_list(unread));
+    TITAN_CHECK_VALUE(unhooked.empty(), "[titan::parallelize] expected every module of {} named by "
+                      "plan.tensor_parallel to run its forward through titan::parallel::module_call, got {} never "
+                      "did, so its style's redistribution never happened. Wrap the module's forward: "
+                      "return module_call(*this, x, [&](const at::Tensor& in) {{ ... }}).", model, name_list(unhooked));
+    passed.store(true, std::memory_order_relaxed);
+  }
+};
+
+}  // namespace
+
+struct ParallelizedState {
+  std::string model;                          // the model's name, for errors
+  std::unique_ptr<TensorParallel> tp;         // null without tp
+  std::unique_ptr<DataParallel> dp;           // null without data parallelism; destroyed before tp
+  std::shared_ptr<PlanContract> contract;     // null when nothing was applied
+  std::vector<std::pair<at::Tensor, unsigned>> leaf_hooks;  // (parameter, hook position)
+
+  ~ParallelizedState() {
+    if (!contract) return;
+    for (auto& [p, position] : leaf_hooks) p.remove_hook(position);
+    dp.reset();
+    tp.reset();
+    // The parameters now hold this rank's shards with nobody to gather them: any further read of
+    // them is a mistake, reported where it happens.
+    for (const auto& [fqn, p] : contract->params) {
+      orphan_param(p, fmt::format("[titan::parallel::with_param] expected '{}' of {} to be used while the handle "
+                                  "titan::parallelize() returned is alive, got a read after it was destroyed (the "
+                                  "parameter holds only this rank's shard). Keep the titan::Parallelized handle alive "
+                                  "as long as the model.", fqn, model));
+    }
+  }
+};
+
+namespace {
+
+void check_slots(const ParallelPlan& plan, const dist::Mesh& mesh) {
+  TITAN_CHECK_NOT_IMPLEMENTED(plan.pipeline.stages.empty(), "[titan::parallelize] expected plan.pipeline empty, got {} "
+                              "stages: pipeline parallelism is not supported yet. Leave plan.pipeline empty.",
+                              plan.pipeline.stages.size());
+  TITAN_CHECK_NOT_IMPLEMENTED(plan.context_parallel.attention_modules.empty(), "[titan::parallelize] expected "
+                              "plan.context_parallel empty, got {} attention modules: context parallelism is not "
+                              "supported yet. Leave plan.context_parallel empty.",
+                              plan.context_parallel.attention_modules.size());
+  TITAN_CHECK_NOT_IMPLEMENTED(plan.activation_checkpoint.modules.empty(), "[titan::parallelize] expected "
+                              "plan.activation_checkpoint empty, got {} modules: activation checkpointing is not "
+                              "supported yet. Leave plan.activation_checkpoint empty.",
+                              plan.activation_checkpoint.modules.size());
+  for (const char* axis : {"pp", "cp"}) {
+    TITAN_CHECK_NOT_IMPLEMENTED(mesh.size(axis) == 1, "[titan::parallelize] expected a mesh with {} = 1, got {}: that "
+                                "dimension is not supported yet. Build the mesh without it.", axis, mesh.size(axis));
+  }
+}
+
+void check_tensor_parallel(const torch::nn::Module& model, const ParallelPlan& plan, const dist::Mesh& mesh) {
+  const int64_t tp = mesh.size("tp");
+  TITAN_CHECK_VALUE(tp == 1 || !plan.tensor_parallel.styles.empty(), "[titan::parallelize] expected "
+                    "plan.tensor_parallel to name modules on a mesh with tp = {}, got an empty plan: every tp rank "
+                    "would compute the same thing. Give the model a tensor-parallel plan or build the mesh with tp = 1.",
+                    tp);
+  validate_tensor_parallel(model, plan.tensor_parallel, tp);
+}
+
+void check_fresh(const torch::nn::Module& model) {
+  for (const auto& item : model.named_parameters(/*recurse=*/true)) {
+    TITAN_CHECK_VALUE(find_binding(item.value()) == nullptr, "[titan::parallelize] expected a model not parallelized "
+                      "yet, got '{}' already bound by an earlier parallelize(). Call parallelize() once per model "
+                      "(build a fresh model to parallelize it differently).", item.key());
+  }
+}
+
+}  // namespace
+}  // namespace titan::parallel::detail
+
+namespace titan {
+
+using parallel::detail::ParallelizedState;
+
+Parallelized::Parallelized() = default;
+Parallelized::Parallelized(std::unique_ptr<ParallelizedState> state) : state_(std::move(state)) {}
+Parallelized::~Parallelized() = default;
+Parallelized::Parallelized(Parallelized&&) noexcept = default;
+Parallelized& Parallelized::operator=(Parallelized&&) noexcept = default;
+
+std::string Parallelized::describe() const {
+  std::vector<std::string> parts;
+  if (tensor_parallel()) parts.push_back(tensor_parallel()->describe());
+  if (data_parallel()) parts.push_back(data_parallel()->describe());
+  return parts.empty() ? "one device" : fmt::format("{}", fmt::join(parts, " + "));
+}
+
+parallel::TensorParallel* Parallelized::tensor_parallel() const { return state_ ? state_->tp.get() : nullptr; }
+parallel::DataParallel* Parallelized::data_parallel() const { return state_ ? state_->dp.get() : nullptr; }
+bool Parallelized::loss_parallel() const { return tensor_parallel() && tensor_parallel()->loss_parallel(); }
+
+at::Tensor Parallelized::cross_entropy_sum(const at::Tensor& logits, const at::Tensor& labels) const {
+  return tensor_parallel() ? tensor_parallel()->cross_entropy_sum(logits, labels) : titan::cross_entropy_sum(logits, labels);
+}
+
+void Parallelized::check_contracts() const {
+  if (state_ && state_->contract) state_->contract->check();
+}
+
+Parallelized parallelize(torch::nn::Module& model, const dist::Mesh& mesh, const parallel::ParallelPlan& plan) {
+  namespace d = parallel::detail;
+  // Everything is checked before anything changes.
+  d::check_slots(plan, mesh);
+  d::check_fresh(model);
+  d::check_tensor_parallel(model, plan, mesh);
+  d::validate_data_parallel(model, plan.data_parallel.units, plan.data_parallel.options);
+
+  auto state = std::make_unique<ParallelizedState>();
+  state->model = model.name();
+  if (mesh.size("tp") > 1) state->tp = d::apply_tensor_parallel(model, mesh, plan.tensor_parallel);
+  if (mesh.size("dp_shard") > 1 || mesh.size("dp_replicate") > 1) {
+    state->dp = d::apply_data_parallel(model, plan.data_parallel.units, mesh, plan.data_parallel.options);
+  }
+  if (!state->tp && !state->dp) return Parallelized(std::move(state));
+
+  auto contract = std::make_shared<d::PlanContract>();
+  contract->model = state->model;
+  std::unordered_set<const c10::TensorImpl*> seen;
+  auto add = [&](const at::Tensor& p) {
+    if (!seen.insert(p.unsafeGetTensorImpl()).second) return;
+    const d::Binding* binding = d::find_binding(p);
+    if (binding == nullptr) return;
+    contract->params.emplace_back(binding->info.fqn, p);
+  };
+  if (state->tp) {
+    for (const auto& p : state->tp->state().params) add(p);
+    for (const auto& hook : state->tp->state().hooks) contract->hooks.emplace_back(hook.path, hook.hook.get());
+  }
+  if (state->dp) {
+    for (const auto& unit : state->dp->state().units) {
+      for (const auto& p : unit.params) add(p.param);
+    }
+  }
+  for (const auto& [fqn, p] : contract->params) {
+    d::attach_contract(p, contract);
+    // A parameter read around with_param gets its gradient straight from autograd: that backward
+    // runs the check too, even when nothing under the plan is read through with_param.
+    if (p.requires_grad()) {
+      std::weak_ptr<d::PlanContract> weak = contract;
+      const unsigned position = p.register_hook([weak](const at::TensorBase&) {
+        if (auto c = weak.lock()) c->on_backward();
+      });
+      state->leaf_hooks.emplace_back(p, position);
+    }
+  }
+  state->contract = std::move(contract);
+  return Parallelized(std::move(state));
+}
+
+}  // namespace titan
