@@ -76,7 +76,7 @@ TEST_CASE("golden loss curve: debug model on tinyshakespeare, first 20 steps", "
 
 // Not run by ctest (a hidden tag): rewrites the golden file above after a deliberate change of the math,
 // the data or the tokenizer. The check never writes it. Run by name, then review and commit the diff:
-//   TITAN_WRITE_GOLDEN=1 build/bin/titan_tests "[.write_golden]"
+//   TITAN_WRITE_GOLDEN=1 build/bin/titan_tests "write the golden loss curve"
 TEST_CASE("write the golden loss curve", "[.write_golden]") {
   const char* write = std::getenv("TITAN_WRITE_GOLDEN");
   if (write == nullptr || std::string(write) != "1") {
@@ -88,8 +88,8 @@ TEST_CASE("write the golden loss curve", "[.write_golden]") {
   std::ofstream out(golden);
   out << "# step loss: tests/train/trainer_test.cpp golden_config (debugmodel, tinyshakespeare, the tests' BPE "
          "tokenizer from tests/oracles/make_tokenizer.py, B=4 S=64, seed 42, fp32 CPU, 1 thread)\n"
-         "# Checked by \"golden loss curve\"; rewritten only by: TITAN_WRITE_GOLDEN=1 build/bin/titan_tests "
-         "\"[.write_golden]\"\n";
+         "# Checked by the test \"golden loss curve: ...\"; rewritten only by (then review and commit the diff):\n"
+         "#   TITAN_WRITE_GOLDEN=1 build/bin/titan_tests \"write the golden loss curve\"\n";
   for (size_t i = 0; i < losses.size(); ++i) out << fmt::format("{} {:.6f}\n", i + 1, losses[i]);
   REQUIRE(out.good());
   WARN("golden file written: " << golden.string());
