@@ -2,8 +2,9 @@
 // Data-loader benchmark: tokens/s of the loader alone (read + decode + tokenize + pack + batch) for
 // several tokenizer worker counts, and the time next() waits per batch when the consumer spends
 // --step-ms between batches (steady state: ~0 with enough workers). Run:
-//   build/bin/bench_loader_throughput --data ../shared/data/tinyshakespeare/input.txt
-//       --tokenizer ../shared/data/tokenizer-bpe2k --workers 0,1,2 --tokens 3000000
+//   build/bin/bench_loader_throughput --data tests/assets/tinyshakespeare/input.txt
+//       --tokenizer build/tests/assets/tokenizer --workers 0,1,2 --tokens 3000000
+// (build/tests/assets/tokenizer is the tests' BPE, made by the build; or train one: build/bin/titan-tokenizer train)
 // --data takes a file, folder or glob (.jsonl/.json[.gz|.zst] read as JSONL, anything else as text).
 #include <ATen/ATen.h>
 #include <fmt/format.h>

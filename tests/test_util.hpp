@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: BSD-3-Clause
-// Helpers shared by tests: where the oracles and data live, temp dirs, running Python oracles.
+// Helpers for all tests: where the oracles and data live, temp dirs, running Python oracles.
 #pragma once
 
 #include <catch2/catch.hpp>
@@ -22,10 +22,12 @@ inline std::mutex& catch_mutex() {
 
 namespace fs = std::filesystem;
 
-/// ../shared/data beside the repo; tests that need it SKIP-by-warning when it is absent.
-inline fs::path shared_data() { return fs::path(TITAN_SHARED_DATA_DIR); }
-inline bool has_shared_data() { return fs::exists(shared_data() / "tinyshakespeare" / "input.txt"); }
 inline fs::path test_dir() { return fs::path(TITAN_TEST_DIR); }
+/// tests/assets/tinyshakespeare/input.txt: 40,000 lines of Shakespeare (see tests/assets/README.md).
+inline fs::path tinyshakespeare() { return test_dir() / "assets" / "tinyshakespeare" / "input.txt"; }
+/// The folder with the tests' tokenizer.json: a 2,048-entry byte-level BPE that HF `tokenizers` trains
+/// on tinyshakespeare during the build (tests/oracles/make_tokenizer.py).
+inline fs::path test_tokenizer() { return fs::path(TITAN_TEST_TOKENIZER_DIR); }
 inline fs::path source_dir() { return fs::path(TITAN_SOURCE_DIR); }
 inline fs::path binary_dir() { return fs::path(TITAN_BINARY_DIR); }
 
@@ -65,15 +67,6 @@ inline void write_file(const fs::path& p, const std::string& s) {
 }
 
 }  // namespace titan::test
-
-// Skip the rest of a test when shared data is missing (a fresh clone outside this environment).
-#define TITAN_REQUIRE_SHARED_DATA()                                             \
-  do {                                                                          \
-    if (!::titan::test::has_shared_data()) {                                    \
-      WARN("skipped: ../shared/data is absent");                                \
-      return;                                                                   \
-    }                                                                           \
-  } while (0)
 
 // Assertions on rank threads (dist::run_local_ranks): the condition is evaluated first, outside the
 // lock (it may run a collective), then reported under the lock, with an optional message.

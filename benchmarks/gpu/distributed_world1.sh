@@ -10,11 +10,6 @@ run mkdir -p "$RESULTS"
 run cmake -S "$ROOT" -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DTITAN_ENABLE_CUDA=ON \
     -DLIBTORCH_ROOT="$TORCH_DIR" -DTITAN_BUILD_TESTS=OFF
 run cmake --build "$BUILD" --target nccl_world1 train_llama3 titan-run
-if ((DRY)); then
-  echo "+ $BUILD/bin/nccl_world1 | tee $RESULTS/nccl_world1.txt"
-  echo "+ $BUILD/bin/titan-run --nproc-per-node 1 $BUILD/bin/train_llama3 --config llama3_debugmodel ... | tee $RESULTS/train_world1.txt"
-  exit 0
-fi
-"$BUILD/bin/nccl_world1" | tee "$RESULTS/nccl_world1.txt"
-"$BUILD/bin/titan-run" --nproc-per-node 1 "$BUILD/bin/train_llama3" --config llama3_debugmodel \
-    --training.steps 30 --metrics.log_freq 10 --job.dump_folder "$RESULTS/train_world1" 2>&1 | tee "$RESULTS/train_world1.txt"
+run_logged "$RESULTS/nccl_world1.txt" "$BUILD/bin/nccl_world1"
+run_logged "$RESULTS/train_world1.txt" "$BUILD/bin/titan-run" --nproc-per-node 1 "$BUILD/bin/train_llama3" \
+    --config llama3_debugmodel --training.steps 30 --metrics.log_freq 10 --job.dump_folder "$RESULTS/train_world1"

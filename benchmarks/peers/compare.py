@@ -137,7 +137,12 @@ def main():
     configs = {"smoke": SMOKE} if o.smoke else {n: CONFIGS[n] for n in o.configs.split(",")}
     rounds = 1 if o.smoke else o.rounds
     only = [int(r) for r in o.ranks.split(",")] if o.ranks else None
-    work = o.summarise or tempfile.mkdtemp(prefix="titan-peers-")
+    if o.summarise:
+        work = o.summarise
+    elif o.dry_run:  # nothing is written: name the folder a run would create
+        work = os.path.join(tempfile.gettempdir(), "titan-peers-XXXXXXXX")
+    else:
+        work = tempfile.mkdtemp(prefix="titan-peers-")
     print(f"per-run results in {work}", flush=True)
     rows = []
     for name, cfg in configs.items():

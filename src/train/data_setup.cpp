@@ -21,6 +21,16 @@ std::filesystem::path cache_dir() {
   return std::filesystem::path(home != nullptr ? home : ".") / ".cache" / "titan" / "tokenizers";
 }
 
+// torchtitan's default training.dataset, the C4 sample in torchtitan's own repository. titan does not ship
+// it: given without a path, titan's default corpus stands in, so torchtitan's debug job and a run with
+// no arguments train at once instead of stopping.
+constexpr const char* kTorchtitanSample = "c4_test";
+constexpr const char* kDefaultCorpus = "fortunes";
+
+bool default_corpus_stands_in(const TrainingConfig& t) {
+  return t.dataset == kTorchtitanSample && !t.dataset_path.has_value() && t.dataset_mixture.empty();
+}
+
 data::CorpusFormat parse_format(const std::string& name) {
   if (name == "jsonl") return data::CorpusFormat::jsonl;
   if (name == "fortunes") return data::CorpusFormat::fortunes;
@@ -85,12 +95,20 @@ std::vector<data::WeightedSource> build_sources(const JobConfig& config) {
   const TrainingConfig& t = config.training;
   std::vector<data::WeightedSource> sources;
   for (const std::string& entry : t.dataset_mixture) sources.push_back(mixture_entry(t, entry));
-  if (sources.empty()) sources.push_back({.source = open_dataset(t, t.dataset, t.dataset_path.value_or("")),
-                                          .weight = 1.0});
+  if (sources.empty()) {
+    const std::string name = default_corpus_stands_in(t) ? kDefaultCorpus : t.dataset;
+    sources.push_back({.source = open_dataset(t, name, t.dataset_path.value_or("")), .weight = 1.0});
+  }
   return sources;
 }
 
 std::shared_ptr<data::Tokenizer> build_tokenizer(const JobConfig& config, int64_t model_vocab_size) {
+  if (default_corpus_stands_in(config.training)) {
+    log::warn("training.dataset \"{}\" (torchtitan's C4 sample) does not ship with titan: training on the default "
+              "corpus \"{}\" (Debian's fortunes quotations) instead. Pick the data with --training.dataset <name> "
+              "and --training.dataset_path <file, folder or glob>; see docs/data.md.",
+              kTorchtitanSample, kDefaultCorpus);
+  }
   // model.tokenizer_path is torchtitan's deprecated spelling of the same thing; it wins when set.
   const std::filesystem::path assets = config.model.tokenizer_path.value_or(config.model.hf_assets_path);
   const data::AutoTokenizerOptions options;

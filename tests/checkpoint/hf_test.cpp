@@ -92,7 +92,6 @@ TEST_CASE("an HF Llama saved by transformers loads into titan with the same logi
 }
 
 TEST_CASE("a trained titan model exported to HF at the end of training gives transformers its logits", "[checkpoint][hf][train]") {
-  TITAN_REQUIRE_SHARED_DATA();
   test::TempDir dir;
   JobConfig c = test::tinyshakespeare_job(dir.path, /*seq_len=*/32, /*local_batch=*/2, /*steps=*/3, /*seed=*/11);
   c.checkpoint.enable = true;

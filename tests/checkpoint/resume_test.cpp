@@ -24,12 +24,10 @@ namespace {
 
 std::string trainer_path() { return (titan::test::binary_dir() / "bin" / "train_llama3").string(); }
 
-// The debug model on tinyshakespeare (the shared bpe2k tokenizer), deterministic, one thread per rank.
+// The debug model on tinyshakespeare (the tests' BPE tokenizer), deterministic, one thread per rank.
 std::vector<std::string> trainer_args(const fs::path& dump, int64_t steps, int64_t local_batch) {
-  const auto data = titan::test::shared_data();
-  return {trainer_path(), "--model.flavor", "debugmodel", "--model.hf_assets_path", (data / "tokenizer-bpe2k").string(),
-          "--training.dataset", "tinyshakespeare", "--training.dataset_path",
-          (data / "tinyshakespeare" / "input.txt").string(), "--training.seq_len", "32", "--training.local_batch_size",
+  return {trainer_path(), "--model.flavor", "debugmodel", "--model.hf_assets_path", titan::test::test_tokenizer().string(),
+          "--training.dataset", "tinyshakespeare", "--training.dataset_path", titan::test::tinyshakespeare().string(), "--training.seq_len", "32", "--training.local_batch_size",
           std::to_string(local_batch), "--training.steps", std::to_string(steps), "--training.num_threads", "1",
           "--debug.seed", "7", "--debug.deterministic", "true", "--lr_scheduler.warmup_steps", "2",
           "--job.dump_folder", dump.string(), "--metrics.log_freq", "1"};
@@ -63,7 +61,6 @@ const std::map<std::string, std::optional<std::string>> kSingle = {
 }  // namespace
 
 TEST_CASE("exact resume: 40 steps equal 20 then a new process resuming for 20 bitwise", "[checkpoint][resume][train]") {
-  TITAN_REQUIRE_SHARED_DATA();
   TempDir straight, resumed;
   Subprocess a(trainer_args(straight.path, 40, 4), kSingle);
   require_exit(a, 0, 600);
@@ -138,14 +135,12 @@ const Layout kSingleLayout{.name = "one process", .nproc = 1, .local_batch = 8, 
 }  // namespace
 
 TEST_CASE("an FSDP 4 checkpoint resumes on FSDP 2 and on one process", "[checkpoint][reshard][launch][train]") {
-  TITAN_REQUIRE_SHARED_DATA();
   check_reshard({.name = "FSDP 4", .nproc = 4, .local_batch = 2, .flags = {"--parallelism.data_parallel_shard_degree", "4"}},
                 {{.name = "FSDP 2", .nproc = 2, .local_batch = 4, .flags = {"--parallelism.data_parallel_shard_degree", "2"}},
                  kSingleLayout});
 }
 
 TEST_CASE("an FSDP 2 x TP 2 checkpoint resumes on TP 2 and on one process", "[checkpoint][reshard][tp][launch][train]") {
-  TITAN_REQUIRE_SHARED_DATA();
   check_reshard({.name = "FSDP 2 x TP 2", .nproc = 4, .local_batch = 4,
                  .flags = {"--parallelism.data_parallel_shard_degree", "2", "--parallelism.tensor_parallel_degree", "2"}},
                 {{.name = "TP 2", .nproc = 2, .local_batch = 8,
@@ -182,7 +177,6 @@ pid_t child_with_env(pid_t parent, const std::string& entry) {
 }  // namespace
 
 TEST_CASE("a rank killed during an async save leaves the previous checkpoint loadable", "[checkpoint][fault][launch][train]") {
-  TITAN_REQUIRE_SHARED_DATA();
   TempDir dump;
   const fs::path root = dump.path / "checkpoint";
   const std::vector<std::string> save = {"--checkpoint.enable", "true", "--checkpoint.interval", "2",

@@ -28,7 +28,7 @@ constexpr std::string_view kExtraLine =
 // emoji; without merges a wrong split of those pieces would give the same byte tokens and go unseen.
 fs::path write_corpus(const TempDir& tmp) {
   const fs::path path = tmp.path / "text.txt";
-  std::string text = titan::test::read_file(titan::test::shared_data() / "tinyshakespeare" / "input.txt");
+  std::string text = titan::test::read_file(titan::test::tinyshakespeare());
   for (int i = 0; i < 200; ++i) text += kExtraLine;
   titan::test::write_file(path, text);
   return path;
@@ -55,21 +55,23 @@ void check_against_hf(const Tokenizer& tok, const fs::path& tokenizer_json, cons
 
 }  // namespace
 
-TEST_CASE("BpeTokenizer encodes like HF: torchtitan's test tokenizer (2,020 entries, no merges)", "[data]") {
-  TITAN_REQUIRE_SHARED_DATA();
+TEST_CASE("BpeTokenizer encodes like HF: the tests' tokenizer (2,048 entries, specials after the merges)", "[data]") {
   TempDir tmp;
-  const fs::path dir = titan::test::shared_data() / "tokenizer-bpe2k";
+  const fs::path dir = titan::test::test_tokenizer();  // made by tests/oracles/make_tokenizer.py
   const auto tok = titan::data::load_tokenizer(dir);
-  CHECK(tok->vocab_size() == 2020);
-  CHECK(tok->bos_id() == 2002);
-  CHECK(tok->eos_id() == 2003);
-  CHECK(tok->token_to_id("<|end_of_text|>") == 2003);
-  CHECK(tok->encode("", true, true) == std::vector<int32_t>{2002, 2003});
+  CHECK(tok->vocab_size() == 2048);
+  CHECK(tok->bos_id() == 2040);
+  CHECK(tok->eos_id() == 2041);
+  CHECK(tok->token_to_id("<|end_of_text|>") == 2041);
+  CHECK(tok->token_to_id("<|pad|>") == 2042);
+  CHECK(tok->encode("", true, true) == std::vector<int32_t>{2040, 2041});
+  // Real merges: common words are one token, with the space before them.
+  REQUIRE(tok->token_to_id("\u0120the").has_value());
+  CHECK(tok->encode(" the") == std::vector<int32_t>{*tok->token_to_id("\u0120the")});
   check_against_hf(*tok, dir / "tokenizer.json", write_corpus(tmp), tmp);
 }
 
 TEST_CASE("BpeTokenizer encodes like HF: HF-trained GPT-2 style BPE with merges", "[data]") {
-  TITAN_REQUIRE_SHARED_DATA();
   TempDir tmp;
   const fs::path text = write_corpus(tmp), dir = tmp.path / "gpt2";
   REQUIRE(titan::test::run_python("hf_tokenizer.py",
@@ -90,7 +92,6 @@ TEST_CASE("BpeTokenizer encodes like HF: HF-trained GPT-2 style BPE with merges"
 }
 
 TEST_CASE("BpeTokenizer encodes like HF: Llama 3 split regex, ignore_merges, BOS from the template", "[data]") {
-  TITAN_REQUIRE_SHARED_DATA();
   TempDir tmp;
   const fs::path text = write_corpus(tmp), dir = tmp.path / "llama3";
   REQUIRE(titan::test::run_python("hf_tokenizer.py",

@@ -34,9 +34,8 @@ titan::data::TrainedBpe train_on(std::string_view text, titan::data::BpeTrainerC
 }  // namespace
 
 TEST_CASE("BpeTrainer: HF loads the trained tokenizer.json and encodes tinyshakespeare identically", "[data]") {
-  TITAN_REQUIRE_SHARED_DATA();
   TempDir tmp;
-  const fs::path text_path = titan::test::shared_data() / "tinyshakespeare" / "input.txt";
+  const fs::path text_path = titan::test::tinyshakespeare();
   const std::string text = titan::test::read_file(text_path);
   const titan::data::TrainedBpe bpe = train_on(text, {.vocab_size = 2048});
   CHECK(bpe.vocab.size() == 2048);
@@ -54,9 +53,8 @@ TEST_CASE("BpeTrainer: HF loads the trained tokenizer.json and encodes tinyshake
 }
 
 TEST_CASE("BpeTrainer: the Llama 3 split variant also matches HF", "[data]") {
-  TITAN_REQUIRE_SHARED_DATA();
   TempDir tmp;
-  const std::string text = titan::test::read_file(titan::test::shared_data() / "tinyshakespeare" / "input.txt")
+  const std::string text = titan::test::read_file(titan::test::tinyshakespeare())
                                .substr(0, 200000) + "\nNumbers 1234567 and \u6771\u4eac\u00e9\n";
   const fs::path text_path = tmp.path / "text.txt";
   titan::test::write_file(text_path, text);

@@ -102,10 +102,7 @@ TEST_CASE("Datasets: registry, dataset_path, and errors naming dataset and path"
                                          .text_field = "content"});
   CHECK(titan::data::load_dataset("mine")->document(0) == "hello");
 
-  if (titan::test::has_shared_data()) {
-    const auto shakespeare = titan::data::load_dataset("tinyshakespeare",
-                                                       titan::test::shared_data() / "tinyshakespeare" / "input.txt");
-    CHECK(shakespeare->size() > 7000);
-    CHECK(shakespeare->document(0) == "First Citizen:\nBefore we proceed any further, hear me speak.");
-  }
+  const auto shakespeare = titan::data::load_dataset("tinyshakespeare", titan::test::tinyshakespeare());
+  CHECK(shakespeare->size() > 7000);
+  CHECK(shakespeare->document(0) == "First Citizen:\nBefore we proceed any further, hear me speak.");
 }

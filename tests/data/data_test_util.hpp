@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: BSD-3-Clause
 // Helpers for the data tests: id-by-id comparison with context, and a small BPE trained in memory so
-// packing tests need no shared data.
+// packing tests need no tokenizer files.
 #pragma once
 
 #include <fmt/format.h>

@@ -45,7 +45,7 @@ std::vector<int64_t> window_part(const std::vector<int32_t>& stream, int64_t w, 
 DataLoader shakespeare_loader(const std::shared_ptr<const titan::data::Tokenizer>& tok, DataLoaderConfig config) {
   auto source = titan::data::open_source(
       "tinyshakespeare", {.format = titan::data::CorpusFormat::text,
-                          .path = titan::test::shared_data() / "tinyshakespeare" / "input.txt"});
+                          .path = titan::test::tinyshakespeare()});
   return DataLoader({{.source = std::move(source), .weight = 1.0}}, tok, config);
 }
 
@@ -86,7 +86,6 @@ TEST_CASE("DataLoader packs documents with BOS/EOS into windows of seq_len + 1",
 }
 
 TEST_CASE("DataLoader: dp 1 2 4 x accumulation 1 2 see the samples of one rank with the whole batch", "[data]") {
-  TITAN_REQUIRE_SHARED_DATA();
   const auto tok = titan::test::tiny_tokenizer();
   const int64_t G = 8, S = 24, steps = 4;
   DataLoader whole = shakespeare_loader(tok, {.local_batch_size = G, .seq_len = S});
@@ -115,7 +114,6 @@ TEST_CASE("DataLoader: dp 1 2 4 x accumulation 1 2 see the samples of one rank w
 }
 
 TEST_CASE("DataLoader state: next 50 batches identical after restore and after dp 4 -> dp 2", "[data]") {
-  TITAN_REQUIRE_SHARED_DATA();
   const auto tok = titan::test::tiny_tokenizer();
   const int64_t G = 4, S = 33, k = 7, n = 50;
   DataLoader first = shakespeare_loader(tok, {.local_batch_size = G, .seq_len = S});
@@ -181,7 +179,6 @@ TEST_CASE("DataLoader state: next 50 batches identical after restore and after d
 }
 
 TEST_CASE("DataLoader: output does not depend on the number of tokenizer workers", "[data]") {
-  TITAN_REQUIRE_SHARED_DATA();
   const auto tok = titan::test::tiny_tokenizer();
   const DataLoaderConfig base{.local_batch_size = 4, .seq_len = 64, .prefetch = 3};
   DataLoader inline_loader = shakespeare_loader(tok, base);

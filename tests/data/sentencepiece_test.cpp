@@ -14,9 +14,8 @@ using Catch::Matchers::Contains;
 namespace fs = std::filesystem;
 
 TEST_CASE("Sentencepiece: ids equal the Python package's on the whole of tinyshakespeare", "[data]") {
-  TITAN_REQUIRE_SHARED_DATA();
   titan::test::TempDir tmp;
-  const fs::path text = titan::test::shared_data() / "tinyshakespeare" / "input.txt";
+  const fs::path text = titan::test::tinyshakespeare();
   const fs::path model = titan::data::train_sentencepiece({text}, tmp.path / "sp",
                                                           {.vocab_size = 1000, .model_type = "bpe"});
   REQUIRE(fs::exists(model));

@@ -46,13 +46,12 @@ bool compress(const char* kind, const fs::path& in, const fs::path& out) {
 
 std::vector<std::string> shakespeare_documents() {
   return titan::test::read_all_documents(*titan::data::load_dataset(
-      "tinyshakespeare", titan::test::shared_data() / "tinyshakespeare" / "input.txt"));
+      "tinyshakespeare", titan::test::tinyshakespeare()));
 }
 
 }  // namespace
 
 TEST_CASE("Sources: text JSONL gz zst and a glob of shards read the documents of the indexed corpus", "[data]") {
-  TITAN_REQUIRE_SHARED_DATA();
   titan::test::TempDir tmp;
   const auto docs = shakespeare_documents();
   REQUIRE(docs.size() > 7000);
@@ -62,7 +61,7 @@ TEST_CASE("Sources: text JSONL gz zst and a glob of shards read the documents of
   if (!zst) WARN("no zstandard module or zstd CLI: .zst not tested");
 
   auto text = titan::data::open_source("t", {.format = CorpusFormat::text,
-                                             .path = titan::test::shared_data() / "tinyshakespeare" / "input.txt"});
+                                             .path = titan::test::tinyshakespeare()});
   CHECK(read_all(*text) == docs);
   for (const char* name : {"all.jsonl", "all.jsonl.gz", "all.jsonl.zst"}) {
     if (!zst && fs::path(name).extension() == ".zst") continue;
@@ -95,7 +94,6 @@ TEST_CASE("Sources: text JSONL gz zst and a glob of shards read the documents of
 }
 
 TEST_CASE("Sources: a saved cursor restores the exact next record in plain gz and zst shards", "[data]") {
-  TITAN_REQUIRE_SHARED_DATA();
   titan::test::TempDir tmp;
   const auto docs = shakespeare_documents();
   const size_t half = docs.size() / 2;

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: BSD-3-Clause
-// The trainer tests' common job: the debug model on tinyshakespeare with the shared bpe2k tokenizer,
+// The trainer tests' common job: the debug model on tinyshakespeare with the tests' BPE tokenizer,
 // one intra-op thread, a fixed seed. Each test sets what it is about on top.
 #pragma once
 
@@ -15,9 +15,9 @@ inline JobConfig tinyshakespeare_job(const std::filesystem::path& dump, int64_t 
   JobConfig c;
   c.job.dump_folder = dump.string();
   c.model.flavor = "debugmodel";
-  c.model.hf_assets_path = (shared_data() / "tokenizer-bpe2k").string();
+  c.model.hf_assets_path = test_tokenizer().string();
   c.training.dataset = "tinyshakespeare";
-  c.training.dataset_path = (shared_data() / "tinyshakespeare" / "input.txt").string();
+  c.training.dataset_path = tinyshakespeare().string();
   c.training.seq_len = seq_len;
   c.training.local_batch_size = local_batch;
   c.training.steps = steps;

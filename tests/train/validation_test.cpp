@@ -15,7 +15,6 @@
 namespace fs = std::filesystem;
 
 TEST_CASE("Validation: every validation.freq steps the loss and perplexity go to the metrics", "[train]") {
-  TITAN_REQUIRE_SHARED_DATA();
   titan::test::TempDir dir;
   titan::JobConfig c = titan::test::tinyshakespeare_job(dir.path, /*seq_len=*/32, /*local_batch=*/2, /*steps=*/4, /*seed=*/1);
   c.metrics.log_freq = 2;

@@ -17,7 +17,8 @@ struct WeightedSource;
 
 namespace titan {
 
-/// The tokenizer of model.hf_assets_path, or one trained on the dataset and cached on first use.
+/// The tokenizer of model.hf_assets_path, or one trained on the dataset and cached on first use. Logs
+/// (warn) when the default corpus stands in for "c4_test" (see build_sources).
 std::shared_ptr<data::Tokenizer> build_tokenizer(const JobConfig& config, int64_t model_vocab_size);
 
 /// Microbatches per rank per step: training.global_batch_size / (local_batch_size x dp_degree)
@@ -25,7 +26,8 @@ std::shared_ptr<data::Tokenizer> build_tokenizer(const JobConfig& config, int64_
 int64_t gradient_accumulation_steps(const JobConfig& config, int64_t dp_degree);
 
 /// The training sources: training.dataset_mixture, else training.dataset (at training.dataset_path),
-/// with the training.dataset_* overrides applied.
+/// with the training.dataset_* overrides applied. torchtitan's default dataset "c4_test" (its own C4
+/// sample, not shipped with titan) given without a path reads the default corpus "fortunes" instead.
 std::vector<data::WeightedSource> build_sources(const JobConfig& config);
 
 /// The training loader of this data-parallel rank. Ranks that differ only in cp/tp/pp pass the same
