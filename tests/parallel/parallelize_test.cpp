@@ -15,6 +15,7 @@
 #include "titan/models/trainable_model.hpp"
 #include "titan/nn/layers.hpp"
 #include "titan/parallel/parallelize.hpp"
+#include "parallel/hook_model.hpp"
 
 using namespace titan;
 using test::kFast;
@@ -155,33 +156,7 @@ TEST_CASE("a model used after its parallelize() handle is gone is an error namin
   });
 }
 
-namespace {
-// A model spec with its plan hook spelled right or wrong: TrainableModel rejects the wrong one (the
-// compile-fail test shows the compiler's message naming parallel_plan).
-template <bool kSpelledRight>
-struct HookModel : torch::nn::Module {
-  static std::shared_ptr<HookModel> build(const JobConfig&, int64_t, const at::Device&) { return nullptr; }
-  at::Tensor forward(const at::Tensor& tokens) const { return tokens; }
-  void init_weights() {}
-  std::vector<at::Tensor> unique_parameters() const { return {}; }
-  int64_t vocab_size() const { return 0; }
-  int64_t num_params() const { return 0; }
-  int64_t num_flops_per_token(int64_t) const { return 0; }
-  parallel::ParallelPlan parallel_plan(const JobConfig&, const dist::Mesh&) const
-    requires kSpelledRight
-  {
-    return {};
-  }
-  parallel::ParallelPlan paralel_plan(const JobConfig&, const dist::Mesh&) const
-    requires(!kSpelledRight)
-  {
-    return {};
-  }
-  std::shared_ptr<const checkpoint::HfAdapter> hf_adapter() const { return nullptr; }
-};
-}  // namespace
-
 TEST_CASE("a misspelled model hook fails the TrainableModel concept", "[parallel][parallelize][concept]") {
-  STATIC_REQUIRE_FALSE(TrainableModel<HookModel<false>>);
-  STATIC_REQUIRE(TrainableModel<HookModel<true>>);
+  STATIC_REQUIRE_FALSE(TrainableModel<test::HookModel<false>>);
+  STATIC_REQUIRE(TrainableModel<test::HookModel<true>>);
 }
