@@ -19,6 +19,7 @@ log() { printf '[setup] %s\n' "$*"; }
 # --- Debian packages ({fmt} comes with the torch wheel: its include dir shadows a system copy) -------------------------------------------------------------------------
 APT_PACKAGES=(
   build-essential cmake ninja-build ccache pkg-config git
+  clang-format   # ctest checks the sources against .clang-format
   python3 python3-venv python3-pip
   nlohmann-json3-dev catch2 libtomlplusplus-dev libsentencepiece-dev
   zlib1g-dev libzstd-dev zstd   # zstd: the data tests compress .zst shards with its CLI
