@@ -57,10 +57,11 @@ int main(int argc, char** argv) {
   double base = 1e9;
   for (int i = 0; i < 5; ++i) base = std::min(base, compute_step(a));
 
-  for (const std::string mode : {"disabled", "async"}) {
+  for (const titan::AsyncMode async_mode : {titan::AsyncMode::disabled, titan::AsyncMode::async}) {
+    const std::string mode(titan::choice_name(async_mode));
     titan::CheckpointConfig c;
     c.enable = true;
-    c.async_mode = mode;
+    c.async_mode = async_mode;
     c.keep_latest_k = 2;
     titan::checkpoint::Checkpointer ckpt(c, dir / mode, mesh);
     // Two saves: the first stages into fresh memory, the second into the first one's buffers.

@@ -19,12 +19,8 @@ int main(int argc, char** argv) {
     auto loader = titan::build_dataloader(cfg, tokenizer, /*dp_rank=*/0, /*dp_degree=*/1);
 
     const auto params = model->unique_parameters();
-    titan::AdamW optimizer(params, {.lr = cfg.optimizer.lr, .weight_decay = cfg.optimizer.weight_decay});
-    titan::LRSchedule schedule({.warmup_steps = cfg.lr_scheduler.warmup_steps,
-                                .total_steps = cfg.lr_scheduler.total_steps.value_or(cfg.training.steps),
-                                .decay_ratio = cfg.lr_scheduler.decay_ratio,
-                                .decay_type = cfg.lr_scheduler.decay_type,
-                                .min_lr_factor = cfg.lr_scheduler.min_lr_factor});
+    titan::AdamW optimizer(params, cfg.optimizer);
+    titan::LRSchedule schedule(cfg.lr_scheduler, cfg.training.steps);
     titan::MetricsProcessor metrics({.flops_per_token = model->num_flops_per_token(cfg.training.seq_len),
                                      .peak_flops = titan::peak_flops(at::kCPU, at::get_num_threads()).flops});
 

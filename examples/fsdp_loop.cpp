@@ -27,7 +27,7 @@ int main(int argc, char** argv) {
     auto tokenizer = build_tokenizer(cfg, model->vocab_size());
     auto loader = build_dataloader(cfg, tokenizer, mesh.coordinate("dp"), mesh.size("dp"));
     const auto params = model->unique_parameters();
-    AdamW optimizer(params, {.lr = cfg.optimizer.lr, .weight_decay = cfg.optimizer.weight_decay});
+    AdamW optimizer(params, cfg.optimizer);
 
     for (int64_t step = 1; step <= cfg.training.steps; ++step) {
       const data::Batch batch = loader->next();  // this rank's slice: input, labels (B, S) int64

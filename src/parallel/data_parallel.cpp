@@ -106,10 +106,6 @@ std::shared_ptr<DataParallel> data_parallelize(torch::nn::Module& model, const s
   const dist::ProcessGroup& shard = mesh.group("dp_shard");
   const dist::ProcessGroup& replicate = mesh.group("dp_replicate");
   if (shard.size() == 1 && replicate.size() == 1) return nullptr;
-  TITAN_CHECK_VALUE(options.reshard_after_forward == "default" || options.reshard_after_forward == "always" ||
-                        options.reshard_after_forward == "never",
-                    "[titan::parallel::data_parallelize] expected parallelism.fsdp_reshard_after_forward default, always "
-                    "or never, got '{}'.", options.reshard_after_forward);
 
   const auto modules = model.named_modules("", /*include_self=*/false);
   for (const auto& paths : units) {
@@ -119,12 +115,10 @@ std::shared_ptr<DataParallel> data_parallelize(torch::nn::Module& model, const s
     }
   }
 
-  TITAN_CHECK_VALUE(options.collectives == "auto" || options.collectives == "flat" || options.collectives == "per_param",
-                    "[titan::parallel::data_parallelize] expected collectives auto, flat or per_param, got '{}'.",
-                    options.collectives);
   const auto params = model.named_parameters(/*recurse=*/true);
   const bool on_cpu = params.is_empty() || params[0].value().device().is_cpu();
-  const bool per_param = options.collectives == "per_param" || (options.collectives == "auto" && on_cpu);
+  const bool per_param = options.collectives == DataParallelCollectives::per_param ||
+                         (options.collectives == DataParallelCollectives::auto_ && on_cpu);
   auto state = std::make_unique<detail::DataParallelState>(shard, replicate, options, per_param);
   // Units in forward order, the root (parameters under no unit) last; a parameter shared by two
   // modules (tied weights) belongs to the first unit that reaches it.
@@ -164,8 +158,8 @@ std::shared_ptr<DataParallel> data_parallelize(torch::nn::Module& model, const s
     // The last unit is never freed after forward (no hook marks the end of the model's forward, and
     // backward starts with it); "default" also keeps the unit before it, as torchtitan keeps the last
     // transformer block, which backward would re-gather immediately.
-    unit.reshard_after_forward = (options.reshard_after_forward == "always" && u < last) ||
-                                 (options.reshard_after_forward == "default" && u < last - 1);
+    unit.reshard_after_forward = (options.reshard_after_forward == ReshardAfterForward::always && u < last) ||
+                                 (options.reshard_after_forward == ReshardAfterForward::default_ && u < last - 1);
     for (size_t i = 0; i < unit.params.size(); ++i) {
       const auto& prior = priors[static_cast<size_t>(u)][i];
       detail::bind_param(unit.params[i].param,

@@ -149,7 +149,7 @@ TEST_CASE("a flipped byte a truncated file or a missing shard is an error naming
 
 namespace {
 
-CheckpointConfig policy(int64_t keep, const std::string& async_mode) {
+CheckpointConfig policy(int64_t keep, titan::AsyncMode async_mode) {
   CheckpointConfig c;
   c.enable = true;
   c.interval = 1;
@@ -182,8 +182,8 @@ struct ToyState {
 TEST_CASE("the checkpointer keeps the newest k and loads the latest complete or load_step", "[checkpoint][policy]") {
   test::TempDir dir;
   const dist::Mesh mesh;
-  const std::string mode = GENERATE(as<std::string>{}, "disabled", "async");
-  INFO("async_mode " << mode);
+  const titan::AsyncMode mode = GENERATE(titan::AsyncMode::disabled, titan::AsyncMode::async);
+  INFO(fmt::format("async_mode {}", mode));
   ToyState toy;
   {
     checkpoint::Checkpointer saver(policy(2, mode), dir.path, mesh);
@@ -227,7 +227,7 @@ TEST_CASE("the last save holds the model only in export_dtype", "[checkpoint][po
   test::TempDir dir;
   const dist::Mesh mesh;
   CheckpointConfig c = policy(0, "async");
-  c.export_dtype = "bfloat16";
+  c.export_dtype = titan::DType::bfloat16;
   ToyState toy;
   toy.set(3);
   checkpoint::Checkpointer(c, dir.path, mesh).save(3, toy.state(), /*last=*/true);

@@ -7,6 +7,7 @@
 // (cmake/TitanConfigDocs.cmake), so keep each on one line directly above its field.
 #pragma once
 
+#include "titan/core/choices.hpp"
 #include "titan/core/detail/reflect.hpp"
 
 #include <cstdint>
@@ -95,8 +96,8 @@ TITAN_CONFIG(ModelConfig, name, flavor, hf_assets_path, tokenizer_path, converte
 
 /// AdamW hyperparameters.
 struct OptimizerConfig {
-  /// Optimizer (AdamW or Adam).
-  std::string name = "AdamW";
+  /// Optimizer: AdamW (decoupled weight decay) or Adam (L2 weight decay).
+  OptimizerName name = OptimizerName::adamw;
   /// Peak learning rate.
   double lr = 8e-4;
   /// First-moment EMA coefficient.
@@ -108,7 +109,7 @@ struct OptimizerConfig {
   /// Decoupled weight decay coefficient.
   double weight_decay = 0.1;
   /// Kernel flavor: for-loop, foreach or fused.
-  std::string implementation = "fused";
+  OptimizerImplementation implementation = OptimizerImplementation::fused;
   /// Step the optimizer inside backward (no gradient clipping then).
   bool early_step_in_backward = false;
 };
@@ -124,7 +125,7 @@ struct LRSchedulerConfig {
   /// Fraction of the steps spent decaying at the end (unset = decay right after warmup).
   std::optional<double> decay_ratio;
   /// Decay curve: linear, sqrt or cosine.
-  std::string decay_type = "linear";
+  DecayType decay_type = DecayType::linear;
   /// Final lr as a fraction of optimizer.lr, in [0, 1].
   double min_lr_factor = 0.0;
 };
@@ -162,11 +163,11 @@ struct TrainingConfig {
   /// Offload params, grads and optimizer state to CPU under FSDP.
   bool enable_cpu_offload = false;
   /// Dtype of params, grads and optimizer state: float32 or bfloat16.
-  std::string dtype = "float32";
+  DType dtype = DType::float32;
   /// Param dtype under mixed precision (FSDP or autocast): bfloat16 or float32.
-  std::string mixed_precision_param = "bfloat16";
+  DType mixed_precision_param = DType::bfloat16;
   /// Gradient reduction dtype under FSDP mixed precision (float32).
-  std::string mixed_precision_reduce = "float32";
+  DType mixed_precision_reduce = DType::float32;
   /// Garbage-collection interval in steps (Python only; kept for TOML compatibility).
   int64_t gc_freq = 50;
   /// Collect garbage every step to find reference cycles (Python only).
@@ -180,11 +181,11 @@ struct TrainingConfig {
   /// titan: JSON key holding the text in JSONL datasets (unset = the dataset's registered key).
   std::optional<std::string> dataset_text_field;
   /// titan: override the dataset's format: text, jsonl, fortunes or chat (SFT).
-  std::optional<std::string> dataset_format;
+  std::optional<DatasetFormat> dataset_format;
   /// titan: bad records (malformed JSON, missing field, bad UTF-8, empty/unreadable file): error or skip.
-  std::string dataset_on_bad_record = "error";
+  OnBadRecord dataset_on_bad_record = OnBadRecord::error;
   /// titan: packing: concat (torchtitan v0.2), document (positions and block-causal ids) or padded.
-  std::string packing = "concat";
+  Packing packing = Packing::concat;
 };
 TITAN_CONFIG(TrainingConfig, dataset, dataset_path, local_batch_size, global_batch_size, seq_len, max_norm,
              steps, enable_cpu_offload, dtype, mixed_precision_param, mixed_precision_reduce, gc_freq,
@@ -198,7 +199,7 @@ struct ParallelismConfig {
   /// Sharded data-parallel (FSDP) degree; -1 = the ranks left after the other degrees.
   int64_t data_parallel_shard_degree = -1;
   /// FSDP reshard-after-forward policy: default, always or never.
-  std::string fsdp_reshard_after_forward = "default";
+  ReshardAfterForward fsdp_reshard_after_forward = ReshardAfterForward::default_;
   /// Tensor-parallel degree.
   int64_t tensor_parallel_degree = 1;
   /// Do not compute the loss on vocab-sharded logits under TP.
@@ -216,7 +217,7 @@ struct ParallelismConfig {
   /// Layers per (virtual) stage (unset = inferred from schedule and degree).
   std::optional<int64_t> pipeline_parallel_layers_per_stage;
   /// Pipeline schedule name (1F1B, GPipe, Interleaved1F1B, ...).
-  std::string pipeline_parallel_schedule = "1F1B";
+  PipelineSchedule pipeline_parallel_schedule = PipelineSchedule::schedule_1f1b;
   /// CSV file with a custom pipeline schedule.
   std::string pipeline_parallel_schedule_csv;
   /// Sequences per pipeline microbatch.
@@ -226,15 +227,15 @@ struct ParallelismConfig {
   /// Context-parallel degree.
   int64_t context_parallel_degree = 1;
   /// CP load balancer: headtail or ptrr (unset = none).
-  std::optional<std::string> context_parallel_load_balancer = "headtail";
+  std::optional<CpLoadBalancer> context_parallel_load_balancer = CpLoadBalancer::headtail;
   /// CP key/value exchange: allgather or alltoall.
-  std::string context_parallel_rotate_method = "allgather";
+  CpRotateMethod context_parallel_rotate_method = CpRotateMethod::allgather;
   /// Expert-parallel degree (MoE models only).
   int64_t expert_parallel_degree = 1;
   /// Expert tensor-parallel degree (1 or tensor_parallel_degree).
   int64_t expert_tensor_parallel_degree = 1;
   /// Expert-parallel communication backend: standard or deepep.
-  std::string expert_parallel_comm_backend = "standard";
+  ExpertCommBackend expert_parallel_comm_backend = ExpertCommBackend::standard;
 };
 TITAN_CONFIG(ParallelismConfig, data_parallel_replicate_degree, data_parallel_shard_degree,
              fsdp_reshard_after_forward, tensor_parallel_degree, disable_loss_parallel,
@@ -268,9 +269,9 @@ struct CheckpointConfig {
   /// The final save is HF safetensors.
   bool last_save_in_hf = false;
   /// Dtype of the final model-only save: float16, bfloat16 or float32.
-  std::string export_dtype = "float32";
+  DType export_dtype = DType::float32;
   /// Async saving: disabled, async or async_with_pinned_mem.
-  std::string async_mode = "disabled";
+  AsyncMode async_mode = AsyncMode::disabled;
   /// Keep the newest k checkpoints (0 = all; 1 is not allowed).
   int64_t keep_latest_k = 10;
   /// Step to load (-1 = latest).
@@ -291,8 +292,8 @@ TITAN_CONFIG(CheckpointConfig, enable, enable_ft_dataloader_checkpoints, folder,
 
 /// Which activations to recompute in backward.
 struct ActivationCheckpointConfig {
-  /// selective, full, memory_budget or none.
-  std::string mode = "selective";
+  /// selective, full, memory_budget or none (titan has no activation checkpointing yet: set none).
+  AcMode mode = AcMode::selective;
   /// Selective AC: an integer N (every N-th block) or op (per-op policy).
   std::string selective_ac_option = "2";
   /// Per-op AC: mm shapes of these Linear FQNs are always recomputed.
@@ -306,7 +307,7 @@ struct ActivationCheckpointConfig {
   /// Restore RNG state when recomputing (deterministic dropout).
   bool preserve_rng_state = true;
   /// Recompute determinism check function.
-  std::string determinism_check = "default";
+  DeterminismCheck determinism_check = DeterminismCheck::default_;
   /// Capture AC debug information (slower).
   bool debug = false;
 };
@@ -332,7 +333,7 @@ struct Float8Config {
   /// Precompute float8 scales for FSDP in one pass after the optimizer step.
   bool precompute_float8_dynamic_scale_for_fsdp = false;
   /// Scaling recipe: tensorwise, rowwise or rowwise_with_gw_hp (unset = tensorwise).
-  std::optional<std::string> recipe_name;
+  std::optional<Float8Recipe> recipe_name;
   /// Linear FQNs kept in high precision, e.g. output.
   std::vector<std::string> filter_fqns;
   /// Emulate float8 matmuls in high precision (tests, CPUs).
@@ -354,7 +355,7 @@ struct CommConfig {
   /// Flight-recorder trace file prefix.
   std::string save_traces_file_prefix = "rank_";
   /// default, fake_backend (dry run without collectives) or local_tensor.
-  std::string mode = "default";
+  CommMode mode = CommMode::default_;
 };
 TITAN_CONFIG(CommConfig, init_timeout_seconds, train_timeout_seconds, trace_buf_size, save_traces_folder,
              save_traces_file_prefix, mode)
