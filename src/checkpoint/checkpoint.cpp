@@ -8,6 +8,7 @@
 #include "titan/checkpoint/checkpoint.hpp"
 
 #include <ATen/ATen.h>
+#include <ATen/core/grad_mode.h>
 #include <fmt/format.h>
 
 #include <chrono>

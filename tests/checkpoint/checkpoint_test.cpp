@@ -226,7 +226,7 @@ TEST_CASE("the checkpointer keeps the newest k and loads the latest complete or 
 TEST_CASE("the last save holds the model only in export_dtype", "[checkpoint][policy]") {
   test::TempDir dir;
   const dist::Mesh mesh;
-  CheckpointConfig c = policy(0, "async");
+  CheckpointConfig c = policy(0, titan::AsyncMode::async);
   c.export_dtype = titan::DType::bfloat16;
   ToyState toy;
   toy.set(3);
@@ -248,8 +248,8 @@ TEST_CASE("exclude_from_loading leaves the excluded groups untouched", "[checkpo
   const dist::Mesh mesh;
   ToyState toy;
   toy.set(5);
-  checkpoint::Checkpointer(policy(0, "disabled"), dir.path, mesh).save(5, toy.state(), /*last=*/false);
-  CheckpointConfig c = policy(0, "disabled");
+  checkpoint::Checkpointer(policy(0, titan::AsyncMode::disabled), dir.path, mesh).save(5, toy.state(), /*last=*/false);
+  CheckpointConfig c = policy(0, titan::AsyncMode::disabled);
   c.exclude_from_loading = {"optimizer", "dataloader"};
   ToyState into;
   checkpoint::State state = into.state();

@@ -20,7 +20,7 @@ namespace titan {
 /// Where outputs go and how the job describes itself.
 struct JobSectionConfig {
   /// TOML or JSON job file to load (the file layer; by extension, .json is JSON).
-  std::optional<std::string> config_file;
+  std::optional<std::string> config_file{};
   /// Folder for everything the run writes (checkpoints, metrics, config.json).
   std::string dump_folder = "./outputs";
   /// Free-text description of the job, logged at start.
@@ -28,9 +28,9 @@ struct JobSectionConfig {
   /// Print the effective config at start.
   bool print_config = false;
   /// Also save the effective config as JSON to this path under dump_folder.
-  std::optional<std::string> save_config_file;
+  std::optional<std::string> save_config_file{};
   /// torchtitan's Python config-extension module; unused by titan (extend with register_preset).
-  std::string custom_config_module;
+  std::string custom_config_module{};
 };
 TITAN_CONFIG(JobSectionConfig, config_file, dump_folder, description, print_config, save_config_file,
              custom_config_module)
@@ -86,9 +86,9 @@ struct ModelConfig {
   /// Folder with the HF assets: tokenizer files, config.json, safetensors weights.
   std::string hf_assets_path = "./tests/assets/tokenizer";
   /// Deprecated: use hf_assets_path.
-  std::optional<std::string> tokenizer_path;
+  std::optional<std::string> tokenizer_path{};
   /// Model converters to apply, e.g. float8 (comma-separated on the command line).
-  std::vector<std::string> converters;
+  std::vector<std::string> converters{};
   /// Print the model after the converters ran.
   bool print_after_conversion = false;
 };
@@ -121,9 +121,9 @@ struct LRSchedulerConfig {
   /// Linear warmup length in steps.
   int64_t warmup_steps = 200;
   /// Steps the schedule spans (unset = training.steps).
-  std::optional<int64_t> total_steps;
+  std::optional<int64_t> total_steps{};
   /// Fraction of the steps spent decaying at the end (unset = decay right after warmup).
-  std::optional<double> decay_ratio;
+  std::optional<double> decay_ratio{};
   /// Decay curve: linear, sqrt or cosine.
   DecayType decay_type = DecayType::linear;
   /// Final lr as a fraction of optimizer.lr, in [0, 1].
@@ -140,7 +140,7 @@ struct DataLoaderConfig {
   /// Put batches in pinned host memory.
   bool pin_memory = false;
   /// Batches each worker loads ahead (unset = 2 when num_workers > 0).
-  std::optional<int64_t> prefetch_factor;
+  std::optional<int64_t> prefetch_factor{};
 };
 TITAN_CONFIG(DataLoaderConfig, num_workers, persistent_workers, pin_memory, prefetch_factor)
 
@@ -149,7 +149,7 @@ struct TrainingConfig {
   /// Dataset name (c4_test, c4, ...).
   std::string dataset = "c4_test";
   /// Local path of the dataset (unset = the dataset's default location).
-  std::optional<std::string> dataset_path;
+  std::optional<std::string> dataset_path{};
   /// Sequences per device per microbatch.
   int64_t local_batch_size = 8;
   /// Sequences per optimizer step over all ranks (-1 = local_batch_size x data-parallel degree).
@@ -175,13 +175,13 @@ struct TrainingConfig {
   /// titan: intra-op CPU threads (0 = auto).
   int64_t num_threads = 0;
   /// Dataloader settings.
-  DataLoaderConfig dataloader;
+  DataLoaderConfig dataloader{};
   /// titan: weighted mixture instead of dataset, entries "name:weight" or "name:weight:path".
-  std::vector<std::string> dataset_mixture;
+  std::vector<std::string> dataset_mixture{};
   /// titan: JSON key holding the text in JSONL datasets (unset = the dataset's registered key).
-  std::optional<std::string> dataset_text_field;
+  std::optional<std::string> dataset_text_field{};
   /// titan: override the dataset's format: text, jsonl, fortunes or chat (SFT).
-  std::optional<DatasetFormat> dataset_format;
+  std::optional<DatasetFormat> dataset_format{};
   /// titan: bad records (malformed JSON, missing field, bad UTF-8, empty/unreadable file): error or skip.
   OnBadRecord dataset_on_bad_record = OnBadRecord::error;
   /// titan: packing: concat (torchtitan v0.2), document (positions and block-causal ids) or padded.
@@ -209,17 +209,17 @@ struct ParallelismConfig {
   /// Pipeline-parallel degree (ranks, not stages).
   int64_t pipeline_parallel_degree = 1;
   /// Module FQNs of each pipeline stage, e.g. [["tok_embeddings","layers.0"],["layers.1"]].
-  std::optional<std::vector<std::vector<std::string>>> module_fqns_per_model_part;
+  std::optional<std::vector<std::vector<std::string>>> module_fqns_per_model_part{};
   /// Layers fewer in the first stage, which also holds the embedding.
   int64_t pipeline_parallel_first_stage_less_layers = 1;
   /// Layers fewer in the last stage, which also holds norm and output.
   int64_t pipeline_parallel_last_stage_less_layers = 1;
   /// Layers per (virtual) stage (unset = inferred from schedule and degree).
-  std::optional<int64_t> pipeline_parallel_layers_per_stage;
+  std::optional<int64_t> pipeline_parallel_layers_per_stage{};
   /// Pipeline schedule name (1F1B, GPipe, Interleaved1F1B, ...).
   PipelineSchedule pipeline_parallel_schedule = PipelineSchedule::schedule_1f1b;
   /// CSV file with a custom pipeline schedule.
-  std::string pipeline_parallel_schedule_csv;
+  std::string pipeline_parallel_schedule_csv{};
   /// Sequences per pipeline microbatch.
   int64_t pipeline_parallel_microbatch_size = 1;
   /// Overlap expert-parallel and pipeline communication (DualPipeV).
@@ -257,7 +257,7 @@ struct CheckpointConfig {
   /// Save every this many steps.
   int64_t interval = 500;
   /// Checkpoint to start from when the run folder has none.
-  std::optional<std::string> initial_load_path;
+  std::optional<std::string> initial_load_path{};
   /// Load only the model from initial_load_path.
   bool initial_load_model_only = true;
   /// initial_load_path is HF safetensors.
@@ -277,7 +277,7 @@ struct CheckpointConfig {
   /// Step to load (-1 = latest).
   int64_t load_step = -1;
   /// State keys not to load, e.g. optimizer,lr_scheduler,dataloader.
-  std::vector<std::string> exclude_from_loading;
+  std::vector<std::string> exclude_from_loading{};
   /// Also save right after step 1.
   bool enable_first_step_checkpoint = false;
   /// Initialise the full model unsharded, save it as the seed checkpoint, and stop.
@@ -333,9 +333,9 @@ struct Float8Config {
   /// Precompute float8 scales for FSDP in one pass after the optimizer step.
   bool precompute_float8_dynamic_scale_for_fsdp = false;
   /// Scaling recipe: tensorwise, rowwise or rowwise_with_gw_hp (unset = tensorwise).
-  std::optional<Float8Recipe> recipe_name;
+  std::optional<Float8Recipe> recipe_name{};
   /// Linear FQNs kept in high precision, e.g. output.
-  std::vector<std::string> filter_fqns;
+  std::vector<std::string> filter_fqns{};
   /// Emulate float8 matmuls in high precision (tests, CPUs).
   bool emulate = false;
 };
@@ -367,7 +367,7 @@ struct ValidationConfig {
   /// Validation dataset name.
   std::string dataset = "c4_validation";
   /// Local path of the validation dataset.
-  std::optional<std::string> dataset_path;
+  std::optional<std::string> dataset_path{};
   /// Validation sequences per device per batch.
   int64_t local_batch_size = 8;
   /// Validation tokens per sequence.
@@ -377,14 +377,14 @@ struct ValidationConfig {
   /// Validation batches per run (-1 = the whole dataset).
   int64_t steps = -1;
   /// Validation dataloader settings.
-  DataLoaderConfig dataloader;
+  DataLoaderConfig dataloader{};
 };
 TITAN_CONFIG(ValidationConfig, enable, dataset, dataset_path, local_batch_size, seq_len, freq, steps, dataloader)
 
 /// Seeds and determinism.
 struct DebugConfig {
   /// Base RNG seed (unset = nondeterministic).
-  std::optional<int64_t> seed;
+  std::optional<int64_t> seed{};
   /// Use deterministic algorithms where available (slower).
   bool deterministic = false;
   /// Only warn about ops without a deterministic implementation.
@@ -396,21 +396,21 @@ TITAN_CONFIG(DebugConfig, seed, deterministic, deterministic_warn_only, moe_forc
 
 /// The whole job: one member per section, named as the TOML sections.
 struct JobConfig {
-  JobSectionConfig job;
-  ProfilingConfig profiling;
-  MetricsConfig metrics;
-  ModelConfig model;
-  OptimizerConfig optimizer;
-  LRSchedulerConfig lr_scheduler;
-  TrainingConfig training;
-  ParallelismConfig parallelism;
-  CheckpointConfig checkpoint;
-  ActivationCheckpointConfig activation_checkpoint;
-  CompileConfig compile;
-  Float8Config float8;
-  CommConfig comm;
-  ValidationConfig validation;
-  DebugConfig debug;
+  JobSectionConfig job{};
+  ProfilingConfig profiling{};
+  MetricsConfig metrics{};
+  ModelConfig model{};
+  OptimizerConfig optimizer{};
+  LRSchedulerConfig lr_scheduler{};
+  TrainingConfig training{};
+  ParallelismConfig parallelism{};
+  CheckpointConfig checkpoint{};
+  ActivationCheckpointConfig activation_checkpoint{};
+  CompileConfig compile{};
+  Float8Config float8{};
+  CommConfig comm{};
+  ValidationConfig validation{};
+  DebugConfig debug{};
 };
 TITAN_CONFIG(JobConfig, job, profiling, metrics, model, optimizer, lr_scheduler, training, parallelism,
              checkpoint, activation_checkpoint, compile, float8, comm, validation, debug)
