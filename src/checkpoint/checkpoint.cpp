@@ -32,14 +32,6 @@ constexpr int kFormatVersion = 1;
 std::string rank_file(int64_t rank) { return fmt::format("rank-{:05d}.safetensors", rank); }
 std::string rank_json(int64_t rank) { return fmt::format("rank-{:05d}.json", rank); }
 
-// The base mesh axes a (possibly flattened) axis spans.
-std::vector<std::string_view> base_axes(std::string_view axis) {
-  if (axis == "dp") return {"dp_replicate", "dp_shard"};
-  if (axis == "dp_shard_cp") return {"dp_shard", "cp"};
-  if (axis == "dp_cp") return {"dp_replicate", "dp_shard", "cp"};
-  return {axis};
-}
-
 nlohmann::json read_json(const fs::path& path) {
   std::ifstream in(path);
   TITAN_CHECK_VALUE(in.good(), "[titan::checkpoint] expected '{}', got none.", path.string());
@@ -77,10 +69,12 @@ StateTensor state_tensor(std::string key, const at::Tensor& p, const dist::Mesh*
     if (placement.kind != parallel::Placement::Kind::kShard) continue;
     if (!st.placements.empty()) st.placements += ' ';
     st.placements += fmt::format("{}:{}", axis, placement.str());
-    for (auto base : base_axes(axis)) sharded_axes.push_back(base);
+    for (auto base : dist::Mesh::base_axes(axis)) sharded_axes.push_back(base);
   }
   if (mesh != nullptr) {
-    for (std::string_view axis : {"dp_replicate", "dp_shard", "cp", "tp"}) {
+    // Replicas of a region sit on the axes it is not sharded on; pp stages hold different tensors.
+    for (std::string_view axis : dist::Mesh::base_axes("world")) {
+      if (axis == "pp") continue;
       if (std::find(sharded_axes.begin(), sharded_axes.end(), axis) == sharded_axes.end() && mesh->coordinate(axis) != 0) {
         st.owner = false;
       }

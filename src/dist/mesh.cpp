@@ -4,6 +4,8 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <iterator>
+#include <type_traits>
 #include <vector>
 
 #include "titan/core/config.hpp"
@@ -33,18 +35,28 @@ int64_t rank_of(const Coord& c, const std::array<int64_t, kAxes>& sizes) {
   return rank;
 }
 
-// Which of the five axes each named group spans.
+// Every axis and flattened axis set, in creation order, with the base axes it spans (bit a: axis a of
+// Coord). The one table of mesh axis names: groups, base_axes() and the error text all read it.
+struct AxisSet {
+  std::string_view name;
+  unsigned mask;
+};
+constexpr std::string_view kBaseAxes[kAxes] = {"pp", "dp_replicate", "dp_shard", "cp", "tp"};
+constexpr AxisSet kAxisSets[] = {{"world", 0b11111}, {"pp", 0b00001},  {"dp_replicate", 0b00010},
+                                 {"dp_shard", 0b00100}, {"cp", 0b01000}, {"tp", 0b10000},
+                                 {"dp", 0b00110},       {"dp_shard_cp", 0b01100}, {"dp_cp", 0b01110}};
+static_assert(std::size(kAxisSets) == std::tuple_size_v<std::remove_cvref_t<decltype(Mesh::axis_names())>>);
+
+// Which of the five axes a named group spans (none for an unknown name).
 std::vector<int> axes_of(std::string_view name) {
-  if (name == "world") return {0, 1, 2, 3, 4};
-  if (name == "pp") return {0};
-  if (name == "dp_replicate") return {1};
-  if (name == "dp_shard") return {2};
-  if (name == "cp") return {3};
-  if (name == "tp") return {4};
-  if (name == "dp") return {1, 2};
-  if (name == "dp_shard_cp") return {2, 3};
-  if (name == "dp_cp") return {1, 2, 3};
-  return {};
+  std::vector<int> axes;
+  for (const AxisSet& set : kAxisSets) {
+    if (set.name != name) continue;
+    for (int a = 0; a < kAxes; ++a) {
+      if (set.mask & (1u << a)) axes.push_back(a);
+    }
+  }
+  return axes;
 }
 
 // The world ranks that share this rank's coordinates outside `axes`, in row-major order of `axes`.
@@ -106,9 +118,20 @@ MeshShape mesh_shape(const ParallelismConfig& p, int64_t world_size) {
 }
 
 const std::array<std::string_view, 9>& Mesh::axis_names() {
-  static const std::array<std::string_view, 9> names{"world", "pp", "dp_replicate", "dp_shard", "cp",
-                                                     "tp",    "dp", "dp_shard_cp",  "dp_cp"};
+  static const std::array<std::string_view, 9> names = [] {
+    std::array<std::string_view, 9> out;
+    for (size_t i = 0; i < out.size(); ++i) out[i] = kAxisSets[i].name;
+    return out;
+  }();
   return names;
+}
+
+std::vector<std::string_view> Mesh::base_axes(std::string_view axis) {
+  std::vector<std::string_view> out;
+  for (int a : axes_of(axis)) out.push_back(kBaseAxes[a]);
+  TITAN_CHECK_VALUE(!out.empty(), "[titan::dist::Mesh] expected a mesh axis ({}), got '{}'.",
+                    fmt::join(axis_names(), ", "), axis);
+  return out;
 }
 
 Mesh::Mesh() {
@@ -145,8 +168,8 @@ Mesh::Mesh(const MeshShape& shape, int64_t rank, const Store& store, const MeshO
 
 const ProcessGroup& Mesh::group(std::string_view axis) const {
   auto it = groups_.find(axis);
-  TITAN_CHECK_VALUE(it != groups_.end(), "[titan::dist::Mesh] expected a mesh axis (world, pp, dp_replicate, dp_shard, "
-                    "cp, tp, dp, dp_shard_cp, dp_cp), got '{}'.", axis);
+  TITAN_CHECK_VALUE(it != groups_.end(), "[titan::dist::Mesh] expected a mesh axis ({}), got '{}'.",
+                    fmt::join(axis_names(), ", "), axis);
   return it->second;
 }
 

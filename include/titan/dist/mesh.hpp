@@ -10,6 +10,7 @@
 #include <map>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "titan/dist/process_group.hpp"
 #include "titan/dist/store.hpp"
@@ -70,6 +71,9 @@ class Mesh {
 
   /// Axis and flattened-axis names, in creation order.
   static const std::array<std::string_view, 9>& axis_names();
+  /// The base axes (pp, dp_replicate, dp_shard, cp, tp) that an axis or flattened axis set spans, in
+  /// mesh order: "dp" -> {dp_replicate, dp_shard}, "tp" -> {tp}. Throws for a name not in axis_names().
+  static std::vector<std::string_view> base_axes(std::string_view axis);
 
  private:
   MeshShape shape_;
