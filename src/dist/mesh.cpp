@@ -78,9 +78,9 @@ std::vector<int64_t> members(const Coord& self, const std::vector<int>& axes, co
 
 }  // namespace
 
-std::string MeshShape::describe() const {
-  return fmt::format("dp_replicate({}) * dp_shard({}) * cp({}) * tp({}) * pp({}) = {}", dp_replicate, dp_shard, cp, tp,
-                     pp, world_size());
+std::string format_as(const MeshShape& s) {
+  return fmt::format("dp_replicate({}) * dp_shard({}) * cp({}) * tp({}) * pp({}) = {}", s.dp_replicate, s.dp_shard, s.cp,
+                     s.tp, s.pp, s.world_size());
 }
 
 MeshShape mesh_shape(const ParallelismConfig& p, int64_t world_size) {
@@ -112,7 +112,7 @@ MeshShape mesh_shape(const ParallelismConfig& p, int64_t world_size) {
     throw ConfigError("parallelism", fmt::format("[titan::dist::mesh_shape] expected the parallel degrees to multiply to "
                                                  "WORLD_SIZE, got {} != WORLD_SIZE({}). Change parallelism.* or the number "
                                                  "of ranks (data_parallel_shard_degree = -1 takes the ranks left).",
-                                                 s.describe(), world_size));
+                                                 s, world_size));
   }
   return s;
 }
@@ -142,7 +142,7 @@ Mesh::Mesh(const MeshShape& shape, int64_t rank, const Store& store, const MeshO
     : shape_(shape), rank_(rank) {
   const auto sizes = sizes_of(shape);
   TITAN_CHECK_VALUE(rank >= 0 && rank < shape.world_size(),
-                    "[titan::dist::Mesh] expected 0 <= RANK < {} ({}), got RANK {}.", shape.world_size(), shape.describe(),
+                    "[titan::dist::Mesh] expected 0 <= RANK < {} ({}), got RANK {}.", shape.world_size(), shape,
                     rank);
   const Coord self = coordinate_of(rank, sizes);
   const GroupOptions group_options{.init_timeout = options.init_timeout, .timeout = options.timeout,

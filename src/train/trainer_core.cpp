@@ -81,7 +81,7 @@ TrainerCore::TrainerCore(JobConfig config, int64_t model_vocab_size) : config_(s
   }
   dp_degree_ = shape.dp();
   dp_rank_ = mesh_->coordinate("dp");
-  log::info("Mesh {} ({} launch, {} backend)", shape.describe(), env.source, device_.is_cuda() ? "nccl" : "gloo");
+  log::info("Mesh {} ({} launch, {} backend)", shape, env.source, device_.is_cuda() ? "nccl" : "gloo");
   if (config_.training.num_threads > 0) at::set_num_threads(static_cast<int>(config_.training.num_threads));
   if (config_.debug.deterministic) {
     at::globalContext().setDeterministicAlgorithms(true, config_.debug.deterministic_warn_only);

@@ -32,9 +32,9 @@ struct MeshShape {
   int64_t world_size() const { return pp * dp_replicate * dp_shard * cp * tp; }
   /// Data-parallel degree: how many different batches one step sees.
   int64_t dp() const { return dp_replicate * dp_shard; }
-  /// "dp_replicate(2) * dp_shard(4) * cp(1) * tp(2) * pp(1) = 16"
-  std::string describe() const;
 };
+/// fmt: "dp_replicate(2) * dp_shard(4) * cp(1) * tp(2) * pp(1) = 16".
+std::string format_as(const MeshShape& shape);
 
 /// Resolves parallelism.* degrees for world_size ranks (data_parallel_shard_degree -1 takes what is
 /// left) and checks that they multiply to it, naming every factor when they don't.
