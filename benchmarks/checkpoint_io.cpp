@@ -73,14 +73,14 @@ int main(int argc, char** argv) {
       const fs::path tmp = dir / mode / "checkpoint" / fmt::format(".step-{}.tmp", step);
       int steps = 0;
       double compute = 0;
-      while (mode == "async" && fs::exists(tmp)) {
+      while (async_mode == titan::AsyncMode::async && fs::exists(tmp)) {
         compute += compute_step(a);
         ++steps;
       }
       ckpt.wait();
       const double total = seconds_since(start);
       fmt::print("save {:>5} #{}: {:.2f} GB/s ({:.3f} s), training thread blocked {:.3f} s{}\n",
-                 mode == "disabled" ? "sync" : "async", step, bytes / 1e9 / total, total, stall,
+                 async_mode == titan::AsyncMode::disabled ? "sync" : "async", step, bytes / 1e9 / total, total, stall,
                  steps > 0 ? fmt::format(", {} overlapping compute steps at {:.2f}x the idle step time", steps,
                                          compute / steps / base)
                            : "");
