@@ -27,7 +27,7 @@ struct Unsupported {
 
 bool is_true(const json& v) { return v.is_boolean() && v.get<bool>(); }
 bool is_set(const json& v) { return !v.is_null(); }
-bool is_non_empty(const json& v) { return !v.empty(); }
+bool is_non_empty(const json& v) { return v.is_string() ? !v.get<std::string>().empty() : !v.empty(); }
 bool above_one(const json& v) { return v.is_number_integer() && v.get<int64_t>() > 1; }
 auto not_equal(std::string expected) {
   return [expected = std::move(expected)](const json& v) { return v != expected; };
@@ -46,6 +46,7 @@ const std::vector<Unsupported>& unsupported_table() {
        "stepping inside backward is not supported yet: the optimizer steps after backward"},
       {"training.enable_cpu_offload", is_true, "CPU offload is not supported yet (FSDP keeps params on the device): ignored"},
       {"training.dataloader.pin_memory", is_true, "pinned batches are not supported yet: ignored"},
+      {"validation.dataloader.pin_memory", is_true, "pinned batches are not supported yet: ignored"},
       {"parallelism.pipeline_parallel_degree", above_one, kNeedsLayout},
       {"parallelism.context_parallel_degree", above_one, kNeedsLayout},
       {"parallelism.expert_parallel_degree", above_one, kNeedsLayout},
