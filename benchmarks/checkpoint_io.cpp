@@ -57,10 +57,11 @@ int main(int argc, char** argv) {
   double base = 1e9;
   for (int i = 0; i < 5; ++i) base = std::min(base, compute_step(a));
 
-  for (const std::string mode : {"disabled", "async"}) {
+  for (const titan::AsyncMode async_mode : {titan::AsyncMode::disabled, titan::AsyncMode::async}) {
+    const std::string mode(titan::choice_name(async_mode));
     titan::CheckpointConfig c;
     c.enable = true;
-    c.async_mode = mode;
+    c.async_mode = async_mode;
     c.keep_latest_k = 2;
     titan::checkpoint::Checkpointer ckpt(c, dir / mode, mesh);
     // Two saves: the first stages into fresh memory, the second into the first one's buffers.
@@ -72,14 +73,14 @@ int main(int argc, char** argv) {
       const fs::path tmp = dir / mode / "checkpoint" / fmt::format(".step-{}.tmp", step);
       int steps = 0;
       double compute = 0;
-      while (mode == "async" && fs::exists(tmp)) {
+      while (async_mode == titan::AsyncMode::async && fs::exists(tmp)) {
         compute += compute_step(a);
         ++steps;
       }
       ckpt.wait();
       const double total = seconds_since(start);
       fmt::print("save {:>5} #{}: {:.2f} GB/s ({:.3f} s), training thread blocked {:.3f} s{}\n",
-                 mode == "disabled" ? "sync" : "async", step, bytes / 1e9 / total, total, stall,
+                 async_mode == titan::AsyncMode::disabled ? "sync" : "async", step, bytes / 1e9 / total, total, stall,
                  steps > 0 ? fmt::format(", {} overlapping compute steps at {:.2f}x the idle step time", steps,
                                          compute / steps / base)
                            : "");

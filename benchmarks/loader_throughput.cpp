@@ -56,9 +56,9 @@ Options parse(int argc, char** argv) {
   return o;
 }
 
-titan::data::CorpusFormat format_of(const std::string& path) {
+titan::DatasetFormat format_of(const std::string& path) {
   const bool json = path.find(".jsonl") != std::string::npos || path.find(".json") != std::string::npos;
-  return json ? titan::data::CorpusFormat::jsonl : titan::data::CorpusFormat::text;
+  return json ? titan::DatasetFormat::jsonl : titan::DatasetFormat::text;
 }
 
 }  // namespace

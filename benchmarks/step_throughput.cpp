@@ -45,6 +45,7 @@ struct Options {
   int64_t threads = 0;                ///< intra-op threads (at::set_num_threads); 0: LibTorch's default
   std::string device = "cpu";         ///< cpu or cuda (cuda: bf16 autocast, fp32 master weights)
   std::string collectives = "auto";   ///< FSDP collective layout: auto, flat or per_param
+  titan::parallel::DataParallelCollectives collectives_choice{};  ///< collectives, parsed
   std::string json;                   ///< write the result here (rank 0) when not empty
 };
 
@@ -65,6 +66,10 @@ Options parse(int argc, char** argv) {
   TITAN_CHECK_VALUE(o.steps > 0, "[bench_step_throughput] expected --steps > 0, got {}.", o.steps);
   TITAN_CHECK_VALUE(o.device == "cpu" || o.device == "cuda",
                     "[bench_step_throughput] expected --device cpu or cuda, got '{}'.", o.device);
+  const auto collectives = titan::parse_choice<titan::parallel::DataParallelCollectives>(o.collectives);
+  TITAN_CHECK_VALUE(collectives.has_value(), "[bench_step_throughput] expected --collectives {}, got '{}'.",
+                    titan::choice_list<titan::parallel::DataParallelCollectives>(), o.collectives);
+  o.collectives_choice = *collectives;
   return o;
 }
 
@@ -109,7 +114,7 @@ int main(int argc, char** argv) {
     llama3::Llama3 model(args, o.seq_len, at::TensorOptions().device(device));
     // No-op on one rank.
     parallel::ParallelPlan plan = llama3::parallel_plan(model, *mesh);
-    plan.data_parallel.options.collectives = o.collectives;
+    plan.data_parallel.options.collectives = o.collectives_choice;
     const Parallelized parallel = parallelize(model, *mesh, plan);
     model.init_weights();
     // Counted on an unsharded meta twin: under FSDP `model` holds only this rank's shards.

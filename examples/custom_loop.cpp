@@ -24,13 +24,8 @@ int main(int argc, char** argv) {
     auto tokenizer = build_tokenizer(cfg, model->vocab_size());
     auto loader = build_dataloader(cfg, tokenizer, mesh.coordinate("dp"), mesh.size("dp"));
     const auto params = model->unique_parameters();
-    AdamW optimizer(params, {.lr = cfg.optimizer.lr, .beta1 = cfg.optimizer.beta1, .beta2 = cfg.optimizer.beta2,
-                             .eps = cfg.optimizer.eps, .weight_decay = cfg.optimizer.weight_decay});
-    const LRSchedule schedule({.warmup_steps = cfg.lr_scheduler.warmup_steps,
-                               .total_steps = cfg.lr_scheduler.total_steps.value_or(cfg.training.steps),
-                               .decay_ratio = cfg.lr_scheduler.decay_ratio,
-                               .decay_type = cfg.lr_scheduler.decay_type,
-                               .min_lr_factor = cfg.lr_scheduler.min_lr_factor});
+    AdamW optimizer(params, cfg.optimizer);
+    const LRSchedule schedule(cfg.lr_scheduler, cfg.training.steps);
     MetricsProcessor metrics({.flops_per_token = model->num_flops_per_token(cfg.training.seq_len),
                               .peak_flops = peak_flops(at::kCPU, at::get_num_threads()).flops,
                               .non_data_parallel_size = mesh.size("tp")});

@@ -18,11 +18,13 @@
 #include <fstream>
 #include <iostream>
 #include <map>
+#include <optional>
 #include <string>
 
 #include "titan/checkpoint/checkpoint.hpp"
 #include "titan/checkpoint/hf.hpp"
 #include "titan/checkpoint/safetensors.hpp"
+#include "titan/core/choices.hpp"
 #include "titan/core/log.hpp"
 #include "titan/models/llama3/hf_adapter.hpp"
 
@@ -74,10 +76,11 @@ std::vector<std::pair<std::string, at::Tensor>> read_titan(const fs::path& input
 }
 
 at::ScalarType dtype_of(const std::string& name) {
-  if (name == "bfloat16") return at::kBFloat16;
-  if (name == "float16") return at::kHalf;
-  if (name == "float32") return at::kFloat;
-  throw std::invalid_argument(fmt::format("expected --dtype float32|bfloat16|float16, got '{}'", name));
+  const std::optional<titan::DType> dtype = titan::parse_choice<titan::DType>(name);
+  if (!dtype) {
+    throw std::invalid_argument(fmt::format("expected --dtype {}, got '{}'", titan::choice_list<titan::DType>(), name));
+  }
+  return titan::scalar_type(*dtype);
 }
 
 void to_hf(const std::map<std::string, std::string>& flags) {

@@ -11,6 +11,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <optional>
 #include <string>
 
 #include "titan/core/log.hpp"
@@ -43,10 +44,13 @@ std::map<std::string, std::string> parse(int argc, char** argv) {
   return flags;
 }
 
-titan::data::CorpusFormat format_of(const std::string& name) {
-  if (name == "jsonl") return titan::data::CorpusFormat::jsonl;
-  if (name == "fortunes") return titan::data::CorpusFormat::fortunes;
-  return titan::data::CorpusFormat::text;
+titan::DatasetFormat format_of(const std::string& name) {
+  const std::optional<titan::DatasetFormat> format = titan::parse_choice<titan::DatasetFormat>(name);
+  if (!format) {
+    throw std::invalid_argument(fmt::format("[titan-tokenizer] expected --format {}, got '{}'.",
+                                            titan::choice_list<titan::DatasetFormat>(), name));
+  }
+  return *format;
 }
 
 }  // namespace

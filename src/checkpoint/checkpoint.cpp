@@ -8,6 +8,7 @@
 #include "titan/checkpoint/checkpoint.hpp"
 
 #include <ATen/ATen.h>
+#include <ATen/core/grad_mode.h>
 #include <fmt/format.h>
 
 #include <chrono>
@@ -19,7 +20,7 @@
 #include "titan/checkpoint/safetensors.hpp"
 #include "titan/core/error.hpp"
 #include "titan/dist/mesh.hpp"
-#include "titan/optim/adamw.hpp"
+#include "titan/optim/optimizer.hpp"
 #include "titan/layout/sharded_param.hpp"
 
 namespace titan::checkpoint {
@@ -86,19 +87,27 @@ void add_model(State& state, const std::vector<std::string>& names, const std::v
   for (size_t i = 0; i < params.size(); ++i) state.tensors.push_back(state_tensor("model." + names[i], params[i], mesh));
 }
 
-void add_optimizer(State& state, const std::vector<std::string>& names, const AdamW& optimizer, const dist::Mesh* mesh) {
+void add_optimizer(State& state, const std::vector<std::string>& names, const Optimizer& optimizer,
+                   const dist::Mesh* mesh) {
   TITAN_CHECK(names.size() == optimizer.params().size(), "[titan::checkpoint::add_optimizer] expected a name per "
               "parameter, got {} names for {} parameters.", names.size(), optimizer.params().size());
   for (size_t i = 0; i < names.size(); ++i) {
-    // The moments are laid out like their parameter (same shard); the step counter is one scalar.
-    StateTensor like = state_tensor("", optimizer.params()[i], mesh);
-    for (const auto& [suffix, t] : {std::pair{"exp_avg", optimizer.exp_avgs()[i]}, {"exp_avg_sq", optimizer.exp_avg_sqs()[i]}}) {
+    // State like the parameter shares its shard; any other state (a step counter) is one whole tensor.
+    const StateTensor like = state_tensor("", optimizer.params()[i], mesh);
+    for (ParamState& s : optimizer.state(i)) {
+      std::string key = fmt::format("optimizer.{}.{}", names[i], s.name);
+      if (!s.like_param) {
+        state.tensors.push_back(state_tensor(std::move(key), s.tensor, mesh));
+        continue;
+      }
+      TITAN_CHECK(s.tensor.sizes() == optimizer.params()[i].sizes(), "[titan::checkpoint::add_optimizer] expected "
+                  "state '{}' shaped like its parameter {}, got {}. Mark it like_param = false.", key,
+                  c10::str(optimizer.params()[i].sizes()), c10::str(s.tensor.sizes()));
       StateTensor st = like;
-      st.key = fmt::format("optimizer.{}.{}", names[i], suffix);
-      st.tensor = t;
+      st.key = std::move(key);
+      st.tensor = std::move(s.tensor);
       state.tensors.push_back(std::move(st));
     }
-    state.tensors.push_back(state_tensor(fmt::format("optimizer.{}.step", names[i]), optimizer.steps()[i], mesh));
   }
 }
 

@@ -20,12 +20,6 @@ namespace titan::checkpoint {
 namespace fs = std::filesystem;
 namespace {
 
-at::ScalarType export_dtype(const std::string& name) {
-  if (name == "bfloat16") return at::kBFloat16;
-  if (name == "float16") return at::kHalf;
-  return at::kFloat;
-}
-
 // Fault injection for the tests: a pause before this rank writes its part, so a test can kill the
 // rank mid-save deterministically. Unset in normal runs.
 void injected_write_delay() {
@@ -116,7 +110,7 @@ void Checkpointer::save(int64_t step, const State& state, bool last) {
   const CheckpointConfig& c = m.config;
   const fs::path folder = m.root / fmt::format("step-{}", step);
   const bool model_only = last && c.last_save_model_only;
-  const at::ScalarType dtype = model_only ? export_dtype(c.export_dtype) : at::kFloat;
+  const at::ScalarType dtype = model_only ? scalar_type(c.export_dtype) : at::kFloat;
   if (last && c.last_save_in_hf) {
     TITAN_CHECK_VALUE(m.hf != nullptr, "[titan::checkpoint::Checkpointer] expected a model with a Hugging Face adapter for "
                       "checkpoint.last_save_in_hf, got none. Unset last_save_in_hf.");
@@ -145,7 +139,7 @@ void Checkpointer::save(int64_t step, const State& state, bool last) {
   m.buffers = staged;
   const double stage_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   const int64_t rank = m.mesh.rank(), world = m.mesh.world_size();
-  const bool async = c.async_mode != "disabled" && !last;
+  const bool async = c.async_mode != AsyncMode::disabled && !last;
   auto write = [&m, tmp, folder, rank, world, step, async, staged]() {
     injected_write_delay();
     write_rank_part(tmp, rank, *staged);

@@ -82,6 +82,8 @@ inline std::string type_name(Tag<bool>) { return "bool"; }
 inline std::string type_name(Tag<std::string>) { return "str"; }
 inline std::string type_name(Tag<std::vector<std::string>>) { return "list[str]"; }
 inline std::string type_name(Tag<std::vector<std::vector<std::string>>>) { return "list[list[str]]"; }
+template <Choice E>
+std::string type_name(Tag<E>) { return choice_list<E>(); }
 template <class T>
 std::string type_name(Tag<std::optional<T>>) { return type_name(Tag<T>{}) + "|None"; }
 
@@ -91,6 +93,8 @@ inline std::string expectation(Tag<bool>) { return "true or false"; }
 inline std::string expectation(Tag<std::string>) { return "a string"; }
 inline std::string expectation(Tag<std::vector<std::string>>) { return "a list of strings"; }
 inline std::string expectation(Tag<std::vector<std::vector<std::string>>>) { return "a list of lists of strings"; }
+template <Choice E>
+std::string expectation(Tag<E>) { return "one of " + choice_list<E>(); }
 template <class T>
 std::string expectation(Tag<std::optional<T>>) { return expectation(Tag<T>{}) + " or null"; }
 
@@ -100,6 +104,8 @@ inline json to_json_value(const bool& v) { return v; }
 inline json to_json_value(const std::string& v) { return v; }
 inline json to_json_value(const std::vector<std::string>& v) { return v; }
 inline json to_json_value(const std::vector<std::vector<std::string>>& v) { return v; }
+template <Choice E>
+json to_json_value(const E& v) { return std::string(choice_name(v)); }
 template <class T>
 json to_json_value(const std::optional<T>& v) { return v ? to_json_value(*v) : json(nullptr); }
 
@@ -117,6 +123,13 @@ void from_json_value(bool& out, const json& j, Where where);
 void from_json_value(std::string& out, const json& j, Where where);
 void from_json_value(std::vector<std::string>& out, const json& j, Where where);
 void from_json_value(std::vector<std::vector<std::string>>& out, const json& j, Where where);
+/// A choice is spelled as in its table; anything else names the key, the value and the choices.
+template <Choice E>
+void from_json_value(E& out, const json& j, Where where) {
+  const std::optional<E> value = j.is_string() ? parse_choice<E>(j.get<std::string>()) : std::nullopt;
+  if (!value) type_error(where, expectation(Tag<E>{}), j.dump());
+  out = *value;
+}
 template <class T>
 void from_json_value(std::optional<T>& out, const json& j, Where where) {
   if (j.is_null()) {
@@ -135,6 +148,12 @@ void from_text(bool& out, std::string_view text, Where where);
 void from_text(std::string& out, std::string_view text, Where where);
 void from_text(std::vector<std::string>& out, std::string_view text, Where where);
 void from_text(std::vector<std::vector<std::string>>& out, std::string_view text, Where where);
+template <Choice E>
+void from_text(E& out, std::string_view text, Where where) {
+  const std::optional<E> value = parse_choice<E>(text);
+  if (!value) type_error(where, expectation(Tag<E>{}), quoted(text));
+  out = *value;
+}
 template <class T>
 void from_text(std::optional<T>& out, std::string_view text, Where where) {
   if (text == "None" || text == "null") {

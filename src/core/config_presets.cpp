@@ -20,7 +20,7 @@ void llama3_debugmodel(JobConfig& c) {
   c.lr_scheduler.warmup_steps = 2;
   c.lr_scheduler.decay_ratio = 0.8;
   c.training.steps = 10;
-  c.parallelism.pipeline_parallel_schedule = "Interleaved1F1B";
+  c.parallelism.pipeline_parallel_schedule = PipelineSchedule::interleaved_1f1b;
   c.checkpoint.interval = 10;
   c.checkpoint.last_save_model_only = false;
   c.float8.filter_fqns = {"output"};
@@ -37,7 +37,7 @@ struct LargeRecipe {
   int64_t local_batch_size;
   int64_t steps;
   int64_t tensor_parallel_degree;
-  std::string ac_mode;
+  AcMode ac_mode;
 };
 
 void apply_large(JobConfig& c, const LargeRecipe& r) {
@@ -56,16 +56,16 @@ void apply_large(JobConfig& c, const LargeRecipe& r) {
   c.training.dataset = "c4";
   c.parallelism.tensor_parallel_degree = r.tensor_parallel_degree;
   c.activation_checkpoint.mode = r.ac_mode;
-  if (r.ac_mode == "selective") c.activation_checkpoint.selective_ac_option = "op";
+  if (r.ac_mode == AcMode::selective) c.activation_checkpoint.selective_ac_option = "op";
   c.float8.filter_fqns = {"output"};
   c.validation.freq = 500;
   c.validation.steps = 1200;
 }
 
-const LargeRecipe k8B{"8B", "Llama-3.1-8B", 3e-4, 200, 1, 1000, 1, "selective"};
+const LargeRecipe k8B{"8B", "Llama-3.1-8B", 3e-4, 200, 1, 1000, 1, AcMode::selective};
 
 void llama3_405b(JobConfig& c) {
-  apply_large(c, {"405B", "Llama-3.1-405B", 8e-5, 600, 2, 3000, 8, "full"});
+  apply_large(c, {"405B", "Llama-3.1-405B", 8e-5, 600, 2, 3000, 8, AcMode::full});
   c.model.converters = {"float8"};
   c.parallelism.enable_async_tensor_parallel = true;
   c.compile.enable = true;
@@ -97,7 +97,7 @@ Registry& registry() {
     };
     r.presets["llama3_8b"] = [](JobConfig& c) { apply_large(c, k8B); };
     r.presets["llama3_70b"] = [](JobConfig& c) {
-      apply_large(c, {"70B", "Llama-3.1-70B", 1.5e-4, 200, 8, 1000, 8, "full"});
+      apply_large(c, {"70B", "Llama-3.1-70B", 1.5e-4, 200, 8, 1000, 8, AcMode::full});
     };
     r.presets["llama3_405b"] = llama3_405b;
   });

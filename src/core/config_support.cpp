@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: BSD-3-Clause
-// What titan reads but does not act on yet, in one place. A row fires only when its switch is set to a
-// non-default value, so torchtitan's TOML files load quietly until they ask for a missing feature.
+// What titan reads but does not act on yet, in one place: each row is one loud warning at start (a
+// ConfigNotes entry the main logs), never a silent no-op. A row fires only when its switch asks for a
+// missing feature; the one default that does is activation_checkpoint.mode = "selective" (torchtitan's).
+// Degrees of layouts titan cannot build also stop the trainer with an error.
 // When a feature lands, delete its row (and its section from kRecognisedSections).
 #include "config_detail.hpp"
 
@@ -13,7 +15,9 @@ namespace titan {
 namespace config_detail {
 namespace {
 
-constexpr std::string_view kNeedsDistributed = "is not supported yet (titan has FSDP/HSDP/DDP so far); the trainer stops";
+constexpr std::string_view kNeedsLayout =
+    "is not supported yet (titan has FSDP/HSDP/DDP and TP so far); the trainer stops";
+constexpr std::string_view kNoFloat8 = "float8 training is not supported yet: ignored";
 
 struct Unsupported {
   std::string_view key;
@@ -23,35 +27,43 @@ struct Unsupported {
 
 bool is_true(const json& v) { return v.is_boolean() && v.get<bool>(); }
 bool is_set(const json& v) { return !v.is_null(); }
-bool is_non_empty(const json& v) { return !v.empty(); }
+bool is_non_empty(const json& v) { return v.is_string() ? !v.get<std::string>().empty() : !v.empty(); }
 bool above_one(const json& v) { return v.is_number_integer() && v.get<int64_t>() > 1; }
-auto none_of(std::vector<std::string> allowed) {
-  return [allowed = std::move(allowed)](const json& v) {
-    return std::find(allowed.begin(), allowed.end(), v.get<std::string>()) == allowed.end();
-  };
+auto not_equal(std::string expected) {
+  return [expected = std::move(expected)](const json& v) { return v != expected; };
 }
 
 const std::vector<Unsupported>& unsupported_table() {
   static const std::vector<Unsupported> rows = {
+      {"job.custom_config_module", is_non_empty, "titan has no Python config extensions (use register_preset): ignored"},
       {"profiling.enable_profiling", is_true, "profiling is not supported yet: ignored"},
       {"profiling.enable_memory_snapshot", is_true, "memory snapshots are not supported yet: ignored"},
       {"metrics.enable_tensorboard", is_true, "TensorBoard logging is not available yet: ignored"},
       {"metrics.enable_wandb", is_true, "Weights & Biases has no C++ client: ignored"},
+      {"metrics.save_for_all_ranks", is_true, "metrics are written by rank 0 only so far: ignored"},
       {"model.converters", is_non_empty, "model converters (float8, mx) are not supported yet: ignored"},
-      {"training.enable_cpu_offload", is_true, "CPU offload needs FSDP, not yet available: ignored"},
-      {"parallelism.tensor_parallel_degree", above_one, kNeedsDistributed},
-      {"parallelism.pipeline_parallel_degree", above_one, kNeedsDistributed},
-      {"parallelism.context_parallel_degree", above_one, kNeedsDistributed},
-      {"parallelism.expert_parallel_degree", above_one, kNeedsDistributed},
-      {"parallelism.expert_tensor_parallel_degree", above_one, kNeedsDistributed},
-      {"parallelism.enable_async_tensor_parallel", is_true, "async TP is not supported yet: ignored"},
+      {"optimizer.early_step_in_backward", is_true,
+       "stepping inside backward is not supported yet: the optimizer steps after backward"},
+      {"training.enable_cpu_offload", is_true, "CPU offload is not supported yet (FSDP keeps params on the device): ignored"},
+      {"training.dataloader.pin_memory", is_true, "pinned batches are not supported yet: ignored"},
+      {"validation.dataloader.pin_memory", is_true, "pinned batches are not supported yet: ignored"},
+      {"parallelism.pipeline_parallel_degree", above_one, kNeedsLayout},
+      {"parallelism.context_parallel_degree", above_one, kNeedsLayout},
+      {"parallelism.expert_parallel_degree", above_one, kNeedsLayout},
+      {"parallelism.expert_tensor_parallel_degree", above_one, kNeedsLayout},
       {"checkpoint.initial_load_in_hf_quantized", is_true, "quantized HF checkpoints are not supported yet: ignored"},
-      {"activation_checkpoint.mode", none_of({"none", "selective"}), "only none and selective so far, not yet: ignored"},
+      // torchtitan's default is selective, so this fires for every job that does not opt out: on purpose,
+      // a job tuned for AC memory must not silently run without it.
+      {"activation_checkpoint.mode", not_equal("none"),
+       "activation checkpointing is not implemented yet, so every activation is kept (more memory). "
+       "Set activation_checkpoint.mode = \"none\" to run without it and silence this"},
       {"compile.enable", is_true, "titan has no graph compiler yet: ignored"},
-      {"float8.enable_fsdp_float8_all_gather", is_true, "float8 training is not supported yet: ignored"},
-      {"float8.precompute_float8_dynamic_scale_for_fsdp", is_true, "float8 training is not supported yet: ignored"},
-      {"float8.recipe_name", is_set, "float8 training is not supported yet: ignored"},
-      {"float8.emulate", is_true, "float8 training is not supported yet: ignored"},
+      {"float8.enable_fsdp_float8_all_gather", is_true, kNoFloat8},
+      {"float8.precompute_float8_dynamic_scale_for_fsdp", is_true, kNoFloat8},
+      {"float8.recipe_name", is_set, kNoFloat8},
+      {"float8.emulate", is_true, kNoFloat8},
+      {"comm.mode", not_equal("default"), "only real collectives so far (no fake_backend or local_tensor): ignored"},
+      {"debug.moe_force_load_balance", is_true, "titan has no MoE model yet: ignored"},
   };
   return rows;
 }

@@ -61,14 +61,14 @@ AddedTokenMatcher::AddedTokenMatcher(const std::vector<AddedToken>& tokens) : to
   }
 }
 
-void AddedTokenMatcher::split(std::string_view text, std::vector<Segment>& out) const {
+void AddedTokenMatcher::split(std::string_view text, std::vector<TextPiece>& out) const {
   if (!normalized_.any) {
     split_pass(raw_, text, out);
     return;
   }
-  std::vector<Segment> first;
+  std::vector<TextPiece> first;
   split_pass(raw_, text, first);
-  for (const Segment& s : first) {
+  for (const TextPiece& s : first) {
     if (s.id >= 0) {
       out.push_back(s);
     } else {
@@ -77,7 +77,7 @@ void AddedTokenMatcher::split(std::string_view text, std::vector<Segment>& out) 
   }
 }
 
-void AddedTokenMatcher::split_pass(const Pass& pass, std::string_view text, std::vector<Segment>& out) const {
+void AddedTokenMatcher::split_pass(const Pass& pass, std::string_view text, std::vector<TextPiece>& out) const {
   if (!pass.any) {
     if (!text.empty()) out.push_back({text, -1});
     return;

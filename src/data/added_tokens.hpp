@@ -21,7 +21,7 @@ struct AddedToken {
 };
 
 /// A piece of input text: an added token (`id` >= 0) or plain text to pre-tokenize (`id` < 0).
-struct Segment {
+struct TextPiece {
   std::string_view text;
   int32_t id;
 };
@@ -32,14 +32,14 @@ class AddedTokenMatcher {
   explicit AddedTokenMatcher(const std::vector<AddedToken>& tokens);
 
   /// Appends the segments of `text` to `out`; together they cover `text` in order.
-  void split(std::string_view text, std::vector<Segment>& out) const;
+  void split(std::string_view text, std::vector<TextPiece>& out) const;
 
  private:
   struct Pass {
     std::vector<uint32_t> by_first_byte[256];  // indices into tokens_, longest first
     bool any = false;
   };
-  void split_pass(const Pass& pass, std::string_view text, std::vector<Segment>& out) const;
+  void split_pass(const Pass& pass, std::string_view text, std::vector<TextPiece>& out) const;
 
   std::vector<AddedToken> tokens_;
   Pass raw_;         // normalized == false: matched on the input text

@@ -89,9 +89,9 @@ std::vector<int32_t> BpeTokenizer::encode(std::string_view text, bool add_bos, b
   ids.reserve(text.size() / 3 + 4);
   if (add_bos && impl.bos && !impl.template_adds_bos) ids.push_back(*impl.bos);
   ids.insert(ids.end(), impl.template_prefix.begin(), impl.template_prefix.end());
-  std::vector<detail::Segment> segments;
+  std::vector<detail::TextPiece> segments;
   impl.matcher.split(text, segments);
-  for (const detail::Segment& seg : segments) {
+  for (const detail::TextPiece& seg : segments) {
     if (seg.id >= 0) {
       ids.push_back(seg.id);
     } else {

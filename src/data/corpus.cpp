@@ -109,21 +109,21 @@ class FileCorpus final : public Corpus {
       files_.push_back(std::make_unique<MappedFile>(p));
       const std::string_view bytes = files_.back()->bytes();
       switch (spec_.format) {
-        case CorpusFormat::text:
+        case DatasetFormat::text:
           if (!spec_.split_blank_lines) {
             if (!bytes.empty()) spans_.push_back({file, 1, 0, bytes.size()});
           } else {
             index_blocks(bytes, file, is_blank, spans_);
           }
           break;
-        case CorpusFormat::fortunes:
+        case DatasetFormat::fortunes:
           index_blocks(bytes, file, [](std::string_view l) { return l == "%" || l == "%\r"; }, spans_);
           break;
-        case CorpusFormat::chat:
+        case DatasetFormat::chat:
           TITAN_CHECK_VALUE(false, "[titan::data::open_corpus] dataset \"{}\": expected text, jsonl or fortunes for "
                             "an indexed corpus, got chat. Open chat data with open_source.", name_);
           break;
-        case CorpusFormat::jsonl:
+        case DatasetFormat::jsonl:
           for_each_line(bytes, [&](std::string_view line, uint64_t offset, uint32_t number) {
             if (!is_blank(line)) spans_.push_back({file, number, offset, line.size()});
           });
@@ -141,7 +141,7 @@ class FileCorpus final : public Corpus {
     const Span& s = spans_[size_t(index)];
     const MappedFile& file = *files_[s.file];
     const std::string_view raw = file.bytes().substr(s.offset, s.length);
-    if (spec_.format != CorpusFormat::jsonl) return std::string(raw);
+    if (spec_.format != DatasetFormat::jsonl) return std::string(raw);
     nlohmann::json obj;
     try {
       obj = nlohmann::json::parse(raw);
@@ -187,16 +187,16 @@ class MemoryCorpus final : public Corpus {
   std::vector<std::string> docs_;
 };
 
-bool wanted(const fs::path& p, CorpusFormat format) {
+bool wanted(const fs::path& p, DatasetFormat format) {
   const std::string name = p.filename().string();
   if (name.starts_with('.')) return false;
   // A compressed shard is judged by the name under the compression suffix.
   const fs::path inner = p.extension() == ".gz" || p.extension() == ".zst" ? p.stem() : p;
   switch (format) {
-    case CorpusFormat::text: return true;
-    case CorpusFormat::jsonl:
-    case CorpusFormat::chat: return inner.extension() == ".jsonl" || inner.extension() == ".json";
-    case CorpusFormat::fortunes: return !p.has_extension();  // skips the .dat indexes and .u8 links
+    case DatasetFormat::text: return true;
+    case DatasetFormat::jsonl:
+    case DatasetFormat::chat: return inner.extension() == ".jsonl" || inner.extension() == ".json";
+    case DatasetFormat::fortunes: return !p.has_extension();  // skips the .dat indexes and .u8 links
   }
   return false;
 }
@@ -223,7 +223,7 @@ std::vector<fs::path> list_corpus_files(const CorpusSpec& spec) {
   for (auto it = fs::recursive_directory_iterator(spec.path); it != fs::recursive_directory_iterator(); ++it) {
     const std::string name = it->path().filename().string();
     // fortunes' off/ holds the offensive (rot13-encoded) collection.
-    if (it->is_directory() && (name.starts_with('.') || (spec.format == CorpusFormat::fortunes && name == "off"))) {
+    if (it->is_directory() && (name.starts_with('.') || (spec.format == DatasetFormat::fortunes && name == "off"))) {
       it.disable_recursion_pending();
       continue;
     }

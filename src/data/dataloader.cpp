@@ -20,15 +20,6 @@ namespace {
 
 constexpr int kStateVersion = 2;
 
-const char* packing_name(Packing p) {
-  switch (p) {
-    case Packing::concat: return "concat";
-    case Packing::document: return "document";
-    case Packing::padded: return "padded";
-  }
-  return "?";
-}
-
 // One global batch as this rank sees it: its microbatches and the state after the whole batch.
 struct GlobalBatch {
   std::vector<Batch> micro{};
@@ -42,7 +33,7 @@ struct GlobalBatch {
 
 class LoaderImpl {
  public:
-  LoaderImpl(std::vector<WeightedSource> sources, std::shared_ptr<const Tokenizer> tokenizer, DataLoaderConfig c)
+  LoaderImpl(std::vector<WeightedSource> sources, std::shared_ptr<const Tokenizer> tokenizer, DataLoaderOptions c)
       : config_(c),
         stream_(std::move(sources), c.seed, c.loop),
         packer_(c.packing, c.seq_len, tokenizer ? tokenizer->eos_id().value_or(0) : 0),
@@ -62,7 +53,7 @@ class LoaderImpl {
 
   ~LoaderImpl() { stop(); }
 
-  const DataLoaderConfig& config() const { return config_; }
+  const DataLoaderOptions& config() const { return config_; }
   int64_t global_batch_size() const { return config_.local_batch_size * config_.grad_accum_steps * config_.dp_degree; }
   int64_t epoch() const { return epoch_; }
   int64_t skipped() const {
@@ -109,10 +100,10 @@ class LoaderImpl {
                       j.contains("carry"), "[titan::data::DataLoader] expected a loader state {{\"version\": {}, "
                       "\"stream\": ..., \"carry\": ...}}, got {}.", kStateVersion, j.dump().substr(0, 200));
     TITAN_CHECK_VALUE(j.at("seq_len").get<int64_t>() == config_.seq_len &&
-                      j.at("packing").get<std::string>() == packing_name(config_.packing),
+                      j.at("packing").get<std::string>() == choice_name(config_.packing),
                       "[titan::data::DataLoader] expected a state saved with seq_len {} and {} packing, got seq_len "
                       "{} and {} packing. Resume with the data settings of the checkpoint.", config_.seq_len,
-                      packing_name(config_.packing), j.at("seq_len").get<int64_t>(), j.at("packing").dump());
+                      config_.packing, j.at("seq_len").get<int64_t>(), j.at("packing").dump());
     const int64_t micro = j.value("microbatch", int64_t(0));
     TITAN_CHECK_VALUE(micro == 0 || j.at("layout") == layout(), "[titan::data::DataLoader] expected a state taken at "
                       "a step boundary, or inside a step under this layout {}, got microbatch {} under {}. Save "
@@ -143,7 +134,7 @@ class LoaderImpl {
   nlohmann::json make_state() const {
     return {{"version", kStateVersion},        {"stream", to_json(committed_, stream_)},
             {"carry", packer_.carry()},        {"batches", batches_},
-            {"seq_len", config_.seq_len},      {"packing", packing_name(config_.packing)},
+            {"seq_len", config_.seq_len},      {"packing", std::string(choice_name(config_.packing))},
             {"global_batch_size", global_batch_size()}};
   }
 
@@ -245,7 +236,7 @@ class LoaderImpl {
     queue_.clear();
   }
 
-  DataLoaderConfig config_;
+  DataLoaderOptions config_;
   DocumentStream stream_;
   Packer packer_;
   StreamState committed_;  // the stream position after the documents handed to the packer
@@ -271,11 +262,11 @@ class LoaderImpl {
 }  // namespace detail
 
 DataLoader::DataLoader(std::vector<WeightedSource> sources, std::shared_ptr<const Tokenizer> tokenizer,
-                       DataLoaderConfig config)
+                       DataLoaderOptions config)
     : impl_(std::make_unique<detail::LoaderImpl>(std::move(sources), std::move(tokenizer), config)) {}
 
 DataLoader::DataLoader(std::shared_ptr<const Corpus> corpus, std::shared_ptr<const Tokenizer> tokenizer,
-                       DataLoaderConfig config)
+                       DataLoaderOptions config)
     : DataLoader(std::vector<WeightedSource>{{.source = corpus_source(std::move(corpus)), .weight = 1.0}},
                  std::move(tokenizer), config) {}
 
@@ -291,7 +282,7 @@ Batch DataLoader::next() {
 }
 
 std::optional<Batch> DataLoader::try_next() { return impl_->try_next(); }
-const DataLoaderConfig& DataLoader::config() const { return impl_->config(); }
+const DataLoaderOptions& DataLoader::config() const { return impl_->config(); }
 int64_t DataLoader::global_batch_size() const { return impl_->global_batch_size(); }
 int64_t DataLoader::epoch() const { return impl_->epoch(); }
 int64_t DataLoader::skipped() const { return impl_->skipped(); }

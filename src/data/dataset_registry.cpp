@@ -22,18 +22,18 @@ struct Registry {
 
   Registry() {
     // The project's default data: setup installs Debian's `fortunes` and `fortunes-min`.
-    entries["fortunes"] = {{.format = CorpusFormat::fortunes, .path = "/usr/share/games/fortunes"},
+    entries["fortunes"] = {{.format = DatasetFormat::fortunes, .path = "/usr/share/games/fortunes"},
                            "Install Debian's fortunes (apt-get install fortunes fortunes-min) or point "
                            "training.dataset_path at a folder of fortune files."};
     // allenai/c4 "en" as downloaded from Hugging Face: en/c4-train.00000-of-01024.json.gz, ...
-    entries["c4"] = {{.format = CorpusFormat::jsonl, .path = {}},
+    entries["c4"] = {{.format = DatasetFormat::jsonl, .path = {}},
                      "Download the shards (git lfs pull --include \"en/*\" in a clone of "
                      "https://huggingface.co/datasets/allenai/c4) and set training.dataset_path to the en/ folder "
                      "or a glob such as en/c4-train.*.json.gz."};
-    entries["c4_validation"] = {{.format = CorpusFormat::jsonl, .path = {}},
+    entries["c4_validation"] = {{.format = DatasetFormat::jsonl, .path = {}},
                                 "Set validation.dataset_path to the C4 en/ folder's validation shards, e.g. "
                                 "en/c4-validation.*.json.gz."};
-    entries["tinyshakespeare"] = {{.format = CorpusFormat::text, .path = {}},
+    entries["tinyshakespeare"] = {{.format = DatasetFormat::text, .path = {}},
                                   "Download karpathy/char-rnn's data/tinyshakespeare/input.txt and set "
                                   "training.dataset_path to it."};
   }

@@ -99,7 +99,7 @@ class FileSource final : public Source {
       bad_.report(file, record.line, "{}", *problem);
       return std::nullopt;
     }
-    if (spec_.format == CorpusFormat::text || spec_.format == CorpusFormat::fortunes) {
+    if (spec_.format == DatasetFormat::text || spec_.format == DatasetFormat::fortunes) {
       return std::vector<Segment>{{.text = record.bytes, .trainable = true}};
     }
     nlohmann::json obj;
@@ -113,7 +113,7 @@ class FileSource final : public Source {
       bad_.report(file, record.line, "expected a JSON object, got a {}.", obj.type_name());
       return std::nullopt;
     }
-    return spec_.format == CorpusFormat::chat ? decode_chat(obj, file, record.line)
+    return spec_.format == DatasetFormat::chat ? decode_chat(obj, file, record.line)
                                               : decode_text(obj, file, record.line);
   }
 
@@ -171,8 +171,8 @@ class FileSource final : public Source {
     std::string_view line;
     out.bytes.clear();
     switch (spec_.format) {
-      case CorpusFormat::jsonl:
-      case CorpusFormat::chat:
+      case DatasetFormat::jsonl:
+      case DatasetFormat::chat:
         while (true) {
           const int64_t number = reader_->line();
           if (!reader_->next(line)) return false;
@@ -181,10 +181,10 @@ class FileSource final : public Source {
           out.line = number;
           return true;
         }
-      case CorpusFormat::text:
+      case DatasetFormat::text:
         if (!spec_.split_blank_lines) return read_block(out, [](std::string_view) { return false; }, false);
         return read_block(out, is_blank, true);
-      case CorpusFormat::fortunes:
+      case DatasetFormat::fortunes:
         return read_block(out, [](std::string_view l) { return l == "%"; }, true);
     }
     return false;

@@ -4,6 +4,8 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <iterator>
+#include <type_traits>
 #include <vector>
 
 #include "titan/core/config.hpp"
@@ -34,26 +36,28 @@ int64_t rank_of(const Coord& c, const std::array<int64_t, kAxes>& sizes) {
   return rank;
 }
 
-// The one table of named axes: each group a Mesh builds, in creation order, and the base axes it spans.
-constexpr std::array<std::string_view, kAxes> kBaseAxes{"pp", "dp_replicate", "dp_shard", "cp", "tp"};
-struct NamedAxis {
+// Every axis and flattened axis set, in creation order, with the base axes it spans (bit a: axis a of
+// Coord). The one table of mesh axis names: groups, base_axes() and the error text all read it.
+struct AxisSet {
   std::string_view name;
-  std::vector<int> axes;  // indices into kBaseAxes
+  unsigned mask;
 };
-const std::vector<NamedAxis>& named_axes() {
-  static const std::vector<NamedAxis> table{
-      {"world", {0, 1, 2, 3, 4}}, {"pp", {0}}, {"dp_replicate", {1}},   {"dp_shard", {2}},   {"cp", {3}},
-      {"tp", {4}},                {"dp", {1, 2}}, {"dp_shard_cp", {2, 3}}, {"dp_cp", {1, 2, 3}},
-  };
-  return table;
-}
+constexpr std::string_view kBaseAxes[kAxes] = {"pp", "dp_replicate", "dp_shard", "cp", "tp"};
+constexpr AxisSet kAxisSets[] = {{"world", 0b11111}, {"pp", 0b00001},  {"dp_replicate", 0b00010},
+                                 {"dp_shard", 0b00100}, {"cp", 0b01000}, {"tp", 0b10000},
+                                 {"dp", 0b00110},       {"dp_shard_cp", 0b01100}, {"dp_cp", 0b01110}};
+static_assert(std::size(kAxisSets) == std::tuple_size_v<std::remove_cvref_t<decltype(Mesh::axis_names())>>);
 
-// Which of the five axes a named group spans (empty: no such name).
+// Which of the five axes a named group spans (none for an unknown name).
 std::vector<int> axes_of(std::string_view name) {
-  for (const auto& axis : named_axes()) {
-    if (axis.name == name) return axis.axes;
+  std::vector<int> axes;
+  for (const AxisSet& set : kAxisSets) {
+    if (set.name != name) continue;
+    for (int a = 0; a < kAxes; ++a) {
+      if (set.mask & (1u << a)) axes.push_back(a);
+    }
   }
-  return {};
+  return axes;
 }
 
 // The world ranks that share this rank's coordinates outside `axes`, in row-major order of `axes`.
@@ -75,9 +79,9 @@ std::vector<int64_t> members(const Coord& self, const std::vector<int>& axes, co
 
 }  // namespace
 
-std::string MeshShape::describe() const {
-  return fmt::format("dp_replicate({}) * dp_shard({}) * cp({}) * tp({}) * pp({}) = {}", dp_replicate, dp_shard, cp, tp,
-                     pp, world_size());
+std::string format_as(const MeshShape& s) {
+  return fmt::format("dp_replicate({}) * dp_shard({}) * cp({}) * tp({}) * pp({}) = {}", s.dp_replicate, s.dp_shard, s.cp,
+                     s.tp, s.pp, s.world_size());
 }
 
 MeshShape mesh_shape(const ParallelismConfig& p, int64_t world_size) {
@@ -109,15 +113,15 @@ MeshShape mesh_shape(const ParallelismConfig& p, int64_t world_size) {
     throw ConfigError("parallelism", fmt::format("[titan::dist::mesh_shape] expected the parallel degrees to multiply to "
                                                  "WORLD_SIZE, got {} != WORLD_SIZE({}). Change parallelism.* or the number "
                                                  "of ranks (data_parallel_shard_degree = -1 takes the ranks left).",
-                                                 s.describe(), world_size));
+                                                 s, world_size));
   }
   return s;
 }
 
-const std::vector<std::string_view>& Mesh::axis_names() {
-  static const std::vector<std::string_view> names = [] {
-    std::vector<std::string_view> out;
-    for (const auto& axis : named_axes()) out.push_back(axis.name);
+const std::array<std::string_view, 9>& Mesh::axis_names() {
+  static const std::array<std::string_view, 9> names = [] {
+    std::array<std::string_view, 9> out;
+    for (size_t i = 0; i < out.size(); ++i) out[i] = kAxisSets[i].name;
     return out;
   }();
   return names;
@@ -125,15 +129,18 @@ const std::vector<std::string_view>& Mesh::axis_names() {
 
 std::vector<std::string_view> Mesh::base_axes(std::string_view axis) {
   std::vector<std::string_view> out;
-  for (int a : axes_of(axis)) out.push_back(kBaseAxes[static_cast<size_t>(a)]);
+  for (int a : axes_of(axis)) out.push_back(kBaseAxes[a]);
+  TITAN_CHECK_VALUE(!out.empty(), "[titan::dist::Mesh] expected a mesh axis ({}), got '{}'.",
+                    fmt::join(axis_names(), ", "), axis);
   return out;
 }
+
 
 Mesh Mesh::from_launch_env(const MeshShape& shape, const MeshOptions& options) {
   const LaunchEnv env = read_launch_env();
   TITAN_CHECK_VALUE(shape.world_size() == env.world_size, "[titan::dist::Mesh::from_launch_env] expected a mesh of "
-                    "WORLD_SIZE ({}) ranks, got {}. Launch {} ranks or change the degrees.", env.world_size,
-                    shape.describe(), shape.world_size());
+                    "WORLD_SIZE ({}) ranks, got {}. Launch {} ranks or change the degrees.", env.world_size, shape,
+                    shape.world_size());
   if (env.world_size == 1) return Mesh();
   const Store store = Store::tcp(env.master_addr, env.master_port, env.rank == 0, env.world_size, options.init_timeout);
   return Mesh(shape, env.rank, store, options);
@@ -151,7 +158,7 @@ Mesh::Mesh(const MeshShape& shape, int64_t rank, const Store& store, const MeshO
     : shape_(shape), rank_(rank) {
   const auto sizes = sizes_of(shape);
   TITAN_CHECK_VALUE(rank >= 0 && rank < shape.world_size(),
-                    "[titan::dist::Mesh] expected 0 <= RANK < {} ({}), got RANK {}.", shape.world_size(), shape.describe(),
+                    "[titan::dist::Mesh] expected 0 <= RANK < {} ({}), got RANK {}.", shape.world_size(), shape,
                     rank);
   const Coord self = coordinate_of(rank, sizes);
   const GroupOptions group_options{.init_timeout = options.init_timeout, .timeout = options.timeout,
@@ -177,8 +184,8 @@ Mesh::Mesh(const MeshShape& shape, int64_t rank, const Store& store, const MeshO
 
 const ProcessGroup& Mesh::group(std::string_view axis) const {
   auto it = groups_.find(axis);
-  TITAN_CHECK_VALUE(it != groups_.end(), "[titan::dist::Mesh] expected a mesh axis (world, pp, dp_replicate, dp_shard, "
-                    "cp, tp, dp, dp_shard_cp, dp_cp), got '{}'.", axis);
+  TITAN_CHECK_VALUE(it != groups_.end(), "[titan::dist::Mesh] expected a mesh axis ({}), got '{}'.",
+                    fmt::join(axis_names(), ", "), axis);
   return it->second;
 }
 

@@ -10,12 +10,10 @@
 
 namespace titan {
 
-AdamW::AdamW(std::vector<at::Tensor> params, AdamWConfig config) : params_(std::move(params)), config_(std::move(config)) {
-  const auto& impl = config_.implementation;
-  TITAN_CHECK_VALUE(impl == "fused" || impl == "foreach" || impl == "for-loop",
-                    "[titan::AdamW] expected optimizer.implementation in fused|foreach|for-loop, got '{}'.", impl);
+AdamW::AdamW(std::vector<at::Tensor> params, const OptimizerConfig& config)
+    : params_(std::move(params)), config_(config) {
   TITAN_CHECK_VALUE(config_.lr >= 0 && config_.eps >= 0 && config_.weight_decay >= 0,
-                    "[titan::AdamW] expected non-negative lr, eps and weight_decay, got {}, {}, {}.",
+                    "[titan::AdamW] expected non-negative optimizer.lr, eps and weight_decay, got {}, {}, {}.",
                     config_.lr, config_.eps, config_.weight_decay);
   for (const auto& p : params_) {
     exp_avgs_.push_back(at::zeros_like(p, at::MemoryFormat::Preserve));
@@ -24,8 +22,10 @@ AdamW::AdamW(std::vector<at::Tensor> params, AdamWConfig config) : params_(std::
   }
 }
 
-void AdamW::zero_grad() {
-  for (auto& p : params_) p.mutable_grad().reset();
+std::vector<ParamState> AdamW::state(size_t i) const {
+  return {{.name = "exp_avg", .tensor = exp_avgs_.at(i), .like_param = true},
+          {.name = "exp_avg_sq", .tensor = exp_avg_sqs_.at(i), .like_param = true},
+          {.name = "step", .tensor = steps_.at(i), .like_param = false}};
 }
 
 void AdamW::step(double lr) {
@@ -35,12 +35,10 @@ void AdamW::step(double lr) {
     if (params_[i].grad().defined()) active.push_back(i);
   }
   if (active.empty()) return;
-  if (config_.implementation == "fused") {
-    step_fused(lr, active);
-  } else if (config_.implementation == "foreach") {
-    step_foreach(lr, active);
-  } else {
-    step_for_loop(lr, active);
+  switch (config_.implementation) {
+    case OptimizerImplementation::fused: step_fused(lr, active); break;
+    case OptimizerImplementation::foreach: step_foreach(lr, active); break;
+    case OptimizerImplementation::for_loop: step_for_loop(lr, active); break;
   }
 }
 
@@ -70,49 +68,56 @@ ActiveLists gather(const std::vector<size_t>& active, const std::vector<at::Tens
 
 void AdamW::step_fused(double lr, const std::vector<size_t>& active) {
   auto t = gather(active, params_, exp_avgs_, exp_avg_sqs_, steps_);
-  at::_fused_adamw_(t.params, t.grads, t.exp_avgs, t.exp_avg_sqs, /*max_exp_avg_sqs=*/{}, t.steps, lr,
-                    config_.beta1, config_.beta2, config_.weight_decay, config_.eps, /*amsgrad=*/false,
-                    /*maximize=*/false);
+  const auto& c = config_;
+  if (c.name == OptimizerName::adamw) {
+    at::_fused_adamw_(t.params, t.grads, t.exp_avgs, t.exp_avg_sqs, /*max_exp_avg_sqs=*/{}, t.steps, lr, c.beta1,
+                      c.beta2, c.weight_decay, c.eps, /*amsgrad=*/false, /*maximize=*/false);
+  } else {
+    at::_fused_adam_(t.params, t.grads, t.exp_avgs, t.exp_avg_sqs, /*max_exp_avg_sqs=*/{}, t.steps, lr, c.beta1,
+                     c.beta2, c.weight_decay, c.eps, /*amsgrad=*/false, /*maximize=*/false);
+  }
 }
 
 void AdamW::step_foreach(double lr, const std::vector<size_t>& active) {
   auto t = gather(active, params_, exp_avgs_, exp_avg_sqs_, steps_);
-  at::_foreach_mul_(t.params, 1.0 - lr * config_.weight_decay);
-  at::_foreach_lerp_(t.exp_avgs, t.grads, 1.0 - config_.beta1);
-  at::_foreach_mul_(t.exp_avg_sqs, config_.beta2);
-  at::_foreach_addcmul_(t.exp_avg_sqs, t.grads, t.grads, 1.0 - config_.beta2);
+  const auto& c = config_;
+  if (c.name == OptimizerName::adamw) {
+    at::_foreach_mul_(t.params, 1.0 - lr * c.weight_decay);
+  } else if (c.weight_decay != 0) {
+    t.grads = at::_foreach_add(t.grads, t.params, c.weight_decay);  // Adam: L2 decay, new tensors
+  }
+  at::_foreach_lerp_(t.exp_avgs, t.grads, 1.0 - c.beta1);
+  at::_foreach_mul_(t.exp_avg_sqs, c.beta2);
+  at::_foreach_addcmul_(t.exp_avg_sqs, t.grads, t.grads, 1.0 - c.beta2);
   // All tensors of one optimizer share the step count, so the bias corrections are scalars.
   const double step = t.steps.front().item<double>();
-  const double bc1 = 1.0 - std::pow(config_.beta1, step);
-  const double bc2_sqrt = std::sqrt(1.0 - std::pow(config_.beta2, step));
+  const double bc1 = 1.0 - std::pow(c.beta1, step);
+  const double bc2_sqrt = std::sqrt(1.0 - std::pow(c.beta2, step));
   auto denom = at::_foreach_sqrt(t.exp_avg_sqs);
   at::_foreach_div_(denom, bc2_sqrt);
-  at::_foreach_add_(denom, config_.eps);
+  at::_foreach_add_(denom, c.eps);
   at::_foreach_addcdiv_(t.params, t.exp_avgs, denom, -lr / bc1);
 }
 
 void AdamW::step_for_loop(double lr, const std::vector<size_t>& active) {
+  const auto& c = config_;
   for (size_t i : active) {
     at::Tensor& p = params_[i];
-    const at::Tensor& g = p.grad();
+    at::Tensor g = p.grad();
     steps_[i].add_(1);
     const double t = steps_[i].item<double>();
-    p.mul_(1.0 - lr * config_.weight_decay);
-    exp_avgs_[i].lerp_(g, 1.0 - config_.beta1);
-    exp_avg_sqs_[i].mul_(config_.beta2).addcmul_(g, g, 1.0 - config_.beta2);
-    const double bc1 = 1.0 - std::pow(config_.beta1, t);
-    const double bc2 = 1.0 - std::pow(config_.beta2, t);
-    const at::Tensor denom = (exp_avg_sqs_[i].sqrt() / std::sqrt(bc2)).add_(config_.eps);
+    if (c.name == OptimizerName::adamw) {
+      p.mul_(1.0 - lr * c.weight_decay);
+    } else if (c.weight_decay != 0) {
+      g = g.add(p, c.weight_decay);
+    }
+    exp_avgs_[i].lerp_(g, 1.0 - c.beta1);
+    exp_avg_sqs_[i].mul_(c.beta2).addcmul_(g, g, 1.0 - c.beta2);
+    const double bc1 = 1.0 - std::pow(c.beta1, t);
+    const double bc2 = 1.0 - std::pow(c.beta2, t);
+    const at::Tensor denom = (exp_avg_sqs_[i].sqrt() / std::sqrt(bc2)).add_(c.eps);
     p.addcdiv_(exp_avgs_[i], denom, -lr / bc1);
   }
-}
-
-int64_t AdamW::state_bytes() const {
-  int64_t bytes = 0;
-  for (size_t i = 0; i < params_.size(); ++i) {
-    bytes += exp_avgs_[i].nbytes() + exp_avg_sqs_[i].nbytes() + steps_[i].nbytes();
-  }
-  return bytes;
 }
 
 }  // namespace titan

@@ -101,13 +101,6 @@ const detail::DataParallelState& DataParallel::state() const { return *state_; }
 
 void detail::validate_data_parallel(const torch::nn::Module& model, const std::vector<std::vector<std::string>>& units,
                                     const DataParallelOptions& options) {
-  TITAN_CHECK_VALUE(options.reshard_after_forward == "default" || options.reshard_after_forward == "always" ||
-                        options.reshard_after_forward == "never",
-                    "[titan::parallelize] expected plan.data_parallel.options.reshard_after_forward default, always "
-                    "or never, got '{}'.", options.reshard_after_forward);
-  TITAN_CHECK_VALUE(options.collectives == "auto" || options.collectives == "flat" || options.collectives == "per_param",
-                    "[titan::parallelize] expected plan.data_parallel.options.collectives auto, flat or per_param, "
-                    "got '{}'.", options.collectives);
   auto& root = const_cast<torch::nn::Module&>(model);  // only read
   for (const auto& paths : units) {
     for (const auto& path : paths) find_module(root, path, "data_parallel.units");
@@ -121,7 +114,8 @@ std::unique_ptr<DataParallel> detail::apply_data_parallel(torch::nn::Module& mod
   const dist::ProcessGroup& replicate = mesh.group("dp_replicate");
   const auto params = model.named_parameters(/*recurse=*/true);
   const bool on_cpu = params.is_empty() || params[0].value().device().is_cpu();
-  const bool per_param = options.collectives == "per_param" || (options.collectives == "auto" && on_cpu);
+  const bool per_param = options.collectives == DataParallelCollectives::per_param ||
+                         (options.collectives == DataParallelCollectives::auto_ && on_cpu);
   auto state = std::make_unique<detail::DataParallelState>(shard, replicate, options, per_param);
   // Units in forward order, the root (parameters under no unit) last; a parameter shared by two
   // modules (tied weights) belongs to the first unit that reaches it.
@@ -161,8 +155,8 @@ std::unique_ptr<DataParallel> detail::apply_data_parallel(torch::nn::Module& mod
     // The last unit is never freed after forward (no hook marks the end of the model's forward, and
     // backward starts with it); "default" also keeps the unit before it, as torchtitan keeps the last
     // transformer block, which backward would re-gather immediately.
-    unit.reshard_after_forward = (options.reshard_after_forward == "always" && u < last) ||
-                                 (options.reshard_after_forward == "default" && u < last - 1);
+    unit.reshard_after_forward = (options.reshard_after_forward == ReshardAfterForward::always && u < last) ||
+                                 (options.reshard_after_forward == ReshardAfterForward::default_ && u < last - 1);
     for (size_t i = 0; i < unit.params.size(); ++i) {
       const auto& prior = priors[static_cast<size_t>(u)][i];
       detail::bind_param(unit.params[i].param,

@@ -171,11 +171,16 @@ Parallelized parallelize(torch::nn::Module& model, const dist::Mesh& mesh, const
   d::check_fresh(model);
   d::check_tensor_parallel(model, plan, mesh);
   d::validate_data_parallel(model, plan.data_parallel.units, plan.data_parallel.options);
+  const bool data_parallel = mesh.size("dp_shard") > 1 || mesh.size("dp_replicate") > 1;
+  for (const auto& item : model.named_parameters(/*recurse=*/true)) {
+    TITAN_CHECK_VALUE(!data_parallel || item.value().dim() >= 1, "[titan::parallelize] expected parameters with at "
+                      "least one dim under data parallelism, got a scalar '{}'. Make it shape (1).", item.key());
+  }
 
   auto state = std::make_unique<ParallelizedState>();
   state->model = model.name();
   if (mesh.size("tp") > 1) state->tp = d::apply_tensor_parallel(model, mesh, plan.tensor_parallel);
-  if (mesh.size("dp_shard") > 1 || mesh.size("dp_replicate") > 1) {
+  if (data_parallel) {
     state->dp = d::apply_data_parallel(model, plan.data_parallel.units, mesh, plan.data_parallel.options);
   }
   if (!state->tp && !state->dp) return Parallelized(std::move(state));

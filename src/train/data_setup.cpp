@@ -31,19 +31,12 @@ bool default_corpus_stands_in(const TrainingConfig& t) {
   return t.dataset == kTorchtitanSample && !t.dataset_path.has_value() && t.dataset_mixture.empty();
 }
 
-data::CorpusFormat parse_format(const std::string& name) {
-  if (name == "jsonl") return data::CorpusFormat::jsonl;
-  if (name == "fortunes") return data::CorpusFormat::fortunes;
-  if (name == "chat") return data::CorpusFormat::chat;
-  return data::CorpusFormat::text;
-}
-
 std::shared_ptr<data::Source> open_dataset(const TrainingConfig& t, const std::string& name,
                                            const std::string& path) {
   data::CorpusSpec spec = data::dataset_spec(name, path);
   if (t.dataset_text_field) spec.text_field = *t.dataset_text_field;
-  if (t.dataset_format) spec.format = parse_format(*t.dataset_format);
-  spec.on_bad_record = t.dataset_on_bad_record == "skip" ? data::OnBadRecord::skip : data::OnBadRecord::error;
+  if (t.dataset_format) spec.format = *t.dataset_format;
+  spec.on_bad_record = t.dataset_on_bad_record;
   return data::open_source(name, spec);
 }
 
@@ -66,21 +59,15 @@ data::WeightedSource mixture_entry(const TrainingConfig& t, const std::string& e
   return {.source = open_dataset(t, entry.substr(0, a), path), .weight = weight};
 }
 
-data::Packing parse_packing(const std::string& name) {
-  if (name == "document") return data::Packing::document;
-  if (name == "padded") return data::Packing::padded;
-  return data::Packing::concat;
-}
-
 // What training and validation loaders share; the caller sets the batch shape.
-data::DataLoaderConfig loader_config(const TrainingConfig& t, const DataLoaderConfig& workers, int64_t dp_rank,
-                                     int64_t dp_degree) {
+data::DataLoaderOptions loader_config(const TrainingConfig& t, const DataLoaderConfig& workers, int64_t dp_rank,
+                                      int64_t dp_degree) {
   return {.local_batch_size = 1,
           .seq_len = 1,
           .dp_rank = dp_rank,
           .dp_degree = dp_degree,
           .grad_accum_steps = 1,
-          .packing = parse_packing(t.packing),
+          .packing = t.packing,
           .num_workers = workers.num_workers,
           .prefetch = workers.prefetch_factor.value_or(2),
           .loop = true,
@@ -133,7 +120,7 @@ int64_t gradient_accumulation_steps(const JobConfig& config, int64_t dp_degree) 
 std::unique_ptr<data::DataLoader> build_dataloader(const JobConfig& config, std::shared_ptr<data::Tokenizer> tokenizer,
                                                    int64_t dp_rank, int64_t dp_degree) {
   const TrainingConfig& t = config.training;
-  data::DataLoaderConfig c = loader_config(t, t.dataloader, dp_rank, dp_degree);
+  data::DataLoaderOptions c = loader_config(t, t.dataloader, dp_rank, dp_degree);
   c.local_batch_size = t.local_batch_size;
   c.seq_len = t.seq_len;
   c.grad_accum_steps = gradient_accumulation_steps(config, dp_degree);
@@ -144,7 +131,7 @@ std::unique_ptr<data::DataLoader> build_validation_dataloader(const JobConfig& c
                                                               std::shared_ptr<data::Tokenizer> tokenizer,
                                                               int64_t dp_rank, int64_t dp_degree) {
   const ValidationConfig& v = config.validation;
-  data::DataLoaderConfig c = loader_config(config.training, v.dataloader, dp_rank, dp_degree);
+  data::DataLoaderOptions c = loader_config(config.training, v.dataloader, dp_rank, dp_degree);
   c.local_batch_size = v.local_batch_size;
   c.seq_len = v.seq_len;
   c.loop = false;  // one pass: the whole validation set, or validation.steps batches of it

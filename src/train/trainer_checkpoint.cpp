@@ -11,7 +11,7 @@
 #include "titan/core/log.hpp"
 #include "titan/data/dataloader.hpp"
 #include "titan/dist/mesh.hpp"
-#include "titan/optim/adamw.hpp"
+#include "titan/optim/optimizer.hpp"
 #include "titan/train/detail/trainer_core.hpp"
 
 namespace titan::detail {

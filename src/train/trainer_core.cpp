@@ -57,12 +57,6 @@ at::Device pick_device(int64_t local_rank) {
   return at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(local_rank % at::getNumGPUs()));
 }
 
-at::ScalarType parse_dtype(const std::string& name, const char* key) {
-  if (name == "float32") return at::kFloat;
-  if (name == "bfloat16") return at::kBFloat16;
-  throw ConfigError(key, fmt::format("[titan::Trainer] expected {} in float32|bfloat16, got '{}'.", key, name));
-}
-
 }  // namespace
 
 TrainerCore::TrainerCore(JobConfig config, int64_t model_vocab_size) : config_(std::move(config)) {
@@ -81,7 +75,7 @@ TrainerCore::TrainerCore(JobConfig config, int64_t model_vocab_size) : config_(s
               .timeout = std::chrono::seconds(config_.comm.train_timeout_seconds)}));
   dp_degree_ = shape.dp();
   dp_rank_ = mesh_->coordinate("dp");
-  log::info("Mesh {} ({} launch, {} backend)", shape.describe(), env.source, device_.is_cuda() ? "nccl" : "gloo");
+  log::info("Mesh {} ({} launch, {} backend)", shape, env.source, device_.is_cuda() ? "nccl" : "gloo");
   if (config_.training.num_threads > 0) at::set_num_threads(static_cast<int>(config_.training.num_threads));
   if (config_.debug.deterministic) {
     at::globalContext().setDeterministicAlgorithms(true, config_.debug.deterministic_warn_only);
@@ -96,6 +90,7 @@ TrainerCore::TrainerCore(JobConfig config, int64_t model_vocab_size) : config_(s
   const std::filesystem::path run_dir(config_.job.dump_folder);
   std::filesystem::create_directories(run_dir);
   if (env.rank == 0) write_config_json(config_, run_dir / "config.json");
+  if (env.rank == 0 && config_.job.save_config_file) write_config_json(config_, run_dir / *config_.job.save_config_file);
   if (config_.job.print_config) log::info("Effective config:\n{}", to_json(config_).dump(2));
   log::info("Run directory {} (config.json written); device {}, {} intra-op threads, seed {}", run_dir.string(),
             device_.str(), at::get_num_threads(), seed_);
@@ -133,27 +128,14 @@ void TrainerCore::parallelize(torch::nn::Module& model, const parallel::Parallel
 
 void TrainerCore::attach_model(ModelHandle model) {
   model_ = std::move(model);
-  const auto param_dtype = parse_dtype(config_.training.dtype, "training.dtype");
+  const at::ScalarType param_dtype = scalar_type(config_.training.dtype);
   if (param_dtype != at::kFloat) {
     at::NoGradGuard no_grad;
     for (auto& p : model_.parameters) p.set_data(p.to(param_dtype));
   }
   for (auto& p : model_.parameters) p.requires_grad_(true);
-  optimizer_ = std::make_unique<AdamW>(model_.parameters, AdamWConfig{
-                                                              .lr = config_.optimizer.lr,
-                                                              .beta1 = config_.optimizer.beta1,
-                                                              .beta2 = config_.optimizer.beta2,
-                                                              .eps = config_.optimizer.eps,
-                                                              .weight_decay = config_.optimizer.weight_decay,
-                                                              .implementation = config_.optimizer.implementation,
-                                                          });
-  schedule_ = std::make_unique<LRSchedule>(LRScheduleConfig{
-      .warmup_steps = config_.lr_scheduler.warmup_steps,
-      .total_steps = config_.lr_scheduler.total_steps.value_or(config_.training.steps),
-      .decay_ratio = config_.lr_scheduler.decay_ratio,
-      .decay_type = config_.lr_scheduler.decay_type,
-      .min_lr_factor = config_.lr_scheduler.min_lr_factor,
-  });
+  optimizer_ = std::make_unique<AdamW>(model_.parameters, config_.optimizer);
+  schedule_ = std::make_unique<LRSchedule>(config_.lr_scheduler, config_.training.steps);
   const PeakFlops peak = peak_flops(device_, at::get_num_threads(), config_.metrics.peak_flops);
   const std::filesystem::path run_dir(config_.job.dump_folder);
   metrics_ = std::make_unique<MetricsProcessor>(MetricsProcessor::Options{
@@ -209,8 +191,8 @@ void TrainerCore::train_step() {
   const double data_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - data_start).count();
 
   // bf16 autocast on CUDA when parameters are fp32 (torchtitan's single-device mixed precision).
-  const bool autocast = device_.is_cuda() && !parallel_->data_parallel() && config_.training.dtype == "float32" &&
-                        config_.training.mixed_precision_param == "bfloat16";
+  const bool autocast = device_.is_cuda() && !parallel_->data_parallel() && config_.training.dtype == DType::float32 &&
+                        config_.training.mixed_precision_param == DType::bfloat16;
   // The loss is normalised by the valid tokens of the whole global batch (all dp ranks).
   int64_t local_valid = 0;
   for (const auto& mb : micro) local_valid += count_valid_tokens(mb.labels);

@@ -155,7 +155,7 @@ TEST_CASE("a flipped byte a truncated file or a missing shard is an error naming
 
 namespace {
 
-CheckpointConfig policy(int64_t keep, const std::string& async_mode) {
+CheckpointConfig policy(int64_t keep, titan::AsyncMode async_mode) {
   CheckpointConfig c;
   c.enable = true;
   c.interval = 1;
@@ -188,8 +188,8 @@ struct ToyState {
 TEST_CASE("the checkpointer keeps the newest k and loads the latest complete or load_step", "[checkpoint][policy]") {
   test::TempDir dir;
   const dist::Mesh mesh;
-  const std::string mode = GENERATE(as<std::string>{}, "disabled", "async");
-  INFO("async_mode " << mode);
+  const titan::AsyncMode mode = GENERATE(titan::AsyncMode::disabled, titan::AsyncMode::async);
+  INFO(fmt::format("async_mode {}", mode));
   ToyState toy;
   {
     checkpoint::Checkpointer saver(policy(2, mode), dir.path, mesh);
@@ -232,8 +232,8 @@ TEST_CASE("the checkpointer keeps the newest k and loads the latest complete or 
 TEST_CASE("the last save holds the model only in export_dtype", "[checkpoint][policy]") {
   test::TempDir dir;
   const dist::Mesh mesh;
-  CheckpointConfig c = policy(0, "async");
-  c.export_dtype = "bfloat16";
+  CheckpointConfig c = policy(0, titan::AsyncMode::async);
+  c.export_dtype = titan::DType::bfloat16;
   ToyState toy;
   toy.set(3);
   checkpoint::Checkpointer(c, dir.path, mesh).save(3, toy.state(), /*last=*/true);
@@ -254,8 +254,8 @@ TEST_CASE("exclude_from_loading leaves the excluded groups untouched", "[checkpo
   const dist::Mesh mesh;
   ToyState toy;
   toy.set(5);
-  checkpoint::Checkpointer(policy(0, "disabled"), dir.path, mesh).save(5, toy.state(), /*last=*/false);
-  CheckpointConfig c = policy(0, "disabled");
+  checkpoint::Checkpointer(policy(0, titan::AsyncMode::disabled), dir.path, mesh).save(5, toy.state(), /*last=*/false);
+  CheckpointConfig c = policy(0, titan::AsyncMode::disabled);
   c.exclude_from_loading = {"optimizer", "dataloader"};
   ToyState into;
   checkpoint::State state = into.state();

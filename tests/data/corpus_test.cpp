@@ -7,7 +7,7 @@
 
 namespace fs = std::filesystem;
 using Catch::Matchers::Contains;
-using titan::data::CorpusFormat;
+using titan::DatasetFormat;
 using titan::test::TempDir;
 
 namespace {
@@ -24,14 +24,14 @@ TEST_CASE("Corpus: plain text splits on blank lines, or one document per file", 
   TempDir tmp;
   titan::test::write_file(tmp.path / "a.txt", "First:\nline two\n\n \t\nSecond\r\n\n\n\nThird\n");
   titan::test::write_file(tmp.path / "b.txt", "Fourth (no final newline)");
-  const auto blocks = titan::data::open_corpus("t", {.format = CorpusFormat::text, .path = tmp.path});
+  const auto blocks = titan::data::open_corpus("t", {.format = DatasetFormat::text, .path = tmp.path});
   CHECK(all_documents(*blocks) ==
         std::vector<std::string>{"First:\nline two", "Second\r", "Third", "Fourth (no final newline)"});
   CHECK(blocks->files().size() == 2);
   CHECK(blocks->files()[0].second == 37);
 
   const auto files = titan::data::open_corpus(
-      "t", {.format = CorpusFormat::text, .path = tmp.path / "a.txt", .split_blank_lines = false});
+      "t", {.format = DatasetFormat::text, .path = tmp.path / "a.txt", .split_blank_lines = false});
   CHECK(all_documents(*files) == std::vector<std::string>{titan::test::read_file(tmp.path / "a.txt")});
 }
 
@@ -40,14 +40,14 @@ TEST_CASE("Corpus: JSON Lines with a configurable text field; bad lines are name
   titan::test::write_file(tmp.path / "d.jsonl", "{\"text\": \"one\", \"body\": \"x\"}\n\n{\"text\": \"two\\nlines\"}\n"
                                                 "{\"body\": \"y\"}\n{broken\n");
   titan::test::write_file(tmp.path / "ignored.txt", "not json");
-  const auto c = titan::data::open_corpus("j", {.format = CorpusFormat::jsonl, .path = tmp.path});
+  const auto c = titan::data::open_corpus("j", {.format = DatasetFormat::jsonl, .path = tmp.path});
   REQUIRE(c->size() == 4);
   CHECK(c->document(0) == "one");
   CHECK(c->document(1) == "two\nlines");
   CHECK_THROWS_WITH(c->document(2), Contains("d.jsonl:4") && Contains("\"text\""));
   CHECK_THROWS_WITH(c->document(3), Contains("d.jsonl:5") && Contains("syntax error"));
   CHECK_THROWS_WITH(c->document(4), Contains("[0, 4)"));
-  const auto body = titan::data::open_corpus("j", {.format = CorpusFormat::jsonl, .path = tmp.path / "d.jsonl",
+  const auto body = titan::data::open_corpus("j", {.format = DatasetFormat::jsonl, .path = tmp.path / "d.jsonl",
                                                    .text_field = "body"});
   CHECK(body->document(0) == "x");
 }
@@ -59,7 +59,7 @@ TEST_CASE("Corpus: fortunes files, skipping .dat, .u8 and off/", "[data]") {
   fs::create_symlink(tmp.path / "wisdom", tmp.path / "wisdom.u8");
   fs::create_directories(tmp.path / "off");
   titan::test::write_file(tmp.path / "off" / "rude", "Ebg13 grkg.\n%\n");
-  const auto c = titan::data::open_corpus("f", {.format = CorpusFormat::fortunes, .path = tmp.path});
+  const auto c = titan::data::open_corpus("f", {.format = DatasetFormat::fortunes, .path = tmp.path});
   CHECK(all_documents(*c) == std::vector<std::string>{"Quote one.", "Quote two\n  -- someone", "Last quote."});
   CHECK(c->files().size() == 1);
 }
@@ -98,7 +98,7 @@ TEST_CASE("Datasets: registry, dataset_path, and errors naming dataset and path"
   CHECK_THROWS_WITH(titan::data::make_corpus("m", {}), Contains("at least one document"));
 
   titan::test::write_file(tmp.path / "mine.jsonl", "{\"content\": \"hello\"}\n");
-  titan::data::register_dataset("mine", {.format = CorpusFormat::jsonl, .path = tmp.path / "mine.jsonl",
+  titan::data::register_dataset("mine", {.format = DatasetFormat::jsonl, .path = tmp.path / "mine.jsonl",
                                          .text_field = "content"});
   CHECK(titan::data::load_dataset("mine")->document(0) == "hello");
 

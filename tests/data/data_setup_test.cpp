@@ -42,7 +42,7 @@ TEST_CASE("build_dataloader: accumulation from the global batch and mixtures fro
   CHECK(at::equal(slice, all.slice(0, 4, 8)));
 
   c.training.dataset_text_field = "body";
-  c.training.dataset_format = "jsonl";
+  c.training.dataset_format = titan::DatasetFormat::jsonl;
   c.training.dataset_mixture = {"tinyshakespeare:1:" + (tmp.path / "b.jsonl").string()};
   CHECK(titan::build_sources(c).size() == 1);
   c.training.dataset_mixture = {"tinyshakespeare:0"};

@@ -15,7 +15,7 @@
 
 using titan::data::Batch;
 using titan::data::DataLoader;
-using titan::data::DataLoaderConfig;
+using titan::data::DataLoaderOptions;
 using Catch::Matchers::Contains;
 
 namespace {
@@ -42,9 +42,9 @@ std::vector<int64_t> window_part(const std::vector<int32_t>& stream, int64_t w, 
 }
 
 // A loader over tinyshakespeare (one document per speech); each loader opens its own source.
-DataLoader shakespeare_loader(const std::shared_ptr<const titan::data::Tokenizer>& tok, DataLoaderConfig config) {
+DataLoader shakespeare_loader(const std::shared_ptr<const titan::data::Tokenizer>& tok, DataLoaderOptions config) {
   auto source = titan::data::open_source(
-      "tinyshakespeare", {.format = titan::data::CorpusFormat::text,
+      "tinyshakespeare", {.format = titan::DatasetFormat::text,
                           .path = titan::test::tinyshakespeare()});
   return DataLoader({{.source = std::move(source), .weight = 1.0}}, tok, config);
 }
@@ -155,7 +155,7 @@ TEST_CASE("DataLoader state: next 50 batches identical after restore and after d
     }
   }
   SECTION("a state taken inside a step restores under the same layout only") {
-    const DataLoaderConfig split{.local_batch_size = 2, .seq_len = S, .grad_accum_steps = 2};
+    const DataLoaderOptions split{.local_batch_size = 2, .seq_len = S, .grad_accum_steps = 2};
     DataLoader a = shakespeare_loader(tok, split);
     a.load_state(nlohmann::json::parse(saved));
     a.next();
@@ -180,11 +180,11 @@ TEST_CASE("DataLoader state: next 50 batches identical after restore and after d
 
 TEST_CASE("DataLoader: output does not depend on the number of tokenizer workers", "[data]") {
   const auto tok = titan::test::tiny_tokenizer();
-  const DataLoaderConfig base{.local_batch_size = 4, .seq_len = 64, .prefetch = 3};
+  const DataLoaderOptions base{.local_batch_size = 4, .seq_len = 64, .prefetch = 3};
   DataLoader inline_loader = shakespeare_loader(tok, base);
   std::vector<DataLoader> pooled;
   for (int64_t workers : {1, 3}) {
-    DataLoaderConfig c = base;
+    DataLoaderOptions c = base;
     c.num_workers = workers;
     pooled.push_back(shakespeare_loader(tok, c));
   }
@@ -200,7 +200,7 @@ TEST_CASE("DataLoader document packing: positions and segment ids restart per do
   const auto corpus = titan::data::make_corpus("sample", titan::test::sample_documents());
   const int64_t B = 2, S = 40;
   DataLoader concat(corpus, tok, {.local_batch_size = B, .seq_len = S});
-  DataLoader doc(corpus, tok, {.local_batch_size = B, .seq_len = S, .packing = titan::data::Packing::document});
+  DataLoader doc(corpus, tok, {.local_batch_size = B, .seq_len = S, .packing = titan::Packing::document});
   const int32_t bos = *tok->bos_id();
   for (int step = 0; step < 6; ++step) {
     const Batch c = concat.next(), d = doc.next();

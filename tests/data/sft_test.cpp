@@ -12,7 +12,7 @@
 #include "test_util.hpp"
 
 using titan::data::DataLoader;
-using titan::data::Packing;
+using titan::Packing;
 
 namespace {
 
@@ -35,7 +35,7 @@ TEST_CASE("SFT: the label mask covers exactly the assistant tokens", "[data]") {
   titan::test::TempDir tmp;
   titan::test::write_file(tmp.path / "chat.jsonl", kChats);
   const auto tok = titan::test::tiny_tokenizer();
-  const titan::data::CorpusSpec spec{.format = titan::data::CorpusFormat::chat, .path = tmp.path / "chat.jsonl"};
+  const titan::data::CorpusSpec spec{.format = titan::DatasetFormat::chat, .path = tmp.path / "chat.jsonl"};
   // What each conversation trains on: its assistant contents, each with the turn_end marker.
   const std::vector<std::string> assistant = {"Hello there!<|end|>\nGoodbye.<|end|>\n", "4<|end|>\n"};
   const std::vector<std::string> rendered = {

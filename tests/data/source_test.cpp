@@ -13,10 +13,10 @@
 #include "test_util.hpp"
 
 using Catch::Matchers::Contains;
-using titan::data::CorpusFormat;
+using titan::DatasetFormat;
 using titan::data::CorpusSpec;
 using titan::data::DataLoader;
-using titan::data::OnBadRecord;
+using titan::OnBadRecord;
 using titan::data::Record;
 using titan::data::Source;
 namespace fs = std::filesystem;
@@ -60,13 +60,13 @@ TEST_CASE("Sources: text JSONL gz zst and a glob of shards read the documents of
   const bool zst = compress("zst", tmp.path / "all.jsonl", tmp.path / "all.jsonl.zst");
   if (!zst) WARN("no zstandard module or zstd CLI: .zst not tested");
 
-  auto text = titan::data::open_source("t", {.format = CorpusFormat::text,
+  auto text = titan::data::open_source("t", {.format = DatasetFormat::text,
                                              .path = titan::test::tinyshakespeare()});
   CHECK(read_all(*text) == docs);
   for (const char* name : {"all.jsonl", "all.jsonl.gz", "all.jsonl.zst"}) {
     if (!zst && fs::path(name).extension() == ".zst") continue;
     INFO(name);
-    auto source = titan::data::open_source("j", {.format = CorpusFormat::jsonl, .path = tmp.path / name});
+    auto source = titan::data::open_source("j", {.format = DatasetFormat::jsonl, .path = tmp.path / name});
     CHECK(read_all(*source) == docs);
   }
 
@@ -79,9 +79,9 @@ TEST_CASE("Sources: text JSONL gz zst and a glob of shards read the documents of
   write_jsonl(tmp.path / "p2.jsonl", docs, 2 * third, docs.size());
   REQUIRE(compress("gz", tmp.path / "p1.jsonl", shards / "part-1.jsonl.gz"));
   REQUIRE(compress(zst ? "zst" : "gz", tmp.path / "p2.jsonl", shards / (zst ? "part-2.jsonl.zst" : "part-2.jsonl.gz")));
-  auto glob = titan::data::open_source("g", {.format = CorpusFormat::jsonl, .path = shards / "part-*"});
+  auto glob = titan::data::open_source("g", {.format = DatasetFormat::jsonl, .path = shards / "part-*"});
   CHECK(read_all(*glob) == docs);
-  auto folder = titan::data::open_source("g", {.format = CorpusFormat::jsonl, .path = shards});
+  auto folder = titan::data::open_source("g", {.format = DatasetFormat::jsonl, .path = shards});
   CHECK(read_all(*folder) == docs);
 
   // The same documents make the same batches, whatever the file format.
@@ -104,7 +104,7 @@ TEST_CASE("Sources: a saved cursor restores the exact next record in plain gz an
     REQUIRE(compress("gz", tmp.path / "b.jsonl", tmp.path / "s-1.jsonl.gz"));
   }
   for (const fs::path& path : {tmp.path / "a.jsonl", tmp.path / "s-*"}) {
-    auto source = titan::data::open_source("s", {.format = CorpusFormat::jsonl, .path = path});
+    auto source = titan::data::open_source("s", {.format = DatasetFormat::jsonl, .path = path});
     Record r;
     const size_t records = path.filename() == "a.jsonl" ? half : docs.size();
     for (size_t stop : {size_t(0), size_t(1), size_t(37), half - 1, half, half + 5}) {
@@ -112,7 +112,7 @@ TEST_CASE("Sources: a saved cursor restores the exact next record in plain gz an
       source->seek({});
       for (size_t i = 0; i < stop; ++i) REQUIRE(source->next(r));
       const titan::data::SourceCursor cursor = source->cursor();
-      auto fresh = titan::data::open_source("s", {.format = CorpusFormat::jsonl, .path = path});
+      auto fresh = titan::data::open_source("s", {.format = DatasetFormat::jsonl, .path = path});
       fresh->seek(cursor);
       INFO(path.string() << " after " << stop << " records");
       const bool more = stop < records;
@@ -137,7 +137,7 @@ TEST_CASE("Sources: bad input is reported with file and line or skipped and coun
   titan::test::write_file(dir / "d-good.jsonl", "{\"text\": \"three\"}\n");
 
   SECTION("error: each names the file and line") {
-    auto source = titan::data::open_source("bad", {.format = CorpusFormat::jsonl, .path = dir / "a-bad.jsonl"});
+    auto source = titan::data::open_source("bad", {.format = DatasetFormat::jsonl, .path = dir / "a-bad.jsonl"});
     Record r;
     REQUIRE(source->next(r));
     CHECK(source->decode(r)->front().text == "one");
@@ -151,19 +151,19 @@ TEST_CASE("Sources: bad input is reported with file and line or skipped and coun
     CHECK(r.line == 6);  // the blank line 5 is no record
     CHECK_FALSE(source->next(r));
 
-    auto empty = titan::data::open_source("bad", {.format = CorpusFormat::jsonl, .path = dir / "b-*"});
+    auto empty = titan::data::open_source("bad", {.format = DatasetFormat::jsonl, .path = dir / "b-*"});
     CHECK_THROWS_WITH(empty->next(r), Contains("b-empty.jsonl") && Contains("empty"));
-    auto unreadable = titan::data::open_source("bad", {.format = CorpusFormat::jsonl, .path = dir / "c-*"});
+    auto unreadable = titan::data::open_source("bad", {.format = DatasetFormat::jsonl, .path = dir / "c-*"});
     CHECK_THROWS_WITH(unreadable->next(r), Contains("c-unreadable.jsonl") && Contains("readable"));
 
     titan::test::write_file(tmp.path / "latin1.txt", "fine\n\nna\xefve\n");
-    auto text = titan::data::open_source("latin1", {.format = CorpusFormat::text, .path = tmp.path / "latin1.txt"});
+    auto text = titan::data::open_source("latin1", {.format = DatasetFormat::text, .path = tmp.path / "latin1.txt"});
     REQUIRE(text->next(r));
     REQUIRE(text->next(r));
     CHECK_THROWS_WITH(text->decode(r), Contains("latin1.txt:3") && Contains("UTF-8"));
   }
   SECTION("skip: the good documents remain, every bad one is counted") {
-    CorpusSpec spec{.format = CorpusFormat::jsonl, .path = dir / "*.jsonl"};  // a glob lists the broken link
+    CorpusSpec spec{.format = DatasetFormat::jsonl, .path = dir / "*.jsonl"};  // a glob lists the broken link
     spec.on_bad_record = OnBadRecord::skip;
     auto source = titan::data::open_source("bad", spec);
     CHECK(read_all(*source) == std::vector<std::string>{"one", "two", "three"});

@@ -3,6 +3,8 @@
 // steps, the reference equals a hand-computed scalar update, and clipping bounds the norm.
 #include <ATen/ATen.h>
 
+#include <fmt/format.h>
+
 #include <cmath>
 
 #include "test_util.hpp"
@@ -15,9 +17,10 @@ std::vector<at::Tensor> make_params(int seed) {
   return {at::randn({7, 5}).requires_grad_(), at::randn({3}).requires_grad_(), at::randn({2, 2, 2}).requires_grad_()};
 }
 
-std::vector<at::Tensor> run(const std::string& impl, int steps) {
+std::vector<at::Tensor> run(titan::OptimizerImplementation impl, int steps,
+                            titan::OptimizerName name = titan::OptimizerName::adamw) {
   auto params = make_params(11);
-  titan::AdamW opt(params, {.lr = 1e-2, .weight_decay = 0.1, .implementation = impl});
+  titan::AdamW opt(params, {.name = name, .lr = 1e-2, .weight_decay = 0.1, .implementation = impl});
   for (int s = 0; s < steps; ++s) {
     at::manual_seed(100 + s);
     for (auto& p : params) p.mutable_grad() = at::randn_like(p);
@@ -28,21 +31,27 @@ std::vector<at::Tensor> run(const std::string& impl, int steps) {
 }  // namespace
 
 TEST_CASE("adamw implementations agree", "[optim][adamw]") {
-  const auto ref = run("for-loop", 5);
-  for (const char* impl : {"fused", "foreach"}) {
-    const auto got = run(impl, 5);
-    for (size_t i = 0; i < ref.size(); ++i) {
-      INFO(impl << " param " << i << " max diff " << (got[i] - ref[i]).abs().max().item<double>());
-      // fp32, different op order inside the kernels: a few ulps.
-      CHECK(at::allclose(got[i], ref[i], 1e-5, 1e-6));
+  using titan::OptimizerImplementation;
+  for (const auto name : {titan::OptimizerName::adamw, titan::OptimizerName::adam}) {
+    const auto ref = run(OptimizerImplementation::for_loop, 5, name);
+    for (const auto impl : {OptimizerImplementation::fused, OptimizerImplementation::foreach}) {
+      const auto got = run(impl, 5, name);
+      for (size_t i = 0; i < ref.size(); ++i) {
+        INFO(fmt::format("{} {} param {} max diff {}", name, impl, i, (got[i] - ref[i]).abs().max().item<double>()));
+        // fp32, different op order inside the kernels: a few ulps.
+        CHECK(at::allclose(got[i], ref[i], 1e-5, 1e-6));
+      }
     }
   }
+  // Adam's L2 decay goes through the moments; AdamW's does not: the two differ.
+  CHECK_FALSE(at::allclose(run(OptimizerImplementation::for_loop, 5, titan::OptimizerName::adam)[0],
+                           run(OptimizerImplementation::for_loop, 5)[0]));
 }
 
 TEST_CASE("adamw reference equals the closed-form first step", "[optim][adamw]") {
   at::Tensor p = at::full({1}, 2.0).requires_grad_();
   titan::AdamW opt({p}, {.lr = 0.1, .beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8, .weight_decay = 0.1,
-                         .implementation = "for-loop"});
+                         .implementation = titan::OptimizerImplementation::for_loop});
   p.mutable_grad() = at::full({1}, 0.5);
   opt.step(0.1);
   // Step 1: m_hat = g, v_hat = g^2, so the update is lr * g / (|g| + eps) after decay p *= 1 - lr*wd.
@@ -50,6 +59,17 @@ TEST_CASE("adamw reference equals the closed-form first step", "[optim][adamw]")
   CHECK(p.item<double>() == Approx(expected).epsilon(1e-6));
   opt.zero_grad();
   CHECK_FALSE(p.grad().defined());
+  // The state a checkpoint sees, through the Optimizer interface.
+  const titan::Optimizer& base = opt;
+  const std::vector<titan::ParamState> state = base.state(0);
+  REQUIRE(state.size() == 3);
+  CHECK(state[0].name == "exp_avg");
+  CHECK(state[1].name == "exp_avg_sq");
+  CHECK(state[2].name == "step");
+  CHECK(state[0].like_param);
+  CHECK_FALSE(state[2].like_param);
+  CHECK(state[2].tensor.item<double>() == 1.0);
+  CHECK(base.state_bytes() == 3 * 4);
 }
 
 TEST_CASE("global-norm clipping", "[optim][clip]") {

@@ -22,7 +22,7 @@ using test::single_rank;
 TEST_CASE("FSDP 2 matches one rank for 20 steps", "[parallel][fsdp][parity]") { check_parity({.dp_shard = 2}); }
 
 TEST_CASE("FSDP 4 with reshard always matches one rank", "[parallel][fsdp][parity]") {
-  check_parity({.dp_shard = 4}, {.reshard = "always"});
+  check_parity({.dp_shard = 4}, {.reshard = ReshardAfterForward::always});
 }
 
 TEST_CASE("HSDP 2x2 matches one rank", "[parallel][hsdp][parity]") { check_parity({.dp_replicate = 2, .dp_shard = 2}); }
@@ -38,11 +38,11 @@ TEST_CASE("FSDP 3 with padded shards matches one rank", "[parallel][fsdp][parity
 }
 
 TEST_CASE("FSDP 3 with flat collectives matches one rank", "[parallel][fsdp][parity]") {
-  check_parity({.dp_shard = 3}, {.global_batch = 6, .collectives = "flat"});
+  check_parity({.dp_shard = 3}, {.global_batch = 6, .collectives = parallel::DataParallelCollectives::flat});
 }
 
 TEST_CASE("DDP 2 with flat collectives matches one rank", "[parallel][ddp][parity]") {
-  check_parity({.dp_replicate = 2}, {.collectives = "flat"});
+  check_parity({.dp_replicate = 2}, {.collectives = parallel::DataParallelCollectives::flat});
 }
 
 TEST_CASE("FSDP initial weights equal the single-rank ones from the seed alone", "[parallel][fsdp][init]") {
@@ -85,7 +85,8 @@ TEST_CASE("FSDP keeps 1/N of the parameter, gradient and optimizer bytes per ran
 TEST_CASE("reshard_after_forward frees gathered parameters between forward and backward", "[parallel][fsdp][memory]") {
   dist::run_local_ranks(2, [&](int64_t rank, const dist::Store& store) {
     const dist::Mesh mesh({.dp_shard = 2}, rank, store, kFast);
-    for (const std::string policy : {"always", "default", "never"}) {
+    for (const ReshardAfterForward policy :
+         {ReshardAfterForward::always, ReshardAfterForward::default_, ReshardAfterForward::never}) {
       nn::manual_init_seed(1);
       llama3::Llama3 model(test::parity_args(), 32, at::TensorOptions());
       parallel::ParallelPlan plan = llama3::parallel_plan(model, mesh);
@@ -105,9 +106,9 @@ TEST_CASE("reshard_after_forward frees gathered parameters between forward and b
       for (const auto& p : meta.layers.back()->parameters()) last_block += p.numel() * 4;
       // titan sees no end-of-forward hook, so the last unit stays gathered until its backward under
       // every policy; "default" also keeps the last block (backward needs it next).
-      if (policy == "always") RANK_CHECK_INFO("policy always: " << after_forward << " bytes", after_forward == last_unit);
-      if (policy == "default") RANK_CHECK_INFO("policy default: " << after_forward << " bytes", after_forward == last_unit + last_block);
-      if (policy == "never") RANK_CHECK_INFO("policy never: " << after_forward << " bytes", after_forward == full_model);
+      if (policy == ReshardAfterForward::always) RANK_CHECK_INFO("policy always: " << after_forward << " bytes", after_forward == last_unit);
+      if (policy == ReshardAfterForward::default_) RANK_CHECK_INFO("policy default: " << after_forward << " bytes", after_forward == last_unit + last_block);
+      if (policy == ReshardAfterForward::never) RANK_CHECK_INFO("policy never: " << after_forward << " bytes", after_forward == full_model);
       loss.backward();
       RANK_CHECK(dp->gathered_bytes() == 0);  // every unit is freed after its backward
       for (const auto& p : model.unique_parameters()) RANK_CHECK(p.grad().defined());
@@ -119,7 +120,7 @@ TEST_CASE("FSDP prefetches the next all-gather and reduce-scatters during backwa
   using Kind = parallel::DataParallelEvent::Kind;
   dist::run_local_ranks(2, [&](int64_t rank, const dist::Store& store) {
     const dist::Mesh mesh({.dp_shard = 2}, rank, store, kFast);
-    const test::ParityResult r = test::train_parity(mesh, {.steps = 1, .reshard = "always", .trace = true});
+    const test::ParityResult r = test::train_parity(mesh, {.steps = 1, .reshard = ReshardAfterForward::always, .trace = true});
     const auto events = r.applied.data_parallel()->trace();
     const int64_t units = r.applied.data_parallel()->num_units();
     auto first = [&](Kind kind, int64_t unit) {

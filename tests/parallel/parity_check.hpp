@@ -11,6 +11,8 @@
 // it gets the same tolerances.
 #pragma once
 
+#include <fmt/format.h>
+
 #include <mutex>
 
 #include "parity_util.hpp"
@@ -42,7 +44,7 @@ inline void check_parity(const dist::MeshShape& shape, const ParityRun& run = {}
   });
   for (size_t rank = 0; rank < results.size(); ++rank) {
     const auto& r = results[rank];
-    INFO(shape.describe() << " rank " << rank);
+    INFO(fmt::format("{} rank {}", shape, rank));
     REQUIRE(r.losses.size() == ref.losses.size());
     for (size_t s = 0; s < r.losses.size(); ++s) {
       INFO("step " << s + 1 << " loss " << r.losses[s] << " vs " << ref.losses[s]);

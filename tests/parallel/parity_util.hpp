@@ -28,8 +28,8 @@ struct ParityRun {
   int64_t global_batch = 8;             ///< sequences per step, split over dp ranks
   int64_t seq_len = 64;                 ///< tokens per sequence
   int64_t accumulation = 1;             ///< microbatches per rank per step
-  std::string reshard = "default";      ///< fsdp_reshard_after_forward
-  std::string collectives = "auto";     ///< FSDP/DDP collective layout: auto | flat | per_param
+  ReshardAfterForward reshard = ReshardAfterForward::default_;  ///< fsdp_reshard_after_forward
+  parallel::DataParallelCollectives collectives = parallel::DataParallelCollectives::auto_;  ///< FSDP/DDP collective layout
   bool trace = false;                   ///< record the FSDP event trace
   bool sequence_parallel = true;        ///< under TP: sequence-sharded activations between blocks
   bool loss_parallel = true;            ///< under TP: loss on vocab-sharded logits
@@ -110,8 +110,9 @@ inline ParityResult train_parity(const dist::Mesh& mesh, const ParityRun& run) {
   for (const auto& p : params) {
     result.local_state_bytes += p.nbytes() + (p.grad().defined() ? p.grad().nbytes() : 0);
   }
-  for (const auto& s : optimizer.exp_avgs()) result.local_state_bytes += s.nbytes();
-  for (const auto& s : optimizer.exp_avg_sqs()) result.local_state_bytes += s.nbytes();
+  for (size_t i = 0; i < params.size(); ++i) {
+    for (const ParamState& s : optimizer.state(i)) result.local_state_bytes += s.like_param ? s.tensor.nbytes() : 0;
+  }
   for (const auto& p : params) result.weights.push_back(whole(p, mesh));
   return result;
 }

@@ -29,7 +29,7 @@
 #include "titan/layout/sharded_param.hpp"
 
 namespace titan {
-class AdamW;
+class Optimizer;
 }
 namespace titan::dist {
 class Mesh;
@@ -57,8 +57,10 @@ StateTensor state_tensor(std::string key, const at::Tensor& p, const dist::Mesh*
 /// Adds "model.<name>" for each parameter.
 void add_model(State& state, const std::vector<std::string>& names, const std::vector<at::Tensor>& params,
                const dist::Mesh* mesh);
-/// Adds "optimizer.<name>.exp_avg", ".exp_avg_sq" and ".step" for each of the optimizer's parameters.
-void add_optimizer(State& state, const std::vector<std::string>& names, const AdamW& optimizer, const dist::Mesh* mesh);
+/// Adds "optimizer.<name>.<state>" for each of the optimizer's parameters and each of its named state
+/// tensors (AdamW: exp_avg, exp_avg_sq, step), through the optim::Optimizer interface only.
+void add_optimizer(State& state, const std::vector<std::string>& names, const Optimizer& optimizer,
+                   const dist::Mesh* mesh);
 
 /// The group of a key: its first dot-separated segment ("model.norm.weight" -> "model").
 std::string group_of(const std::string& key);

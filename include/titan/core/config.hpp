@@ -7,6 +7,7 @@
 // (cmake/TitanConfigDocs.cmake), so keep each on one line directly above its field.
 #pragma once
 
+#include "titan/core/choices.hpp"
 #include "titan/core/detail/reflect.hpp"
 
 #include <cstdint>
@@ -19,7 +20,7 @@ namespace titan {
 /// Where outputs go and how the job describes itself.
 struct JobSectionConfig {
   /// TOML or JSON job file to load (the file layer; by extension, .json is JSON).
-  std::optional<std::string> config_file;
+  std::optional<std::string> config_file{};
   /// Folder for everything the run writes (checkpoints, metrics, config.json).
   std::string dump_folder = "./outputs";
   /// Free-text description of the job, logged at start.
@@ -27,9 +28,9 @@ struct JobSectionConfig {
   /// Print the effective config at start.
   bool print_config = false;
   /// Also save the effective config as JSON to this path under dump_folder.
-  std::optional<std::string> save_config_file;
+  std::optional<std::string> save_config_file{};
   /// torchtitan's Python config-extension module; unused by titan (extend with register_preset).
-  std::string custom_config_module;
+  std::string custom_config_module{};
 };
 TITAN_CONFIG(JobSectionConfig, config_file, dump_folder, description, print_config, save_config_file,
              custom_config_module)
@@ -85,9 +86,9 @@ struct ModelConfig {
   /// Folder with the HF assets: tokenizer files, config.json, safetensors weights.
   std::string hf_assets_path = "./tests/assets/tokenizer";
   /// Deprecated: use hf_assets_path.
-  std::optional<std::string> tokenizer_path;
+  std::optional<std::string> tokenizer_path{};
   /// Model converters to apply, e.g. float8 (comma-separated on the command line).
-  std::vector<std::string> converters;
+  std::vector<std::string> converters{};
   /// Print the model after the converters ran.
   bool print_after_conversion = false;
 };
@@ -95,8 +96,8 @@ TITAN_CONFIG(ModelConfig, name, flavor, hf_assets_path, tokenizer_path, converte
 
 /// AdamW hyperparameters.
 struct OptimizerConfig {
-  /// Optimizer (AdamW or Adam).
-  std::string name = "AdamW";
+  /// Optimizer: AdamW (decoupled weight decay) or Adam (L2 weight decay).
+  OptimizerName name = OptimizerName::adamw;
   /// Peak learning rate.
   double lr = 8e-4;
   /// First-moment EMA coefficient.
@@ -108,7 +109,7 @@ struct OptimizerConfig {
   /// Decoupled weight decay coefficient.
   double weight_decay = 0.1;
   /// Kernel flavor: for-loop, foreach or fused.
-  std::string implementation = "fused";
+  OptimizerImplementation implementation = OptimizerImplementation::fused;
   /// Step the optimizer inside backward (no gradient clipping then).
   bool early_step_in_backward = false;
 };
@@ -120,11 +121,11 @@ struct LRSchedulerConfig {
   /// Linear warmup length in steps.
   int64_t warmup_steps = 200;
   /// Steps the schedule spans (unset = training.steps).
-  std::optional<int64_t> total_steps;
+  std::optional<int64_t> total_steps{};
   /// Fraction of the steps spent decaying at the end (unset = decay right after warmup).
-  std::optional<double> decay_ratio;
+  std::optional<double> decay_ratio{};
   /// Decay curve: linear, sqrt or cosine.
-  std::string decay_type = "linear";
+  DecayType decay_type = DecayType::linear;
   /// Final lr as a fraction of optimizer.lr, in [0, 1].
   double min_lr_factor = 0.0;
 };
@@ -139,7 +140,7 @@ struct DataLoaderConfig {
   /// Put batches in pinned host memory.
   bool pin_memory = false;
   /// Batches each worker loads ahead (unset = 2 when num_workers > 0).
-  std::optional<int64_t> prefetch_factor;
+  std::optional<int64_t> prefetch_factor{};
 };
 TITAN_CONFIG(DataLoaderConfig, num_workers, persistent_workers, pin_memory, prefetch_factor)
 
@@ -148,7 +149,7 @@ struct TrainingConfig {
   /// Dataset name (c4_test, c4, ...).
   std::string dataset = "c4_test";
   /// Local path of the dataset (unset = the dataset's default location).
-  std::optional<std::string> dataset_path;
+  std::optional<std::string> dataset_path{};
   /// Sequences per device per microbatch.
   int64_t local_batch_size = 8;
   /// Sequences per optimizer step over all ranks (-1 = local_batch_size x data-parallel degree).
@@ -162,11 +163,11 @@ struct TrainingConfig {
   /// Offload params, grads and optimizer state to CPU under FSDP.
   bool enable_cpu_offload = false;
   /// Dtype of params, grads and optimizer state: float32 or bfloat16.
-  std::string dtype = "float32";
+  DType dtype = DType::float32;
   /// Param dtype under mixed precision (FSDP or autocast): bfloat16 or float32.
-  std::string mixed_precision_param = "bfloat16";
+  DType mixed_precision_param = DType::bfloat16;
   /// Gradient reduction dtype under FSDP mixed precision (float32).
-  std::string mixed_precision_reduce = "float32";
+  DType mixed_precision_reduce = DType::float32;
   /// Garbage-collection interval in steps (Python only; kept for TOML compatibility).
   int64_t gc_freq = 50;
   /// Collect garbage every step to find reference cycles (Python only).
@@ -174,17 +175,17 @@ struct TrainingConfig {
   /// titan: intra-op CPU threads (0 = auto).
   int64_t num_threads = 0;
   /// Dataloader settings.
-  DataLoaderConfig dataloader;
+  DataLoaderConfig dataloader{};
   /// titan: weighted mixture instead of dataset, entries "name:weight" or "name:weight:path".
-  std::vector<std::string> dataset_mixture;
+  std::vector<std::string> dataset_mixture{};
   /// titan: JSON key holding the text in JSONL datasets (unset = the dataset's registered key).
-  std::optional<std::string> dataset_text_field;
+  std::optional<std::string> dataset_text_field{};
   /// titan: override the dataset's format: text, jsonl, fortunes or chat (SFT).
-  std::optional<std::string> dataset_format;
+  std::optional<DatasetFormat> dataset_format{};
   /// titan: bad records (malformed JSON, missing field, bad UTF-8, empty/unreadable file): error or skip.
-  std::string dataset_on_bad_record = "error";
+  OnBadRecord dataset_on_bad_record = OnBadRecord::error;
   /// titan: packing: concat (torchtitan v0.2), document (positions and block-causal ids) or padded.
-  std::string packing = "concat";
+  Packing packing = Packing::concat;
 };
 TITAN_CONFIG(TrainingConfig, dataset, dataset_path, local_batch_size, global_batch_size, seq_len, max_norm,
              steps, enable_cpu_offload, dtype, mixed_precision_param, mixed_precision_reduce, gc_freq,
@@ -198,7 +199,7 @@ struct ParallelismConfig {
   /// Sharded data-parallel (FSDP) degree; -1 = the ranks left after the other degrees.
   int64_t data_parallel_shard_degree = -1;
   /// FSDP reshard-after-forward policy: default, always or never.
-  std::string fsdp_reshard_after_forward = "default";
+  ReshardAfterForward fsdp_reshard_after_forward = ReshardAfterForward::default_;
   /// Tensor-parallel degree.
   int64_t tensor_parallel_degree = 1;
   /// Do not compute the loss on vocab-sharded logits under TP.
@@ -208,17 +209,17 @@ struct ParallelismConfig {
   /// Pipeline-parallel degree (ranks, not stages).
   int64_t pipeline_parallel_degree = 1;
   /// Module FQNs of each pipeline stage, e.g. [["tok_embeddings","layers.0"],["layers.1"]].
-  std::optional<std::vector<std::vector<std::string>>> module_fqns_per_model_part;
+  std::optional<std::vector<std::vector<std::string>>> module_fqns_per_model_part{};
   /// Layers fewer in the first stage, which also holds the embedding.
   int64_t pipeline_parallel_first_stage_less_layers = 1;
   /// Layers fewer in the last stage, which also holds norm and output.
   int64_t pipeline_parallel_last_stage_less_layers = 1;
   /// Layers per (virtual) stage (unset = inferred from schedule and degree).
-  std::optional<int64_t> pipeline_parallel_layers_per_stage;
+  std::optional<int64_t> pipeline_parallel_layers_per_stage{};
   /// Pipeline schedule name (1F1B, GPipe, Interleaved1F1B, ...).
-  std::string pipeline_parallel_schedule = "1F1B";
+  PipelineSchedule pipeline_parallel_schedule = PipelineSchedule::schedule_1f1b;
   /// CSV file with a custom pipeline schedule.
-  std::string pipeline_parallel_schedule_csv;
+  std::string pipeline_parallel_schedule_csv{};
   /// Sequences per pipeline microbatch.
   int64_t pipeline_parallel_microbatch_size = 1;
   /// Overlap expert-parallel and pipeline communication (DualPipeV).
@@ -226,15 +227,15 @@ struct ParallelismConfig {
   /// Context-parallel degree.
   int64_t context_parallel_degree = 1;
   /// CP load balancer: headtail or ptrr (unset = none).
-  std::optional<std::string> context_parallel_load_balancer = "headtail";
+  std::optional<CpLoadBalancer> context_parallel_load_balancer = CpLoadBalancer::headtail;
   /// CP key/value exchange: allgather or alltoall.
-  std::string context_parallel_rotate_method = "allgather";
+  CpRotateMethod context_parallel_rotate_method = CpRotateMethod::allgather;
   /// Expert-parallel degree (MoE models only).
   int64_t expert_parallel_degree = 1;
   /// Expert tensor-parallel degree (1 or tensor_parallel_degree).
   int64_t expert_tensor_parallel_degree = 1;
   /// Expert-parallel communication backend: standard or deepep.
-  std::string expert_parallel_comm_backend = "standard";
+  ExpertCommBackend expert_parallel_comm_backend = ExpertCommBackend::standard;
 };
 TITAN_CONFIG(ParallelismConfig, data_parallel_replicate_degree, data_parallel_shard_degree,
              fsdp_reshard_after_forward, tensor_parallel_degree, disable_loss_parallel,
@@ -256,7 +257,7 @@ struct CheckpointConfig {
   /// Save every this many steps.
   int64_t interval = 500;
   /// Checkpoint to start from when the run folder has none.
-  std::optional<std::string> initial_load_path;
+  std::optional<std::string> initial_load_path{};
   /// Load only the model from initial_load_path.
   bool initial_load_model_only = true;
   /// initial_load_path is HF safetensors.
@@ -268,15 +269,15 @@ struct CheckpointConfig {
   /// The final save is HF safetensors.
   bool last_save_in_hf = false;
   /// Dtype of the final model-only save: float16, bfloat16 or float32.
-  std::string export_dtype = "float32";
+  DType export_dtype = DType::float32;
   /// Async saving: disabled, async or async_with_pinned_mem.
-  std::string async_mode = "disabled";
+  AsyncMode async_mode = AsyncMode::disabled;
   /// Keep the newest k checkpoints (0 = all; 1 is not allowed).
   int64_t keep_latest_k = 10;
   /// Step to load (-1 = latest).
   int64_t load_step = -1;
   /// State keys not to load, e.g. optimizer,lr_scheduler,dataloader.
-  std::vector<std::string> exclude_from_loading;
+  std::vector<std::string> exclude_from_loading{};
   /// Also save right after step 1.
   bool enable_first_step_checkpoint = false;
   /// Initialise the full model unsharded, save it as the seed checkpoint, and stop.
@@ -291,8 +292,8 @@ TITAN_CONFIG(CheckpointConfig, enable, enable_ft_dataloader_checkpoints, folder,
 
 /// Which activations to recompute in backward.
 struct ActivationCheckpointConfig {
-  /// selective, full, memory_budget or none.
-  std::string mode = "selective";
+  /// selective, full, memory_budget or none (titan has no activation checkpointing yet: set none).
+  AcMode mode = AcMode::selective;
   /// Selective AC: an integer N (every N-th block) or op (per-op policy).
   std::string selective_ac_option = "2";
   /// Per-op AC: mm shapes of these Linear FQNs are always recomputed.
@@ -306,7 +307,7 @@ struct ActivationCheckpointConfig {
   /// Restore RNG state when recomputing (deterministic dropout).
   bool preserve_rng_state = true;
   /// Recompute determinism check function.
-  std::string determinism_check = "default";
+  DeterminismCheck determinism_check = DeterminismCheck::default_;
   /// Capture AC debug information (slower).
   bool debug = false;
 };
@@ -332,9 +333,9 @@ struct Float8Config {
   /// Precompute float8 scales for FSDP in one pass after the optimizer step.
   bool precompute_float8_dynamic_scale_for_fsdp = false;
   /// Scaling recipe: tensorwise, rowwise or rowwise_with_gw_hp (unset = tensorwise).
-  std::optional<std::string> recipe_name;
+  std::optional<Float8Recipe> recipe_name{};
   /// Linear FQNs kept in high precision, e.g. output.
-  std::vector<std::string> filter_fqns;
+  std::vector<std::string> filter_fqns{};
   /// Emulate float8 matmuls in high precision (tests, CPUs).
   bool emulate = false;
 };
@@ -354,7 +355,7 @@ struct CommConfig {
   /// Flight-recorder trace file prefix.
   std::string save_traces_file_prefix = "rank_";
   /// default, fake_backend (dry run without collectives) or local_tensor.
-  std::string mode = "default";
+  CommMode mode = CommMode::default_;
 };
 TITAN_CONFIG(CommConfig, init_timeout_seconds, train_timeout_seconds, trace_buf_size, save_traces_folder,
              save_traces_file_prefix, mode)
@@ -366,7 +367,7 @@ struct ValidationConfig {
   /// Validation dataset name.
   std::string dataset = "c4_validation";
   /// Local path of the validation dataset.
-  std::optional<std::string> dataset_path;
+  std::optional<std::string> dataset_path{};
   /// Validation sequences per device per batch.
   int64_t local_batch_size = 8;
   /// Validation tokens per sequence.
@@ -376,14 +377,14 @@ struct ValidationConfig {
   /// Validation batches per run (-1 = the whole dataset).
   int64_t steps = -1;
   /// Validation dataloader settings.
-  DataLoaderConfig dataloader;
+  DataLoaderConfig dataloader{};
 };
 TITAN_CONFIG(ValidationConfig, enable, dataset, dataset_path, local_batch_size, seq_len, freq, steps, dataloader)
 
 /// Seeds and determinism.
 struct DebugConfig {
   /// Base RNG seed (unset = nondeterministic).
-  std::optional<int64_t> seed;
+  std::optional<int64_t> seed{};
   /// Use deterministic algorithms where available (slower).
   bool deterministic = false;
   /// Only warn about ops without a deterministic implementation.
@@ -395,21 +396,21 @@ TITAN_CONFIG(DebugConfig, seed, deterministic, deterministic_warn_only, moe_forc
 
 /// The whole job: one member per section, named as the TOML sections.
 struct JobConfig {
-  JobSectionConfig job;
-  ProfilingConfig profiling;
-  MetricsConfig metrics;
-  ModelConfig model;
-  OptimizerConfig optimizer;
-  LRSchedulerConfig lr_scheduler;
-  TrainingConfig training;
-  ParallelismConfig parallelism;
-  CheckpointConfig checkpoint;
-  ActivationCheckpointConfig activation_checkpoint;
-  CompileConfig compile;
-  Float8Config float8;
-  CommConfig comm;
-  ValidationConfig validation;
-  DebugConfig debug;
+  JobSectionConfig job{};
+  ProfilingConfig profiling{};
+  MetricsConfig metrics{};
+  ModelConfig model{};
+  OptimizerConfig optimizer{};
+  LRSchedulerConfig lr_scheduler{};
+  TrainingConfig training{};
+  ParallelismConfig parallelism{};
+  CheckpointConfig checkpoint{};
+  ActivationCheckpointConfig activation_checkpoint{};
+  CompileConfig compile{};
+  Float8Config float8{};
+  CommConfig comm{};
+  ValidationConfig validation{};
+  DebugConfig debug{};
 };
 TITAN_CONFIG(JobConfig, job, profiling, metrics, model, optimizer, lr_scheduler, training, parallelism,
              checkpoint, activation_checkpoint, compile, float8, comm, validation, debug)

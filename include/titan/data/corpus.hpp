@@ -4,6 +4,8 @@
 // `tinyshakespeare`, your own) maps training.dataset / training.dataset_path to one.
 #pragma once
 
+#include "titan/core/choices.hpp"  // DatasetFormat, OnBadRecord
+
 #include <cstdint>
 #include <filesystem>
 #include <memory>
@@ -26,19 +28,6 @@ class Corpus {
   virtual std::vector<std::pair<std::filesystem::path, uintmax_t>> files() const = 0;
 };
 
-enum class CorpusFormat {
-  text,      ///< plain UTF-8 text; see CorpusSpec::split_blank_lines
-  jsonl,     ///< one JSON object per line; the document is CorpusSpec::text_field
-  fortunes,  ///< Debian fortune files: quotes separated by lines holding only "%"
-  chat,      ///< JSON lines of {"messages": [{"role", "content"}, ...]} for SFT (streaming sources only)
-};
-
-/// What a bad record (malformed JSON, missing field, invalid UTF-8, empty or unreadable file) does.
-enum class OnBadRecord {
-  error,  ///< throw, naming the file and line
-  skip,   ///< log a warning naming the file and line, count it, and go on
-};
-
 /// How a chat is rendered to text: turn_start, the content, turn_end, for each message in order.
 /// Only assistant turns are trained on (their content and turn_end); everything else gets label -100.
 struct ChatTemplate {
@@ -47,7 +36,7 @@ struct ChatTemplate {
 };
 
 struct CorpusSpec {
-  CorpusFormat format = CorpusFormat::text;
+  DatasetFormat format = DatasetFormat::text;  ///< see titan::DatasetFormat (core/choices.hpp)
   /// A file, a glob of files ("shards/*.jsonl.gz"), or a folder read recursively in path order: text
   /// takes every file but hidden ones, jsonl and chat take *.jsonl and *.json (also .gz / .zst
   /// compressed), fortunes takes files without an extension outside `off/`.

@@ -16,18 +16,11 @@
 #include <optional>
 #include <vector>
 
+#include "titan/core/choices.hpp"  // Packing
 #include "titan/data/source.hpp"
 #include "titan/data/tokenizer.hpp"
 
 namespace titan::data {
-
-/// How documents become windows of seq_len + 1 tokens.
-enum class Packing {
-  concat,    ///< torchtitan v0.2: one stream, windows cross documents, every label trained (default)
-  document,  ///< the same windows, plus positions and document ids restarting at each document, and
-             ///< no label across a document boundary: for block-causal attention
-  padded,    ///< one document per window, truncated to seq_len + 1, padded with label -100 (SFT)
-};
 
 /// A source and its share of a mixture: documents are drawn from source i with probability
 /// weight_i / sum(weights), by a counter-based RNG whose position is part of the loader state.
@@ -36,13 +29,13 @@ struct WeightedSource {
   double weight = 1.0;               ///< > 0
 };
 
-struct DataLoaderConfig {
+struct DataLoaderOptions {
   int64_t local_batch_size = 8;  ///< windows per microbatch on this rank (training.local_batch_size)
   int64_t seq_len = 2048;        ///< tokens per window row (training.seq_len)
   int64_t dp_rank = 0;           ///< this rank's index on the data-parallel axes (dp_replicate x dp_shard)
   int64_t dp_degree = 1;         ///< number of data-parallel ranks
   int64_t grad_accum_steps = 1;  ///< microbatches per rank per global batch
-  Packing packing = Packing::concat;  ///< see Packing
+  Packing packing = Packing::concat;  ///< see titan::Packing (core/choices.hpp)
   int64_t num_workers = 0;       ///< tokenizer threads; 0 = tokenize inside next() on the calling thread
   int64_t prefetch = 2;          ///< global batches prepared ahead when num_workers > 0
   bool loop = true;              ///< re-read the sources forever (training); false = one pass (validation)
@@ -64,9 +57,9 @@ class LoaderImpl;
 
 class DataLoader {
  public:
-  DataLoader(std::vector<WeightedSource> sources, std::shared_ptr<const Tokenizer> tokenizer, DataLoaderConfig config);
+  DataLoader(std::vector<WeightedSource> sources, std::shared_ptr<const Tokenizer> tokenizer, DataLoaderOptions config);
   /// One indexed corpus (tests, in-memory documents).
-  DataLoader(std::shared_ptr<const Corpus> corpus, std::shared_ptr<const Tokenizer> tokenizer, DataLoaderConfig config);
+  DataLoader(std::shared_ptr<const Corpus> corpus, std::shared_ptr<const Tokenizer> tokenizer, DataLoaderOptions config);
   ~DataLoader();
   DataLoader(DataLoader&&) noexcept;
   DataLoader& operator=(DataLoader&&) noexcept;
@@ -77,7 +70,7 @@ class DataLoader {
   /// The next local microbatch, or nullopt once a one-pass loader has no full global batch left.
   std::optional<Batch> try_next();
 
-  const DataLoaderConfig& config() const;
+  const DataLoaderOptions& config() const;
   /// Windows per global batch: local_batch_size x grad_accum_steps x dp_degree.
   int64_t global_batch_size() const;
   /// Completed passes over the first source, as of the last batch returned.

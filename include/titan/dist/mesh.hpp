@@ -32,9 +32,9 @@ struct MeshShape {
   int64_t world_size() const { return pp * dp_replicate * dp_shard * cp * tp; }
   /// Data-parallel degree: how many different batches one step sees.
   int64_t dp() const { return dp_replicate * dp_shard; }
-  /// "dp_replicate(2) * dp_shard(4) * cp(1) * tp(2) * pp(1) = 16"
-  std::string describe() const;
 };
+/// fmt: "dp_replicate(2) * dp_shard(4) * cp(1) * tp(2) * pp(1) = 16".
+std::string format_as(const MeshShape& shape);
 
 /// Resolves parallelism.* degrees for world_size ranks (data_parallel_shard_degree -1 takes what is
 /// left) and checks that they multiply to it, naming every factor when they don't.
@@ -77,8 +77,9 @@ class Mesh {
   const ProcessGroup& group(std::string_view axis) const;
 
   /// Axis and flattened-axis names, in creation order.
-  static const std::vector<std::string_view>& axis_names();
-  /// The base axes (pp, dp_replicate, dp_shard, cp, tp) a name spans: "dp" -> {dp_replicate, dp_shard}.
+  static const std::array<std::string_view, 9>& axis_names();
+  /// The base axes (pp, dp_replicate, dp_shard, cp, tp) that an axis or flattened axis set spans, in
+  /// mesh order: "dp" -> {dp_replicate, dp_shard}, "tp" -> {tp}. Throws for a name not in axis_names().
   static std::vector<std::string_view> base_axes(std::string_view axis);
 
  private:

@@ -1,49 +1,31 @@
 // SPDX-License-Identifier: BSD-3-Clause
-// AdamW over a list of (local) parameter tensors, torchtitan's defaults. Three implementations with
-// identical math: "fused" (at::_fused_adamw_, one kernel for all tensors), "foreach" (ATen
-// _foreach_* ops) and "for-loop" (plain per-tensor ops; the reference twin).
+// AdamW (and Adam) over a list of (local) parameter tensors, configured by the [optimizer] section
+// (core/config.hpp: OptimizerConfig, torchtitan's defaults). Three implementations with identical math:
+// fused (at::_fused_adamw_ / _fused_adam_, one kernel for all tensors), foreach (ATen _foreach_* ops)
+// and for-loop (plain per-tensor ops; the reference twin). Checkpointed through optim/optimizer.hpp.
 #pragma once
 
-#include <ATen/core/Tensor.h>
-#include <nlohmann/json_fwd.hpp>
+#include "titan/core/config.hpp"
+#include "titan/optim/optimizer.hpp"
 
-#include <string>
+#include <ATen/core/Tensor.h>
+
 #include <vector>
 
 namespace titan {
 
-struct AdamWConfig {
-  /// Peak learning rate (the LR schedule multiplies it).
-  double lr = 8e-4;
-  /// First-moment decay.
-  double beta1 = 0.9;
-  /// Second-moment decay.
-  double beta2 = 0.95;
-  /// Denominator epsilon.
-  double eps = 1e-8;
-  /// Decoupled weight decay, applied to every parameter (torchtitan: no exclusion groups).
-  double weight_decay = 0.1;
-  /// fused | foreach | for-loop.
-  std::string implementation = "fused";
-};
-
-class AdamW {
+class AdamW final : public Optimizer {
  public:
-  AdamW(std::vector<at::Tensor> params, AdamWConfig config);
+  /// Uses config's name (AdamW: decoupled weight decay; Adam: L2 decay added to the gradient), lr,
+  /// betas, eps, weight_decay and implementation.
+  AdamW(std::vector<at::Tensor> params, const OptimizerConfig& config);
 
-  /// One update with learning rate `lr` (already scheduled). Parameters without a grad are skipped.
-  void step(double lr);
-  /// Drops gradients (sets them undefined, freeing memory; torch's set_to_none=True).
-  void zero_grad();
+  void step(double lr) override;
+  const std::vector<at::Tensor>& params() const override { return params_; }
+  /// exp_avg and exp_avg_sq (like the parameter), step (a () float32 counter).
+  std::vector<ParamState> state(size_t i) const override;
 
-  const AdamWConfig& config() const { return config_; }
-  const std::vector<at::Tensor>& params() const { return params_; }
-  /// Optimizer state per parameter, aligned with params(): exp_avg, exp_avg_sq, step.
-  const std::vector<at::Tensor>& exp_avgs() const { return exp_avgs_; }
-  const std::vector<at::Tensor>& exp_avg_sqs() const { return exp_avg_sqs_; }
-  const std::vector<at::Tensor>& steps() const { return steps_; }
-  /// Bytes of optimizer state (for memory accounting).
-  int64_t state_bytes() const;
+  const OptimizerConfig& config() const { return config_; }
 
  private:
   void step_fused(double lr, const std::vector<size_t>& active);
@@ -51,7 +33,7 @@ class AdamW {
   void step_for_loop(double lr, const std::vector<size_t>& active);
 
   std::vector<at::Tensor> params_;
-  AdamWConfig config_;
+  OptimizerConfig config_;
   std::vector<at::Tensor> exp_avgs_;     // each like its param
   std::vector<at::Tensor> exp_avg_sqs_;  // each like its param
   std::vector<at::Tensor> steps_;        // each () float32, the fused kernel's step counter

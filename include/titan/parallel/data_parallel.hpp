@@ -11,6 +11,8 @@
 #include <ATen/core/Tensor.h>
 #include <c10/core/ScalarType.h>
 
+#include "titan/core/choices.hpp"
+
 #include <memory>
 #include <string>
 #include <vector>
@@ -33,20 +35,27 @@ std::unique_ptr<DataParallel> apply_data_parallel(torch::nn::Module&, const std:
                                                   const dist::Mesh&, const DataParallelOptions&);
 }  // namespace detail
 
+/// How FSDP/HSDP/DDP issue their collectives.
+enum class DataParallelCollectives {
+  auto_,      ///< per_param on CPU, flat on GPU
+  flat,       ///< one all-gather / reduce-scatter per unit over a packed buffer: fewest launches, one copy in, one out
+  per_param,  ///< one collective per parameter, straight into its gathered storage and out of autograd's gradient
+};
+TITAN_CHOICES(DataParallelCollectives, {DataParallelCollectives::auto_, "auto"},
+              {DataParallelCollectives::flat, "flat"}, {DataParallelCollectives::per_param, "per_param"})
+
 /// FSDP/HSDP/DDP options (torchtitan's parallelism.fsdp_* and training.mixed_precision_*).
 struct DataParallelOptions {
-  /// "always" (free each unit after its forward, except the last unit, whose backward comes first),
-  /// "default" (as always, but also keep the unit before the last: torchtitan's last-block rule) or
-  /// "never" (keep everything gathered from forward to backward).
-  std::string reshard_after_forward = "default";
+  /// always (free each unit after its forward, except the last unit, whose backward comes first),
+  /// default (as always, but also keep the unit before the last: torchtitan's last-block rule) or
+  /// never (keep everything gathered from forward to backward).
+  ReshardAfterForward reshard_after_forward = ReshardAfterForward::default_;
   /// dtype of the gathered parameters and of compute (bf16 on GPU; fp32 on CPU).
   at::ScalarType param_dtype = at::kFloat;
   /// dtype gradients are reduced in.
   at::ScalarType reduce_dtype = at::kFloat;
-  /// "auto" (per_param on CPU, flat on GPU), "flat" (one all-gather / reduce-scatter per unit over a
-  /// packed buffer: fewest launches, one copy in and one out) or "per_param" (one collective per
-  /// parameter, straight into its gathered storage and out of autograd's gradient: no copies).
-  std::string collectives = "auto";
+  /// See DataParallelCollectives.
+  DataParallelCollectives collectives = DataParallelCollectives::auto_;
   /// Record the collective/compute event trace (tests and debugging).
   bool trace = false;
 };

@@ -7,15 +7,6 @@
 #include "titan/models/llama3/model.hpp"
 
 namespace titan::llama3 {
-namespace {
-
-at::ScalarType parse_dtype(const std::string& name, const char* key) {
-  if (name == "float32") return at::kFloat;
-  if (name == "bfloat16") return at::kBFloat16;
-  throw ConfigError(key, fmt::format("[titan::llama3::parallel_plan] expected {} in float32|bfloat16, got '{}'.", key, name));
-}
-
-}  // namespace
 
 using parallel::ColwiseParallel;
 using parallel::Placement;
@@ -85,8 +76,8 @@ parallel::ParallelPlan parallel_plan(const Llama3& model, const JobConfig& confi
   dp.reshard_after_forward = p.fsdp_reshard_after_forward;
   // FSDP's mixed precision on GPU (bf16 gathers and compute, fp32 reduction); fp32 on CPU.
   if (model.tok_embeddings->weight.device().is_cuda()) {
-    dp.param_dtype = parse_dtype(config.training.mixed_precision_param, "training.mixed_precision_param");
-    dp.reduce_dtype = parse_dtype(config.training.mixed_precision_reduce, "training.mixed_precision_reduce");
+    dp.param_dtype = scalar_type(config.training.mixed_precision_param);
+    dp.reduce_dtype = scalar_type(config.training.mixed_precision_reduce);
   }
   return plan;
 }

@@ -15,7 +15,7 @@
 #include "titan/nn/loss.hpp"
 
 namespace titan {
-class AdamW;
+class Optimizer;
 class LRSchedule;
 class MetricsProcessor;
 struct StepMetrics;
@@ -87,7 +87,7 @@ class TrainerCore {
   int64_t grad_accum_steps() const { return grad_accum_steps_; }
   /// Losses of every step run so far (global token-mean), for tests and the golden curve.
   const std::vector<double>& loss_history() const { return losses_; }
-  AdamW& optimizer() { return *optimizer_; }
+  Optimizer& optimizer() { return *optimizer_; }
   /// The training state a checkpoint holds: model, optimizer, lr_scheduler, dataloader, train_state.
   checkpoint::State checkpoint_state() const;
 
@@ -115,7 +115,7 @@ class TrainerCore {
   std::unique_ptr<data::DataLoader> loader_;
   std::unique_ptr<Validator> validator_;  // null unless validation.enable
   ModelHandle model_;
-  std::unique_ptr<AdamW> optimizer_;
+  std::unique_ptr<Optimizer> optimizer_;
   std::unique_ptr<LRSchedule> schedule_;
   std::unique_ptr<MetricsProcessor> metrics_;
   std::unique_ptr<checkpoint::Checkpointer> checkpointer_;
