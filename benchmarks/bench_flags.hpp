@@ -27,8 +27,8 @@ inline void parse_flags(int argc, char** argv, const char* program,
     auto it = std::find_if(flags.begin(), flags.end(), [&](const auto& f) { return f.first == key; });
     std::vector<std::string> names;
     for (const auto& f : flags) names.push_back(f.first);
-    TITAN_CHECK_VALUE(it != flags.end() && i + 1 < argc, "[{}] expected one of {} followed by a value, got '{}'.", program,
-                      fmt::join(names, "|"), key);
+    TITAN_CHECK_VALUE(it != flags.end() && i + 1 < argc, "[{}] expected one of {} followed by a value, got '{}'.",
+                      program, fmt::join(names, "|"), key);
     const std::string value = argv[i + 1];
     std::visit(
         [&](auto* target) {

@@ -90,7 +90,8 @@ int main(int argc, char** argv) {
     const auto start = Clock::now();
     titan::checkpoint::load(dir / "disabled" / "checkpoint" / "step-2", state);
     const double t = seconds_since(start);
-    fmt::print("load{}: {:.2f} GB/s ({:.3f} s, checksums verified)\n", rep == 0 ? " (first)" : " (again)", bytes / 1e9 / t, t);
+    fmt::print("load{}: {:.2f} GB/s ({:.3f} s, checksums verified)\n", rep == 0 ? " (first)" : " (again)",
+               bytes / 1e9 / t, t);
   }
   fs::remove_all(dir);
   return 0;

@@ -23,21 +23,21 @@
 #include "titan/dist/mesh.hpp"
 #include "titan/models/llama3/model.hpp"
 #include "titan/models/llama3/parallelize.hpp"
-#include "titan/parallel/parallelize.hpp"
 #include "titan/nn/init.hpp"
 #include "titan/optim/adamw.hpp"
 #include "titan/optim/clip.hpp"
+#include "titan/parallel/parallelize.hpp"
 #include "titan/train/step.hpp"
 
 namespace {
 
 struct Options {
-  std::string flavor = "debugmodel";  ///< Llama 3 flavor
+  std::string flavor = "debugmodel";    ///< Llama 3 flavor
   std::vector<int64_t> ranks{1, 2, 4};  ///< world sizes to run
-  std::string mode = "fsdp";          ///< fsdp or ddp
-  int64_t seq_len = 256;              ///< tokens per sequence
-  int64_t batch = 2;                  ///< sequences per rank per step
-  int64_t steps = 5;                  ///< timed steps (after 1 warmup step)
+  std::string mode = "fsdp";            ///< fsdp or ddp
+  int64_t seq_len = 256;                ///< tokens per sequence
+  int64_t batch = 2;                    ///< sequences per rank per step
+  int64_t steps = 5;                    ///< timed steps (after 1 warmup step)
 };
 
 Options parse(int argc, char** argv) {
@@ -49,7 +49,8 @@ Options parse(int argc, char** argv) {
                              {"--seq-len", &o.seq_len},
                              {"--batch", &o.batch},
                              {"--steps", &o.steps}});
-  TITAN_CHECK_VALUE(o.mode == "fsdp" || o.mode == "ddp", "[bench_data_parallel] expected --mode fsdp or ddp, got '{}'.", o.mode);
+  TITAN_CHECK_VALUE(o.mode == "fsdp" || o.mode == "ddp", "[bench_data_parallel] expected --mode fsdp or ddp, got '{}'.",
+                    o.mode);
   return o;
 }
 
@@ -81,7 +82,8 @@ RankResult run_rank(const Options& o, const titan::dist::Mesh& mesh) {
                      o.batch * o.seq_len * mesh.size("dp"));
     clip_grad_norm_(params, 1.0, &mesh);
     optimizer.step(1e-4);
-    if (step > 0) result.step_seconds.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+    if (step > 0)
+      result.step_seconds.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
   }
   const dist::CommStats total = group.stats();
   result.comm = {.all_gather_bytes = total.all_gather_bytes / o.steps,
@@ -104,7 +106,8 @@ int main(int argc, char** argv) {
     fmt::print("{:>5} {:>12} {:>12} {:>10} {:>12} {:>12} {:>12} {:>10} {:>10}\n", "ranks", "tok/s/rank", "tok/s total",
                "step(med)", "AG MB/step", "RS MB/step", "AR MB/step", "sent/P", "theory/P");
     for (int64_t n : o.ranks) {
-      const dist::MeshShape shape = o.mode == "fsdp" ? dist::MeshShape{.dp_shard = n} : dist::MeshShape{.dp_replicate = n};
+      const dist::MeshShape shape =
+          o.mode == "fsdp" ? dist::MeshShape{.dp_shard = n} : dist::MeshShape{.dp_replicate = n};
       std::vector<RankResult> results(static_cast<size_t>(n));
       std::mutex mutex;
       dist::run_local_ranks(n, [&](int64_t rank, const dist::Store& store) {
@@ -122,11 +125,12 @@ int main(int argc, char** argv) {
       const double frac = static_cast<double>(n - 1) / static_cast<double>(n);
       const double theory = o.mode == "fsdp" ? 3 * frac : 2 * frac;
       const double mb = 1024.0 * 1024.0;
-      fmt::print("{:>5} {:>12.0f} {:>12.0f} {:>9.3f}s {:>12.1f} {:>12.1f} {:>12.1f} {:>10.2f} {:>10}\n", n, tps_rank,
-                 tps_rank * static_cast<double>(n), median, static_cast<double>(c.all_gather_bytes) / mb,
-                 static_cast<double>(c.reduce_scatter_bytes) / mb, static_cast<double>(c.all_reduce_bytes) / mb,
-                 static_cast<double>(c.total()) / p,
-                 o.mode == "fsdp" ? fmt::format("{:.2f} ({:.2f} Gloo)", theory, 4 * frac) : fmt::format("{:.2f}", theory));
+      fmt::print(
+          "{:>5} {:>12.0f} {:>12.0f} {:>9.3f}s {:>12.1f} {:>12.1f} {:>12.1f} {:>10.2f} {:>10}\n", n, tps_rank,
+          tps_rank * static_cast<double>(n), median, static_cast<double>(c.all_gather_bytes) / mb,
+          static_cast<double>(c.reduce_scatter_bytes) / mb, static_cast<double>(c.all_reduce_bytes) / mb,
+          static_cast<double>(c.total()) / p,
+          o.mode == "fsdp" ? fmt::format("{:.2f} ({:.2f} Gloo)", theory, 4 * frac) : fmt::format("{:.2f}", theory));
     }
     return 0;
   } catch (const std::exception& e) {

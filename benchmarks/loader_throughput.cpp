@@ -35,12 +35,18 @@ Options parse(int argc, char** argv) {
   Options o;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string k = argv[i], v = argv[i + 1];
-    if (k == "--data") o.data = v;
-    else if (k == "--tokenizer") o.tokenizer = v;
-    else if (k == "--seq-len") o.seq_len = std::stoll(v);
-    else if (k == "--batch") o.batch = std::stoll(v);
-    else if (k == "--tokens") o.tokens = std::stoll(v);
-    else if (k == "--step-ms") o.step_ms = std::stod(v);
+    if (k == "--data")
+      o.data = v;
+    else if (k == "--tokenizer")
+      o.tokenizer = v;
+    else if (k == "--seq-len")
+      o.seq_len = std::stoll(v);
+    else if (k == "--batch")
+      o.batch = std::stoll(v);
+    else if (k == "--tokens")
+      o.tokens = std::stoll(v);
+    else if (k == "--step-ms")
+      o.step_ms = std::stod(v);
     else if (k == "--workers") {
       o.workers.clear();
       for (size_t p = 0; p <= v.size();) {
@@ -71,9 +77,9 @@ int main(int argc, char** argv) {
                o.tokenizer, o.batch, o.seq_len, std::thread::hardware_concurrency());
     for (int64_t workers : o.workers) {
       auto source = titan::data::open_source("bench", {.format = format_of(o.data), .path = o.data});
-      titan::data::DataLoader loader({{.source = source, .weight = 1.0}}, tok,
-                                     {.local_batch_size = o.batch, .seq_len = o.seq_len, .num_workers = workers,
-                                      .prefetch = 4});
+      titan::data::DataLoader loader(
+          {{.source = source, .weight = 1.0}}, tok,
+          {.local_batch_size = o.batch, .seq_len = o.seq_len, .num_workers = workers, .prefetch = 4});
       loader.next();  // warm-up: threads started, first batch made
       int64_t tokens = 0, batches = 0;
       double waited = 0;
@@ -87,10 +93,11 @@ int main(int argc, char** argv) {
         ++batches;
       }
       const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
-      fmt::print("workers {:>2}: {:>6.2f} M tokens/s (loader only: {:>6.2f} M tokens/s of next() time), "
-                 "{:.3f} ms wait per batch over {} batches\n",
-                 workers, double(tokens) / seconds / 1e6, double(tokens) / waited / 1e6, 1e3 * waited / double(batches),
-                 batches);
+      fmt::print(
+          "workers {:>2}: {:>6.2f} M tokens/s (loader only: {:>6.2f} M tokens/s of next() time), "
+          "{:.3f} ms wait per batch over {} batches\n",
+          workers, double(tokens) / seconds / 1e6, double(tokens) / waited / 1e6, 1e3 * waited / double(batches),
+          batches);
     }
     return 0;
   } catch (const std::exception& e) {

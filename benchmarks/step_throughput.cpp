@@ -26,10 +26,10 @@
 #include "titan/metrics/metrics.hpp"
 #include "titan/models/llama3/model.hpp"
 #include "titan/models/llama3/parallelize.hpp"
-#include "titan/parallel/parallelize.hpp"
 #include "titan/nn/init.hpp"
 #include "titan/optim/adamw.hpp"
 #include "titan/optim/clip.hpp"
+#include "titan/parallel/parallelize.hpp"
 #include "titan/train/step.hpp"
 
 namespace {
@@ -46,7 +46,7 @@ struct Options {
   std::string device = "cpu";         ///< cpu or cuda (cuda: bf16 autocast, fp32 master weights)
   std::string collectives = "auto";   ///< FSDP collective layout: auto, flat or per_param
   titan::parallel::DataParallelCollectives collectives_choice{};  ///< collectives, parsed
-  std::string json;                   ///< write the result here (rank 0) when not empty
+  std::string json;                                               ///< write the result here (rank 0) when not empty
 };
 
 Options parse(int argc, char** argv) {
@@ -103,8 +103,8 @@ int main(int argc, char** argv) {
     const bool rank0 = env.rank == 0;
     const at::Device device = o.device == "cuda" ? at::Device(at::kCUDA, static_cast<int>(env.local_rank)) : at::kCPU;
     // FSDP over all ranks, as the peer's fully_shard over a one-axis mesh of WORLD_SIZE.
-    const auto mesh = std::make_unique<dist::Mesh>(dist::Mesh::from_launch_env(
-        {.dp_shard = env.world_size}, {.backend = device.is_cuda() ? "nccl" : "gloo"}));
+    const auto mesh = std::make_unique<dist::Mesh>(
+        dist::Mesh::from_launch_env({.dp_shard = env.world_size}, {.backend = device.is_cuda() ? "nccl" : "gloo"}));
 
     llama3::Llama3Args args = llama3::flavor(o.flavor);
     if (o.n_layers > 0) args.n_layers = o.n_layers;
@@ -160,8 +160,9 @@ int main(int argc, char** argv) {
     fmt::print("titan: flavor {} ({:.1f}M params, {} layers)  B={} S={}  ranks={}  threads={}  device={}\n", o.flavor,
                static_cast<double>(whole.num_params()) / 1e6, args.n_layers, o.batch, o.seq_len, env.world_size,
                at::get_num_threads(), o.device);
-    fmt::print("titan: step time min/median/max: {:.3f} / {:.3f} / {:.3f} s  tokens/s/rank: {:.0f}  loss {:.4f} -> {:.4f}\n",
-               sorted.front(), median, sorted.back(), tps, losses.front(), losses.back());
+    fmt::print(
+        "titan: step time min/median/max: {:.3f} / {:.3f} / {:.3f} s  tokens/s/rank: {:.0f}  loss {:.4f} -> {:.4f}\n",
+        sorted.front(), median, sorted.back(), tps, losses.front(), losses.back());
     fmt::print("titan: TFLOPs: {:.4f}  MFU: {:.1f}% of declared peak ({:.0f} GFLOP/s)", achieved / 1e12,
                100 * achieved / peak.flops, peak.flops / 1e9);
     if (gemm > 0) fmt::print(", {:.1f}% of measured GEMM peak ({:.0f} GFLOP/s)", 100 * achieved / gemm, gemm / 1e9);

@@ -25,22 +25,22 @@
 #include "titan/dist/mesh.hpp"
 #include "titan/models/llama3/model.hpp"
 #include "titan/models/llama3/parallelize.hpp"
-#include "titan/parallel/parallelize.hpp"
 #include "titan/nn/init.hpp"
 #include "titan/optim/adamw.hpp"
 #include "titan/optim/clip.hpp"
+#include "titan/parallel/parallelize.hpp"
 #include "titan/train/step.hpp"
 
 namespace {
 
 struct Options {
-  std::string flavor = "debugmodel";    ///< Llama 3 flavor
-  std::vector<int64_t> ranks{1, 2};     ///< TP degrees to run
-  bool sequence_parallel = true;        ///< SP + loss parallel, or plain TP
-  bool async = false;                   ///< async TP (collectives overlapped over 2 batch chunks)
-  int64_t seq_len = 256;                ///< tokens per sequence
-  int64_t batch = 4;                    ///< sequences per step (the same on every TP rank)
-  int64_t steps = 5;                    ///< timed steps (after 1 warmup step)
+  std::string flavor = "debugmodel";  ///< Llama 3 flavor
+  std::vector<int64_t> ranks{1, 2};   ///< TP degrees to run
+  bool sequence_parallel = true;      ///< SP + loss parallel, or plain TP
+  bool async = false;                 ///< async TP (collectives overlapped over 2 batch chunks)
+  int64_t seq_len = 256;              ///< tokens per sequence
+  int64_t batch = 4;                  ///< sequences per step (the same on every TP rank)
+  int64_t steps = 5;                  ///< timed steps (after 1 warmup step)
 };
 
 Options parse(int argc, char** argv) {
@@ -75,7 +75,9 @@ RankResult run_rank(const Options& o, const titan::dist::Mesh& mesh, int64_t n_l
   }
   const Parallelized parallel = parallelize(model, mesh, plan);
   model.init_weights();
-  const LossFn loss = [&parallel](const at::Tensor& l, const at::Tensor& y) { return parallel.cross_entropy_sum(l, y); };
+  const LossFn loss = [&parallel](const at::Tensor& l, const at::Tensor& y) {
+    return parallel.cross_entropy_sum(l, y);
+  };
   const auto params = model.unique_parameters();
   AdamW optimizer(params, {.lr = 1e-4});
   const dist::ProcessGroup& group = mesh.group("tp");
@@ -90,7 +92,8 @@ RankResult run_rank(const Options& o, const titan::dist::Mesh& mesh, int64_t n_l
                      {{tokens.narrow(1, 0, o.seq_len), tokens.narrow(1, 1, o.seq_len)}}, at::kCPU, 0, false, loss);
     clip_grad_norm_(params, 1.0, &mesh);
     optimizer.step(1e-4);
-    if (step > 0) result.step_seconds.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+    if (step > 0)
+      result.step_seconds.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
   }
   result.bytes_per_step = group.stats().total() / o.steps;
   return result;
@@ -117,7 +120,8 @@ int main(int argc, char** argv) {
     at::set_num_threads(1);
     const llama3::Llama3Args args = llama3::flavor(o.flavor);
     fmt::print("{}TP{} {} seq_len {} batch {} ({} timed steps, ranks as threads, Gloo, 1 intra-op thread/rank)\n",
-               o.async ? "async " : "", o.sequence_parallel ? " + SP + loss parallel" : "", o.flavor, o.seq_len, o.batch, o.steps);
+               o.async ? "async " : "", o.sequence_parallel ? " + SP + loss parallel" : "", o.flavor, o.seq_len,
+               o.batch, o.steps);
     fmt::print("{:>5} {:>12} {:>10} {:>16} {:>16} {:>22}\n", "ranks", "tok/s", "step(med)", "MB/block/step",
                "measured/A", "theory/A");
     const double activation = static_cast<double>(o.batch * o.seq_len * args.dim * 4);  // A
@@ -130,13 +134,15 @@ int main(int argc, char** argv) {
       double per_block = 0;
       if (n > 1) {
         const auto half = run_all(o, n, args.n_layers - half_layers);
-        per_block = static_cast<double>(full[0].bytes_per_step - half[0].bytes_per_step) / static_cast<double>(half_layers);
+        per_block =
+            static_cast<double>(full[0].bytes_per_step - half[0].bytes_per_step) / static_cast<double>(half_layers);
       }
       const double frac = static_cast<double>(n - 1) / static_cast<double>(n);
       const std::string theory = o.sequence_parallel ? fmt::format("{:.2f} ({:.2f} Gloo)", 8 * frac, 12 * frac)
                                                      : fmt::format("{:.2f}", 8 * frac);
-      fmt::print("{:>5} {:>12.0f} {:>9.3f}s {:>16.2f} {:>16.2f} {:>22}\n", n, static_cast<double>(o.batch * o.seq_len) / median,
-                 median, per_block / (1024.0 * 1024.0), per_block / activation, theory);
+      fmt::print("{:>5} {:>12.0f} {:>9.3f}s {:>16.2f} {:>16.2f} {:>22}\n", n,
+                 static_cast<double>(o.batch * o.seq_len) / median, median, per_block / (1024.0 * 1024.0),
+                 per_block / activation, theory);
     }
     return 0;
   } catch (const std::exception& e) {

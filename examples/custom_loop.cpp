@@ -35,7 +35,7 @@ int main(int argc, char** argv) {
       at::Tensor valid = at::full({1}, static_cast<double>(count_valid_tokens(batch.labels)), at::kDouble);
       mesh.group("dp").all_reduce(valid).wait();  // tokens of the whole global batch
       optimizer.zero_grad();
-      const at::Tensor logits = model->forward(batch.input);                                // (B, S, V or V/tp)
+      const at::Tensor logits = model->forward(batch.input);  // (B, S, V or V/tp)
       const at::Tensor loss = parallel.cross_entropy_sum(logits, batch.labels) / valid.item<double>();  // ()
       loss.backward();
       const double norm = clip_grad_norm_(params, cfg.training.max_norm, &mesh);

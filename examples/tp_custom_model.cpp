@@ -26,7 +26,8 @@ struct MlpBlock : torch::nn::Module {
 struct TinyLM : torch::nn::Module {
   TinyLM(int64_t vocab, int64_t dim, int64_t n_blocks, const at::TensorOptions& o) {
     embed = register_module("embed", std::make_shared<nn::Embedding>(vocab, dim, o));
-    for (int64_t i = 0; i < n_blocks; ++i) blocks.push_back(register_module(fmt::format("block{}", i), std::make_shared<MlpBlock>(dim, o)));
+    for (int64_t i = 0; i < n_blocks; ++i)
+      blocks.push_back(register_module(fmt::format("block{}", i), std::make_shared<MlpBlock>(dim, o)));
     norm = register_module("norm", std::make_shared<nn::RMSNorm>(dim, 1e-5, o));
     head = register_module("head", std::make_shared<nn::Linear>(dim, vocab, o));
   }
@@ -54,7 +55,8 @@ struct TinyLM : torch::nn::Module {
 // The whole plan: activations are sequence-sharded between blocks, replicated inside them.
 parallel::TensorParallelPlan plan_for(const TinyLM& model) {
   parallel::TensorParallelPlan plan;
-  plan.add("embed", parallel::RowwiseParallel{.input_layout = Placement::replicate(), .output_layout = Placement::shard(1)});
+  plan.add("embed",
+           parallel::RowwiseParallel{.input_layout = Placement::replicate(), .output_layout = Placement::shard(1)});
   for (size_t i = 0; i < model.blocks.size(); ++i) {
     const std::string b = fmt::format("block{}", i);
     plan.add(b + ".norm", parallel::SequenceParallel{})
@@ -83,10 +85,10 @@ int main() {
     for (int64_t step = 1; step <= 20; ++step) {
       // Arithmetic progressions mod vocab: learnable, and the same batch on every rank.
       auto gen = at::make_generator<at::CPUGeneratorImpl>(step);
-      const at::Tensor start = at::randint(kVocab, {kBatch, 1}, gen, at::kLong);                              // (B, 1)
-      const at::Tensor seq = (start + 3 * at::arange(kSeq + 1, at::kLong)).remainder(kVocab);                // (B, S+1)
-      const at::Tensor input = seq.narrow(1, 0, kSeq), labels = seq.narrow(1, 1, kSeq);                      // (B, S)
-      const at::Tensor logits = model.forward(input);  // (B, S, V/tp)
+      const at::Tensor start = at::randint(kVocab, {kBatch, 1}, gen, at::kLong);               // (B, 1)
+      const at::Tensor seq = (start + 3 * at::arange(kSeq + 1, at::kLong)).remainder(kVocab);  // (B, S+1)
+      const at::Tensor input = seq.narrow(1, 0, kSeq), labels = seq.narrow(1, 1, kSeq);        // (B, S)
+      const at::Tensor logits = model.forward(input);                                          // (B, S, V/tp)
       const at::Tensor loss = parallel.cross_entropy_sum(logits, labels) / static_cast<double>(labels.numel());
       optimizer.zero_grad();
       loss.backward();

@@ -25,7 +25,8 @@ struct AllocationStats final : c10::MemoryReportingInfoBase {
 
 class TrackAllocations {
  public:
-  TrackAllocations() : stats_(std::make_shared<AllocationStats>()), guard_(c10::DebugInfoKind::PROFILER_STATE, stats_) {}
+  TrackAllocations()
+      : stats_(std::make_shared<AllocationStats>()), guard_(c10::DebugInfoKind::PROFILER_STATE, stats_) {}
   const AllocationStats& stats() const { return *stats_; }
 
  private:

@@ -49,8 +49,8 @@ struct TempDir {
 
 /// Runs `python3 <tests/oracles/script> args...`; returns its exit status.
 inline int run_python(const std::string& script, const std::string& args) {
-  const std::string cmd = std::string("\"") + TITAN_TEST_PYTHON + "\" \"" +
-                          (test_dir() / "oracles" / script).string() + "\" " + args;
+  const std::string cmd =
+      std::string("\"") + TITAN_TEST_PYTHON + "\" \"" + (test_dir() / "oracles" / script).string() + "\" " + args;
   return std::system(cmd.c_str());
 }
 
@@ -71,10 +71,10 @@ inline void write_file(const fs::path& p, const std::string& s) {
 // Assertions on rank threads (dist::run_local_ranks): the condition is evaluated first, outside the
 // lock (it may run a collective), then reported under the lock, with an optional message.
 #define RANK_CHECK(...) RANK_CHECK_INFO("", __VA_ARGS__)
-#define RANK_CHECK_INFO(message, ...)                                                \
-  do {                                                                               \
-    const bool titan_ok_ = static_cast<bool>(__VA_ARGS__);                           \
-    std::lock_guard<std::mutex> titan_catch_lock_(::titan::test::catch_mutex());     \
-    INFO(message << " [" << #__VA_ARGS__ << "]");                                    \
-    CHECK(titan_ok_);                                                                \
+#define RANK_CHECK_INFO(message, ...)                                            \
+  do {                                                                           \
+    const bool titan_ok_ = static_cast<bool>(__VA_ARGS__);                       \
+    std::lock_guard<std::mutex> titan_catch_lock_(::titan::test::catch_mutex()); \
+    INFO(message << " [" << #__VA_ARGS__ << "]");                                \
+    CHECK(titan_ok_);                                                            \
   } while (0)

@@ -39,13 +39,14 @@ constexpr const char* kUsage =
     "       titan-convert from-hf --input DIR --output FILE.safetensors\n";
 
 std::map<std::string, std::string> parse(int argc, char** argv) {
-  std::map<std::string, std::string> flags = {{"flavor", "debugmodel"}, {"dtype", "float32"},
-                                              {"max-shard-bytes", std::to_string(int64_t{5} << 30)}};
+  std::map<std::string, std::string> flags = {
+      {"flavor", "debugmodel"}, {"dtype", "float32"}, {"max-shard-bytes", std::to_string(int64_t{5} << 30)}};
   for (int i = 2; i < argc; i += 2) {
     const std::string key = argv[i];
     const bool known = key.starts_with("--") &&
                        (flags.contains(key.substr(2)) || key == "--input" || key == "--output" || key == "--like");
-    if (!known || i + 1 >= argc) throw std::invalid_argument(fmt::format("unknown or incomplete flag {}\n{}", key, kUsage));
+    if (!known || i + 1 >= argc)
+      throw std::invalid_argument(fmt::format("unknown or incomplete flag {}\n{}", key, kUsage));
     flags[key.substr(2)] = argv[i + 1];
   }
   if (!flags.contains("input") || !flags.contains("output")) throw std::invalid_argument(kUsage);
@@ -61,7 +62,9 @@ std::vector<std::pair<std::string, at::Tensor>> read_titan(const fs::path& input
     return out;
   }
   std::ifstream in(input / "index.json");
-  if (!in) throw std::invalid_argument(fmt::format("expected a titan checkpoint folder with index.json, got '{}'", input.string()));
+  if (!in)
+    throw std::invalid_argument(
+        fmt::format("expected a titan checkpoint folder with index.json, got '{}'", input.string()));
   const auto index = nlohmann::json::parse(in);
   ckpt::State state;
   for (const auto& [key, entry] : index.at("tensors").items()) {

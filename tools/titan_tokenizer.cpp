@@ -28,9 +28,9 @@ constexpr const char* kUsage =
     "         [--format text|jsonl|fortunes] [--text-field KEY] [--max-bytes N] [--model-type bpe|unigram]\n";
 
 std::map<std::string, std::string> parse(int argc, char** argv) {
-  std::map<std::string, std::string> flags = {{"type", "bpe"},       {"vocab-size", "8000"}, {"format", "text"},
-                                              {"text-field", "text"}, {"max-bytes", "100000000"},
-                                              {"model-type", "bpe"}};
+  std::map<std::string, std::string> flags = {
+      {"type", "bpe"},        {"vocab-size", "8000"},     {"format", "text"},
+      {"text-field", "text"}, {"max-bytes", "100000000"}, {"model-type", "bpe"}};
   for (int i = 2; i + 1 < argc; i += 2) {
     const std::string key = argv[i];
     const bool known =
@@ -62,9 +62,9 @@ int main(int argc, char** argv) {
     const fs::path output = flags.at("output");
     const int64_t vocab = std::stoll(flags.at("vocab-size"));
     const int64_t max_bytes = std::stoll(flags.at("max-bytes"));
-    auto source = titan::data::open_source("input", {.format = format_of(flags.at("format")),
-                                                     .path = flags.at("input"),
-                                                     .text_field = flags.at("text-field")});
+    auto source = titan::data::open_source(
+        "input",
+        {.format = format_of(flags.at("format")), .path = flags.at("input"), .text_field = flags.at("text-field")});
     const auto corpus = titan::data::sample_corpus(*source, max_bytes);
     fs::create_directories(output);
     if (flags.at("type") == "bpe") {

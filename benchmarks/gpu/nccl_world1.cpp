@@ -14,8 +14,8 @@ int main() {
   using namespace titan;
   try {
     TITAN_CHECK(at::hasCUDA(), "[nccl_world1] expected a CUDA device, got none. Run it on the GPU machine.");
-    const dist::ProcessGroup group = dist::ProcessGroup::create(
-        "world", dist::Store::in_memory(), 0, 1, {0}, {.backend = "nccl", .backend_for_single_rank = true});
+    const dist::ProcessGroup group = dist::ProcessGroup::create("world", dist::Store::in_memory(), 0, 1, {0},
+                                                                {.backend = "nccl", .backend_for_single_rank = true});
     const auto cuda = at::TensorOptions().device(at::kCUDA, 0).dtype(at::kFloat);
     at::Tensor x = at::arange(8, cuda);  // (8)
     group.all_reduce(x).wait();

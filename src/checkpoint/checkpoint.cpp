@@ -20,8 +20,8 @@
 #include "titan/checkpoint/safetensors.hpp"
 #include "titan/core/error.hpp"
 #include "titan/dist/mesh.hpp"
-#include "titan/optim/optimizer.hpp"
 #include "titan/layout/sharded_param.hpp"
+#include "titan/optim/optimizer.hpp"
 
 namespace titan::checkpoint {
 namespace fs = std::filesystem;
@@ -52,8 +52,8 @@ std::string group_of(const std::string& key) { return key.substr(0, key.find('.'
 StateTensor state_tensor(std::string key, const at::Tensor& p, const dist::Mesh* mesh) {
   const parallel::ShardedParam* sp = parallel::sharded_param(p);
   StateTensor st;
-  static_cast<parallel::TensorLayout&>(st) = sp ? static_cast<const parallel::TensorLayout&>(*sp)
-                                                : parallel::TensorLayout::whole(p.sizes().vec());
+  static_cast<parallel::TensorLayout&>(st) =
+      sp ? static_cast<const parallel::TensorLayout&>(*sp) : parallel::TensorLayout::whole(p.sizes().vec());
   st.key = std::move(key);
   st.tensor = p;
   if (sp == nullptr) {
@@ -64,7 +64,8 @@ StateTensor state_tensor(std::string key, const at::Tensor& p, const dist::Mesh*
   for (const auto& [axis, placement] : sp->placements) {
     TITAN_CHECK_NOT_IMPLEMENTED(placement.kind != parallel::Placement::Kind::kPartial,
                                 "[titan::checkpoint] expected '{}' sharded or replicated, got Partial() on {}. "
-                                "Reduce it before saving.", st.key, axis);
+                                "Reduce it before saving.",
+                                st.key, axis);
     if (placement.kind != parallel::Placement::Kind::kShard) continue;
     for (auto base : dist::Mesh::base_axes(axis)) sharded_axes.push_back(base);
   }
@@ -72,7 +73,8 @@ StateTensor state_tensor(std::string key, const at::Tensor& p, const dist::Mesh*
     // Replicas of a region across every axis but pp (whose ranks hold other stages) write it once.
     for (std::string_view axis : dist::Mesh::base_axes("world")) {
       if (axis == "pp") continue;
-      if (std::find(sharded_axes.begin(), sharded_axes.end(), axis) == sharded_axes.end() && mesh->coordinate(axis) != 0) {
+      if (std::find(sharded_axes.begin(), sharded_axes.end(), axis) == sharded_axes.end() &&
+          mesh->coordinate(axis) != 0) {
         st.owner = false;
       }
     }
@@ -82,15 +84,20 @@ StateTensor state_tensor(std::string key, const at::Tensor& p, const dist::Mesh*
 
 void add_model(State& state, const std::vector<std::string>& names, const std::vector<at::Tensor>& params,
                const dist::Mesh* mesh) {
-  TITAN_CHECK(names.size() == params.size(), "[titan::checkpoint::add_model] expected a name per parameter, got {} "
-              "names for {} parameters.", names.size(), params.size());
-  for (size_t i = 0; i < params.size(); ++i) state.tensors.push_back(state_tensor("model." + names[i], params[i], mesh));
+  TITAN_CHECK(names.size() == params.size(),
+              "[titan::checkpoint::add_model] expected a name per parameter, got {} "
+              "names for {} parameters.",
+              names.size(), params.size());
+  for (size_t i = 0; i < params.size(); ++i)
+    state.tensors.push_back(state_tensor("model." + names[i], params[i], mesh));
 }
 
 void add_optimizer(State& state, const std::vector<std::string>& names, const Optimizer& optimizer,
                    const dist::Mesh* mesh) {
-  TITAN_CHECK(names.size() == optimizer.params().size(), "[titan::checkpoint::add_optimizer] expected a name per "
-              "parameter, got {} names for {} parameters.", names.size(), optimizer.params().size());
+  TITAN_CHECK(names.size() == optimizer.params().size(),
+              "[titan::checkpoint::add_optimizer] expected a name per "
+              "parameter, got {} names for {} parameters.",
+              names.size(), optimizer.params().size());
   for (size_t i = 0; i < names.size(); ++i) {
     // State like the parameter shares its shard; any other state (a step counter) is one whole tensor.
     const StateTensor like = state_tensor("", optimizer.params()[i], mesh);
@@ -100,9 +107,10 @@ void add_optimizer(State& state, const std::vector<std::string>& names, const Op
         state.tensors.push_back(state_tensor(std::move(key), s.tensor, mesh));
         continue;
       }
-      TITAN_CHECK(s.tensor.sizes() == optimizer.params()[i].sizes(), "[titan::checkpoint::add_optimizer] expected "
-                  "state '{}' shaped like its parameter {}, got {}. Mark it like_param = false.", key,
-                  c10::str(optimizer.params()[i].sizes()), c10::str(s.tensor.sizes()));
+      TITAN_CHECK(s.tensor.sizes() == optimizer.params()[i].sizes(),
+                  "[titan::checkpoint::add_optimizer] expected "
+                  "state '{}' shaped like its parameter {}, got {}. Mark it like_param = false.",
+                  key, c10::str(optimizer.params()[i].sizes()), c10::str(s.tensor.sizes()));
       StateTensor st = like;
       st.key = std::move(key);
       st.tensor = std::move(s.tensor);
@@ -143,13 +151,14 @@ void write_rank_part(const fs::path& tmp_folder, int64_t rank, const State& stag
   for (const auto& st : staged.tensors) named.emplace_back(st.key, st.tensor);
   const std::string file = rank_file(rank);
   const std::vector<WrittenTensor> written = write_safetensors(tmp_folder / file, named);
-  nlohmann::json part = {{"file", file}, {"bytes", fs::file_size(tmp_folder / file)}, {"tensors", nlohmann::json::object()}};
+  nlohmann::json part = {
+      {"file", file}, {"bytes", fs::file_size(tmp_folder / file)}, {"tensors", nlohmann::json::object()}};
   for (size_t i = 0; i < written.size(); ++i) {
     const StateTensor& st = staged.tensors[i];
-    part["tensors"][st.key] = {{"dtype", written[i].entry.dtype},     {"global_shape", st.global_shape},
-                               {"placements", st.placements_str()},         {"offset", st.offset},
-                               {"shape", st.tensor.sizes().vec()},    {"begin", written[i].entry.begin},
-                               {"end", written[i].entry.end},         {"crc32", written[i].crc32}};
+    part["tensors"][st.key] = {{"dtype", written[i].entry.dtype},   {"global_shape", st.global_shape},
+                               {"placements", st.placements_str()}, {"offset", st.offset},
+                               {"shape", st.tensor.sizes().vec()},  {"begin", written[i].entry.begin},
+                               {"end", written[i].entry.end},       {"crc32", written[i].crc32}};
   }
   if (rank == 0) part["values"] = staged.values;
   write_file_atomically(tmp_folder / rank_json(rank), part.dump());
@@ -158,9 +167,10 @@ void write_rank_part(const fs::path& tmp_folder, int64_t rank, const State& stag
 bool commit(const fs::path& tmp_folder, const fs::path& folder, int64_t world_size, int64_t step, double timeout_s,
             const std::atomic<bool>* cancel) {
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
-  nlohmann::json index = {{"format", "titan-checkpoint"}, {"version", kFormatVersion}, {"step", step},
-                          {"world_size", world_size}, {"files", nlohmann::json::object()},
-                          {"tensors", nlohmann::json::object()}, {"values", nlohmann::json::object()}};
+  nlohmann::json index = {
+      {"format", "titan-checkpoint"},      {"version", kFormatVersion},         {"step", step},
+      {"world_size", world_size},          {"files", nlohmann::json::object()}, {"tensors", nlohmann::json::object()},
+      {"values", nlohmann::json::object()}};
   for (int64_t r = 0; r < world_size; ++r) {
     const fs::path part_path = tmp_folder / rank_json(r);
     // Ranks write their parts on their own (possibly background) threads; the file system is the
@@ -174,11 +184,17 @@ bool commit(const fs::path& tmp_folder, const fs::path& folder, int64_t world_si
     for (const auto& [key, t] : part.at("tensors").items()) {
       auto& entry = index["tensors"][key];
       if (entry.is_null()) {
-        entry = {{"dtype", t.at("dtype")}, {"global_shape", t.at("global_shape")}, {"placements", t.at("placements")},
+        entry = {{"dtype", t.at("dtype")},
+                 {"global_shape", t.at("global_shape")},
+                 {"placements", t.at("placements")},
                  {"shards", nlohmann::json::array()}};
       }
-      entry["shards"].push_back({{"file", part.at("file")}, {"offset", t.at("offset")}, {"shape", t.at("shape")},
-                                 {"begin", t.at("begin")}, {"end", t.at("end")}, {"crc32", t.at("crc32")}});
+      entry["shards"].push_back({{"file", part.at("file")},
+                                 {"offset", t.at("offset")},
+                                 {"shape", t.at("shape")},
+                                 {"begin", t.at("begin")},
+                                 {"end", t.at("end")},
+                                 {"crc32", t.at("crc32")}});
     }
     if (part.contains("values")) index["values"] = part.at("values");
   }
@@ -189,7 +205,8 @@ bool commit(const fs::path& tmp_folder, const fs::path& folder, int64_t world_si
   return true;
 }
 
-void save(const fs::path& folder, const State& state, const dist::Mesh& mesh, int64_t step, at::ScalarType model_dtype) {
+void save(const fs::path& folder, const State& state, const dist::Mesh& mesh, int64_t step,
+          at::ScalarType model_dtype) {
   const fs::path tmp = folder.parent_path() / fmt::format(".{}.tmp", folder.filename().string());
   if (mesh.rank() == 0) {
     fs::remove_all(tmp);
@@ -199,8 +216,10 @@ void save(const fs::path& folder, const State& state, const dist::Mesh& mesh, in
   write_rank_part(tmp, mesh.rank(), stage(state, model_dtype));
   mesh.group("world").barrier();
   if (mesh.rank() == 0) {
-    TITAN_CHECK(commit(tmp, folder, mesh.world_size(), step, 0.0), "[titan::checkpoint::save] expected every rank's "
-                "part in '{}', got some missing after a barrier.", tmp.string());
+    TITAN_CHECK(commit(tmp, folder, mesh.world_size(), step, 0.0),
+                "[titan::checkpoint::save] expected every rank's "
+                "part in '{}', got some missing after a barrier.",
+                tmp.string());
   }
   mesh.group("world").barrier();
 }
@@ -210,13 +229,14 @@ std::optional<std::string> check_complete(const fs::path& folder) {
   if (!fs::exists(index_path)) return fmt::format("no index.json in '{}' (an interrupted save)", folder.string());
   std::ifstream in(index_path);
   const auto index = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
-  if (index.is_discarded() || !index.contains("files")) return fmt::format("'{}' is not a titan index", index_path.string());
+  if (index.is_discarded() || !index.contains("files"))
+    return fmt::format("'{}' is not a titan index", index_path.string());
   for (const auto& [file, bytes] : index.at("files").items()) {
     const fs::path path = folder / file;
     if (!fs::exists(path)) return fmt::format("shard '{}' listed in the index is missing", path.string());
     if (static_cast<int64_t>(fs::file_size(path)) != bytes.get<int64_t>()) {
-      return fmt::format("shard '{}' has {} bytes, the index records {} (truncated)", path.string(), fs::file_size(path),
-                         bytes.get<int64_t>());
+      return fmt::format("shard '{}' has {} bytes, the index records {} (truncated)", path.string(),
+                         fs::file_size(path), bytes.get<int64_t>());
     }
   }
   return std::nullopt;
@@ -237,9 +257,11 @@ void load_safetensors(const SafetensorsFile& file, State& state) {
     if (group_of(st.key) != "model") continue;
     const std::string name = st.key.substr(6);
     const TensorEntry& entry = file.entry(name);
-    TITAN_CHECK_VALUE(entry.shape == st.global_shape, "[titan::checkpoint] expected '{}' of shape {}, got {} {} in "
-                      "'{}'. The file is of another model or flavor.", name, c10::str(at::IntArrayRef(st.global_shape)),
-                      entry.dtype, c10::str(at::IntArrayRef(entry.shape)), file.path().string());
+    TITAN_CHECK_VALUE(entry.shape == st.global_shape,
+                      "[titan::checkpoint] expected '{}' of shape {}, got {} {} in "
+                      "'{}'. The file is of another model or flavor.",
+                      name, c10::str(at::IntArrayRef(st.global_shape)), entry.dtype,
+                      c10::str(at::IntArrayRef(entry.shape)), file.path().string());
     const std::vector<int64_t> origin(entry.shape.size(), 0);
     assign_region(st, read_region(file, entry, origin, st.offset, st.local_shape, nullptr, name));
   }
@@ -247,13 +269,16 @@ void load_safetensors(const SafetensorsFile& file, State& state) {
 
 nlohmann::json load(const fs::path& folder, State& state, const std::vector<std::string>& exclude) {
   if (const auto problem = check_complete(folder)) {
-    TITAN_CHECK_VALUE(false, "[titan::checkpoint::load] expected a complete checkpoint at '{}', got {}. Restore the "
-                      "file or load another step (checkpoint.load_step).", folder.string(), *problem);
+    TITAN_CHECK_VALUE(false,
+                      "[titan::checkpoint::load] expected a complete checkpoint at '{}', got {}. Restore the "
+                      "file or load another step (checkpoint.load_step).",
+                      folder.string(), *problem);
   }
   const nlohmann::json index = read_json(folder / "index.json");
   TITAN_CHECK_VALUE(index.value("format", "") == "titan-checkpoint" && index.value("version", 0) == kFormatVersion,
                     "[titan::checkpoint::load] expected a titan-checkpoint index version {} in '{}', got format '{}' "
-                    "version {}.", kFormatVersion, folder.string(), index.value("format", ""), index.value("version", 0));
+                    "version {}.",
+                    kFormatVersion, folder.string(), index.value("format", ""), index.value("version", 0));
   const auto& tensors = index.at("tensors");
   std::map<std::string, SafetensorsFile> files;  // opened on first use
   std::vector<std::string> groups_held;
@@ -264,21 +289,27 @@ nlohmann::json load(const fs::path& folder, State& state, const std::vector<std:
   for (auto& st : state.tensors) {
     if (excluded(st.key, exclude)) continue;
     if (std::find(groups_held.begin(), groups_held.end(), group_of(st.key)) == groups_held.end()) {
-      if (std::find(skipped.begin(), skipped.end(), group_of(st.key)) == skipped.end()) skipped.push_back(group_of(st.key));
+      if (std::find(skipped.begin(), skipped.end(), group_of(st.key)) == skipped.end())
+        skipped.push_back(group_of(st.key));
       continue;
     }
-    TITAN_CHECK_VALUE(tensors.contains(st.key), "[titan::checkpoint::load] expected tensor '{}' in '{}', got none. The "
+    TITAN_CHECK_VALUE(tensors.contains(st.key),
+                      "[titan::checkpoint::load] expected tensor '{}' in '{}', got none. The "
                       "checkpoint is of another model, flavor or optimizer; exclude its group with "
-                      "checkpoint.exclude_from_loading.", st.key, folder.string());
+                      "checkpoint.exclude_from_loading.",
+                      st.key, folder.string());
     const auto& saved = tensors.at(st.key);
     const auto global = saved.at("global_shape").get<std::vector<int64_t>>();
-    TITAN_CHECK_VALUE(global == st.global_shape, "[titan::checkpoint::load] expected '{}' of global shape {}, got {} in "
-                      "'{}'. The checkpoint is of another model or flavor.", st.key,
-                      c10::str(at::IntArrayRef(st.global_shape)), c10::str(at::IntArrayRef(global)), folder.string());
+    TITAN_CHECK_VALUE(global == st.global_shape,
+                      "[titan::checkpoint::load] expected '{}' of global shape {}, got {} in "
+                      "'{}'. The checkpoint is of another model or flavor.",
+                      st.key, c10::str(at::IntArrayRef(st.global_shape)), c10::str(at::IntArrayRef(global)),
+                      folder.string());
     // The local rectangle, assembled from every saved shard that overlaps it.
     at::Tensor local = st.tensor.detach();
     if (local.dim() > 0 && local.size(0) != st.local_shape[0]) local.zero_();  // padding rows stay zero
-    for (size_t d = 0; d < st.local_shape.size(); ++d) local = local.narrow(static_cast<int64_t>(d), 0, st.local_shape[d]);
+    for (size_t d = 0; d < st.local_shape.size(); ++d)
+      local = local.narrow(static_cast<int64_t>(d), 0, st.local_shape[d]);
     int64_t covered = 0;
     for (const auto& shard : saved.at("shards")) {
       const auto s_off = shard.at("offset").get<std::vector<int64_t>>();
@@ -294,8 +325,10 @@ nlohmann::json load(const fs::path& folder, State& state, const std::vector<std:
       const std::string file = shard.at("file").get<std::string>();
       auto it = files.find(file);
       if (it == files.end()) it = files.emplace(file, SafetensorsFile(folder / file)).first;
-      const TensorEntry entry{.dtype = saved.at("dtype").get<std::string>(), .shape = s_shape,
-                              .begin = shard.at("begin").get<int64_t>(), .end = shard.at("end").get<int64_t>()};
+      const TensorEntry entry{.dtype = saved.at("dtype").get<std::string>(),
+                              .shape = s_shape,
+                              .begin = shard.at("begin").get<int64_t>(),
+                              .end = shard.at("end").get<int64_t>()};
       const auto crc = shard.at("crc32").get<std::vector<uint32_t>>();
       at::Tensor part = read_region(it->second, entry, s_off, lo, extent, &crc, st.key);
       at::Tensor dst = local;
@@ -305,10 +338,11 @@ nlohmann::json load(const fs::path& folder, State& state, const std::vector<std:
       dst.copy_(part);
       covered += numel;
     }
-    TITAN_CHECK_VALUE(covered == local.numel(), "[titan::checkpoint::load] expected the shards of '{}' in '{}' to cover "
-                      "its region at {} of shape {}, got {} of {} elements. The index is inconsistent.", st.key,
-                      folder.string(), c10::str(at::IntArrayRef(st.offset)), c10::str(at::IntArrayRef(st.local_shape)),
-                      covered, local.numel());
+    TITAN_CHECK_VALUE(covered == local.numel(),
+                      "[titan::checkpoint::load] expected the shards of '{}' in '{}' to cover "
+                      "its region at {} of shape {}, got {} of {} elements. The index is inconsistent.",
+                      st.key, folder.string(), c10::str(at::IntArrayRef(st.offset)),
+                      c10::str(at::IntArrayRef(st.local_shape)), covered, local.numel());
   }
   nlohmann::json values = nlohmann::json::object();
   for (const auto& [group, value] : index.at("values").items()) {

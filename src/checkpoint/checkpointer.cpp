@@ -73,7 +73,10 @@ struct Checkpointer::Impl {
 
 Checkpointer::Checkpointer(CheckpointConfig config, fs::path dump_folder, const dist::Mesh& mesh,
                            std::shared_ptr<const HfAdapter> hf, double commit_timeout_s)
-    : impl_(new Impl{.config = std::move(config), .root = {}, .mesh = mesh, .hf = std::move(hf),
+    : impl_(new Impl{.config = std::move(config),
+                     .root = {},
+                     .mesh = mesh,
+                     .hf = std::move(hf),
                      .commit_timeout_s = commit_timeout_s}) {
   impl_->root = std::move(dump_folder) / impl_->config.folder;
 }
@@ -112,7 +115,8 @@ void Checkpointer::save(int64_t step, const State& state, bool last) {
   const bool model_only = last && c.last_save_model_only;
   const at::ScalarType dtype = model_only ? scalar_type(c.export_dtype) : at::kFloat;
   if (last && c.last_save_in_hf) {
-    TITAN_CHECK_VALUE(m.hf != nullptr, "[titan::checkpoint::Checkpointer] expected a model with a Hugging Face adapter for "
+    TITAN_CHECK_VALUE(m.hf != nullptr,
+                      "[titan::checkpoint::Checkpointer] expected a model with a Hugging Face adapter for "
                       "checkpoint.last_save_in_hf, got none. Unset last_save_in_hf.");
     std::vector<std::pair<std::string, at::Tensor>> whole;
     for (const auto& st : state.tensors) {
@@ -145,8 +149,10 @@ void Checkpointer::save(int64_t step, const State& state, bool last) {
     write_rank_part(tmp, rank, *staged);
     if (rank != 0) return;
     if (!commit(tmp, folder, world, step, m.commit_timeout_s, &m.cancel)) {
-      log::warn("Checkpoint step {} was not completed (a rank's part never arrived); {} is left incomplete and will "
-                "not be loaded.", step, tmp.string());
+      log::warn(
+          "Checkpoint step {} was not completed (a rank's part never arrived); {} is left incomplete and will "
+          "not be loaded.",
+          step, tmp.string());
       return;
     }
     if (async) {
@@ -206,12 +212,15 @@ std::optional<nlohmann::json> Checkpointer::load(State& state) {
   if (path.extension() == ".safetensors") {
     load_safetensors(SafetensorsFile(path), state);
   } else if (c.initial_load_in_hf || fs::exists(path / "config.json")) {
-    TITAN_CHECK_VALUE(m.hf != nullptr, "[titan::checkpoint::Checkpointer] expected a model with a Hugging Face adapter "
-                      "to load '{}', got none.", path.string());
+    TITAN_CHECK_VALUE(m.hf != nullptr,
+                      "[titan::checkpoint::Checkpointer] expected a model with a Hugging Face adapter "
+                      "to load '{}', got none.",
+                      path.string());
     load_hf(path, state, *m.hf);
   } else {
     std::vector<std::string> exclude = c.exclude_from_loading;
-    if (c.initial_load_model_only) exclude.insert(exclude.end(), {"optimizer", "lr_scheduler", "dataloader", "train_state"});
+    if (c.initial_load_model_only)
+      exclude.insert(exclude.end(), {"optimizer", "lr_scheduler", "dataloader", "train_state"});
     nlohmann::json values = checkpoint::load(path, state, exclude);
     log::info("Loaded the initial state from {}", path.string());
     if (!c.initial_load_model_only) return values;

@@ -51,8 +51,10 @@ void save_hf(const fs::path& folder, const std::vector<std::pair<std::string, at
 HfReader::HfReader(const fs::path& folder) : folder_(folder) {
   const fs::path config_path = folder / "config.json";
   std::ifstream config(config_path);
-  TITAN_CHECK_VALUE(config.good(), "[titan::checkpoint::HfReader] expected a Hugging Face folder with config.json, got "
-                    "none at '{}'.", config_path.string());
+  TITAN_CHECK_VALUE(config.good(),
+                    "[titan::checkpoint::HfReader] expected a Hugging Face folder with config.json, got "
+                    "none at '{}'.",
+                    config_path.string());
   config_ = nlohmann::json::parse(config);
   const fs::path index_path = folder / "model.safetensors.index.json";
   std::map<std::string, std::shared_ptr<SafetensorsFile>> opened;
@@ -66,8 +68,10 @@ HfReader::HfReader(const fs::path& folder) : folder_(folder) {
     const auto index = nlohmann::json::parse(in);
     for (const auto& [key, file] : index.at("weight_map").items()) file_of_[key] = open(file.get<std::string>());
   } else {
-    TITAN_CHECK_VALUE(fs::exists(folder / "model.safetensors"), "[titan::checkpoint::HfReader] expected "
-                      "model.safetensors or model.safetensors.index.json in '{}', got neither.", folder.string());
+    TITAN_CHECK_VALUE(fs::exists(folder / "model.safetensors"),
+                      "[titan::checkpoint::HfReader] expected "
+                      "model.safetensors or model.safetensors.index.json in '{}', got neither.",
+                      folder.string());
     const auto file = open("model.safetensors");
     for (const auto& [key, _] : file->entries()) file_of_[key] = file;
   }
@@ -83,8 +87,10 @@ std::vector<std::string> HfReader::names() const {
 
 at::Tensor HfReader::read(const std::string& hf_name) const {
   const auto it = file_of_.find(hf_name);
-  TITAN_CHECK_VALUE(it != file_of_.end(), "[titan::checkpoint::HfReader] expected tensor '{}' in the Hugging Face "
-                    "folder '{}', got none. The folder holds another model.", hf_name, folder_.string());
+  TITAN_CHECK_VALUE(it != file_of_.end(),
+                    "[titan::checkpoint::HfReader] expected tensor '{}' in the Hugging Face "
+                    "folder '{}', got none. The folder holds another model.",
+                    hf_name, folder_.string());
   return it->second->read(hf_name);
 }
 
@@ -96,9 +102,10 @@ void load_hf(const fs::path& folder, State& state, const HfAdapter& adapter) {
     std::string name = adapter.hf_name(fqn);
     if (!reader.contains(name) && !adapter.hf_fallback(fqn).empty()) name = adapter.hf_fallback(fqn);
     at::Tensor whole = adapter.from_hf(fqn, reader.read(name));
-    TITAN_CHECK_VALUE(whole.sizes().vec() == st.global_shape, "[titan::checkpoint::load_hf] expected '{}' ({}) of shape "
-                      "{}, got {} in '{}'. The folder holds another model size.", name, fqn,
-                      c10::str(at::IntArrayRef(st.global_shape)), c10::str(whole.sizes()), folder.string());
+    TITAN_CHECK_VALUE(whole.sizes().vec() == st.global_shape,
+                      "[titan::checkpoint::load_hf] expected '{}' ({}) of shape "
+                      "{}, got {} in '{}'. The folder holds another model size.",
+                      name, fqn, c10::str(at::IntArrayRef(st.global_shape)), c10::str(whole.sizes()), folder.string());
     for (size_t d = 0; d < st.local_shape.size(); ++d) {
       whole = whole.narrow(static_cast<int64_t>(d), st.offset[d], st.local_shape[d]);
     }

@@ -28,8 +28,10 @@ void write_all(int fd, const void* data, int64_t size, const fs::path& path) {
   const char* p = static_cast<const char*>(data);
   while (size > 0) {
     const ssize_t n = ::write(fd, p, static_cast<size_t>(std::min<int64_t>(size, int64_t{1} << 30)));
-    TITAN_CHECK(n > 0 || errno == EINTR, "[titan::checkpoint] expected to write '{}', got error '{}'. Check free space "
-                "and permissions.", path.string(), std::strerror(errno));
+    TITAN_CHECK(n > 0 || errno == EINTR,
+                "[titan::checkpoint] expected to write '{}', got error '{}'. Check free space "
+                "and permissions.",
+                path.string(), std::strerror(errno));
     if (n > 0) {
       p += n;
       size -= n;
@@ -43,8 +45,10 @@ std::string safetensors_dtype(at::ScalarType t) {
   for (const auto& [name, type] : kDtypes) {
     if (type == t) return name;
   }
-  TITAN_CHECK_VALUE(false, "[titan::checkpoint] expected a dtype safetensors can store (float32, bfloat16, float16, "
-                    "float64, int64, int32, uint8, bool), got {}.", c10::toString(t));
+  TITAN_CHECK_VALUE(false,
+                    "[titan::checkpoint] expected a dtype safetensors can store (float32, bfloat16, float16, "
+                    "float64, int64, int32, uint8, bool), got {}.",
+                    c10::toString(t));
   return {};
 }
 
@@ -52,8 +56,10 @@ at::ScalarType scalar_type(const std::string& safetensors_dtype) {
   for (const auto& [name, type] : kDtypes) {
     if (name == safetensors_dtype) return type;
   }
-  TITAN_CHECK_VALUE(false, "[titan::checkpoint] expected a safetensors dtype titan reads (F32, BF16, F16, F64, I64, I32, "
-                    "U8, BOOL), got '{}'.", safetensors_dtype);
+  TITAN_CHECK_VALUE(false,
+                    "[titan::checkpoint] expected a safetensors dtype titan reads (F32, BF16, F16, F64, I64, I32, "
+                    "U8, BOOL), got '{}'.",
+                    safetensors_dtype);
   return at::kFloat;
 }
 
@@ -73,17 +79,22 @@ SafetensorsFile::SafetensorsFile(fs::path path) : path_(std::move(path)) {
                     path_.string(), std::strerror(errno));
   const auto file_size = static_cast<int64_t>(fs::file_size(path_));
   uint64_t header_size = 0;
-  TITAN_CHECK_VALUE(file_size >= 8, "[titan::checkpoint] expected a safetensors header in '{}', got a file of {} bytes "
-                    "(truncated or not safetensors).", path_.string(), file_size);
+  TITAN_CHECK_VALUE(file_size >= 8,
+                    "[titan::checkpoint] expected a safetensors header in '{}', got a file of {} bytes "
+                    "(truncated or not safetensors).",
+                    path_.string(), file_size);
   read_bytes(0, 8, &header_size);
   TITAN_CHECK_VALUE(static_cast<int64_t>(header_size) + 8 <= file_size,
                     "[titan::checkpoint] expected a safetensors header of {} bytes in '{}', got a file of {} bytes "
-                    "(truncated or not safetensors).", header_size, path_.string(), file_size);
+                    "(truncated or not safetensors).",
+                    header_size, path_.string(), file_size);
   std::string text(header_size, '\0');
   read_bytes(8, static_cast<int64_t>(header_size), text.data());
   const auto header = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
-  TITAN_CHECK_VALUE(header.is_object(), "[titan::checkpoint] expected a JSON header in '{}', got unparsable bytes "
-                    "(corrupt or not safetensors).", path_.string());
+  TITAN_CHECK_VALUE(header.is_object(),
+                    "[titan::checkpoint] expected a JSON header in '{}', got unparsable bytes "
+                    "(corrupt or not safetensors).",
+                    path_.string());
   const int64_t data_start = 8 + static_cast<int64_t>(header_size);
   for (const auto& [name, value] : header.items()) {
     if (name == "__metadata__") {
@@ -95,9 +106,10 @@ SafetensorsFile::SafetensorsFile(fs::path path) : path_(std::move(path)) {
                   .shape = value.at("shape").get<std::vector<int64_t>>(),
                   .begin = data_start + offsets.at(0),
                   .end = data_start + offsets.at(1)};
-    TITAN_CHECK_VALUE(e.end <= file_size, "[titan::checkpoint] expected tensor '{}' to end at byte {} of '{}', got a file "
-                      "of {} bytes (truncated). Restore the file or load an older checkpoint.", name, e.end,
-                      path_.string(), file_size);
+    TITAN_CHECK_VALUE(e.end <= file_size,
+                      "[titan::checkpoint] expected tensor '{}' to end at byte {} of '{}', got a file "
+                      "of {} bytes (truncated). Restore the file or load an older checkpoint.",
+                      name, e.end, path_.string(), file_size);
     entries_.emplace(name, std::move(e));
   }
 }
@@ -106,7 +118,9 @@ SafetensorsFile::~SafetensorsFile() {
   if (fd_ >= 0) ::close(fd_);
 }
 SafetensorsFile::SafetensorsFile(SafetensorsFile&& o) noexcept
-    : path_(std::move(o.path_)), fd_(std::exchange(o.fd_, -1)), metadata_(std::move(o.metadata_)),
+    : path_(std::move(o.path_)),
+      fd_(std::exchange(o.fd_, -1)),
+      metadata_(std::move(o.metadata_)),
       entries_(std::move(o.entries_)) {}
 SafetensorsFile& SafetensorsFile::operator=(SafetensorsFile&& o) noexcept {
   std::swap(path_, o.path_);
@@ -118,8 +132,10 @@ SafetensorsFile& SafetensorsFile::operator=(SafetensorsFile&& o) noexcept {
 
 const TensorEntry& SafetensorsFile::entry(const std::string& name) const {
   const auto it = entries_.find(name);
-  TITAN_CHECK_VALUE(it != entries_.end(), "[titan::checkpoint] expected tensor '{}' in '{}', got none. The file is of "
-                    "another model or flavor.", name, path_.string());
+  TITAN_CHECK_VALUE(it != entries_.end(),
+                    "[titan::checkpoint] expected tensor '{}' in '{}', got none. The file is of "
+                    "another model or flavor.",
+                    name, path_.string());
   return it->second;
 }
 
@@ -127,8 +143,10 @@ void SafetensorsFile::read_bytes(int64_t offset, int64_t size, void* dst) const 
   char* p = static_cast<char*>(dst);
   while (size > 0) {
     const ssize_t n = ::pread(fd_, p, static_cast<size_t>(std::min<int64_t>(size, int64_t{1} << 30)), offset);
-    TITAN_CHECK_VALUE(n > 0 || (n < 0 && errno == EINTR), "[titan::checkpoint] expected {} more bytes at offset {} of "
-                      "'{}', got {} (truncated file or read error).", size, offset, path_.string(),
+    TITAN_CHECK_VALUE(n > 0 || (n < 0 && errno == EINTR),
+                      "[titan::checkpoint] expected {} more bytes at offset {} of "
+                      "'{}', got {} (truncated file or read error).",
+                      size, offset, path_.string(),
                       n == 0 ? std::string("end of file") : std::string(std::strerror(errno)));
     if (n > 0) {
       p += n;
@@ -141,9 +159,10 @@ void SafetensorsFile::read_bytes(int64_t offset, int64_t size, void* dst) const 
 at::Tensor SafetensorsFile::read(const std::string& name) const {
   const TensorEntry& e = entry(name);
   at::Tensor t = at::empty(e.shape, at::TensorOptions().dtype(scalar_type(e.dtype)));
-  TITAN_CHECK_VALUE(static_cast<int64_t>(t.nbytes()) == e.end - e.begin, "[titan::checkpoint] expected tensor '{}' in "
-                    "'{}' to hold {} bytes ({} {}), got {}.", name, path_.string(), t.nbytes(), e.dtype,
-                    c10::str(at::IntArrayRef(e.shape)), e.end - e.begin);
+  TITAN_CHECK_VALUE(static_cast<int64_t>(t.nbytes()) == e.end - e.begin,
+                    "[titan::checkpoint] expected tensor '{}' in "
+                    "'{}' to hold {} bytes ({} {}), got {}.",
+                    name, path_.string(), t.nbytes(), e.dtype, c10::str(at::IntArrayRef(e.shape)), e.end - e.begin);
   read_bytes(e.begin, e.end - e.begin, t.data_ptr());
   return t;
 }
@@ -155,12 +174,17 @@ std::vector<WrittenTensor> write_safetensors(const fs::path& path,
   std::vector<WrittenTensor> out;
   int64_t offset = 0;
   for (const auto& [name, t] : tensors) {
-    TITAN_CHECK(t.device().is_cpu() && t.is_contiguous(), "[titan::checkpoint] expected '{}' as a contiguous CPU tensor, "
-                "got {} on {}.", name, t.is_contiguous() ? "contiguous" : "strided", t.device().str());
+    TITAN_CHECK(t.device().is_cpu() && t.is_contiguous(),
+                "[titan::checkpoint] expected '{}' as a contiguous CPU tensor, "
+                "got {} on {}.",
+                name, t.is_contiguous() ? "contiguous" : "strided", t.device().str());
     const auto bytes = static_cast<int64_t>(t.nbytes());
-    header[name] = {{"dtype", safetensors_dtype(t.scalar_type())}, {"shape", t.sizes().vec()},
+    header[name] = {{"dtype", safetensors_dtype(t.scalar_type())},
+                    {"shape", t.sizes().vec()},
                     {"data_offsets", {offset, offset + bytes}}};
-    out.push_back({.entry = {.dtype = safetensors_dtype(t.scalar_type()), .shape = t.sizes().vec(), .begin = offset,
+    out.push_back({.entry = {.dtype = safetensors_dtype(t.scalar_type()),
+                             .shape = t.sizes().vec(),
+                             .begin = offset,
                              .end = offset + bytes},
                    .crc32 = chunk_checksums(t.data_ptr(), bytes)});
     offset += bytes;
@@ -200,8 +224,10 @@ void write_file_atomically(const fs::path& path, const std::string& text) {
     std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
     out << text;
     out.flush();
-    TITAN_CHECK(out.good(), "[titan::checkpoint] expected to write '{}', got a write error. Check free space and "
-                "permissions.", tmp.string());
+    TITAN_CHECK(out.good(),
+                "[titan::checkpoint] expected to write '{}', got a write error. Check free space and "
+                "permissions.",
+                tmp.string());
   }
   fs::rename(tmp, path);
 }
@@ -220,9 +246,10 @@ at::Tensor read_region(const SafetensorsFile& file, const TensorEntry& entry, co
   int64_t numel = 1, first = 0, last = 0;
   for (size_t d = 0; d < ndim; ++d) {
     const int64_t lo = offset[d] - stored_offset[d];
-    TITAN_CHECK(lo >= 0 && lo + shape[d] <= entry.shape[d], "[titan::checkpoint] expected the region to lie inside the "
-                "stored shard of '{}' in '{}', got dim {} [{}, {}) outside [0, {}).", what, file.path().string(), d, lo,
-                lo + shape[d], entry.shape[d]);
+    TITAN_CHECK(lo >= 0 && lo + shape[d] <= entry.shape[d],
+                "[titan::checkpoint] expected the region to lie inside the "
+                "stored shard of '{}' in '{}', got dim {} [{}, {}) outside [0, {}).",
+                what, file.path().string(), d, lo, lo + shape[d], entry.shape[d]);
     numel *= shape[d];
     first += lo * strides[d];
     last += (lo + shape[d] - 1) * strides[d];
@@ -243,10 +270,11 @@ at::Tensor read_region(const SafetensorsFile& file, const TensorEntry& entry, co
       const int64_t n = std::min(kChecksumChunkBytes, end - at);
       const auto chunk = static_cast<size_t>(at / kChecksumChunkBytes);
       const auto got = static_cast<uint32_t>(::crc32(0L, p + (at - begin), static_cast<uInt>(n)));
-      TITAN_CHECK_VALUE(chunk < crc32->size() && got == (*crc32)[chunk],
-                        "[titan::checkpoint] expected checksum {:08x} for bytes [{}, {}) of tensor '{}' in '{}', got "
-                        "{:08x}: the file is corrupt. Load an older checkpoint (checkpoint.load_step) or restore the file.",
-                        chunk < crc32->size() ? (*crc32)[chunk] : 0u, at, at + n, what, file.path().string(), got);
+      TITAN_CHECK_VALUE(
+          chunk < crc32->size() && got == (*crc32)[chunk],
+          "[titan::checkpoint] expected checksum {:08x} for bytes [{}, {}) of tensor '{}' in '{}', got "
+          "{:08x}: the file is corrupt. Load an older checkpoint (checkpoint.load_step) or restore the file.",
+          chunk < crc32->size() ? (*crc32)[chunk] : 0u, at, at + n, what, file.path().string(), got);
     }
   }
   const at::Tensor typed = span.view(dtype);  // (span elements)

@@ -51,8 +51,8 @@ std::string closest_key(std::string_view canonical) {
   std::string best;
   size_t best_score = std::max<size_t>(2, canonical.size() / 3) + 1;
   for (const std::string& key : config_keys()) {
-    const size_t score = std::min(edit_distance(canonical, key),
-                                  edit_distance(last_part(canonical), last_part(key)) + 2);
+    const size_t score =
+        std::min(edit_distance(canonical, key), edit_distance(last_part(canonical), last_part(key)) + 2);
     if (score < best_score) {
       best_score = score;
       best = key;
@@ -125,8 +125,8 @@ using namespace config_detail;
 
 void apply_json(JobConfig& config, const nlohmann::json& tree, std::string_view origin, ConfigNotes* notes) {
   if (!tree.is_object()) {
-    fail("", fmt::format("expected a table of sections in {}, got {}. Write [section] tables of key = value.",
-                         origin, tree.type_name()));
+    fail("", fmt::format("expected a table of sections in {}, got {}. Write [section] tables of key = value.", origin,
+                         tree.type_name()));
   }
   std::vector<std::pair<std::string, const json*>> leaves;
   flatten(tree, "", leaves);
@@ -140,10 +140,13 @@ void apply_json(JobConfig& config, const nlohmann::json& tree, std::string_view 
       if (!is_table_key(canonical)) unknown_key(key, origin);
       continue;
     }
-    const bool found = visit_key(config, canonical, [&](auto& field) { from_json_value(field, *value, {key, origin}); });
+    const bool found = visit_key(config, canonical, [&](auto& field) {
+      from_json_value(field, *value, {key, origin});
+    });
     if (found) continue;
     if (is_table_key(canonical)) {
-      fail(key, fmt::format("{} is a table, got {} in {}. Write its keys under [{}].", key, value->dump(), origin, key));
+      fail(key,
+           fmt::format("{} is a table, got {} in {}. Write its keys under [{}].", key, value->dump(), origin, key));
     }
     unknown_key(key, origin);
   }

@@ -23,7 +23,8 @@ struct Command {
 
 bool is_bool_key(JobConfig& probe, std::string_view canonical) {
   bool is_bool = false;
-  visit_key(probe, canonical, [&](auto& field) { is_bool = std::is_same_v<std::remove_cvref_t<decltype(field)>, bool>; });
+  visit_key(probe, canonical,
+            [&](auto& field) { is_bool = std::is_same_v<std::remove_cvref_t<decltype(field)>, bool>; });
   return is_bool;
 }
 

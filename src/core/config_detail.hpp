@@ -83,9 +83,13 @@ inline std::string type_name(Tag<std::string>) { return "str"; }
 inline std::string type_name(Tag<std::vector<std::string>>) { return "list[str]"; }
 inline std::string type_name(Tag<std::vector<std::vector<std::string>>>) { return "list[list[str]]"; }
 template <Choice E>
-std::string type_name(Tag<E>) { return choice_list<E>(); }
+std::string type_name(Tag<E>) {
+  return choice_list<E>();
+}
 template <class T>
-std::string type_name(Tag<std::optional<T>>) { return type_name(Tag<T>{}) + "|None"; }
+std::string type_name(Tag<std::optional<T>>) {
+  return type_name(Tag<T>{}) + "|None";
+}
 
 inline std::string expectation(Tag<int64_t>) { return "an integer"; }
 inline std::string expectation(Tag<double>) { return "a number"; }
@@ -94,9 +98,13 @@ inline std::string expectation(Tag<std::string>) { return "a string"; }
 inline std::string expectation(Tag<std::vector<std::string>>) { return "a list of strings"; }
 inline std::string expectation(Tag<std::vector<std::vector<std::string>>>) { return "a list of lists of strings"; }
 template <Choice E>
-std::string expectation(Tag<E>) { return "one of " + choice_list<E>(); }
+std::string expectation(Tag<E>) {
+  return "one of " + choice_list<E>();
+}
 template <class T>
-std::string expectation(Tag<std::optional<T>>) { return expectation(Tag<T>{}) + " or null"; }
+std::string expectation(Tag<std::optional<T>>) {
+  return expectation(Tag<T>{}) + " or null";
+}
 
 inline json to_json_value(const int64_t& v) { return v; }
 inline json to_json_value(const double& v) { return v; }
@@ -105,9 +113,13 @@ inline json to_json_value(const std::string& v) { return v; }
 inline json to_json_value(const std::vector<std::string>& v) { return v; }
 inline json to_json_value(const std::vector<std::vector<std::string>>& v) { return v; }
 template <Choice E>
-json to_json_value(const E& v) { return std::string(choice_name(v)); }
+json to_json_value(const E& v) {
+  return std::string(choice_name(v));
+}
 template <class T>
-json to_json_value(const std::optional<T>& v) { return v ? to_json_value(*v) : json(nullptr); }
+json to_json_value(const std::optional<T>& v) {
+  return v ? to_json_value(*v) : json(nullptr);
+}
 
 /// Splits on `sep` and trims spaces; "" gives an empty list (so `--model.converters ""` clears it).
 std::vector<std::string> split_list(std::string_view text, char sep);

@@ -48,7 +48,8 @@ std::string read_text(const std::filesystem::path& file) {
   std::ifstream in(file, std::ios::binary);
   std::stringstream text;
   text << in.rdbuf();
-  if (!in) fail("job.config_file", fmt::format("expected a readable config file, got a read error on '{}'.", file.string()));
+  if (!in)
+    fail("job.config_file", fmt::format("expected a readable config file, got a read error on '{}'.", file.string()));
   return text.str();
 }
 
@@ -85,8 +86,10 @@ void write_config_json(const JobConfig& config, const std::filesystem::path& fil
     std::ofstream out(temp, std::ios::binary | std::ios::trunc);
     out << to_json(config).dump(2) << '\n';
     out.flush();
-    TITAN_CHECK(out.good(), "[titan::config] expected to write '{}', got a write error. Check the disk and "
-                "permissions.", temp.string());
+    TITAN_CHECK(out.good(),
+                "[titan::config] expected to write '{}', got a write error. Check the disk and "
+                "permissions.",
+                temp.string());
   }
   std::filesystem::rename(temp, file);
 }

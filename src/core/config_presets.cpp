@@ -107,8 +107,10 @@ Registry& registry() {
 }  // namespace
 
 void register_preset(std::string name, std::function<void(JobConfig&)> apply) {
-  TITAN_CHECK_VALUE(!name.empty() && apply, "[titan::config] expected a preset name and function, got name '{}'{}. "
-                    "Pass both to register_preset.", name, apply ? "" : " and an empty function");
+  TITAN_CHECK_VALUE(!name.empty() && apply,
+                    "[titan::config] expected a preset name and function, got name '{}'{}. "
+                    "Pass both to register_preset.",
+                    name, apply ? "" : " and an empty function");
   Registry& r = registry();
   std::lock_guard lock(r.mutex);
   r.presets[std::move(name)] = std::move(apply);

@@ -35,7 +35,8 @@ auto not_equal(std::string expected) {
 
 const std::vector<Unsupported>& unsupported_table() {
   static const std::vector<Unsupported> rows = {
-      {"job.custom_config_module", is_non_empty, "titan has no Python config extensions (use register_preset): ignored"},
+      {"job.custom_config_module", is_non_empty,
+       "titan has no Python config extensions (use register_preset): ignored"},
       {"profiling.enable_profiling", is_true, "profiling is not supported yet: ignored"},
       {"profiling.enable_memory_snapshot", is_true, "memory snapshots are not supported yet: ignored"},
       {"metrics.enable_tensorboard", is_true, "TensorBoard logging is not available yet: ignored"},
@@ -44,7 +45,8 @@ const std::vector<Unsupported>& unsupported_table() {
       {"model.converters", is_non_empty, "model converters (float8, mx) are not supported yet: ignored"},
       {"optimizer.early_step_in_backward", is_true,
        "stepping inside backward is not supported yet: the optimizer steps after backward"},
-      {"training.enable_cpu_offload", is_true, "CPU offload is not supported yet (FSDP keeps params on the device): ignored"},
+      {"training.enable_cpu_offload", is_true,
+       "CPU offload is not supported yet (FSDP keeps params on the device): ignored"},
       {"training.dataloader.pin_memory", is_true, "pinned batches are not supported yet: ignored"},
       {"validation.dataloader.pin_memory", is_true, "pinned batches are not supported yet: ignored"},
       {"parallelism.pipeline_parallel_degree", above_one, kNeedsLayout},
@@ -90,9 +92,7 @@ std::optional<std::string> recognised_unsupported_note(std::string_view canonica
   return fmt::format("{} = {}: [{}] is recognised but not supported by titan: ignored", canonical, value, *section);
 }
 
-bool is_recognised_unsupported_table(std::string_view canonical) {
-  return recognised_section_of(canonical) != nullptr;
-}
+bool is_recognised_unsupported_table(std::string_view canonical) { return recognised_section_of(canonical) != nullptr; }
 
 std::vector<std::string_view> recognised_unsupported_sections() {
   return {std::begin(kRecognisedSections), std::end(kRecognisedSections)};

@@ -11,8 +11,8 @@ namespace titan::config_detail {
 
 void type_error(Where where, std::string_view expected, std::string_view got) {
   fail(std::string(where.key),
-       fmt::format("{} expects {}, got {} in {}. Fix the value; --help lists every key with its type.",
-                   where.key, expected, got, where.origin));
+       fmt::format("{} expects {}, got {} in {}. Fix the value; --help lists every key with its type.", where.key,
+                   expected, got, where.origin));
 }
 
 std::vector<std::string> split_list(std::string_view text, char sep) {

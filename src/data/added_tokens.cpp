@@ -54,9 +54,8 @@ AddedTokenMatcher::AddedTokenMatcher(const std::vector<AddedToken>& tokens) : to
   }
   for (Pass* pass : {&raw_, &normalized_}) {
     for (auto& bucket : pass->by_first_byte) {
-      std::stable_sort(bucket.begin(), bucket.end(), [&](uint32_t a, uint32_t b) {
-        return tokens_[a].content.size() > tokens_[b].content.size();
-      });
+      std::stable_sort(bucket.begin(), bucket.end(),
+                       [&](uint32_t a, uint32_t b) { return tokens_[a].content.size() > tokens_[b].content.size(); });
     }
   }
 }

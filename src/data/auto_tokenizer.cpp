@@ -64,16 +64,17 @@ std::shared_ptr<Tokenizer> train(const Corpus& corpus, int64_t vocab_size, const
 
   // Publish the whole folder with one rename so a concurrent reader never sees half of it.
   std::random_device rd;
-  const fs::path tmp = dir.parent_path() / fmt::format(".{}.tmp.{}.{:08x}", dir.filename().string(),
-                                                       static_cast<long>(::getpid()), rd());
+  const fs::path tmp = dir.parent_path() /
+                       fmt::format(".{}.tmp.{}.{:08x}", dir.filename().string(), static_cast<long>(::getpid()), rd());
   bpe.save(tmp);
   std::error_code ec;
   fs::rename(tmp, dir, ec);
   if (ec) {
     fs::remove_all(tmp);
-    TITAN_CHECK_VALUE(fs::exists(dir / "tokenizer.json"), "[titan::data::tokenizer_for] expected to publish the "
-                      "trained tokenizer at {}, got: {}. Check that the cache folder is writable.", dir.string(),
-                      ec.message());
+    TITAN_CHECK_VALUE(fs::exists(dir / "tokenizer.json"),
+                      "[titan::data::tokenizer_for] expected to publish the "
+                      "trained tokenizer at {}, got: {}. Check that the cache folder is writable.",
+                      dir.string(), ec.message());
   }
   log::info("tokenizer: cached at {}", dir.string());
   return BpeTokenizer::from_files(dir / "tokenizer.json", dir / "tokenizer_config.json");
@@ -91,10 +92,11 @@ std::shared_ptr<Tokenizer> tokenizer_for(const fs::path& hf_assets_path, const C
     log::info("tokenizer: no tokenizer.json at {}; using a BPE trained on dataset {}", hf_assets_path.string(),
               corpus.name());
   }
-  TITAN_CHECK_VALUE(!cache_dir.empty(), "[titan::data::tokenizer_for] expected a cache folder for the trained "
+  TITAN_CHECK_VALUE(!cache_dir.empty(),
+                    "[titan::data::tokenizer_for] expected a cache folder for the trained "
                     "tokenizer, got an empty path.");
-  const fs::path dir = cache_dir / fmt::format("{}-v{}-{:016x}", corpus.name(), vocab_size,
-                                               cache_key(corpus, options, vocab_size));
+  const fs::path dir =
+      cache_dir / fmt::format("{}-v{}-{:016x}", corpus.name(), vocab_size, cache_key(corpus, options, vocab_size));
   if (fs::exists(dir / "tokenizer.json")) {
     log::info("tokenizer: reusing the BPE trained on {} at {}", corpus.name(), dir.string());
     return BpeTokenizer::from_files(dir / "tokenizer.json", dir / "tokenizer_config.json");

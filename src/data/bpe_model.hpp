@@ -45,7 +45,7 @@ class BpeModel {
   // NOTE: as in HF, a byte whose character is not in the vocab is dropped when there is no unk.
   int32_t byte_ids_[256];
   std::unordered_map<uint64_t, std::pair<int32_t, int32_t>> merges_;  // (left,right) -> (rank, merged)
-  StringMap<int32_t> vocab_;  // byte-level spelling -> id
+  StringMap<int32_t> vocab_;                                          // byte-level spelling -> id
   BpeModelOptions options_;
 
   // Piece -> ids. Most pieces of natural text repeat, so this is what makes encoding fast.

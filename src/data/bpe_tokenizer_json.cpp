@@ -26,12 +26,12 @@ class Reader {
 
   void check(bool ok, std::string_view key, std::string_view expected, const json& got,
              std::string_view hint = "") const {
-    TITAN_CHECK_VALUE(ok, "[{}] {}: expected {} at \"{}\", got {}.{}{}", kWhere, source_, expected, key,
-                      describe(got), hint.empty() ? "" : " ", hint);
+    TITAN_CHECK_VALUE(ok, "[{}] {}: expected {} at \"{}\", got {}.{}{}", kWhere, source_, expected, key, describe(got),
+                      hint.empty() ? "" : " ", hint);
   }
   void unsupported(bool ok, std::string_view key, const json& got, std::string_view hint) const {
-    TITAN_CHECK_NOT_IMPLEMENTED(ok, "[{}] {}: \"{}\" = {} is not supported. {}", kWhere, source_, key,
-                                describe(got), hint);
+    TITAN_CHECK_NOT_IMPLEMENTED(ok, "[{}] {}: \"{}\" = {} is not supported. {}", kWhere, source_, key, describe(got),
+                                hint);
   }
   const json& member(const json& obj, std::string_view parent, const char* key) const {
     check(obj.is_object() && obj.contains(key), fmt::format("{}{}{}", parent, parent.empty() ? "" : ".", key),
@@ -179,8 +179,8 @@ void read_pre_tokenizer(const Reader& r, const json& root, BpeTokenizer::Impl& i
     const bool last = item == items.back().second;
     if (type == "ByteLevel" && last) {
       const bool use_regex = r.flag(*item, "use_regex", true, where);
-      impl.steps.push_back({r.flag(*item, "add_prefix_space", true, where),
-                            use_regex ? SplitPattern::gpt2 : SplitPattern::none});
+      impl.steps.push_back(
+          {r.flag(*item, "add_prefix_space", true, where), use_regex ? SplitPattern::gpt2 : SplitPattern::none});
     } else {
       r.unsupported(type == "Split", where + ".type", type,
                     "Supported: ByteLevel (last), Split with the GPT-2 or Llama 3 regex, Sequence of those.");
@@ -191,16 +191,16 @@ void read_pre_tokenizer(const Reader& r, const json& root, BpeTokenizer::Impl& i
 
 void read_normalizer_and_decoder(const Reader& r, const json& root) {
   const json& normalizer = root.value("normalizer", json());
-  const bool no_normalizer = normalizer.is_null() ||
-      (normalizer.value("type", "") == "Sequence" && normalizer.value("normalizers", json::array()).empty());
+  const bool no_normalizer = normalizer.is_null() || (normalizer.value("type", "") == "Sequence" &&
+                                                      normalizer.value("normalizers", json::array()).empty());
   r.unsupported(no_normalizer, "normalizer", normalizer, "Byte-level BPE tokenizers have none (null).");
   const json& decoder = r.member(root, "", "decoder");
   r.unsupported(decoder.is_object() && decoder.value("type", "") == "ByteLevel", "decoder", decoder,
                 "The decoder must be ByteLevel.");
   for (const char* key : {"truncation", "padding"}) {
     if (root.contains(key) && !root.at(key).is_null()) {
-      log::warn("[{}] {}: \"{}\" is set and ignored: titan never truncates or pads in encode().", kWhere,
-                r.source(), key);
+      log::warn("[{}] {}: \"{}\" is set and ignored: titan never truncates or pads in encode().", kWhere, r.source(),
+                key);
     }
   }
 }
@@ -281,8 +281,8 @@ void read_added_tokens(const Reader& r, const json& root, BpeTokenizer::Impl& im
   for (size_t i = 0; i < list.size(); ++i) {
     const auto declared = list[i].value("id", int64_t(-1));
     if (declared != impl.added_ids.at(tokens[i].content)) {
-      log::warn("[{}] {}: added_tokens[{}] {} declares id {} but gets id {} (as in HF tokenizers).", kWhere,
-                r.source(), i, json(tokens[i].content).dump(), declared, impl.added_ids.at(tokens[i].content));
+      log::warn("[{}] {}: added_tokens[{}] {} declares id {} but gets id {} (as in HF tokenizers).", kWhere, r.source(),
+                i, json(tokens[i].content).dump(), declared, impl.added_ids.at(tokens[i].content));
     }
   }
 }

@@ -121,8 +121,8 @@ class MergeLearner {
 };
 
 json added_token_json(int32_t id, const std::string& content) {
-  return {{"id", id},          {"content", content}, {"single_word", false}, {"lstrip", false},
-          {"rstrip", false},   {"normalized", false}, {"special", true}};
+  return {{"id", id},        {"content", content},  {"single_word", false}, {"lstrip", false},
+          {"rstrip", false}, {"normalized", false}, {"special", true}};
 }
 
 }  // namespace
@@ -137,14 +137,16 @@ BpeTrainer::BpeTrainer(BpeTrainerConfig config) : impl_(std::make_unique<Impl>()
   const auto n_special = int64_t(config.special_tokens.size());
   TITAN_CHECK_VALUE(config.vocab_size >= 256 + n_special,
                     "[titan::data::BpeTrainer] expected vocab_size >= 256 bytes + {} special tokens = {}, got {}. "
-                    "Raise the vocabulary size.", n_special, 256 + n_special, config.vocab_size);
+                    "Raise the vocabulary size.",
+                    n_special, 256 + n_special, config.vocab_size);
   TITAN_CHECK_VALUE(config.split != SplitPattern::none,
                     "[titan::data::BpeTrainer] expected split gpt2 or llama3, got none. Byte-level BPE needs a split.");
   for (const std::string* name : {&config.bos_token, &config.eos_token, &config.pad_token}) {
     const auto& sp = config.special_tokens;
     TITAN_CHECK_VALUE(name->empty() || std::find(sp.begin(), sp.end(), *name) != sp.end(),
                       "[titan::data::BpeTrainer] expected bos/eos/pad token {:?} to be one of special_tokens [{:?}]. "
-                      "Add it there.", *name, fmt::join(sp, ", "));
+                      "Add it there.",
+                      *name, fmt::join(sp, ", "));
   }
   impl_->config = std::move(config);
 }
@@ -189,9 +191,10 @@ TrainedBpe BpeTrainer::train() const {
     learner.apply(left, right, it->second);
   }
   if (int64_t(out.vocab.size()) < target) {
-    log::warn("[titan::data::BpeTrainer] the text ({} bytes) ran out of pairs at {} tokens; the vocabulary has {} "
-              "entries instead of {}. Train on more text or ask for fewer.", impl_->bytes, out.vocab.size(),
-              out.vocab.size() + config.special_tokens.size(), config.vocab_size);
+    log::warn(
+        "[titan::data::BpeTrainer] the text ({} bytes) ran out of pairs at {} tokens; the vocabulary has {} "
+        "entries instead of {}. Train on more text or ask for fewer.",
+        impl_->bytes, out.vocab.size(), out.vocab.size() + config.special_tokens.size(), config.vocab_size);
   }
   for (const std::string& special : config.special_tokens) out.vocab.push_back(special);
   return out;
@@ -207,21 +210,37 @@ json TrainedBpe::tokenizer_json() const {
   for (size_t i = 0; i < config.special_tokens.size(); ++i) {
     added.push_back(added_token_json(int32_t(first_special + i), config.special_tokens[i]));
   }
-  json byte_level = {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"trim_offsets", true},
+  json byte_level = {{"type", "ByteLevel"},
+                     {"add_prefix_space", false},
+                     {"trim_offsets", true},
                      {"use_regex", config.split == SplitPattern::gpt2}};
   json pre_tokenizer = byte_level;
   if (config.split != SplitPattern::gpt2) {
-    json split = {{"type", "Split"}, {"pattern", {{"Regex", std::string(split_pattern_regex(config.split))}}},
-                  {"behavior", "Isolated"}, {"invert", false}};
+    json split = {{"type", "Split"},
+                  {"pattern", {{"Regex", std::string(split_pattern_regex(config.split))}}},
+                  {"behavior", "Isolated"},
+                  {"invert", false}};
     pre_tokenizer = {{"type", "Sequence"}, {"pretokenizers", {split, byte_level}}};
   }
-  return {{"version", "1.0"}, {"truncation", nullptr}, {"padding", nullptr}, {"added_tokens", added},
-          {"normalizer", nullptr}, {"pre_tokenizer", pre_tokenizer}, {"post_processor", byte_level},
+  return {{"version", "1.0"},
+          {"truncation", nullptr},
+          {"padding", nullptr},
+          {"added_tokens", added},
+          {"normalizer", nullptr},
+          {"pre_tokenizer", pre_tokenizer},
+          {"post_processor", byte_level},
           {"decoder", byte_level},
-          {"model", {{"type", "BPE"}, {"dropout", nullptr}, {"unk_token", nullptr},
-                     {"continuing_subword_prefix", nullptr}, {"end_of_word_suffix", nullptr}, {"fuse_unk", false},
-                     {"byte_fallback", false}, {"ignore_merges", false}, {"vocab", vocab_json},
-                     {"merges", merges_json}}}};
+          {"model",
+           {{"type", "BPE"},
+            {"dropout", nullptr},
+            {"unk_token", nullptr},
+            {"continuing_subword_prefix", nullptr},
+            {"end_of_word_suffix", nullptr},
+            {"fuse_unk", false},
+            {"byte_fallback", false},
+            {"ignore_merges", false},
+            {"vocab", vocab_json},
+            {"merges", merges_json}}}};
 }
 
 json TrainedBpe::tokenizer_config_json() const {
@@ -232,8 +251,10 @@ json TrainedBpe::tokenizer_config_json() const {
     entry.erase("id");
     decoder[std::to_string(first_special + i)] = entry;
   }
-  json out = {{"added_tokens_decoder", decoder}, {"tokenizer_class", "PreTrainedTokenizerFast"},
-              {"clean_up_tokenization_spaces", false}, {"model_max_length", 1 << 20}};
+  json out = {{"added_tokens_decoder", decoder},
+              {"tokenizer_class", "PreTrainedTokenizerFast"},
+              {"clean_up_tokenization_spaces", false},
+              {"model_max_length", 1 << 20}};
   for (auto [key, value] : {std::pair{"bos_token", &config.bos_token}, std::pair{"eos_token", &config.eos_token},
                             std::pair{"pad_token", &config.pad_token}}) {
     if (!value->empty()) out[key] = *value;

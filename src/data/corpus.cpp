@@ -64,9 +64,7 @@ struct Span {
   uint64_t length;
 };
 
-bool is_blank(std::string_view line) {
-  return line.find_first_not_of(" \t\r\f\v") == std::string_view::npos;
-}
+bool is_blank(std::string_view line) { return line.find_first_not_of(" \t\r\f\v") == std::string_view::npos; }
 
 // Calls fn(line_without_newline, offset, line_number) for each line of `bytes`.
 template <class Fn>
@@ -117,11 +115,14 @@ class FileCorpus final : public Corpus {
           }
           break;
         case DatasetFormat::fortunes:
-          index_blocks(bytes, file, [](std::string_view l) { return l == "%" || l == "%\r"; }, spans_);
+          index_blocks(
+              bytes, file, [](std::string_view l) { return l == "%" || l == "%\r"; }, spans_);
           break;
         case DatasetFormat::chat:
-          TITAN_CHECK_VALUE(false, "[titan::data::open_corpus] dataset \"{}\": expected text, jsonl or fortunes for "
-                            "an indexed corpus, got chat. Open chat data with open_source.", name_);
+          TITAN_CHECK_VALUE(false,
+                            "[titan::data::open_corpus] dataset \"{}\": expected text, jsonl or fortunes for "
+                            "an indexed corpus, got chat. Open chat data with open_source.",
+                            name_);
           break;
         case DatasetFormat::jsonl:
           for_each_line(bytes, [&](std::string_view line, uint64_t offset, uint32_t number) {
@@ -146,14 +147,18 @@ class FileCorpus final : public Corpus {
     try {
       obj = nlohmann::json::parse(raw);
     } catch (const nlohmann::json::parse_error& e) {
-      TITAN_CHECK_VALUE(false, "[titan::data::Corpus] {}:{}: expected one JSON object per line, got a syntax error at "
-                        "byte {} of the line: {}", file.path().string(), s.line, e.byte, e.what());
+      TITAN_CHECK_VALUE(false,
+                        "[titan::data::Corpus] {}:{}: expected one JSON object per line, got a syntax error at "
+                        "byte {} of the line: {}",
+                        file.path().string(), s.line, e.byte, e.what());
     }
     const bool ok = obj.is_object() && obj.contains(spec_.text_field) && obj.at(spec_.text_field).is_string();
-    TITAN_CHECK_VALUE(ok, "[titan::data::Corpus] {}:{}: expected a string field \"{}\", got {}. Set the dataset's "
-                      "text_field to the key holding the text.", file.path().string(), s.line, spec_.text_field,
-                      obj.is_object() && obj.contains(spec_.text_field) ? obj.at(spec_.text_field).type_name()
-                                                                        : "no such key");
+    TITAN_CHECK_VALUE(
+        ok,
+        "[titan::data::Corpus] {}:{}: expected a string field \"{}\", got {}. Set the dataset's "
+        "text_field to the key holding the text.",
+        file.path().string(), s.line, spec_.text_field,
+        obj.is_object() && obj.contains(spec_.text_field) ? obj.at(spec_.text_field).type_name() : "no such key");
     return obj.at(spec_.text_field).get<std::string>();
   }
 
@@ -193,10 +198,13 @@ bool wanted(const fs::path& p, DatasetFormat format) {
   // A compressed shard is judged by the name under the compression suffix.
   const fs::path inner = p.extension() == ".gz" || p.extension() == ".zst" ? p.stem() : p;
   switch (format) {
-    case DatasetFormat::text: return true;
+    case DatasetFormat::text:
+      return true;
     case DatasetFormat::jsonl:
-    case DatasetFormat::chat: return inner.extension() == ".jsonl" || inner.extension() == ".json";
-    case DatasetFormat::fortunes: return !p.has_extension();  // skips the .dat indexes and .u8 links
+    case DatasetFormat::chat:
+      return inner.extension() == ".jsonl" || inner.extension() == ".json";
+    case DatasetFormat::fortunes:
+      return !p.has_extension();  // skips the .dat indexes and .u8 links
   }
   return false;
 }
@@ -240,15 +248,18 @@ std::shared_ptr<Corpus> open_corpus(std::string name, const CorpusSpec& spec) {
                     name, spec.path.string());
   const std::vector<fs::path> paths = list_corpus_files(spec);
   auto corpus = std::make_shared<FileCorpus>(name, spec, paths);
-  TITAN_CHECK_VALUE(corpus->size() > 0, "[titan::data::open_corpus] dataset \"{}\" at {}: expected at least one "
+  TITAN_CHECK_VALUE(corpus->size() > 0,
+                    "[titan::data::open_corpus] dataset \"{}\" at {}: expected at least one "
                     "document, got none in {} file(s). Check the path and the format (text, jsonl, fortunes).",
                     name, spec.path.string(), paths.size());
   return corpus;
 }
 
 std::shared_ptr<Corpus> make_corpus(std::string name, std::vector<std::string> documents) {
-  TITAN_CHECK_VALUE(!documents.empty(), "[titan::data::make_corpus] dataset \"{}\": expected at least one document, "
-                    "got none.", name);
+  TITAN_CHECK_VALUE(!documents.empty(),
+                    "[titan::data::make_corpus] dataset \"{}\": expected at least one document, "
+                    "got none.",
+                    name);
   return std::make_shared<MemoryCorpus>(std::move(name), std::move(documents));
 }
 

@@ -42,12 +42,15 @@ class LoaderImpl {
     TITAN_CHECK_VALUE(tokenizer != nullptr, "[titan::data::DataLoader] expected a tokenizer, got null.");
     TITAN_CHECK_VALUE(c.local_batch_size >= 1 && c.seq_len >= 1 && c.grad_accum_steps >= 1,
                       "[titan::data::DataLoader] expected local_batch_size, seq_len and grad_accum_steps >= 1, got "
-                      "{}, {} and {}.", c.local_batch_size, c.seq_len, c.grad_accum_steps);
+                      "{}, {} and {}.",
+                      c.local_batch_size, c.seq_len, c.grad_accum_steps);
     TITAN_CHECK_VALUE(c.dp_degree >= 1 && c.dp_rank >= 0 && c.dp_rank < c.dp_degree,
                       "[titan::data::DataLoader] expected 0 <= dp_rank < dp_degree, got dp_rank {} and dp_degree {}.",
                       c.dp_rank, c.dp_degree);
-    TITAN_CHECK_VALUE(c.num_workers >= 0 && c.prefetch >= 1, "[titan::data::DataLoader] expected num_workers >= 0 "
-                      "and prefetch >= 1, got {} and {}.", c.num_workers, c.prefetch);
+    TITAN_CHECK_VALUE(c.num_workers >= 0 && c.prefetch >= 1,
+                      "[titan::data::DataLoader] expected num_workers >= 0 "
+                      "and prefetch >= 1, got {} and {}.",
+                      c.num_workers, c.prefetch);
     boundary_state_ = make_state();
   }
 
@@ -96,18 +99,22 @@ class LoaderImpl {
   }
 
   void load_state(const nlohmann::json& j) {
-    TITAN_CHECK_VALUE(j.is_object() && j.value("version", 0) == kStateVersion && j.contains("stream") &&
-                      j.contains("carry"), "[titan::data::DataLoader] expected a loader state {{\"version\": {}, "
-                      "\"stream\": ..., \"carry\": ...}}, got {}.", kStateVersion, j.dump().substr(0, 200));
+    TITAN_CHECK_VALUE(
+        j.is_object() && j.value("version", 0) == kStateVersion && j.contains("stream") && j.contains("carry"),
+        "[titan::data::DataLoader] expected a loader state {{\"version\": {}, "
+        "\"stream\": ..., \"carry\": ...}}, got {}.",
+        kStateVersion, j.dump().substr(0, 200));
     TITAN_CHECK_VALUE(j.at("seq_len").get<int64_t>() == config_.seq_len &&
-                      j.at("packing").get<std::string>() == choice_name(config_.packing),
+                          j.at("packing").get<std::string>() == choice_name(config_.packing),
                       "[titan::data::DataLoader] expected a state saved with seq_len {} and {} packing, got seq_len "
-                      "{} and {} packing. Resume with the data settings of the checkpoint.", config_.seq_len,
-                      config_.packing, j.at("seq_len").get<int64_t>(), j.at("packing").dump());
+                      "{} and {} packing. Resume with the data settings of the checkpoint.",
+                      config_.seq_len, config_.packing, j.at("seq_len").get<int64_t>(), j.at("packing").dump());
     const int64_t micro = j.value("microbatch", int64_t(0));
-    TITAN_CHECK_VALUE(micro == 0 || j.at("layout") == layout(), "[titan::data::DataLoader] expected a state taken at "
+    TITAN_CHECK_VALUE(micro == 0 || j.at("layout") == layout(),
+                      "[titan::data::DataLoader] expected a state taken at "
                       "a step boundary, or inside a step under this layout {}, got microbatch {} under {}. Save "
-                      "the loader state between steps.", layout().dump(), micro, j.value("layout", nlohmann::json()).dump());
+                      "the loader state between steps.",
+                      layout().dump(), micro, j.value("layout", nlohmann::json()).dump());
     stop();
     committed_ = stream_state_from_json(j.at("stream"), stream_);
     feed_.reset();
@@ -127,14 +134,18 @@ class LoaderImpl {
 
  private:
   nlohmann::json layout() const {
-    return {{"dp_degree", config_.dp_degree}, {"grad_accum_steps", config_.grad_accum_steps},
+    return {{"dp_degree", config_.dp_degree},
+            {"grad_accum_steps", config_.grad_accum_steps},
             {"local_batch_size", config_.local_batch_size}};
   }
 
   nlohmann::json make_state() const {
-    return {{"version", kStateVersion},        {"stream", to_json(committed_, stream_)},
-            {"carry", packer_.carry()},        {"batches", batches_},
-            {"seq_len", config_.seq_len},      {"packing", std::string(choice_name(config_.packing))},
+    return {{"version", kStateVersion},
+            {"stream", to_json(committed_, stream_)},
+            {"carry", packer_.carry()},
+            {"batches", batches_},
+            {"seq_len", config_.seq_len},
+            {"packing", std::string(choice_name(config_.packing))},
             {"global_batch_size", global_batch_size()}};
   }
 
@@ -153,9 +164,11 @@ class LoaderImpl {
       if (doc.ids.empty() && !doc.skipped) {
         if (empty_run_++ == 0) empty_run_epochs_ = epochs();
         // Two passes' worth of documents without a token: looping would never fill a window.
-        TITAN_CHECK_VALUE(epochs() - empty_run_epochs_ < 2, "[titan::data::DataLoader] dataset \"{}\": expected "
+        TITAN_CHECK_VALUE(epochs() - empty_run_epochs_ < 2,
+                          "[titan::data::DataLoader] dataset \"{}\": expected "
                           "tokens, got none from a whole pass over its documents. The documents are empty and the "
-                          "tokenizer adds no BOS/EOS.", stream_.source(size_t(doc.after.source)).name());
+                          "tokenizer adds no BOS/EOS.",
+                          stream_.source(size_t(doc.after.source)).name());
       } else if (!doc.ids.empty()) {
         empty_run_ = 0;
       }
@@ -169,7 +182,9 @@ class LoaderImpl {
     const bool per_document = config_.packing != Packing::concat;
     GlobalBatch out;
     for (int64_t m = 0; m < A; ++m) {
-      Batch b{.input = at::empty({B, S}, at::kLong), .labels = at::empty({B, S}, at::kLong), .positions = {},
+      Batch b{.input = at::empty({B, S}, at::kLong),
+              .labels = at::empty({B, S}, at::kLong),
+              .positions = {},
               .document_ids = {}};
       if (per_document) {
         b.positions = at::empty({B, S}, at::kLong);
@@ -241,7 +256,7 @@ class LoaderImpl {
   Packer packer_;
   StreamState committed_;  // the stream position after the documents handed to the packer
   DocFeed feed_;
-  int64_t batches_ = 0;    // global batches made
+  int64_t batches_ = 0;  // global batches made
   int64_t empty_run_ = 0, empty_run_epochs_ = 0;
 
   // Consumer side (the training thread).
@@ -276,7 +291,8 @@ DataLoader& DataLoader::operator=(DataLoader&&) noexcept = default;
 
 Batch DataLoader::next() {
   std::optional<Batch> b = impl_->try_next();
-  TITAN_CHECK_VALUE(b.has_value(), "[titan::data::DataLoader] expected another batch, got the end of a one-pass "
+  TITAN_CHECK_VALUE(b.has_value(),
+                    "[titan::data::DataLoader] expected another batch, got the end of a one-pass "
                     "loader (loop = false). Use try_next() to stop at the end.");
   return std::move(*b);
 }

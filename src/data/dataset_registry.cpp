@@ -77,8 +77,10 @@ CorpusSpec dataset_spec(const std::string& name, const std::filesystem::path& da
     entry = it->second;
   }
   if (!dataset_path.empty()) entry.spec.path = dataset_path;
-  TITAN_CHECK_VALUE(!entry.spec.path.empty(), "[titan::data::load_dataset] dataset \"{}\": expected a path, got none "
-                    "(it has no default location). {}", name, entry.missing_hint);
+  TITAN_CHECK_VALUE(!entry.spec.path.empty(),
+                    "[titan::data::load_dataset] dataset \"{}\": expected a path, got none "
+                    "(it has no default location). {}",
+                    name, entry.missing_hint);
   const bool glob = entry.spec.path.string().find_first_of("*?[") != std::string::npos;
   TITAN_CHECK_VALUE(glob || std::filesystem::exists(entry.spec.path),
                     "[titan::data::load_dataset] dataset \"{}\": expected its "

@@ -10,8 +10,8 @@ constexpr size_t kChunkRecords = 32;
 
 }  // namespace
 
-TokenizedDoc tokenize_record(const Source& source, const Tokenizer& tokenizer, const StreamRecord& record,
-                             bool add_bos, bool add_eos) {
+TokenizedDoc tokenize_record(const Source& source, const Tokenizer& tokenizer, const StreamRecord& record, bool add_bos,
+                             bool add_eos) {
   TokenizedDoc doc{.ids = {}, .flags = {}, .after = record.after, .skipped = false};
   const auto segments = source.decode(record.record);
   if (!segments) {
@@ -97,8 +97,7 @@ void DocFeed::refill() {
     std::vector<std::shared_ptr<Source>> sources;
     for (size_t i = 0; i < stream_.size(); ++i) sources.push_back(stream_.source_ptr(i));
     auto task = std::make_shared<std::packaged_task<Chunk()>>(
-        [records = std::move(records), sources = std::move(sources), tok = tokenizer_, bos = add_bos_,
-         eos = add_eos_] {
+        [records = std::move(records), sources = std::move(sources), tok = tokenizer_, bos = add_bos_, eos = add_eos_] {
           Chunk out;
           out.reserve(records.size());
           for (const StreamRecord& rec : records) {

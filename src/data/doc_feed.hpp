@@ -16,8 +16,8 @@
 namespace titan::data::detail {
 
 /// Decodes and tokenizes one record; a skipped bad record gives a doc with `skipped` set.
-TokenizedDoc tokenize_record(const Source& source, const Tokenizer& tokenizer, const StreamRecord& record,
-                             bool add_bos, bool add_eos);
+TokenizedDoc tokenize_record(const Source& source, const Tokenizer& tokenizer, const StreamRecord& record, bool add_bos,
+                             bool add_eos);
 
 class ThreadPool {
  public:

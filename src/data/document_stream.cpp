@@ -31,8 +31,10 @@ DocumentStream::DocumentStream(std::vector<WeightedSource> sources, uint64_t see
   TITAN_CHECK_VALUE(!sources_.empty(), "[titan::data::DataLoader] expected at least one source, got none.");
   double total = 0;
   for (const WeightedSource& s : sources_) {
-    TITAN_CHECK_VALUE(s.source != nullptr && s.weight > 0, "[titan::data::DataLoader] expected sources with weight "
-                      "> 0, got {} with weight {}.", s.source ? s.source->name() : "null", s.weight);
+    TITAN_CHECK_VALUE(s.source != nullptr && s.weight > 0,
+                      "[titan::data::DataLoader] expected sources with weight "
+                      "> 0, got {} with weight {}.",
+                      s.source ? s.source->name() : "null", s.weight);
     total += s.weight;
     cumulative_.push_back(total);
   }
@@ -56,8 +58,10 @@ bool DocumentStream::next(StreamRecord& out) {
     log::info("dataset {}: pass {} done; re-looping", source.name(), epoch);
     source.seek({.epoch = epoch});
     // A whole pass with no record: looping would spin forever.
-    TITAN_CHECK_VALUE(source.next(out.record), "[titan::data::DataLoader] dataset \"{}\": expected documents, got "
-                      "none in a whole pass.", source.name());
+    TITAN_CHECK_VALUE(source.next(out.record),
+                      "[titan::data::DataLoader] dataset \"{}\": expected documents, got "
+                      "none in a whole pass.",
+                      source.name());
   }
   out.source = int32_t(i);
   out.after = {.draws = draws_, .source = int32_t(i), .cursor = source.cursor()};
@@ -77,8 +81,11 @@ nlohmann::json to_json(const StreamState& state, const DocumentStream& stream) {
   nlohmann::json sources = nlohmann::json::array();
   for (size_t i = 0; i < stream.size(); ++i) {
     const SourceCursor& c = state.cursors[i];
-    sources.push_back({{"dataset", stream.source(i).name()}, {"epoch", c.epoch}, {"file", c.file},
-                       {"offset", c.offset}, {"line", c.line}});
+    sources.push_back({{"dataset", stream.source(i).name()},
+                       {"epoch", c.epoch},
+                       {"file", c.file},
+                       {"offset", c.offset},
+                       {"line", c.line}});
   }
   return {{"draws", state.draws}, {"sources", std::move(sources)}};
 }
@@ -88,13 +95,16 @@ StreamState stream_state_from_json(const nlohmann::json& j, const DocumentStream
   std::vector<std::string> saved, ours;
   for (const auto& s : sources) saved.push_back(s.at("dataset").get<std::string>());
   for (size_t i = 0; i < stream.size(); ++i) ours.push_back(stream.source(i).name());
-  TITAN_CHECK_VALUE(saved == ours, "[titan::data::DataLoader] expected a state saved for datasets [\"{}\"], got one "
+  TITAN_CHECK_VALUE(saved == ours,
+                    "[titan::data::DataLoader] expected a state saved for datasets [\"{}\"], got one "
                     "for [\"{}\"]. Resume with the datasets (and order) the checkpoint was trained on.",
                     fmt::join(ours, "\", \""), fmt::join(saved, "\", \""));
   StreamState state{.draws = j.at("draws").get<int64_t>(), .cursors = {}};
   for (const auto& s : sources) {
-    state.cursors.push_back({.epoch = s.at("epoch").get<int64_t>(), .file = s.at("file").get<int64_t>(),
-                             .offset = s.at("offset").get<int64_t>(), .line = s.at("line").get<int64_t>()});
+    state.cursors.push_back({.epoch = s.at("epoch").get<int64_t>(),
+                             .file = s.at("file").get<int64_t>(),
+                             .offset = s.at("offset").get<int64_t>(),
+                             .line = s.at("line").get<int64_t>()});
   }
   return state;
 }

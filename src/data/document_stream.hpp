@@ -14,7 +14,7 @@ namespace titan::data::detail {
 
 /// Where the whole stream stands: mixture draws made and each source's cursor.
 struct StreamState {
-  int64_t draws = 0;                   // mixture RNG position (counter-based: draw i = hash(seed, i))
+  int64_t draws = 0;                    // mixture RNG position (counter-based: draw i = hash(seed, i))
   std::vector<SourceCursor> cursors{};  // one per source, in the loader's order
 };
 

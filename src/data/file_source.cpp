@@ -27,7 +27,8 @@ class BadRecords {
   template <class... T>
   void report(const fs::path& file, int64_t line, fmt::format_string<T...> what, T&&... args) const {
     const std::string message = fmt::format(what, std::forward<T>(args)...);
-    TITAN_CHECK_VALUE(policy_ == OnBadRecord::skip, "[titan::data::Source] dataset \"{}\", {}:{}: {} Fix the data, "
+    TITAN_CHECK_VALUE(policy_ == OnBadRecord::skip,
+                      "[titan::data::Source] dataset \"{}\", {}:{}: {} Fix the data, "
                       "or skip bad records with on_bad_record = skip (training.dataset_on_bad_record).",
                       dataset_, file.string(), line, message);
     const int64_t n = ++count_;
@@ -63,7 +64,8 @@ class FileSource final : public Source {
   void seek(const SourceCursor& cursor) override {
     TITAN_CHECK_VALUE(cursor.file >= 0 && cursor.file <= int64_t(files_.size()) && cursor.offset >= 0,
                       "[titan::data::Source] dataset \"{}\": expected a saved file index in [0, {}], got {}. The "
-                      "dataset's files changed since the state was saved.", name_, files_.size(), cursor.file);
+                      "dataset's files changed since the state was saved.",
+                      name_, files_.size(), cursor.file);
     reader_.reset();
     cursor_ = cursor;
     records_in_file_ = cursor.offset > 0 ? 1 : 0;  // a file resumed mid-way is not empty
@@ -114,23 +116,23 @@ class FileSource final : public Source {
       return std::nullopt;
     }
     return spec_.format == DatasetFormat::chat ? decode_chat(obj, file, record.line)
-                                              : decode_text(obj, file, record.line);
+                                               : decode_text(obj, file, record.line);
   }
 
  private:
-  std::optional<std::vector<Segment>> decode_text(const nlohmann::json& obj, const fs::path& file,
-                                                  int64_t line) const {
+  std::optional<std::vector<Segment>> decode_text(const nlohmann::json& obj, const fs::path& file, int64_t line) const {
     const auto it = obj.find(spec_.text_field);
     if (it == obj.end() || !it->is_string()) {
-      bad_.report(file, line, "expected a string field \"{}\", got {}. Set the dataset's text_field to the key "
-                  "holding the text.", spec_.text_field, it == obj.end() ? "no such key" : it->type_name());
+      bad_.report(file, line,
+                  "expected a string field \"{}\", got {}. Set the dataset's text_field to the key "
+                  "holding the text.",
+                  spec_.text_field, it == obj.end() ? "no such key" : it->type_name());
       return std::nullopt;
     }
     return std::vector<Segment>{{.text = it->get<std::string>(), .trainable = true}};
   }
 
-  std::optional<std::vector<Segment>> decode_chat(const nlohmann::json& obj, const fs::path& file,
-                                                  int64_t line) const {
+  std::optional<std::vector<Segment>> decode_chat(const nlohmann::json& obj, const fs::path& file, int64_t line) const {
     const auto it = obj.find(spec_.messages_field);
     if (it == obj.end() || !it->is_array() || it->empty()) {
       bad_.report(file, line, "expected a non-empty array \"{}\" of {{\"role\", \"content\"}} messages, got {}.",
@@ -151,8 +153,8 @@ class FileSource final : public Source {
       if (const size_t at = start.find("{role}"); at != std::string::npos) start.replace(at, 6, role);
       const bool trained = role == "assistant";
       segments.push_back({.text = std::move(start), .trainable = false});
-      segments.push_back({.text = message["content"].get<std::string>() + spec_.chat_template.turn_end,
-                          .trainable = trained});
+      segments.push_back(
+          {.text = message["content"].get<std::string>() + spec_.chat_template.turn_end, .trainable = trained});
     }
     return segments;
   }
@@ -182,10 +184,13 @@ class FileSource final : public Source {
           return true;
         }
       case DatasetFormat::text:
-        if (!spec_.split_blank_lines) return read_block(out, [](std::string_view) { return false; }, false);
+        if (!spec_.split_blank_lines)
+          return read_block(
+              out, [](std::string_view) { return false; }, false);
         return read_block(out, is_blank, true);
       case DatasetFormat::fortunes:
-        return read_block(out, [](std::string_view l) { return l == "%"; }, true);
+        return read_block(
+            out, [](std::string_view l) { return l == "%"; }, true);
     }
     return false;
   }
@@ -227,9 +232,11 @@ class CorpusSource final : public Source {
   SourceCursor cursor() const override { return cursor_; }
   int64_t skipped() const override { return 0; }
   void seek(const SourceCursor& cursor) override {
-    TITAN_CHECK_VALUE(cursor.file >= 0 && cursor.file <= corpus_->size(), "[titan::data::Source] dataset \"{}\": "
+    TITAN_CHECK_VALUE(cursor.file >= 0 && cursor.file <= corpus_->size(),
+                      "[titan::data::Source] dataset \"{}\": "
                       "expected a saved document index in [0, {}], got {}. The dataset changed since the state was "
-                      "saved.", corpus_->name(), corpus_->size(), cursor.file);
+                      "saved.",
+                      corpus_->name(), corpus_->size(), cursor.file);
     cursor_ = cursor;
   }
   bool next(Record& out) override {
@@ -258,7 +265,8 @@ std::shared_ptr<Source> open_source(std::string name, const CorpusSpec& spec) {
   // A broken link is listed (and reported as unreadable when read), a missing path is not.
   TITAN_CHECK_VALUE(!files.empty() && fs::exists(fs::symlink_status(files[0])),
                     "[titan::data::open_source] dataset \"{}\": expected files at {}, got none. Set "
-                    "training.dataset_path to a file, a folder or a glob of shards.", name, spec.path.string());
+                    "training.dataset_path to a file, a folder or a glob of shards.",
+                    name, spec.path.string());
   return std::make_shared<FileSource>(std::move(name), spec, std::move(files));
 }
 

@@ -26,7 +26,8 @@ nlohmann::json read_json_file(const std::filesystem::path& path, std::string_vie
   try {
     return nlohmann::json::parse(text);
   } catch (const nlohmann::json::parse_error& e) {
-    TITAN_CHECK_VALUE(false, "[{}] {}: expected valid JSON, got a syntax error at byte {} of {}: {}. The file is "
+    TITAN_CHECK_VALUE(false,
+                      "[{}] {}: expected valid JSON, got a syntax error at byte {} of {}: {}. The file is "
                       "truncated or not JSON; re-create or re-download it.",
                       where, path.string(), e.byte, text.size(), e.what());
   }
@@ -35,12 +36,13 @@ nlohmann::json read_json_file(const std::filesystem::path& path, std::string_vie
 
 void write_file_atomic(const std::filesystem::path& path, std::string_view content) {
   std::random_device rd;
-  const std::filesystem::path tmp =
-      path.string() + fmt::format(".tmp.{}.{:08x}", static_cast<long>(::getpid()), rd());
+  const std::filesystem::path tmp = path.string() + fmt::format(".tmp.{}.{:08x}", static_cast<long>(::getpid()), rd());
   {
     std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    TITAN_CHECK_VALUE(out.good(), "[titan::data] expected to create {}, got an error. Check that the folder "
-                      "exists and is writable.", tmp.string());
+    TITAN_CHECK_VALUE(out.good(),
+                      "[titan::data] expected to create {}, got an error. Check that the folder "
+                      "exists and is writable.",
+                      tmp.string());
     out.write(content.data(), std::streamsize(content.size()));
     out.flush();
     TITAN_CHECK_VALUE(out.good(), "[titan::data] expected to write {} bytes to {}, got a write error (disk full?).",

@@ -25,8 +25,10 @@ void skip_by_reading(ByteStream& s, int64_t bytes, const fs::path& path) {
   std::vector<char> sink(kChunk);
   while (bytes > 0) {
     const size_t n = s.read(sink.data(), size_t(std::min<int64_t>(bytes, int64_t(kChunk))));
-    TITAN_CHECK_VALUE(n > 0, "[titan::data::LineReader] {}: expected {} more bytes to reach the saved offset, got the "
-                      "end of the file. The file changed since the state was saved.", path.string(), bytes);
+    TITAN_CHECK_VALUE(n > 0,
+                      "[titan::data::LineReader] {}: expected {} more bytes to reach the saved offset, got the "
+                      "end of the file. The file changed since the state was saved.",
+                      path.string(), bytes);
     bytes -= int64_t(n);
   }
 }
@@ -45,8 +47,10 @@ class PlainStream final : public ByteStream {
     return got;
   }
   void seek(int64_t offset) override {
-    TITAN_CHECK_VALUE(std::fseek(file_, long(offset), SEEK_SET) == 0, "[titan::data::LineReader] {}: expected to "
-                      "seek to byte {}, got \"{}\".", path_.string(), offset, std::strerror(errno));
+    TITAN_CHECK_VALUE(std::fseek(file_, long(offset), SEEK_SET) == 0,
+                      "[titan::data::LineReader] {}: expected to "
+                      "seek to byte {}, got \"{}\".",
+                      path_.string(), offset, std::strerror(errno));
   }
 
  private:
@@ -92,8 +96,10 @@ class ZstdStream final : public ByteStream {
       if (input_.pos == input_.size) {
         input_ = {in_.data(), raw_.read(in_.data(), in_.size()), 0};
         if (input_.size == 0) {
-          TITAN_CHECK_VALUE(last_ == 0, "[titan::data::LineReader] {}: expected a complete zstd frame, got a file "
-                            "that ends inside one (truncated?).", path_.string());
+          TITAN_CHECK_VALUE(last_ == 0,
+                            "[titan::data::LineReader] {}: expected a complete zstd frame, got a file "
+                            "that ends inside one (truncated?).",
+                            path_.string());
           return 0;
         }
       }

@@ -61,8 +61,10 @@ void Packer::load_carry(const nlohmann::json& j) {
   flags_.assign(ids_.size(), kTrainable);
   for (const auto& e : j.at("flags")) {
     const auto i = e.at(0).get<size_t>();
-    TITAN_CHECK_VALUE(i < flags_.size(), "[titan::data::DataLoader] expected carry flags inside the {} carried "
-                      "tokens, got index {}. The state is corrupt.", flags_.size(), i);
+    TITAN_CHECK_VALUE(i < flags_.size(),
+                      "[titan::data::DataLoader] expected carry flags inside the {} carried "
+                      "tokens, got index {}. The state is corrupt.",
+                      flags_.size(), i);
     flags_[i] = e.at(1).get<uint8_t>();
   }
   head_ = 0;

@@ -12,8 +12,7 @@ namespace {
 
 using detail::CharClass;
 
-constexpr std::string_view kGpt2Regex =
-    R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+)";
+constexpr std::string_view kGpt2Regex = R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+)";
 constexpr std::string_view kLlama3Regex =
     R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
 
@@ -141,9 +140,12 @@ constexpr std::array<char32_t, 256> kByteChars = make_byte_chars();
 
 std::string_view split_pattern_regex(SplitPattern pattern) {
   switch (pattern) {
-    case SplitPattern::gpt2: return kGpt2Regex;
-    case SplitPattern::llama3: return kLlama3Regex;
-    case SplitPattern::none: break;
+    case SplitPattern::gpt2:
+      return kGpt2Regex;
+    case SplitPattern::llama3:
+      return kLlama3Regex;
+    case SplitPattern::none:
+      break;
   }
   return {};
 }

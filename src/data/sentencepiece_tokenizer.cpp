@@ -18,8 +18,10 @@ namespace fs = std::filesystem;
 class SentencePieceTokenizer final : public Tokenizer {
  public:
   explicit SentencePieceTokenizer(const fs::path& model) {
-    TITAN_CHECK_VALUE(fs::is_regular_file(model), "[titan::data::load_sentencepiece] expected a sentencepiece .model "
-                      "file at {}, got no such file.", model.string());
+    TITAN_CHECK_VALUE(fs::is_regular_file(model),
+                      "[titan::data::load_sentencepiece] expected a sentencepiece .model "
+                      "file at {}, got no such file.",
+                      model.string());
     const auto status = processor_.Load(model.string());
     TITAN_CHECK_VALUE(status.ok(), "[titan::data::load_sentencepiece] {}: expected a sentencepiece model, got \"{}\".",
                       model.string(), status.ToString());
@@ -88,8 +90,10 @@ fs::path train_sentencepiece(const std::vector<fs::path>& inputs, const fs::path
   for (const fs::path& p : inputs) files.push_back(p.string());
   // The trainer takes one flag string; paths with commas or spaces would be split, so refuse them.
   for (const std::string& f : files) {
-    TITAN_CHECK_VALUE(f.find_first_of(", ") == std::string::npos, "[titan::data::train_sentencepiece] expected input "
-                      "paths without commas or spaces, got \"{}\". Rename or link the file.", f);
+    TITAN_CHECK_VALUE(f.find_first_of(", ") == std::string::npos,
+                      "[titan::data::train_sentencepiece] expected input "
+                      "paths without commas or spaces, got \"{}\". Rename or link the file.",
+                      f);
   }
   const std::string args = fmt::format(
       "--input={} --model_prefix={} --vocab_size={} --model_type={} --character_coverage={} --byte_fallback={} "

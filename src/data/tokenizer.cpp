@@ -43,8 +43,10 @@ std::shared_ptr<Tokenizer> load_tokenizer(const std::filesystem::path& dir_or_fi
   log::info("tokenizer: {} (vocab {}, bos {}, eos {})", file.string(), tokenizer->vocab_size(),
             show(tokenizer->bos_id()), show(tokenizer->eos_id()));
   if (!tokenizer->bos_id() || !tokenizer->eos_id()) {
-    log::warn("tokenizer {} has no {}: documents will be packed without it. tokenizer_config.json names them "
-              "(bos_token, eos_token).", file.string(), tokenizer->bos_id() ? "EOS" : "BOS");
+    log::warn(
+        "tokenizer {} has no {}: documents will be packed without it. tokenizer_config.json names them "
+        "(bos_token, eos_token).",
+        file.string(), tokenizer->bos_id() ? "EOS" : "BOS");
   }
   return tokenizer;
 }

@@ -21,8 +21,7 @@ bool is_white_space(char32_t c) {
   // The White_Space property, which is Oniguruma's \s for UTF-8 (not Python's str.isspace, which
   // also counts U+001C..U+001F).
   return (c >= 0x09 && c <= 0x0D) || c == 0x20 || c == 0x85 || c == 0xA0 || c == 0x1680 ||
-         (c >= 0x2000 && c <= 0x200A) || c == 0x2028 || c == 0x2029 || c == 0x202F ||
-         c == 0x205F || c == 0x3000;
+         (c >= 0x2000 && c <= 0x200A) || c == 0x2028 || c == 0x2029 || c == 0x202F || c == 0x205F || c == 0x3000;
 }
 
 CharClass lookup(char32_t c) {
@@ -102,8 +101,8 @@ std::string utf8_lossy(std::string_view s) {
     // Skip the maximal prefix of a valid sequence (Unicode's "maximal subpart" rule), then emit
     // one U+FFFD for it.
     const unsigned char b0 = p[i];
-    size_t need = 0;                      // continuation bytes the lead byte asks for
-    unsigned char lo = 0x80, hi = 0xBF;   // allowed range of the first one (no overlongs, surrogates)
+    size_t need = 0;                     // continuation bytes the lead byte asks for
+    unsigned char lo = 0x80, hi = 0xBF;  // allowed range of the first one (no overlongs, surrogates)
     if (b0 >= 0xC2 && b0 <= 0xDF) {
       need = 1;
     } else if (b0 >= 0xE0 && b0 <= 0xEF) {

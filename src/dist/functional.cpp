@@ -55,8 +55,10 @@ int64_t wrap_dim(int64_t dim, const at::Tensor& x) { return dim < 0 ? dim + x.di
 // x split into group.size() chunks along dim, stacked rank-major: (n, *chunk.shape), contiguous.
 at::Tensor split_rank_major(const at::Tensor& x, const ProcessGroup& group, int64_t dim, const char* op) {
   const int64_t n = group.size();
-  TITAN_CHECK_VALUE(x.size(dim) % n == 0, "[titan::dist::{}] expected dim {} of size {} divisible by the group size {} "
-                    "of '{}'.", op, dim, x.size(dim), n, group.name());
+  TITAN_CHECK_VALUE(x.size(dim) % n == 0,
+                    "[titan::dist::{}] expected dim {} of size {} divisible by the group size {} "
+                    "of '{}'.",
+                    op, dim, x.size(dim), n, group.name());
   auto split = x.sizes().vec();
   split[static_cast<size_t>(dim)] /= n;
   split.insert(split.begin() + dim, n);
@@ -177,18 +179,22 @@ at::Tensor PendingCollective::finish() {
   work.wait();
   source.reset();
   const at::Tensor result = gather ? gathered_view(buffer, dim) : buffer;
-  auto backward = gather ? std::function<at::Tensor(const at::Tensor&)>(
-                               [g = group, d = dim](const at::Tensor& grad) { return detail::scatter_sum_along(grad, g, d); })
+  auto backward = gather ? std::function<at::Tensor(const at::Tensor&)>([g = group, d = dim](const at::Tensor& grad) {
+    return detail::scatter_sum_along(grad, g, d);
+  })
                          : [g = group, d = dim](const at::Tensor& grad) { return detail::gather_along(grad, g, d); };
-  return differentiable(input, gather ? "titan::dist::AllGatherBackward" : "titan::dist::ReduceScatterBackward",
-                        [&](const at::Tensor&) { return result; }, std::move(backward));
+  return differentiable(
+      input, gather ? "titan::dist::AllGatherBackward" : "titan::dist::ReduceScatterBackward",
+      [&](const at::Tensor&) { return result; }, std::move(backward));
 }
 
 namespace {
 at::Tensor local_chunk(const at::Tensor& x, const ProcessGroup& group, int64_t dim) {
   dim = wrap_dim(dim, x);
-  TITAN_CHECK_VALUE(x.size(dim) % group.size() == 0, "[titan::dist::split_to_shard] expected dim {} of size {} divisible "
-                    "by the group size {} of '{}'.", dim, x.size(dim), group.size(), group.name());
+  TITAN_CHECK_VALUE(x.size(dim) % group.size() == 0,
+                    "[titan::dist::split_to_shard] expected dim {} of size {} divisible "
+                    "by the group size {} of '{}'.",
+                    dim, x.size(dim), group.size(), group.name());
   const int64_t chunk = x.size(dim) / group.size();
   return x.narrow(dim, group.rank() * chunk, chunk).contiguous();
 }

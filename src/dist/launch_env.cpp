@@ -32,8 +32,10 @@ std::optional<int64_t> parse_int(const std::string& text) {
 
 int64_t int_var(const std::string& name, const std::string& value) {
   const auto parsed = parse_int(value);
-  TITAN_CHECK_VALUE(parsed.has_value(), "{} expected {} to be an integer, got '{}'. Set {} to a whole number "
-                    "or unset it.", kWhere, name, value, name);
+  TITAN_CHECK_VALUE(parsed.has_value(),
+                    "{} expected {} to be an integer, got '{}'. Set {} to a whole number "
+                    "or unset it.",
+                    kWhere, name, value, name);
   return *parsed;
 }
 
@@ -45,29 +47,32 @@ std::optional<int64_t> optional_int(const EnvLookup& getenv, const std::string& 
 
 int64_t required_int(const EnvLookup& getenv, const std::string& name, const std::string& because) {
   const auto value = optional_int(getenv, name);
-  TITAN_CHECK_VALUE(value.has_value(), "{} expected {} to be set because {}, got it unset. Launch with "
-                    "torchrun, titan-run or srun, which set the whole contract.", kWhere, name, because);
+  TITAN_CHECK_VALUE(value.has_value(),
+                    "{} expected {} to be set because {}, got it unset. Launch with "
+                    "torchrun, titan-run or srun, which set the whole contract.",
+                    kWhere, name, because);
   return *value;
 }
 
 int port_var(const std::string& name, int64_t port) {
-  TITAN_CHECK_VALUE(port >= 1 && port <= 65535, "{} expected {} in [1, 65535], got {}. Pick a free TCP port.",
-                    kWhere, name, port);
+  TITAN_CHECK_VALUE(port >= 1 && port <= 65535, "{} expected {} in [1, 65535], got {}. Pick a free TCP port.", kWhere,
+                    name, port);
   return static_cast<int>(port);
 }
 
 void validate(const LaunchEnv& env, const ContractNames& names) {
   TITAN_CHECK_VALUE(env.world_size >= 1, "{} expected {} >= 1, got {}. It is the number of ranks.", kWhere,
                     names.world_size, env.world_size);
-  TITAN_CHECK_VALUE(env.rank >= 0 && env.rank < env.world_size, "{} expected 0 <= {} < {} ({}), got {}. "
-                    "Every rank must be below the world size; check the launcher's process count.", kWhere,
-                    names.rank, names.world_size, env.world_size, env.rank);
+  TITAN_CHECK_VALUE(env.rank >= 0 && env.rank < env.world_size,
+                    "{} expected 0 <= {} < {} ({}), got {}. "
+                    "Every rank must be below the world size; check the launcher's process count.",
+                    kWhere, names.rank, names.world_size, env.world_size, env.rank);
   TITAN_CHECK_VALUE(env.local_world_size >= 1 && env.local_world_size <= env.world_size,
-                    "{} expected 1 <= {} <= {} ({}), got {}. A node cannot run more ranks than the job has.",
-                    kWhere, names.local_world_size, names.world_size, env.world_size, env.local_world_size);
+                    "{} expected 1 <= {} <= {} ({}), got {}. A node cannot run more ranks than the job has.", kWhere,
+                    names.local_world_size, names.world_size, env.world_size, env.local_world_size);
   TITAN_CHECK_VALUE(env.local_rank >= 0 && env.local_rank < env.local_world_size,
-                    "{} expected 0 <= {} < {} ({}), got {}. Check the ranks per node the launcher was given.",
-                    kWhere, names.local_rank, names.local_world_size, env.local_world_size, env.local_rank);
+                    "{} expected 0 <= {} < {} ({}), got {}. Check the ranks per node the launcher was given.", kWhere,
+                    names.local_rank, names.local_world_size, env.local_world_size, env.local_rank);
 }
 
 LaunchEnv read_torchrun(const EnvLookup& getenv) {
@@ -78,9 +83,11 @@ LaunchEnv read_torchrun(const EnvLookup& getenv) {
   for (const char* name : {"RANK", "WORLD_SIZE"}) {
     if (!getenv(name)) unset += unset.empty() ? name : std::string(" and ") + name;
   }
-  TITAN_CHECK_VALUE(unset.empty(), "{} expected RANK and WORLD_SIZE to be set with the rest of the torchrun "
+  TITAN_CHECK_VALUE(unset.empty(),
+                    "{} expected RANK and WORLD_SIZE to be set with the rest of the torchrun "
                     "contract, got {} unset. Set both (torchrun and titan-run do) or none of RANK, WORLD_SIZE, "
-                    "LOCAL_RANK, LOCAL_WORLD_SIZE for a single process.", kWhere, unset);
+                    "LOCAL_RANK, LOCAL_WORLD_SIZE for a single process.",
+                    kWhere, unset);
   env.rank = required_int(getenv, "RANK", "WORLD_SIZE is set");
   env.world_size = required_int(getenv, "WORLD_SIZE", "RANK is set");
   // Hand-written single-node contracts often omit the local pair: one node holds every rank then.
@@ -89,9 +96,11 @@ LaunchEnv read_torchrun(const EnvLookup& getenv) {
   validate(env, kTorchrunNames);
   if (const auto addr = getenv("MASTER_ADDR"); addr && !addr->empty()) env.master_addr = *addr;
   const auto port = optional_int(getenv, "MASTER_PORT");
-  TITAN_CHECK_VALUE(port.has_value() || env.world_size == 1, "{} expected MASTER_PORT to be set because "
+  TITAN_CHECK_VALUE(port.has_value() || env.world_size == 1,
+                    "{} expected MASTER_PORT to be set because "
                     "WORLD_SIZE is {}, got it unset. Set MASTER_PORT (and MASTER_ADDR) to rank 0's rendezvous "
-                    "address, or launch with torchrun or titan-run, which pick one.", kWhere, env.world_size);
+                    "address, or launch with torchrun or titan-run, which pick one.",
+                    kWhere, env.world_size);
   if (port) env.master_port = port_var("MASTER_PORT", *port);
   return env;
 }
@@ -105,17 +114,19 @@ int64_t slurm_local_world_size(const EnvLookup& getenv, int64_t world_size) {
     const auto value = getenv(name);
     if (!value) continue;
     const auto per_node = expand_slurm_tasks_per_node(*value);
-    TITAN_CHECK_VALUE(node_id >= 0 && node_id < static_cast<int64_t>(per_node.size()), "{} expected SLURM_NODEID "
-                      "below the {} nodes of {}='{}', got {}. Launch the ranks with srun.", kWhere, per_node.size(),
-                      name, *value, node_id);
+    TITAN_CHECK_VALUE(node_id >= 0 && node_id < static_cast<int64_t>(per_node.size()),
+                      "{} expected SLURM_NODEID "
+                      "below the {} nodes of {}='{}', got {}. Launch the ranks with srun.",
+                      kWhere, per_node.size(), name, *value, node_id);
     return per_node[node_id];
   }
   for (const char* name : {"SLURM_STEP_NUM_NODES", "SLURM_JOB_NUM_NODES", "SLURM_NNODES"}) {
     const auto nodes = optional_int(getenv, name);
     if (!nodes) continue;
-    TITAN_CHECK_VALUE(*nodes >= 1 && world_size % *nodes == 0, "{} expected SLURM_NTASKS ({}) to split evenly over "
-                      "{} ({}), got a remainder. Pass --ntasks-per-node to sbatch/srun.", kWhere, world_size, name,
-                      *nodes);
+    TITAN_CHECK_VALUE(*nodes >= 1 && world_size % *nodes == 0,
+                      "{} expected SLURM_NTASKS ({}) to split evenly over "
+                      "{} ({}), got a remainder. Pass --ntasks-per-node to sbatch/srun.",
+                      kWhere, world_size, name, *nodes);
     return world_size / *nodes;
   }
   return world_size;
@@ -127,9 +138,10 @@ std::string slurm_master_addr(const EnvLookup& getenv, int64_t world_size) {
   for (const char* name : {"SLURM_STEP_NODELIST", "SLURM_JOB_NODELIST", "SLURM_NODELIST"}) {
     if (const auto list = getenv(name); list && !list->empty()) return expand_slurm_nodelist(*list).front();
   }
-  TITAN_CHECK_VALUE(world_size == 1, "{} expected SLURM_JOB_NODELIST or MASTER_ADDR to be set because SLURM_NTASKS "
-                    "is {}, got neither. Launch with srun inside an allocation, or export MASTER_ADDR.", kWhere,
-                    world_size);
+  TITAN_CHECK_VALUE(world_size == 1,
+                    "{} expected SLURM_JOB_NODELIST or MASTER_ADDR to be set because SLURM_NTASKS "
+                    "is {}, got neither. Launch with srun inside an allocation, or export MASTER_ADDR.",
+                    kWhere, world_size);
   return LaunchEnv{}.master_addr;
 }
 
@@ -147,8 +159,10 @@ LaunchEnv read_slurm(const EnvLookup& getenv) {
   } else if (const auto job_id = optional_int(getenv, "SLURM_JOB_ID")) {
     env.master_port = slurm_default_port(*job_id);
   } else {
-    TITAN_CHECK_VALUE(env.world_size == 1, "{} expected MASTER_PORT or SLURM_JOB_ID to be set because SLURM_NTASKS "
-                      "is {}, got neither. Export MASTER_PORT in the job script.", kWhere, env.world_size);
+    TITAN_CHECK_VALUE(env.world_size == 1,
+                      "{} expected MASTER_PORT or SLURM_JOB_ID to be set because SLURM_NTASKS "
+                      "is {}, got neither. Export MASTER_PORT in the job script.",
+                      kWhere, env.world_size);
   }
   return env;
 }
@@ -162,9 +176,11 @@ std::pair<int64_t, int64_t> parse_tasks_item(const std::string& item, const std:
     const bool closed = item.size() > open + 2 && item.back() == ')';
     repeat = closed ? parse_int(item.substr(open + 2, item.size() - open - 3)) : std::nullopt;
   }
-  TITAN_CHECK_VALUE(tasks && repeat && *tasks >= 1 && *repeat >= 1, "[titan::dist::expand_slurm_tasks_per_node] "
+  TITAN_CHECK_VALUE(tasks && repeat && *tasks >= 1 && *repeat >= 1,
+                    "[titan::dist::expand_slurm_tasks_per_node] "
                     "expected items like 4 or 4(x2) separated by commas, got '{}' in '{}'. This is Slurm's "
-                    "SLURM_TASKS_PER_NODE form.", item, whole);
+                    "SLURM_TASKS_PER_NODE form.",
+                    item, whole);
   return {*tasks, *repeat};
 }
 
@@ -187,13 +203,17 @@ void expand_host(const std::string& pattern, const std::string& whole, std::vect
   const auto open = pattern.find('[');
   const auto close = pattern.find(']');
   if (open == std::string::npos) {
-    TITAN_CHECK_VALUE(!pattern.empty() && close == std::string::npos, "[titan::dist::expand_slurm_nodelist] expected "
-                      "host names like node[01-04,07],gpu5, got an empty or unbalanced name in '{}'.", whole);
+    TITAN_CHECK_VALUE(!pattern.empty() && close == std::string::npos,
+                      "[titan::dist::expand_slurm_nodelist] expected "
+                      "host names like node[01-04,07],gpu5, got an empty or unbalanced name in '{}'.",
+                      whole);
     out.push_back(pattern);
     return;
   }
-  TITAN_CHECK_VALUE(close != std::string::npos && close > open, "[titan::dist::expand_slurm_nodelist] expected a "
-                    "closing ']' after '[', got '{}'. Use the form node[01-04,07].", whole);
+  TITAN_CHECK_VALUE(close != std::string::npos && close > open,
+                    "[titan::dist::expand_slurm_nodelist] expected a "
+                    "closing ']' after '[', got '{}'. Use the form node[01-04,07].",
+                    whole);
   const std::string prefix = pattern.substr(0, open);
   const std::string rest = pattern.substr(close + 1);
   for (const std::string& range : split_top_level(pattern.substr(open + 1, close - open - 1))) {
@@ -201,8 +221,10 @@ void expand_host(const std::string& pattern, const std::string& whole, std::vect
     const std::string first_text = range.substr(0, dash);
     const auto first = parse_int(first_text);
     const auto last = dash == std::string::npos ? first : parse_int(range.substr(dash + 1));
-    TITAN_CHECK_VALUE(first && last && *first >= 0 && *first <= *last, "[titan::dist::expand_slurm_nodelist] "
-                      "expected ranges like 01-04 or 7 inside brackets, got '{}' in '{}'.", range, whole);
+    TITAN_CHECK_VALUE(first && last && *first >= 0 && *first <= *last,
+                      "[titan::dist::expand_slurm_nodelist] "
+                      "expected ranges like 01-04 or 7 inside brackets, got '{}' in '{}'.",
+                      range, whole);
     for (int64_t i = *first; i <= *last; ++i) {
       // Slurm keeps the zero padding of the range's first number: node[08-10] -> node08 node09 node10.
       std::string number = std::to_string(i);

@@ -43,8 +43,8 @@ struct AxisSet {
   unsigned mask;
 };
 constexpr std::string_view kBaseAxes[kAxes] = {"pp", "dp_replicate", "dp_shard", "cp", "tp"};
-constexpr AxisSet kAxisSets[] = {{"world", 0b11111}, {"pp", 0b00001},  {"dp_replicate", 0b00010},
-                                 {"dp_shard", 0b00100}, {"cp", 0b01000}, {"tp", 0b10000},
+constexpr AxisSet kAxisSets[] = {{"world", 0b11111},    {"pp", 0b00001},          {"dp_replicate", 0b00010},
+                                 {"dp_shard", 0b00100}, {"cp", 0b01000},          {"tp", 0b10000},
                                  {"dp", 0b00110},       {"dp_shard_cp", 0b01100}, {"dp_cp", 0b01110}};
 static_assert(std::size(kAxisSets) == std::tuple_size_v<std::remove_cvref_t<decltype(Mesh::axis_names())>>);
 
@@ -80,8 +80,8 @@ std::vector<int64_t> members(const Coord& self, const std::vector<int>& axes, co
 }  // namespace
 
 std::string format_as(const MeshShape& s) {
-  return fmt::format("dp_replicate({}) * dp_shard({}) * cp({}) * tp({}) * pp({}) = {}", s.dp_replicate, s.dp_shard, s.cp,
-                     s.tp, s.pp, s.world_size());
+  return fmt::format("dp_replicate({}) * dp_shard({}) * cp({}) * tp({}) * pp({}) = {}", s.dp_replicate, s.dp_shard,
+                     s.cp, s.tp, s.pp, s.world_size());
 }
 
 MeshShape mesh_shape(const ParallelismConfig& p, int64_t world_size) {
@@ -90,30 +90,37 @@ MeshShape mesh_shape(const ParallelismConfig& p, int64_t world_size) {
               .dp_shard = p.data_parallel_shard_degree,
               .cp = p.context_parallel_degree,
               .tp = p.tensor_parallel_degree};
-  for (auto [key, value] : {std::pair{"pipeline_parallel_degree", s.pp}, {"data_parallel_replicate_degree", s.dp_replicate},
-                            {"context_parallel_degree", s.cp}, {"tensor_parallel_degree", s.tp}}) {
-    if (value < 1) throw ConfigError(std::string("parallelism.") + key,
-                                     fmt::format("[titan::dist::mesh_shape] expected parallelism.{} >= 1, got {}.", key, value));
+  for (auto [key, value] : {std::pair{"pipeline_parallel_degree", s.pp},
+                            {"data_parallel_replicate_degree", s.dp_replicate},
+                            {"context_parallel_degree", s.cp},
+                            {"tensor_parallel_degree", s.tp}}) {
+    if (value < 1)
+      throw ConfigError(std::string("parallelism.") + key,
+                        fmt::format("[titan::dist::mesh_shape] expected parallelism.{} >= 1, got {}.", key, value));
   }
   if (s.dp_shard == -1) {
     const int64_t others = s.pp * s.dp_replicate * s.cp * s.tp;
     if (world_size % others != 0) {
-      throw ConfigError("parallelism.data_parallel_shard_degree",
-                        fmt::format("[titan::dist::mesh_shape] expected WORLD_SIZE ({}) divisible by pp({}) * dp_replicate({}) "
-                                    "* cp({}) * tp({}) = {} to infer data_parallel_shard_degree. Change the degrees or "
-                                    "the number of ranks.", world_size, s.pp, s.dp_replicate, s.cp, s.tp, others));
+      throw ConfigError(
+          "parallelism.data_parallel_shard_degree",
+          fmt::format("[titan::dist::mesh_shape] expected WORLD_SIZE ({}) divisible by pp({}) * dp_replicate({}) "
+                      "* cp({}) * tp({}) = {} to infer data_parallel_shard_degree. Change the degrees or "
+                      "the number of ranks.",
+                      world_size, s.pp, s.dp_replicate, s.cp, s.tp, others));
     }
     s.dp_shard = world_size / others;
   }
   if (s.dp_shard < 1) {
-    throw ConfigError("parallelism.data_parallel_shard_degree",
-                      fmt::format("[titan::dist::mesh_shape] expected data_parallel_shard_degree >= 1 or -1, got {}.", s.dp_shard));
+    throw ConfigError(
+        "parallelism.data_parallel_shard_degree",
+        fmt::format("[titan::dist::mesh_shape] expected data_parallel_shard_degree >= 1 or -1, got {}.", s.dp_shard));
   }
   if (s.world_size() != world_size) {
-    throw ConfigError("parallelism", fmt::format("[titan::dist::mesh_shape] expected the parallel degrees to multiply to "
-                                                 "WORLD_SIZE, got {} != WORLD_SIZE({}). Change parallelism.* or the number "
-                                                 "of ranks (data_parallel_shard_degree = -1 takes the ranks left).",
-                                                 s, world_size));
+    throw ConfigError("parallelism",
+                      fmt::format("[titan::dist::mesh_shape] expected the parallel degrees to multiply to "
+                                  "WORLD_SIZE, got {} != WORLD_SIZE({}). Change parallelism.* or the number "
+                                  "of ranks (data_parallel_shard_degree = -1 takes the ranks left).",
+                                  s, world_size));
   }
   return s;
 }
@@ -135,12 +142,12 @@ std::vector<std::string_view> Mesh::base_axes(std::string_view axis) {
   return out;
 }
 
-
 Mesh Mesh::from_launch_env(const MeshShape& shape, const MeshOptions& options) {
   const LaunchEnv env = read_launch_env();
-  TITAN_CHECK_VALUE(shape.world_size() == env.world_size, "[titan::dist::Mesh::from_launch_env] expected a mesh of "
-                    "WORLD_SIZE ({}) ranks, got {}. Launch {} ranks or change the degrees.", env.world_size, shape,
-                    shape.world_size());
+  TITAN_CHECK_VALUE(shape.world_size() == env.world_size,
+                    "[titan::dist::Mesh::from_launch_env] expected a mesh of "
+                    "WORLD_SIZE ({}) ranks, got {}. Launch {} ranks or change the degrees.",
+                    env.world_size, shape, shape.world_size());
   if (env.world_size == 1) return Mesh();
   const Store store = Store::tcp(env.master_addr, env.master_port, env.rank == 0, env.world_size, options.init_timeout);
   return Mesh(shape, env.rank, store, options);
@@ -151,18 +158,18 @@ Mesh Mesh::from_launch_env(const ParallelismConfig& parallelism, const MeshOptio
 }
 
 Mesh::Mesh() {
-  for (std::string_view name : axis_names()) groups_.emplace(std::string(name), ProcessGroup::single(std::string(name)));
+  for (std::string_view name : axis_names())
+    groups_.emplace(std::string(name), ProcessGroup::single(std::string(name)));
 }
 
 Mesh::Mesh(const MeshShape& shape, int64_t rank, const Store& store, const MeshOptions& options)
     : shape_(shape), rank_(rank) {
   const auto sizes = sizes_of(shape);
   TITAN_CHECK_VALUE(rank >= 0 && rank < shape.world_size(),
-                    "[titan::dist::Mesh] expected 0 <= RANK < {} ({}), got RANK {}.", shape.world_size(), shape,
-                    rank);
+                    "[titan::dist::Mesh] expected 0 <= RANK < {} ({}), got RANK {}.", shape.world_size(), shape, rank);
   const Coord self = coordinate_of(rank, sizes);
-  const GroupOptions group_options{.init_timeout = options.init_timeout, .timeout = options.timeout,
-                                   .backend = options.backend};
+  const GroupOptions group_options{
+      .init_timeout = options.init_timeout, .timeout = options.timeout, .backend = options.backend};
   // Every rank walks the names in the same order; each joins only its own groups, and a flattened
   // set with the same members as an earlier group shares that communicator.
   std::map<std::vector<int64_t>, ProcessGroup> by_members;
@@ -175,8 +182,8 @@ Mesh::Mesh(const MeshShape& shape, int64_t rank, const Store& store, const MeshO
     int64_t group_rank = 0;
     while (ranks[static_cast<size_t>(group_rank)] != rank) ++group_rank;
     const std::string unique = fmt::format("{}/{}", name, fmt::join(ranks, "-"));
-    ProcessGroup group = ProcessGroup::create(unique, store, group_rank, static_cast<int64_t>(ranks.size()), ranks,
-                                              group_options);
+    ProcessGroup group =
+        ProcessGroup::create(unique, store, group_rank, static_cast<int64_t>(ranks.size()), ranks, group_options);
     by_members.emplace(ranks, group);
     groups_.emplace(std::string(name), group);
   }

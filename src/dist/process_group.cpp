@@ -48,8 +48,10 @@ c10d::ReduceOp to_c10d(ReduceOp op) {
 }
 
 void check_contiguous(const at::Tensor& t, const char* what, const std::string& group) {
-  TITAN_CHECK_VALUE(t.is_contiguous(), "[titan::dist::ProcessGroup] expected a contiguous {} tensor for group '{}', got "
-                    "strides {}. Call .contiguous() first.", what, group, c10::str(t.strides()));
+  TITAN_CHECK_VALUE(t.is_contiguous(),
+                    "[titan::dist::ProcessGroup] expected a contiguous {} tensor for group '{}', got "
+                    "strides {}. Call .contiguous() first.",
+                    what, group, c10::str(t.strides()));
 }
 
 Work wrap(const std::shared_ptr<detail::GroupImpl>& g, c10::intrusive_ptr<c10d::Work> work) {
@@ -68,9 +70,10 @@ void Work::wait() {
   } catch (const std::exception& e) {
     const std::string group = impl_->group->name;
     impl_.reset();
-    TITAN_CHECK(false, "[titan::dist] expected the collective on group '{}' to complete, got: {}. Another rank may have "
-                "failed or timed out (comm.train_timeout_seconds); its log names the first error.", group,
-                error_message(e));
+    TITAN_CHECK(false,
+                "[titan::dist] expected the collective on group '{}' to complete, got: {}. Another rank may have "
+                "failed or timed out (comm.train_timeout_seconds); its log names the first error.",
+                group, error_message(e));
   }
   impl_.reset();
 }
@@ -102,8 +105,8 @@ ProcessGroup ProcessGroup::create(std::string name, const Store& store, int64_t 
     if (options.backend == "nccl") {
       impl->backend = detail::make_nccl_backend(group_store.impl()->store, rank, size, options.timeout);
     } else {
-      TITAN_CHECK_VALUE(options.backend == "gloo", "[titan::dist::ProcessGroup] expected backend gloo or nccl, got '{}'.",
-                        options.backend);
+      TITAN_CHECK_VALUE(options.backend == "gloo",
+                        "[titan::dist::ProcessGroup] expected backend gloo or nccl, got '{}'.", options.backend);
       auto gloo_options = c10d::ProcessGroupGloo::Options::create(options.init_timeout);
       gloo_options->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1"));
       gloo_options->threads = 2;  // one collective in flight per direction is all FSDP overlaps
@@ -114,7 +117,8 @@ ProcessGroup ProcessGroup::create(std::string name, const Store& store, int64_t 
   } catch (const c10::ValueError&) {
     throw;
   } catch (const std::exception& e) {
-    TITAN_CHECK(false, "[titan::dist::ProcessGroup] expected all {} ranks of group '{}' to join within {} s "
+    TITAN_CHECK(false,
+                "[titan::dist::ProcessGroup] expected all {} ranks of group '{}' to join within {} s "
                 "(comm.init_timeout_seconds), got: {}. Check that every rank runs the same parallelism config.",
                 size, name, options.init_timeout.count() / 1000, error_message(e));
   }
@@ -139,9 +143,10 @@ Work ProcessGroup::all_reduce(at::Tensor& tensor, ReduceOp op) const {
 }
 
 Work ProcessGroup::all_gather(at::Tensor& out, const at::Tensor& in) const {
-  TITAN_CHECK_VALUE(out.numel() == in.numel() * impl_->size,
-                    "[titan::dist::ProcessGroup] expected an all-gather output of {} x {} elements on group '{}', got {}.",
-                    impl_->size, in.numel(), impl_->name, out.numel());
+  TITAN_CHECK_VALUE(
+      out.numel() == in.numel() * impl_->size,
+      "[titan::dist::ProcessGroup] expected an all-gather output of {} x {} elements on group '{}', got {}.",
+      impl_->size, in.numel(), impl_->name, out.numel());
   if (!impl_->backend) {
     out.view_as(in).copy_(in);
     return {};
@@ -156,9 +161,10 @@ Work ProcessGroup::all_gather(at::Tensor& out, const at::Tensor& in) const {
 }
 
 Work ProcessGroup::reduce_scatter(at::Tensor& out, const at::Tensor& in, ReduceOp op) const {
-  TITAN_CHECK_VALUE(in.numel() == out.numel() * impl_->size,
-                    "[titan::dist::ProcessGroup] expected a reduce-scatter input of {} x {} elements on group '{}', got {}.",
-                    impl_->size, out.numel(), impl_->name, in.numel());
+  TITAN_CHECK_VALUE(
+      in.numel() == out.numel() * impl_->size,
+      "[titan::dist::ProcessGroup] expected a reduce-scatter input of {} x {} elements on group '{}', got {}.",
+      impl_->size, out.numel(), impl_->name, in.numel());
   TITAN_CHECK_VALUE(op == ReduceOp::kSum || op == ReduceOp::kAvg,
                     "[titan::dist::ProcessGroup] expected SUM or AVG for reduce-scatter on group '{}'.", impl_->name);
   if (!impl_->backend) {
@@ -178,8 +184,10 @@ Work ProcessGroup::reduce_scatter(at::Tensor& out, const at::Tensor& in, ReduceO
 }
 
 Work ProcessGroup::all_to_all(at::Tensor& out, const at::Tensor& in) const {
-  TITAN_CHECK_VALUE(out.numel() == in.numel(), "[titan::dist::ProcessGroup] expected all-to-all tensors of equal size on "
-                    "group '{}', got {} and {}.", impl_->name, in.numel(), out.numel());
+  TITAN_CHECK_VALUE(out.numel() == in.numel(),
+                    "[titan::dist::ProcessGroup] expected all-to-all tensors of equal size on "
+                    "group '{}', got {} and {}.",
+                    impl_->name, in.numel(), out.numel());
   if (!impl_->backend) {
     out.copy_(in);
     return {};
@@ -218,7 +226,8 @@ CommStats ProcessGroup::stats() const {
 }
 
 void ProcessGroup::reset_stats() const {
-  impl_->all_gather_bytes = impl_->reduce_scatter_bytes = impl_->all_reduce_bytes = impl_->other_bytes = impl_->calls = 0;
+  impl_->all_gather_bytes = impl_->reduce_scatter_bytes = impl_->all_reduce_bytes = impl_->other_bytes = impl_->calls =
+      0;
   impl_->wait_ns = 0;
 }
 

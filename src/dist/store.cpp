@@ -21,8 +21,8 @@ Store Store::tcp(const std::string& host, int port, bool is_server, int64_t worl
   options.waitWorkers = true;
   options.timeout = timeout;
   try {
-    return Store(std::make_shared<detail::StoreImpl>(
-        detail::StoreImpl{c10::make_intrusive<c10d::TCPStore>(host, options)}));
+    return Store(
+        std::make_shared<detail::StoreImpl>(detail::StoreImpl{c10::make_intrusive<c10d::TCPStore>(host, options)}));
   } catch (const std::exception& e) {
     TITAN_CHECK(false,
                 "[titan::dist::Store] expected to {} the rendezvous store at {}:{} with {} ranks within {} s, got: "
@@ -37,8 +37,8 @@ Store Store::in_memory() {
 }
 
 Store Store::prefixed(const std::string& prefix) const {
-  return Store(
-      std::make_shared<detail::StoreImpl>(detail::StoreImpl{c10::make_intrusive<c10d::PrefixStore>(prefix, impl_->store)}));
+  return Store(std::make_shared<detail::StoreImpl>(
+      detail::StoreImpl{c10::make_intrusive<c10d::PrefixStore>(prefix, impl_->store)}));
 }
 
 void Store::set(const std::string& key, const std::string& value) const {

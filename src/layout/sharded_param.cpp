@@ -182,7 +182,8 @@ at::Tensor full_tensor(const at::Tensor& p, const dist::Mesh& mesh) {
   for (size_t i = sp->placements.size(); i-- > 0;) {
     const auto& [axis, placement] = sp->placements[i];
     if (placement.kind != Placement::Kind::kShard) continue;
-    t = dist::detail::gather_along(t, mesh.group(axis), placement.dim).narrow(placement.dim, 0, shapes[i][static_cast<size_t>(placement.dim)]);
+    t = dist::detail::gather_along(t, mesh.group(axis), placement.dim)
+            .narrow(placement.dim, 0, shapes[i][static_cast<size_t>(placement.dim)]);
   }
   return t.contiguous();
 }

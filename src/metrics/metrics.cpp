@@ -2,8 +2,8 @@
 #include "titan/metrics/metrics.hpp"
 
 #include <fmt/format.h>
-#include <nlohmann/json.hpp>
 #include <unistd.h>
+#include <nlohmann/json.hpp>
 
 #include <cmath>
 #include <fstream>
@@ -52,11 +52,14 @@ void reset_peak_memory(const at::Device& device) {
   if (device.is_cuda()) detail::cuda_reset_peak_memory(device.index() < 0 ? 0 : device.index());
 }
 
-MetricsProcessor::MetricsProcessor(Options options) : options_(std::move(options)), last_log_(std::chrono::steady_clock::now()) {
+MetricsProcessor::MetricsProcessor(Options options)
+    : options_(std::move(options)), last_log_(std::chrono::steady_clock::now()) {
   if (!options_.jsonl_path.empty()) {
     jsonl_.open(options_.jsonl_path, std::ios::app);
-    TITAN_CHECK(jsonl_.good(), "[titan::MetricsProcessor] expected a writable metrics file, got an error opening "
-                "'{}'. Check job.dump_folder.", options_.jsonl_path.string());
+    TITAN_CHECK(jsonl_.good(),
+                "[titan::MetricsProcessor] expected a writable metrics file, got an error opening "
+                "'{}'. Check job.dump_folder.",
+                options_.jsonl_path.string());
   }
 }
 
@@ -79,7 +82,8 @@ StepMetrics MetricsProcessor::log(int64_t step, double loss, double grad_norm, d
   // Per device: data-parallel ranks each count their own tokens; cp/tp/pp ranks share them.
   m.tps = static_cast<double>(tokens_since_log_) / (elapsed * static_cast<double>(options_.non_data_parallel_size));
   m.tflops = static_cast<double>(options_.flops_per_token) * m.tps / 1e12;
-  m.mfu = options_.peak_flops > 0 ? 100.0 * static_cast<double>(options_.flops_per_token) * m.tps / options_.peak_flops : 0;
+  m.mfu =
+      options_.peak_flops > 0 ? 100.0 * static_cast<double>(options_.flops_per_token) * m.tps / options_.peak_flops : 0;
   m.step_time = elapsed / steps;
   m.data_time = data_seconds_since_log_ / steps;
   m.data_pct = elapsed > 0 ? 100.0 * data_seconds_since_log_ / elapsed : 0;
@@ -126,19 +130,17 @@ std::string MetricsProcessor::format_line(const StepMetrics& m) const {
     return c ? fmt::format("\033[{}m{}\033[39m", code, text) : text;
   };
   const double mem_gib = static_cast<double>(m.memory.max_active) / kGiB;
-  const double mem_pct = m.memory.capacity > 0 ? 100.0 * static_cast<double>(m.memory.max_active) /
-                                                     static_cast<double>(m.memory.capacity)
-                                               : 0.0;
-  return fmt::format("{}  {}  {}  {}  {}  {}  {}  {}  {}",
-                     paint("31", fmt::format("step: {:3}", m.step)),
-                     paint("32", fmt::format("loss: {:8.5f}", m.loss)),
-                     paint("38;2;180;60;0", fmt::format("grad_norm: {:7.4f}", m.grad_norm)),
-                     fmt::format("lr: {:.3e}", m.lr),
-                     paint("38;2;54;234;195", fmt::format("memory: {:5.2f}GiB({:.2f}%)", mem_gib, mem_pct)),
-                     paint("34", fmt::format("tps: {}", with_commas(std::llround(m.tps)))),
-                     paint("36", fmt::format("tflops: {:.3f}", m.tflops)),
-                     paint("35", fmt::format("mfu: {:.2f}%", m.mfu)),
-                     fmt::format("step_time: {:.3f}s data: {:.1f}%", m.step_time, m.data_pct));
+  const double mem_pct = m.memory.capacity > 0
+                             ? 100.0 * static_cast<double>(m.memory.max_active) / static_cast<double>(m.memory.capacity)
+                             : 0.0;
+  return fmt::format(
+      "{}  {}  {}  {}  {}  {}  {}  {}  {}", paint("31", fmt::format("step: {:3}", m.step)),
+      paint("32", fmt::format("loss: {:8.5f}", m.loss)),
+      paint("38;2;180;60;0", fmt::format("grad_norm: {:7.4f}", m.grad_norm)), fmt::format("lr: {:.3e}", m.lr),
+      paint("38;2;54;234;195", fmt::format("memory: {:5.2f}GiB({:.2f}%)", mem_gib, mem_pct)),
+      paint("34", fmt::format("tps: {}", with_commas(std::llround(m.tps)))),
+      paint("36", fmt::format("tflops: {:.3f}", m.tflops)), paint("35", fmt::format("mfu: {:.2f}%", m.mfu)),
+      fmt::format("step_time: {:.3f}s data: {:.1f}%", m.step_time, m.data_pct));
 }
 
 void MetricsProcessor::log_validation(int64_t step, double loss, int64_t tokens) {

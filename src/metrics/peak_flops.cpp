@@ -14,10 +14,20 @@ namespace titan {
 std::optional<double> gpu_peak_flops(const std::string& name) {
   // torchtitan's bf16 dense table (tools/utils.py get_peak_flops), most specific names first.
   static const std::array<std::pair<const char*, double>, 14> kTable = {{
-      {"GB300", 2.5e15}, {"GB200", 2.5e15}, {"B300", 2.25e15}, {"B200", 2.25e15},
-      {"H100 NVL", 835e12}, {"H100 PCIe", 756e12}, {"H100", 989e12}, {"H200", 989e12},
-      {"H20", 148e12}, {"A100", 312e12}, {"A6000", 154.85e12}, {"L40S", 362e12},
-      {"MI355X", 2500e12}, {"MI300X", 1300e12},
+      {"GB300", 2.5e15},
+      {"GB200", 2.5e15},
+      {"B300", 2.25e15},
+      {"B200", 2.25e15},
+      {"H100 NVL", 835e12},
+      {"H100 PCIe", 756e12},
+      {"H100", 989e12},
+      {"H200", 989e12},
+      {"H20", 148e12},
+      {"A100", 312e12},
+      {"A6000", 154.85e12},
+      {"L40S", 362e12},
+      {"MI355X", 2500e12},
+      {"MI300X", 1300e12},
   }};
   for (const auto& [key, flops] : kTable) {
     if (name.find(key) != std::string::npos) return flops;
@@ -57,14 +67,16 @@ PeakFlops peak_flops(const at::Device& device, int64_t num_threads, double decla
     const auto name = detail::cuda_device_name(device.index() < 0 ? 0 : device.index()).value_or("unknown GPU");
     if (auto flops = gpu_peak_flops(name)) return {*flops, fmt::format("{:.3g} FLOP/s bf16 dense ({})", *flops, name)};
     return {312e12, fmt::format("312e12 FLOP/s: '{}' is not in the peak table, assuming A100; set "
-                                "metrics.peak_flops", name)};
+                                "metrics.peak_flops",
+                                name)};
   }
   // fp32 FMA peak: two 256-bit FMA pipes = 32 FLOP/cycle (AVX2), 64 with AVX-512.
   const double per_cycle = cpu_has_flag("avx512f") ? 64 : (cpu_has_flag("fma") ? 32 : 8);
   const double hz = cpu_clock_hz();
   const double flops = static_cast<double>(num_threads) * per_cycle * hz;
   return {flops, fmt::format("{:.3g} FLOP/s fp32 = {} threads x {} FLOP/cycle x {:.2f} GHz (set "
-                             "metrics.peak_flops to declare another)", flops, num_threads, per_cycle, hz / 1e9)};
+                             "metrics.peak_flops to declare another)",
+                             flops, num_threads, per_cycle, hz / 1e9)};
 }
 
 }  // namespace titan

@@ -4,8 +4,8 @@
 #include <ATen/ATen.h>
 
 #include "titan/core/error.hpp"
-#include "titan/nn/init.hpp"
 #include "titan/layout/module_hooks.hpp"
+#include "titan/nn/init.hpp"
 
 namespace titan::nn {
 namespace {
@@ -17,10 +17,14 @@ constexpr double kCutHigh = 2.0;
 
 Attention::Attention(int64_t dim, int64_t n_heads_, int64_t n_kv_heads_, const at::TensorOptions& options)
     : n_heads(n_heads_), n_kv_heads(n_kv_heads_), head_dim(dim / n_heads_) {
-  TITAN_CHECK_VALUE(dim % n_heads == 0, "[titan::nn::Attention] expected dim divisible by n_heads, got dim={} "
-                    "n_heads={}.", dim, n_heads);
-  TITAN_CHECK_VALUE(n_heads % n_kv_heads == 0, "[titan::nn::Attention] expected n_heads divisible by "
-                    "n_kv_heads, got n_heads={} n_kv_heads={}.", n_heads, n_kv_heads);
+  TITAN_CHECK_VALUE(dim % n_heads == 0,
+                    "[titan::nn::Attention] expected dim divisible by n_heads, got dim={} "
+                    "n_heads={}.",
+                    dim, n_heads);
+  TITAN_CHECK_VALUE(n_heads % n_kv_heads == 0,
+                    "[titan::nn::Attention] expected n_heads divisible by "
+                    "n_kv_heads, got n_heads={} n_kv_heads={}.",
+                    n_heads, n_kv_heads);
   wq = register_module("wq", std::make_shared<Linear>(dim, n_heads * head_dim, options));
   wk = register_module("wk", std::make_shared<Linear>(dim, n_kv_heads * head_dim, options));
   wv = register_module("wv", std::make_shared<Linear>(dim, n_kv_heads * head_dim, options));
@@ -35,9 +39,9 @@ at::Tensor Attention::forward(const at::Tensor& x, const RopeTables& rope) const
     at::Tensor q = wq->forward(in).view({bsz, seq, -1, head_dim});  // (B, S, H, HD)
     at::Tensor k = wk->forward(in).view({bsz, seq, -1, head_dim});  // (B, S, KVH, HD)
     at::Tensor v = wv->forward(in).view({bsz, seq, -1, head_dim});  // (B, S, KVH, HD)
-    q = apply_rope(q, rope).transpose(1, 2);                         // (B, H, S, HD)
-    k = apply_rope(k, rope).transpose(1, 2);                         // (B, KVH, S, HD)
-    v = v.transpose(1, 2);                                           // (B, KVH, S, HD)
+    q = apply_rope(q, rope).transpose(1, 2);                        // (B, H, S, HD)
+    k = apply_rope(k, rope).transpose(1, 2);                        // (B, KVH, S, HD)
+    v = v.transpose(1, 2);                                          // (B, KVH, S, HD)
     const at::Tensor out = at::scaled_dot_product_attention(
         q, k, v, /*attn_mask=*/std::nullopt, /*dropout_p=*/0.0, /*is_causal=*/true,
         /*scale=*/std::nullopt, /*enable_gqa=*/n_kv_heads != n_heads);  // (B, H, S, HD)
@@ -57,9 +61,8 @@ FeedForward::FeedForward(int64_t dim, int64_t hidden_dim, const at::TensorOption
 }
 
 at::Tensor FeedForward::forward(const at::Tensor& x) const {
-  return parallel::module_call(*this, x, [&](const at::Tensor& in) {
-    return w2->forward(at::silu(w1->forward(in)) * w3->forward(in));
-  });
+  return parallel::module_call(
+      *this, x, [&](const at::Tensor& in) { return w2->forward(at::silu(w1->forward(in)) * w3->forward(in)); });
 }
 
 void FeedForward::init_weights(double out_std) {

@@ -34,7 +34,8 @@ struct Region {
 };
 
 Region region_of(const at::Tensor& t) {
-  if (const parallel::ShardedParam* sp = parallel::sharded_param(t)) return {sp->global_shape, sp->offset, sp->local_shape};
+  if (const parallel::ShardedParam* sp = parallel::sharded_param(t))
+    return {sp->global_shape, sp->offset, sp->local_shape};
   return {t.sizes().vec(), std::vector<int64_t>(static_cast<size_t>(t.dim()), 0), t.sizes().vec()};
 }
 

@@ -27,8 +27,8 @@ at::Tensor rope_frequencies(const RopeConfig& c) {
     if (wavelen > low_wavelen) {
       f[i] = static_cast<float>(freq / c.scaling_factor);
     } else {
-      const double smooth = (c.original_max_positions / wavelen - c.low_freq_factor) /
-                            (c.high_freq_factor - c.low_freq_factor);
+      const double smooth =
+          (c.original_max_positions / wavelen - c.low_freq_factor) / (c.high_freq_factor - c.low_freq_factor);
       f[i] = static_cast<float>((1.0 - smooth) * freq / c.scaling_factor + smooth * freq);
     }
   }
@@ -36,10 +36,10 @@ at::Tensor rope_frequencies(const RopeConfig& c) {
 }
 
 RopeTables make_rope_tables(const RopeConfig& c, const at::Device& device) {
-  const at::Tensor freqs = rope_frequencies(c);                       // (HD/2)
-  const at::Tensor t = at::arange(c.max_positions, at::kFloat);       // (P)
-  const at::Tensor angles = at::outer(t, freqs);                      // (P, HD/2)
-  return {at::polar(at::ones_like(angles), angles).to(device)};     // (P, HD/2) complex64
+  const at::Tensor freqs = rope_frequencies(c);                  // (HD/2)
+  const at::Tensor t = at::arange(c.max_positions, at::kFloat);  // (P)
+  const at::Tensor angles = at::outer(t, freqs);                 // (P, HD/2)
+  return {at::polar(at::ones_like(angles), angles).to(device)};  // (P, HD/2) complex64
 }
 
 at::Tensor apply_rope(const at::Tensor& x, const RopeTables& tables) {

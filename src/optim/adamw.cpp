@@ -36,9 +36,15 @@ void AdamW::step(double lr) {
   }
   if (active.empty()) return;
   switch (config_.implementation) {
-    case OptimizerImplementation::fused: step_fused(lr, active); break;
-    case OptimizerImplementation::foreach: step_foreach(lr, active); break;
-    case OptimizerImplementation::for_loop: step_for_loop(lr, active); break;
+    case OptimizerImplementation::fused:
+      step_fused(lr, active);
+      break;
+    case OptimizerImplementation::foreach:
+      step_foreach(lr, active);
+      break;
+    case OptimizerImplementation::for_loop:
+      step_for_loop(lr, active);
+      break;
   }
 }
 

@@ -11,8 +11,8 @@ namespace titan {
 
 LRSchedule::LRSchedule(const LRSchedulerConfig& c, int64_t training_steps)
     : decay_type_(c.decay_type), min_lr_factor_(c.min_lr_factor), total_(c.total_steps.value_or(training_steps)) {
-  TITAN_CHECK_VALUE(total_ > 0, "[titan::LRSchedule] expected lr_scheduler.total_steps (or training.steps) > 0, got {}.",
-                    total_);
+  TITAN_CHECK_VALUE(total_ > 0,
+                    "[titan::LRSchedule] expected lr_scheduler.total_steps (or training.steps) > 0, got {}.", total_);
   TITAN_CHECK_VALUE(c.warmup_steps >= 0, "[titan::LRSchedule] expected lr_scheduler.warmup_steps >= 0, got {}.",
                     c.warmup_steps);
   TITAN_CHECK_VALUE(c.min_lr_factor >= 0.0 && c.min_lr_factor <= 1.0,
@@ -37,9 +37,15 @@ double LRSchedule::factor(int64_t step) const {
       static_cast<double>(step + 1 - warmup_ - stable_) / static_cast<double>(std::max<int64_t>(decay_, 1));
   double f = 0.0;
   switch (decay_type_) {
-    case DecayType::linear: f = 1.0 - progress; break;
-    case DecayType::sqrt: f = 1.0 - std::sqrt(progress); break;
-    case DecayType::cosine: f = 0.5 * (1.0 + std::cos(std::numbers::pi * progress)); break;
+    case DecayType::linear:
+      f = 1.0 - progress;
+      break;
+    case DecayType::sqrt:
+      f = 1.0 - std::sqrt(progress);
+      break;
+    case DecayType::cosine:
+      f = 0.5 * (1.0 + std::cos(std::numbers::pi * progress));
+      break;
   }
   return min_lr_factor_ + (1.0 - min_lr_factor_) * f;
 }

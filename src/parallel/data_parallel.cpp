@@ -30,8 +30,10 @@ std::string unit_name(const std::vector<std::string>& paths) {
 // Moves p's data to this rank's dim-0 shard (zero-padded to rows_per_rank) and records where it lies.
 detail::UnitParam shard_param(const std::string& fqn, at::Tensor param, const dist::ProcessGroup& group,
                               const DataParallelOptions& options) {
-  TITAN_CHECK_VALUE(param.dim() >= 1, "[titan::parallelize] expected parameters with at least one dim, "
-                    "got a scalar '{}'. Make it shape (1).", fqn);
+  TITAN_CHECK_VALUE(param.dim() >= 1,
+                    "[titan::parallelize] expected parameters with at least one dim, "
+                    "got a scalar '{}'. Make it shape (1).",
+                    fqn);
   detail::UnitParam p;
   p.full_shape = param.sizes().vec();
   const int64_t n = group.size();
@@ -47,7 +49,8 @@ detail::UnitParam shard_param(const std::string& fqn, at::Tensor param, const di
     const int64_t valid = std::min(rows, begin + p.rows_per_rank) - begin;
     if (valid > 0) shard.narrow(0, 0, valid).copy_(param.narrow(0, begin, valid));
     param.set_data(shard);
-    p.gathered = at::empty(p.full_shape, param.options().dtype(options.param_dtype)).storage().getWeakStorageImpl().lock();
+    p.gathered =
+        at::empty(p.full_shape, param.options().dtype(options.param_dtype)).storage().getWeakStorageImpl().lock();
     p.gathered->reset();
   }
   p.param = std::move(param);
@@ -59,8 +62,8 @@ detail::UnitParam shard_param(const std::string& fqn, at::Tensor param, const di
 ShardedParam describe_param(const std::string& fqn, const detail::UnitParam& p, const dist::ProcessGroup& group,
                             const detail::Binding* prior) {
   ShardedParam info;
-  static_cast<TensorLayout&>(info) = prior != nullptr ? static_cast<const TensorLayout&>(prior->info)
-                                                      : TensorLayout::whole(p.full_shape);
+  static_cast<TensorLayout&>(info) =
+      prior != nullptr ? static_cast<const TensorLayout&>(prior->info) : TensorLayout::whole(p.full_shape);
   info.fqn = fqn;
   info.local = p.param;
   if (group.size() > 1) {
@@ -134,7 +137,8 @@ std::unique_ptr<DataParallel> detail::apply_data_parallel(torch::nn::Module& mod
                                                        [&](const std::string& p) { return under(item.key(), p); });
       if (!member || !taken.insert(item.value().unsafeGetTensorImpl()).second) continue;
       const detail::Binding* prior = detail::find_binding(item.value());
-      TITAN_CHECK_VALUE(prior == nullptr || prior->handler == nullptr, "[titan::parallelize] expected "
+      TITAN_CHECK_VALUE(prior == nullptr || prior->handler == nullptr,
+                        "[titan::parallelize] expected "
                         "'{}' not yet data-parallel, got it already bound. Apply data parallelism once per model.",
                         item.key());
       unit_priors.push_back(prior ? std::optional<detail::Binding>(*prior) : std::nullopt);

@@ -91,7 +91,8 @@ at::Tensor DataParallelState::gathered_alias(const UnitParam& p) const {
 }
 
 void DataParallelState::allocate_gathered(UnitParam& p) const {
-  const size_t nbytes = static_cast<size_t>(c10::multiply_integers(p.full_shape)) * c10::elementSize(options.param_dtype);
+  const size_t nbytes =
+      static_cast<size_t>(c10::multiply_integers(p.full_shape)) * c10::elementSize(options.param_dtype);
   p.gathered->set_data_ptr_noswap(p.gathered->allocator()->allocate(nbytes));
   p.gathered->set_nbytes(nbytes);
 }
@@ -113,8 +114,8 @@ void DataParallelState::start_gather_flat(Unit& unit) {
   std::vector<at::Tensor> flat;
   flat.reserve(unit.params.size());
   for (const auto& p : unit.params) flat.push_back(p.param.reshape({-1}).to(options.param_dtype));
-  at::Tensor in = at::cat(flat);                                                  // (chunk_numel)
-  at::Tensor out = at::empty({shard.size() * unit.chunk_numel}, in.options());   // (N * chunk_numel)
+  at::Tensor in = at::cat(flat);                                                // (chunk_numel)
+  at::Tensor out = at::empty({shard.size() * unit.chunk_numel}, in.options());  // (N * chunk_numel)
   unit.gather_works.push_back(shard.all_gather(out, in));
   unit.gather_buffers = {std::move(in), std::move(out)};
 }
@@ -277,7 +278,7 @@ PendingReduce DataParallelState::start_reduce_per_param(int64_t u, const std::ve
   for (size_t i = 0; i < unit.params.size(); ++i) {
     const UnitParam& p = unit.params[i];
     const at::Tensor& grad = i < grads.size() ? grads[i] : none;  // both lvalues: no copy, no extra reference
-    at::Tensor in = padded_grad(p, grad);  // (N * rows_per_rank, ...)
+    at::Tensor in = padded_grad(p, grad);                         // (N * rows_per_rank, ...)
     if (shard.size() == 1) {
       // DDP: the all-reduce works in place, and autograd may have handed the same gradient tensor to
       // another node too (e.g. both inputs of an add): reduce a copy unless only we hold it.
@@ -318,8 +319,11 @@ void DataParallelState::progress(PendingReduce& p, bool block) {
     // Flat: this parameter's slice of the unit's buffer, cloned so the buffer can go; per parameter:
     // its own reduced tensor, used as it is.
     at::Tensor grad = per_param ? p.out[i].to(param.param.scalar_type())
-                                : p.out[0].narrow(0, param.offset, param.shard_numel()).view(param.param.sizes())
-                                      .to(param.param.scalar_type()).clone(at::MemoryFormat::Contiguous);
+                                : p.out[0]
+                                      .narrow(0, param.offset, param.shard_numel())
+                                      .view(param.param.sizes())
+                                      .to(param.param.scalar_type())
+                                      .clone(at::MemoryFormat::Contiguous);
     at::Tensor& slot = param.param.mutable_grad();
     if (slot.defined()) {
       slot.add_(grad);

@@ -14,8 +14,10 @@ namespace titan::parallel::detail {
 inline torch::nn::Module& find_module(torch::nn::Module& model, const std::string& path, const char* section) {
   if (path.empty()) return model;
   const auto modules = model.named_modules("", /*include_self=*/false);
-  TITAN_CHECK_VALUE(modules.contains(path), "[titan::parallelize] expected plan.{} path '{}' to name a submodule, got no "
-                    "such module. Check the path against the model's named_modules().", section, path);
+  TITAN_CHECK_VALUE(modules.contains(path),
+                    "[titan::parallelize] expected plan.{} path '{}' to name a submodule, got no "
+                    "such module. Check the path against the model's named_modules().",
+                    section, path);
   return *modules[path];
 }
 

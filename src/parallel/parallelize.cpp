@@ -27,16 +27,17 @@ constexpr size_t kMaxNames = 8;
 
 std::string name_list(const std::vector<std::string>& names) {
   const size_t shown = std::min(names.size(), kMaxNames);
-  std::string out = fmt::format("'{}'", fmt::join(names.begin(), names.begin() + static_cast<std::ptrdiff_t>(shown), "', '"));
+  std::string out =
+      fmt::format("'{}'", fmt::join(names.begin(), names.begin() + static_cast<std::ptrdiff_t>(shown), "', '"));
   if (names.size() > shown) out += fmt::format(" and {} more", names.size() - shown);
   return out;
 }
 
 // The contract of one handle: what the first backward checks.
 struct PlanContract final : Contract, std::enable_shared_from_this<PlanContract> {
-  std::string model;                                                    // the model's name, for errors
-  std::vector<std::pair<std::string, at::Tensor>> params;               // (fqn, registered parameter)
-  std::vector<std::pair<std::string, const ModuleHook*>> hooks;         // (module path, its hook)
+  std::string model;                                             // the model's name, for errors
+  std::vector<std::pair<std::string, at::Tensor>> params;        // (fqn, registered parameter)
+  std::vector<std::pair<std::string, const ModuleHook*>> hooks;  // (module path, its hook)
   std::atomic<bool> queued{false};
   std::atomic<bool> passed{false};
 
@@ -57,15 +58,19 @@ struct PlanContract final : Contract, std::enable_shared_from_this<PlanContract>
     for (const auto& [path, hook] : hooks) {
       if (!hook->ran.load(std::memory_order_relaxed)) unhooked.push_back(path.empty() ? "<root>" : path);
     }
-    TITAN_CHECK_VALUE(unread.empty(), "[titan::parallelize] expected every parameter of {} under the plan to be read "
+    TITAN_CHECK_VALUE(unread.empty(),
+                      "[titan::parallelize] expected every parameter of {} under the plan to be read "
                       "through titan::parallel::with_param, got {} read around it in the first forward/backward, so "
                       "its sharding and gradient reduction never ran (e.g. a torch::nn::Linear reads its weight "
                       "directly). Build those layers from titan::nn layers, or read the weight as "
-                      "with_param(weight, [&](const at::Tensor& w) {{ ... }}).", model, name_list(unread));
-    TITAN_CHECK_VALUE(unhooked.empty(), "[titan::parallelize] expected every module of {} named by "
+                      "with_param(weight, [&](const at::Tensor& w) {{ ... }}).",
+                      model, name_list(unread));
+    TITAN_CHECK_VALUE(unhooked.empty(),
+                      "[titan::parallelize] expected every module of {} named by "
                       "plan.tensor_parallel to run its forward through titan::parallel::module_call, got {} never "
                       "did, so its style's redistribution never happened. Wrap the module's forward: "
-                      "return module_call(*this, x, [&](const at::Tensor& in) {{ ... }}).", model, name_list(unhooked));
+                      "return module_call(*this, x, [&](const at::Tensor& in) {{ ... }}).",
+                      model, name_list(unhooked));
     passed.store(true, std::memory_order_relaxed);
   }
 };
@@ -73,10 +78,10 @@ struct PlanContract final : Contract, std::enable_shared_from_this<PlanContract>
 }  // namespace
 
 struct ParallelizedState {
-  std::string model;                          // the model's name, for errors
-  std::unique_ptr<TensorParallel> tp;         // null without tp
-  std::unique_ptr<DataParallel> dp;           // null without data parallelism; destroyed before tp
-  std::shared_ptr<PlanContract> contract;     // null when nothing was applied
+  std::string model;                                        // the model's name, for errors
+  std::unique_ptr<TensorParallel> tp;                       // null without tp
+  std::unique_ptr<DataParallel> dp;                         // null without data parallelism; destroyed before tp
+  std::shared_ptr<PlanContract> contract;                   // null when nothing was applied
   std::vector<std::pair<at::Tensor, unsigned>> leaf_hooks;  // (parameter, hook position)
 
   ~ParallelizedState() {
@@ -90,7 +95,8 @@ struct ParallelizedState {
       orphan_param(p, fmt::format("[titan::parallel::with_param] expected '{}' of {} to be used while the handle "
                                   "titan::parallelize() returned is alive, got a read after it was destroyed (the "
                                   "parameter holds only this rank's shard). Keep the titan::Parallelized handle alive "
-                                  "as long as the model.", fqn, model));
+                                  "as long as the model.",
+                                  fqn, model));
     }
   }
 };
@@ -98,37 +104,46 @@ struct ParallelizedState {
 namespace {
 
 void check_slots(const ParallelPlan& plan, const dist::Mesh& mesh) {
-  TITAN_CHECK_NOT_IMPLEMENTED(plan.pipeline.stages.empty(), "[titan::parallelize] expected plan.pipeline empty, got {} "
+  TITAN_CHECK_NOT_IMPLEMENTED(plan.pipeline.stages.empty(),
+                              "[titan::parallelize] expected plan.pipeline empty, got {} "
                               "stages: pipeline parallelism is not supported yet. Leave plan.pipeline empty.",
                               plan.pipeline.stages.size());
-  TITAN_CHECK_NOT_IMPLEMENTED(plan.context_parallel.attention_modules.empty(), "[titan::parallelize] expected "
+  TITAN_CHECK_NOT_IMPLEMENTED(plan.context_parallel.attention_modules.empty(),
+                              "[titan::parallelize] expected "
                               "plan.context_parallel empty, got {} attention modules: context parallelism is not "
                               "supported yet. Leave plan.context_parallel empty.",
                               plan.context_parallel.attention_modules.size());
-  TITAN_CHECK_NOT_IMPLEMENTED(plan.activation_checkpoint.modules.empty(), "[titan::parallelize] expected "
+  TITAN_CHECK_NOT_IMPLEMENTED(plan.activation_checkpoint.modules.empty(),
+                              "[titan::parallelize] expected "
                               "plan.activation_checkpoint empty, got {} modules: activation checkpointing is not "
                               "supported yet. Leave plan.activation_checkpoint empty.",
                               plan.activation_checkpoint.modules.size());
   for (const char* axis : {"pp", "cp"}) {
-    TITAN_CHECK_NOT_IMPLEMENTED(mesh.size(axis) == 1, "[titan::parallelize] expected a mesh with {} = 1, got {}: that "
-                                "dimension is not supported yet. Build the mesh without it.", axis, mesh.size(axis));
+    TITAN_CHECK_NOT_IMPLEMENTED(mesh.size(axis) == 1,
+                                "[titan::parallelize] expected a mesh with {} = 1, got {}: that "
+                                "dimension is not supported yet. Build the mesh without it.",
+                                axis, mesh.size(axis));
   }
 }
 
 void check_tensor_parallel(const torch::nn::Module& model, const ParallelPlan& plan, const dist::Mesh& mesh) {
   const int64_t tp = mesh.size("tp");
-  TITAN_CHECK_VALUE(tp == 1 || !plan.tensor_parallel.styles.empty(), "[titan::parallelize] expected "
-                    "plan.tensor_parallel to name modules on a mesh with tp = {}, got an empty plan: every tp rank "
-                    "would compute the same thing. Give the model a tensor-parallel plan or build the mesh with tp = 1.",
-                    tp);
+  TITAN_CHECK_VALUE(
+      tp == 1 || !plan.tensor_parallel.styles.empty(),
+      "[titan::parallelize] expected "
+      "plan.tensor_parallel to name modules on a mesh with tp = {}, got an empty plan: every tp rank "
+      "would compute the same thing. Give the model a tensor-parallel plan or build the mesh with tp = 1.",
+      tp);
   validate_tensor_parallel(model, plan.tensor_parallel, tp);
 }
 
 void check_fresh(const torch::nn::Module& model) {
   for (const auto& item : model.named_parameters(/*recurse=*/true)) {
-    TITAN_CHECK_VALUE(find_binding(item.value()) == nullptr, "[titan::parallelize] expected a model not parallelized "
+    TITAN_CHECK_VALUE(find_binding(item.value()) == nullptr,
+                      "[titan::parallelize] expected a model not parallelized "
                       "yet, got '{}' already bound by an earlier parallelize(). Call parallelize() once per model "
-                      "(build a fresh model to parallelize it differently).", item.key());
+                      "(build a fresh model to parallelize it differently).",
+                      item.key());
   }
 }
 
@@ -157,7 +172,8 @@ parallel::DataParallel* Parallelized::data_parallel() const { return state_ ? st
 bool Parallelized::loss_parallel() const { return tensor_parallel() && tensor_parallel()->loss_parallel(); }
 
 at::Tensor Parallelized::cross_entropy_sum(const at::Tensor& logits, const at::Tensor& labels) const {
-  return tensor_parallel() ? tensor_parallel()->cross_entropy_sum(logits, labels) : titan::cross_entropy_sum(logits, labels);
+  return tensor_parallel() ? tensor_parallel()->cross_entropy_sum(logits, labels)
+                           : titan::cross_entropy_sum(logits, labels);
 }
 
 void Parallelized::check_contracts() const {
@@ -173,8 +189,10 @@ Parallelized parallelize(torch::nn::Module& model, const dist::Mesh& mesh, const
   d::validate_data_parallel(model, plan.data_parallel.units, plan.data_parallel.options);
   const bool data_parallel = mesh.size("dp_shard") > 1 || mesh.size("dp_replicate") > 1;
   for (const auto& item : model.named_parameters(/*recurse=*/true)) {
-    TITAN_CHECK_VALUE(!data_parallel || item.value().dim() >= 1, "[titan::parallelize] expected parameters with at "
-                      "least one dim under data parallelism, got a scalar '{}'. Make it shape (1).", item.key());
+    TITAN_CHECK_VALUE(!data_parallel || item.value().dim() >= 1,
+                      "[titan::parallelize] expected parameters with at "
+                      "least one dim under data parallelism, got a scalar '{}'. Make it shape (1).",
+                      item.key());
   }
 
   auto state = std::make_unique<ParallelizedState>();

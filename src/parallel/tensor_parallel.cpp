@@ -6,10 +6,10 @@
 #include <torch/nn/module.h>
 
 #include "../layout/binding.hpp"
+#include "find_module.hpp"
 #include "titan/core/error.hpp"
 #include "titan/dist/mesh.hpp"
 #include "titan/nn/loss.hpp"
-#include "find_module.hpp"
 #include "titan/parallel/plan.hpp"
 #include "tp_styles.hpp"
 
@@ -27,7 +27,8 @@ TensorParallel::~TensorParallel() = default;
 
 std::string TensorParallel::describe() const {
   return fmt::format("TP({}={}{}{}{})", state_->ctx.axis, state_->ctx.group.size(),
-                     state_->sequence_parallel ? ", sequence parallel" : "", state_->loss_parallel ? ", loss parallel" : "",
+                     state_->sequence_parallel ? ", sequence parallel" : "",
+                     state_->loss_parallel ? ", loss parallel" : "",
                      state_->ctx.async ? fmt::format(", async x{}", state_->ctx.chunks) : "");
 }
 const TensorParallelPlan& TensorParallel::plan() const { return state_->plan; }

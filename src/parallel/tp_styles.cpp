@@ -35,8 +35,10 @@ bool is_prepared(const at::Tensor& x) {
 
 // Replaces param's data by its chunk along dim and records where it lies.
 void shard_param(const std::string& fqn, at::Tensor& param, int64_t dim, const TpContext& ctx) {
-  TITAN_CHECK_VALUE(find_binding(param) == nullptr, "[titan::parallelize] expected '{}' to be sharded "
-                    "once, got a second style for it (a tied or shared weight?). Give it one style.", fqn);
+  TITAN_CHECK_VALUE(find_binding(param) == nullptr,
+                    "[titan::parallelize] expected '{}' to be sharded "
+                    "once, got a second style for it (a tied or shared weight?). Give it one style.",
+                    fqn);
   const int64_t n = ctx.group.size();
   const int64_t chunk = param.size(dim) / n;
   ShardedParam info;
@@ -164,8 +166,10 @@ struct PrepareInputHook final : ModuleHook {
 };
 
 void check_layout(const std::string& path, const char* what, const Placement& layout) {
-  TITAN_CHECK_VALUE(layout.kind != Kind::kPartial, "[titan::parallel::ParallelPlan] expected '{}' {} Replicate() or "
-                    "Shard(d), got Partial(). Partial sums only arise inside a style.", path, what);
+  TITAN_CHECK_VALUE(layout.kind != Kind::kPartial,
+                    "[titan::parallel::ParallelPlan] expected '{}' {} Replicate() or "
+                    "Shard(d), got Partial(). Partial sums only arise inside a style.",
+                    path, what);
 }
 
 // The layer's weight when it has the role a style needs, else null.
@@ -182,23 +186,31 @@ void check_style(const std::string& path, const torch::nn::Module& module, const
   const at::Tensor* linear = weight_of(m, ShardableLayer::Role::kLinear);
   const at::Tensor* embedding = weight_of(m, ShardableLayer::Role::kEmbedding);
   auto divides = [&](const at::Tensor& w, int64_t dim, const char* what) {
-    TITAN_CHECK_VALUE(w.size(dim) % degree == 0, "[titan::parallel::ParallelPlan] expected '{}' {} ({}) divisible by the "
+    TITAN_CHECK_VALUE(w.size(dim) % degree == 0,
+                      "[titan::parallel::ParallelPlan] expected '{}' {} ({}) divisible by the "
                       "tensor-parallel degree {}, got a remainder of {}. Change parallelism.tensor_parallel_degree or "
-                      "the model's dimensions.", path, what, w.size(dim), degree, w.size(dim) % degree);
+                      "the model's dimensions.",
+                      path, what, w.size(dim), degree, w.size(dim) % degree);
   };
   if (const auto* s = std::get_if<ColwiseParallel>(&style)) {
-    TITAN_CHECK_VALUE(linear != nullptr, "[titan::parallel::ParallelPlan] expected '{}' (ColwiseParallel) to be a "
-                      "linear ShardableLayer (e.g. titan::nn::Linear), got {}.", path, module.name());
+    TITAN_CHECK_VALUE(linear != nullptr,
+                      "[titan::parallel::ParallelPlan] expected '{}' (ColwiseParallel) to be a "
+                      "linear ShardableLayer (e.g. titan::nn::Linear), got {}.",
+                      path, module.name());
     check_layout(path, "input_layout", s->input_layout);
     check_layout(path, "output_layout", s->output_layout);
-    TITAN_CHECK_VALUE(!s->loss_parallel || s->output_layout.kind == Kind::kShard,
-                      "[titan::parallel::ParallelPlan] expected '{}' with loss_parallel to keep output_layout Shard(-1), "
-                      "got Replicate().", path);
+    TITAN_CHECK_VALUE(
+        !s->loss_parallel || s->output_layout.kind == Kind::kShard,
+        "[titan::parallel::ParallelPlan] expected '{}' with loss_parallel to keep output_layout Shard(-1), "
+        "got Replicate().",
+        path);
     divides(*linear, 0, "output features");
   } else if (const auto* r = std::get_if<RowwiseParallel>(&style)) {
-    TITAN_CHECK_VALUE(linear != nullptr || embedding != nullptr, "[titan::parallel::ParallelPlan] expected '{}' "
+    TITAN_CHECK_VALUE(linear != nullptr || embedding != nullptr,
+                      "[titan::parallel::ParallelPlan] expected '{}' "
                       "(RowwiseParallel) to be a linear or embedding ShardableLayer (e.g. titan::nn::Linear, "
-                      "Embedding), got {}.", path, module.name());
+                      "Embedding), got {}.",
+                      path, module.name());
     check_layout(path, "input_layout", r->input_layout);
     check_layout(path, "output_layout", r->output_layout);
     if (linear) divides(*linear, 1, "input features");
@@ -235,8 +247,10 @@ AppliedStyle apply_style(const std::string& path, torch::nn::Module& module, con
     // Each rank sees only its sequence chunk, so each weight gradient is a partial sum.
     for (auto& item : module.named_parameters(/*recurse=*/true)) {
       const std::string fqn = param_name(path, item.key().c_str());
-      TITAN_CHECK_VALUE(find_binding(item.value()) == nullptr, "[titan::parallelize] expected '{}' "
-                        "to get one style, got a second.", fqn);
+      TITAN_CHECK_VALUE(find_binding(item.value()) == nullptr,
+                        "[titan::parallelize] expected '{}' "
+                        "to get one style, got a second.",
+                        fqn);
       ShardedParam info;
       static_cast<TensorLayout&>(info) = TensorLayout::whole(item.value().sizes().vec());
       info.fqn = fqn;

@@ -6,20 +6,20 @@
 #include <string>
 #include <vector>
 
+#include "../layout/binding.hpp"
 #include "titan/dist/process_group.hpp"
 #include "titan/layout/module_hooks.hpp"
 #include "titan/parallel/plan.hpp"
 #include "titan/parallel/tensor_parallel.hpp"
-#include "../layout/binding.hpp"
 
 namespace titan::parallel::detail {
 
 struct TpContext {
-  std::string axis;           // mesh axis name, recorded in the ShardedParams
+  std::string axis;                                             // mesh axis name, recorded in the ShardedParams
   dist::ProcessGroup group = dist::ProcessGroup::single("tp");  // the tp group
-  bool async = false;         // pipeline sequence collectives over batch chunks
-  int64_t chunks = 2;         // batch chunks (async)
-  std::shared_ptr<std::vector<TensorParallelEvent>> trace;  // null: not recorded
+  bool async = false;                                           // pipeline sequence collectives over batch chunks
+  int64_t chunks = 2;                                           // batch chunks (async)
+  std::shared_ptr<std::vector<TensorParallelEvent>> trace;      // null: not recorded
 };
 
 /// What applying one style produced.
@@ -32,8 +32,8 @@ struct AppliedStyle {
 /// What a TensorParallel owns: the plan, the hooks it installed and the parameters it bound.
 struct TensorParallelState {
   struct Hook {
-    std::string path;                         // the module path the plan named
-    std::shared_ptr<const ModuleHook> hook;   // installed on that module
+    std::string path;                        // the module path the plan named
+    std::shared_ptr<const ModuleHook> hook;  // installed on that module
   };
   TensorParallelPlan plan;
   TpContext ctx;

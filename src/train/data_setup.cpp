@@ -31,8 +31,7 @@ bool default_corpus_stands_in(const TrainingConfig& t) {
   return t.dataset == kTorchtitanSample && !t.dataset_path.has_value() && t.dataset_mixture.empty();
 }
 
-std::shared_ptr<data::Source> open_dataset(const TrainingConfig& t, const std::string& name,
-                                           const std::string& path) {
+std::shared_ptr<data::Source> open_dataset(const TrainingConfig& t, const std::string& name, const std::string& path) {
   data::CorpusSpec spec = data::dataset_spec(name, path);
   if (t.dataset_text_field) spec.text_field = *t.dataset_text_field;
   if (t.dataset_format) spec.format = *t.dataset_format;
@@ -53,7 +52,8 @@ data::WeightedSource mixture_entry(const TrainingConfig& t, const std::string& e
   if (a == std::string::npos || !(weight > 0)) {
     throw ConfigError("training.dataset_mixture",
                       fmt::format("[titan::build_sources] expected training.dataset_mixture entries \"name:weight\" "
-                                  "or \"name:weight:path\" with weight > 0, got \"{}\".", entry));
+                                  "or \"name:weight:path\" with weight > 0, got \"{}\".",
+                                  entry));
   }
   const std::string path = b == std::string::npos ? "" : entry.substr(b + 1);
   return {.source = open_dataset(t, entry.substr(0, a), path), .weight = weight};
@@ -91,10 +91,11 @@ std::vector<data::WeightedSource> build_sources(const JobConfig& config) {
 
 std::shared_ptr<data::Tokenizer> build_tokenizer(const JobConfig& config, int64_t model_vocab_size) {
   if (default_corpus_stands_in(config.training)) {
-    log::warn("training.dataset \"{}\" (torchtitan's C4 sample) does not ship with titan: training on the default "
-              "corpus \"{}\" (Debian's fortunes quotations) instead. Pick the data with --training.dataset <name> "
-              "and --training.dataset_path <file, folder or glob>; see docs/data.md.",
-              kTorchtitanSample, kDefaultCorpus);
+    log::warn(
+        "training.dataset \"{}\" (torchtitan's C4 sample) does not ship with titan: training on the default "
+        "corpus \"{}\" (Debian's fortunes quotations) instead. Pick the data with --training.dataset <name> "
+        "and --training.dataset_path <file, folder or glob>; see docs/data.md.",
+        kTorchtitanSample, kDefaultCorpus);
   }
   // model.tokenizer_path is torchtitan's deprecated spelling of the same thing; it wins when set.
   const std::filesystem::path assets = config.model.tokenizer_path.value_or(config.model.hf_assets_path);

@@ -41,8 +41,10 @@ ForwardBackwardResult forward_backward(const std::function<at::Tensor(const at::
     result.tokens += mb.labels.numel();
   }
   const int64_t denom = global_valid_tokens > 0 ? global_valid_tokens : result.valid_tokens;
-  TITAN_CHECK(denom > 0, "[titan::forward_backward] expected valid label tokens, got none in {} microbatches. "
-              "Check the dataset (every label is -100).", microbatches.size());
+  TITAN_CHECK(denom > 0,
+              "[titan::forward_backward] expected valid label tokens, got none in {} microbatches. "
+              "Check the dataset (every label is -100).",
+              microbatches.size());
   at::Tensor loss_sum = at::zeros({}, at::TensorOptions().dtype(at::kFloat).device(device));  // ()
   for (const auto& mb : microbatches) {
     const at::Tensor input = mb.input.to(device, /*non_blocking=*/true);    // (B, S)

@@ -6,15 +6,14 @@
 #include <c10/core/GradMode.h>
 
 #include <chrono>
-#include <cstdlib>
 #include <cmath>
+#include <cstdlib>
 #include <filesystem>
 #include <optional>
 #include <random>
 
 #include "titan/checkpoint/checkpointer.hpp"
 #include "titan/core/config_loader.hpp"
-#include "titan/nn/init.hpp"
 #include "titan/core/error.hpp"
 #include "titan/core/log.hpp"
 #include "titan/data/dataloader.hpp"
@@ -22,6 +21,8 @@
 #include "titan/dist/launch_env.hpp"
 #include "titan/dist/mesh.hpp"
 #include "titan/metrics/metrics.hpp"
+#include "titan/nn/init.hpp"
+#include "titan/nn/loss.hpp"
 #include "titan/optim/adamw.hpp"
 #include "titan/optim/clip.hpp"
 #include "titan/optim/lr_schedule.hpp"
@@ -29,7 +30,6 @@
 #include "titan/parallel/parallelize.hpp"
 #include "titan/train/data_setup.hpp"
 #include "titan/train/detail/validation.hpp"
-#include "titan/nn/loss.hpp"
 #include "titan/train/step.hpp"
 
 namespace titan::detail {
@@ -46,7 +46,8 @@ void check_supported_layout(const ParallelismConfig& p) {
     if (degree > 1) {
       throw ConfigError(key, fmt::format("[titan::Trainer] expected {} = 1, got {}: titan trains with FSDP, HSDP, DDP "
                                          "and TP so far. Use parallelism.data_parallel_shard_degree / "
-                                         "data_parallel_replicate_degree / tensor_parallel_degree instead.", key, degree));
+                                         "data_parallel_replicate_degree / tensor_parallel_degree instead.",
+                                         key, degree));
     }
   }
 }
@@ -69,10 +70,10 @@ TrainerCore::TrainerCore(JobConfig config, int64_t model_vocab_size) : config_(s
   device_ = pick_device(env.local_rank);
   // c10d's flight recorder (comm.trace_buf_size entries; torchtitan sets the same variable).
   if (env.world_size > 1) setenv("TORCH_FR_BUFFER_SIZE", std::to_string(config_.comm.trace_buf_size).c_str(), 0);
-  mesh_ = std::make_unique<dist::Mesh>(dist::Mesh::from_launch_env(
-      shape, {.backend = device_.is_cuda() ? "nccl" : "gloo",
-              .init_timeout = std::chrono::seconds(config_.comm.init_timeout_seconds),
-              .timeout = std::chrono::seconds(config_.comm.train_timeout_seconds)}));
+  mesh_ = std::make_unique<dist::Mesh>(
+      dist::Mesh::from_launch_env(shape, {.backend = device_.is_cuda() ? "nccl" : "gloo",
+                                          .init_timeout = std::chrono::seconds(config_.comm.init_timeout_seconds),
+                                          .timeout = std::chrono::seconds(config_.comm.train_timeout_seconds)}));
   dp_degree_ = shape.dp();
   dp_rank_ = mesh_->coordinate("dp");
   log::info("Mesh {} ({} launch, {} backend)", shape, env.source, device_.is_cuda() ? "nccl" : "gloo");
@@ -90,7 +91,8 @@ TrainerCore::TrainerCore(JobConfig config, int64_t model_vocab_size) : config_(s
   const std::filesystem::path run_dir(config_.job.dump_folder);
   std::filesystem::create_directories(run_dir);
   if (env.rank == 0) write_config_json(config_, run_dir / "config.json");
-  if (env.rank == 0 && config_.job.save_config_file) write_config_json(config_, run_dir / *config_.job.save_config_file);
+  if (env.rank == 0 && config_.job.save_config_file)
+    write_config_json(config_, run_dir / *config_.job.save_config_file);
   if (config_.job.print_config) log::info("Effective config:\n{}", to_json(config_).dump(2));
   log::info("Run directory {} (config.json written); device {}, {} intra-op threads, seed {}", run_dir.string(),
             device_.str(), at::get_num_threads(), seed_);
@@ -118,7 +120,8 @@ void TrainerCore::seed_for_init() const {
 
 void TrainerCore::parallelize(torch::nn::Module& model, const parallel::ParallelPlan& plan) {
   parallel_ = std::make_unique<Parallelized>(titan::parallelize(model, *mesh_, plan));
-  if (parallel_->tensor_parallel() || parallel_->data_parallel()) log::info("Applied {} to the model", parallel_->describe());
+  if (parallel_->tensor_parallel() || parallel_->data_parallel())
+    log::info("Applied {} to the model", parallel_->describe());
   if (parallel_->loss_parallel()) {
     loss_ = [parallel = parallel_.get()](const at::Tensor& logits, const at::Tensor& labels) {
       return parallel->cross_entropy_sum(logits, labels);
@@ -144,7 +147,8 @@ void TrainerCore::attach_model(ModelHandle model) {
       // torchtitan's per-device tps: a batch is shared by the cp * tp * pp ranks that process it.
       .non_data_parallel_size = mesh_->size("tp") * mesh_->size("cp") * mesh_->size("pp"),
       .device = device_,
-      .jsonl_path = config_.metrics.enable_jsonl && mesh_->rank() == 0 ? run_dir / "metrics.jsonl" : std::filesystem::path(),
+      .jsonl_path =
+          config_.metrics.enable_jsonl && mesh_->rank() == 0 ? run_dir / "metrics.jsonl" : std::filesystem::path(),
       .color = log::color(),
   });
   const MemoryStats mem = memory_stats(device_);
@@ -152,10 +156,11 @@ void TrainerCore::attach_model(ModelHandle model) {
             static_cast<double>(model_.flops_per_token), config_.training.seq_len);
   log::info("Peak {}", peak.description);
   log::info("Memory after model init: {:.2f} GiB", static_cast<double>(mem.max_active) / (1024.0 * 1024.0 * 1024.0));
-  log::info("Trainer is initialized with local batch size {}, global batch size {}, gradient accumulation steps {}, "
-            "sequence length {}, total steps {} (warmup {})",
-            config_.training.local_batch_size, config_.training.local_batch_size * grad_accum_steps_ * dp_degree_,
-            grad_accum_steps_, config_.training.seq_len, config_.training.steps, config_.lr_scheduler.warmup_steps);
+  log::info(
+      "Trainer is initialized with local batch size {}, global batch size {}, gradient accumulation steps {}, "
+      "sequence length {}, total steps {} (warmup {})",
+      config_.training.local_batch_size, config_.training.local_batch_size * grad_accum_steps_ * dp_degree_,
+      grad_accum_steps_, config_.training.seq_len, config_.training.steps, config_.lr_scheduler.warmup_steps);
   load_checkpoint();
 }
 

@@ -33,9 +33,9 @@ checkpoint::StateTensor region(const std::string& key, const at::Tensor& global,
 }
 
 struct Saved {
-  at::Tensor matrix = at::randn({7, 10});    // (7, 10) split 2 x 2, uneven
-  at::Tensor cube = at::randn({4, 6, 5});    // (4, 6, 5) split on dim 1 in 4
-  at::Tensor scalar = at::randn({});         // () on rank 0 only
+  at::Tensor matrix = at::randn({7, 10});  // (7, 10) split 2 x 2, uneven
+  at::Tensor cube = at::randn({4, 6, 5});  // (4, 6, 5) split on dim 1 in 4
+  at::Tensor scalar = at::randn({});       // () on rank 0 only
 };
 
 // Four "ranks" write their parts of s, rank 0 commits: the path of a real save, minus the mesh.
@@ -58,7 +58,8 @@ void save_grid(const Saved& s, const fs::path& folder, int64_t step) {
 }
 
 // Loads folder onto the given rectangles (of matrix; cube and scalar whole) and checks them bitwise.
-void check_load(const Saved& s, const fs::path& folder, const std::vector<std::pair<std::vector<int64_t>, std::vector<int64_t>>>& rects) {
+void check_load(const Saved& s, const fs::path& folder,
+                const std::vector<std::pair<std::vector<int64_t>, std::vector<int64_t>>>& rects) {
   for (const auto& [offset, shape] : rects) {
     INFO("region at " << c10::str(at::IntArrayRef(offset)) << " of shape " << c10::str(at::IntArrayRef(shape)));
     checkpoint::State state;
@@ -87,7 +88,9 @@ void flip_byte(const fs::path& path, int64_t offset) {
   f.write(&c, 1);
 }
 
-nlohmann::json index_of(const fs::path& folder) { return nlohmann::json::parse(test::read_file(folder / "index.json")); }
+nlohmann::json index_of(const fs::path& folder) {
+  return nlohmann::json::parse(test::read_file(folder / "index.json"));
+}
 
 }  // namespace
 
@@ -103,8 +106,9 @@ TEST_CASE("a checkpoint of 2-D shards loads bitwise onto any other rectangles", 
   CHECK(index.at("tensors").at("train_state.scalar").at("shards").size() == 1);
   CHECK(index.at("files").size() == 4);
   // Whole; row blocks across the saved row split; column blocks across the saved column split; one cell.
-  check_load(s, folder, {{{0, 0}, {7, 10}}, {{0, 0}, {3, 10}}, {{3, 0}, {4, 10}}, {{0, 3}, {7, 4}},
-                         {{2, 7}, {5, 3}}, {{4, 5}, {1, 1}}});
+  check_load(
+      s, folder,
+      {{{0, 0}, {7, 10}}, {{0, 0}, {3, 10}}, {{3, 0}, {4, 10}}, {{0, 3}, {7, 4}}, {{2, 7}, {5, 3}}, {{4, 5}, {1, 1}}});
 }
 
 TEST_CASE("a dim-0 padded local shard loads with its padding zeroed", "[checkpoint]") {
@@ -138,7 +142,8 @@ TEST_CASE("a flipped byte a truncated file or a missing shard is an error naming
     save_grid(s, folder, 3);
     fs::resize_file(folder / "rank-00001.safetensors", fs::file_size(folder / "rank-00001.safetensors") - 8);
     REQUIRE(checkpoint::check_complete(folder));
-    CHECK_THAT(*checkpoint::check_complete(folder), Catch::Contains("rank-00001.safetensors") && Catch::Contains("truncated"));
+    CHECK_THAT(*checkpoint::check_complete(folder),
+               Catch::Contains("rank-00001.safetensors") && Catch::Contains("truncated"));
     CHECK_THROWS_WITH(load_whole(), Catch::Contains("rank-00001.safetensors") && Catch::Contains("truncated"));
   }
   SECTION("missing shard") {

@@ -9,13 +9,13 @@
 
 #include "dist/subprocess.hpp"
 #include "test_util.hpp"
-#include "train/train_test_util.hpp"
 #include "titan/checkpoint/checkpoint.hpp"
 #include "titan/checkpoint/hf.hpp"
 #include "titan/checkpoint/safetensors.hpp"
 #include "titan/models/llama3/hf_adapter.hpp"
 #include "titan/models/llama3/model.hpp"
 #include "titan/train/trainer.hpp"
+#include "train/train_test_util.hpp"
 
 using namespace titan;
 namespace fs = std::filesystem;
@@ -91,7 +91,8 @@ TEST_CASE("an HF Llama saved by transformers loads into titan with the same logi
   CHECK(fs::exists(back / "model.safetensors.index.json") == sharded);
 }
 
-TEST_CASE("a trained titan model exported to HF at the end of training gives transformers its logits", "[checkpoint][hf][train]") {
+TEST_CASE("a trained titan model exported to HF at the end of training gives transformers its logits",
+          "[checkpoint][hf][train]") {
   test::TempDir dir;
   JobConfig c = test::tinyshakespeare_job(dir.path, /*seq_len=*/32, /*local_batch=*/2, /*steps=*/3, /*seed=*/11);
   c.checkpoint.enable = true;
@@ -103,8 +104,9 @@ TEST_CASE("a trained titan model exported to HF at the end of training gives tra
   REQUIRE(fs::exists(hf / "config.json"));
   REQUIRE(fs::exists(hf / "model.safetensors"));
 
-  const at::Tensor tokens = at::randint(trainer.model().vocab_size(), {2, 16}, at::make_generator<at::CPUGeneratorImpl>(3),
-                                        at::kLong);  // (B, S)
+  const at::Tensor tokens =
+      at::randint(trainer.model().vocab_size(), {2, 16}, at::make_generator<at::CPUGeneratorImpl>(3),
+                  at::kLong);  // (B, S)
   const fs::path tokens_file = dir.path / "tokens.safetensors", out = dir.path / "hf_logits.safetensors";
   checkpoint::write_safetensors(tokens_file, {{"tokens", tokens}});
   REQUIRE(test::run_python("hf_llama.py", fmt::format("logits \"{}\" \"{}\" \"{}\"", hf.string(), tokens_file.string(),
@@ -114,7 +116,8 @@ TEST_CASE("a trained titan model exported to HF at the end of training gives tra
   CHECK((got - want).abs().max().item<double>() < kLogitTolerance);
 
   // The export is a starting point: a new run with it as initial_load_path holds the same weights.
-  JobConfig next = test::tinyshakespeare_job(dir.path / "next", /*seq_len=*/32, /*local_batch=*/2, /*steps=*/1, /*seed=*/12);
+  JobConfig next =
+      test::tinyshakespeare_job(dir.path / "next", /*seq_len=*/32, /*local_batch=*/2, /*steps=*/1, /*seed=*/12);
   next.checkpoint.initial_load_path = hf.string();
   next.checkpoint.initial_load_in_hf = true;
   Trainer<llama3::Llama3> from_hf(next);

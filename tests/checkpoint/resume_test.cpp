@@ -26,11 +26,33 @@ std::string trainer_path() { return (titan::test::binary_dir() / "bin" / "train_
 
 // The debug model on tinyshakespeare (the tests' BPE tokenizer), deterministic, one thread per rank.
 std::vector<std::string> trainer_args(const fs::path& dump, int64_t steps, int64_t local_batch) {
-  return {trainer_path(), "--model.flavor", "debugmodel", "--model.hf_assets_path", titan::test::test_tokenizer().string(),
-          "--training.dataset", "tinyshakespeare", "--training.dataset_path", titan::test::tinyshakespeare().string(), "--training.seq_len", "32", "--training.local_batch_size",
-          std::to_string(local_batch), "--training.steps", std::to_string(steps), "--training.num_threads", "1",
-          "--debug.seed", "7", "--debug.deterministic", "true", "--lr_scheduler.warmup_steps", "2",
-          "--job.dump_folder", dump.string(), "--metrics.log_freq", "1"};
+  return {trainer_path(),
+          "--model.flavor",
+          "debugmodel",
+          "--model.hf_assets_path",
+          titan::test::test_tokenizer().string(),
+          "--training.dataset",
+          "tinyshakespeare",
+          "--training.dataset_path",
+          titan::test::tinyshakespeare().string(),
+          "--training.seq_len",
+          "32",
+          "--training.local_batch_size",
+          std::to_string(local_batch),
+          "--training.steps",
+          std::to_string(steps),
+          "--training.num_threads",
+          "1",
+          "--debug.seed",
+          "7",
+          "--debug.deterministic",
+          "true",
+          "--lr_scheduler.warmup_steps",
+          "2",
+          "--job.dump_folder",
+          dump.string(),
+          "--metrics.log_freq",
+          "1"};
 }
 
 std::vector<std::string> concat(std::vector<std::string> a, const std::vector<std::string>& b) {
@@ -53,7 +75,9 @@ std::map<int64_t, double> losses(const fs::path& dump) {
   return out;
 }
 
-nlohmann::json index_of(const fs::path& folder) { return nlohmann::json::parse(titan::test::read_file(folder / "index.json")); }
+nlohmann::json index_of(const fs::path& folder) {
+  return nlohmann::json::parse(titan::test::read_file(folder / "index.json"));
+}
 
 const std::map<std::string, std::optional<std::string>> kSingle = {
     {"RANK", std::nullopt}, {"WORLD_SIZE", std::nullopt}, {"TITAN_LOG_LEVEL", "info"}};
@@ -64,8 +88,9 @@ TEST_CASE("exact resume: 40 steps equal 20 then a new process resuming for 20 bi
   TempDir straight, resumed;
   Subprocess a(trainer_args(straight.path, 40, 4), kSingle);
   require_exit(a, 0, 600);
-  const std::vector<std::string> ckpt = {"--checkpoint.enable", "true", "--checkpoint.interval", "20",
-                                         "--checkpoint.last_save_model_only", "false", "--lr_scheduler.total_steps", "40"};
+  const std::vector<std::string> ckpt = {
+      "--checkpoint.enable",        "true", "--checkpoint.interval", "20", "--checkpoint.last_save_model_only", "false",
+      "--lr_scheduler.total_steps", "40"};
   Subprocess first(concat(trainer_args(resumed.path, 20, 4), ckpt), kSingle);
   require_exit(first, 0, 600);
   REQUIRE_FALSE(titan::checkpoint::check_complete(resumed.path / "checkpoint" / "step-20"));
@@ -95,8 +120,9 @@ struct Layout {
 // checkpoint: its steps 5-8 must match the original's losses, and its loader must end where the
 // original's did.
 void check_reshard(const Layout& from, const std::vector<Layout>& to) {
-  const std::vector<std::string> save = {"--checkpoint.enable", "true", "--checkpoint.interval", "4",
-                                         "--checkpoint.last_save_model_only", "false", "--checkpoint.keep_latest_k", "0"};
+  const std::vector<std::string> save = {
+      "--checkpoint.enable",        "true", "--checkpoint.interval", "4", "--checkpoint.last_save_model_only", "false",
+      "--checkpoint.keep_latest_k", "0"};
   auto run = [&](const Layout& layout, const fs::path& dump, const std::vector<std::string>& extra) {
     auto args = concat(concat(concat(trainer_args(dump, 8, layout.local_batch), save), layout.flags), extra);
     Subprocess p(layout.nproc > 1 ? titan_run(layout.nproc, args) : args, kSingle);
@@ -113,8 +139,9 @@ void check_reshard(const Layout& from, const std::vector<Layout>& to) {
   for (const Layout& layout : to) {
     INFO(from.name << " -> " << layout.name);
     TempDir dump;
-    const std::string output = run(layout, dump.path, {"--checkpoint.initial_load_path", step4.string(),
-                                                       "--checkpoint.initial_load_model_only", "false"});
+    const std::string output =
+        run(layout, dump.path,
+            {"--checkpoint.initial_load_path", step4.string(), "--checkpoint.initial_load_model_only", "false"});
     CHECK_THAT(output, Catch::Contains("Resuming at step 5"));
     const auto got = losses(dump.path);
     REQUIRE(got.size() == 4);
@@ -135,17 +162,24 @@ const Layout kSingleLayout{.name = "one process", .nproc = 1, .local_batch = 8, 
 }  // namespace
 
 TEST_CASE("an FSDP 4 checkpoint resumes on FSDP 2 and on one process", "[checkpoint][reshard][launch][train]") {
-  check_reshard({.name = "FSDP 4", .nproc = 4, .local_batch = 2, .flags = {"--parallelism.data_parallel_shard_degree", "4"}},
-                {{.name = "FSDP 2", .nproc = 2, .local_batch = 4, .flags = {"--parallelism.data_parallel_shard_degree", "2"}},
-                 kSingleLayout});
+  check_reshard(
+      {.name = "FSDP 4", .nproc = 4, .local_batch = 2, .flags = {"--parallelism.data_parallel_shard_degree", "4"}},
+      {{.name = "FSDP 2", .nproc = 2, .local_batch = 4, .flags = {"--parallelism.data_parallel_shard_degree", "2"}},
+       kSingleLayout});
 }
 
-TEST_CASE("an FSDP 2 x TP 2 checkpoint resumes on TP 2 and on one process", "[checkpoint][reshard][tp][launch][train]") {
-  check_reshard({.name = "FSDP 2 x TP 2", .nproc = 4, .local_batch = 4,
-                 .flags = {"--parallelism.data_parallel_shard_degree", "2", "--parallelism.tensor_parallel_degree", "2"}},
-                {{.name = "TP 2", .nproc = 2, .local_batch = 8,
-                  .flags = {"--parallelism.data_parallel_shard_degree", "1", "--parallelism.tensor_parallel_degree", "2"}},
-                 kSingleLayout});
+TEST_CASE("an FSDP 2 x TP 2 checkpoint resumes on TP 2 and on one process",
+          "[checkpoint][reshard][tp][launch][train]") {
+  check_reshard(
+      {.name = "FSDP 2 x TP 2",
+       .nproc = 4,
+       .local_batch = 4,
+       .flags = {"--parallelism.data_parallel_shard_degree", "2", "--parallelism.tensor_parallel_degree", "2"}},
+      {{.name = "TP 2",
+        .nproc = 2,
+        .local_batch = 8,
+        .flags = {"--parallelism.data_parallel_shard_degree", "1", "--parallelism.tensor_parallel_degree", "2"}},
+       kSingleLayout});
 }
 
 namespace {
@@ -176,12 +210,20 @@ pid_t child_with_env(pid_t parent, const std::string& entry) {
 
 }  // namespace
 
-TEST_CASE("a rank killed during an async save leaves the previous checkpoint loadable", "[checkpoint][fault][launch][train]") {
+TEST_CASE("a rank killed during an async save leaves the previous checkpoint loadable",
+          "[checkpoint][fault][launch][train]") {
   TempDir dump;
   const fs::path root = dump.path / "checkpoint";
-  const std::vector<std::string> save = {"--checkpoint.enable", "true", "--checkpoint.interval", "2",
-                                         "--checkpoint.async_mode", "async", "--checkpoint.last_save_model_only", "false",
-                                         "--parallelism.data_parallel_shard_degree", "2"};
+  const std::vector<std::string> save = {"--checkpoint.enable",
+                                         "true",
+                                         "--checkpoint.interval",
+                                         "2",
+                                         "--checkpoint.async_mode",
+                                         "async",
+                                         "--checkpoint.last_save_model_only",
+                                         "false",
+                                         "--parallelism.data_parallel_shard_degree",
+                                         "2"};
   // Each rank pauses 1.5 s before writing its part: a window in which to kill rank 1 mid-save.
   Subprocess run(titan_run(2, concat(trainer_args(dump.path, 8, 4), save)),
                  {{"TITAN_CHECKPOINT_WRITE_DELAY_MS", "1500"}, {"TITAN_LOG_LEVEL", "info"}});

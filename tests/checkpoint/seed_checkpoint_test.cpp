@@ -65,7 +65,8 @@ TEST_CASE("a truncated seed checkpoint or another model's is an error naming the
   checkpoint::save_seed_checkpoint(source, dist::Mesh(), path);
   test::fs::resize_file(path, test::fs::file_size(path) - 100);
   llama3::Llama3 target = seeded_model(4);
-  CHECK_THROWS_WITH(checkpoint::load_seed_checkpoint(target, path), Catch::Contains("truncated") && Catch::Contains("output.weight"));
+  CHECK_THROWS_WITH(checkpoint::load_seed_checkpoint(target, path),
+                    Catch::Contains("truncated") && Catch::Contains("output.weight"));
 
   llama3::Llama3Args other = test::parity_args();
   other.dim = 128;
@@ -73,5 +74,6 @@ TEST_CASE("a truncated seed checkpoint or another model's is an error naming the
   llama3::Llama3 bigger(other, 32, at::TensorOptions());
   checkpoint::save_seed_checkpoint(source, dist::Mesh(), path);
   CHECK_THROWS_WITH(checkpoint::load_seed_checkpoint(bigger, path), Catch::Contains("tok_embeddings.weight"));
-  CHECK_THROWS_WITH(checkpoint::load_seed_checkpoint(bigger, dir.path / "none.safetensors"), Catch::Contains("none.safetensors"));
+  CHECK_THROWS_WITH(checkpoint::load_seed_checkpoint(bigger, dir.path / "none.safetensors"),
+                    Catch::Contains("none.safetensors"));
 }

@@ -74,7 +74,8 @@ TEST_CASE("config defaults are torchtitan v0.2.2's", "[cpu][config]") {
   CHECK(c.parallelism.context_parallel_load_balancer == titan::CpLoadBalancer::headtail);
   CHECK(c.checkpoint.interval == 500);
   CHECK(c.activation_checkpoint.selective_ac_option == "2");
-  CHECK(c.activation_checkpoint.per_op_sac_force_recompute_mm_shapes_by_fqns == std::vector<std::string>{"moe.router.gate"});
+  CHECK(c.activation_checkpoint.per_op_sac_force_recompute_mm_shapes_by_fqns ==
+        std::vector<std::string>{"moe.router.gate"});
   CHECK(c.compile.components == std::vector<std::string>{"model", "loss"});
   CHECK(c.validation.steps == -1);
   CHECK_FALSE(c.debug.seed.has_value());
@@ -106,10 +107,10 @@ TEST_CASE("layers apply in order: defaults < preset < TOML < command line", "[cp
   const std::string toml = write(dir, "run.toml", "[training]\nsteps = 20\n[metrics]\nlog_freq = 5\n");
   // The file is listed after the override on purpose: position on the line does not change the layer.
   const JobConfig c = parse({"--training.steps", "30", "--config", "llama3_debugmodel", "--job.config_file", toml});
-  CHECK(c.training.steps == 30);             // command line beats TOML
-  CHECK(c.metrics.log_freq == 5);            // TOML beats preset (1)
-  CHECK(c.lr_scheduler.warmup_steps == 2);   // preset beats default (200)
-  CHECK(c.training.seq_len == 2048);         // default survives
+  CHECK(c.training.steps == 30);            // command line beats TOML
+  CHECK(c.metrics.log_freq == 5);           // TOML beats preset (1)
+  CHECK(c.lr_scheduler.warmup_steps == 2);  // preset beats default (200)
+  CHECK(c.training.seq_len == 2048);        // default survives
   CHECK(c.job.config_file == toml);
 }
 
@@ -138,11 +139,10 @@ TEST_CASE("boolean flags take tyro's forms", "[cpu][config]") {
 }
 
 TEST_CASE("lists and optionals parse from the command line", "[cpu][config]") {
-  const JobConfig c = parse({"--model.converters", "float8, mx", "--compile.components", "",
-                             "--parallelism.module_fqns_per_model_part", "tok_embeddings,layers.0;layers.1",
-                             "--checkpoint.exclude_from_loading", R"(["optimizer","dataloader"])",
-                             "--debug.seed", "42", "--lr_scheduler.decay_ratio", "0.5",
-                             "--training.dataset_path", "/data/c4"});
+  const JobConfig c =
+      parse({"--model.converters", "float8, mx", "--compile.components", "", "--parallelism.module_fqns_per_model_part",
+             "tok_embeddings,layers.0;layers.1", "--checkpoint.exclude_from_loading", R"(["optimizer","dataloader"])",
+             "--debug.seed", "42", "--lr_scheduler.decay_ratio", "0.5", "--training.dataset_path", "/data/c4"});
   CHECK(c.model.converters == std::vector<std::string>{"float8", "mx"});
   CHECK(c.compile.components.empty());
   REQUIRE(c.parallelism.module_fqns_per_model_part.has_value());
@@ -273,9 +273,10 @@ TEST_CASE("file errors name the file and the position", "[cpu][config]") {
 
 TEST_CASE("recognised torchtitan sections load with a note", "[cpu][config]") {
   titan::test::TempDir dir;
-  const std::string toml = write(dir, "ft.toml",
-                                 "[fault_tolerance]\nenable = true\n[quantize.grouped_mm.float8]\nfqns = [\"experts\"]\n"
-                                 "[experimental]\n");
+  const std::string toml =
+      write(dir, "ft.toml",
+            "[fault_tolerance]\nenable = true\n[quantize.grouped_mm.float8]\nfqns = [\"experts\"]\n"
+            "[experimental]\n");
   titan::ConfigNotes notes;
   CHECK_NOTHROW(parse({"--job.config_file", toml, "--memory_estimation.enable"}, &notes));
   const std::string all = fmt::format("{}", fmt::join(notes, "\n"));
@@ -328,8 +329,7 @@ TEST_CASE("validate names the offending key", "[cpu][config]") {
   CHECK_THROWS_WITH(parse({"--lr_scheduler.min_lr_factor", "1.5"}), Contains("lr_scheduler.min_lr_factor in [0, 1]"));
   CHECK_THROWS_WITH(parse({"--training.dtype", "float16"}),
                     Contains("training.dtype to be one of float32|bfloat16, got \"float16\""));
-  CHECK_THROWS_WITH(parse({"--parallelism.fsdp_reshard_after_forward", "sometimes"}),
-                    Contains("default|always|never"));
+  CHECK_THROWS_WITH(parse({"--parallelism.fsdp_reshard_after_forward", "sometimes"}), Contains("default|always|never"));
   CHECK_THROWS_WITH(parse({"--activation_checkpoint.selective_ac_option", "x"}), Contains("selective_ac_option"));
   CHECK(error_key([] { parse({"--optimizer.lr", "-1"}); }) == "optimizer.lr");
   CHECK(error_key([] { parse({"--lr_scheduler.warmup_steps", "-1"}); }) == "lr_scheduler.warmup_steps");
@@ -337,9 +337,10 @@ TEST_CASE("validate names the offending key", "[cpu][config]") {
 
 TEST_CASE("choices parse from every source by their names and print by format_as", "[cpu][config]") {
   titan::test::TempDir dir;
-  const std::string toml = write(dir, "run.toml",
-                                 "[checkpoint]\nasync_mode = \"async_with_pinned_mem\"\n[optimizer]\n"
-                                 "implementation = \"for-loop\"\n[parallelism]\npipeline_parallel_schedule = \"GPipe\"\n");
+  const std::string toml =
+      write(dir, "run.toml",
+            "[checkpoint]\nasync_mode = \"async_with_pinned_mem\"\n[optimizer]\n"
+            "implementation = \"for-loop\"\n[parallelism]\npipeline_parallel_schedule = \"GPipe\"\n");
   const JobConfig c = parse({"--job.config_file", toml, "--lr_scheduler.decay_type", "cosine",
                              "--training.dataset_format", "chat", "--optimizer.name=Adam"});
   CHECK(c.checkpoint.async_mode == titan::AsyncMode::async_with_pinned_mem);
@@ -356,15 +357,17 @@ TEST_CASE("choices parse from every source by their names and print by format_as
   CHECK(j["parallelism"]["context_parallel_load_balancer"] == "headtail");
   CHECK(j["training"]["dataset_format"] == "chat");
   CHECK(titan::from_json(j).optimizer.implementation == titan::OptimizerImplementation::for_loop);
-  CHECK_FALSE(parse({"--parallelism.context_parallel_load_balancer", "None"}).parallelism.context_parallel_load_balancer);
+  CHECK_FALSE(
+      parse({"--parallelism.context_parallel_load_balancer", "None"}).parallelism.context_parallel_load_balancer);
   // A bad value names the key, the value and the choices, from a file or the command line.
   const std::string bad = write(dir, "bad.toml", "[checkpoint]\nasync_mode = \"sometimes\"\n");
-  CHECK_THROWS_WITH(parse({"--job.config_file", bad}),
-                    Contains("checkpoint.async_mode expects one of disabled|async|async_with_pinned_mem, got \"sometimes\""));
+  CHECK_THROWS_WITH(
+      parse({"--job.config_file", bad}),
+      Contains("checkpoint.async_mode expects one of disabled|async|async_with_pinned_mem, got \"sometimes\""));
   CHECK(error_key([&] { parse({"--job.config_file", bad}); }) == "checkpoint.async_mode");
   const std::string number = write(dir, "number.toml", "[lr_scheduler]\ndecay_type = 1\n");
-  CHECK_THROWS_WITH(parse({"--job.config_file", number}), Contains("lr_scheduler.decay_type expects one of") &&
-                                                              Contains("got 1"));
+  CHECK_THROWS_WITH(parse({"--job.config_file", number}),
+                    Contains("lr_scheduler.decay_type expects one of") && Contains("got 1"));
   CHECK_THROWS_WITH(parse({"--training.packing", "Concat"}),
                     Contains("training.packing expects one of concat|document|padded, got \"Concat\""));
   // --help lists the choices as the type.
@@ -376,9 +379,8 @@ TEST_CASE("help lists every key with its default and its doc line", "[cpu][confi
   const std::string help = titan::config_help();
   size_t leaves = 0;
   const JobConfig defaults;
-  titan::detail::for_each_leaf(defaults, "", [&](std::string_view, std::string_view, std::string_view, const auto&) {
-    ++leaves;
-  });
+  titan::detail::for_each_leaf(defaults, "",
+                               [&](std::string_view, std::string_view, std::string_view, const auto&) { ++leaves; });
   size_t lines = 0;
   for (size_t pos = help.find("\n  --"); pos != std::string::npos; pos = help.find("\n  --", pos + 1)) ++lines;
   CHECK(lines == leaves);

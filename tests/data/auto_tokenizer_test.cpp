@@ -51,8 +51,7 @@ TEST_CASE("tokenizer_for trains a BPE on first use, caches it, and reuses it", "
 TEST_CASE("tokenizer_for prefers the tokenizer.json in hf_assets_path", "[data]") {
   TempDir tmp;
   const auto corpus = titan::data::make_corpus("sample", titan::test::sample_documents());
-  const auto tok = titan::data::tokenizer_for(titan::test::test_tokenizer(), *corpus, 4096,
-                                              tmp.path / "cache");
+  const auto tok = titan::data::tokenizer_for(titan::test::test_tokenizer(), *corpus, 4096, tmp.path / "cache");
   CHECK(tok->vocab_size() == 2048);
   CHECK_FALSE(fs::exists(tmp.path / "cache"));
 }

@@ -45,7 +45,7 @@ std::vector<int32_t> read_ids(const fs::path& path) {
 void check_against_hf(const Tokenizer& tok, const fs::path& tokenizer_json, const fs::path& text, const TempDir& tmp) {
   const fs::path prefix = tmp.path / "hf_encode";
   REQUIRE(titan::test::run_python("hf_tokenizer.py", fmt::format("encode '{}' '{}' '{}'", tokenizer_json.string(),
-                                                                  text.string(), prefix.string())) == 0);
+                                                                 text.string(), prefix.string())) == 0);
   const std::vector<int32_t> hf = read_ids(prefix.string() + ".ids");
   const std::vector<int32_t> ours = tok.encode(titan::test::read_file(text));
   REQUIRE(ours.size() > 100000);

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: BSD-3-Clause
 // BpeTrainer: the tokenizer.json it writes loads in HF `tokenizers` and encodes like our encoder.
-#include <catch2/catch.hpp>
 #include <fmt/format.h>
+#include <catch2/catch.hpp>
 
 #include <cstring>
 
@@ -54,8 +54,8 @@ TEST_CASE("BpeTrainer: HF loads the trained tokenizer.json and encodes tinyshake
 
 TEST_CASE("BpeTrainer: the Llama 3 split variant also matches HF", "[data]") {
   TempDir tmp;
-  const std::string text = titan::test::read_file(titan::test::tinyshakespeare())
-                               .substr(0, 200000) + "\nNumbers 1234567 and \u6771\u4eac\u00e9\n";
+  const std::string text = titan::test::read_file(titan::test::tinyshakespeare()).substr(0, 200000) +
+                           "\nNumbers 1234567 and \u6771\u4eac\u00e9\n";
   const fs::path text_path = tmp.path / "text.txt";
   titan::test::write_file(text_path, text);
   const auto bpe = train_on(text, {.vocab_size = 600, .split = titan::data::SplitPattern::llama3});

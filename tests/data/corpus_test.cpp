@@ -37,8 +37,9 @@ TEST_CASE("Corpus: plain text splits on blank lines, or one document per file", 
 
 TEST_CASE("Corpus: JSON Lines with a configurable text field; bad lines are named", "[data]") {
   TempDir tmp;
-  titan::test::write_file(tmp.path / "d.jsonl", "{\"text\": \"one\", \"body\": \"x\"}\n\n{\"text\": \"two\\nlines\"}\n"
-                                                "{\"body\": \"y\"}\n{broken\n");
+  titan::test::write_file(tmp.path / "d.jsonl",
+                          "{\"text\": \"one\", \"body\": \"x\"}\n\n{\"text\": \"two\\nlines\"}\n"
+                          "{\"body\": \"y\"}\n{broken\n");
   titan::test::write_file(tmp.path / "ignored.txt", "not json");
   const auto c = titan::data::open_corpus("j", {.format = DatasetFormat::jsonl, .path = tmp.path});
   REQUIRE(c->size() == 4);
@@ -47,8 +48,8 @@ TEST_CASE("Corpus: JSON Lines with a configurable text field; bad lines are name
   CHECK_THROWS_WITH(c->document(2), Contains("d.jsonl:4") && Contains("\"text\""));
   CHECK_THROWS_WITH(c->document(3), Contains("d.jsonl:5") && Contains("syntax error"));
   CHECK_THROWS_WITH(c->document(4), Contains("[0, 4)"));
-  const auto body = titan::data::open_corpus("j", {.format = DatasetFormat::jsonl, .path = tmp.path / "d.jsonl",
-                                                   .text_field = "body"});
+  const auto body = titan::data::open_corpus(
+      "j", {.format = DatasetFormat::jsonl, .path = tmp.path / "d.jsonl", .text_field = "body"});
   CHECK(body->document(0) == "x");
 }
 
@@ -86,11 +87,11 @@ TEST_CASE("Datasets: registry, dataset_path, and errors naming dataset and path"
   CHECK_THROWS_WITH(titan::data::load_dataset("tinyshakespeare"),
                     Contains("\"tinyshakespeare\"") && Contains("dataset_path"));
   CHECK_THROWS_WITH(titan::data::load_dataset("c4"), Contains("\"c4\"") && Contains("allenai/c4"));
-  CHECK_THROWS_WITH(titan::data::load_dataset("c5"), Contains("\"c5\"") && Contains("fortunes") &&
-                                                          Contains("register_dataset"));
+  CHECK_THROWS_WITH(titan::data::load_dataset("c5"),
+                    Contains("\"c5\"") && Contains("fortunes") && Contains("register_dataset"));
   const fs::path missing = tmp.path / "nowhere";
-  CHECK_THROWS_WITH(titan::data::load_dataset("fortunes", missing), Contains(missing.string()) &&
-                                                                          Contains("apt-get install fortunes"));
+  CHECK_THROWS_WITH(titan::data::load_dataset("fortunes", missing),
+                    Contains(missing.string()) && Contains("apt-get install fortunes"));
 
   titan::test::write_file(tmp.path / "empty.txt", "\n\n  \n");
   CHECK_THROWS_WITH(titan::data::load_dataset("tinyshakespeare", tmp.path / "empty.txt"),
@@ -98,8 +99,8 @@ TEST_CASE("Datasets: registry, dataset_path, and errors naming dataset and path"
   CHECK_THROWS_WITH(titan::data::make_corpus("m", {}), Contains("at least one document"));
 
   titan::test::write_file(tmp.path / "mine.jsonl", "{\"content\": \"hello\"}\n");
-  titan::data::register_dataset("mine", {.format = DatasetFormat::jsonl, .path = tmp.path / "mine.jsonl",
-                                         .text_field = "content"});
+  titan::data::register_dataset(
+      "mine", {.format = DatasetFormat::jsonl, .path = tmp.path / "mine.jsonl", .text_field = "content"});
   CHECK(titan::data::load_dataset("mine")->document(0) == "hello");
 
   const auto shakespeare = titan::data::load_dataset("tinyshakespeare", titan::test::tinyshakespeare());

@@ -13,10 +13,10 @@
 #include "data_test_util.hpp"
 #include "test_util.hpp"
 
+using Catch::Matchers::Contains;
 using titan::data::Batch;
 using titan::data::DataLoader;
 using titan::data::DataLoaderOptions;
-using Catch::Matchers::Contains;
 
 namespace {
 
@@ -44,8 +44,7 @@ std::vector<int64_t> window_part(const std::vector<int32_t>& stream, int64_t w, 
 // A loader over tinyshakespeare (one document per speech); each loader opens its own source.
 DataLoader shakespeare_loader(const std::shared_ptr<const titan::data::Tokenizer>& tok, DataLoaderOptions config) {
   auto source = titan::data::open_source(
-      "tinyshakespeare", {.format = titan::DatasetFormat::text,
-                          .path = titan::test::tinyshakespeare()});
+      "tinyshakespeare", {.format = titan::DatasetFormat::text, .path = titan::test::tinyshakespeare()});
   return DataLoader({{.source = std::move(source), .weight = 1.0}}, tok, config);
 }
 

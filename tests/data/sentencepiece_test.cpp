@@ -16,17 +16,17 @@ namespace fs = std::filesystem;
 TEST_CASE("Sentencepiece: ids equal the Python package's on the whole of tinyshakespeare", "[data]") {
   titan::test::TempDir tmp;
   const fs::path text = titan::test::tinyshakespeare();
-  const fs::path model = titan::data::train_sentencepiece({text}, tmp.path / "sp",
-                                                          {.vocab_size = 1000, .model_type = "bpe"});
+  const fs::path model =
+      titan::data::train_sentencepiece({text}, tmp.path / "sp", {.vocab_size = 1000, .model_type = "bpe"});
   REQUIRE(fs::exists(model));
   const auto tok = titan::data::load_sentencepiece(model);
   CHECK(tok->vocab_size() == 1000);
   REQUIRE(tok->bos_id().has_value());
   REQUIRE(tok->eos_id().has_value());
 
-  REQUIRE(titan::test::run_python("sentencepiece_encode.py", fmt::format("\"{}\" \"{}\" \"{}\"", model.string(),
-                                                                         text.string(),
-                                                                         (tmp.path / "ids.txt").string())) == 0);
+  REQUIRE(titan::test::run_python("sentencepiece_encode.py",
+                                  fmt::format("\"{}\" \"{}\" \"{}\"", model.string(), text.string(),
+                                              (tmp.path / "ids.txt").string())) == 0);
   std::vector<int32_t> expected;
   std::istringstream in(titan::test::read_file(tmp.path / "ids.txt"));
   for (int32_t id; in >> id;) expected.push_back(id);

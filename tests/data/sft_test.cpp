@@ -11,18 +11,17 @@
 #include "data_test_util.hpp"
 #include "test_util.hpp"
 
-using titan::data::DataLoader;
 using titan::Packing;
+using titan::data::DataLoader;
 
 namespace {
 
-const char* kChats =
-    R"({"messages": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi"},)"
-    R"( {"role": "assistant", "content": "Hello there!"}, {"role": "user", "content": "Bye"},)"
-    R"( {"role": "assistant", "content": "Goodbye."}]})"
-    "\n"
-    R"({"messages": [{"role": "user", "content": "2+2?"}, {"role": "assistant", "content": "4"}]})"
-    "\n";
+const char* kChats = R"({"messages": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi"},)"
+                     R"( {"role": "assistant", "content": "Hello there!"}, {"role": "user", "content": "Bye"},)"
+                     R"( {"role": "assistant", "content": "Goodbye."}]})"
+                     "\n"
+                     R"({"messages": [{"role": "user", "content": "2+2?"}, {"role": "assistant", "content": "4"}]})"
+                     "\n";
 
 std::vector<int32_t> to_ids(const at::Tensor& row) {
   const at::Tensor r = row.contiguous();

@@ -14,9 +14,9 @@
 
 using Catch::Matchers::Contains;
 using titan::DatasetFormat;
+using titan::OnBadRecord;
 using titan::data::CorpusSpec;
 using titan::data::DataLoader;
-using titan::OnBadRecord;
 using titan::data::Record;
 using titan::data::Source;
 namespace fs = std::filesystem;
@@ -45,8 +45,7 @@ bool compress(const char* kind, const fs::path& in, const fs::path& out) {
 }
 
 std::vector<std::string> shakespeare_documents() {
-  return titan::test::read_all_documents(*titan::data::load_dataset(
-      "tinyshakespeare", titan::test::tinyshakespeare()));
+  return titan::test::read_all_documents(*titan::data::load_dataset("tinyshakespeare", titan::test::tinyshakespeare()));
 }
 
 }  // namespace
@@ -60,8 +59,7 @@ TEST_CASE("Sources: text JSONL gz zst and a glob of shards read the documents of
   const bool zst = compress("zst", tmp.path / "all.jsonl", tmp.path / "all.jsonl.zst");
   if (!zst) WARN("no zstandard module or zstd CLI: .zst not tested");
 
-  auto text = titan::data::open_source("t", {.format = DatasetFormat::text,
-                                             .path = titan::test::tinyshakespeare()});
+  auto text = titan::data::open_source("t", {.format = DatasetFormat::text, .path = titan::test::tinyshakespeare()});
   CHECK(read_all(*text) == docs);
   for (const char* name : {"all.jsonl", "all.jsonl.gz", "all.jsonl.zst"}) {
     if (!zst && fs::path(name).extension() == ".zst") continue;
@@ -126,12 +124,13 @@ TEST_CASE("Sources: bad input is reported with file and line or skipped and coun
   titan::test::TempDir tmp;
   const fs::path dir = tmp.path / "shards";
   fs::create_directories(dir);
-  titan::test::write_file(dir / "a-bad.jsonl", "{\"text\": \"one\"}\n"
-                                               "{\"text\": \"unterminated\"\n"
-                                               "{\"body\": \"no text field\"}\n"
-                                               "{\"text\": \"caf\xe9\"}\n"
-                                               "\n"
-                                               "{\"text\": \"two\"}\n");
+  titan::test::write_file(dir / "a-bad.jsonl",
+                          "{\"text\": \"one\"}\n"
+                          "{\"text\": \"unterminated\"\n"
+                          "{\"body\": \"no text field\"}\n"
+                          "{\"text\": \"caf\xe9\"}\n"
+                          "\n"
+                          "{\"text\": \"two\"}\n");
   titan::test::write_file(dir / "b-empty.jsonl", "");
   fs::create_symlink(tmp.path / "nowhere.jsonl", dir / "c-unreadable.jsonl");
   titan::test::write_file(dir / "d-good.jsonl", "{\"text\": \"three\"}\n");

@@ -22,8 +22,11 @@ json minimal_tokenizer() {
   vocab["\u0120t"] = 256;
   vocab["\u0120th"] = 257;
   json byte_level = {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"use_regex", true}};
-  return {{"normalizer", nullptr}, {"pre_tokenizer", byte_level}, {"post_processor", byte_level},
-          {"decoder", byte_level}, {"added_tokens", json::array()},
+  return {{"normalizer", nullptr},
+          {"pre_tokenizer", byte_level},
+          {"post_processor", byte_level},
+          {"decoder", byte_level},
+          {"added_tokens", json::array()},
           {"model", {{"type", "BPE"}, {"vocab", vocab}, {"merges", {"\u0120 t", json::array({"\u0120t", "h"})}}}}};
 }
 

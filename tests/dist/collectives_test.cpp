@@ -28,7 +28,8 @@ TEST_CASE("mesh_shape infers dp_shard and names every factor on a mismatch", "[d
     FAIL("expected an error");
   } catch (const ConfigError& e) {
     CHECK(e.key() == "parallelism");
-    CHECK_THAT(e.what(), Catch::Contains("dp_replicate(2) * dp_shard(4) * cp(1) * tp(2) * pp(1) = 16 != WORLD_SIZE(8)"));
+    CHECK_THAT(e.what(),
+               Catch::Contains("dp_replicate(2) * dp_shard(4) * cp(1) * tp(2) * pp(1) = 16 != WORLD_SIZE(8)"));
   }
   p.data_parallel_shard_degree = -1;
   CHECK_THROWS_WITH(dist::mesh_shape(p, 6), Catch::Contains("divisible"));
@@ -61,7 +62,7 @@ TEST_CASE("differentiable all_gather and reduce_scatter are each other's backwar
     const dist::Mesh mesh({.dp_shard = 2}, rank, store, kFast);
     const dist::ProcessGroup& g = mesh.group("dp_shard");
     at::Tensor x = (at::arange(6, at::kFloat).view({2, 3}) + 10 * rank).requires_grad_(true);  // (2, 3)
-    at::Tensor y = dist::all_gather(x, g, 1);                                                      // (2, 6)
+    at::Tensor y = dist::all_gather(x, g, 1);                                                  // (2, 6)
     RANK_CHECK(y.sizes() == at::IntArrayRef({2, 6}));
     RANK_CHECK(at::equal(y.narrow(1, 3, 3), at::arange(6, at::kFloat).view({2, 3}) + 10));
     // Each rank weights the gathered tensor differently; x's gradient is the sum of both ranks'
@@ -71,7 +72,7 @@ TEST_CASE("differentiable all_gather and reduce_scatter are each other's backwar
     RANK_CHECK(at::allclose(x.grad(), at::full({2, 3}, 3.0, at::kFloat)));
 
     at::Tensor z = at::ones({4, 2}, at::kFloat).mul(rank + 1).requires_grad_(true);  // (4, 2)
-    at::Tensor s = dist::reduce_scatter(z, g, 0);                                       // (2, 2)
+    at::Tensor s = dist::reduce_scatter(z, g, 0);                                    // (2, 2)
     RANK_CHECK(at::allclose(s, at::full({2, 2}, 3.0, at::kFloat)));
     (s * static_cast<double>(rank + 1)).sum().backward();
     // Backward all-gathers: rows of rank 0's chunk get weight 1, rank 1's chunk weight 2.
@@ -99,8 +100,8 @@ TEST_CASE("all_to_all exchanges chunks and copy_to_group all-reduces the gradien
 }
 
 TEST_CASE("a rank that joins with a wrong world size fails with a clear error", "[dist][mesh]") {
-  CHECK_THROWS_WITH(dist::run_local_ranks(1, [&](int64_t rank, const dist::Store& store) {
-                      dist::Mesh mesh({.dp_shard = 2}, rank + 2, store, kFast);
-                    }),
-                    Catch::Contains("expected 0 <= RANK < 2"));
+  CHECK_THROWS_WITH(
+      dist::run_local_ranks(
+          1, [&](int64_t rank, const dist::Store& store) { dist::Mesh mesh({.dp_shard = 2}, rank + 2, store, kFast); }),
+      Catch::Contains("expected 0 <= RANK < 2"));
 }

@@ -7,11 +7,11 @@
 #include "titan/core/error.hpp"
 #include "titan/dist/launch_env.hpp"
 
+#include <unistd.h>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <string>
-#include <unistd.h>
 
 int main(int argc, char** argv) {
   bool wait = false;
@@ -35,11 +35,12 @@ int main(int argc, char** argv) {
     return 3;
   }
   const char* group_rank = std::getenv("GROUP_RANK");
-  std::printf("probe pid=%ld rank=%ld local_rank=%ld world_size=%ld local_world_size=%ld master_addr=%s "
-              "master_port=%d source=%s group_rank=%s\n",
-              static_cast<long>(getpid()), static_cast<long>(env.rank), static_cast<long>(env.local_rank),
-              static_cast<long>(env.world_size), static_cast<long>(env.local_world_size), env.master_addr.c_str(),
-              env.master_port, env.source.c_str(), group_rank != nullptr ? group_rank : "-");
+  std::printf(
+      "probe pid=%ld rank=%ld local_rank=%ld world_size=%ld local_world_size=%ld master_addr=%s "
+      "master_port=%d source=%s group_rank=%s\n",
+      static_cast<long>(getpid()), static_cast<long>(env.rank), static_cast<long>(env.local_rank),
+      static_cast<long>(env.world_size), static_cast<long>(env.local_world_size), env.master_addr.c_str(),
+      env.master_port, env.source.c_str(), group_rank != nullptr ? group_rank : "-");
   // Small writes on purpose: the launcher must reassemble lines that arrive in pieces.
   const std::string payload(300, static_cast<char>('a' + env.rank % 26));
   for (long i = 0; i < lines; ++i) {

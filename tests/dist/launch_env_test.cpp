@@ -32,8 +32,12 @@ std::string error_of(const Vars& vars) {
   return "";
 }
 
-const Vars kTorchrun{{"RANK", "5"},        {"LOCAL_RANK", "1"},         {"WORLD_SIZE", "8"},
-                     {"LOCAL_WORLD_SIZE", "4"}, {"MASTER_ADDR", "10.0.0.7"}, {"MASTER_PORT", "29500"}};
+const Vars kTorchrun{{"RANK", "5"},
+                     {"LOCAL_RANK", "1"},
+                     {"WORLD_SIZE", "8"},
+                     {"LOCAL_WORLD_SIZE", "4"},
+                     {"MASTER_ADDR", "10.0.0.7"},
+                     {"MASTER_PORT", "29500"}};
 
 Vars with(Vars vars, const std::string& name, const std::string& value) {
   vars[name] = value;
@@ -65,8 +69,13 @@ TEST_CASE("read_launch_env: no launcher means one process", "[dist][launch_env]"
 }
 
 TEST_CASE("read_launch_env: the torchrun contract", "[dist][launch_env]") {
-  check_env(read(kTorchrun), {.rank = 5, .local_rank = 1, .world_size = 8, .local_world_size = 4,
-                              .master_addr = "10.0.0.7", .master_port = 29500, .source = "torchrun"});
+  check_env(read(kTorchrun), {.rank = 5,
+                              .local_rank = 1,
+                              .world_size = 8,
+                              .local_world_size = 4,
+                              .master_addr = "10.0.0.7",
+                              .master_port = 29500,
+                              .source = "torchrun"});
 }
 
 TEST_CASE("read_launch_env: torchrun wins over Slurm when both are set", "[dist][launch_env]") {
@@ -112,11 +121,20 @@ TEST_CASE("read_launch_env: a partial torchrun contract is an error", "[dist][la
 }
 
 TEST_CASE("read_launch_env: the Slurm contract", "[dist][launch_env]") {
-  const Vars slurm{{"SLURM_PROCID", "6"},   {"SLURM_NTASKS", "8"},        {"SLURM_LOCALID", "2"},
-                   {"SLURM_NODEID", "1"},   {"SLURM_JOB_ID", "123456"},  {"SLURM_TASKS_PER_NODE", "4(x2)"},
+  const Vars slurm{{"SLURM_PROCID", "6"},
+                   {"SLURM_NTASKS", "8"},
+                   {"SLURM_LOCALID", "2"},
+                   {"SLURM_NODEID", "1"},
+                   {"SLURM_JOB_ID", "123456"},
+                   {"SLURM_TASKS_PER_NODE", "4(x2)"},
                    {"SLURM_JOB_NODELIST", "gpu-[007-008]"}};
-  check_env(read(slurm), {.rank = 6, .local_rank = 2, .world_size = 8, .local_world_size = 4,
-                          .master_addr = "gpu-007", .master_port = 20000 + 3456, .source = "slurm"});
+  check_env(read(slurm), {.rank = 6,
+                          .local_rank = 2,
+                          .world_size = 8,
+                          .local_world_size = 4,
+                          .master_addr = "gpu-007",
+                          .master_port = 20000 + 3456,
+                          .source = "slurm"});
   CHECK(titan::dist::slurm_default_port(123456) == 23456);
 
   // The user's MASTER_ADDR/MASTER_PORT and --ntasks-per-node win over what is derived.
@@ -134,8 +152,7 @@ TEST_CASE("read_launch_env: the Slurm contract", "[dist][launch_env]") {
 }
 
 TEST_CASE("read_launch_env: Slurm mistakes are named", "[dist][launch_env]") {
-  const Vars slurm{{"SLURM_PROCID", "1"}, {"SLURM_NTASKS", "2"}, {"SLURM_LOCALID", "1"},
-                   {"SLURM_NODELIST", "n1"}};
+  const Vars slurm{{"SLURM_PROCID", "1"}, {"SLURM_NTASKS", "2"}, {"SLURM_LOCALID", "1"}, {"SLURM_NODELIST", "n1"}};
   CHECK_THAT(error_of(without(slurm, "SLURM_NTASKS")),
              Catch::Contains("expected SLURM_NTASKS to be set because SLURM_PROCID is set"));
   CHECK_THAT(error_of(slurm),

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: BSD-3-Clause
 // The bundled trainer as real processes: 4 FSDP ranks and FSDP 2 x TP 2 under titan-run reproduce
-// one process's losses (same global batch of 8), DDP trains under pip torch's torchrun, and a layout that does not match
-// WORLD_SIZE stops with the factors named.
+// one process's losses (same global batch of 8), DDP trains under pip torch's torchrun, and a layout that does not
+// match WORLD_SIZE stops with the factors named.
 #include <nlohmann/json.hpp>
 
 #include "dist/launch_test_util.hpp"
@@ -16,15 +16,26 @@ std::string trainer_path() { return (titan::test::binary_dir() / "bin" / "train_
 
 // A few quick steps of the debug model on the default corpus.
 std::vector<std::string> trainer_args(const std::string& dump, const std::string& local_batch) {
-  return {trainer_path(), "--job.config_file", (titan::test::source_dir() / "configs" / "llama3_debugmodel_cpu.toml").string(),
-          "--training.steps", "3", "--training.seq_len", "64", "--training.local_batch_size", local_batch,
-          "--job.dump_folder", dump, "--metrics.log_freq", "1"};
+  return {trainer_path(),
+          "--job.config_file",
+          (titan::test::source_dir() / "configs" / "llama3_debugmodel_cpu.toml").string(),
+          "--training.steps",
+          "3",
+          "--training.seq_len",
+          "64",
+          "--training.local_batch_size",
+          local_batch,
+          "--job.dump_folder",
+          dump,
+          "--metrics.log_freq",
+          "1"};
 }
 
 std::vector<double> losses(const titan::test::fs::path& dump) {
   std::vector<double> out;
   std::istringstream in(titan::test::read_file(dump / "metrics.jsonl"));
-  for (std::string line; std::getline(in, line);) out.push_back(nlohmann::json::parse(line).at("loss_metrics/global_avg_loss").get<double>());
+  for (std::string line; std::getline(in, line);)
+    out.push_back(nlohmann::json::parse(line).at("loss_metrics/global_avg_loss").get<double>());
   return out;
 }
 
@@ -39,8 +50,9 @@ TEST_CASE("titan-run: 4 FSDP processes reproduce the single-process losses", "[d
   TempDir one, four;
   Subprocess single(trainer_args(one.path.string(), "8"), {{"RANK", std::nullopt}, {"WORLD_SIZE", std::nullopt}});
   require_exit(single, 0, 600);
-  Subprocess fsdp(concat({titan::test::titan_run_path(), "--nproc-per-node", "4", "--"},
-                         concat(trainer_args(four.path.string(), "2"), {"--parallelism.data_parallel_shard_degree", "4"})));
+  Subprocess fsdp(
+      concat({titan::test::titan_run_path(), "--nproc-per-node", "4", "--"},
+             concat(trainer_args(four.path.string(), "2"), {"--parallelism.data_parallel_shard_degree", "4"})));
   require_exit(fsdp, 0, 600);
   CHECK_THAT(fsdp.output(), Catch::Contains("Applied FSDP(dp_shard=4)"));
   const auto expected = losses(one.path), got = losses(four.path);
@@ -74,7 +86,8 @@ std::vector<double> printed_losses(const std::string& output) {
   std::istringstream in(output);
   for (std::string line; std::getline(in, line);) {
     const auto at = line.find("  loss ");
-    if (at != std::string::npos && line.find("[rank 1]") == std::string::npos) out.push_back(std::stod(line.substr(at + 7)));
+    if (at != std::string::npos && line.find("[rank 1]") == std::string::npos)
+      out.push_back(std::stod(line.substr(at + 7)));
   }
   return out;
 }
@@ -98,12 +111,11 @@ TEST_CASE("examples/tp_custom_model: TP 2 processes reproduce one process's loss
 
 TEST_CASE("torchrun: 2 DDP processes train", "[dist][torchrun][train]") {
   TempDir dump;
-  Subprocess run(concat({TITAN_TEST_PYTHON, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--standalone",
-                         "--no-python"},
-                        concat(trainer_args(dump.path.string(), "2"),
-                               {"--parallelism.data_parallel_replicate_degree", "2",
-                                "--parallelism.data_parallel_shard_degree", "1"})),
-                 {{"RANK", std::nullopt}, {"WORLD_SIZE", std::nullopt}, {"OMP_NUM_THREADS", "1"}});
+  Subprocess run(
+      concat({TITAN_TEST_PYTHON, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--standalone", "--no-python"},
+             concat(trainer_args(dump.path.string(), "2"), {"--parallelism.data_parallel_replicate_degree", "2",
+                                                            "--parallelism.data_parallel_shard_degree", "1"})),
+      {{"RANK", std::nullopt}, {"WORLD_SIZE", std::nullopt}, {"OMP_NUM_THREADS", "1"}});
   require_exit(run, 0, 600);
   CHECK_THAT(run.output(), Catch::Contains("Applied DDP(dp_replicate=2)"));
   CHECK(losses(dump.path).size() == 3);
@@ -116,5 +128,6 @@ TEST_CASE("a layout that does not multiply to WORLD_SIZE names every factor", "[
   const auto status = run.wait(300);
   REQUIRE(status);
   CHECK(titan::test::exit_code(*status) != 0);
-  CHECK_THAT(run.output(), Catch::Contains("dp_replicate(1) * dp_shard(4) * cp(1) * tp(1) * pp(1) = 4 != WORLD_SIZE(2)"));
+  CHECK_THAT(run.output(),
+             Catch::Contains("dp_replicate(1) * dp_shard(4) * cp(1) * tp(1) * pp(1) = 4 != WORLD_SIZE(2)"));
 }

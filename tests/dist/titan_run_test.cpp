@@ -48,11 +48,15 @@ TEST_CASE("titan-run: four ranks get the torchrun contract and prefixed output",
 }
 
 TEST_CASE("titan-run: the second node of two gets ranks 2 and 3", "[dist][titan-run]") {
-  Subprocess run(titan_run({"--nproc-per-node", "2", "--nnodes", "2", "--node-rank", "1", "--master-addr",
-                            "10.1.2.3", "--master-port=29555"}));
+  Subprocess run(titan_run({"--nproc-per-node", "2", "--nnodes", "2", "--node-rank", "1", "--master-addr", "10.1.2.3",
+                            "--master-port=29555"}));
   require_exit(run, 0, kStartSeconds);
-  check_node(probe_lines(run.output()), {.first_rank = 2, .local_world_size = 2, .world_size = 4,
-                                         .group_rank = "1", .master_addr = "10.1.2.3", .master_port = 29555});
+  check_node(probe_lines(run.output()), {.first_rank = 2,
+                                         .local_world_size = 2,
+                                         .world_size = 4,
+                                         .group_rank = "1",
+                                         .master_addr = "10.1.2.3",
+                                         .master_port = 29555});
 }
 
 TEST_CASE("titan-run: lines of different ranks never mix", "[dist][titan-run]") {

@@ -38,8 +38,8 @@ TEST_CASE("logged record: tps, tflops and mfu are consistent and written to JSON
   const auto path = dir.path / "metrics.jsonl";
   titan::StepMetrics m;
   {
-    titan::MetricsProcessor metrics({.flops_per_token = 1'000'000, .peak_flops = 1e10, .jsonl_path = path,
-                                     .color = false});
+    titan::MetricsProcessor metrics(
+        {.flops_per_token = 1'000'000, .peak_flops = 1e10, .jsonl_path = path, .color = false});
     metrics.add_step(4096, 0.01);
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
     m = metrics.log(7, 2.5, 0.75, 3e-4);

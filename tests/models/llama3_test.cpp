@@ -19,7 +19,12 @@ std::shared_ptr<Llama3> meta_model(const std::string& flavor, int64_t seq_len = 
 std::string billions(int64_t n) { return fmt::format("{:.2f}B", static_cast<double>(n) / 1e9); }
 
 Llama3Args tiny_args() {
-  return {.dim = 64, .n_layers = 2, .n_heads = 4, .n_kv_heads = 2, .vocab_size = 97, .multiple_of = 32,
+  return {.dim = 64,
+          .n_layers = 2,
+          .n_heads = 4,
+          .n_kv_heads = 2,
+          .vocab_size = 97,
+          .multiple_of = 32,
           .rope_theta = 500000};
 }
 }  // namespace
@@ -56,11 +61,11 @@ TEST_CASE("llama3 parameter names follow torchtitan's FQNs", "[models][llama3]")
   const auto model = meta_model("debugmodel");
   const auto named = model->named_parameters(/*recurse=*/true);
   CHECK(named.size() == 2 + 6 * 9 + 1);
-  for (const char* key : {"tok_embeddings.weight", "layers.0.attention.wq.weight", "layers.0.attention.wk.weight",
-                          "layers.0.attention.wv.weight", "layers.0.attention.wo.weight",
-                          "layers.5.feed_forward.w1.weight", "layers.5.feed_forward.w2.weight",
-                          "layers.5.feed_forward.w3.weight", "layers.3.attention_norm.weight",
-                          "layers.3.ffn_norm.weight", "norm.weight", "output.weight"}) {
+  for (const char* key :
+       {"tok_embeddings.weight", "layers.0.attention.wq.weight", "layers.0.attention.wk.weight",
+        "layers.0.attention.wv.weight", "layers.0.attention.wo.weight", "layers.5.feed_forward.w1.weight",
+        "layers.5.feed_forward.w2.weight", "layers.5.feed_forward.w3.weight", "layers.3.attention_norm.weight",
+        "layers.3.ffn_norm.weight", "norm.weight", "output.weight"}) {
     INFO(key);
     CHECK(named.contains(key));
   }
@@ -91,7 +96,7 @@ TEST_CASE("llama3 forward is causal and shaped (B, S, V)", "[models][llama3]") {
   Llama3 model(tiny_args(), 12, at::TensorOptions());
   model.init_weights();
   const at::Tensor tokens = at::randint(0, 97, {2, 12}, at::kLong);  // (B, S)
-  const at::Tensor logits = model.forward(tokens);                    // (B, S, V)
+  const at::Tensor logits = model.forward(tokens);                   // (B, S, V)
   CHECK(logits.sizes() == at::IntArrayRef({2, 12, 97}));
   at::Tensor changed = tokens.clone();
   changed.select(1, 8).fill_((tokens[0][8].item<int64_t>() + 1) % 97);

@@ -39,7 +39,7 @@ TEST_CASE("rope rotates adjacent pairs like a complex product", "[nn][rope]") {
   const at::Tensor out = titan::nn::apply_rope(x, tables);
   const at::Tensor xc = at::view_as_complex(x.unflatten(-1, {4, 2}).contiguous());  // (B, S, H, 4)
   const at::Tensor angles = at::outer(at::arange(5, at::kFloat), titan::nn::rope_frequencies(config));
-  const at::Tensor rot = at::polar(at::ones_like(angles), angles).unsqueeze(1);      // (S, 1, 4)
+  const at::Tensor rot = at::polar(at::ones_like(angles), angles).unsqueeze(1);  // (S, 1, 4)
   const at::Tensor expected = at::view_as_real(xc * rot).flatten(-2);
   CHECK(at::allclose(out, expected, 1e-5, 1e-6));
   // Position 0 is the identity; rotations preserve norms.

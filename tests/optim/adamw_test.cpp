@@ -50,7 +50,11 @@ TEST_CASE("adamw implementations agree", "[optim][adamw]") {
 
 TEST_CASE("adamw reference equals the closed-form first step", "[optim][adamw]") {
   at::Tensor p = at::full({1}, 2.0).requires_grad_();
-  titan::AdamW opt({p}, {.lr = 0.1, .beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8, .weight_decay = 0.1,
+  titan::AdamW opt({p}, {.lr = 0.1,
+                         .beta1 = 0.9,
+                         .beta2 = 0.95,
+                         .eps = 1e-8,
+                         .weight_decay = 0.1,
                          .implementation = titan::OptimizerImplementation::for_loop});
   p.mutable_grad() = at::full({1}, 0.5);
   opt.step(0.1);

@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: BSD-3-Clause
 // Warmup-stable-decay: values at chosen steps as torchtitan's linear_warmup_stable_decay gives them
 // (derived by hand from its formula, reference/torchtitan.md §9.2, in the comments).
-#include "test_util.hpp"
 #include "titan/optim/lr_schedule.hpp"
+#include "test_util.hpp"
 
 using titan::DecayType;
 using titan::LRSchedule;

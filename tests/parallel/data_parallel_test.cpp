@@ -106,9 +106,12 @@ TEST_CASE("reshard_after_forward frees gathered parameters between forward and b
       for (const auto& p : meta.layers.back()->parameters()) last_block += p.numel() * 4;
       // titan sees no end-of-forward hook, so the last unit stays gathered until its backward under
       // every policy; "default" also keeps the last block (backward needs it next).
-      if (policy == ReshardAfterForward::always) RANK_CHECK_INFO("policy always: " << after_forward << " bytes", after_forward == last_unit);
-      if (policy == ReshardAfterForward::default_) RANK_CHECK_INFO("policy default: " << after_forward << " bytes", after_forward == last_unit + last_block);
-      if (policy == ReshardAfterForward::never) RANK_CHECK_INFO("policy never: " << after_forward << " bytes", after_forward == full_model);
+      if (policy == ReshardAfterForward::always)
+        RANK_CHECK_INFO("policy always: " << after_forward << " bytes", after_forward == last_unit);
+      if (policy == ReshardAfterForward::default_)
+        RANK_CHECK_INFO("policy default: " << after_forward << " bytes", after_forward == last_unit + last_block);
+      if (policy == ReshardAfterForward::never)
+        RANK_CHECK_INFO("policy never: " << after_forward << " bytes", after_forward == full_model);
       loss.backward();
       RANK_CHECK(dp->gathered_bytes() == 0);  // every unit is freed after its backward
       for (const auto& p : model.unique_parameters()) RANK_CHECK(p.grad().defined());
@@ -120,7 +123,8 @@ TEST_CASE("FSDP prefetches the next all-gather and reduce-scatters during backwa
   using Kind = parallel::DataParallelEvent::Kind;
   dist::run_local_ranks(2, [&](int64_t rank, const dist::Store& store) {
     const dist::Mesh mesh({.dp_shard = 2}, rank, store, kFast);
-    const test::ParityResult r = test::train_parity(mesh, {.steps = 1, .reshard = ReshardAfterForward::always, .trace = true});
+    const test::ParityResult r =
+        test::train_parity(mesh, {.steps = 1, .reshard = ReshardAfterForward::always, .trace = true});
     const auto events = r.applied.data_parallel()->trace();
     const int64_t units = r.applied.data_parallel()->num_units();
     auto first = [&](Kind kind, int64_t unit) {
@@ -140,8 +144,8 @@ TEST_CASE("FSDP prefetches the next all-gather and reduce-scatters during backwa
       RANK_CHECK_INFO("unit " << u, first(Kind::kGatherIssued, u + 1) < last(Kind::kUse, u));
       RANK_CHECK(first(Kind::kGatherIssued, u + 1) >= 0);
     }
-    const int64_t last_use = last(Kind::kUse, 0) > last(Kind::kUse, units - 1) ? last(Kind::kUse, 0)
-                                                                               : last(Kind::kUse, units - 1);
+    const int64_t last_use =
+        last(Kind::kUse, 0) > last(Kind::kUse, units - 1) ? last(Kind::kUse, 0) : last(Kind::kUse, units - 1);
     for (int64_t u = units - 1; u > 0; --u) {
       const int64_t reduce = first(Kind::kReduceIssued, u);
       RANK_CHECK_INFO("backward unit " << u, reduce > last_use);

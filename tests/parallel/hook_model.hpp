@@ -19,16 +19,8 @@ struct HookModel : torch::nn::Module {
   int64_t vocab_size() const { return 0; }
   int64_t num_params() const { return 0; }
   int64_t num_flops_per_token(int64_t) const { return 0; }
-  parallel::ParallelPlan parallel_plan(const JobConfig&, const dist::Mesh&) const
-    requires kSpelledRight
-  {
-    return {};
-  }
-  parallel::ParallelPlan paralel_plan(const JobConfig&, const dist::Mesh&) const
-    requires(!kSpelledRight)
-  {
-    return {};
-  }
+  parallel::ParallelPlan parallel_plan(const JobConfig&, const dist::Mesh&) const requires kSpelledRight { return {}; }
+  parallel::ParallelPlan paralel_plan(const JobConfig&, const dist::Mesh&) const requires(!kSpelledRight) { return {}; }
   std::shared_ptr<const checkpoint::HfAdapter> hf_adapter() const { return nullptr; }
 };
 

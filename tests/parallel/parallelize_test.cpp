@@ -6,6 +6,7 @@
 #include <ATen/ATen.h>
 #include <torch/nn/modules/linear.h>
 
+#include "parallel/hook_model.hpp"
 #include "parity_check.hpp"
 #include "test_util.hpp"
 #include "titan/core/error.hpp"
@@ -15,7 +16,6 @@
 #include "titan/models/trainable_model.hpp"
 #include "titan/nn/layers.hpp"
 #include "titan/parallel/parallelize.hpp"
-#include "parallel/hook_model.hpp"
 
 using namespace titan;
 using test::kFast;
@@ -89,12 +89,15 @@ TEST_CASE("a plan naming a missing module is an error naming the path, before an
 TEST_CASE("sections that are not supported yet are clear errors", "[parallel][parallelize]") {
   llama3::Llama3 model(test::parity_args(), 32, at::TensorOptions().device(at::kMeta));
   const dist::Mesh mesh;
-  CHECK(error_of([&] { (void)parallelize(model, mesh, {.activation_checkpoint = {.modules = {"layers.0"}}}); })
-            .find("activation checkpointing is not supported yet") != std::string::npos);
-  CHECK(error_of([&] { (void)parallelize(model, mesh, {.pipeline = {.stages = {{"layers.0"}, {"layers.1"}}}}); })
-            .find("pipeline parallelism is not supported yet") != std::string::npos);
-  CHECK(error_of([&] { (void)parallelize(model, mesh, {.context_parallel = {.attention_modules = {"layers.0.attention"}}}); })
-            .find("context parallelism is not supported yet") != std::string::npos);
+  CHECK(error_of([&] {
+          (void)parallelize(model, mesh, {.activation_checkpoint = {.modules = {"layers.0"}}});
+        }).find("activation checkpointing is not supported yet") != std::string::npos);
+  CHECK(error_of([&] {
+          (void)parallelize(model, mesh, {.pipeline = {.stages = {{"layers.0"}, {"layers.1"}}}});
+        }).find("pipeline parallelism is not supported yet") != std::string::npos);
+  CHECK(error_of([&] {
+          (void)parallelize(model, mesh, {.context_parallel = {.attention_modules = {"layers.0.attention"}}});
+        }).find("context parallelism is not supported yet") != std::string::npos);
 }
 
 TEST_CASE("a tp mesh with an empty tensor-parallel plan is an error", "[parallel][parallelize]") {

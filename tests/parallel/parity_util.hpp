@@ -9,14 +9,14 @@
 
 #include "titan/dist/functional.hpp"
 #include "titan/dist/mesh.hpp"
+#include "titan/layout/sharded_param.hpp"
 #include "titan/models/llama3/model.hpp"
 #include "titan/models/llama3/parallelize.hpp"
-#include "titan/parallel/parallelize.hpp"
 #include "titan/nn/init.hpp"
+#include "titan/nn/loss.hpp"
 #include "titan/optim/adamw.hpp"
 #include "titan/optim/clip.hpp"
-#include "titan/layout/sharded_param.hpp"
-#include "titan/nn/loss.hpp"
+#include "titan/parallel/parallelize.hpp"
 #include "titan/train/step.hpp"
 
 namespace titan::test {
@@ -24,24 +24,25 @@ namespace titan::test {
 inline constexpr double kParityLr = 1e-3;
 
 struct ParityRun {
-  int64_t steps = 20;                   ///< optimizer steps
-  int64_t global_batch = 8;             ///< sequences per step, split over dp ranks
-  int64_t seq_len = 64;                 ///< tokens per sequence
-  int64_t accumulation = 1;             ///< microbatches per rank per step
+  int64_t steps = 20;                                           ///< optimizer steps
+  int64_t global_batch = 8;                                     ///< sequences per step, split over dp ranks
+  int64_t seq_len = 64;                                         ///< tokens per sequence
+  int64_t accumulation = 1;                                     ///< microbatches per rank per step
   ReshardAfterForward reshard = ReshardAfterForward::default_;  ///< fsdp_reshard_after_forward
-  parallel::DataParallelCollectives collectives = parallel::DataParallelCollectives::auto_;  ///< FSDP/DDP collective layout
-  bool trace = false;                   ///< record the FSDP event trace
-  bool sequence_parallel = true;        ///< under TP: sequence-sharded activations between blocks
-  bool loss_parallel = true;            ///< under TP: loss on vocab-sharded logits
-  bool async_tp = false;                ///< under TP: collectives overlapped over batch chunks
+  parallel::DataParallelCollectives collectives =
+      parallel::DataParallelCollectives::auto_;  ///< FSDP/DDP collective layout
+  bool trace = false;                            ///< record the FSDP event trace
+  bool sequence_parallel = true;                 ///< under TP: sequence-sharded activations between blocks
+  bool loss_parallel = true;                     ///< under TP: loss on vocab-sharded logits
+  bool async_tp = false;                         ///< under TP: collectives overlapped over batch chunks
 };
 
 struct ParityResult {
-  std::vector<double> losses;             ///< global loss per step
-  std::vector<double> grad_norms;         ///< global grad norm per step
-  std::vector<at::Tensor> weights;        ///< whole parameters after the last step (unique_parameters order)
-  int64_t local_state_bytes = 0;          ///< this rank's params + grads + AdamW state
-  Parallelized applied;                   ///< the model's parallel state (alive with the result)
+  std::vector<double> losses;       ///< global loss per step
+  std::vector<double> grad_norms;   ///< global grad norm per step
+  std::vector<at::Tensor> weights;  ///< whole parameters after the last step (unique_parameters order)
+  int64_t local_state_bytes = 0;    ///< this rank's params + grads + AdamW state
+  Parallelized applied;             ///< the model's parallel state (alive with the result)
 };
 
 inline llama3::Llama3Args parity_args() {
@@ -54,11 +55,11 @@ inline llama3::Llama3Args parity_args() {
 inline std::pair<at::Tensor, at::Tensor> global_batch(int64_t step, const ParityRun& run, int64_t vocab) {
   // Learnable sequences: arithmetic progressions mod vocab, random start and stride 1..4.
   auto gen = at::make_generator<at::CPUGeneratorImpl>(1000 + step);
-  const at::Tensor start = at::randint(vocab, {run.global_batch, 1}, gen, at::kLong);       // (B, 1)
-  const at::Tensor stride = at::randint(1, 5, {run.global_batch, 1}, gen, at::kLong);       // (B, 1)
-  const at::Tensor t = at::arange(run.seq_len + 1, at::kLong).unsqueeze(0);                 // (1, S+1)
-  at::Tensor tokens = (start + stride * t).remainder(vocab);                                // (B, S+1)
-  at::Tensor labels = tokens.narrow(1, 1, run.seq_len).clone();                                  // (B, S)
+  const at::Tensor start = at::randint(vocab, {run.global_batch, 1}, gen, at::kLong);  // (B, 1)
+  const at::Tensor stride = at::randint(1, 5, {run.global_batch, 1}, gen, at::kLong);  // (B, 1)
+  const at::Tensor t = at::arange(run.seq_len + 1, at::kLong).unsqueeze(0);            // (1, S+1)
+  at::Tensor tokens = (start + stride * t).remainder(vocab);                           // (B, S+1)
+  at::Tensor labels = tokens.narrow(1, 1, run.seq_len).clone();                        // (B, S)
   labels.narrow(0, 0, 1).narrow(1, 0, 5).fill_(kIgnoreIndex);  // uneven valid tokens across ranks
   return {tokens.narrow(1, 0, run.seq_len).contiguous(), labels};
 }
@@ -77,7 +78,8 @@ inline ParityResult train_parity(const dist::Mesh& mesh, const ParityRun& run) {
     plan.tensor_parallel.async = run.async_tp;
     plan.tensor_parallel.trace = run.trace;
   }
-  plan.data_parallel.options = {.reshard_after_forward = run.reshard, .collectives = run.collectives, .trace = run.trace};
+  plan.data_parallel.options = {
+      .reshard_after_forward = run.reshard, .collectives = run.collectives, .trace = run.trace};
   result.applied = parallelize(model, mesh, plan);
   const Parallelized& applied = result.applied;
   // Plain cross-entropy unless the logits are vocab-sharded.

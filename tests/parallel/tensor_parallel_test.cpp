@@ -39,12 +39,12 @@ TEST_CASE("async TP issues the next chunk's collective before computing the curr
       const auto& a = events[i];
       const auto& b = events[i + 1];
       const auto& c = events[i + 2];
-      if (a.kind == Kind::kIssued && a.chunk == 0 && b.kind == Kind::kIssued && b.chunk == 1 && c.kind == Kind::kFinished &&
-          c.chunk == 0) {
+      if (a.kind == Kind::kIssued && a.chunk == 0 && b.kind == Kind::kIssued && b.chunk == 1 &&
+          c.kind == Kind::kFinished && c.chunk == 0) {
         ++gathers;
       }
-      if (a.kind == Kind::kComputed && a.chunk == 0 && b.kind == Kind::kIssued && b.chunk == 0 && c.kind == Kind::kComputed &&
-          c.chunk == 1) {
+      if (a.kind == Kind::kComputed && a.chunk == 0 && b.kind == Kind::kIssued && b.chunk == 0 &&
+          c.kind == Kind::kComputed && c.chunk == 1) {
         ++scatters;
       }
     }
@@ -64,11 +64,12 @@ TEST_CASE("DDP 2 x TP 2 without sequence parallel matches one rank", "[parallel]
   check_parity({.dp_replicate = 2, .tp = 2}, {.sequence_parallel = false});
 }
 
-TEST_CASE("loss parallel equals the gathered cross-entropy without materialising the vocabulary", "[parallel][tp][loss]") {
+TEST_CASE("loss parallel equals the gathered cross-entropy without materialising the vocabulary",
+          "[parallel][tp][loss]") {
   constexpr int64_t kBatch = 2, kSeq = 16, kVocab = 1024, kTp = 2;
   auto gen = at::make_generator<at::CPUGeneratorImpl>(7);
-  const at::Tensor full = at::randn({kBatch, kSeq, kVocab}, gen) * 3;        // (B, S, V)
-  at::Tensor labels = at::randint(kVocab, {kBatch, kSeq}, gen, at::kLong);   // (B, S)
+  const at::Tensor full = at::randn({kBatch, kSeq, kVocab}, gen) * 3;       // (B, S, V)
+  at::Tensor labels = at::randint(kVocab, {kBatch, kSeq}, gen, at::kLong);  // (B, S)
   labels.narrow(1, 0, 3).fill_(kIgnoreIndex);
   const at::Tensor whole = full.clone().requires_grad_(true);  // (B, S, V)
   int64_t gathered_largest = 0;
@@ -90,8 +91,9 @@ TEST_CASE("loss parallel equals the gathered cross-entropy without materialising
     loss.backward();
     // No buffer of this rank is larger than its logits shard (fp32): the vocabulary is never gathered.
     RANK_CHECK_INFO("largest allocation " << track.stats().largest, track.stats().largest <= full_bytes / kTp);
-    RANK_CHECK_INFO(loss.item<double>() << " vs " << expected.item<double>(),
-                    std::abs(loss.item<double>() - expected.item<double>()) <= 1e-5 * std::abs(expected.item<double>()));
+    RANK_CHECK_INFO(
+        loss.item<double>() << " vs " << expected.item<double>(),
+        std::abs(loss.item<double>() - expected.item<double>()) <= 1e-5 * std::abs(expected.item<double>()));
     const at::Tensor grad_expected = whole.grad().narrow(-1, rank * width, width);
     RANK_CHECK(at::allclose(local.grad(), grad_expected, 1e-5, 1e-7));
   });
@@ -123,7 +125,8 @@ TEST_CASE("the Llama 3 plan prints each path and style", "[parallel][tp][plan]")
   const parallel::ParallelPlan plan{.tensor_parallel = llama3::tensor_parallel_plan(meta, 2)};
   const std::string text = fmt::format("{}", plan);
   CHECK(text.find("tok_embeddings: RowwiseParallel(input=Replicate(), output=Shard(1))\n") != std::string::npos);
-  CHECK(text.find("layers.0.attention: PrepareModuleInput(input=Shard(1), desired=Replicate())\n") != std::string::npos);
+  CHECK(text.find("layers.0.attention: PrepareModuleInput(input=Shard(1), desired=Replicate())\n") !=
+        std::string::npos);
   CHECK(text.find("layers.1.attention.wo: RowwiseParallel(input=Shard(-1), output=Shard(1))\n") != std::string::npos);
   CHECK(text.find("layers.0.ffn_norm: SequenceParallel()\n") != std::string::npos);
   CHECK(text.find("output: ColwiseParallel(input=Shard(1), output=Shard(-1), loss_parallel)\n") != std::string::npos);

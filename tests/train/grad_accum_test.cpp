@@ -12,8 +12,13 @@
 namespace {
 std::vector<at::Tensor> grads_for(const std::vector<titan::Microbatch>& micro, double* loss) {
   titan::nn::manual_init_seed(5);
-  titan::llama3::Llama3 model({.dim = 64, .n_layers = 2, .n_heads = 4, .n_kv_heads = 2, .vocab_size = 101,
-                               .multiple_of = 32, .rope_theta = 500000},
+  titan::llama3::Llama3 model({.dim = 64,
+                               .n_layers = 2,
+                               .n_heads = 4,
+                               .n_kv_heads = 2,
+                               .vocab_size = 101,
+                               .multiple_of = 32,
+                               .rope_theta = 500000},
                               16, at::TensorOptions());
   model.init_weights();
   const auto result = titan::forward_backward([&](const at::Tensor& t) { return model.forward(t); }, micro, at::kCPU);
@@ -26,8 +31,8 @@ std::vector<at::Tensor> grads_for(const std::vector<titan::Microbatch>& micro, d
 
 TEST_CASE("4 microbatches of 2 give the gradients of one batch of 8", "[train][grad_accum]") {
   at::manual_seed(17);
-  const at::Tensor input = at::randint(0, 101, {8, 16}, at::kLong);   // (B, S)
-  at::Tensor labels = at::randint(0, 101, {8, 16}, at::kLong);        // (B, S)
+  const at::Tensor input = at::randint(0, 101, {8, 16}, at::kLong);  // (B, S)
+  at::Tensor labels = at::randint(0, 101, {8, 16}, at::kLong);       // (B, S)
   // Uneven ignored labels per microbatch: a per-microbatch mean would weight them wrongly.
   labels.narrow(0, 0, 1).narrow(1, 0, 11).fill_(titan::kIgnoreIndex);
   labels.narrow(0, 5, 1).narrow(1, 3, 4).fill_(titan::kIgnoreIndex);

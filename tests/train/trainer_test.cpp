@@ -11,18 +11,19 @@
 #include <sstream>
 
 #include "test_util.hpp"
-#include "train/train_test_util.hpp"
 #include "titan/core/config.hpp"
 #include "titan/core/config_loader.hpp"
 #include "titan/models/llama3/model.hpp"
 #include "titan/train/trainer.hpp"
+#include "train/train_test_util.hpp"
 
 namespace fs = std::filesystem;
 
 namespace {
 
 titan::JobConfig golden_config(const fs::path& dump) {
-  titan::JobConfig c = titan::test::tinyshakespeare_job(dump, /*seq_len=*/64, /*local_batch=*/4, /*steps=*/20, /*seed=*/42);
+  titan::JobConfig c =
+      titan::test::tinyshakespeare_job(dump, /*seq_len=*/64, /*local_batch=*/4, /*steps=*/20, /*seed=*/42);
   c.lr_scheduler.warmup_steps = 2;
   c.lr_scheduler.decay_ratio = 0.8;
   c.metrics.log_freq = 5;
@@ -135,7 +136,7 @@ TEST_CASE("a non-finite loss stops training naming the step", "[train][errors]")
   titan::test::TempDir dir;
   auto config = golden_config(dir.path);
   config.training.steps = 6;
-  config.training.max_norm = 1e30;    // no clipping, so the huge LR blows the weights up at once
+  config.training.max_norm = 1e30;  // no clipping, so the huge LR blows the weights up at once
   config.optimizer.lr = 1e30;
   config.lr_scheduler.warmup_steps = 0;
   titan::Trainer<titan::llama3::Llama3> trainer(std::move(config));

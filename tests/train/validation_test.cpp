@@ -7,16 +7,17 @@
 #include <fstream>
 
 #include "test_util.hpp"
-#include "train/train_test_util.hpp"
 #include "titan/core/config.hpp"
 #include "titan/models/llama3/model.hpp"
 #include "titan/train/trainer.hpp"
+#include "train/train_test_util.hpp"
 
 namespace fs = std::filesystem;
 
 TEST_CASE("Validation: every validation.freq steps the loss and perplexity go to the metrics", "[train]") {
   titan::test::TempDir dir;
-  titan::JobConfig c = titan::test::tinyshakespeare_job(dir.path, /*seq_len=*/32, /*local_batch=*/2, /*steps=*/4, /*seed=*/1);
+  titan::JobConfig c =
+      titan::test::tinyshakespeare_job(dir.path, /*seq_len=*/32, /*local_batch=*/2, /*steps=*/4, /*seed=*/1);
   c.metrics.log_freq = 2;
   c.metrics.enable_jsonl = true;
   c.validation.enable = true;

@@ -4,9 +4,9 @@
 #include "options.hpp"
 #include "supervisor.hpp"
 
+#include <unistd.h>
 #include <exception>
 #include <stdexcept>
-#include <unistd.h>
 
 int main(int argc, char** argv) {
   titan_run::Options options;

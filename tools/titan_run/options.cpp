@@ -31,8 +31,9 @@ void check_consistent(const Options& o) {
   }
   // Every node must agree on the rendezvous address, so it cannot be picked locally.
   if (o.nnodes > 1 && (o.master_port == 0 || o.master_addr == Options{}.master_addr)) {
-    throw std::invalid_argument("--nnodes > 1 needs --master-addr (rank 0's host, reachable from every node) and "
-                                "--master-port: all nodes must agree on them");
+    throw std::invalid_argument(
+        "--nnodes > 1 needs --master-addr (rank 0's host, reachable from every node) and "
+        "--master-port: all nodes must agree on them");
   }
 }
 

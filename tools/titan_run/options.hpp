@@ -9,14 +9,14 @@ namespace titan_run {
 
 /// What to launch and how.
 struct Options {
-  int nproc_per_node = 1;                  ///< ranks started on this node
-  int nnodes = 1;                          ///< nodes in the job (each runs its own titan-run)
-  int node_rank = 0;                       ///< this node's index in [0, nnodes)
-  std::string master_addr = "127.0.0.1";   ///< rank 0's host, for the rendezvous store
-  int master_port = 0;                     ///< rendezvous port; 0 picks a free one (single node only)
-  double grace_seconds = 5.0;              ///< SIGTERM-to-SIGKILL delay when stopping ranks
-  bool help = false;                       ///< print the usage and exit
-  std::vector<std::string> command;        ///< the program and its arguments
+  int nproc_per_node = 1;                 ///< ranks started on this node
+  int nnodes = 1;                         ///< nodes in the job (each runs its own titan-run)
+  int node_rank = 0;                      ///< this node's index in [0, nnodes)
+  std::string master_addr = "127.0.0.1";  ///< rank 0's host, for the rendezvous store
+  int master_port = 0;                    ///< rendezvous port; 0 picks a free one (single node only)
+  double grace_seconds = 5.0;             ///< SIGTERM-to-SIGKILL delay when stopping ranks
+  bool help = false;                      ///< print the usage and exit
+  std::vector<std::string> command;       ///< the program and its arguments
 };
 
 /// The global rank of this node's `local_rank`-th rank.

@@ -4,9 +4,9 @@
 
 #include "options.hpp"
 
+#include <sys/types.h>
 #include <csignal>
 #include <string>
-#include <sys/types.h>
 #include <vector>
 
 namespace titan_run {
@@ -14,10 +14,10 @@ namespace titan_run {
 /// A started rank. It leads its own process group (pgid == pid), so signalling -pid reaches it and
 /// everything it started.
 struct RankProcess {
-  int rank = 0;       ///< global rank
-  pid_t pid = -1;     ///< process id and process group id
-  int out_fd = -1;    ///< read end of its stdout (non-blocking)
-  int err_fd = -1;    ///< read end of its stderr (non-blocking)
+  int rank = 0;     ///< global rank
+  pid_t pid = -1;   ///< process id and process group id
+  int out_fd = -1;  ///< read end of its stdout (non-blocking)
+  int err_fd = -1;  ///< read end of its stderr (non-blocking)
 };
 
 /// The launcher's environment plus torchrun's variables for `local_rank`.

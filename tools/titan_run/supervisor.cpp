@@ -4,16 +4,16 @@
 #include "line_prefixer.hpp"
 #include "rank_process.hpp"
 
+#include <poll.h>
+#include <sys/signalfd.h>
+#include <sys/wait.h>
+#include <unistd.h>
 #include <cerrno>
 #include <chrono>
 #include <cstring>
 #include <optional>
 #include <sstream>
-#include <poll.h>
 #include <string>
-#include <sys/signalfd.h>
-#include <sys/wait.h>
-#include <unistd.h>
 #include <vector>
 
 namespace titan_run {
@@ -56,10 +56,10 @@ class Supervisor {
   int signal_fd_ = -1;
   sigset_t launcher_mask_{};  // restored in the ranks
   std::vector<Rank> ranks_;
-  std::optional<int> failed_;  // index of the first rank that failed
-  int stopped_others_ = 0;     // ranks still running when the failure or signal came
-  int interrupt_ = 0;          // the signal that asked the launcher to stop, 0 when none
-  int stop_signal_ = 0;        // the first signal sent to stop the ranks
+  std::optional<int> failed_;                       // index of the first rank that failed
+  int stopped_others_ = 0;                          // ranks still running when the failure or signal came
+  int interrupt_ = 0;                               // the signal that asked the launcher to stop, 0 when none
+  int stop_signal_ = 0;                             // the first signal sent to stop the ranks
   std::optional<Clock::time_point> kill_deadline_;  // SIGKILL whoever still runs after this
   bool escalated_ = false;                          // SIGKILL was sent: nothing left to wait for
 };
@@ -192,8 +192,9 @@ void Supervisor::poll_once() {
 
 int Supervisor::exit_status() {
   const auto others = [this] {
-    return stopped_others_ == 0 ? std::string() : "; stopped the other " + std::to_string(stopped_others_) +
-                                                    (stopped_others_ == 1 ? " rank" : " ranks");
+    return stopped_others_ == 0
+               ? std::string()
+               : "; stopped the other " + std::to_string(stopped_others_) + (stopped_others_ == 1 ? " rank" : " ranks");
   };
   if (failed_) {
     const Rank& r = ranks_[*failed_];

@@ -23,10 +23,10 @@ inline constexpr int64_t kChecksumChunkBytes = int64_t{1} << 20;
 
 /// One tensor's place in a safetensors file.
 struct TensorEntry {
-  std::string dtype;            ///< safetensors dtype: F32, BF16, F16, F64, I64, I32, U8, BOOL
+  std::string dtype;             ///< safetensors dtype: F32, BF16, F16, F64, I64, I32, U8, BOOL
   std::vector<int64_t> shape{};  ///< as stored
-  int64_t begin = 0;            ///< absolute file offset of the first byte
-  int64_t end = 0;              ///< absolute file offset one past the last byte
+  int64_t begin = 0;             ///< absolute file offset of the first byte
+  int64_t end = 0;               ///< absolute file offset one past the last byte
 };
 
 /// The safetensors dtype name of t's dtype ("F32"); throws for one safetensors has no name for.
@@ -66,7 +66,7 @@ class SafetensorsFile {
 
 /// What write_safetensors wrote for one tensor.
 struct WrittenTensor {
-  TensorEntry entry{};              ///< where it lies in the file
+  TensorEntry entry{};            ///< where it lies in the file
   std::vector<uint32_t> crc32{};  ///< chunk_checksums of its bytes
 };
 

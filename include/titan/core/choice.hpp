@@ -61,9 +61,7 @@ std::string choice_list(std::string_view sep = "|") {
 
 /// Declares the name table of enum `Enum` (in Enum's namespace, after its definition) and its fmt
 /// `format_as`. Rows are `{Enum::value, "spelling"}`; the first spelling of a value is the one printed.
-#define TITAN_CHOICES(Enum, ...)                                                           \
-  inline constexpr ::titan::ChoiceName<Enum> titan_choice_table_##Enum[] = {__VA_ARGS__}; \
-  constexpr std::span<const ::titan::ChoiceName<Enum>> choice_names(Enum) {              \
-    return titan_choice_table_##Enum;                                                     \
-  }                                                                                       \
+#define TITAN_CHOICES(Enum, ...)                                                                                \
+  inline constexpr ::titan::ChoiceName<Enum> titan_choice_table_##Enum[] = {__VA_ARGS__};                       \
+  constexpr std::span<const ::titan::ChoiceName<Enum>> choice_names(Enum) { return titan_choice_table_##Enum; } \
   constexpr std::string_view format_as(Enum value) { return ::titan::choice_name(value); }

@@ -37,9 +37,12 @@ TITAN_CHOICES(DType, {DType::float32, "float32"}, {DType::bfloat16, "bfloat16"},
 /// The ATen scalar type of `dtype`.
 constexpr c10::ScalarType scalar_type(DType dtype) {
   switch (dtype) {
-    case DType::bfloat16: return c10::ScalarType::BFloat16;
-    case DType::float16: return c10::ScalarType::Half;
-    case DType::float32: break;
+    case DType::bfloat16:
+      return c10::ScalarType::BFloat16;
+    case DType::float16:
+      return c10::ScalarType::Half;
+    case DType::float32:
+      break;
   }
   return c10::ScalarType::Float;
 }
@@ -77,8 +80,8 @@ enum class ReshardAfterForward {
   always,    ///< every unit but the last (whose backward comes right after its forward)
   never,     ///< none: more memory, no second all-gather in backward
 };
-TITAN_CHOICES(ReshardAfterForward, {ReshardAfterForward::default_, "default"},
-              {ReshardAfterForward::always, "always"}, {ReshardAfterForward::never, "never"})
+TITAN_CHOICES(ReshardAfterForward, {ReshardAfterForward::default_, "default"}, {ReshardAfterForward::always, "always"},
+              {ReshardAfterForward::never, "never"})
 
 /// parallelism.pipeline_parallel_schedule (torch.distributed.pipelining's names).
 enum class PipelineSchedule {

@@ -52,8 +52,8 @@ struct ProfilingConfig {
   /// Memory snapshot folder under dump_folder.
   std::string save_memory_snapshot_folder = "memory_snapshot";
 };
-TITAN_CONFIG(ProfilingConfig, enable_profiling, save_traces_folder, profile_freq, profiler_active,
-             profiler_warmup, enable_memory_snapshot, save_memory_snapshot_folder)
+TITAN_CONFIG(ProfilingConfig, enable_profiling, save_traces_folder, profile_freq, profiler_active, profiler_warmup,
+             enable_memory_snapshot, save_memory_snapshot_folder)
 
 /// The per-step metrics line and its sinks.
 struct MetricsConfig {
@@ -74,8 +74,8 @@ struct MetricsConfig {
   /// titan: declared peak FLOP/s of one device for MFU (0 = auto from the device table).
   double peak_flops = 0;
 };
-TITAN_CONFIG(MetricsConfig, log_freq, enable_tensorboard, disable_color_printing, save_tb_folder,
-             save_for_all_ranks, enable_wandb, enable_jsonl, peak_flops)
+TITAN_CONFIG(MetricsConfig, log_freq, enable_tensorboard, disable_color_printing, save_tb_folder, save_for_all_ranks,
+             enable_wandb, enable_jsonl, peak_flops)
 
 /// Which model and flavor to build, and where its HF assets are.
 struct ModelConfig {
@@ -113,8 +113,7 @@ struct OptimizerConfig {
   /// Step the optimizer inside backward (no gradient clipping then).
   bool early_step_in_backward = false;
 };
-TITAN_CONFIG(OptimizerConfig, name, lr, beta1, beta2, eps, weight_decay, implementation,
-             early_step_in_backward)
+TITAN_CONFIG(OptimizerConfig, name, lr, beta1, beta2, eps, weight_decay, implementation, early_step_in_backward)
 
 /// Linear warmup, optional stable phase, then decay (warmup-stable-decay).
 struct LRSchedulerConfig {
@@ -187,10 +186,9 @@ struct TrainingConfig {
   /// titan: packing: concat (torchtitan v0.2), document (positions and block-causal ids) or padded.
   Packing packing = Packing::concat;
 };
-TITAN_CONFIG(TrainingConfig, dataset, dataset_path, local_batch_size, global_batch_size, seq_len, max_norm,
-             steps, enable_cpu_offload, dtype, mixed_precision_param, mixed_precision_reduce, gc_freq,
-             gc_debug, num_threads, dataloader, dataset_mixture, dataset_text_field, dataset_format,
-             dataset_on_bad_record, packing)
+TITAN_CONFIG(TrainingConfig, dataset, dataset_path, local_batch_size, global_batch_size, seq_len, max_norm, steps,
+             enable_cpu_offload, dtype, mixed_precision_param, mixed_precision_reduce, gc_freq, gc_debug, num_threads,
+             dataloader, dataset_mixture, dataset_text_field, dataset_format, dataset_on_bad_record, packing)
 
 /// Mesh degrees and per-parallelism options.
 struct ParallelismConfig {
@@ -237,14 +235,14 @@ struct ParallelismConfig {
   /// Expert-parallel communication backend: standard or deepep.
   ExpertCommBackend expert_parallel_comm_backend = ExpertCommBackend::standard;
 };
-TITAN_CONFIG(ParallelismConfig, data_parallel_replicate_degree, data_parallel_shard_degree,
-             fsdp_reshard_after_forward, tensor_parallel_degree, disable_loss_parallel,
-             enable_async_tensor_parallel, pipeline_parallel_degree, module_fqns_per_model_part,
-             pipeline_parallel_first_stage_less_layers, pipeline_parallel_last_stage_less_layers,
-             pipeline_parallel_layers_per_stage, pipeline_parallel_schedule, pipeline_parallel_schedule_csv,
-             pipeline_parallel_microbatch_size, pipeline_parallel_expert_parallel_overlap,
-             context_parallel_degree, context_parallel_load_balancer, context_parallel_rotate_method,
-             expert_parallel_degree, expert_tensor_parallel_degree, expert_parallel_comm_backend)
+TITAN_CONFIG(ParallelismConfig, data_parallel_replicate_degree, data_parallel_shard_degree, fsdp_reshard_after_forward,
+             tensor_parallel_degree, disable_loss_parallel, enable_async_tensor_parallel, pipeline_parallel_degree,
+             module_fqns_per_model_part, pipeline_parallel_first_stage_less_layers,
+             pipeline_parallel_last_stage_less_layers, pipeline_parallel_layers_per_stage, pipeline_parallel_schedule,
+             pipeline_parallel_schedule_csv, pipeline_parallel_microbatch_size,
+             pipeline_parallel_expert_parallel_overlap, context_parallel_degree, context_parallel_load_balancer,
+             context_parallel_rotate_method, expert_parallel_degree, expert_tensor_parallel_degree,
+             expert_parallel_comm_backend)
 
 /// Sharded save/load, HF import/export.
 struct CheckpointConfig {
@@ -312,8 +310,7 @@ struct ActivationCheckpointConfig {
   bool debug = false;
 };
 TITAN_CONFIG(ActivationCheckpointConfig, mode, selective_ac_option, per_op_sac_force_recompute_mm_shapes_by_fqns,
-             early_stop, memory_budget, visualize_memory_budget_pareto, preserve_rng_state, determinism_check,
-             debug)
+             early_stop, memory_budget, visualize_memory_budget_pareto, preserve_rng_state, determinism_check, debug)
 
 /// torch.compile in torchtitan; titan has no graph compiler yet.
 struct CompileConfig {
@@ -412,7 +409,7 @@ struct JobConfig {
   ValidationConfig validation{};
   DebugConfig debug{};
 };
-TITAN_CONFIG(JobConfig, job, profiling, metrics, model, optimizer, lr_scheduler, training, parallelism,
-             checkpoint, activation_checkpoint, compile, float8, comm, validation, debug)
+TITAN_CONFIG(JobConfig, job, profiling, metrics, model, optimizer, lr_scheduler, training, parallelism, checkpoint,
+             activation_checkpoint, compile, float8, comm, validation, debug)
 
 }  // namespace titan

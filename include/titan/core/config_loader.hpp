@@ -47,8 +47,7 @@ void apply_json(JobConfig& config, const nlohmann::json& tree, std::string_view 
 nlohmann::json read_config_file(const std::filesystem::path& file);
 
 /// Applies one `section.key` override given as text, as the command line does ("10", "a,b", "true").
-void apply_override(JobConfig& config, std::string_view key, std::string_view value,
-                    ConfigNotes* notes = nullptr);
+void apply_override(JobConfig& config, std::string_view key, std::string_view value, ConfigNotes* notes = nullptr);
 
 /// Every field as {"section": {"key": value}}, unset optionals as null.
 nlohmann::json to_json(const JobConfig& config);

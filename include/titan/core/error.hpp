@@ -15,8 +15,7 @@ namespace titan {
 class ConfigError : public c10::ValueError {
  public:
   ConfigError(std::string key, const std::string& msg)
-      : c10::ValueError({__func__, __FILE__, static_cast<uint32_t>(__LINE__)}, msg),
-        key_(std::move(key)) {}
+      : c10::ValueError({__func__, __FILE__, static_cast<uint32_t>(__LINE__)}, msg), key_(std::move(key)) {}
   const std::string& key() const noexcept { return key_; }
 
  private:
@@ -32,25 +31,25 @@ inline std::string error_message(const std::exception& e) {
 }  // namespace titan
 
 // TITAN_CHECK(cond, "[titan::where] expected {}, got {}. fix", a, b): throws c10::Error.
-#define TITAN_CHECK(cond, ...)                                              \
-  do {                                                                      \
-    if (C10_UNLIKELY_OR_CONST(!(cond))) {                                   \
-      TORCH_CHECK(false, ::fmt::format(__VA_ARGS__));                       \
-    }                                                                       \
+#define TITAN_CHECK(cond, ...)                        \
+  do {                                                \
+    if (C10_UNLIKELY_OR_CONST(!(cond))) {             \
+      TORCH_CHECK(false, ::fmt::format(__VA_ARGS__)); \
+    }                                                 \
   } while (0)
 
 // Caller passed a bad value: throws c10::ValueError.
-#define TITAN_CHECK_VALUE(cond, ...)                                        \
-  do {                                                                      \
-    if (C10_UNLIKELY_OR_CONST(!(cond))) {                                   \
-      TORCH_CHECK_VALUE(false, ::fmt::format(__VA_ARGS__));                 \
-    }                                                                       \
+#define TITAN_CHECK_VALUE(cond, ...)                        \
+  do {                                                      \
+    if (C10_UNLIKELY_OR_CONST(!(cond))) {                   \
+      TORCH_CHECK_VALUE(false, ::fmt::format(__VA_ARGS__)); \
+    }                                                       \
   } while (0)
 
 // Not built / not supported here: throws c10::NotImplementedError.
-#define TITAN_CHECK_NOT_IMPLEMENTED(cond, ...)                              \
-  do {                                                                      \
-    if (C10_UNLIKELY_OR_CONST(!(cond))) {                                   \
-      TORCH_CHECK_NOT_IMPLEMENTED(false, ::fmt::format(__VA_ARGS__));       \
-    }                                                                       \
+#define TITAN_CHECK_NOT_IMPLEMENTED(cond, ...)                        \
+  do {                                                                \
+    if (C10_UNLIKELY_OR_CONST(!(cond))) {                             \
+      TORCH_CHECK_NOT_IMPLEMENTED(false, ::fmt::format(__VA_ARGS__)); \
+    }                                                                 \
   } while (0)

@@ -44,8 +44,8 @@ struct CorpusSpec {
   std::string text_field = "text";  ///< jsonl only
   /// text only: each run of non-blank lines is a document (true), or each file is one (false).
   bool split_blank_lines = true;
-  std::string messages_field = "messages";       ///< chat only: the key holding the message list
-  ChatTemplate chat_template = {};               ///< chat only
+  std::string messages_field = "messages";         ///< chat only: the key holding the message list
+  ChatTemplate chat_template = {};                 ///< chat only
   OnBadRecord on_bad_record = OnBadRecord::error;  ///< streaming sources only (source.hpp)
 };
 

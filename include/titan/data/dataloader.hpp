@@ -30,18 +30,18 @@ struct WeightedSource {
 };
 
 struct DataLoaderOptions {
-  int64_t local_batch_size = 8;  ///< windows per microbatch on this rank (training.local_batch_size)
-  int64_t seq_len = 2048;        ///< tokens per window row (training.seq_len)
-  int64_t dp_rank = 0;           ///< this rank's index on the data-parallel axes (dp_replicate x dp_shard)
-  int64_t dp_degree = 1;         ///< number of data-parallel ranks
-  int64_t grad_accum_steps = 1;  ///< microbatches per rank per global batch
+  int64_t local_batch_size = 8;       ///< windows per microbatch on this rank (training.local_batch_size)
+  int64_t seq_len = 2048;             ///< tokens per window row (training.seq_len)
+  int64_t dp_rank = 0;                ///< this rank's index on the data-parallel axes (dp_replicate x dp_shard)
+  int64_t dp_degree = 1;              ///< number of data-parallel ranks
+  int64_t grad_accum_steps = 1;       ///< microbatches per rank per global batch
   Packing packing = Packing::concat;  ///< see titan::Packing (core/choices.hpp)
-  int64_t num_workers = 0;       ///< tokenizer threads; 0 = tokenize inside next() on the calling thread
-  int64_t prefetch = 2;          ///< global batches prepared ahead when num_workers > 0
-  bool loop = true;              ///< re-read the sources forever (training); false = one pass (validation)
-  uint64_t seed = 0;             ///< mixture RNG seed (part of the stream's identity)
-  bool add_bos = true;           ///< BOS before each document (torchtitan)
-  bool add_eos = true;           ///< EOS after each document (torchtitan)
+  int64_t num_workers = 0;            ///< tokenizer threads; 0 = tokenize inside next() on the calling thread
+  int64_t prefetch = 2;               ///< global batches prepared ahead when num_workers > 0
+  bool loop = true;                   ///< re-read the sources forever (training); false = one pass (validation)
+  uint64_t seed = 0;                  ///< mixture RNG seed (part of the stream's identity)
+  bool add_bos = true;                ///< BOS before each document (torchtitan)
+  bool add_eos = true;                ///< EOS after each document (torchtitan)
 };
 
 struct Batch {
@@ -59,7 +59,8 @@ class DataLoader {
  public:
   DataLoader(std::vector<WeightedSource> sources, std::shared_ptr<const Tokenizer> tokenizer, DataLoaderOptions config);
   /// One indexed corpus (tests, in-memory documents).
-  DataLoader(std::shared_ptr<const Corpus> corpus, std::shared_ptr<const Tokenizer> tokenizer, DataLoaderOptions config);
+  DataLoader(std::shared_ptr<const Corpus> corpus, std::shared_ptr<const Tokenizer> tokenizer,
+             DataLoaderOptions config);
   ~DataLoader();
   DataLoader(DataLoader&&) noexcept;
   DataLoader& operator=(DataLoader&&) noexcept;

@@ -19,13 +19,13 @@ namespace titan::data {
 std::shared_ptr<Tokenizer> load_sentencepiece(const std::filesystem::path& model_file);
 
 struct SentencePieceTrainerConfig {
-  int64_t vocab_size = 8000;           ///< pieces, special ones included
-  std::string model_type = "bpe";      ///< bpe, unigram, char or word
-  double character_coverage = 1.0;     ///< share of characters covered by pieces (0.9995 for CJK-heavy text)
-  bool byte_fallback = true;           ///< unknown characters become <0xNN> byte pieces instead of <unk>
-  int64_t input_sentence_size = 0;     ///< lines sampled for training (0 = all)
+  int64_t vocab_size = 8000;              ///< pieces, special ones included
+  std::string model_type = "bpe";         ///< bpe, unigram, char or word
+  double character_coverage = 1.0;        ///< share of characters covered by pieces (0.9995 for CJK-heavy text)
+  bool byte_fallback = true;              ///< unknown characters become <0xNN> byte pieces instead of <unk>
+  int64_t input_sentence_size = 0;        ///< lines sampled for training (0 = all)
   int64_t max_sentence_length = 1 << 16;  ///< longer lines are skipped by the trainer (bytes)
-  int64_t num_threads = 1;             ///< trainer threads
+  int64_t num_threads = 1;                ///< trainer threads
 };
 
 /// Trains on the lines of `inputs` and writes `<model_prefix>.model` and `<model_prefix>.vocab`;

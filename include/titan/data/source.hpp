@@ -35,8 +35,8 @@ struct Record {
 
 /// A piece of a decoded document and whether its tokens are trained on (chat prompts are not).
 struct Segment {
-  std::string text{};      ///< UTF-8
-  bool trainable = true;   ///< false: the tokens get label -100
+  std::string text{};     ///< UTF-8
+  bool trainable = true;  ///< false: the tokens get label -100
 };
 
 class Source {

@@ -22,8 +22,7 @@ class Tokenizer {
 
   /// Token ids of `text`. BOS/EOS are added when asked for, or when the tokenizer's own
   /// post-processor adds them (as HF `encode` does), but never twice (torchtitan's rule).
-  virtual std::vector<int32_t> encode(std::string_view text, bool add_bos = false,
-                                      bool add_eos = false) const = 0;
+  virtual std::vector<int32_t> encode(std::string_view text, bool add_bos = false, bool add_eos = false) const = 0;
 
   /// The text of `ids`. Ids with no token are skipped and invalid UTF-8 becomes U+FFFD (as HF
   /// decode does); special tokens are kept unless `skip_special_tokens`.

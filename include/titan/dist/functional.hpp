@@ -48,9 +48,9 @@ class PendingCollective {
   friend PendingCollective reduce_scatter_start(const at::Tensor&, const ProcessGroup&, int64_t);
   static PendingCollective start(bool gather, const at::Tensor& x, const ProcessGroup& group, int64_t dim);
   bool gather = true;
-  at::Tensor input{};     // what the caller passed (the autograd edge)
-  at::Tensor buffer{};    // the collective's output, rank-major for a gather
-  at::Tensor source{};    // the collective's input buffer, alive while it runs
+  at::Tensor input{};   // what the caller passed (the autograd edge)
+  at::Tensor buffer{};  // the collective's output, rank-major for a gather
+  at::Tensor source{};  // the collective's input buffer, alive while it runs
   Work work{};
   ProcessGroup group = ProcessGroup::single("pending");
   int64_t dim = 0;

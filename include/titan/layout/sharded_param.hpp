@@ -37,13 +37,13 @@ struct Placement {
 /// Where this rank's block of a tensor lies in the whole tensor: the one layout description that
 /// FSDP, TP, the initialiser, clipping and the checkpoint share.
 struct TensorLayout {
-  std::vector<int64_t> global_shape{};                          ///< shape of the whole (unsharded) tensor
+  std::vector<int64_t> global_shape{};  ///< shape of the whole (unsharded) tensor
   /// Non-replicated mesh axes in the order they were applied: the first splits the global tensor,
   /// each later one splits the previous one's local block (TP, then FSDP on the TP shard). Every
   /// split is torch.chunk's: ceil-sized chunks, the last ones short or empty (FSDP pads them).
   std::vector<std::pair<std::string, Placement>> placements{};
-  std::vector<int64_t> offset{};                                ///< where the local region starts in the global tensor
-  std::vector<int64_t> local_shape{};                           ///< the real (unpadded) extent of the local region (a box)
+  std::vector<int64_t> offset{};       ///< where the local region starts in the global tensor
+  std::vector<int64_t> local_shape{};  ///< the real (unpadded) extent of the local region (a box)
 
   /// The layout of a whole, unsharded tensor of `shape`.
   static TensorLayout whole(std::vector<int64_t> shape);

@@ -42,8 +42,8 @@ void reset_peak_memory(const at::Device& device);
 /// One logged step.
 struct StepMetrics {
   int64_t step = 0;
-  double loss = 0;          ///< global average loss (token-mean)
-  double grad_norm = 0;     ///< pre-clip global grad norm
+  double loss = 0;       ///< global average loss (token-mean)
+  double grad_norm = 0;  ///< pre-clip global grad norm
   double lr = 0;
   double tps = 0;           ///< tokens per second per device
   double tflops = 0;        ///< achieved model TFLOP/s per device
@@ -55,17 +55,16 @@ struct StepMetrics {
   MemoryStats memory;
 };
 
-
 /// Accumulates tokens and times between logs and turns them into StepMetrics.
 class MetricsProcessor {
  public:
   struct Options {
-    int64_t flops_per_token = 0;  ///< model FLOPs per token (fwd+bwd)
-    double peak_flops = 0;        ///< device peak FLOP/s for MFU
+    int64_t flops_per_token = 0;         ///< model FLOPs per token (fwd+bwd)
+    double peak_flops = 0;               ///< device peak FLOP/s for MFU
     int64_t non_data_parallel_size = 1;  ///< cp * tp * pp: tps is per device
     at::Device device = at::kCPU;
-    std::filesystem::path jsonl_path{};   ///< empty = no JSONL
-    bool color = log::color();            ///< ANSI colors (default: stdout is a terminal)
+    std::filesystem::path jsonl_path{};  ///< empty = no JSONL
+    bool color = log::color();           ///< ANSI colors (default: stdout is a terminal)
   };
   explicit MetricsProcessor(Options options);
 

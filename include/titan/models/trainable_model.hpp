@@ -25,29 +25,28 @@ class HfAdapter;
 }
 
 template <class M>
-concept TrainableModel =
-    std::derived_from<M, torch::nn::Module> &&
+concept TrainableModel = std::derived_from<M, torch::nn::Module> &&
     requires(M& m, const M& cm, const at::Tensor& tokens, const JobConfig& config, const dist::Mesh& mesh,
              const at::Device& device, int64_t n) {
-      // Builds the model from the job config on `device` (meta: count and plan without memory);
-      // n > 0 overrides the vocab size.
-      { M::build(config, n, device) } -> std::same_as<std::shared_ptr<M>>;
-      // tokens (B, S) int64 -> logits (B, S, V).
-      { cm.forward(tokens) } -> std::same_as<at::Tensor>;
-      // Initialises weights from the current RNG state.
-      { m.init_weights() };
-      // Every trainable tensor once (tied weights once).
-      { cm.unique_parameters() } -> std::same_as<std::vector<at::Tensor>>;
-      // Rows of the embedding: the tokenizer must fit in it.
-      { cm.vocab_size() } -> std::convertible_to<int64_t>;
-      // Parameter count, and training FLOPs per token at sequence length n (for MFU).
-      { cm.num_params() } -> std::convertible_to<int64_t>;
-      { cm.num_flops_per_token(n) } -> std::convertible_to<int64_t>;
-      // How the job parallelizes it on mesh (titan::parallelize applies it). A model that only
-      // trains on one device returns a plan with its data-parallel units (parallel::units_per_child).
-      { cm.parallel_plan(config, mesh) } -> std::same_as<parallel::ParallelPlan>;
-      // Hugging Face import/export (nullptr: the model has no HF twin).
-      { cm.hf_adapter() } -> std::same_as<std::shared_ptr<const checkpoint::HfAdapter>>;
-    };
+  // Builds the model from the job config on `device` (meta: count and plan without memory);
+  // n > 0 overrides the vocab size.
+  { M::build(config, n, device) } -> std::same_as<std::shared_ptr<M>>;
+  // tokens (B, S) int64 -> logits (B, S, V).
+  { cm.forward(tokens) } -> std::same_as<at::Tensor>;
+  // Initialises weights from the current RNG state.
+  {m.init_weights()};
+  // Every trainable tensor once (tied weights once).
+  { cm.unique_parameters() } -> std::same_as<std::vector<at::Tensor>>;
+  // Rows of the embedding: the tokenizer must fit in it.
+  { cm.vocab_size() } -> std::convertible_to<int64_t>;
+  // Parameter count, and training FLOPs per token at sequence length n (for MFU).
+  { cm.num_params() } -> std::convertible_to<int64_t>;
+  { cm.num_flops_per_token(n) } -> std::convertible_to<int64_t>;
+  // How the job parallelizes it on mesh (titan::parallelize applies it). A model that only
+  // trains on one device returns a plan with its data-parallel units (parallel::units_per_child).
+  { cm.parallel_plan(config, mesh) } -> std::same_as<parallel::ParallelPlan>;
+  // Hugging Face import/export (nullptr: the model has no HF twin).
+  { cm.hf_adapter() } -> std::same_as<std::shared_ptr<const checkpoint::HfAdapter>>;
+};
 
 }  // namespace titan

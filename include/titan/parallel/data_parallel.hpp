@@ -87,7 +87,7 @@ class DataParallel {
   /// Frees every gathered unit (e.g. after an evaluation forward, before saving memory).
   void reshard();
 
- /// Machinery (units and their parameters), for parallelize()'s checks.
+  /// Machinery (units and their parameters), for parallelize()'s checks.
   const detail::DataParallelState& state() const;
 
  private:
@@ -107,7 +107,8 @@ void validate_data_parallel(const torch::nn::Module& model, const std::vector<st
 /// the parameters under none. Each parameter keeps its identity (optimizer and layers hold the same
 /// tensor) but its data becomes the local shard: dim 0 split evenly over dp_shard, zero-padded at the
 /// end. parallelize() calls it when the mesh has data parallelism.
-std::unique_ptr<DataParallel> apply_data_parallel(torch::nn::Module& model, const std::vector<std::vector<std::string>>& units,
+std::unique_ptr<DataParallel> apply_data_parallel(torch::nn::Module& model,
+                                                  const std::vector<std::vector<std::string>>& units,
                                                   const dist::Mesh& mesh, const DataParallelOptions& options);
 }  // namespace detail
 

@@ -59,7 +59,7 @@ class [[nodiscard]] Parallelized {
   bool loss_parallel() const;
   /// Sum of per-token cross-entropy over valid labels of the model's logits: on the vocab shards
   /// under loss parallel, plain otherwise.
-  at::Tensor cross_entropy_sum(const at::Tensor& logits,   // (B, S, V) or (B, S, V/tp)
+  at::Tensor cross_entropy_sum(const at::Tensor& logits,         // (B, S, V) or (B, S, V/tp)
                                const at::Tensor& labels) const;  // (B, S) int64, -100 = skip
   /// Throws, naming each, when a parameter under the plan was never read through with_param or a
   /// module the plan named never ran through module_call. Runs by itself at the end of the first

@@ -12,7 +12,6 @@
 #include <string>
 #include <vector>
 
-
 namespace torch::nn {
 class Module;
 }
@@ -57,7 +56,7 @@ class TensorParallel {
   void clear_trace();
   /// Sum of per-token cross-entropy over valid labels of the logits the model returns: computed on
   /// the vocab shards without gathering them under loss parallel, plain otherwise.
-  at::Tensor cross_entropy_sum(const at::Tensor& logits,   // (B, S, V) or (B, S, V/tp)
+  at::Tensor cross_entropy_sum(const at::Tensor& logits,         // (B, S, V) or (B, S, V/tp)
                                const at::Tensor& labels) const;  // (B, S) int64, -100 = skip
 
  private:

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: BSD-3-Clause
 // Trainer<Model>: torchtitan's loop assembled from titan's parts. The template part only builds the
-// model (counted on the meta device, then built on the device and initialised) and hands a type-erased handle to the compiled core.
+// model (counted on the meta device, then built on the device and initialised) and hands a type-erased handle to the
+// compiled core.
 //
 // Example:
 //   auto config = titan::parse_args(argc, argv);
@@ -13,14 +14,14 @@
 #include <filesystem>
 #include <memory>
 #include <string>
-#include <vector>
 #include <utility>
+#include <vector>
 
 #include "titan/checkpoint/seed_checkpoint.hpp"
 #include "titan/core/error.hpp"
 #include "titan/core/log.hpp"
-#include "titan/train/detail/trainer_core.hpp"
 #include "titan/models/trainable_model.hpp"
+#include "titan/train/detail/trainer_core.hpp"
 
 namespace titan {
 
@@ -75,8 +76,8 @@ class Trainer {
     if (c.checkpoint.create_seed_checkpoint) {
       const auto path = std::filesystem::path(c.job.dump_folder) / c.checkpoint.folder / "seed.safetensors";
       checkpoint::save_seed_checkpoint(*model_, core_->mesh(), path);
-      log::info("Seed checkpoint written to {}; start runs from it with --checkpoint.initial_load_path {}", path.string(),
-                path.string());
+      log::info("Seed checkpoint written to {}; start runs from it with --checkpoint.initial_load_path {}",
+                path.string(), path.string());
       return;
     }
     core_->train();

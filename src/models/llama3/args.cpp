@@ -23,18 +23,49 @@ const std::map<std::string, Llama3Args, std::less<>>& flavors() {
   static const std::map<std::string, Llama3Args, std::less<>> table = {
       {"debugmodel", {.dim = 256, .n_layers = 6, .n_heads = 16, .vocab_size = 2048, .rope_theta = 500000}},
       // titan-only: a ~100M model (98.0M parameters) for CPU benchmarks between debugmodel and 1B.
-      {"100M", {.dim = 640, .n_layers = 12, .n_heads = 10, .n_kv_heads = 5, .vocab_size = 32768,
-                .rope_theta = 500000}},
-      {"1B", {.dim = 2048, .n_layers = 16, .n_heads = 32, .n_kv_heads = 8, .multiple_of = 1024,
-              .ffn_dim_multiplier = 1.5, .rope_theta = 500000, .tie_word_embeddings = true}},
-      {"3B", {.dim = 3072, .n_layers = 28, .n_heads = 24, .n_kv_heads = 8, .multiple_of = 1024,
-              .ffn_dim_multiplier = 1.0, .rope_theta = 500000, .tie_word_embeddings = true}},
-      {"8B", {.dim = 4096, .n_layers = 32, .n_heads = 32, .n_kv_heads = 8, .multiple_of = 1024,
-              .ffn_dim_multiplier = 1.3, .rope_theta = 500000}},
-      {"70B", {.dim = 8192, .n_layers = 80, .n_heads = 64, .n_kv_heads = 8, .multiple_of = 4096,
-               .ffn_dim_multiplier = 1.3, .rope_theta = 500000}},
-      {"405B", {.dim = 16384, .n_layers = 126, .n_heads = 128, .n_kv_heads = 8, .multiple_of = 4096,
-                .ffn_dim_multiplier = 1.2, .rope_theta = 500000}},
+      {"100M", {.dim = 640, .n_layers = 12, .n_heads = 10, .n_kv_heads = 5, .vocab_size = 32768, .rope_theta = 500000}},
+      {"1B",
+       {.dim = 2048,
+        .n_layers = 16,
+        .n_heads = 32,
+        .n_kv_heads = 8,
+        .multiple_of = 1024,
+        .ffn_dim_multiplier = 1.5,
+        .rope_theta = 500000,
+        .tie_word_embeddings = true}},
+      {"3B",
+       {.dim = 3072,
+        .n_layers = 28,
+        .n_heads = 24,
+        .n_kv_heads = 8,
+        .multiple_of = 1024,
+        .ffn_dim_multiplier = 1.0,
+        .rope_theta = 500000,
+        .tie_word_embeddings = true}},
+      {"8B",
+       {.dim = 4096,
+        .n_layers = 32,
+        .n_heads = 32,
+        .n_kv_heads = 8,
+        .multiple_of = 1024,
+        .ffn_dim_multiplier = 1.3,
+        .rope_theta = 500000}},
+      {"70B",
+       {.dim = 8192,
+        .n_layers = 80,
+        .n_heads = 64,
+        .n_kv_heads = 8,
+        .multiple_of = 4096,
+        .ffn_dim_multiplier = 1.3,
+        .rope_theta = 500000}},
+      {"405B",
+       {.dim = 16384,
+        .n_layers = 126,
+        .n_heads = 128,
+        .n_kv_heads = 8,
+        .multiple_of = 4096,
+        .ffn_dim_multiplier = 1.2,
+        .rope_theta = 500000}},
   };
   return table;
 }
@@ -49,9 +80,9 @@ std::vector<std::string> flavor_names() {
 Llama3Args flavor(std::string_view name) {
   const auto it = flavors().find(name);
   if (it == flavors().end()) {
-    throw ConfigError("model.flavor",
-                      fmt::format("[titan::llama3] expected model.flavor to be one of {}, got '{}'. "
-                                  "Pick one of these flavors.", flavor_names(), name));
+    throw ConfigError("model.flavor", fmt::format("[titan::llama3] expected model.flavor to be one of {}, got '{}'. "
+                                                  "Pick one of these flavors.",
+                                                  flavor_names(), name));
   }
   return it->second;
 }

@@ -10,7 +10,8 @@ namespace titan::llama3 {
 std::shared_ptr<Llama3> Llama3::build(const JobConfig& config, int64_t vocab_size, const at::Device& device) {
   if (config.model.name != "llama3") {
     throw ConfigError("model.name", fmt::format("[titan::llama3] expected model.name = 'llama3', got '{}'. "
-                                                "This build knows the llama3 model.", config.model.name));
+                                                "This build knows the llama3 model.",
+                                                config.model.name));
   }
   Llama3Args args = flavor(config.model.flavor);
   if (vocab_size > 0) args.vocab_size = vocab_size;

@@ -75,7 +75,9 @@ class Llama3HfAdapter final : public checkpoint::HfAdapter {
         {"hidden_act", "silu"},
         {"attention_bias", false},
         {"mlp_bias", false},
-        {"torch_dtype", dtype == at::kBFloat16 ? "bfloat16" : dtype == at::kHalf ? "float16" : "float32"},
+        {"torch_dtype", dtype == at::kBFloat16 ? "bfloat16"
+                        : dtype == at::kHalf   ? "float16"
+                                               : "float32"},
     };
     if (args_.rope_scaling) {
       c["rope_scaling"] = {{"rope_type", "llama3"},
@@ -118,12 +120,14 @@ Llama3Args args_from_hf_config(const nlohmann::json& c) {
   a.tie_word_embeddings = c.value("tie_word_embeddings", false);
   // transformers 5 writes rope_parameters (theta inside); 4.x rope_theta + rope_scaling.
   const nlohmann::json rope = c.contains("rope_parameters") && c["rope_parameters"].is_object() ? c["rope_parameters"]
-                              : c.contains("rope_scaling") && c["rope_scaling"].is_object() ? c["rope_scaling"]
-                                                                                              : nlohmann::json::object();
+                              : c.contains("rope_scaling") && c["rope_scaling"].is_object()     ? c["rope_scaling"]
+                                                                                            : nlohmann::json::object();
   a.rope_theta = rope.value("rope_theta", c.value("rope_theta", 10000.0));
   const std::string rope_type = rope.value("rope_type", rope.value("type", std::string("default")));
-  TITAN_CHECK_VALUE(rope_type == "default" || rope_type == "llama3", "[titan::llama3::args_from_hf_config] expected "
-                    "rope_type default or llama3, got '{}'.", rope_type);
+  TITAN_CHECK_VALUE(rope_type == "default" || rope_type == "llama3",
+                    "[titan::llama3::args_from_hf_config] expected "
+                    "rope_type default or llama3, got '{}'.",
+                    rope_type);
   a.rope_scaling = rope_type == "llama3";
   // HF states intermediate_size outright: titan expresses it as multiple_of 1 and a multiplier,
   // half a unit high so the int() truncation in ffn_hidden_dim lands on it.
@@ -131,10 +135,14 @@ Llama3Args args_from_hf_config(const nlohmann::json& c) {
   const int64_t base = 2 * (4 * a.dim) / 3;
   a.multiple_of = 1;
   a.ffn_dim_multiplier = (static_cast<double>(hidden) + 0.5) / static_cast<double>(base);
-  TITAN_CHECK_VALUE(a.ffn_hidden_dim() == hidden, "[titan::llama3::args_from_hf_config] expected an intermediate_size "
-                    "titan can express, got {} (dim {}).", hidden, a.dim);
-  TITAN_CHECK_VALUE(c.value("head_dim", a.head_dim()) == a.head_dim(), "[titan::llama3::args_from_hf_config] expected "
-                    "head_dim = hidden_size / num_attention_heads = {}, got {}.", a.head_dim(), c.value("head_dim", 0));
+  TITAN_CHECK_VALUE(a.ffn_hidden_dim() == hidden,
+                    "[titan::llama3::args_from_hf_config] expected an intermediate_size "
+                    "titan can express, got {} (dim {}).",
+                    hidden, a.dim);
+  TITAN_CHECK_VALUE(c.value("head_dim", a.head_dim()) == a.head_dim(),
+                    "[titan::llama3::args_from_hf_config] expected "
+                    "head_dim = hidden_size / num_attention_heads = {}, got {}.",
+                    a.head_dim(), c.value("head_dim", 0));
   return a;
 }
 

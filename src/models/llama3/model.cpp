@@ -7,8 +7,8 @@
 #include <unordered_set>
 
 #include "titan/core/error.hpp"
-#include "titan/nn/init.hpp"
 #include "titan/layout/sharded_param.hpp"
+#include "titan/nn/init.hpp"
 
 namespace titan::llama3 {
 
@@ -17,11 +17,11 @@ TransformerBlock::TransformerBlock(int64_t layer_id_, const Llama3Args& args, co
       init_std(args.depth_init ? 0.02 / std::sqrt(2.0 * static_cast<double>(layer_id_ + 1))
                                : 0.02 / std::sqrt(2.0 * static_cast<double>(args.n_layers))) {
   attention_norm = register_module("attention_norm", std::make_shared<nn::RMSNorm>(args.dim, args.norm_eps, options));
-  attention = register_module("attention",
-                              std::make_shared<nn::Attention>(args.dim, args.n_heads, args.kv_heads(), options));
+  attention =
+      register_module("attention", std::make_shared<nn::Attention>(args.dim, args.n_heads, args.kv_heads(), options));
   ffn_norm = register_module("ffn_norm", std::make_shared<nn::RMSNorm>(args.dim, args.norm_eps, options));
-  feed_forward = register_module("feed_forward",
-                                 std::make_shared<nn::FeedForward>(args.dim, args.ffn_hidden_dim(), options));
+  feed_forward =
+      register_module("feed_forward", std::make_shared<nn::FeedForward>(args.dim, args.ffn_hidden_dim(), options));
 }
 
 at::Tensor TransformerBlock::forward(const at::Tensor& x, const nn::RopeTables& rope) const {
@@ -40,11 +40,14 @@ Llama3::Llama3(const Llama3Args& args, int64_t seq_len, const at::TensorOptions&
     : args_(args), seq_len_(seq_len) {
   TITAN_CHECK_VALUE(seq_len > 0 && seq_len <= args.max_seq_len,
                     "[titan::llama3] expected training.seq_len in [1, {}] (the model's max_seq_len), got {}. "
-                    "Lower training.seq_len.", args.max_seq_len, seq_len);
-  tok_embeddings = register_module("tok_embeddings", std::make_shared<nn::Embedding>(args.vocab_size, args.dim, options));
+                    "Lower training.seq_len.",
+                    args.max_seq_len, seq_len);
+  tok_embeddings =
+      register_module("tok_embeddings", std::make_shared<nn::Embedding>(args.vocab_size, args.dim, options));
   auto container = register_module("layers", std::make_shared<torch::nn::Module>());
   for (int64_t i = 0; i < args.n_layers; ++i) {
-    layers.push_back(container->register_module(std::to_string(i), std::make_shared<TransformerBlock>(i, args, options)));
+    layers.push_back(
+        container->register_module(std::to_string(i), std::make_shared<TransformerBlock>(i, args, options)));
   }
   norm = register_module("norm", std::make_shared<nn::RMSNorm>(args.dim, args.norm_eps, options));
   if (!args.tie_word_embeddings) {
@@ -52,8 +55,10 @@ Llama3::Llama3(const Llama3Args& args, int64_t seq_len, const at::TensorOptions&
   }
   if (options.device().type() != at::kMeta) {
     // RoPE tables are derived, not parameters: rebuilt on the model's device, never checkpointed.
-    rope_ = nn::make_rope_tables({.head_dim = args.head_dim(), .max_positions = seq_len,
-                                  .theta = args.rope_theta, .llama3_scaling = args.rope_scaling},
+    rope_ = nn::make_rope_tables({.head_dim = args.head_dim(),
+                                  .max_positions = seq_len,
+                                  .theta = args.rope_theta,
+                                  .llama3_scaling = args.rope_scaling},
                                  options.device());
   }
 }
@@ -61,13 +66,15 @@ Llama3::Llama3(const Llama3Args& args, int64_t seq_len, const at::TensorOptions&
 at::Tensor Llama3::forward(const at::Tensor& tokens) const {
   TITAN_CHECK_VALUE(tokens.dim() == 2 && tokens.size(1) <= seq_len_,
                     "[titan::llama3] expected tokens of shape (B, S<={}), got {}.", seq_len_, c10::str(tokens.sizes()));
-  TITAN_CHECK(rope_.freqs_cis.defined(), "[titan::llama3] expected a model on a real device, got one on meta. "
+  TITAN_CHECK(rope_.freqs_cis.defined(),
+              "[titan::llama3] expected a model on a real device, got one on meta. "
               "Build it with a device (Llama3::build(config, 0, device)) and call init_weights().");
   at::Tensor h = tok_embeddings->forward(tokens);  // (B, S, D)
   for (const auto& layer : layers) h = layer->forward(h, rope_);
-  h = norm->forward(h);                             // (B, S, D)
+  h = norm->forward(h);                   // (B, S, D)
   if (output) return output->forward(h);  // (B, S, V), or (B, S, V/tp) under loss parallel
-  return parallel::with_param(tok_embeddings->weight, [&](const at::Tensor& w) { return at::linear(h, w); });  // (B, S, V)
+  return parallel::with_param(tok_embeddings->weight,
+                              [&](const at::Tensor& w) { return at::linear(h, w); });  // (B, S, V)
 }
 
 void Llama3::init_weights() {

@@ -33,7 +33,8 @@ parallel::TensorParallelPlan tensor_parallel_plan(const Llama3& model, int64_t d
                     "[titan::llama3::tensor_parallel_plan] expected n_heads ({}) and n_kv_heads ({}) divisible by the "
                     "tensor-parallel degree {} (path layers.*.attention). Choose a degree that divides both.",
                     args.n_heads, args.kv_heads(), degree);
-  TITAN_CHECK_NOT_IMPLEMENTED(model.output != nullptr, "[titan::llama3::tensor_parallel_plan] expected an untied output "
+  TITAN_CHECK_NOT_IMPLEMENTED(model.output != nullptr,
+                              "[titan::llama3::tensor_parallel_plan] expected an untied output "
                               "layer, got tie_word_embeddings = true. Tied embeddings under TP are not supported yet.");
   const bool sp = options.sequence_parallel;
   // Between blocks activations are sequence-sharded (SP) or replicated; inside attention and the
@@ -44,18 +45,21 @@ parallel::TensorParallelPlan tensor_parallel_plan(const Llama3& model, int64_t d
   for (size_t i = 0; i < model.layers.size(); ++i) {
     const std::string block = "layers." + std::to_string(i);
     if (sp) plan.add(block + ".attention_norm", SequenceParallel{});
-    plan.add(block + ".attention", PrepareModuleInput{.input_layout = between, .desired_input_layout = Placement::replicate()});
+    plan.add(block + ".attention",
+             PrepareModuleInput{.input_layout = between, .desired_input_layout = Placement::replicate()});
     for (const char* w : {".attention.wq", ".attention.wk", ".attention.wv"}) plan.add(block + w, ColwiseParallel{});
     plan.add(block + ".attention.wo", RowwiseParallel{.output_layout = between});
     if (sp) plan.add(block + ".ffn_norm", SequenceParallel{});
-    plan.add(block + ".feed_forward", PrepareModuleInput{.input_layout = between, .desired_input_layout = Placement::replicate()});
+    plan.add(block + ".feed_forward",
+             PrepareModuleInput{.input_layout = between, .desired_input_layout = Placement::replicate()});
     for (const char* w : {".feed_forward.w1", ".feed_forward.w3"}) plan.add(block + w, ColwiseParallel{});
     plan.add(block + ".feed_forward.w2", RowwiseParallel{.output_layout = between});
   }
   if (sp) plan.add("norm", SequenceParallel{});
-  plan.add("output", ColwiseParallel{.input_layout = between,
-                                     .output_layout = options.loss_parallel ? Placement::shard(-1) : Placement::replicate(),
-                                     .loss_parallel = options.loss_parallel});
+  plan.add("output",
+           ColwiseParallel{.input_layout = between,
+                           .output_layout = options.loss_parallel ? Placement::shard(-1) : Placement::replicate(),
+                           .loss_parallel = options.loss_parallel});
   return plan;
 }
 

@@ -45,13 +45,13 @@ class Validator;
 
 /// What the core needs of a model, type-erased.
 struct ModelHandle {
-  std::string description{};                               ///< e.g. "llama3 debugmodel"
-  std::function<at::Tensor(const at::Tensor&)> forward{};  ///< tokens (B, S) -> logits (B, S, V)
-  std::vector<at::Tensor> parameters{};                    ///< trainable tensors, each once
-  std::vector<std::string> parameter_names{};              ///< FQN of each of parameters (checkpoint keys)
+  std::string description{};                                  ///< e.g. "llama3 debugmodel"
+  std::function<at::Tensor(const at::Tensor&)> forward{};     ///< tokens (B, S) -> logits (B, S, V)
+  std::vector<at::Tensor> parameters{};                       ///< trainable tensors, each once
+  std::vector<std::string> parameter_names{};                 ///< FQN of each of parameters (checkpoint keys)
   std::shared_ptr<const checkpoint::HfAdapter> hf_adapter{};  ///< HF import/export; null = none
   int64_t num_params = 0;
-  int64_t flops_per_token = 0;                             ///< at training.seq_len
+  int64_t flops_per_token = 0;  ///< at training.seq_len
 };
 
 class TrainerCore {
@@ -107,7 +107,7 @@ class TrainerCore {
   int64_t seed_ = 0;
   std::unique_ptr<dist::Mesh> mesh_;
   std::unique_ptr<Parallelized> parallel_;  // the model's parallel state (one device: nothing applied)
-  LossFn loss_;  // empty: cross_entropy_sum
+  LossFn loss_;                             // empty: cross_entropy_sum
   int64_t dp_degree_ = 1;
   int64_t dp_rank_ = 0;
   int64_t grad_accum_steps_ = 1;
