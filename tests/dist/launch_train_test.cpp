@@ -1,8 +1,11 @@
 // SPDX-License-Identifier: BSD-3-Clause
 // The bundled trainer as real processes: 4 FSDP ranks and FSDP 2 x TP 2 under titan-run reproduce
-// one process's losses (same global batch of 8), DDP trains under pip torch's torchrun, and a layout that does not
-// match WORLD_SIZE stops with the factors named.
+// one process's losses (same global batch of 8), so do the custom_loop (FSDP 2) and tp_custom_model (TP 2)
+// examples, DDP trains under pip torch's torchrun, and a layout that does not match
+// WORLD_SIZE stops with the factors named.
 #include <nlohmann/json.hpp>
+
+#include <regex>
 
 #include "dist/launch_test_util.hpp"
 
@@ -107,6 +110,63 @@ TEST_CASE("examples/tp_custom_model: TP 2 processes reproduce one process's loss
   CHECK(expected.back() < expected.front() - 1.0);  // it learns
   // Printed with 6 decimals; reordered fp32 sums agree to ~1e-6 relative.
   for (size_t i = 0; i < got.size(); ++i) CHECK(got[i] == Approx(expected[i]).epsilon(1e-5).margin(2e-6));
+}
+
+namespace {
+
+// The losses of the "step:   N  loss:  X.XXXXX" metric lines that rank 0 (or a lone process) printed, in step order.
+std::vector<double> metric_losses(const std::string& output) {
+  static const std::regex line_re(R"(^(?:\[rank (\d+)\] )?.*step:\s+(\d+)\s+loss:\s+(\S+))");
+  std::vector<double> out;
+  std::istringstream in(output);
+  for (std::string line; std::getline(in, line);) {
+    std::smatch m;
+    if (!std::regex_search(line, m, line_re) || (m[1].matched && m[1].str() != "0")) continue;
+    CHECK(std::stol(m[2].str()) == static_cast<long>(out.size()) + 1);
+    out.push_back(std::stod(m[3].str()));
+  }
+  return out;
+}
+
+// examples/custom_loop on the debug model: 3 steps of 64 tokens, `local_batch` sequences per rank.
+std::vector<std::string> custom_loop_args(const std::string& dump, const std::string& local_batch) {
+  return {(titan::test::binary_dir() / "bin" / "custom_loop").string(),
+          "--job.config_file",
+          (titan::test::source_dir() / "configs" / "llama3_debugmodel_cpu.toml").string(),
+          "--training.steps",
+          "3",
+          "--training.seq_len",
+          "64",
+          "--training.local_batch_size",
+          local_batch,
+          "--metrics.log_freq",
+          "1",
+          "--debug.seed",
+          "42",
+          "--job.dump_folder",
+          dump};
+}
+
+}  // namespace
+
+TEST_CASE("examples/custom_loop: 2 FSDP processes reproduce one process's losses", "[dist][launch][train][example]") {
+  TempDir one, two;
+  // The metric lines are info logs: the test environment's TITAN_LOG_LEVEL=warn would hide them.
+  Subprocess single(custom_loop_args(one.path.string(), "4"),
+                    {{"RANK", std::nullopt}, {"WORLD_SIZE", std::nullopt}, {"TITAN_LOG_LEVEL", "info"}});
+  require_exit(single, 0, 600);
+  Subprocess fsdp(
+      concat({titan::test::titan_run_path(), "--nproc-per-node", "2", "--"}, custom_loop_args(two.path.string(), "2")),
+      {{"TITAN_LOG_LEVEL", "info"}});
+  require_exit(fsdp, 0, 600);
+  const auto expected = metric_losses(single.output()), got = metric_losses(fsdp.output());
+  INFO(single.output() << "\n" << fsdp.output());
+  REQUIRE(expected.size() == 3);
+  REQUIRE(got.size() == 3);
+  // The same 4 sequences per step (2 per rank), the loss summed over both ranks' slices and divided by the global
+  // valid token count: reordered fp32 sums agree to ~1e-6. The line prints 5 decimals, so the comparison is at
+  // that precision: rounding adds at most 1e-5 absolute, about 1e-6 relative at these losses (~8).
+  for (size_t i = 0; i < got.size(); ++i) CHECK(got[i] == Approx(expected[i]).epsilon(1e-5));
 }
 
 TEST_CASE("torchrun: 2 DDP processes train", "[dist][torchrun][train]") {
