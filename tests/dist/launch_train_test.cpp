@@ -17,9 +17,11 @@ namespace {
 
 std::string trainer_path() { return (titan::test::binary_dir() / "bin" / "train_llama3").string(); }
 
-// A few quick steps of the debug model on the default corpus.
-std::vector<std::string> trainer_args(const std::string& dump, const std::string& local_batch) {
-  return {trainer_path(),
+// A few quick steps of the debug model on the default corpus: 3 steps of 64 tokens, `local_batch`
+// sequences per rank, a metric line every step, run by `program` (the trainer or an example).
+std::vector<std::string> debug_job_args(const std::string& program, const std::string& dump,
+                                        const std::string& local_batch) {
+  return {program,
           "--job.config_file",
           (titan::test::source_dir() / "configs" / "llama3_debugmodel_cpu.toml").string(),
           "--training.steps",
@@ -32,6 +34,10 @@ std::vector<std::string> trainer_args(const std::string& dump, const std::string
           dump,
           "--metrics.log_freq",
           "1"};
+}
+
+std::vector<std::string> trainer_args(const std::string& dump, const std::string& local_batch) {
+  return debug_job_args(trainer_path(), dump, local_batch);
 }
 
 std::vector<double> losses(const titan::test::fs::path& dump) {
@@ -128,23 +134,11 @@ std::vector<double> metric_losses(const std::string& output) {
   return out;
 }
 
-// examples/custom_loop on the debug model: 3 steps of 64 tokens, `local_batch` sequences per rank.
+// examples/custom_loop on the same debug job (its seed from debug.seed).
 std::vector<std::string> custom_loop_args(const std::string& dump, const std::string& local_batch) {
-  return {(titan::test::binary_dir() / "bin" / "custom_loop").string(),
-          "--job.config_file",
-          (titan::test::source_dir() / "configs" / "llama3_debugmodel_cpu.toml").string(),
-          "--training.steps",
-          "3",
-          "--training.seq_len",
-          "64",
-          "--training.local_batch_size",
-          local_batch,
-          "--metrics.log_freq",
-          "1",
-          "--debug.seed",
-          "42",
-          "--job.dump_folder",
-          dump};
+  auto args = debug_job_args((titan::test::binary_dir() / "bin" / "custom_loop").string(), dump, local_batch);
+  args.insert(args.end(), {"--debug.seed", "42"});
+  return args;
 }
 
 }  // namespace
