@@ -147,21 +147,19 @@ struct Checker {
         const auto before = [&](const PipelineAction& x) {
           return at.has(x) && at.step(x) < step && rank_of(x.stage) == rank;
         };
+        // Throws: none of `options` runs before this step on this rank.
         const auto missing = [&](const std::vector<PipelineAction>& options, std::string_view what) {
           std::vector<std::string> names;
           for (const PipelineAction& x : options) names.push_back(format_as(x));
           std::string got = "none before it";
+          std::string fix = fmt::format("Add {} before step {}", names.back(), step);
           for (const PipelineAction& x : options) {
-            if (at.has(x) && rank_of(x.stage) == rank)
-              got = fmt::format("{} only at step {}, after it", format_as(x), at.step(x));
+            if (!at.has(x) || rank_of(x.stage) != rank) continue;
+            got = fmt::format("{} only at step {}, after it", format_as(x), at.step(x));
+            fix = fmt::format("Move {} after {}", format_as(a), format_as(x));
           }
-          TITAN_CHECK_VALUE(false,
-                            "{} rank {} step {} ({}): expected {} earlier on rank {} ({}), got {}. Move {} after "
-                            "it{}.",
-                            where, rank, step, format_as(a), what, rank, fmt::join(names, " or "), got, format_as(a),
-                            options.back().op == Op::kRecvForward || options.back().op == Op::kRecvBackward
-                                ? fmt::format(" or put {} before step {}", format_as(options.back()), step)
-                                : "");
+          TITAN_CHECK_VALUE(false, "{} rank {} step {} ({}): expected {} earlier on rank {} ({}), got {}. {}.", where,
+                            rank, step, format_as(a), what, rank, fmt::join(names, " or "), got, fix);
         };
         const int64_t s = a.stage;
         const int64_t mb = a.microbatch;

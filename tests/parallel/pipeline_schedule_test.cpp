@@ -248,13 +248,19 @@ TEST_CASE("bad CSV programs are rejected naming rank, step and action", "[parall
   SECTION("use before arrival: a receive after the compute that needs it") {
     const std::string e = validation_error(dir, {"0F0,0SEND_F0,0RECV_B0,0B0", "1F0,1RECV_F0,1B0,1SEND_B0"}, 1);
     CHECK_THAT(e, Contains("rank 1 step 0 (1F0): expected its input to have arrived earlier on rank 1 (1RECV_F0), "
-                           "got 1RECV_F0 only at step 1, after it"));
+                           "got 1RECV_F0 only at step 1, after it. Move 1F0 after 1RECV_F0."));
+  }
+  SECTION("a weight half before its input half") {
+    const std::string e = validation_error(dir, {"0F0,0B0", "1F0,1W0,1I0"}, 1);
+    CHECK_THAT(e, Contains("rank 1 step 2 (1W0): expected its input-gradient half earlier on rank 1 (1I0), got 1I0 "
+                           "only at step 3, after it. Move 1W0 after 1I0."));
   }
   SECTION("use before the local input exists") {
     // Stages 1 and 2 share rank 1 in a V; 2F0 runs before 1F0.
     const std::string e = validation_error(dir, {"0F0,3F0,3B0,0B0", "2F0,1F0,1B0,2B0"}, 1);
     CHECK_THAT(e, Contains("rank 1 step"));
-    CHECK_THAT(e, Contains("(2F0): expected its input earlier on rank 1 (1F0), got 1F0 only at step"));
+    CHECK_THAT(e, Contains("(2F0): expected its input earlier on rank 1 (1F0), got 1F0 only at step 3, after it. Move "
+                           "2F0 after 1F0."));
   }
   SECTION("a send without its receive") {
     const std::string e = validation_error(dir, {"0F0,0SEND_F0,0RECV_B0,0B0", "1RECV_F0,1F0,1B0,1SEND_B0,1SEND_F0"}, 1);
