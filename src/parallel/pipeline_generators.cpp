@@ -150,18 +150,16 @@ RankOrders zbv_order(int64_t pp, int64_t microbatches) {
       f_up();
       iw(up);
     }
-    // Cool-down: the remaining I's first (they unblock the other ranks), W's fill the gaps.
-    std::deque<PipelineAction> weights;
+    // Cool-down: the remaining I's first (they unblock the other ranks); the W's they leave behind
+    // fill the gaps, oldest first.
+    std::deque<PipelineAction> down_weights, up_weights;
     const auto input_only = [&](int64_t stage) {
       order.push_back(c.next(stage, Op::kBackwardInput));
-      weights.push_back({.op = Op::kBackwardWeight, .stage = stage, .microbatch = order.back().microbatch});
+      (stage == down ? down_weights : up_weights).push_back(c.next(stage, Op::kBackwardWeight));
     };
     for (int64_t k = 0; k < rank; ++k) input_only(down), input_only(up);
-    std::deque<PipelineAction> down_weights, up_weights;
-    for (const PipelineAction& w : weights) (w.stage == down ? down_weights : up_weights).push_back(w);
     for (int64_t k = 0; k < pp - rank; ++k) {
-      order.push_back(c.next(down, Op::kBackwardInput));
-      down_weights.push_back({.op = Op::kBackwardWeight, .stage = down, .microbatch = order.back().microbatch});
+      input_only(down);
       order.push_back(down_weights.front());
       down_weights.pop_front();
     }

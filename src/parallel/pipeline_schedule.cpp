@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <array>
 #include <charconv>
+#include <optional>
 
 #include "pipeline_internal.hpp"
 #include "titan/core/error.hpp"
