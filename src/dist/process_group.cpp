@@ -54,6 +54,14 @@ void check_contiguous(const at::Tensor& t, const char* what, const std::string& 
                     what, group, c10::str(t.strides()));
 }
 
+// Point-to-point needs another member: a group of one has nobody to talk to.
+void check_peer(int64_t peer, const char* what, int64_t rank, int64_t size, const std::string& group) {
+  TITAN_CHECK_VALUE(peer >= 0 && peer < size && peer != rank,
+                    "[titan::dist::ProcessGroup] expected to {} another rank of group '{}' (size {}), got rank {} "
+                    "from rank {}. Check the stage placement.",
+                    what, group, size, peer, rank);
+}
+
 Work wrap(const std::shared_ptr<detail::GroupImpl>& g, c10::intrusive_ptr<c10d::Work> work) {
   return Work(std::make_shared<detail::WorkImpl>(detail::WorkImpl{std::move(work), g}));
 }
@@ -209,6 +217,23 @@ Work ProcessGroup::broadcast(at::Tensor& tensor, int64_t root) const {
   c10d::BroadcastOptions options;
   options.rootRank = root;
   return wrap(impl_, impl_->backend->broadcast(tensors, options));
+}
+
+Work ProcessGroup::send(const at::Tensor& tensor, int64_t dst, int64_t tag) const {
+  check_peer(dst, "send to", impl_->rank, impl_->size, impl_->name);
+  check_contiguous(tensor, "send", impl_->name);
+  impl_->other_bytes += nbytes(tensor);
+  ++impl_->calls;
+  std::vector<at::Tensor> tensors{tensor};
+  return wrap(impl_, impl_->backend->send(tensors, static_cast<int>(dst), static_cast<int>(tag)));
+}
+
+Work ProcessGroup::recv(at::Tensor& tensor, int64_t src, int64_t tag) const {
+  check_peer(src, "receive from", impl_->rank, impl_->size, impl_->name);
+  check_contiguous(tensor, "recv", impl_->name);
+  ++impl_->calls;
+  std::vector<at::Tensor> tensors{tensor};
+  return wrap(impl_, impl_->backend->recv(tensors, static_cast<int>(src), static_cast<int>(tag)));
 }
 
 void ProcessGroup::barrier() const {

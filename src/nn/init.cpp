@@ -46,6 +46,8 @@ void manual_init_seed(uint64_t seed) {
   init_stream = 0;
 }
 
+void skip_init_streams(int64_t n) { init_stream += static_cast<uint64_t>(n); }
+
 namespace detail {
 
 uint64_t next_init_stream() { return init_stream++; }

@@ -53,6 +53,13 @@ at::Tensor grad_norm(const std::vector<at::Tensor>& params, const dist::Mesh* me
     }
     total = total.defined() ? total + sq.to(total.device()) : sq;
   }
+  if (mesh && mesh->size("pp") > 1) {
+    // Each pp rank holds other stages' parameters (possibly none of some kind): one sum over pp of
+    // every rank's stage total.
+    at::Tensor reduced = (total.defined() ? total : at::zeros({}, at::kFloat)).reshape({1}).to(at::kFloat).contiguous();
+    mesh->group("pp").all_reduce(reduced).wait();
+    total = reduced.reshape({});
+  }
   return total.defined() ? total.sqrt() : at::zeros({}, at::kFloat);
 }
 

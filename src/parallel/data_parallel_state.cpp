@@ -232,6 +232,26 @@ void DataParallelState::pre_backward(int64_t u) {
 void DataParallelState::post_backward(int64_t u, const std::vector<at::Tensor>& grads) {
   at::NoGradGuard no_grad;
   Unit& unit = units[static_cast<size_t>(u)];
+  if (!gradient_sync) {
+    deferred.resize(units.size());
+    auto& sums = deferred[static_cast<size_t>(u)];
+    sums.resize(unit.params.size());
+    for (size_t i = 0; i < unit.params.size() && i < grads.size(); ++i) {
+      if (!grads[i].defined()) continue;
+      if (sums[i].defined()) {
+        sums[i].add_(grads[i]);
+      } else {
+        sums[i] = grads[i].to(options.reduce_dtype, /*non_blocking=*/false, /*copy=*/true);
+      }
+    }
+    unit.outputs.clear();
+    free_unit(u);
+    if (!callback_queued_) {
+      callback_queued_ = true;
+      torch::autograd::Engine::get_default_engine().queue_callback([this] { finish_backward(); });
+    }
+    return;
+  }
   // Bound the reduce-scatters in flight to one: wait the earlier ones (their all-reduce may go on).
   for (auto& p : pending_) {
     if (p.stage == 0) progress(p, /*block=*/false);
@@ -341,6 +361,20 @@ void DataParallelState::finish_backward() {
   pending_.clear();
   free_all();
   record(DataParallelEvent::Kind::kBackwardDone, -1);
+}
+
+void DataParallelState::sync_gradients() {
+  at::NoGradGuard no_grad;
+  for (int64_t u = 0; u < static_cast<int64_t>(deferred.size()); ++u) {
+    auto& sums = deferred[static_cast<size_t>(u)];
+    if (sums.empty()) continue;
+    pending_.push_back(per_param ? start_reduce_per_param(u, sums) : start_reduce_flat(u, sums));
+    record(DataParallelEvent::Kind::kReduceIssued, u);
+    if (shard.size() == 1) progress(pending_.back(), /*block=*/false);  // DDP: start the all-reduce now
+  }
+  deferred.clear();
+  for (auto& p : pending_) progress(p, /*block=*/true);
+  pending_.clear();
 }
 
 int64_t DataParallelState::gathered_bytes() const {

@@ -73,6 +73,8 @@ struct DataParallelState final : ParamHandler {
 
   void pre_backward(int64_t unit);
   void post_backward(int64_t unit, const std::vector<at::Tensor>& grads);
+  /// Reduces the gradients accumulated while gradient_sync was off and writes the shards' .grad.
+  void sync_gradients();
   void finish_backward();
   void free_all();
   int64_t gathered_bytes() const;
@@ -85,6 +87,10 @@ struct DataParallelState final : ParamHandler {
   bool per_param;
   std::vector<Unit> units;
   std::vector<DataParallelEvent> events;
+  // Off: each backward adds the unit's unsharded gradients to `deferred` and nothing is reduced
+  // until sync_gradients() (FSDP2's set_requires_gradient_sync(False); the pipeline's microbatches).
+  bool gradient_sync = true;
+  std::vector<std::vector<at::Tensor>> deferred;  // per unit, per parameter: the full gradient (reduce_dtype)
 
  private:
   void enter_unit(int64_t unit);
@@ -105,5 +111,8 @@ struct DataParallelState final : ParamHandler {
   bool callback_queued_ = false;
   std::vector<PendingReduce> pending_;
 };
+
+/// The state behind an applied DataParallel, for parallelize() to wire it to the pipeline.
+inline DataParallelState& mutable_state(DataParallel& dp) { return const_cast<DataParallelState&>(dp.state()); }
 
 }  // namespace titan::parallel::detail

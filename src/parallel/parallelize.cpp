@@ -6,6 +6,7 @@
 #include <torch/csrc/autograd/engine.h>
 #include <torch/nn/module.h>
 
+#include <set>
 #include <unordered_set>
 #include <utility>
 #include <vector>
@@ -16,6 +17,7 @@
 #include "titan/dist/mesh.hpp"
 #include "titan/nn/loss.hpp"
 #include "titan/parallel/data_parallel.hpp"
+#include "titan/parallel/pipeline.hpp"
 #include "titan/parallel/tensor_parallel.hpp"
 #include "tp_styles.hpp"
 
@@ -79,6 +81,7 @@ struct PlanContract final : Contract, std::enable_shared_from_this<PlanContract>
 
 struct ParallelizedState {
   std::string model;                                        // the model's name, for errors
+  std::unique_ptr<Pipeline> pp;                             // null without a pipeline split
   std::unique_ptr<TensorParallel> tp;                       // null without tp
   std::unique_ptr<DataParallel> dp;                         // null without data parallelism; destroyed before tp
   std::shared_ptr<PlanContract> contract;                   // null when nothing was applied
@@ -104,10 +107,6 @@ struct ParallelizedState {
 namespace {
 
 void check_slots(const ParallelPlan& plan, const dist::Mesh& mesh) {
-  TITAN_CHECK_NOT_IMPLEMENTED(plan.pipeline.stages.empty(),
-                              "[titan::parallelize] expected plan.pipeline empty, got {} "
-                              "stages: pipeline parallelism is not supported yet. Leave plan.pipeline empty.",
-                              plan.pipeline.stages.size());
   TITAN_CHECK_NOT_IMPLEMENTED(plan.context_parallel.attention_modules.empty(),
                               "[titan::parallelize] expected "
                               "plan.context_parallel empty, got {} attention modules: context parallelism is not "
@@ -118,12 +117,45 @@ void check_slots(const ParallelPlan& plan, const dist::Mesh& mesh) {
                               "plan.activation_checkpoint empty, got {} modules: activation checkpointing is not "
                               "supported yet. Leave plan.activation_checkpoint empty.",
                               plan.activation_checkpoint.modules.size());
-  for (const char* axis : {"pp", "cp"}) {
-    TITAN_CHECK_NOT_IMPLEMENTED(mesh.size(axis) == 1,
-                                "[titan::parallelize] expected a mesh with {} = 1, got {}: that "
-                                "dimension is not supported yet. Build the mesh without it.",
-                                axis, mesh.size(axis));
+  TITAN_CHECK_NOT_IMPLEMENTED(mesh.size("cp") == 1,
+                              "[titan::parallelize] expected a mesh with cp = 1, got {}: context parallelism is not "
+                              "supported yet. Build the mesh without it.",
+                              mesh.size("cp"));
+}
+
+// Under pipeline parallelism a rank holds only its stages' modules: the TP styles and FSDP units of
+// the other stages' modules do not apply to it.
+bool held(const torch::nn::Module& model, const std::string& path) {
+  if (path.empty()) return true;
+  return model.named_modules("", /*include_self=*/false).contains(path);
+}
+
+ParallelPlan local_part(const torch::nn::Module& model, const ParallelPlan& plan) {
+  if (plan.pipeline.stages.empty()) return plan;
+  std::set<std::string> elsewhere;  // modules of stages this rank does not hold
+  for (const auto& stage : plan.pipeline.stages) {
+    for (const auto& path : stage) {
+      if (!held(model, path)) elsewhere.insert(path);
+    }
   }
+  auto other_stage = [&](const std::string& path) {
+    for (const auto& m : elsewhere) {
+      if (path == m || path.starts_with(m + ".")) return true;
+    }
+    return false;
+  };
+  ParallelPlan local = plan;
+  std::erase_if(local.tensor_parallel.styles, [&](const auto& entry) { return other_stage(entry.first); });
+  std::erase_if(local.data_parallel.units, [&](const std::vector<std::string>& unit) {
+    size_t away = 0;
+    for (const auto& path : unit) away += other_stage(path) ? 1 : 0;
+    TITAN_CHECK_VALUE(away == 0 || away == unit.size(),
+                      "[titan::parallelize] expected each plan.data_parallel unit inside one pipeline stage, got "
+                      "unit {} split across stages. Split the unit at the stage boundary.",
+                      fmt::join(unit, "+"));
+    return away > 0;
+  });
+  return local;
 }
 
 void check_tensor_parallel(const torch::nn::Module& model, const ParallelPlan& plan, const dist::Mesh& mesh) {
@@ -162,11 +194,13 @@ Parallelized& Parallelized::operator=(Parallelized&&) noexcept = default;
 
 std::string Parallelized::describe() const {
   std::vector<std::string> parts;
+  if (pipeline()) parts.push_back(pipeline()->describe());
   if (tensor_parallel()) parts.push_back(tensor_parallel()->describe());
   if (data_parallel()) parts.push_back(data_parallel()->describe());
   return parts.empty() ? "one device" : fmt::format("{}", fmt::join(parts, " + "));
 }
 
+parallel::Pipeline* Parallelized::pipeline() const { return state_ ? state_->pp.get() : nullptr; }
 parallel::TensorParallel* Parallelized::tensor_parallel() const { return state_ ? state_->tp.get() : nullptr; }
 parallel::DataParallel* Parallelized::data_parallel() const { return state_ ? state_->dp.get() : nullptr; }
 bool Parallelized::loss_parallel() const { return tensor_parallel() && tensor_parallel()->loss_parallel(); }
@@ -180,11 +214,13 @@ void Parallelized::check_contracts() const {
   if (state_ && state_->contract) state_->contract->check();
 }
 
-Parallelized parallelize(torch::nn::Module& model, const dist::Mesh& mesh, const parallel::ParallelPlan& plan) {
+Parallelized parallelize(torch::nn::Module& model, const dist::Mesh& mesh, const parallel::ParallelPlan& full_plan) {
   namespace d = parallel::detail;
   // Everything is checked before anything changes.
-  d::check_slots(plan, mesh);
+  d::check_slots(full_plan, mesh);
   d::check_fresh(model);
+  d::validate_pipeline(model, full_plan.pipeline, mesh);
+  const parallel::ParallelPlan plan = d::local_part(model, full_plan);
   d::check_tensor_parallel(model, plan, mesh);
   d::validate_data_parallel(model, plan.data_parallel.units, plan.data_parallel.options);
   const bool data_parallel = mesh.size("dp_shard") > 1 || mesh.size("dp_replicate") > 1;
@@ -197,9 +233,17 @@ Parallelized parallelize(torch::nn::Module& model, const dist::Mesh& mesh, const
 
   auto state = std::make_unique<ParallelizedState>();
   state->model = model.name();
+  if (!plan.pipeline.stages.empty()) state->pp = d::apply_pipeline(model, plan.pipeline, mesh);
   if (mesh.size("tp") > 1) state->tp = d::apply_tensor_parallel(model, mesh, plan.tensor_parallel);
   if (data_parallel) {
     state->dp = d::apply_data_parallel(model, plan.data_parallel.units, mesh, plan.data_parallel.options);
+  }
+  if (state->pp && state->dp) {
+    // Under PP the microbatches' gradients accumulate unsharded and are reduced once per step, after
+    // the last backward (FSDP2's requires_gradient_sync under torchtitan's pipeline).
+    d::DataParallelState& dp = d::mutable_state(*state->dp);
+    dp.gradient_sync = false;
+    state->pp->set_step_end_hook([&dp] { dp.sync_gradients(); });
   }
   if (!state->tp && !state->dp) return Parallelized(std::move(state));
 

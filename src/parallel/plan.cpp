@@ -44,7 +44,15 @@ std::string format_as(const ParallelPlan& plan) {
   std::vector<std::string> units;
   for (const auto& unit : plan.data_parallel.units) units.push_back(fmt::format("{}", fmt::join(unit, "+")));
   if (!units.empty()) out += fmt::format("data_parallel units: {}\n", fmt::join(units, ", "));
-  if (!plan.pipeline.stages.empty()) out += fmt::format("pipeline: {} stages\n", plan.pipeline.stages.size());
+  if (!plan.pipeline.stages.empty()) {
+    const std::string schedule =
+        plan.pipeline.schedule_csv.empty() ? fmt::format("{}", plan.pipeline.schedule) : plan.pipeline.schedule_csv;
+    out += fmt::format("pipeline: {} stages, {}, microbatch size {}\n", plan.pipeline.stages.size(), schedule,
+                       plan.pipeline.microbatch_size);
+    for (size_t s = 0; s < plan.pipeline.stages.size(); ++s) {
+      out += fmt::format("  stage {}: {}\n", s, fmt::join(plan.pipeline.stages[s], ", "));
+    }
+  }
   if (!plan.context_parallel.attention_modules.empty()) {
     out += fmt::format("context_parallel: {}\n", fmt::join(plan.context_parallel.attention_modules, ", "));
   }

@@ -13,6 +13,7 @@
 #include <random>
 
 #include "titan/checkpoint/checkpointer.hpp"
+#include "titan/checkpoint/safetensors.hpp"
 #include "titan/core/config_loader.hpp"
 #include "titan/core/error.hpp"
 #include "titan/core/log.hpp"
@@ -28,6 +29,7 @@
 #include "titan/optim/lr_schedule.hpp"
 #include "titan/parallel/data_parallel.hpp"
 #include "titan/parallel/parallelize.hpp"
+#include "titan/parallel/pipeline.hpp"
 #include "titan/train/data_setup.hpp"
 #include "titan/train/detail/validation.hpp"
 #include "titan/train/step.hpp"
@@ -38,15 +40,15 @@ namespace {
 void check_supported_layout(const ParallelismConfig& p) {
   // Data parallelism (FSDP/HSDP/DDP) is built; the other axes are not yet.
   const std::pair<const char*, int64_t> degrees[] = {
-      {"parallelism.pipeline_parallel_degree", p.pipeline_parallel_degree},
       {"parallelism.context_parallel_degree", p.context_parallel_degree},
       {"parallelism.expert_parallel_degree", p.expert_parallel_degree},
   };
   for (const auto& [key, degree] : degrees) {
     if (degree > 1) {
-      throw ConfigError(key, fmt::format("[titan::Trainer] expected {} = 1, got {}: titan trains with FSDP, HSDP, DDP "
-                                         "and TP so far. Use parallelism.data_parallel_shard_degree / "
-                                         "data_parallel_replicate_degree / tensor_parallel_degree instead.",
+      throw ConfigError(key, fmt::format("[titan::Trainer] expected {} = 1, got {}: titan trains with FSDP, HSDP, DDP, "
+                                         "TP and PP so far. Use parallelism.data_parallel_shard_degree / "
+                                         "data_parallel_replicate_degree / tensor_parallel_degree / "
+                                         "pipeline_parallel_degree instead.",
                                          key, degree));
     }
   }
@@ -195,14 +197,11 @@ void TrainerCore::train_step() {
   }
   const double data_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - data_start).count();
 
-  // bf16 autocast on CUDA when parameters are fp32 (torchtitan's single-device mixed precision).
-  const bool autocast = device_.is_cuda() && !parallel_->data_parallel() && config_.training.dtype == DType::float32 &&
-                        config_.training.mixed_precision_param == DType::bfloat16;
   // The loss is normalised by the valid tokens of the whole global batch (all dp ranks).
   int64_t local_valid = 0;
   for (const auto& mb : micro) local_valid += count_valid_tokens(mb.labels);
   const int64_t global_valid = all_reduce_sum(local_valid);
-  ForwardBackwardResult fb = forward_backward(model_.forward, micro, device_, global_valid, autocast, loss_);
+  ForwardBackwardResult fb = forward_backward_step(micro, global_valid);
   if (losses_.empty()) parallel_->check_contracts();  // this process's first step used the plan as planned
   fb.loss = all_reduce_sum(fb.loss);
   TITAN_CHECK(std::isfinite(fb.loss),
@@ -217,14 +216,58 @@ void TrainerCore::train_step() {
   if (step_ == 1 || step_ % config_.metrics.log_freq == 0 || step_ == config_.training.steps) {
     metrics_->log(step_, fb.loss, norm, lr);
   }
+  if (parallel_->pipeline() && step_ == std::min<int64_t>(2, config_.training.steps)) write_pipeline_timeline();
   if (validator_ && validator_->due(step_)) {
-    ValidationResult r = validator_->run(model_.forward, device_, loss_);
+    ValidationResult r = validator_->run(
+        [this](const at::Tensor& tokens, const at::Tensor& labels) {
+          if (parallel_->pipeline())
+            return parallel_->pipeline()->evaluate(model_.stage_forward, tokens, labels, loss_);
+          const at::Tensor logits = model_.forward(tokens);  // (B, S, V)
+          return (loss_ ? loss_(logits, labels) : cross_entropy_sum(logits, labels)).item<double>();
+        },
+        device_);
     r.loss_sum = all_reduce_sum(r.loss_sum);  // every dp rank validated its slice of each batch
     r.tokens = all_reduce_sum(r.tokens);
     if (r.tokens > 0) metrics_->log_validation(step_, r.loss(), r.tokens);
     if (parallel_->data_parallel()) parallel_->data_parallel()->reshard();  // the no-grad forward left units gathered
   }
   maybe_save_checkpoint();
+}
+
+}  // namespace titan::detail
+
+namespace titan::detail {
+
+ForwardBackwardResult TrainerCore::forward_backward_step(const std::vector<Microbatch>& micro, int64_t global_valid) {
+  parallel::Pipeline* pipeline = parallel_->pipeline();
+  if (pipeline == nullptr) {
+    // bf16 autocast on CUDA when parameters are fp32 (torchtitan's single-device mixed precision).
+    const bool autocast = device_.is_cuda() && !parallel_->data_parallel() &&
+                          config_.training.dtype == DType::float32 &&
+                          config_.training.mixed_precision_param == DType::bfloat16;
+    return forward_backward(model_.forward, micro, device_, global_valid, autocast, loss_);
+  }
+  // Each accumulation microbatch (the local batch) runs through the pipeline in
+  // local_batch_size / pipeline_parallel_microbatch_size pipeline microbatches.
+  ForwardBackwardResult fb;
+  for (const auto& mb : micro) {
+    fb.loss += pipeline->step(model_.stage_forward, mb.input.to(device_), mb.labels.to(device_), loss_,
+                              1.0 / static_cast<double>(global_valid));
+    fb.valid_tokens += count_valid_tokens(mb.labels);
+    fb.tokens += mb.labels.numel();
+  }
+  return fb;
+}
+
+void TrainerCore::write_pipeline_timeline() const {
+  const parallel::PipelineTimeline timeline = parallel_->pipeline()->gather_timeline();
+  if (mesh_->rank() != 0) return;
+  const std::filesystem::path run_dir(config_.job.dump_folder);
+  checkpoint::write_file_atomically(run_dir / "pipeline_timeline.json", parallel::timeline_json(timeline));
+  checkpoint::write_file_atomically(run_dir / "pipeline_timeline.svg",
+                                    parallel::render_timeline_svg(timeline, fmt::format("step {} measured", step_)));
+  log::info("Pipeline step {}: measured bubble {:.1f}%, timeline in {}", step_,
+            100.0 * parallel::bubble_fraction(timeline), (run_dir / "pipeline_timeline.svg").string());
 }
 
 }  // namespace titan::detail

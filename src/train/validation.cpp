@@ -22,8 +22,7 @@ Validator::Validator(const JobConfig& config, std::shared_ptr<data::Tokenizer> t
 
 bool Validator::due(int64_t step) const { return step % config_.validation.freq == 0; }
 
-ValidationResult Validator::run(const std::function<at::Tensor(const at::Tensor&)>& forward, const at::Device& device,
-                                const LossFn& loss) const {
+ValidationResult Validator::run(const LossSum& loss_sum, const at::Device& device) const {
   at::NoGradGuard no_grad;
   const auto loader = build_validation_dataloader(config_, tokenizer_, dp_rank_, dp_degree_);
   ValidationResult r;
@@ -31,9 +30,8 @@ ValidationResult Validator::run(const std::function<at::Tensor(const at::Tensor&
   while (limit < 0 || r.batches < limit) {
     std::optional<data::Batch> batch = loader->try_next();
     if (!batch) break;
-    const at::Tensor labels = batch->labels.to(device);          // (B, S)
-    const at::Tensor logits = forward(batch->input.to(device));  // (B, S, V)
-    r.loss_sum += (loss ? loss(logits, labels) : cross_entropy_sum(logits, labels)).item<double>();
+    const at::Tensor labels = batch->labels.to(device);  // (B, S)
+    r.loss_sum += loss_sum(batch->input.to(device), labels);
     r.tokens += count_valid_tokens(labels);
     ++r.batches;
   }

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: BSD-3-Clause
 // Checkpoints through the bundled trainer as real processes: exact resume (bitwise losses), resharding
-// onto other layouts (FSDP 4 -> FSDP 2 and one process; FSDP 2 x TP 2 -> TP 2 and one process) with
+// onto other layouts (FSDP 4 -> FSDP 2 and one process; FSDP 2 x TP 2 -> TP 2 and one process; PP 2 x FSDP 2 ->
+// one process and PP 4) with
 // the data stream continuing where it stopped, and a rank killed during an async save leaving the
 // previous checkpoint loadable.
 #include <fmt/format.h>
@@ -180,6 +181,20 @@ TEST_CASE("an FSDP 2 x TP 2 checkpoint resumes on TP 2 and on one process",
         .local_batch = 8,
         .flags = {"--parallelism.data_parallel_shard_degree", "1", "--parallelism.tensor_parallel_degree", "2"}},
        kSingleLayout});
+}
+
+TEST_CASE("a PP 2 x FSDP 2 checkpoint resumes on one process and on PP 4",
+          "[checkpoint][reshard][pipeline][launch][train]") {
+  check_reshard(
+      {.name = "PP 2 x FSDP 2",
+       .nproc = 4,
+       .local_batch = 4,
+       .flags = {"--parallelism.pipeline_parallel_degree", "2", "--parallelism.data_parallel_shard_degree", "2"}},
+      {kSingleLayout,
+       {.name = "PP 4",
+        .nproc = 4,
+        .local_batch = 8,
+        .flags = {"--parallelism.pipeline_parallel_degree", "4", "--parallelism.data_parallel_shard_degree", "1"}}});
 }
 
 namespace {

@@ -305,9 +305,10 @@ TEST_CASE("the support table: one warning for the default AC mode, none for work
   titan::ConfigNotes twice;
   parse({"--activation_checkpoint.mode", "full", "--activation_checkpoint.mode", "selective"}, &twice);
   CHECK(twice.size() == 1);
-  // TP, async TP, loss parallel, FSDP/HSDP/DDP options and checkpointing work: no note.
+  // TP, async TP, loss parallel, PP, FSDP/HSDP/DDP options and checkpointing work: no note.
   titan::ConfigNotes working;
   parse({"--activation_checkpoint.mode", "none", "--parallelism.tensor_parallel_degree", "2",
+         "--parallelism.pipeline_parallel_degree", "2", "--parallelism.pipeline_parallel_schedule", "ZBVZeroBubble",
          "--parallelism.enable_async_tensor_parallel", "--parallelism.disable_loss_parallel",
          "--parallelism.data_parallel_replicate_degree", "2", "--parallelism.data_parallel_shard_degree", "2",
          "--parallelism.fsdp_reshard_after_forward", "always", "--checkpoint.enable", "--checkpoint.async_mode",
@@ -315,10 +316,10 @@ TEST_CASE("the support table: one warning for the default AC mode, none for work
         &working);
   CHECK(working.empty());
   // Layouts titan cannot build yet are noted here and stop the trainer.
-  titan::ConfigNotes pp;
-  parse({"--activation_checkpoint.mode", "none", "--parallelism.pipeline_parallel_degree", "2"}, &pp);
-  REQUIRE(pp.size() == 1);
-  CHECK_THAT(pp[0], Contains("parallelism.pipeline_parallel_degree = 2: is not supported yet"));
+  titan::ConfigNotes cp;
+  parse({"--activation_checkpoint.mode", "none", "--parallelism.context_parallel_degree", "2"}, &cp);
+  REQUIRE(cp.size() == 1);
+  CHECK_THAT(cp[0], Contains("parallelism.context_parallel_degree = 2: is not supported yet"));
 }
 
 TEST_CASE("validate names the offending key", "[cpu][config]") {

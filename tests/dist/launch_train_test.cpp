@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: BSD-3-Clause
-// The bundled trainer as real processes: 4 FSDP ranks and FSDP 2 x TP 2 under titan-run reproduce
+// The bundled trainer as real processes: 4 FSDP ranks, FSDP 2 x TP 2 and a 2-stage pipeline under titan-run reproduce
 // one process's losses (same global batch of 8), so do the custom_loop (FSDP 2) and tp_custom_model (TP 2)
 // examples, DDP trains under pip torch's torchrun, and a layout that does not match
 // WORLD_SIZE stops with the factors named.
@@ -69,6 +69,29 @@ TEST_CASE("titan-run: 4 FSDP processes reproduce the single-process losses", "[d
   REQUIRE(got.size() == 3);
   // The same 8 sequences per step, summed in a different order: fp32 agreement to ~1e-6.
   for (size_t i = 0; i < got.size(); ++i) CHECK(got[i] == Approx(expected[i]).epsilon(1e-5));
+}
+
+TEST_CASE("titan-run: a 1F1B pipeline over 2 processes reproduces the single-process losses",
+          "[dist][launch][train][pipeline]") {
+  TempDir one, two;
+  Subprocess single(trainer_args(one.path.string(), "8"), {{"RANK", std::nullopt}, {"WORLD_SIZE", std::nullopt}});
+  require_exit(single, 0, 600);
+  Subprocess run(concat(
+      {titan::test::titan_run_path(), "--nproc-per-node", "2", "--"},
+      concat(trainer_args(two.path.string(), "8"),
+             {"--parallelism.pipeline_parallel_degree", "2", "--parallelism.pipeline_parallel_schedule", "1F1B"})));
+  require_exit(run, 0, 600);
+  CHECK_THAT(run.output(), Catch::Contains("Applied PP(pp=2, 1F1B"));
+  const auto expected = losses(one.path), got = losses(two.path);
+  REQUIRE(expected.size() == 3);
+  REQUIRE(got.size() == 3);
+  // Eight microbatches of one sequence summed on the last stage: fp32 reordering only.
+  for (size_t i = 0; i < got.size(); ++i) CHECK(got[i] == Approx(expected[i]).epsilon(1e-5));
+  // The measured timeline of step 2, for comparing the real bubble with the schedule's.
+  const auto timeline = nlohmann::json::parse(titan::test::read_file(two.path / "pipeline_timeline.json"));
+  REQUIRE(timeline.at("ranks").size() == 2);
+  CHECK(timeline.at("ranks")[0].size() == 16);  // 8 forwards and 8 backwards of stage 0
+  CHECK(titan::test::read_file(two.path / "pipeline_timeline.svg").starts_with("<svg"));
 }
 
 TEST_CASE("titan-run: FSDP 2 x TP 2 processes reproduce the single-process losses", "[dist][launch][train][tp]") {

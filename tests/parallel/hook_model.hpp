@@ -4,6 +4,7 @@
 #pragma once
 
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "titan/models/trainable_model.hpp"
@@ -12,8 +13,12 @@ namespace titan::test {
 
 template <bool kSpelledRight>
 struct HookModel : torch::nn::Module {
-  static std::shared_ptr<HookModel> build(const JobConfig&, int64_t, const at::Device&) { return nullptr; }
+  static std::shared_ptr<HookModel> build(const JobConfig&, int64_t, const at::Device&,
+                                          const std::vector<std::string>& = {}) {
+    return nullptr;
+  }
   at::Tensor forward(const at::Tensor& tokens) const { return tokens; }
+  at::Tensor forward_part(const at::Tensor& x, const std::vector<std::string>&) const { return x; }
   void init_weights() {}
   std::vector<at::Tensor> unique_parameters() const { return {}; }
   int64_t vocab_size() const { return 0; }

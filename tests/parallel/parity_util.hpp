@@ -6,7 +6,9 @@
 #include <ATen/ATen.h>
 
 #include <optional>
+#include <string>
 
+#include "titan/core/config.hpp"
 #include "titan/dist/functional.hpp"
 #include "titan/dist/mesh.hpp"
 #include "titan/layout/sharded_param.hpp"
@@ -17,6 +19,7 @@
 #include "titan/optim/adamw.hpp"
 #include "titan/optim/clip.hpp"
 #include "titan/parallel/parallelize.hpp"
+#include "titan/parallel/pipeline.hpp"
 #include "titan/train/step.hpp"
 
 namespace titan::test {
@@ -35,12 +38,16 @@ struct ParityRun {
   bool sequence_parallel = true;                 ///< under TP: sequence-sharded activations between blocks
   bool loss_parallel = true;                     ///< under TP: loss on vocab-sharded logits
   bool async_tp = false;                         ///< under TP: collectives overlapped over batch chunks
+  PipelineSchedule schedule = PipelineSchedule::schedule_1f1b;  ///< under PP: the schedule
+  std::string schedule_csv{};                                   ///< under PP: a CSV schedule instead
+  int64_t layers_per_stage = 0;                                 ///< under PP: 0 = the schedule's default split
 };
 
 struct ParityResult {
   std::vector<double> losses;       ///< global loss per step
   std::vector<double> grad_norms;   ///< global grad norm per step
   std::vector<at::Tensor> weights;  ///< whole parameters after the last step (unique_parameters order)
+  std::vector<std::string> names;   ///< FQN of each of weights (a pipeline rank: its stages' only)
   int64_t local_state_bytes = 0;    ///< this rank's params + grads + AdamW state
   Parallelized applied;             ///< the model's parallel state (alive with the result)
 };
@@ -69,9 +76,22 @@ inline at::Tensor whole(const at::Tensor& p, const dist::Mesh& mesh) { return pa
 
 inline ParityResult train_parity(const dist::Mesh& mesh, const ParityRun& run) {
   nn::manual_init_seed(42);
-  llama3::Llama3 model(parity_args(), run.seq_len, at::TensorOptions());
+  // Under PP the rank builds only its stages' modules.
+  parallel::PipelinePlan pipeline;
+  if (mesh.size("pp") > 1) {
+    pipeline = llama3::pipeline_plan(
+        parity_args(), mesh.size("pp"),
+        {.pipeline_parallel_layers_per_stage =
+             run.layers_per_stage > 0 ? std::optional<int64_t>(run.layers_per_stage) : std::nullopt,
+         .pipeline_parallel_schedule = run.schedule,
+         .pipeline_parallel_schedule_csv = run.schedule_csv});
+  }
+  const std::vector<std::string> modules =
+      pipeline.stages.empty() ? std::vector<std::string>{} : parallel::pipeline_modules(pipeline, mesh);
+  llama3::Llama3 model(parity_args(), run.seq_len, at::TensorOptions(), modules);
   ParityResult result;
   parallel::ParallelPlan plan = llama3::parallel_plan(model, mesh);
+  plan.pipeline = pipeline;
   if (mesh.size("tp") > 1) {
     plan.tensor_parallel = llama3::tensor_parallel_plan(
         model, mesh.size("tp"), {.sequence_parallel = run.sequence_parallel, .loss_parallel = run.loss_parallel});
@@ -101,9 +121,18 @@ inline ParityResult train_parity(const dist::Mesh& mesh, const ParityRun& run) {
       const int64_t row = dp_rank * local + m * per_micro;
       micro.push_back({input.narrow(0, row, per_micro), labels.narrow(0, row, per_micro)});
     }
-    const ForwardBackwardResult fb = forward_backward([&](const at::Tensor& t) { return model.forward(t); }, micro,
-                                                      at::kCPU, count_valid_tokens(labels), false, loss);
-    at::Tensor loss = at::full({1}, fb.loss, at::kDouble);
+    double step_loss = 0;
+    if (applied.pipeline()) {
+      const auto stage = [&](int64_t s, const at::Tensor& x) { return model.forward_part(x, plan.pipeline.stages[s]); };
+      for (const auto& mb : micro) {
+        step_loss += applied.pipeline()->step(stage, mb.input, mb.labels, loss, 1.0 / count_valid_tokens(labels));
+      }
+    } else {
+      step_loss = forward_backward([&](const at::Tensor& t) { return model.forward(t); }, micro, at::kCPU,
+                                   count_valid_tokens(labels), false, loss)
+                      .loss;
+    }
+    at::Tensor loss = at::full({1}, step_loss, at::kDouble);
     mesh.group("dp").all_reduce(loss).wait();
     result.losses.push_back(loss.item<double>());
     result.grad_norms.push_back(clip_grad_norm_(params, 1.0, &mesh));
@@ -116,6 +145,11 @@ inline ParityResult train_parity(const dist::Mesh& mesh, const ParityRun& run) {
     for (const ParamState& s : optimizer.state(i)) result.local_state_bytes += s.like_param ? s.tensor.nbytes() : 0;
   }
   for (const auto& p : params) result.weights.push_back(whole(p, mesh));
+  for (const auto& p : params) {
+    for (const auto& item : model.named_parameters(/*recurse=*/true)) {
+      if (item.value().is_same(p)) result.names.push_back(item.key());
+    }
+  }
   return result;
 }
 

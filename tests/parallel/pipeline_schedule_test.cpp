@@ -6,6 +6,7 @@
 #include <fmt/ranges.h>
 
 #include <fstream>
+#include <ostream>
 
 #include "test_util.hpp"
 #include "titan/core/error.hpp"
@@ -15,6 +16,11 @@ using namespace titan;
 using namespace titan::parallel;
 using Catch::Contains;
 using Op = PipelineAction::Op;
+
+// Catch prints compared programs through c10's vector printer, which needs the element's <<.
+namespace titan::parallel {
+std::ostream& operator<<(std::ostream& out, const PipelineAction& a) { return out << format_as(a); }
+}  // namespace titan::parallel
 
 namespace {
 

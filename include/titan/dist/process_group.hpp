@@ -86,6 +86,11 @@ class ProcessGroup {
   /// out = chunk r of every rank's in, concatenated; in and out split evenly on dim 0.
   Work all_to_all(at::Tensor& out, const at::Tensor& in) const;
   Work broadcast(at::Tensor& tensor, int64_t root) const;
+  /// Sends a contiguous tensor to group rank dst; matched with dst's recv of the same tag (its
+  /// shape and dtype must agree). The tensor must stay alive and unchanged until wait().
+  Work send(const at::Tensor& tensor, int64_t dst, int64_t tag) const;
+  /// Receives into a contiguous tensor from group rank src (the send with the same tag).
+  Work recv(at::Tensor& tensor, int64_t src, int64_t tag) const;
   void barrier() const;
 
   /// Bytes sent so far by this rank through this group.

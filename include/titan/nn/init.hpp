@@ -16,6 +16,10 @@ namespace titan::nn {
 /// Seeds the init generator of the calling thread and restarts its stream counter.
 void manual_init_seed(uint64_t seed);
 
+/// Skips n streams, as n init calls would take: a model part that lacks some modules of the whole
+/// model skips theirs, so the modules it holds get exactly the whole model's values.
+void skip_init_streams(int64_t n);
+
 /// In-place truncated normal N(mean, std) cut at the absolute bounds [a, b] (torch.nn.init
 /// semantics: a and b are NOT in units of std), by inverse-CDF sampling like PyTorch's.
 void trunc_normal_(at::Tensor& t, double mean, double std, double a, double b);

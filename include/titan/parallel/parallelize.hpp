@@ -29,6 +29,7 @@ namespace titan::dist {
 class Mesh;
 }
 namespace titan::parallel {
+class Pipeline;
 class TensorParallel;
 class DataParallel;
 namespace detail {
@@ -49,8 +50,10 @@ class [[nodiscard]] Parallelized {
   Parallelized(const Parallelized&) = delete;
   Parallelized& operator=(const Parallelized&) = delete;
 
-  /// "TP(tp=2, sequence parallel, loss parallel) + FSDP(dp_shard=2)", or "one device".
+  /// "PP(pp=2, 1F1B, stages [0] of 2, microbatch size 1) + TP(tp=2, ...) + FSDP(dp_shard=2)", or "one device".
   std::string describe() const;
+  /// The pipeline runtime of this rank's stages; null when the plan has no pipeline split.
+  parallel::Pipeline* pipeline() const;
   /// The tensor-parallel state; null when the mesh has no tp axis.
   parallel::TensorParallel* tensor_parallel() const;
   /// The FSDP/HSDP/DDP state; null when the mesh has no data-parallel axis.

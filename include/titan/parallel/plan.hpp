@@ -102,10 +102,18 @@ struct ActivationCheckpointPlan {
   std::vector<std::string> modules{};
 };
 
-/// Pipeline split: the module paths of each stage. Not supported yet.
+/// Pipeline parallelism over the mesh's pp axis: the model cut into stages (module paths), the
+/// schedule that runs them and the microbatch size. Each rank builds and holds only the modules of
+/// its own stages (see parallel/pipeline.hpp).
 struct PipelinePlan {
-  /// Module paths per stage, in pipeline order.
+  /// Module paths per stage, in pipeline order (every stage of the pipeline, not only this rank's).
   std::vector<std::vector<std::string>> stages{};
+  /// The schedule; it also places stages on ranks (looped, or V-shaped for ZBV and DualPipeV).
+  PipelineSchedule schedule = PipelineSchedule::schedule_1f1b;
+  /// A torchtitan CSV schedule file; when set it replaces `schedule` (placement read from the file).
+  std::string schedule_csv{};
+  /// Sequences per microbatch: a batch of B sequences runs as B / microbatch_size microbatches.
+  int64_t microbatch_size = 1;
 };
 
 /// Context parallelism: attention modules whose sequence is sharded over cp. Not supported yet.

@@ -21,6 +21,7 @@
 #include "titan/core/error.hpp"
 #include "titan/core/log.hpp"
 #include "titan/models/trainable_model.hpp"
+#include "titan/parallel/pipeline.hpp"
 #include "titan/train/detail/trainer_core.hpp"
 
 namespace titan {
@@ -50,9 +51,13 @@ class Trainer {
     log::info("Model {} {}: {} parameters", config.model.name, config.model.flavor, planned->num_params());
     core_ = std::make_unique<detail::TrainerCore>(std::move(config), planned->vocab_size());
     core_->seed_for_init();
-    model_ = Model::build(core_->config(), 0, core_->device());
-    // Shard first (the model's plan: TP, then FSDP on the TP shards), then initialise: each rank
-    // fills only its shard (layout-invariant init).
+    // Under pipeline parallelism this rank builds only its stages' modules.
+    const parallel::PipelinePlan pipeline = planned->parallel_plan(core_->config(), core_->mesh()).pipeline;
+    model_ = Model::build(
+        core_->config(), 0, core_->device(),
+        pipeline.stages.empty() ? std::vector<std::string>{} : parallel::pipeline_modules(pipeline, core_->mesh()));
+    // Shard first (the model's plan: PP split, TP, then FSDP on the TP shards), then initialise:
+    // each rank fills only its shard (layout-invariant init).
     core_->parallelize(*model_, model_->parallel_plan(core_->config(), core_->mesh()));
     model_->init_weights();
     auto* raw = model_.get();
@@ -60,6 +65,9 @@ class Trainer {
     core_->attach_model({
         .description = fmt::format("{} {}", core_->config().model.name, core_->config().model.flavor),
         .forward = [raw](const at::Tensor& tokens) { return raw->forward(tokens); },
+        .stage_forward = [raw, stages = pipeline.stages](
+                             int64_t stage,
+                             const at::Tensor& x) { return raw->forward_part(x, stages[static_cast<size_t>(stage)]); },
         .parameters = params,
         .parameter_names = parameter_names(*model_, params),
         .hf_adapter = model_->hf_adapter(),

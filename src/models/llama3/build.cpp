@@ -7,7 +7,8 @@
 
 namespace titan::llama3 {
 
-std::shared_ptr<Llama3> Llama3::build(const JobConfig& config, int64_t vocab_size, const at::Device& device) {
+std::shared_ptr<Llama3> Llama3::build(const JobConfig& config, int64_t vocab_size, const at::Device& device,
+                                      const std::vector<std::string>& modules) {
   if (config.model.name != "llama3") {
     throw ConfigError("model.name", fmt::format("[titan::llama3] expected model.name = 'llama3', got '{}'. "
                                                 "This build knows the llama3 model.",
@@ -15,7 +16,7 @@ std::shared_ptr<Llama3> Llama3::build(const JobConfig& config, int64_t vocab_siz
   }
   Llama3Args args = flavor(config.model.flavor);
   if (vocab_size > 0) args.vocab_size = vocab_size;
-  return std::make_shared<Llama3>(args, config.training.seq_len, at::TensorOptions().device(device));
+  return std::make_shared<Llama3>(args, config.training.seq_len, at::TensorOptions().device(device), modules);
 }
 
 }  // namespace titan::llama3

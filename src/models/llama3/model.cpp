@@ -3,6 +3,7 @@
 
 #include <ATen/ATen.h>
 
+#include <algorithm>
 #include <cmath>
 #include <unordered_set>
 
@@ -36,21 +37,61 @@ void TransformerBlock::init_weights() {
   feed_forward->init_weights(init_std);
 }
 
-Llama3::Llama3(const Llama3Args& args, int64_t seq_len, const at::TensorOptions& options)
+namespace {
+
+// Which top-level modules a part holds; an empty list means the whole model.
+class PartFilter {
+ public:
+  PartFilter(const std::vector<std::string>& modules, const Llama3Args& args) : modules_(modules) {
+    for (const auto& path : modules) {
+      const bool known = path == "tok_embeddings" || path == "norm" || path == "output" ||
+                         (path.starts_with("layers.") && layer_index(path) >= 0 && layer_index(path) < args.n_layers);
+      TITAN_CHECK_VALUE(known && !(path == "output" && args.tie_word_embeddings),
+                        "[titan::llama3] expected model parts named tok_embeddings, layers.0 .. layers.{}, norm{}, "
+                        "got '{}'. Fix the pipeline split (module_fqns_per_model_part).",
+                        args.n_layers - 1, args.tie_word_embeddings ? "" : ", output", path);
+    }
+    TITAN_CHECK_NOT_IMPLEMENTED(modules.empty() || !args.tie_word_embeddings,
+                                "[titan::llama3] expected untied embeddings in a model part, got "
+                                "tie_word_embeddings = true: the first and last stage would share a weight. Pipeline "
+                                "parallelism needs a flavor with its own output layer.");
+  }
+  bool holds(const std::string& path) const {
+    return modules_.empty() || std::find(modules_.begin(), modules_.end(), path) != modules_.end();
+  }
+  static int64_t layer_index(const std::string& path) {
+    const std::string digits = path.substr(std::string("layers.").size());
+    if (digits.empty() || digits.find_first_not_of("0123456789") != std::string::npos) return -1;
+    return std::stoll(digits);
+  }
+
+ private:
+  const std::vector<std::string>& modules_;
+};
+
+}  // namespace
+
+Llama3::Llama3(const Llama3Args& args, int64_t seq_len, const at::TensorOptions& options,
+               const std::vector<std::string>& modules)
     : args_(args), seq_len_(seq_len) {
   TITAN_CHECK_VALUE(seq_len > 0 && seq_len <= args.max_seq_len,
                     "[titan::llama3] expected training.seq_len in [1, {}] (the model's max_seq_len), got {}. "
                     "Lower training.seq_len.",
                     args.max_seq_len, seq_len);
-  tok_embeddings =
-      register_module("tok_embeddings", std::make_shared<nn::Embedding>(args.vocab_size, args.dim, options));
+  const PartFilter part(modules, args);
+  if (part.holds("tok_embeddings")) {
+    tok_embeddings =
+        register_module("tok_embeddings", std::make_shared<nn::Embedding>(args.vocab_size, args.dim, options));
+  }
   auto container = register_module("layers", std::make_shared<torch::nn::Module>());
   for (int64_t i = 0; i < args.n_layers; ++i) {
+    if (!part.holds("layers." + std::to_string(i))) continue;
     layers.push_back(
         container->register_module(std::to_string(i), std::make_shared<TransformerBlock>(i, args, options)));
   }
-  norm = register_module("norm", std::make_shared<nn::RMSNorm>(args.dim, args.norm_eps, options));
-  if (!args.tie_word_embeddings) {
+  if (part.holds("norm"))
+    norm = register_module("norm", std::make_shared<nn::RMSNorm>(args.dim, args.norm_eps, options));
+  if (!args.tie_word_embeddings && part.holds("output")) {
     output = register_module("output", std::make_shared<nn::Linear>(args.dim, args.vocab_size, options));
   }
   if (options.device().type() != at::kMeta) {
@@ -66,6 +107,10 @@ Llama3::Llama3(const Llama3Args& args, int64_t seq_len, const at::TensorOptions&
 at::Tensor Llama3::forward(const at::Tensor& tokens) const {
   TITAN_CHECK_VALUE(tokens.dim() == 2 && tokens.size(1) <= seq_len_,
                     "[titan::llama3] expected tokens of shape (B, S<={}), got {}.", seq_len_, c10::str(tokens.sizes()));
+  TITAN_CHECK(tok_embeddings && norm && static_cast<int64_t>(layers.size()) == args_.n_layers,
+              "[titan::llama3] expected the whole model in forward(), got a part of {} blocks. Run a part with "
+              "forward_part(x, modules).",
+              layers.size());
   TITAN_CHECK(rope_.freqs_cis.defined(),
               "[titan::llama3] expected a model on a real device, got one on meta. "
               "Build it with a device (Llama3::build(config, 0, device)) and call init_weights().");
@@ -77,17 +122,52 @@ at::Tensor Llama3::forward(const at::Tensor& tokens) const {
                               [&](const at::Tensor& w) { return at::linear(h, w); });  // (B, S, V)
 }
 
+at::Tensor Llama3::forward_part(const at::Tensor& x, const std::vector<std::string>& modules) const {
+  TITAN_CHECK(rope_.freqs_cis.defined(),
+              "[titan::llama3] expected a model on a real device, got one on meta. Build it with a device.");
+  at::Tensor h = x;  // tokens (B, S), then (B, S, D), logits (B, S, V) after "output"
+  for (const auto& path : modules) {
+    if (path == "tok_embeddings" && tok_embeddings) {
+      h = tok_embeddings->forward(h);
+    } else if (path == "norm" && norm) {
+      h = norm->forward(h);
+    } else if (path == "output" && output) {
+      h = output->forward(h);
+    } else {
+      const int64_t index = PartFilter::layer_index(path.starts_with("layers.") ? path : std::string());
+      auto it = std::find_if(layers.begin(), layers.end(), [&](const auto& l) { return l->layer_id == index; });
+      TITAN_CHECK_VALUE(index >= 0 && it != layers.end(),
+                        "[titan::llama3] expected forward_part modules held by this part, got '{}'. Build the part "
+                        "with the stage's modules.",
+                        path);
+      h = (*it)->forward(h, rope_);
+    }
+  }
+  return h;
+}
+
 void Llama3::init_weights() {
+  // Init streams are taken in the whole model's order; a part skips the streams of modules it does
+  // not hold, so its weights are exactly the whole model's.
   const double out_std = 1.0 / std::sqrt(static_cast<double>(args_.dim));
-  if (output) {
+  if (!tok_embeddings) {
+    nn::skip_init_streams(1);
+  } else if (output || !args_.tie_word_embeddings) {
     nn::normal_(tok_embeddings->weight, 0.0, 1.0);
   } else {
     // A tied matrix is also the output projection: N(0, 1) rows would give logits of std sqrt(D),
     // so it takes the output layer's init instead.
     nn::trunc_normal_(tok_embeddings->weight, 0.0, out_std, -3 * out_std, 3 * out_std);
   }
-  for (const auto& layer : layers) layer->init_weights();
-  norm->reset_parameters();
+  auto next = layers.begin();
+  for (int64_t i = 0; i < args_.n_layers; ++i) {
+    if (next != layers.end() && (*next)->layer_id == i) {
+      (*next++)->init_weights();
+    } else {
+      nn::skip_init_streams(TransformerBlock::kInitStreams);
+    }
+  }
+  if (norm) norm->reset_parameters();
   if (output) nn::trunc_normal_(output->weight, 0.0, out_std, -3 * out_std, 3 * out_std);
 }
 
@@ -108,7 +188,7 @@ int64_t Llama3::num_params() const {
 
 int64_t Llama3::num_flops_per_token(int64_t seq_len) const {
   // The embedding lookup is not a matmul, so it is excluded, unless it is also the output head.
-  const int64_t embedding = args_.tie_word_embeddings ? 0 : tok_embeddings->weight.numel();
+  const int64_t embedding = args_.tie_word_embeddings ? 0 : args_.vocab_size * args_.dim;
   return 6 * (num_params() - embedding) + 12 * args_.n_layers * args_.dim * seq_len;
 }
 

@@ -5,6 +5,7 @@
 #include "titan/core/error.hpp"
 #include "titan/dist/mesh.hpp"
 #include "titan/models/llama3/model.hpp"
+#include "titan/parallel/pipeline_schedule.hpp"
 
 namespace titan::llama3 {
 
@@ -16,9 +17,9 @@ using parallel::SequenceParallel;
 
 std::vector<std::vector<std::string>> data_parallel_units(const Llama3& model) {
   std::vector<std::vector<std::string>> units{{"tok_embeddings"}};
-  for (size_t i = 0; i < model.layers.size(); ++i) units.push_back({"layers." + std::to_string(i)});
+  for (int64_t i = 0; i < model.args().n_layers; ++i) units.push_back({"layers." + std::to_string(i)});
   // Norm and output run back to back and start backward: one unit, one collective.
-  if (model.output) {
+  if (!model.args().tie_word_embeddings) {
     units.push_back({"norm", "output"});
   } else {
     units.push_back({"norm"});
@@ -33,7 +34,7 @@ parallel::TensorParallelPlan tensor_parallel_plan(const Llama3& model, int64_t d
                     "[titan::llama3::tensor_parallel_plan] expected n_heads ({}) and n_kv_heads ({}) divisible by the "
                     "tensor-parallel degree {} (path layers.*.attention). Choose a degree that divides both.",
                     args.n_heads, args.kv_heads(), degree);
-  TITAN_CHECK_NOT_IMPLEMENTED(model.output != nullptr,
+  TITAN_CHECK_NOT_IMPLEMENTED(!args.tie_word_embeddings,
                               "[titan::llama3::tensor_parallel_plan] expected an untied output "
                               "layer, got tie_word_embeddings = true. Tied embeddings under TP are not supported yet.");
   const bool sp = options.sequence_parallel;
@@ -42,7 +43,7 @@ parallel::TensorParallelPlan tensor_parallel_plan(const Llama3& model, int64_t d
   const Placement between = sp ? Placement::shard(1) : Placement::replicate();
   parallel::TensorParallelPlan plan;
   plan.add("tok_embeddings", RowwiseParallel{.input_layout = Placement::replicate(), .output_layout = between});
-  for (size_t i = 0; i < model.layers.size(); ++i) {
+  for (int64_t i = 0; i < args.n_layers; ++i) {
     const std::string block = "layers." + std::to_string(i);
     if (sp) plan.add(block + ".attention_norm", SequenceParallel{});
     plan.add(block + ".attention",
@@ -63,8 +64,32 @@ parallel::TensorParallelPlan tensor_parallel_plan(const Llama3& model, int64_t d
   return plan;
 }
 
+parallel::PipelinePlan pipeline_plan(const Llama3Args& args, int64_t pp, const ParallelismConfig& p) {
+  parallel::PipelinePlan plan{.schedule = p.pipeline_parallel_schedule,
+                              .schedule_csv = p.pipeline_parallel_schedule_csv,
+                              .microbatch_size = p.pipeline_parallel_microbatch_size};
+  if (p.module_fqns_per_model_part) {
+    plan.stages = *p.module_fqns_per_model_part;
+    return plan;
+  }
+  // A CSV program runs several stages per rank, as torchtitan's CSV runtime does.
+  const PipelineSchedule shape =
+      p.pipeline_parallel_schedule_csv.empty() ? p.pipeline_parallel_schedule : PipelineSchedule::interleaved_1f1b;
+  const int64_t stages = parallel::num_pipeline_stages(
+      shape, pp, args.n_layers, p.pipeline_parallel_layers_per_stage.value_or(0),
+      p.pipeline_parallel_first_stage_less_layers, p.pipeline_parallel_last_stage_less_layers);
+  parallel::PipelineSplit split{.input_modules = {"tok_embeddings"},
+                                .output_modules = {"norm", "output"},
+                                .first_stage_less_layers = p.pipeline_parallel_first_stage_less_layers,
+                                .last_stage_less_layers = p.pipeline_parallel_last_stage_less_layers};
+  for (int64_t i = 0; i < args.n_layers; ++i) split.layer_modules.push_back("layers." + std::to_string(i));
+  plan.stages = parallel::split_pipeline_stages(split, stages);
+  return plan;
+}
+
 parallel::ParallelPlan parallel_plan(const Llama3& model, const dist::Mesh& mesh) {
   parallel::ParallelPlan plan{.data_parallel = {.units = data_parallel_units(model)}};
+  if (mesh.size("pp") > 1) plan.pipeline = pipeline_plan(model.args(), mesh.size("pp"), ParallelismConfig{});
   if (mesh.size("tp") > 1) plan.tensor_parallel = tensor_parallel_plan(model, mesh.size("tp"));
   return plan;
 }
@@ -76,10 +101,15 @@ parallel::ParallelPlan parallel_plan(const Llama3& model, const JobConfig& confi
     plan.tensor_parallel = tensor_parallel_plan(model, mesh.size("tp"), {.loss_parallel = !p.disable_loss_parallel});
     plan.tensor_parallel.async = p.enable_async_tensor_parallel;
   }
+  if (mesh.size("pp") > 1) plan.pipeline = pipeline_plan(model.args(), mesh.size("pp"), p);
   parallel::DataParallelOptions& dp = plan.data_parallel.options;
   dp.reshard_after_forward = p.fsdp_reshard_after_forward;
+  // torchtitan's default under PP: keep units gathered after forward (no all-gather per microbatch).
+  if (mesh.size("pp") > 1 && dp.reshard_after_forward == ReshardAfterForward::default_) {
+    dp.reshard_after_forward = ReshardAfterForward::never;
+  }
   // FSDP's mixed precision on GPU (bf16 gathers and compute, fp32 reduction); fp32 on CPU.
-  if (model.tok_embeddings->weight.device().is_cuda()) {
+  if (!model.parameters().empty() && model.parameters().front().device().is_cuda()) {
     dp.param_dtype = scalar_type(config.training.mixed_precision_param);
     dp.reduce_dtype = scalar_type(config.training.mixed_precision_reduce);
   }

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "titan/models/llama3/args.hpp"
@@ -28,6 +29,8 @@ namespace titan::llama3 {
 
 class TransformerBlock : public torch::nn::Module {
  public:
+  /// Init-generator streams one block's init_weights takes (a part skips them for absent blocks).
+  static constexpr int64_t kInitStreams = 7;
   TransformerBlock(int64_t layer_id, const Llama3Args& args, const at::TensorOptions& options);
   at::Tensor forward(const at::Tensor& x, const nn::RopeTables& rope) const;  // (B, S, D) -> (B, S, D)
   void init_weights();
@@ -43,17 +46,24 @@ class TransformerBlock : public torch::nn::Module {
 class Llama3 : public torch::nn::Module {
  public:
   /// Builds the model with uninitialised parameters; `seq_len` sizes the RoPE tables and must not
-  /// exceed args.max_seq_len.
-  Llama3(const Llama3Args& args, int64_t seq_len, const at::TensorOptions& options);
+  /// exceed args.max_seq_len. With `modules` (top-level paths: "tok_embeddings", "layers.N", "norm",
+  /// "output") only those are built: a pipeline rank's part, with the whole model's names.
+  Llama3(const Llama3Args& args, int64_t seq_len, const at::TensorOptions& options,
+         const std::vector<std::string>& modules = {});
 
   /// Builds from the job config (model.flavor, training.seq_len) on `device` (default meta);
-  /// `vocab_size` > 0 overrides the flavor's.
+  /// `vocab_size` > 0 overrides the flavor's; `modules` as in the constructor.
   static std::shared_ptr<Llama3> build(const JobConfig& config, int64_t vocab_size = 0,
-                                       const at::Device& device = at::kMeta);
+                                       const at::Device& device = at::kMeta,
+                                       const std::vector<std::string>& modules = {});
 
   /// tokens (B, S) int64 -> logits (B, S, V) in the parameter dtype.
   at::Tensor forward(const at::Tensor& tokens) const;
-  /// torchtitan's init scheme (under the current RNG state).
+  /// Runs `modules` in order on x: tokens (B, S) before "tok_embeddings", hidden states (B, S, D)
+  /// after it; "output" returns the logits (B, S, V). One pipeline stage's forward.
+  at::Tensor forward_part(const at::Tensor& x, const std::vector<std::string>& modules) const;
+  /// torchtitan's init scheme (under the current RNG state). A part fills exactly the values its
+  /// modules have in the whole model.
   void init_weights();
   /// Parameters without duplicates (tied weights once), in registration order.
   std::vector<at::Tensor> unique_parameters() const;
@@ -71,10 +81,10 @@ class Llama3 : public torch::nn::Module {
   const Llama3Args& args() const { return args_; }
   int64_t seq_len() const { return seq_len_; }
 
-  std::shared_ptr<nn::Embedding> tok_embeddings;
-  std::vector<std::shared_ptr<TransformerBlock>> layers;  // registered as layers.0 .. layers.{L-1}
-  std::shared_ptr<nn::RMSNorm> norm;
-  std::shared_ptr<nn::Linear> output;  // null when tie_word_embeddings
+  std::shared_ptr<nn::Embedding> tok_embeddings;          // null in a part without it
+  std::vector<std::shared_ptr<TransformerBlock>> layers;  // registered as layers.<layer_id>; a part's only
+  std::shared_ptr<nn::RMSNorm> norm;                      // null in a part without it
+  std::shared_ptr<nn::Linear> output;                     // null when tie_word_embeddings or not in the part
 
  private:
   Llama3Args args_;

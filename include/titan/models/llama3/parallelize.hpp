@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: BSD-3-Clause
-// Llama 3's ParallelPlan, torchtitan's: tensor (+ sequence, loss) parallelism over tp with
+// Llama 3's ParallelPlan, torchtitan's: a pipeline split over pp, tensor (+ sequence, loss) parallelism over tp with
 // torchtitan's apply_tp plan, then FSDP/HSDP/DDP whose units are the embeddings, each transformer
 // block, and final norm + output together (the root holds what is left).
 #pragma once
@@ -11,7 +11,8 @@
 
 namespace titan {
 struct JobConfig;
-}
+struct ParallelismConfig;
+}  // namespace titan
 namespace titan::dist {
 class Mesh;
 }
@@ -19,6 +20,7 @@ class Mesh;
 namespace titan::llama3 {
 
 class Llama3;
+struct Llama3Args;
 
 /// torchtitan's TP switches.
 struct TensorParallelOptions {
@@ -36,6 +38,11 @@ std::vector<std::vector<std::string>> data_parallel_units(const Llama3& model);
 /// loss parallel), norms sequence-parallel. Checks that `degree` divides the heads and kv heads.
 parallel::TensorParallelPlan tensor_parallel_plan(const Llama3& model, int64_t degree,
                                                   const TensorParallelOptions& options = {});
+
+/// torchtitan's pipeline split for pp ranks from the parallelism.pipeline_parallel_* keys: the
+/// embeddings count as first_stage_less_layers layers, norm + output as last_stage_less_layers;
+/// stages per rank from the schedule or layers_per_stage; or module_fqns_per_model_part verbatim.
+parallel::PipelinePlan pipeline_plan(const Llama3Args& args, int64_t pp, const ParallelismConfig& parallelism);
 
 /// The whole plan on mesh with titan's defaults: TP (sequence and loss parallel) when tp > 1, and
 /// FSDP/HSDP/DDP units, fp32 throughout.

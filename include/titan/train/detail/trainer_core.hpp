@@ -13,6 +13,7 @@
 
 #include "titan/core/config.hpp"
 #include "titan/nn/loss.hpp"
+#include "titan/train/step.hpp"
 
 namespace titan {
 class Optimizer;
@@ -45,9 +46,10 @@ class Validator;
 
 /// What the core needs of a model, type-erased.
 struct ModelHandle {
-  std::string description{};                                  ///< e.g. "llama3 debugmodel"
-  std::function<at::Tensor(const at::Tensor&)> forward{};     ///< tokens (B, S) -> logits (B, S, V)
-  std::vector<at::Tensor> parameters{};                       ///< trainable tensors, each once
+  std::string description{};                                              ///< e.g. "llama3 debugmodel"
+  std::function<at::Tensor(const at::Tensor&)> forward{};                 ///< tokens (B, S) -> logits (B, S, V)
+  std::function<at::Tensor(int64_t, const at::Tensor&)> stage_forward{};  ///< pipeline stage s: input -> output
+  std::vector<at::Tensor> parameters{};                                   ///< trainable tensors, each once
   std::vector<std::string> parameter_names{};                 ///< FQN of each of parameters (checkpoint keys)
   std::shared_ptr<const checkpoint::HfAdapter> hf_adapter{};  ///< HF import/export; null = none
   int64_t num_params = 0;
@@ -97,6 +99,10 @@ class TrainerCore {
   T all_reduce_sum(T value) const;
   /// Loads a checkpoint or initial weights per checkpoint.* (called by attach_model).
   void load_checkpoint();
+  /// Forward + backward of this step's microbatches (pipelined under PP).
+  ForwardBackwardResult forward_backward_step(const std::vector<Microbatch>& micro, int64_t global_valid);
+  /// Writes the pipeline's measured timeline of this step to the run folder (pp rank 0 of rank 0).
+  void write_pipeline_timeline() const;
   /// Saves when checkpoint.* says this step is a save step.
   void maybe_save_checkpoint();
   /// Waits for an in-flight async save (end of training).

@@ -33,9 +33,10 @@ class Validator {
 
   /// True when step `step` ends with a validation run.
   bool due(int64_t step) const;
+  /// Summed token cross-entropy of one batch: tokens (B, S), labels (B, S) -> loss sum.
+  using LossSum = std::function<double(const at::Tensor& tokens, const at::Tensor& labels)>;
   /// Runs the validation set from its start (one pass, at most validation.steps batches).
-  ValidationResult run(const std::function<at::Tensor(const at::Tensor&)>& forward, const at::Device& device,
-                       const LossFn& loss) const;
+  ValidationResult run(const LossSum& loss_sum, const at::Device& device) const;
 
  private:
   JobConfig config_;

@@ -1,0 +1,377 @@
+// SPDX-License-Identifier: BSD-3-Clause
+// Executes one rank's program for one batch. Each (stage, microbatch) pair keeps its input, output
+// and gradients until its backward is done. A receive is posted when its action comes (or, before
+// the boundary's shape is known, when the compute that needs it waits); a send is posted and waited
+// for at the end of the step, so a rank never blocks on its own sends.
+#include <ATen/ATen.h>
+#include <c10/core/GradMode.h>
+#include <fmt/format.h>
+#include <torch/csrc/autograd/autograd.h>
+
+#include <chrono>
+#include <map>
+#include <tuple>
+
+#include "pipeline_state.hpp"
+#include "titan/core/error.hpp"
+
+namespace titan::parallel {
+namespace {
+
+using Op = PipelineAction::Op;
+using Clock = std::chrono::steady_clock;
+
+// Boundary shape message: ndim, dtype, then up to kMaxDims sizes.
+constexpr int64_t kMaxDims = 8;
+
+enum class Channel : int64_t { kActivation = 0, kGradient = 1, kMeta = 2 };
+
+struct Slot {
+  at::Tensor input;        // what the stage's forward received (a leaf requiring grad, except stage 0)
+  at::Tensor output;       // the stage output (the scaled loss on the last stage); graph alive until backward
+  at::Tensor output_grad;  // gradient of output (from the next stage)
+  at::Tensor input_grad;   // gradient of input (for the previous stage)
+  bool forward_done = false;
+  bool input_grad_done = false;
+};
+
+struct PendingRecv {
+  at::Tensor buffer;
+  dist::Work work;
+  bool posted = false;
+};
+
+class StepRunner {
+ public:
+  StepRunner(detail::PipelineState& state, const PipelineProgram& program, const StageForward& forward, LossFn loss,
+             double scale, bool train)
+      : s_(state), program_(program), forward_(forward), loss_(std::move(loss)), scale_(scale), train_(train) {}
+
+  double run(const at::Tensor& tokens, const at::Tensor& labels) {
+    const int64_t micro = program_.num_microbatches;
+    if (s_.is_local(0)) tokens_ = tokens.chunk(micro, 0);
+    if (s_.is_local(s_.num_stages() - 1)) labels_ = labels.chunk(micro, 0);
+    device_ = s_.device = tokens.device();
+    s_.timeline.assign(static_cast<size_t>(program_.num_ranks), {});
+    s_.stats = {};
+    start_ = Clock::now();
+    const auto& actions = program_.actions[static_cast<size_t>(s_.rank())];
+    for (size_t i = 0; i < actions.size(); ++i) {
+      try {
+        execute(actions[i]);
+      } catch (c10::Error& e) {
+        e.add_context(fmt::format("[titan::pipeline] while running action {} ({}) of pp rank {}'s program {}", i,
+                                  actions[i], s_.rank(), program_.name));
+        throw;
+      }
+    }
+    for (auto& [work, tensor] : sends_) work.wait();
+    sends_.clear();
+    for (const auto& [key, slot] : slots_) {
+      TITAN_CHECK(!train_ || !slot.output.defined(),
+                  "[titan::pipeline] expected every microbatch's backward done at the end of the step, got stage {} "
+                  "microbatch {} still holding its activations. The schedule misses its backward.",
+                  key.first, key.second);
+    }
+    return loss_sum_;
+  }
+
+ private:
+  static int64_t seconds_ns(Clock::duration d) {
+    return std::chrono::duration_cast<std::chrono::nanoseconds>(d).count();
+  }
+
+  int64_t tag(Channel channel, int64_t stage, int64_t microbatch) const {
+    return (static_cast<int64_t>(channel) * s_.num_stages() + stage) * program_.num_microbatches + microbatch;
+  }
+  int64_t rank_of(int64_t stage) const { return s_.stage_rank[static_cast<size_t>(stage)]; }
+  Slot& slot(int64_t stage, int64_t microbatch) { return slots_[{stage, microbatch}]; }
+
+  void execute(const PipelineAction& a) {
+    switch (a.op) {
+      case Op::kRecvForward:
+      case Op::kRecvBackward:
+        post_recv(a);
+        return;
+      case Op::kSendForward:
+        send_activation(a);
+        return;
+      case Op::kSendBackward:
+        send(slot(a.stage, a.microbatch).input_grad, rank_of(a.stage - 1),
+             tag(Channel::kGradient, a.stage - 1, a.microbatch));
+        return;
+      default:
+        break;
+    }
+    const auto begin = Clock::now();
+    switch (a.op) {
+      case Op::kForward:
+        forward(a.stage, a.microbatch);
+        break;
+      case Op::kBackward:
+        backward(a.stage, a.microbatch, /*input_only=*/false);
+        break;
+      case Op::kBackwardInput:
+        backward(a.stage, a.microbatch, /*input_only=*/true);
+        break;
+      case Op::kBackwardWeight:
+        backward_weight(a.stage, a.microbatch);
+        break;
+      default:
+        break;
+    }
+    const double t0 = static_cast<double>(seconds_ns(begin - start_)) * 1e-9;
+    const double t1 = static_cast<double>(seconds_ns(Clock::now() - start_)) * 1e-9;
+    s_.timeline[static_cast<size_t>(s_.rank())].push_back({.action = a, .start = t0, .end = t1});
+  }
+
+  // --- communication -------------------------------------------------------------------------
+
+  std::tuple<Op, int64_t, int64_t> key(Op op, int64_t stage, int64_t microbatch) const {
+    return {op, stage, microbatch};
+  }
+
+  void send(const at::Tensor& t, int64_t dst, int64_t tg) {
+    TITAN_CHECK(t.defined(),
+                "[titan::pipeline] expected a tensor to send to pp rank {}, got none. The program sends "
+                "before computing it.",
+                dst);
+    at::Tensor data = t.detach().contiguous();
+    s_.stats.bytes_moved += data.nbytes();
+    sends_.emplace_back(s_.group.send(data, dst, tg), data);
+  }
+
+  void send_activation(const PipelineAction& a) {
+    const Slot& sl = slot(a.stage, a.microbatch);
+    const int64_t dst = rank_of(a.stage + 1);
+    if (!s_.meta_sent[a.stage + 1]) {
+      const at::Tensor& out = sl.output;
+      TITAN_CHECK_VALUE(out.dim() <= kMaxDims, "[titan::pipeline] expected stage outputs of at most {} dims, got {}.",
+                        kMaxDims, out.dim());
+      at::Tensor meta = at::zeros({kMaxDims + 2}, at::kLong);  // (ndim, dtype, sizes...)
+      meta[0] = out.dim();
+      meta[1] = static_cast<int64_t>(out.scalar_type());
+      for (int64_t d = 0; d < out.dim(); ++d) meta[d + 2] = out.size(d);
+      send(meta.to(out.device()), dst, tag(Channel::kMeta, a.stage + 1, 0));
+      s_.meta_sent[a.stage + 1] = true;
+    }
+    send(sl.output, dst, tag(Channel::kActivation, a.stage + 1, a.microbatch));
+  }
+
+  // The buffer a receive lands in, if its shape is known yet.
+  std::optional<at::Tensor> recv_buffer(Op op, int64_t stage, int64_t microbatch) {
+    if (op == Op::kRecvBackward) {
+      const Slot& sl = slot(stage, microbatch);
+      if (!sl.output.defined()) return std::nullopt;
+      return at::empty_like(sl.output, at::MemoryFormat::Contiguous);
+    }
+    auto it = s_.input_meta.find(stage);
+    if (it == s_.input_meta.end()) return std::nullopt;
+    return at::empty(it->second.sizes, at::TensorOptions().dtype(it->second.dtype).device(device_));
+  }
+
+  void post_recv(const PipelineAction& a) {
+    PendingRecv& r = recvs_[key(a.op, a.stage, a.microbatch)];
+    auto buffer = recv_buffer(a.op, a.stage, a.microbatch);
+    if (!buffer) return;  // posted by the compute that waits for it
+    r.buffer = std::move(*buffer);
+    const bool fwd = a.op == Op::kRecvForward;
+    r.work = s_.group.recv(r.buffer, rank_of(fwd ? a.stage - 1 : a.stage + 1),
+                           tag(fwd ? Channel::kActivation : Channel::kGradient, a.stage, a.microbatch));
+    r.posted = true;
+  }
+
+  void learn_input_shape(int64_t stage) {
+    if (s_.input_meta.contains(stage)) return;
+    at::Tensor meta = at::zeros({kMaxDims + 2}, at::TensorOptions().dtype(at::kLong).device(device_));
+    s_.group.recv(meta, rank_of(stage - 1), tag(Channel::kMeta, stage, 0)).wait();
+    meta = meta.cpu();
+    detail::BoundaryMeta m{.dtype = static_cast<at::ScalarType>(meta[1].item<int64_t>())};
+    for (int64_t d = 0; d < meta[0].item<int64_t>(); ++d) m.sizes.push_back(meta[d + 2].item<int64_t>());
+    s_.input_meta[stage] = std::move(m);
+  }
+
+  at::Tensor wait_recv(Op op, int64_t stage, int64_t microbatch) {
+    auto it = recvs_.find(key(op, stage, microbatch));
+    TITAN_CHECK(it != recvs_.end(),
+                "[titan::pipeline] expected a {} receive for stage {} microbatch {} before its compute, got none. "
+                "Add the receive to the program.",
+                op == Op::kRecvForward ? "RECV_F" : "RECV_B", stage, microbatch);
+    const auto begin = Clock::now();
+    if (!it->second.posted) {
+      if (op == Op::kRecvForward) learn_input_shape(stage);
+      post_recv({.op = op, .stage = stage, .microbatch = microbatch});
+    }
+    it->second.work.wait();
+    s_.stats.wait_seconds += static_cast<double>(seconds_ns(Clock::now() - begin)) * 1e-9;
+    s_.stats.bytes_moved += it->second.buffer.nbytes();
+    at::Tensor out = std::move(it->second.buffer);
+    recvs_.erase(it);
+    return out;
+  }
+
+  // --- compute -------------------------------------------------------------------------------
+
+  at::Tensor stage_input(int64_t stage, int64_t microbatch) {
+    if (stage == 0) return tokens_[static_cast<size_t>(microbatch)];
+    at::Tensor x = s_.is_local(stage - 1) ? slot(stage - 1, microbatch).output.detach()
+                                          : wait_recv(Op::kRecvForward, stage, microbatch);
+    if (train_) x.requires_grad_(true);
+    return x;
+  }
+
+  void forward(int64_t stage, int64_t microbatch) {
+    Slot& sl = slot(stage, microbatch);
+    TITAN_CHECK(!sl.forward_done, "[titan::pipeline] expected one forward of stage {} microbatch {}, got two.", stage,
+                microbatch);
+    c10::AutoGradMode grad_mode(train_);
+    sl.input = stage_input(stage, microbatch);
+    at::Tensor y = forward_(stage, sl.input);
+    if (stage == s_.num_stages() - 1) {
+      const at::Tensor loss = loss_(y, labels_[static_cast<size_t>(microbatch)].to(y.device())) * scale_;  // ()
+      loss_sum_ += loss.detach().item<double>();
+      y = loss;
+    }
+    sl.output = std::move(y);
+    sl.forward_done = true;
+    if (!train_) sl.input = at::Tensor();
+    int64_t live = 0;
+    for (const auto& [k, other] : slots_) live += other.output.defined() && train_ ? 1 : 0;
+    s_.stats.max_in_flight = std::max(s_.stats.max_in_flight, live);
+  }
+
+  // Gradient of this stage's output: from the next stage (received, or handed over on this rank).
+  at::Tensor output_grad(int64_t stage, int64_t microbatch) {
+    Slot& sl = slot(stage, microbatch);
+    if (stage == s_.num_stages() - 1 || sl.output_grad.defined()) return sl.output_grad;
+    sl.output_grad = s_.is_local(stage + 1) ? slot(stage + 1, microbatch).input_grad
+                                            : wait_recv(Op::kRecvBackward, stage, microbatch);
+    TITAN_CHECK(sl.output_grad.defined(),
+                "[titan::pipeline] expected stage {} microbatch {}'s backward to follow stage {}'s, got it first. "
+                "Reorder the program.",
+                stage, microbatch, stage + 1);
+    return sl.output_grad;
+  }
+
+  void backward(int64_t stage, int64_t microbatch, bool input_only) {
+    Slot& sl = slot(stage, microbatch);
+    TITAN_CHECK(sl.forward_done && sl.output.defined() && !sl.input_grad_done,
+                "[titan::pipeline] expected one backward of stage {} microbatch {} after its forward, got {}.", stage,
+                microbatch, sl.forward_done ? "a second one" : "none before it");
+    const at::Tensor grad = output_grad(stage, microbatch);
+    const torch::autograd::variable_list grads =
+        grad.defined() ? torch::autograd::variable_list{grad} : torch::autograd::variable_list{};
+    if (input_only) {
+      // Zero-bubble's first half: only the path to the stage input; the graph stays for 'W'.
+      if (stage > 0) sl.input_grad = torch::autograd::grad({sl.output}, {sl.input}, grads, /*retain_graph=*/true)[0];
+    } else {
+      torch::autograd::backward({sl.output}, grads);
+      if (stage > 0) sl.input_grad = sl.input.grad();
+      release(sl);
+    }
+    sl.input_grad_done = true;
+  }
+
+  void backward_weight(int64_t stage, int64_t microbatch) {
+    Slot& sl = slot(stage, microbatch);
+    TITAN_CHECK(sl.input_grad_done && sl.output.defined(),
+                "[titan::pipeline] expected stage {} microbatch {}'s weight gradient after its input gradient, got "
+                "it {}.",
+                stage, microbatch, sl.input_grad_done ? "twice" : "first");
+    const at::Tensor grad = output_grad(stage, microbatch);
+    const torch::autograd::variable_list grads =
+        grad.defined() ? torch::autograd::variable_list{grad} : torch::autograd::variable_list{};
+    torch::autograd::backward({sl.output}, grads, /*retain_graph=*/false, /*create_graph=*/false, s_.params.at(stage));
+    release(sl);
+  }
+
+  static void release(Slot& sl) {
+    sl.output = at::Tensor();
+    sl.input = at::Tensor();
+    sl.output_grad = at::Tensor();
+  }
+
+  detail::PipelineState& s_;
+  const PipelineProgram& program_;
+  const StageForward& forward_;
+  LossFn loss_;  // a copy: callers pass temporaries
+  double scale_;
+  bool train_;
+  at::Device device_ = at::kCPU;
+  std::vector<at::Tensor> tokens_, labels_;
+  std::map<std::pair<int64_t, int64_t>, Slot> slots_;
+  std::map<std::tuple<Op, int64_t, int64_t>, PendingRecv> recvs_;
+  std::vector<std::pair<dist::Work, at::Tensor>> sends_;
+  Clock::time_point start_;
+  double loss_sum_ = 0;
+};
+
+int64_t microbatches_of(const at::Tensor& tokens, const PipelinePlan& plan) {
+  const int64_t batch = tokens.size(0);
+  TITAN_CHECK_VALUE(batch % plan.microbatch_size == 0,
+                    "[titan::pipeline] expected the local batch ({} sequences) divisible by the microbatch size {}, "
+                    "got a remainder of {}. Set training.local_batch_size to a multiple of "
+                    "parallelism.pipeline_parallel_microbatch_size.",
+                    batch, plan.microbatch_size, batch % plan.microbatch_size);
+  return batch / plan.microbatch_size;
+}
+
+double sum_over_pp(const dist::ProcessGroup& group, double value, const at::Device& device) {
+  at::Tensor t = at::full({1}, value, at::TensorOptions().dtype(at::kDouble).device(device));
+  group.all_reduce(t).wait();
+  return t.item<double>();
+}
+
+}  // namespace
+
+double Pipeline::step(const StageForward& forward, const at::Tensor& tokens, const at::Tensor& labels,
+                      const LossFn& loss, double loss_scale) {
+  const PipelineProgram& prog = program(microbatches_of(tokens, state_->plan));
+  StepRunner runner(*state_, prog, forward, loss ? loss : LossFn(cross_entropy_sum), loss_scale, /*train=*/true);
+  const double local = runner.run(tokens, labels);
+  if (state_->step_end) state_->step_end();
+  return sum_over_pp(state_->group, local, tokens.device());
+}
+
+double Pipeline::evaluate(const StageForward& forward, const at::Tensor& tokens, const at::Tensor& labels,
+                          const LossFn& loss) {
+  const PipelineProgram prog = detail::forward_only_program(*state_, microbatches_of(tokens, state_->plan));
+  StepRunner runner(*state_, prog, forward, loss ? loss : LossFn(cross_entropy_sum), 1.0, /*train=*/false);
+  return sum_over_pp(state_->group, runner.run(tokens, labels), tokens.device());
+}
+
+PipelineTimeline Pipeline::gather_timeline() const {
+  // Each rank's row as (op, stage, microbatch, start, end) rows, padded to the longest row.
+  const auto& mine = state_->timeline.at(static_cast<size_t>(state_->rank()));
+  at::Tensor count =
+      at::full({1}, static_cast<int64_t>(mine.size()), at::TensorOptions(at::kLong).device(state_->device));
+  state_->group.all_reduce(count, dist::ReduceOp::kMax).wait();
+  const int64_t rows = count.item<int64_t>();
+  at::Tensor local = at::full({rows, 5}, -1.0, at::kDouble);  // (rows, 5)
+  for (size_t i = 0; i < mine.size(); ++i) {
+    const TimedAction& t = mine[i];
+    const double row[] = {static_cast<double>(t.action.op), static_cast<double>(t.action.stage),
+                          static_cast<double>(t.action.microbatch), t.start, t.end};
+    for (int64_t c = 0; c < 5; ++c) local[static_cast<int64_t>(i)][c] = row[c];
+  }
+  at::Tensor all = at::empty({state_->group.size() * rows * 5},
+                             at::TensorOptions(at::kDouble).device(state_->device));  // (pp * rows * 5)
+  state_->group.all_gather(all, local.reshape({-1}).to(state_->device)).wait();
+  const at::Tensor table = all.view({state_->group.size(), rows, 5}).cpu();
+  PipelineTimeline timeline(static_cast<size_t>(state_->group.size()));
+  for (int64_t r = 0; r < table.size(0); ++r) {
+    for (int64_t i = 0; i < rows; ++i) {
+      const at::Tensor row = table[r][i];
+      if (row[0].item<double>() < 0) continue;
+      timeline[static_cast<size_t>(r)].push_back(
+          {.action = {.op = static_cast<PipelineAction::Op>(row[0].item<int64_t>()),
+                      .stage = row[1].item<int64_t>(),
+                      .microbatch = row[2].item<int64_t>()},
+           .start = row[3].item<double>(),
+           .end = row[4].item<double>()});
+    }
+  }
+  return timeline;
+}
+
+}  // namespace titan::parallel
