@@ -49,19 +49,16 @@ bool excluded(const std::string& key, const std::vector<std::string>& exclude) {
 
 std::string group_of(const std::string& key) { return key.substr(0, key.find('.')); }
 
-StateTensor state_tensor(std::string key, const at::Tensor& p, const dist::Mesh* mesh) {
+StateTensor state_tensor(std::string key, const at::Tensor& p, const dist::Mesh* mesh, bool per_stage) {
   const parallel::ShardedParam* sp = parallel::sharded_param(p);
   StateTensor st;
   static_cast<parallel::TensorLayout&>(st) =
       sp ? static_cast<const parallel::TensorLayout&>(*sp) : parallel::TensorLayout::whole(p.sizes().vec());
   st.key = std::move(key);
   st.tensor = p;
-  if (sp == nullptr) {
-    st.owner = mesh == nullptr || mesh->rank() == 0;
-    return st;
-  }
   std::vector<std::string_view> sharded_axes;
-  for (const auto& [axis, placement] : sp->placements) {
+  for (const auto& [axis, placement] :
+       sp ? sp->placements : std::vector<std::pair<std::string, parallel::Placement>>{}) {
     TITAN_CHECK_NOT_IMPLEMENTED(placement.kind != parallel::Placement::Kind::kPartial,
                                 "[titan::checkpoint] expected '{}' sharded or replicated, got Partial() on {}. "
                                 "Reduce it before saving.",
@@ -70,9 +67,9 @@ StateTensor state_tensor(std::string key, const at::Tensor& p, const dist::Mesh*
     for (auto base : dist::Mesh::base_axes(axis)) sharded_axes.push_back(base);
   }
   if (mesh != nullptr) {
-    // Replicas of a region across every axis but pp (whose ranks hold other stages) write it once.
+    // Replicas of a region write it once; a stage's tensors have no replicas across pp.
     for (std::string_view axis : dist::Mesh::base_axes("world")) {
-      if (axis == "pp") continue;
+      if (axis == "pp" && per_stage) continue;
       if (std::find(sharded_axes.begin(), sharded_axes.end(), axis) == sharded_axes.end() &&
           mesh->coordinate(axis) != 0) {
         st.owner = false;
@@ -89,7 +86,7 @@ void add_model(State& state, const std::vector<std::string>& names, const std::v
               "names for {} parameters.",
               names.size(), params.size());
   for (size_t i = 0; i < params.size(); ++i)
-    state.tensors.push_back(state_tensor("model." + names[i], params[i], mesh));
+    state.tensors.push_back(state_tensor("model." + names[i], params[i], mesh, /*per_stage=*/true));
 }
 
 void add_optimizer(State& state, const std::vector<std::string>& names, const Optimizer& optimizer,
@@ -100,11 +97,11 @@ void add_optimizer(State& state, const std::vector<std::string>& names, const Op
               names.size(), optimizer.params().size());
   for (size_t i = 0; i < names.size(); ++i) {
     // State like the parameter shares its shard; any other state (a step counter) is one whole tensor.
-    const StateTensor like = state_tensor("", optimizer.params()[i], mesh);
+    const StateTensor like = state_tensor("", optimizer.params()[i], mesh, /*per_stage=*/true);
     for (ParamState& s : optimizer.state(i)) {
       std::string key = fmt::format("optimizer.{}.{}", names[i], s.name);
       if (!s.like_param) {
-        state.tensors.push_back(state_tensor(std::move(key), s.tensor, mesh));
+        state.tensors.push_back(state_tensor(std::move(key), s.tensor, mesh, /*per_stage=*/true));
         continue;
       }
       TITAN_CHECK(s.tensor.sizes() == optimizer.params()[i].sizes(),

@@ -122,7 +122,7 @@ void TrainerCore::seed_for_init() const {
 
 void TrainerCore::parallelize(torch::nn::Module& model, const parallel::ParallelPlan& plan) {
   parallel_ = std::make_unique<Parallelized>(titan::parallelize(model, *mesh_, plan));
-  if (parallel_->tensor_parallel() || parallel_->data_parallel())
+  if (parallel_->pipeline() || parallel_->tensor_parallel() || parallel_->data_parallel())
     log::info("Applied {} to the model", parallel_->describe());
   if (parallel_->loss_parallel()) {
     loss_ = [parallel = parallel_.get()](const at::Tensor& logits, const at::Tensor& labels) {

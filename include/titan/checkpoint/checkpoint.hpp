@@ -52,8 +52,10 @@ struct State {
 };
 
 /// The whole tensor or this rank's shard of p, keyed `key`. On a mesh, replicas of a region are
-/// written once (by the rank at coordinate 0 of every axis the tensor is not sharded on).
-StateTensor state_tensor(std::string key, const at::Tensor& p, const dist::Mesh* mesh);
+/// written once (by the rank at coordinate 0 of every axis the tensor is not sharded on). A
+/// `per_stage` tensor (a parameter or its optimizer state) exists on its pipeline stage's ranks
+/// only, so the pp axis holds no replicas of it.
+StateTensor state_tensor(std::string key, const at::Tensor& p, const dist::Mesh* mesh, bool per_stage = false);
 /// Adds "model.<name>" for each parameter.
 void add_model(State& state, const std::vector<std::string>& names, const std::vector<at::Tensor>& params,
                const dist::Mesh* mesh);
