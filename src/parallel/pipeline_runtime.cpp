@@ -103,6 +103,13 @@ class StepRunner {
       default:
         break;
     }
+    // The action's clock starts once its input is here: waiting for a neighbour is bubble, not work.
+    if (a.op == Op::kForward) {
+      Slot& sl = slot(a.stage, a.microbatch);
+      if (!sl.forward_done && !sl.input.defined()) sl.input = stage_input(a.stage, a.microbatch);
+    } else if (slot(a.stage, a.microbatch).forward_done) {
+      output_grad(a.stage, a.microbatch);
+    }
     const auto begin = Clock::now();
     switch (a.op) {
       case Op::kForward:
@@ -225,7 +232,6 @@ class StepRunner {
     TITAN_CHECK(!sl.forward_done, "[titan::pipeline] expected one forward of stage {} microbatch {}, got two.", stage,
                 microbatch);
     c10::AutoGradMode grad_mode(train_);
-    sl.input = stage_input(stage, microbatch);
     at::Tensor y = forward_(stage, sl.input);
     if (stage == s_.num_stages() - 1) {
       const at::Tensor loss = loss_(y, labels_[static_cast<size_t>(microbatch)].to(y.device())) * scale_;  // ()

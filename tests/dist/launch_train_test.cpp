@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: BSD-3-Clause
 // The bundled trainer as real processes: 4 FSDP ranks, FSDP 2 x TP 2 and a 2-stage pipeline under titan-run reproduce
-// one process's losses (same global batch of 8), so do the custom_loop (FSDP 2) and tp_custom_model (TP 2)
+// one process's losses (same global batch of 8), so do the custom_loop (FSDP 2, PP 2) and tp_custom_model (TP 2)
 // examples, DDP trains under pip torch's torchrun, and a layout that does not match
 // WORLD_SIZE stops with the factors named.
 #include <nlohmann/json.hpp>
@@ -40,11 +40,14 @@ std::vector<std::string> trainer_args(const std::string& dump, const std::string
   return debug_job_args(trainer_path(), dump, local_batch);
 }
 
-std::vector<double> losses(const titan::test::fs::path& dump) {
+// One metric of every metrics.jsonl record that has it (training steps; or validation runs).
+std::vector<double> losses(const titan::test::fs::path& dump, const std::string& key = "loss_metrics/global_avg_loss") {
   std::vector<double> out;
   std::istringstream in(titan::test::read_file(dump / "metrics.jsonl"));
-  for (std::string line; std::getline(in, line);)
-    out.push_back(nlohmann::json::parse(line).at("loss_metrics/global_avg_loss").get<double>());
+  for (std::string line; std::getline(in, line);) {
+    const auto record = nlohmann::json::parse(line);
+    if (record.contains(key)) out.push_back(record.at(key).get<double>());
+  }
   return out;
 }
 
@@ -74,11 +77,27 @@ TEST_CASE("titan-run: 4 FSDP processes reproduce the single-process losses", "[d
 TEST_CASE("titan-run: a 1F1B pipeline over 2 processes reproduces the single-process losses",
           "[dist][launch][train][pipeline]") {
   TempDir one, two;
-  Subprocess single(trainer_args(one.path.string(), "8"), {{"RANK", std::nullopt}, {"WORLD_SIZE", std::nullopt}});
+  // Validation at step 3 runs forward only through the stages.
+  const std::vector<std::string> validation = {"--validation.enable",
+                                               "true",
+                                               "--validation.dataset",
+                                               "tinyshakespeare",
+                                               "--validation.dataset_path",
+                                               titan::test::tinyshakespeare().string(),
+                                               "--validation.freq",
+                                               "3",
+                                               "--validation.steps",
+                                               "2",
+                                               "--validation.local_batch_size",
+                                               "2",
+                                               "--validation.seq_len",
+                                               "64"};
+  Subprocess single(concat(trainer_args(one.path.string(), "8"), validation),
+                    {{"RANK", std::nullopt}, {"WORLD_SIZE", std::nullopt}});
   require_exit(single, 0, 600);
   Subprocess run(concat(
       {titan::test::titan_run_path(), "--nproc-per-node", "2", "--"},
-      concat(trainer_args(two.path.string(), "8"),
+      concat(concat(trainer_args(two.path.string(), "8"), validation),
              {"--parallelism.pipeline_parallel_degree", "2", "--parallelism.pipeline_parallel_schedule", "1F1B"})));
   require_exit(run, 0, 600);
   CHECK_THAT(run.output(), Catch::Contains("Applied PP(pp=2, 1F1B"));
@@ -87,6 +106,11 @@ TEST_CASE("titan-run: a 1F1B pipeline over 2 processes reproduces the single-pro
   REQUIRE(got.size() == 3);
   // Eight microbatches of one sequence summed on the last stage: fp32 reordering only.
   for (size_t i = 0; i < got.size(); ++i) CHECK(got[i] == Approx(expected[i]).epsilon(1e-5));
+  const auto expected_val = losses(one.path, "validation_metrics/loss");
+  const auto got_val = losses(two.path, "validation_metrics/loss");
+  REQUIRE(expected_val.size() == 1);
+  REQUIRE(got_val.size() == 1);
+  CHECK(got_val[0] == Approx(expected_val[0]).epsilon(1e-5));
   // The measured timeline of step 2, for comparing the real bubble with the schedule's.
   const auto timeline = nlohmann::json::parse(titan::test::read_file(two.path / "pipeline_timeline.json"));
   REQUIRE(timeline.at("ranks").size() == 2);
@@ -166,24 +190,33 @@ std::vector<std::string> custom_loop_args(const std::string& dump, const std::st
 
 }  // namespace
 
-TEST_CASE("examples/custom_loop: 2 FSDP processes reproduce one process's losses", "[dist][launch][train][example]") {
-  TempDir one, two;
+TEST_CASE("examples/custom_loop: 2 FSDP processes and a 2-stage pipeline reproduce one process's losses",
+          "[dist][launch][train][example]") {
+  TempDir one;
   // The metric lines are info logs: the test environment's TITAN_LOG_LEVEL=warn would hide them.
   Subprocess single(custom_loop_args(one.path.string(), "4"),
                     {{"RANK", std::nullopt}, {"WORLD_SIZE", std::nullopt}, {"TITAN_LOG_LEVEL", "info"}});
   require_exit(single, 0, 600);
-  Subprocess fsdp(
-      concat({titan::test::titan_run_path(), "--nproc-per-node", "2", "--"}, custom_loop_args(two.path.string(), "2")),
-      {{"TITAN_LOG_LEVEL", "info"}});
-  require_exit(fsdp, 0, 600);
-  const auto expected = metric_losses(single.output()), got = metric_losses(fsdp.output());
-  INFO(single.output() << "\n" << fsdp.output());
+  const auto expected = metric_losses(single.output());
   REQUIRE(expected.size() == 3);
-  REQUIRE(got.size() == 3);
-  // The same 4 sequences per step (2 per rank), the loss summed over both ranks' slices and divided by the global
-  // valid token count: reordered fp32 sums agree to ~1e-6. The line prints 5 decimals, so the comparison is at
-  // that precision: rounding adds at most 1e-5 absolute, about 1e-6 relative at these losses (~8).
-  for (size_t i = 0; i < got.size(); ++i) CHECK(got[i] == Approx(expected[i]).epsilon(1e-5));
+  // FSDP: 2 sequences per rank; PP: both ranks see the 4 sequences, as 4 microbatches through 2 stages.
+  const std::vector<std::pair<std::string, std::vector<std::string>>> layouts = {
+      {"2", {}},
+      {"4", {"--parallelism.pipeline_parallel_degree", "2", "--parallelism.data_parallel_shard_degree", "1"}}};
+  for (const auto& [local_batch, flags] : layouts) {
+    TempDir two;
+    Subprocess run(concat({titan::test::titan_run_path(), "--nproc-per-node", "2", "--"},
+                          concat(custom_loop_args(two.path.string(), local_batch), flags)),
+                   {{"TITAN_LOG_LEVEL", "info"}});
+    require_exit(run, 0, 600);
+    const auto got = metric_losses(run.output());
+    INFO(single.output() << "\n" << run.output());
+    REQUIRE(got.size() == 3);
+    // The same 4 sequences per step, the loss summed over the ranks' slices (or microbatches) and divided by the
+    // global valid token count: reordered fp32 sums agree to ~1e-6. The line prints 5 decimals, so the comparison
+    // is at that precision: rounding adds at most 1e-5 absolute, about 1e-6 relative at these losses (~8).
+    for (size_t i = 0; i < got.size(); ++i) CHECK(got[i] == Approx(expected[i]).epsilon(1e-5));
+  }
 }
 
 TEST_CASE("torchrun: 2 DDP processes train", "[dist][torchrun][train]") {
