@@ -161,11 +161,10 @@ double now() {
   return std::chrono::duration<double>(Clock::now() - epoch).count();
 }
 
-/// One rank's record of when its computes really ran, per stage in call order. The runtime's own
-/// timeline starts an action's clock before the action waits for its input (the receive is waited
-/// inside F and B), so it counts that wait as busy time; these times start when the input is there:
-/// a forward when the stage function is called, a backward when autograd reaches the stage output
-/// (a hook on it; it fires for B, for I and again for W; stage 0's I computes nothing).
+/// One rank's record of when its computes really ran, per stage in call order, independent of the
+/// runtime's own timeline (which it cross-checks): a forward from the stage function's call to its
+/// return, a backward from when autograd reaches the stage output (a hook on it; it fires for B, for
+/// I and again for W; stage 0's I computes nothing).
 struct ComputeClock {
   /// stage -> (start, end) of each forward; on the last stage the end is after the loss.
   std::map<int64_t, std::vector<std::pair<double, double>>> forwards;
@@ -200,7 +199,7 @@ std::vector<titan::parallel::TimedAction> compute_only(const std::vector<titan::
 struct RunResult {
   /// Rank 0's wall time of each timed step (zero_grad, pipeline step, clipping, AdamW).
   std::vector<double> step_seconds;
-  /// Each timed step's gathered runtime timeline (waits for inputs counted inside the actions).
+  /// Each timed step's gathered runtime timeline.
   std::vector<PipelineTimeline> runtime_timelines;
   /// Each timed step's timeline of compute only (ComputeClock), every rank, seconds from the step's start.
   std::vector<PipelineTimeline> timelines;
@@ -417,7 +416,7 @@ std::string join(const std::vector<T>& values, F&& format) {
 
 constexpr const char* kTableHeader =
     "| pp | schedule | m | step s (median) | bubble measured, compute only: last step / mean "
-    "| runtime timeline (waits as busy), last step | replayed (per-stage costs) | simulated (mean costs) "
+    "| runtime timeline, last step | replayed (per-stage costs) | simulated (mean costs) "
     "| theoretical | mean F / B / I / W ms | F slowdown vs alone | max in flight per rank (bound) "
     "| peak activations MiB per rank |\n"
     "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |";
