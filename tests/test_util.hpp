@@ -12,6 +12,8 @@
 #include <sstream>
 #include <string>
 
+#include "titan/core/error.hpp"
+
 namespace titan::test {
 
 /// Catch2 2.x is not thread-safe: assertions made on rank threads take this lock (RANK_CHECK).
@@ -21,6 +23,17 @@ inline std::mutex& catch_mutex() {
 }
 
 namespace fs = std::filesystem;
+
+/// The message of what `f` throws, or "(no error)".
+template <class F>
+std::string error_of(F&& f) {
+  try {
+    f();
+  } catch (const std::exception& e) {
+    return error_message(e);
+  }
+  return "(no error)";
+}
 
 inline fs::path test_dir() { return fs::path(TITAN_TEST_DIR); }
 /// tests/assets/tinyshakespeare/input.txt: 40,000 lines of Shakespeare (see tests/assets/README.md).

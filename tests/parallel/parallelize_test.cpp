@@ -18,19 +18,10 @@
 #include "titan/parallel/parallelize.hpp"
 
 using namespace titan;
+using test::error_of;
 using test::kFast;
 
 namespace {
-
-template <class F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const std::exception& e) {
-    return error_message(e);
-  }
-  return "(no error)";
-}
 
 // A model whose projection is a torch::nn::Linear: it reads its weight directly, not through with_param.
 struct RawLinearModel : torch::nn::Module {

@@ -13,6 +13,7 @@
 #include "titan/parallel/pipeline_schedule.hpp"
 
 using namespace titan;
+using test::error_of;
 using namespace titan::parallel;
 using Catch::Contains;
 using Op = PipelineAction::Op;
@@ -28,17 +29,6 @@ int64_t stages_for(PipelineSchedule schedule, int64_t pp) { return pp * (is_sing
 
 double simulated_bubble(PipelineSchedule schedule, int64_t pp, int64_t stages, int64_t microbatches) {
   return bubble_fraction(simulate_pipeline(make_pipeline_program(schedule, pp, stages, microbatches)));
-}
-
-/// The message of what `f` throws (empty when it does not).
-template <class F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const std::exception& e) {
-    return error_message(e);
-  }
-  return "";
 }
 
 /// Writes a CSV (one string per row) into `dir` and reads it as a pp-rank program.
