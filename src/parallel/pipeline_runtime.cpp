@@ -52,6 +52,8 @@ class StepRunner {
     if (s_.is_local(0)) tokens_ = tokens.chunk(micro, 0);
     if (s_.is_local(s_.num_stages() - 1)) labels_ = labels.chunk(micro, 0);
     device_ = s_.device = tokens.device();
+    rows_ = tokens.size(0) / micro;
+    tokens_per_row_ = tokens.numel() / std::max<int64_t>(tokens.size(0), 1);
     s_.timeline.assign(static_cast<size_t>(program_.num_ranks), {});
     s_.stats = {};
     start_ = Clock::now();
@@ -84,6 +86,7 @@ class StepRunner {
   int64_t tag(Channel channel, int64_t stage, int64_t microbatch) const {
     return (static_cast<int64_t>(channel) * s_.num_stages() + stage) * program_.num_microbatches + microbatch;
   }
+  detail::PipelineState::BoundaryKey boundary(int64_t stage) const { return {stage, rows_, tokens_per_row_}; }
   int64_t rank_of(int64_t stage) const { return s_.stage_rank[static_cast<size_t>(stage)]; }
   Slot& slot(int64_t stage, int64_t microbatch) { return slots_[{stage, microbatch}]; }
 
@@ -151,7 +154,7 @@ class StepRunner {
   void send_activation(const PipelineAction& a) {
     const Slot& sl = slot(a.stage, a.microbatch);
     const int64_t dst = rank_of(a.stage + 1);
-    if (!s_.meta_sent[a.stage + 1]) {
+    if (s_.meta_sent.insert(boundary(a.stage + 1)).second) {
       const at::Tensor& out = sl.output;
       TITAN_CHECK_VALUE(out.dim() <= kMaxDims, "[titan::pipeline] expected stage outputs of at most {} dims, got {}.",
                         kMaxDims, out.dim());
@@ -160,7 +163,6 @@ class StepRunner {
       meta[1] = static_cast<int64_t>(out.scalar_type());
       for (int64_t d = 0; d < out.dim(); ++d) meta[d + 2] = out.size(d);
       send(meta.to(out.device()), dst, tag(Channel::kMeta, a.stage + 1, 0));
-      s_.meta_sent[a.stage + 1] = true;
     }
     send(sl.output, dst, tag(Channel::kActivation, a.stage + 1, a.microbatch));
   }
@@ -172,7 +174,7 @@ class StepRunner {
       if (!sl.output.defined()) return std::nullopt;
       return at::empty_like(sl.output, at::MemoryFormat::Contiguous);
     }
-    auto it = s_.input_meta.find(stage);
+    auto it = s_.input_meta.find(boundary(stage));
     if (it == s_.input_meta.end()) return std::nullopt;
     return at::empty(it->second.sizes, at::TensorOptions().dtype(it->second.dtype).device(device_));
   }
@@ -189,13 +191,13 @@ class StepRunner {
   }
 
   void learn_input_shape(int64_t stage) {
-    if (s_.input_meta.contains(stage)) return;
+    if (s_.input_meta.contains(boundary(stage))) return;
     at::Tensor meta = at::zeros({kMaxDims + 2}, at::TensorOptions().dtype(at::kLong).device(device_));
     s_.group.recv(meta, rank_of(stage - 1), tag(Channel::kMeta, stage, 0)).wait();
     meta = meta.cpu();
     detail::BoundaryMeta m{.dtype = static_cast<at::ScalarType>(meta[1].item<int64_t>())};
     for (int64_t d = 0; d < meta[0].item<int64_t>(); ++d) m.sizes.push_back(meta[d + 2].item<int64_t>());
-    s_.input_meta[stage] = std::move(m);
+    s_.input_meta[boundary(stage)] = std::move(m);
   }
 
   at::Tensor wait_recv(Op op, int64_t stage, int64_t microbatch) {
@@ -304,6 +306,7 @@ class StepRunner {
   double scale_;
   bool train_;
   at::Device device_ = at::kCPU;
+  int64_t rows_ = 0, tokens_per_row_ = 0;  // a microbatch's token shape: keys the boundary shapes
   std::vector<at::Tensor> tokens_, labels_;
   std::map<std::pair<int64_t, int64_t>, Slot> slots_;
   std::map<std::tuple<Op, int64_t, int64_t>, PendingRecv> recvs_;

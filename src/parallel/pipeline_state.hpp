@@ -9,7 +9,9 @@
 #include <functional>
 #include <map>
 #include <optional>
+#include <set>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "titan/dist/process_group.hpp"
@@ -30,10 +32,13 @@ struct PipelineState {
   std::vector<int64_t> local{};                         // this rank's stages, ascending
   std::map<int64_t, std::vector<at::Tensor>> params{};  // local stage -> its parameters (weight-gradient inputs)
   std::map<int64_t, PipelineProgram> programs{};        // microbatches -> validated program
-  std::map<int64_t, BoundaryMeta> input_meta{};         // stage -> what its input looks like (received once)
-  std::map<int64_t, bool> meta_sent{};                  // stage -> its output's shape was sent to the next rank
-  at::Device device = at::kCPU;                         // where the last step ran (collectives' tensors live there)
-  std::function<void()> step_end{};                     // after the step's last backward (may be empty)
+  // A boundary's shapes depend on the microbatch's token shape (training and validation batches may
+  // differ), which every pp rank knows: they are agreed once per (stage, microbatch rows, tokens).
+  using BoundaryKey = std::tuple<int64_t, int64_t, int64_t>;  // (receiving stage, rows, tokens per row)
+  std::map<BoundaryKey, BoundaryMeta> input_meta{};           // what the stage's input looks like
+  std::set<BoundaryKey> meta_sent{};                          // the stage's input shape was sent to it
+  at::Device device = at::kCPU;      // where the last step ran (collectives' tensors live there)
+  std::function<void()> step_end{};  // after the step's last backward (may be empty)
   PipelineTimeline timeline{};
   PipelineStats stats{};
 
