@@ -41,6 +41,20 @@ nlohmann::json read_json(const fs::path& path) {
   return j;
 }
 
+// An index is untrusted input: the files it names must be plain names inside the checkpoint folder.
+bool plain_file_name(const std::string& name) {
+  return !name.empty() && name != "." && name != ".." &&
+         name.find_first_of(std::string("/\\\0", 3)) == std::string::npos;
+}
+
+fs::path file_in(const fs::path& folder, const std::string& name, const std::string& entry) {
+  TITAN_CHECK_VALUE(plain_file_name(name),
+                    "[titan::checkpoint] expected {} of '{}' to name a file inside the checkpoint folder, got '{}'. "
+                    "The index is corrupt or hostile; refusing to read it. Load another checkpoint.",
+                    entry, (folder / "index.json").string(), name);
+  return folder / name;
+}
+
 bool excluded(const std::string& key, const std::vector<std::string>& exclude) {
   return std::find(exclude.begin(), exclude.end(), group_of(key)) != exclude.end();
 }
@@ -229,6 +243,8 @@ std::optional<std::string> check_complete(const fs::path& folder) {
   if (index.is_discarded() || !index.contains("files"))
     return fmt::format("'{}' is not a titan index", index_path.string());
   for (const auto& [file, bytes] : index.at("files").items()) {
+    if (!plain_file_name(file))
+      return fmt::format("the index names '{}', not a file inside the folder (corrupt)", file);
     const fs::path path = folder / file;
     if (!fs::exists(path)) return fmt::format("shard '{}' listed in the index is missing", path.string());
     if (static_cast<int64_t>(fs::file_size(path)) != bytes.get<int64_t>()) {
@@ -321,7 +337,9 @@ nlohmann::json load(const fs::path& folder, State& state, const std::vector<std:
       if (numel == 0) continue;
       const std::string file = shard.at("file").get<std::string>();
       auto it = files.find(file);
-      if (it == files.end()) it = files.emplace(file, SafetensorsFile(folder / file)).first;
+      if (it == files.end()) {
+        it = files.emplace(file, SafetensorsFile(file_in(folder, file, fmt::format("a shard of '{}'", st.key)))).first;
+      }
       const TensorEntry entry{.dtype = saved.at("dtype").get<std::string>(),
                               .shape = s_shape,
                               .begin = shard.at("begin").get<int64_t>(),

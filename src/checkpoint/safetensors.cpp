@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 #include <unistd.h>
 #include <zlib.h>
+#include <algorithm>
 
 #include <cerrno>
 #include <cstring>
@@ -37,6 +38,44 @@ void write_all(int fd, const void* data, int64_t size, const fs::path& path) {
       size -= n;
     }
   }
+}
+
+// As strict as the reference reader: every tensor's bytes are its shape x dtype, and the tensors tile the data
+// section exactly (a header length off by one would otherwise shift every tensor).
+void check_coverage(const std::filesystem::path& path, const std::map<std::string, TensorEntry>& entries,
+                    int64_t data_start, int64_t file_size) {
+  std::vector<std::pair<int64_t, int64_t>> ranges;  // (begin, end) in file bytes
+  for (const auto& [name, e] : entries) {
+    int64_t numel = 1;
+    for (int64_t d : e.shape) {
+      TITAN_CHECK_VALUE(d >= 0,
+                        "[titan::checkpoint] expected non-negative dims for tensor '{}' in '{}', got {}. The "
+                        "file is corrupt; restore it or load an older checkpoint.",
+                        name, path.string(), c10::str(e.shape));
+      numel *= d;
+    }
+    const int64_t bytes = numel * static_cast<int64_t>(c10::elementSize(scalar_type(e.dtype)));
+    TITAN_CHECK_VALUE(e.begin >= data_start && e.end - e.begin == bytes,
+                      "[titan::checkpoint] expected tensor '{}' in '{}' to span {} bytes ({} {}) inside the data "
+                      "section, got bytes [{}, {}). The file is corrupt; restore it or load an older checkpoint.",
+                      name, path.string(), bytes, e.dtype, c10::str(e.shape), e.begin - data_start, e.end - data_start);
+    ranges.emplace_back(e.begin, e.end);
+  }
+  std::sort(ranges.begin(), ranges.end());
+  int64_t covered = data_start;
+  for (const auto& [begin, end] : ranges) {
+    TITAN_CHECK_VALUE(begin == covered,
+                      "[titan::checkpoint] expected the tensors of '{}' to follow each other from the end of its "
+                      "header, got a {} at data byte {}. The file is corrupt (a wrong header length?) or not "
+                      "safetensors; restore it or load an older checkpoint.",
+                      path.string(), begin < covered ? "overlap" : "gap", covered - data_start);
+    covered = end;
+  }
+  TITAN_CHECK_VALUE(covered == file_size,
+                    "[titan::checkpoint] expected the tensors of '{}' to cover its data section to the end, got "
+                    "{} of {} bytes covered (incomplete metadata). The file is corrupt; restore it or load an "
+                    "older checkpoint.",
+                    path.string(), covered - data_start, file_size - data_start);
 }
 
 }  // namespace
@@ -112,6 +151,7 @@ SafetensorsFile::SafetensorsFile(fs::path path) : path_(std::move(path)) {
                       name, e.end, path_.string(), file_size);
     entries_.emplace(name, std::move(e));
   }
+  check_coverage(path_, entries_, data_start, file_size);
 }
 
 SafetensorsFile::~SafetensorsFile() {

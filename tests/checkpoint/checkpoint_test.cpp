@@ -10,6 +10,7 @@
 #include "test_util.hpp"
 #include "titan/checkpoint/checkpoint.hpp"
 #include "titan/checkpoint/checkpointer.hpp"
+#include "titan/checkpoint/safetensors.hpp"
 #include "titan/dist/mesh.hpp"
 
 using namespace titan;
@@ -156,6 +157,37 @@ TEST_CASE("a flipped byte a truncated file or a missing shard is an error naming
     fs::remove(folder / "index.json");
     CHECK_THROWS_WITH(load_whole(), Catch::Contains("no index.json"));
   }
+  SECTION("an index naming a file outside the folder") {
+    save_grid(s, folder, 3);
+    // The shard really is there, one level up: following the name would read it silently.
+    fs::copy_file(folder / "rank-00002.safetensors", dir.path / "rank-00002.safetensors");
+    std::string index = test::read_file(folder / "index.json");
+    for (size_t at = index.find("\"rank-00002"); at != std::string::npos; at = index.find("\"rank-00002", at + 4))
+      index.replace(at, 1, "\"../");
+    test::write_file(folder / "index.json", index);
+    REQUIRE(checkpoint::check_complete(folder));
+    CHECK_THAT(*checkpoint::check_complete(folder), Catch::Contains("../rank-00002.safetensors"));
+    CHECK_THROWS_WITH(load_whole(), Catch::Contains("not a file inside the folder") &&
+                                        Catch::Contains("'../rank-00002.safetensors'"));
+  }
+}
+
+TEST_CASE("a safetensors header one byte short is refused, not read shifted", "[checkpoint][integrity]") {
+  test::TempDir dir;
+  // {"a": 2 floats} with JSON padding after the object, as writers align the data section.
+  const std::string header = R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}})" + std::string(5, ' ');
+  auto write = [&](uint64_t declared) {
+    std::string bytes(8, '\0');
+    for (int i = 0; i < 8; ++i) bytes[static_cast<size_t>(i)] = static_cast<char>((declared >> (8 * i)) & 0xff);
+    const float data[2] = {1.5f, -2.0f};
+    bytes += header + std::string(reinterpret_cast<const char*>(data), sizeof(data));
+    test::write_file(dir.path / "t.safetensors", bytes);
+    return checkpoint::SafetensorsFile(dir.path / "t.safetensors");
+  };
+  const auto good = write(header.size());
+  CHECK(at::equal(good.read("a"), at::tensor({1.5f, -2.0f})));
+  CHECK_THROWS_WITH(write(header.size() - 1), Catch::Contains("incomplete metadata"));
+  CHECK_THROWS_WITH(write(header.size() + 1), Catch::Contains("t.safetensors"));  // one byte short of data
 }
 
 namespace {
