@@ -6,6 +6,7 @@
 #include "titan/core/error.hpp"
 #include "titan/layout/module_hooks.hpp"
 #include "titan/nn/init.hpp"
+#include "titan/nn/sequence_attention.hpp"
 
 namespace titan::nn {
 namespace {
@@ -39,12 +40,12 @@ at::Tensor Attention::forward(const at::Tensor& x, const RopeTables& rope) const
     at::Tensor q = wq->forward(in).view({bsz, seq, -1, head_dim});  // (B, S, H, HD)
     at::Tensor k = wk->forward(in).view({bsz, seq, -1, head_dim});  // (B, S, KVH, HD)
     at::Tensor v = wv->forward(in).view({bsz, seq, -1, head_dim});  // (B, S, KVH, HD)
-    q = apply_rope(q, rope).transpose(1, 2);                        // (B, H, S, HD)
-    k = apply_rope(k, rope).transpose(1, 2);                        // (B, KVH, S, HD)
-    v = v.transpose(1, 2);                                          // (B, KVH, S, HD)
-    const at::Tensor out = at::scaled_dot_product_attention(
-        q, k, v, /*attn_mask=*/std::nullopt, /*dropout_p=*/0.0, /*is_causal=*/true,
-        /*scale=*/std::nullopt, /*enable_gqa=*/n_kv_heads != n_heads);  // (B, H, S, HD)
+    // Positions, documents and the cp split of these tokens come from the forward's caller.
+    const at::Tensor& positions = attention_context().positions;
+    q = apply_rope(q, rope, positions).transpose(1, 2);  // (B, H, S, HD)
+    k = apply_rope(k, rope, positions).transpose(1, 2);  // (B, KVH, S, HD)
+    v = v.transpose(1, 2);                               // (B, KVH, S, HD)
+    const at::Tensor out = causal_attention(q, k, v);    // (B, H, S, HD)
     return wo->forward(out.transpose(1, 2).reshape({bsz, seq, -1}));
   });
 }

@@ -42,15 +42,32 @@ RopeTables make_rope_tables(const RopeConfig& c, const at::Device& device) {
   return {at::polar(at::ones_like(angles), angles).to(device)};  // (P, HD/2) complex64
 }
 
-at::Tensor apply_rope(const at::Tensor& x, const RopeTables& tables) {
+at::Tensor apply_rope(const at::Tensor& x, const RopeTables& tables, const at::Tensor& positions) {
   const int64_t seq = x.size(1);
-  TITAN_CHECK_VALUE(seq <= tables.freqs_cis.size(0),
-                    "[titan::nn::rope] expected at most {} positions, got a sequence of {}. "
-                    "Raise the model's max positions (training.seq_len).",
-                    tables.freqs_cis.size(0), seq);
+  const int64_t max_positions = tables.freqs_cis.size(0);
+  at::Tensor rot;  // (S, 1, HD/2) or (B, S, 1, HD/2)
+  if (!positions.defined()) {
+    TITAN_CHECK_VALUE(seq <= max_positions,
+                      "[titan::nn::rope] expected at most {} positions, got a sequence of {}. "
+                      "Raise the model's max positions (training.seq_len).",
+                      max_positions, seq);
+    rot = tables.freqs_cis.narrow(0, 0, seq).unsqueeze(1);
+  } else {
+    TITAN_CHECK_VALUE(positions.size(-1) == seq && (positions.dim() == 1 || positions.size(0) == x.size(0)),
+                      "[titan::nn::rope] expected positions (S={}) or (B={}, S={}), got {}.", seq, x.size(0), seq,
+                      c10::str(positions.sizes()));
+    // On CUDA index_select checks bounds on the device, without a host sync per layer.
+    TITAN_CHECK_VALUE(
+        !positions.device().is_cpu() || positions.numel() == 0 || positions.max().item<int64_t>() < max_positions,
+        "[titan::nn::rope] expected positions below {}, got {}. Raise the model's max positions "
+        "(training.seq_len).",
+        max_positions, positions.max().item<int64_t>());
+    const at::Tensor index = positions.to(tables.freqs_cis.device());
+    rot = tables.freqs_cis.index_select(0, index.flatten()).view({-1, 1, x.size(-1) / 2});
+    if (positions.dim() == 2) rot = rot.unflatten(0, {x.size(0), seq});
+  }
   const int64_t half = x.size(-1) / 2;
   const at::Tensor pairs = x.to(at::kFloat).unflatten(-1, {half, 2}).contiguous();  // (B, S, H, HD/2, 2)
-  const at::Tensor rot = tables.freqs_cis.narrow(0, 0, seq).unsqueeze(1);           // (S, 1, HD/2)
   const at::Tensor out = at::view_as_complex(pairs) * rot;                          // (B, S, H, HD/2)
   return at::view_as_real(out).flatten(-2).to(x.scalar_type());                     // (B, S, H, HD)
 }

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: BSD-3-Clause
-// Causal grouped-query self-attention through at::scaled_dot_product_attention (flash kernels on
-// CPU and CUDA), with RoPE on q and k and no biases.
+// Causal grouped-query self-attention through the SDPA kernels (flash on CPU and CUDA), with RoPE on
+// q and k and no biases. The running nn::AttentionContext supplies per-document positions and masks
+// and, under context parallelism, the sequence's split over the cp ranks (see sequence_attention.hpp).
 #pragma once
 
 #include <memory>

@@ -37,7 +37,8 @@ struct RopeTables {
 };
 RopeTables make_rope_tables(const RopeConfig& config, const at::Device& device);
 
-/// Rotates x (B, S, H, HD) by the first S positions of `tables`; returns x's dtype.
-at::Tensor apply_rope(const at::Tensor& x, const RopeTables& tables);
+/// Rotates x (B, S, H, HD) by `positions` ((S) or (B, S) int64: per-document positions, or a
+/// context-parallel rank's global ones), or by the first S positions when undefined; returns x's dtype.
+at::Tensor apply_rope(const at::Tensor& x, const RopeTables& tables, const at::Tensor& positions = {});
 
 }  // namespace titan::nn

@@ -1,0 +1,96 @@
+// SPDX-License-Identifier: BSD-3-Clause
+// What attention needs to know about the tokens of the forward that is running, beyond their
+// activations: their RoPE positions, the documents they belong to (block-causal masking under
+// per-document packing) and, under context parallelism, how the sequence is split over the cp ranks.
+// The caller of a model's forward installs it for the forward's duration (AttentionScope); every
+// nn::Attention inside reads it. It is per thread (ranks as threads each have their own), and the
+// context-parallel attention keeps what it needs for backward in its autograd node, so backward needs
+// no scope.
+//
+//   nn::AttentionScope scope({.positions = positions, .document_ids = document_ids});
+//   at::Tensor logits = model.forward(tokens);
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <memory>
+#include <vector>
+
+#include "titan/core/choices.hpp"
+
+namespace titan::dist {
+class ProcessGroup;
+}
+
+namespace titan::nn {
+
+/// How a sequence of `seq_len` tokens is cut over `degree` context-parallel ranks. With load
+/// balancing (torchtitan's headtail) it is cut into 2 x degree chunks and rank r holds chunks r and
+/// 2 x degree - 1 - r, so every rank does the same causal work; without, rank r holds chunk r.
+struct SequenceLayout {
+  /// Tokens in the whole sequence.
+  int64_t seq_len = 0;
+  /// Ranks the sequence is split over.
+  int64_t degree = 1;
+  /// This rank's index among them.
+  int64_t rank = 0;
+  /// headtail load balancing (else contiguous chunks).
+  bool load_balance = true;
+
+  /// Chunks the sequence is cut into.
+  int64_t num_chunks() const { return load_balance ? 2 * degree : degree; }
+  /// Tokens per chunk.
+  int64_t chunk_len() const { return seq_len / num_chunks(); }
+  /// Tokens one rank holds.
+  int64_t local_len() const { return seq_len / degree; }
+  /// Global chunk indices held by `r`, in the order its local tokens are laid out.
+  std::vector<int64_t> chunks_of(int64_t r) const;
+  /// Global token index of each of this rank's local tokens.
+  at::Tensor token_index(const at::Device& device) const;  // (local_len) int64
+  /// This rank's tokens of x, whose dim `dim` is the whole sequence.
+  at::Tensor shard(const at::Tensor& x, int64_t dim) const;
+  /// Checks seq_len splits evenly; `where` names the caller in the error.
+  void check(const char* where) const;
+};
+
+/// A sequence sharded over a context-parallel group: the group and how K/V travel between its ranks.
+struct SequenceSharding {
+  /// The cp ranks (its size is layout.degree, this rank is layout.rank).
+  const dist::ProcessGroup* group = nullptr;
+  /// How the sequence is split.
+  SequenceLayout layout{};
+  /// allgather: gather every rank's K/V once; alltoall: pass K/V around the ring, overlapping the
+  /// next transfer with the current block's attention.
+  CpRotateMethod rotate = CpRotateMethod::allgather;
+};
+
+/// The tokens of the running forward.
+struct AttentionContext {
+  /// RoPE positions of the local tokens: (B, S_local) or (S_local) int64; undefined = 0..S-1.
+  at::Tensor positions{};
+  /// Document of each token of the WHOLE sequence (B, S) int64 (under CP every rank holds the whole
+  /// batch before sharding); tokens attend only within their document. Undefined: one document.
+  at::Tensor document_ids{};
+  /// Set under context parallelism: the local tokens are this rank's part of the sequence.
+  std::shared_ptr<const SequenceSharding> sharding{};
+
+  /// The context of rows [begin, begin + count) of the batch (a pipeline microbatch).
+  AttentionContext rows(int64_t begin, int64_t count) const;
+};
+
+/// The context installed on this thread (an empty one when none is).
+const AttentionContext& attention_context();
+
+/// Installs a context for its lifetime, restoring the previous one after.
+class AttentionScope {
+ public:
+  explicit AttentionScope(AttentionContext context);
+  ~AttentionScope();
+  AttentionScope(const AttentionScope&) = delete;
+  AttentionScope& operator=(const AttentionScope&) = delete;
+
+ private:
+  AttentionContext previous_;
+};
+
+}  // namespace titan::nn

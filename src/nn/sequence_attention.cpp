@@ -1,0 +1,294 @@
+// SPDX-License-Identifier: BSD-3-Clause
+#include "titan/nn/sequence_attention.hpp"
+
+#include <ATen/ATen.h>
+#include <c10/core/GradMode.h>
+#include <torch/csrc/autograd/function.h>
+#include <torch/csrc/autograd/functions/utils.h>
+
+#include <cmath>
+#include <functional>
+#include <limits>
+#include <utility>
+#include <vector>
+
+#include "attention_blocks.hpp"
+#include "titan/core/error.hpp"
+#include "titan/dist/functional.hpp"
+#include "titan/dist/process_group.hpp"
+
+namespace titan::nn {
+namespace {
+
+using detail::BlockMask;
+using torch::autograd::variable_list;
+
+// Point-to-point tags of the ring exchange (one exchange is in flight at a time per group).
+constexpr int64_t kTagKv = 0x4350;
+constexpr int64_t kTagKvGrad = 0x4351;
+
+// The blocks one query chunk computes against one source rank's keys: the chunks strictly before it
+// (seen whole), and its own chunk (causal). Chunks after it are fully masked and skipped.
+struct Piece {
+  int64_t q_chunk = 0;                // local index of the query chunk
+  std::vector<int64_t> key_chunks{};  // local indices (in the source's layout) of the key chunks
+  bool diagonal = false;              // the key chunk is the query chunk itself
+};
+
+std::vector<Piece> pieces_for(const SequenceLayout& layout, int64_t source) {
+  const std::vector<int64_t> mine = layout.chunks_of(layout.rank);
+  const std::vector<int64_t> theirs = layout.chunks_of(source);
+  std::vector<Piece> pieces;
+  for (size_t a = 0; a < mine.size(); ++a) {
+    Piece before{.q_chunk = static_cast<int64_t>(a)};
+    for (size_t b = 0; b < theirs.size(); ++b) {
+      if (theirs[b] < mine[a]) before.key_chunks.push_back(static_cast<int64_t>(b));
+      if (theirs[b] == mine[a]) {
+        pieces.push_back(
+            {.q_chunk = static_cast<int64_t>(a), .key_chunks = {static_cast<int64_t>(b)}, .diagonal = true});
+      }
+    }
+    if (!before.key_chunks.empty()) pieces.push_back(std::move(before));
+  }
+  return pieces;
+}
+
+// Everything one attention call needs again in backward.
+struct Problem {
+  SequenceSharding sharding;
+  at::Tensor document_ids;  // (B, S_whole) int64 or undefined
+  double scale = 1.0;
+
+  int64_t chunk() const { return sharding.layout.chunk_len(); }
+
+  // The tokens of `chunks` (local indices into rank `owner`'s layout) of x (.., L, HD), concatenated.
+  at::Tensor take(const at::Tensor& x, const std::vector<int64_t>& chunks) const {
+    std::vector<at::Tensor> parts;
+    for (int64_t c : chunks) parts.push_back(x.narrow(2, c * chunk(), chunk()));
+    return parts.size() == 1 ? parts[0] : at::cat(parts, 2);
+  }
+
+  // Document ids (B, n * C) of global chunks.
+  at::Tensor docs(const std::vector<int64_t>& global_chunks) const {
+    std::vector<at::Tensor> parts;
+    for (int64_t g : global_chunks) parts.push_back(document_ids.narrow(1, g * chunk(), chunk()));
+    return at::cat(parts, 1);
+  }
+
+  // The mask of a piece; nullopt when no query of it sees any key (skip the block).
+  std::optional<BlockMask> mask(const Piece& p, int64_t source, const at::Tensor& q) const {
+    if (!document_ids.defined()) return BlockMask{.causal = p.diagonal};
+    const SequenceLayout& layout = sharding.layout;
+    const int64_t q_global = layout.chunks_of(layout.rank)[static_cast<size_t>(p.q_chunk)];
+    std::vector<int64_t> k_global;
+    for (int64_t c : p.key_chunks) k_global.push_back(layout.chunks_of(source)[static_cast<size_t>(c)]);
+    const at::Tensor dq = docs({q_global}).to(q.device());    // (B, C)
+    const at::Tensor dk = docs(k_global).to(q.device());      // (B, Lk)
+    at::Tensor allowed = dq.unsqueeze(2) == dk.unsqueeze(1);  // (B, C, Lk)
+    if (p.diagonal) allowed = allowed.logical_and(at::ones({chunk(), chunk()}, allowed.options()).tril());
+    if (!allowed.any().item<bool>()) return std::nullopt;
+    const at::Tensor additive =
+        at::zeros(allowed.sizes(), q.options()).masked_fill(allowed.logical_not(), -INFINITY).unsqueeze(1);
+    return BlockMask{.causal = false, .additive = additive, .visible = allowed.any(2).unsqueeze(1)};
+  }
+
+  int64_t degree() const { return sharding.layout.degree; }
+  int64_t rank() const { return sharding.layout.rank; }
+  const dist::ProcessGroup& group() const { return *sharding.group; }
+};
+
+// Calls visit(source, kv) for every source rank's (K, V) stacked as (2, B, KVH, L, HD): gathered all at
+// once (allgather), or passed around the ring with the next transfer in flight during the visit.
+void for_each_source(const Problem& pb, const at::Tensor& kv,
+                     const std::function<void(int64_t, const at::Tensor&)>& visit) {
+  const int64_t n = pb.degree(), r = pb.rank();
+  if (n == 1) return visit(r, kv);
+  if (pb.sharding.rotate == CpRotateMethod::allgather) {
+    const at::Tensor all = dist::detail::gather_along(kv, pb.group(), 0);  // (2n, B, KVH, L, HD)
+    for (int64_t i = 0; i < n; ++i) {
+      const int64_t source = (r - i + n) % n;  // the same order as the ring: own block first
+      visit(source, all.narrow(0, 2 * source, 2));
+    }
+    return;
+  }
+  at::Tensor current = kv;
+  for (int64_t i = 0; i < n; ++i) {
+    at::Tensor next;
+    dist::Work recv, send;
+    if (i + 1 < n) {
+      next = at::empty_like(current);
+      recv = pb.group().recv(next, (r - 1 + n) % n, kTagKv);
+      send = pb.group().send(current, (r + 1) % n, kTagKv);
+    }
+    visit((r - i + n) % n, current);
+    if (i + 1 < n) {
+      recv.wait();
+      send.wait();
+      current = next;
+    }
+  }
+}
+
+struct Forward {
+  at::Tensor out;  // (B, H, L, HD) in q's dtype
+  at::Tensor lse;  // (B, H, L) float32
+};
+
+Forward forward_impl(const Problem& pb, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
+  const int64_t chunks = static_cast<int64_t>(pb.sharding.layout.chunks_of(pb.rank()).size());
+  std::vector<at::Tensor> outs, lses;
+  for (int64_t a = 0; a < chunks; ++a) {
+    const at::Tensor qa = q.narrow(2, a * pb.chunk(), pb.chunk());
+    outs.push_back(at::zeros(qa.sizes(), qa.options().dtype(at::kFloat)));
+    lses.push_back(at::full({q.size(0), q.size(1), pb.chunk()}, -INFINITY, qa.options().dtype(at::kFloat)));
+  }
+  for_each_source(pb, at::stack({k, v}), [&](int64_t source, const at::Tensor& kv) {
+    for (const Piece& p : pieces_for(pb.sharding.layout, source)) {
+      const at::Tensor qa = q.narrow(2, p.q_chunk * pb.chunk(), pb.chunk());
+      const auto mask = pb.mask(p, source, q);
+      if (!mask) continue;
+      const auto block =
+          detail::attend_block(qa, pb.take(kv[0], p.key_chunks), pb.take(kv[1], p.key_chunks), *mask, pb.scale);
+      detail::merge_block(outs[static_cast<size_t>(p.q_chunk)], lses[static_cast<size_t>(p.q_chunk)], block);
+    }
+  });
+  return {at::cat(outs, 2).to(q.scalar_type()), at::cat(lses, 2)};
+}
+
+std::array<at::Tensor, 3> backward_impl(const Problem& pb, const at::Tensor& grad, const at::Tensor& q,
+                                        const at::Tensor& k, const at::Tensor& v, const Forward& fwd) {
+  const int64_t n = pb.degree(), r = pb.rank(), C = pb.chunk();
+  at::Tensor dq = at::zeros(q.sizes(), q.options().dtype(at::kFloat));  // (B, H, L, HD)
+  const at::Tensor kv = at::stack({k, v});                              // (2, B, KVH, L, HD)
+  // Key/value gradients of every source (allgather: reduce-scattered after), or of the source in
+  // hand, travelling around the ring with it and arriving home after n hops.
+  const bool ring = pb.sharding.rotate != CpRotateMethod::allgather && n > 1;
+  at::Tensor dkv_all =
+      ring ? at::Tensor()
+           : at::zeros({2 * n, k.size(0), k.size(1), k.size(2), k.size(3)}, k.options().dtype(at::kFloat));
+  at::Tensor dkv = ring ? at::zeros(kv.sizes(), kv.options().dtype(at::kFloat)) : at::Tensor();
+  for_each_source(pb, kv, [&](int64_t source, const at::Tensor& kv_src) {
+    at::Tensor target = ring ? dkv : dkv_all.narrow(0, 2 * source, 2);
+    for (const Piece& p : pieces_for(pb.sharding.layout, source)) {
+      const auto mask = pb.mask(p, source, q);
+      if (!mask) continue;
+      const auto rows = [&](const at::Tensor& t) { return t.narrow(2, p.q_chunk * C, C); };
+      const auto [gq, gk, gv] = detail::attend_block_backward(rows(grad), rows(q), pb.take(kv_src[0], p.key_chunks),
+                                                              pb.take(kv_src[1], p.key_chunks), rows(fwd.out),
+                                                              rows(fwd.lse), *mask, pb.scale);
+      rows(dq).add_(gq);
+      for (size_t j = 0; j < p.key_chunks.size(); ++j) {
+        const int64_t at_key = p.key_chunks[j] * C;
+        target[0].narrow(2, at_key, C).add_(gk.narrow(2, static_cast<int64_t>(j) * C, C));
+        target[1].narrow(2, at_key, C).add_(gv.narrow(2, static_cast<int64_t>(j) * C, C));
+      }
+    }
+    if (!ring) return;
+    at::Tensor next = at::empty_like(dkv);
+    dist::Work recv = pb.group().recv(next, (r - 1 + n) % n, kTagKvGrad);
+    dist::Work send = pb.group().send(dkv, (r + 1) % n, kTagKvGrad);
+    recv.wait();
+    send.wait();
+    dkv = next;
+  });
+  if (!ring) dkv = n == 1 ? dkv_all : dist::detail::scatter_sum_along(dkv_all, pb.group(), 0);  // (2, ...)
+  return {dq.to(q.scalar_type()), dkv[0].to(k.scalar_type()), dkv[1].to(v.scalar_type())};
+}
+
+struct ContextParallelAttentionBackward : torch::autograd::Node {
+  ContextParallelAttentionBackward(Problem problem, at::Tensor q, at::Tensor k, at::Tensor v, Forward fwd)
+      : pb(std::move(problem)), q(std::move(q)), k(std::move(k)), v(std::move(v)), fwd(std::move(fwd)) {}
+
+  variable_list apply(variable_list&& grads) override {
+    at::NoGradGuard no_grad;
+    TITAN_CHECK(grads[0].defined(), "[titan::nn::context_parallel_attention] expected an output gradient, got none.");
+    auto [dq, dk, dv] = backward_impl(pb, grads[0], q, k, v, fwd);
+    return {dq, dk, dv};
+  }
+  std::string name() const override { return "titan::ContextParallelAttentionBackward"; }
+  void release_variables() override {
+    q.reset();
+    k.reset();
+    v.reset();
+    fwd = {};
+  }
+
+  Problem pb;
+  at::Tensor q, k, v;  // detached inputs
+  Forward fwd;         // merged output and log-sum-exp
+};
+
+void check_shapes(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const SequenceLayout& layout) {
+  TITAN_CHECK_VALUE(q.dim() == 4 && k.dim() == 4 && v.dim() == 4 && k.sizes() == v.sizes(),
+                    "[titan::nn::context_parallel_attention] expected q (B, H, S, HD), k and v (B, KVH, S, HD), got "
+                    "q {}, k {}, v {}.",
+                    c10::str(q.sizes()), c10::str(k.sizes()), c10::str(v.sizes()));
+  TITAN_CHECK_VALUE(q.size(1) % k.size(1) == 0,
+                    "[titan::nn::context_parallel_attention] expected query heads ({}) a multiple of key/value heads "
+                    "({}).",
+                    q.size(1), k.size(1));
+  TITAN_CHECK_VALUE(q.size(2) == layout.local_len() && k.size(2) == layout.local_len(),
+                    "[titan::nn::context_parallel_attention] expected {} local tokens (seq_len {} over {} cp ranks), "
+                    "got q {} and k {}. Shard the batch with the same layout.",
+                    layout.local_len(), layout.seq_len, layout.degree, q.size(2), k.size(2));
+}
+
+}  // namespace
+
+at::Tensor context_parallel_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                                      const SequenceSharding& sharding, const at::Tensor& document_ids) {
+  TITAN_CHECK_VALUE(sharding.group != nullptr && sharding.group->size() == sharding.layout.degree,
+                    "[titan::nn::context_parallel_attention] expected a cp group of {} ranks, got {}.",
+                    sharding.layout.degree, sharding.group ? sharding.group->size() : 0);
+  sharding.layout.check("titan::nn::context_parallel_attention");
+  check_shapes(q, k, v, sharding.layout);
+  TITAN_CHECK_VALUE(!document_ids.defined() || (document_ids.dim() == 2 && document_ids.size(0) == q.size(0) &&
+                                                document_ids.size(1) == sharding.layout.seq_len),
+                    "[titan::nn::context_parallel_attention] expected document ids (B={}, S={}) of the whole "
+                    "sequence, got {}.",
+                    q.size(0), sharding.layout.seq_len, c10::str(document_ids.sizes()));
+  Problem pb{.sharding = sharding,
+             .document_ids = document_ids.defined() ? document_ids.to(at::kCPU) : at::Tensor(),
+             .scale = 1.0 / std::sqrt(static_cast<double>(q.size(3)))};
+  Forward fwd;
+  {
+    at::NoGradGuard no_grad;
+    fwd = forward_impl(pb, q, k, v);
+  }
+  at::Tensor out = fwd.out;
+  if (c10::GradMode::is_enabled() && (q.requires_grad() || k.requires_grad() || v.requires_grad())) {
+    auto node = std::shared_ptr<ContextParallelAttentionBackward>(
+        new ContextParallelAttentionBackward(std::move(pb), q.detach(), k.detach(), v.detach(),
+                                             {fwd.out.detach(), fwd.lse}),
+        torch::autograd::deleteNode);
+    node->set_next_edges(torch::autograd::collect_next_edges(q, k, v));
+    torch::autograd::set_history(out, node);
+  }
+  return out;
+}
+
+at::Tensor local_causal_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                                  const at::Tensor& document_ids) {
+  const bool gqa = q.size(1) != k.size(1);
+  if (!document_ids.defined()) {
+    return at::scaled_dot_product_attention(q, k, v, /*attn_mask=*/std::nullopt, /*dropout_p=*/0.0,
+                                            /*is_causal=*/true, /*scale=*/std::nullopt, gqa);
+  }
+  const int64_t S = q.size(2);
+  TITAN_CHECK_VALUE(document_ids.dim() == 2 && document_ids.size(0) == q.size(0) && document_ids.size(1) == S,
+                    "[titan::nn::local_causal_attention] expected document ids (B={}, S={}), got {}.", q.size(0), S,
+                    c10::str(document_ids.sizes()));
+  const at::Tensor docs = document_ids.to(q.device());                                      // (B, S)
+  const at::Tensor causal = at::ones({S, S}, docs.options().dtype(at::kBool)).tril();       // (S, S)
+  const at::Tensor allowed = (docs.unsqueeze(2) == docs.unsqueeze(1)).logical_and(causal);  // (B, S, S)
+  return at::scaled_dot_product_attention(q, k, v, allowed.unsqueeze(1), /*dropout_p=*/0.0, /*is_causal=*/false,
+                                          /*scale=*/std::nullopt, gqa);
+}
+
+at::Tensor causal_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
+  const AttentionContext& context = attention_context();
+  if (context.sharding) return context_parallel_attention(q, k, v, *context.sharding, context.document_ids);
+  return local_causal_attention(q, k, v, context.document_ids);
+}
+
+}  // namespace titan::nn
