@@ -16,7 +16,7 @@ namespace config_detail {
 namespace {
 
 constexpr std::string_view kNeedsLayout =
-    "is not supported yet (titan has FSDP/HSDP/DDP, TP and PP so far); the trainer stops";
+    "is not supported yet (titan has FSDP/HSDP/DDP, TP, PP and CP so far); the trainer stops";
 constexpr std::string_view kNoFloat8 = "float8 training is not supported yet: ignored";
 
 struct Unsupported {
@@ -49,7 +49,6 @@ const std::vector<Unsupported>& unsupported_table() {
        "CPU offload is not supported yet (FSDP keeps params on the device): ignored"},
       {"training.dataloader.pin_memory", is_true, "pinned batches are not supported yet: ignored"},
       {"validation.dataloader.pin_memory", is_true, "pinned batches are not supported yet: ignored"},
-      {"parallelism.context_parallel_degree", above_one, kNeedsLayout},
       {"parallelism.expert_parallel_degree", above_one, kNeedsLayout},
       {"parallelism.expert_tensor_parallel_degree", above_one, kNeedsLayout},
       {"checkpoint.initial_load_in_hf_quantized", is_true, "quantized HF checkpoints are not supported yet: ignored"},

@@ -33,6 +33,7 @@ Attention::Attention(int64_t dim, int64_t n_heads_, int64_t n_kv_heads_, const a
 }
 
 at::Tensor Attention::forward(const at::Tensor& x, const RopeTables& rope) const {
+  check_attention_context("titan::nn::Attention");
   return parallel::module_call(*this, x, [&](const at::Tensor& in) {
     const int64_t bsz = in.size(0);
     const int64_t seq = in.size(1);

@@ -57,6 +57,15 @@ AttentionContext AttentionContext::rows(int64_t begin, int64_t count) const {
 
 const AttentionContext& attention_context() { return current; }
 
+void ContextParallelCapable::check_attention_context(const char* where) const {
+  const int64_t running = current.sharding ? current.sharding->layout.degree : 1;
+  TITAN_CHECK_VALUE(running == cp_degree_,
+                    "[{}] expected the forward to run on a sequence sharded over {} context-parallel rank(s), got {}. "
+                    "Run it under the attention context of the batch's local part: "
+                    "auto local = parallel.local_batch({{tokens, labels}}); nn::AttentionScope scope(local.attention).",
+                    where, cp_degree_, running);
+}
+
 AttentionScope::AttentionScope(AttentionContext context) : previous_(std::exchange(current, std::move(context))) {}
 AttentionScope::~AttentionScope() { current = std::move(previous_); }
 

@@ -237,7 +237,7 @@ void check_shapes(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
 
 at::Tensor context_parallel_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                                       const SequenceSharding& sharding, const at::Tensor& document_ids) {
-  TITAN_CHECK_VALUE(sharding.group != nullptr && sharding.group->size() == sharding.layout.degree,
+  TITAN_CHECK_VALUE(sharding.group && sharding.group->size() == sharding.layout.degree,
                     "[titan::nn::context_parallel_attention] expected a cp group of {} ranks, got {}.",
                     sharding.layout.degree, sharding.group ? sharding.group->size() : 0);
   sharding.layout.check("titan::nn::context_parallel_attention");

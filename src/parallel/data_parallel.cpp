@@ -60,14 +60,14 @@ detail::UnitParam shard_param(const std::string& fqn, at::Tensor param, const di
 // p's sharding: dim 0 of its data (the whole tensor, or the TP shard `prior` describes) split over
 // dp_shard, composed with what was applied before.
 ShardedParam describe_param(const std::string& fqn, const detail::UnitParam& p, const dist::ProcessGroup& group,
-                            const detail::Binding* prior) {
+                            const std::string& axis, const detail::Binding* prior) {
   ShardedParam info;
   static_cast<TensorLayout&>(info) =
       prior != nullptr ? static_cast<const TensorLayout&>(prior->info) : TensorLayout::whole(p.full_shape);
   info.fqn = fqn;
   info.local = p.param;
   if (group.size() > 1) {
-    info.placements.emplace_back("dp_shard", Placement::shard(0));
+    info.placements.emplace_back(axis, Placement::shard(0));
     const int64_t rows = info.local_shape[0];
     const int64_t begin = std::min(rows, group.rank() * p.rows_per_rank);
     info.offset[0] += begin;
@@ -83,8 +83,10 @@ DataParallel::~DataParallel() = default;
 
 std::string DataParallel::describe() const {
   const int64_t shard = state_->shard.size(), replicate = state_->replicate.size();
-  if (shard > 1 && replicate > 1) return fmt::format("HSDP(dp_replicate={}, dp_shard={})", replicate, shard);
-  if (shard > 1) return fmt::format("FSDP(dp_shard={})", shard);
+  if (shard > 1 && replicate > 1) {
+    return fmt::format("HSDP(dp_replicate={}, {}={})", replicate, state_->shard_axis, shard);
+  }
+  if (shard > 1) return fmt::format("FSDP({}={})", state_->shard_axis, shard);
   return fmt::format("DDP(dp_replicate={})", replicate);
 }
 
@@ -113,13 +115,16 @@ void detail::validate_data_parallel(const torch::nn::Module& model, const std::v
 std::unique_ptr<DataParallel> detail::apply_data_parallel(torch::nn::Module& model,
                                                           const std::vector<std::vector<std::string>>& units,
                                                           const dist::Mesh& mesh, const DataParallelOptions& options) {
-  const dist::ProcessGroup& shard = mesh.group("dp_shard");
+  // Under context parallelism the cp ranks shard parameters too (torchtitan's dp_shard_cp).
+  const std::string shard_axis = mesh.size("cp") > 1 ? "dp_shard_cp" : "dp_shard";
+  const dist::ProcessGroup& shard = mesh.group(shard_axis);
   const dist::ProcessGroup& replicate = mesh.group("dp_replicate");
   const auto params = model.named_parameters(/*recurse=*/true);
   const bool on_cpu = params.is_empty() || params[0].value().device().is_cpu();
   const bool per_param = options.collectives == DataParallelCollectives::per_param ||
                          (options.collectives == DataParallelCollectives::auto_ && on_cpu);
   auto state = std::make_unique<detail::DataParallelState>(shard, replicate, options, per_param);
+  state->shard_axis = shard_axis;
   // Units in forward order, the root (parameters under no unit) last; a parameter shared by two
   // modules (tied weights) belongs to the first unit that reaches it.
   std::vector<std::vector<std::string>> specs = units;
@@ -165,7 +170,7 @@ std::unique_ptr<DataParallel> detail::apply_data_parallel(torch::nn::Module& mod
       const auto& prior = priors[static_cast<size_t>(u)][i];
       detail::bind_param(unit.params[i].param,
                          {.info = describe_param(unit_fqns[static_cast<size_t>(u)][i], unit.params[i], shard,
-                                                 prior ? &*prior : nullptr),
+                                                 shard_axis, prior ? &*prior : nullptr),
                           .handler = state.get(),
                           .unit = u,
                           .index = static_cast<int64_t>(i),

@@ -80,6 +80,7 @@ struct DataParallelState final : ParamHandler {
   int64_t gathered_bytes() const;
 
   dist::ProcessGroup shard;
+  std::string shard_axis = "dp_shard";  // its mesh axis: dp_shard, or dp_shard_cp under context parallelism
   dist::ProcessGroup replicate;
   DataParallelOptions options;
   // One collective per parameter, straight between its storage and the gathered/reduced tensors (CPU):

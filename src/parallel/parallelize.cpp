@@ -13,9 +13,12 @@
 
 #include "../layout/binding.hpp"
 #include "data_parallel_state.hpp"
+#include "find_module.hpp"
 #include "titan/core/error.hpp"
 #include "titan/dist/mesh.hpp"
+#include "titan/nn/attention_context.hpp"
 #include "titan/nn/loss.hpp"
+#include "titan/parallel/context_parallel.hpp"
 #include "titan/parallel/data_parallel.hpp"
 #include "titan/parallel/pipeline.hpp"
 #include "titan/parallel/tensor_parallel.hpp"
@@ -83,6 +86,7 @@ struct ParallelizedState {
   std::string model;                                        // the model's name, for errors
   std::unique_ptr<Pipeline> pp;                             // null without a pipeline split
   std::unique_ptr<TensorParallel> tp;                       // null without tp
+  std::unique_ptr<ContextParallel> cp;                      // null without cp
   std::unique_ptr<DataParallel> dp;                         // null without data parallelism; destroyed before tp
   std::shared_ptr<PlanContract> contract;                   // null when nothing was applied
   std::vector<std::pair<at::Tensor, unsigned>> leaf_hooks;  // (parameter, hook position)
@@ -106,21 +110,36 @@ struct ParallelizedState {
 
 namespace {
 
-void check_slots(const ParallelPlan& plan, const dist::Mesh& mesh) {
-  TITAN_CHECK_NOT_IMPLEMENTED(plan.context_parallel.attention_modules.empty(),
-                              "[titan::parallelize] expected "
-                              "plan.context_parallel empty, got {} attention modules: context parallelism is not "
-                              "supported yet. Leave plan.context_parallel empty.",
-                              plan.context_parallel.attention_modules.size());
+void check_slots(const ParallelPlan& plan) {
   TITAN_CHECK_NOT_IMPLEMENTED(plan.activation_checkpoint.modules.empty(),
                               "[titan::parallelize] expected "
                               "plan.activation_checkpoint empty, got {} modules: activation checkpointing is not "
                               "supported yet. Leave plan.activation_checkpoint empty.",
                               plan.activation_checkpoint.modules.size());
-  TITAN_CHECK_NOT_IMPLEMENTED(mesh.size("cp") == 1,
-                              "[titan::parallelize] expected a mesh with cp = 1, got {}: context parallelism is not "
-                              "supported yet. Build the mesh without it.",
-                              mesh.size("cp"));
+}
+
+// The attention modules context parallelism reaches, each able to attend across the split.
+std::vector<nn::ContextParallelCapable*> context_parallel_attentions(torch::nn::Module& model,
+                                                                     const ContextParallelPlan& plan,
+                                                                     const dist::Mesh& mesh) {
+  TITAN_CHECK_VALUE(mesh.size("cp") == 1 || !plan.attention_modules.empty(),
+                    "[titan::parallelize] expected plan.context_parallel.attention_modules to name the model's "
+                    "attention modules on a mesh with cp = {}, got none: {} has no CP-capable attention declared. "
+                    "Name its attention modules (they must derive from nn::ContextParallelCapable and compute through "
+                    "nn::causal_attention), or build the mesh with cp = 1.",
+                    mesh.size("cp"), model.name());
+  std::vector<nn::ContextParallelCapable*> attentions;
+  for (const auto& path : plan.attention_modules) {
+    torch::nn::Module& m = find_module(model, path, "context_parallel.attention_modules");
+    auto* capable = dynamic_cast<nn::ContextParallelCapable*>(&m);
+    TITAN_CHECK_VALUE(capable != nullptr,
+                      "[titan::parallelize] expected plan.context_parallel path '{}' to be a CP-capable attention "
+                      "(an nn::ContextParallelCapable computing through nn::causal_attention), got a {}. Use "
+                      "titan::nn::Attention, or derive the module from nn::ContextParallelCapable.",
+                      path, m.name());
+    attentions.push_back(capable);
+  }
+  return attentions;
 }
 
 // Under pipeline parallelism a rank holds only its stages' modules: the TP styles and FSDP units of
@@ -146,6 +165,7 @@ ParallelPlan local_part(const torch::nn::Module& model, const ParallelPlan& plan
   };
   ParallelPlan local = plan;
   std::erase_if(local.tensor_parallel.styles, [&](const auto& entry) { return other_stage(entry.first); });
+  std::erase_if(local.context_parallel.attention_modules, other_stage);
   std::erase_if(local.data_parallel.units, [&](const std::vector<std::string>& unit) {
     size_t away = 0;
     for (const auto& path : unit) away += other_stage(path) ? 1 : 0;
@@ -196,6 +216,7 @@ std::string Parallelized::describe() const {
   std::vector<std::string> parts;
   if (pipeline()) parts.push_back(pipeline()->describe());
   if (tensor_parallel()) parts.push_back(tensor_parallel()->describe());
+  if (context_parallel()) parts.push_back(context_parallel()->describe());
   if (data_parallel()) parts.push_back(data_parallel()->describe());
   return parts.empty() ? "one device" : fmt::format("{}", fmt::join(parts, " + "));
 }
@@ -203,6 +224,11 @@ std::string Parallelized::describe() const {
 parallel::Pipeline* Parallelized::pipeline() const { return state_ ? state_->pp.get() : nullptr; }
 parallel::TensorParallel* Parallelized::tensor_parallel() const { return state_ ? state_->tp.get() : nullptr; }
 parallel::DataParallel* Parallelized::data_parallel() const { return state_ ? state_->dp.get() : nullptr; }
+parallel::ContextParallel* Parallelized::context_parallel() const { return state_ ? state_->cp.get() : nullptr; }
+
+parallel::LocalBatch Parallelized::local_batch(const parallel::SequenceBatch& batch) const {
+  return context_parallel() ? context_parallel()->shard(batch) : parallel::whole_batch(batch);
+}
 bool Parallelized::loss_parallel() const { return tensor_parallel() && tensor_parallel()->loss_parallel(); }
 
 at::Tensor Parallelized::cross_entropy_sum(const at::Tensor& logits, const at::Tensor& labels) const {
@@ -217,13 +243,15 @@ void Parallelized::check_contracts() const {
 Parallelized parallelize(torch::nn::Module& model, const dist::Mesh& mesh, const parallel::ParallelPlan& full_plan) {
   namespace d = parallel::detail;
   // Everything is checked before anything changes.
-  d::check_slots(full_plan, mesh);
+  d::check_slots(full_plan);
   d::check_fresh(model);
   d::validate_pipeline(model, full_plan.pipeline, mesh);
   const parallel::ParallelPlan plan = d::local_part(model, full_plan);
   d::check_tensor_parallel(model, plan, mesh);
+  const auto attentions = d::context_parallel_attentions(model, plan.context_parallel, mesh);
   d::validate_data_parallel(model, plan.data_parallel.units, plan.data_parallel.options);
-  const bool data_parallel = mesh.size("dp_shard") > 1 || mesh.size("dp_replicate") > 1;
+  // The cp ranks of a batch hold different tokens: their gradients are summed like data parallel ones.
+  const bool data_parallel = mesh.size("dp_shard_cp") > 1 || mesh.size("dp_replicate") > 1;
   for (const auto& item : model.named_parameters(/*recurse=*/true)) {
     TITAN_CHECK_VALUE(!data_parallel || item.value().dim() >= 1,
                       "[titan::parallelize] expected parameters with at "
@@ -235,6 +263,10 @@ Parallelized parallelize(torch::nn::Module& model, const dist::Mesh& mesh, const
   state->model = model.name();
   if (!plan.pipeline.stages.empty()) state->pp = d::apply_pipeline(model, plan.pipeline, mesh);
   if (mesh.size("tp") > 1) state->tp = d::apply_tensor_parallel(model, mesh, plan.tensor_parallel);
+  if (mesh.size("cp") > 1) {
+    state->cp = std::make_unique<parallel::ContextParallel>(mesh, plan.context_parallel);
+    for (auto* attention : attentions) attention->set_context_parallel_degree(mesh.size("cp"));
+  }
   if (data_parallel) {
     state->dp = d::apply_data_parallel(model, plan.data_parallel.units, mesh, plan.data_parallel.options);
   }

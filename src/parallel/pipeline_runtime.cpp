@@ -14,6 +14,7 @@
 
 #include "pipeline_state.hpp"
 #include "titan/core/error.hpp"
+#include "titan/nn/attention_context.hpp"
 
 namespace titan::parallel {
 namespace {
@@ -53,6 +54,7 @@ class StepRunner {
     if (s_.is_local(s_.num_stages() - 1)) labels_ = labels.chunk(micro, 0);
     device_ = s_.device = tokens.device();
     rows_ = tokens.size(0) / micro;
+    context_ = nn::attention_context();  // the caller's batch; each microbatch runs under its rows
     tokens_per_row_ = tokens.numel() / std::max<int64_t>(tokens.size(0), 1);
     s_.timeline.assign(static_cast<size_t>(program_.num_ranks), {});
     s_.stats = {};
@@ -234,6 +236,7 @@ class StepRunner {
     TITAN_CHECK(!sl.forward_done, "[titan::pipeline] expected one forward of stage {} microbatch {}, got two.", stage,
                 microbatch);
     c10::AutoGradMode grad_mode(train_);
+    const nn::AttentionScope scope(context_.rows(microbatch * rows_, rows_));
     at::Tensor y = forward_(stage, sl.input);
     if (stage == s_.num_stages() - 1) {
       const at::Tensor loss = loss_(y, labels_[static_cast<size_t>(microbatch)].to(y.device())) * scale_;  // ()
@@ -307,6 +310,7 @@ class StepRunner {
   bool train_;
   at::Device device_ = at::kCPU;
   int64_t rows_ = 0, tokens_per_row_ = 0;  // a microbatch's token shape: keys the boundary shapes
+  nn::AttentionContext context_;           // the batch's attention context (positions, documents, cp split)
   std::vector<at::Tensor> tokens_, labels_;
   std::map<std::pair<int64_t, int64_t>, Slot> slots_;
   std::map<std::tuple<Op, int64_t, int64_t>, PendingRecv> recvs_;

@@ -52,6 +52,7 @@ ForwardBackwardResult forward_backward(const std::function<at::Tensor(const at::
     at::Tensor loss;                                                        // ()
     {
       AutocastScope autocast(cuda_bf16_autocast);
+      const nn::AttentionScope attention(mb.attention);
       const at::Tensor logits = forward(input);  // (B, S, V), or (B, S, V/tp) under loss parallel
       loss = (loss_fn ? loss_fn(logits, labels) : cross_entropy_sum(logits, labels)) / static_cast<double>(denom);
     }

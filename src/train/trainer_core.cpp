@@ -22,11 +22,13 @@
 #include "titan/dist/launch_env.hpp"
 #include "titan/dist/mesh.hpp"
 #include "titan/metrics/metrics.hpp"
+#include "titan/nn/attention_context.hpp"
 #include "titan/nn/init.hpp"
 #include "titan/nn/loss.hpp"
 #include "titan/optim/adamw.hpp"
 #include "titan/optim/clip.hpp"
 #include "titan/optim/lr_schedule.hpp"
+#include "titan/parallel/context_parallel.hpp"
 #include "titan/parallel/data_parallel.hpp"
 #include "titan/parallel/parallelize.hpp"
 #include "titan/parallel/pipeline.hpp"
@@ -37,20 +39,32 @@
 namespace titan::detail {
 namespace {
 
-void check_supported_layout(const ParallelismConfig& p) {
-  // Data parallelism (FSDP/HSDP/DDP) is built; the other axes are not yet.
-  const std::pair<const char*, int64_t> degrees[] = {
-      {"parallelism.context_parallel_degree", p.context_parallel_degree},
-      {"parallelism.expert_parallel_degree", p.expert_parallel_degree},
-  };
-  for (const auto& [key, degree] : degrees) {
-    if (degree > 1) {
-      throw ConfigError(key, fmt::format("[titan::Trainer] expected {} = 1, got {}: titan trains with FSDP, HSDP, DDP, "
-                                         "TP and PP so far. Use parallelism.data_parallel_shard_degree / "
-                                         "data_parallel_replicate_degree / tensor_parallel_degree / "
-                                         "pipeline_parallel_degree instead.",
-                                         key, degree));
-    }
+void check_supported_layout(const JobConfig& c) {
+  const ParallelismConfig& p = c.parallelism;
+  if (p.expert_parallel_degree > 1) {
+    throw ConfigError("parallelism.expert_parallel_degree",
+                      fmt::format("[titan::Trainer] expected parallelism.expert_parallel_degree = 1, got {}: titan has "
+                                  "no MoE model yet. Use the data, tensor, pipeline or context parallel degrees.",
+                                  p.expert_parallel_degree));
+  }
+  if (p.context_parallel_degree == 1) return;
+  if (p.context_parallel_load_balancer == CpLoadBalancer::ptrr) {
+    throw ConfigError("parallelism.context_parallel_load_balancer",
+                      "[titan::Trainer] expected parallelism.context_parallel_load_balancer headtail or None, got "
+                      "ptrr (torchtitan's per-token round robin for FlexAttention), which titan does not implement. "
+                      "Use headtail.");
+  }
+  // torchtitan's seq_len_divisor: 2 chunks per cp rank (headtail), each rank's tokens split over tp.
+  const bool headtail = p.context_parallel_load_balancer.has_value();
+  const int64_t divisor = p.context_parallel_degree * (headtail ? 2 : 1) * p.tensor_parallel_degree;
+  const std::pair<const char*, int64_t> lengths[] = {{"training.seq_len", c.training.seq_len},
+                                                     {"validation.seq_len", c.validation.seq_len}};
+  for (const auto& [key, len] : lengths) {
+    if (len % divisor == 0 || (std::string_view(key) == "validation.seq_len" && !c.validation.enable)) continue;
+    throw ConfigError(key, fmt::format("[titan::Trainer] expected {} divisible by {} = context_parallel_degree {}{} x "
+                                       "tensor_parallel_degree {}, got {}. Choose a multiple of {}.",
+                                       key, divisor, p.context_parallel_degree, headtail ? " x 2 (headtail)" : "",
+                                       p.tensor_parallel_degree, len, divisor));
   }
 }
 
@@ -65,7 +79,7 @@ at::Device pick_device(int64_t local_rank) {
 TrainerCore::TrainerCore(JobConfig config, int64_t model_vocab_size) : config_(std::move(config)) {
   validate(config_);
   log::set_color(!config_.metrics.disable_color_printing && log::color());
-  check_supported_layout(config_.parallelism);
+  check_supported_layout(config_);
   const dist::LaunchEnv env = dist::read_launch_env();
   log::set_rank(static_cast<int>(env.rank));
   const dist::MeshShape shape = dist::mesh_shape(config_.parallelism, env.world_size);
@@ -122,7 +136,8 @@ void TrainerCore::seed_for_init() const {
 
 void TrainerCore::parallelize(torch::nn::Module& model, const parallel::ParallelPlan& plan) {
   parallel_ = std::make_unique<Parallelized>(titan::parallelize(model, *mesh_, plan));
-  if (parallel_->pipeline() || parallel_->tensor_parallel() || parallel_->data_parallel())
+  if (parallel_->pipeline() || parallel_->tensor_parallel() || parallel_->context_parallel() ||
+      parallel_->data_parallel())
     log::info("Applied {} to the model", parallel_->describe());
   if (parallel_->loss_parallel()) {
     loss_ = [parallel = parallel_.get()](const at::Tensor& logits, const at::Tensor& labels) {
@@ -167,10 +182,10 @@ void TrainerCore::attach_model(ModelHandle model) {
 }
 
 template <class T>
-T TrainerCore::all_reduce_sum(T value) const {
-  if (dp_degree_ == 1) return value;
+T TrainerCore::all_reduce_sum(T value, const char* axis) const {
+  if (mesh_->size(axis) == 1) return value;
   at::Tensor t = at::full({1}, static_cast<double>(value), at::TensorOptions().dtype(at::kDouble).device(device_));
-  mesh_->group("dp").all_reduce(t).wait();
+  mesh_->group(axis).all_reduce(t).wait();
   return static_cast<T>(t.item<double>());
 }
 
@@ -191,19 +206,27 @@ void TrainerCore::train_step() {
   const auto data_start = std::chrono::steady_clock::now();
   std::vector<Microbatch> micro;
   micro.reserve(static_cast<size_t>(grad_accum_steps_));
+  int64_t batch_tokens = 0;  // all label positions this dp rank read (torchtitan's tps counts them before CP)
   for (int64_t i = 0; i < grad_accum_steps_; ++i) {
     data::Batch batch = loader_->next();
-    micro.push_back({std::move(batch.input), std::move(batch.labels)});
+    batch_tokens += batch.labels.numel();
+    // Under context parallelism this rank keeps its part of each sequence.
+    parallel::LocalBatch local = parallel_->local_batch({.tokens = std::move(batch.input),
+                                                         .labels = std::move(batch.labels),
+                                                         .positions = std::move(batch.positions),
+                                                         .document_ids = std::move(batch.document_ids)});
+    micro.push_back({std::move(local.tokens), std::move(local.labels), std::move(local.attention)});
   }
   const double data_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - data_start).count();
 
-  // The loss is normalised by the valid tokens of the whole global batch (all dp ranks).
+  // The loss is normalised by the valid tokens of the whole global batch (all dp and cp ranks).
   int64_t local_valid = 0;
   for (const auto& mb : micro) local_valid += count_valid_tokens(mb.labels);
-  const int64_t global_valid = all_reduce_sum(local_valid);
+  const int64_t global_valid = all_reduce_sum(local_valid, "dp_cp");
   ForwardBackwardResult fb = forward_backward_step(micro, global_valid);
+  fb.tokens = batch_tokens;
   if (losses_.empty()) parallel_->check_contracts();  // this process's first step used the plan as planned
-  fb.loss = all_reduce_sum(fb.loss);
+  fb.loss = all_reduce_sum(fb.loss, "dp_cp");
   TITAN_CHECK(std::isfinite(fb.loss),
               "[titan::Trainer] expected a finite loss, got {} at step {}. Lower optimizer.lr, raise "
               "lr_scheduler.warmup_steps, or check the data; debug.deterministic reproduces the run.",
@@ -220,14 +243,17 @@ void TrainerCore::train_step() {
   if (validator_ && validator_->due(step_)) {
     ValidationResult r = validator_->run(
         [this](const at::Tensor& tokens, const at::Tensor& labels) {
+          const parallel::LocalBatch local = parallel_->local_batch({.tokens = tokens, .labels = labels});
+          const nn::AttentionScope scope(local.attention);
           if (parallel_->pipeline())
-            return parallel_->pipeline()->evaluate(model_.stage_forward, tokens, labels, loss_);
-          const at::Tensor logits = model_.forward(tokens);  // (B, S, V)
-          return (loss_ ? loss_(logits, labels) : cross_entropy_sum(logits, labels)).item<double>();
+            return parallel_->pipeline()->evaluate(model_.stage_forward, local.tokens, local.labels, loss_);
+          const at::Tensor logits = model_.forward(local.tokens);  // (B, S/cp, V)
+          return (loss_ ? loss_(logits, local.labels) : cross_entropy_sum(logits, local.labels)).item<double>();
         },
         device_);
-    r.loss_sum = all_reduce_sum(r.loss_sum);  // every dp rank validated its slice of each batch
-    r.tokens = all_reduce_sum(r.tokens);
+    // Every dp rank validated its slice of each batch, every cp rank its part of the sequences.
+    r.loss_sum = all_reduce_sum(r.loss_sum, "dp_cp");
+    r.tokens = all_reduce_sum(r.tokens, "dp");
     if (r.tokens > 0) metrics_->log_validation(step_, r.loss(), r.tokens);
     if (parallel_->data_parallel()) parallel_->data_parallel()->reshard();  // the no-grad forward left units gathered
   }
@@ -251,6 +277,7 @@ ForwardBackwardResult TrainerCore::forward_backward_step(const std::vector<Micro
   // local_batch_size / pipeline_parallel_microbatch_size pipeline microbatches.
   ForwardBackwardResult fb;
   for (const auto& mb : micro) {
+    const nn::AttentionScope scope(mb.attention);
     fb.loss += pipeline->step(model_.stage_forward, mb.input.to(device_), mb.labels.to(device_), loss_,
                               1.0 / static_cast<double>(global_valid));
     fb.valid_tokens += count_valid_tokens(mb.labels);

@@ -307,19 +307,34 @@ TEST_CASE("the support table: one warning for the default AC mode, none for work
   CHECK(twice.size() == 1);
   // TP, async TP, loss parallel, PP, FSDP/HSDP/DDP options and checkpointing work: no note.
   titan::ConfigNotes working;
-  parse({"--activation_checkpoint.mode", "none", "--parallelism.tensor_parallel_degree", "2",
-         "--parallelism.pipeline_parallel_degree", "2", "--parallelism.pipeline_parallel_schedule", "ZBVZeroBubble",
-         "--parallelism.enable_async_tensor_parallel", "--parallelism.disable_loss_parallel",
-         "--parallelism.data_parallel_replicate_degree", "2", "--parallelism.data_parallel_shard_degree", "2",
-         "--parallelism.fsdp_reshard_after_forward", "always", "--checkpoint.enable", "--checkpoint.async_mode",
+  parse({"--activation_checkpoint.mode",
+         "none",
+         "--parallelism.tensor_parallel_degree",
+         "2",
+         "--parallelism.pipeline_parallel_degree",
+         "2",
+         "--parallelism.pipeline_parallel_schedule",
+         "ZBVZeroBubble",
+         "--parallelism.enable_async_tensor_parallel",
+         "--parallelism.disable_loss_parallel",
+         "--parallelism.data_parallel_replicate_degree",
+         "2",
+         "--parallelism.data_parallel_shard_degree",
+         "2",
+         "--parallelism.fsdp_reshard_after_forward",
+         "always",
+         "--parallelism.context_parallel_degree",
+         "2",
+         "--checkpoint.enable",
+         "--checkpoint.async_mode",
          "async_with_pinned_mem"},
         &working);
   CHECK(working.empty());
   // Layouts titan cannot build yet are noted here and stop the trainer.
   titan::ConfigNotes cp;
-  parse({"--activation_checkpoint.mode", "none", "--parallelism.context_parallel_degree", "2"}, &cp);
+  parse({"--activation_checkpoint.mode", "none", "--parallelism.expert_parallel_degree", "2"}, &cp);
   REQUIRE(cp.size() == 1);
-  CHECK_THAT(cp[0], Contains("parallelism.context_parallel_degree = 2: is not supported yet"));
+  CHECK_THAT(cp[0], Contains("parallelism.expert_parallel_degree = 2: is not supported yet"));
 }
 
 TEST_CASE("validate names the offending key", "[cpu][config]") {

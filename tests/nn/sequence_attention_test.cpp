@@ -57,7 +57,7 @@ void check_case(const AttentionCase& c) {
   dist::run_local_ranks(c.cp, [&](int64_t rank, const dist::Store& store) {
     const dist::Mesh mesh({.cp = c.cp}, rank, store, kQuick);
     const nn::SequenceSharding sharding{
-        .group = &mesh.group("cp"),
+        .group = std::make_shared<dist::ProcessGroup>(mesh.group("cp")),
         .layout = {.seq_len = S, .degree = c.cp, .rank = rank, .load_balance = c.headtail},
         .rotate = c.rotate};
     const auto local = [&](const at::Tensor& t) { return sharding.layout.shard(t, 2); };

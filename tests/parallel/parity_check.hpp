@@ -30,10 +30,11 @@ inline const ParityResult& single_rank() {
 }
 
 inline void check_parity(const dist::MeshShape& shape, const ParityRun& run = {}) {
-  // Another global batch (one divisible by an odd rank count) needs its own one-rank run.
-  const bool default_batch = run.global_batch == ParityRun{}.global_batch;
+  // Another global batch (one divisible by an odd rank count) or documents need their own one-rank run.
+  const bool default_batch = run.global_batch == ParityRun{}.global_batch && !run.documents;
   const ParityResult other =
-      default_batch ? ParityResult{} : train_parity(dist::Mesh(), {.global_batch = run.global_batch});
+      default_batch ? ParityResult{}
+                    : train_parity(dist::Mesh(), {.global_batch = run.global_batch, .documents = run.documents});
   const ParityResult& ref = default_batch ? single_rank() : other;
   std::mutex mutex;
   std::vector<ParityResult> results(static_cast<size_t>(shape.world_size()));

@@ -18,6 +18,7 @@
 #include "titan/nn/loss.hpp"
 #include "titan/optim/adamw.hpp"
 #include "titan/optim/clip.hpp"
+#include "titan/parallel/context_parallel.hpp"
 #include "titan/parallel/parallelize.hpp"
 #include "titan/parallel/pipeline.hpp"
 #include "titan/train/step.hpp"
@@ -41,6 +42,9 @@ struct ParityRun {
   PipelineSchedule schedule = PipelineSchedule::schedule_1f1b;  ///< under PP: the schedule
   std::string schedule_csv{};                                   ///< under PP: a CSV schedule instead
   int64_t layers_per_stage = 0;                                 ///< under PP: 0 = the schedule's default split
+  bool load_balance = true;                                     ///< under CP: headtail chunks (else contiguous)
+  CpRotateMethod rotate = CpRotateMethod::allgather;            ///< under CP: the K/V exchange
+  bool documents = false;  ///< two documents per row: document masking and per-document positions
 };
 
 struct ParityResult {
@@ -71,6 +75,15 @@ inline std::pair<at::Tensor, at::Tensor> global_batch(int64_t step, const Parity
   return {tokens.narrow(1, 0, run.seq_len).contiguous(), labels};
 }
 
+/// Two documents per row, split at a row-dependent point: (document ids, per-document positions), (B, S).
+inline std::pair<at::Tensor, at::Tensor> global_documents(const ParityRun& run) {
+  const at::Tensor t = at::arange(run.seq_len, at::kLong).unsqueeze(0);  // (1, S)
+  const at::Tensor split =
+      (at::arange(run.global_batch, at::kLong) * 7 % (run.seq_len - 8) + 4).unsqueeze(1);  // (B, 1)
+  const at::Tensor ids = (t >= split).to(at::kLong);                                       // (B, S)
+  return {ids, t - ids * split};
+}
+
 /// The whole parameter behind p (all-gathered over every axis it is sharded on).
 inline at::Tensor whole(const at::Tensor& p, const dist::Mesh& mesh) { return parallel::full_tensor(p, mesh); }
 
@@ -92,6 +105,8 @@ inline ParityResult train_parity(const dist::Mesh& mesh, const ParityRun& run) {
   ParityResult result;
   parallel::ParallelPlan plan = llama3::parallel_plan(model, mesh);
   plan.pipeline = pipeline;
+  plan.context_parallel.load_balance = run.load_balance;
+  plan.context_parallel.rotate = run.rotate;
   if (mesh.size("tp") > 1) {
     plan.tensor_parallel = llama3::tensor_parallel_plan(
         model, mesh.size("tp"), {.sequence_parallel = run.sequence_parallel, .loss_parallel = run.loss_parallel});
@@ -112,6 +127,7 @@ inline ParityResult train_parity(const dist::Mesh& mesh, const ParityRun& run) {
   const int64_t dp = mesh.size("dp");
   const int64_t dp_rank = mesh.coordinate("dp");
   const int64_t local = run.global_batch / dp;
+  const auto [documents, positions] = run.documents ? global_documents(run) : std::pair<at::Tensor, at::Tensor>();
   for (int64_t step = 0; step < run.steps; ++step) {
     optimizer.zero_grad();
     auto [input, labels] = global_batch(step, run, parity_args().vocab_size);
@@ -119,12 +135,19 @@ inline ParityResult train_parity(const dist::Mesh& mesh, const ParityRun& run) {
     const int64_t per_micro = local / run.accumulation;
     for (int64_t m = 0; m < run.accumulation; ++m) {
       const int64_t row = dp_rank * local + m * per_micro;
-      micro.push_back({input.narrow(0, row, per_micro), labels.narrow(0, row, per_micro)});
+      const auto rows = [&](const at::Tensor& t) { return t.defined() ? t.narrow(0, row, per_micro) : t; };
+      // Under CP this rank keeps its part of each sequence.
+      parallel::LocalBatch part = applied.local_batch({.tokens = rows(input),
+                                                       .labels = rows(labels),
+                                                       .positions = rows(positions),
+                                                       .document_ids = rows(documents)});
+      micro.push_back({part.tokens, part.labels, part.attention});
     }
     double step_loss = 0;
     if (applied.pipeline()) {
       const auto stage = [&](int64_t s, const at::Tensor& x) { return model.forward_part(x, plan.pipeline.stages[s]); };
       for (const auto& mb : micro) {
+        const nn::AttentionScope scope(mb.attention);
         step_loss += applied.pipeline()->step(stage, mb.input, mb.labels, loss, 1.0 / count_valid_tokens(labels));
       }
     } else {
@@ -133,7 +156,7 @@ inline ParityResult train_parity(const dist::Mesh& mesh, const ParityRun& run) {
                       .loss;
     }
     at::Tensor loss = at::full({1}, step_loss, at::kDouble);
-    mesh.group("dp").all_reduce(loss).wait();
+    mesh.group("dp_cp").all_reduce(loss).wait();  // each dp rank's rows, each cp rank's part of them
     result.losses.push_back(loss.item<double>());
     result.grad_norms.push_back(clip_grad_norm_(params, 1.0, &mesh));
     optimizer.step(kParityLr);

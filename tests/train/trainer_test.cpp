@@ -168,3 +168,18 @@ TEST_CASE("bad data is reported by name", "[train][errors]") {
   config.training.dataset = "no_such_dataset";
   CHECK_THROWS_WITH(train_losses(config), Catch::Contains("no_such_dataset"));
 }
+
+TEST_CASE("a context-parallel job whose sequence does not split names training.seq_len and the divisor",
+          "[train][errors][cp]") {
+  titan::test::TempDir dir;
+  auto config = golden_config(dir.path);
+  config.parallelism.context_parallel_degree = 2;
+  config.parallelism.tensor_parallel_degree = 2;
+  config.training.seq_len = 36;  // 2 cp ranks x 2 headtail chunks x 2 tp ranks = 8 does not divide 36
+  CHECK_THROWS_WITH(train_losses(config), Catch::Contains("training.seq_len divisible by 8") &&
+                                              Catch::Contains("context_parallel_degree 2 x 2 (headtail)"));
+  config.training.seq_len = 64;
+  config.parallelism.context_parallel_load_balancer = titan::CpLoadBalancer::ptrr;
+  CHECK_THROWS_WITH(train_losses(config),
+                    Catch::Contains("parallelism.context_parallel_load_balancer") && Catch::Contains("Use headtail"));
+}

@@ -6,12 +6,13 @@
 
 #include <memory>
 
+#include "titan/nn/attention_context.hpp"
 #include "titan/nn/layers.hpp"
 #include "titan/nn/rope.hpp"
 
 namespace titan::nn {
 
-class Attention : public torch::nn::Module {
+class Attention : public torch::nn::Module, public ContextParallelCapable {
  public:
   Attention(int64_t dim, int64_t n_heads, int64_t n_kv_heads, const at::TensorOptions& options);
   /// x (B, S, D) -> (B, S, D), causal over the whole window.

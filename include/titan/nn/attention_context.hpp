@@ -56,7 +56,7 @@ struct SequenceLayout {
 /// A sequence sharded over a context-parallel group: the group and how K/V travel between its ranks.
 struct SequenceSharding {
   /// The cp ranks (its size is layout.degree, this rank is layout.rank).
-  const dist::ProcessGroup* group = nullptr;
+  std::shared_ptr<const dist::ProcessGroup> group{};
   /// How the sequence is split.
   SequenceLayout layout{};
   /// allgather: gather every rank's K/V once; alltoall: pass K/V around the ring, overlapping the
@@ -76,6 +76,25 @@ struct AttentionContext {
 
   /// The context of rows [begin, begin + count) of the batch (a pipeline microbatch).
   AttentionContext rows(int64_t begin, int64_t count) const;
+};
+
+/// An attention module that computes through nn::causal_attention, so it follows the running
+/// AttentionContext. parallelize() accepts only such modules in plan.context_parallel and tells them
+/// the cp degree: a forward under context parallelism without the batch's sharded context is then an
+/// error, not a silently local attention.
+class ContextParallelCapable {
+ public:
+  virtual ~ContextParallelCapable() = default;
+  /// The number of ranks the sequence is sharded over (1: whole sequences).
+  void set_context_parallel_degree(int64_t degree) { cp_degree_ = degree; }
+  int64_t context_parallel_degree() const { return cp_degree_; }
+
+ protected:
+  /// Throws unless the running context shards the sequence over context_parallel_degree() ranks.
+  void check_attention_context(const char* where) const;
+
+ private:
+  int64_t cp_degree_ = 1;
 };
 
 /// The context installed on this thread (an empty one when none is).

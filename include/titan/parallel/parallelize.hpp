@@ -32,6 +32,9 @@ namespace titan::parallel {
 class Pipeline;
 class TensorParallel;
 class DataParallel;
+class ContextParallel;
+struct SequenceBatch;
+struct LocalBatch;
 namespace detail {
 struct ParallelizedState;
 }
@@ -58,6 +61,12 @@ class [[nodiscard]] Parallelized {
   parallel::TensorParallel* tensor_parallel() const;
   /// The FSDP/HSDP/DDP state; null when the mesh has no data-parallel axis.
   parallel::DataParallel* data_parallel() const;
+  /// The context-parallel split; null when the mesh has no cp axis.
+  parallel::ContextParallel* context_parallel() const;
+  /// This rank's part of a batch of whole sequences (its share of the sequence under context
+  /// parallelism, else all of it) and the attention context to run the model's forward under
+  /// (nn::AttentionScope): true RoPE positions, documents, the split.
+  parallel::LocalBatch local_batch(const parallel::SequenceBatch& batch) const;
   /// Whether the model's logits come out vocab-sharded (loss parallel).
   bool loss_parallel() const;
   /// Sum of per-token cross-entropy over valid labels of the model's logits: on the vocab shards

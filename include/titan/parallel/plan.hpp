@@ -25,6 +25,7 @@
 #include <variant>
 #include <vector>
 
+#include "titan/core/choices.hpp"
 #include "titan/layout/sharded_param.hpp"
 #include "titan/parallel/data_parallel.hpp"
 
@@ -116,10 +117,18 @@ struct PipelinePlan {
   int64_t microbatch_size = 1;
 };
 
-/// Context parallelism: attention modules whose sequence is sharded over cp. Not supported yet.
+/// Context parallelism over the mesh's cp axis: every batch's sequence split over the cp ranks
+/// (Parallelized::local_batch), the named attention modules attending across the split exactly. FSDP
+/// then shards over dp_shard x cp (the cp ranks hold different tokens of the same batch).
 struct ContextParallelPlan {
-  /// Module paths of the attention modules.
+  /// Module paths of the attention modules (each an nn::ContextParallelCapable).
   std::vector<std::string> attention_modules{};
+  /// headtail load balancing: 2 x cp chunks, rank r holds chunks r and 2cp-1-r (even causal work);
+  /// false: rank r holds the r-th contiguous 1/cp of the sequence.
+  bool load_balance = true;
+  /// K/V exchange: allgather (every rank's K/V gathered once) or alltoall (passed around the ring,
+  /// the next transfer overlapping the current block's attention).
+  CpRotateMethod rotate = CpRotateMethod::allgather;
 };
 
 /// The whole plan, one section per dimension, in the order parallelize() applies them.

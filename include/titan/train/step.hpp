@@ -9,13 +9,15 @@
 #include <functional>
 #include <vector>
 
+#include "titan/nn/attention_context.hpp"
 #include "titan/nn/loss.hpp"
 
 namespace titan {
 
 struct Microbatch {
-  at::Tensor input;   // (B, S) int64
-  at::Tensor labels;  // (B, S) int64, -100 = ignore
+  at::Tensor input;                  // (B, S) int64 (S/cp tokens per row under context parallelism)
+  at::Tensor labels;                 // (B, S) int64, -100 = ignore
+  nn::AttentionContext attention{};  // positions, documents, the cp split: installed around its forward
 };
 
 struct ForwardBackwardResult {

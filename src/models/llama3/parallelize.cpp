@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: BSD-3-Clause
 #include "titan/models/llama3/parallelize.hpp"
 
+#include <fmt/format.h>
+
 #include "titan/core/config.hpp"
 #include "titan/core/error.hpp"
 #include "titan/dist/mesh.hpp"
@@ -87,8 +89,16 @@ parallel::PipelinePlan pipeline_plan(const Llama3Args& args, int64_t pp, const P
   return plan;
 }
 
+parallel::ContextParallelPlan context_parallel_plan(const Llama3Args& args, const ParallelismConfig& p) {
+  parallel::ContextParallelPlan plan{.load_balance = p.context_parallel_load_balancer.has_value(),
+                                     .rotate = p.context_parallel_rotate_method};
+  for (int64_t i = 0; i < args.n_layers; ++i) plan.attention_modules.push_back(fmt::format("layers.{}.attention", i));
+  return plan;
+}
+
 parallel::ParallelPlan parallel_plan(const Llama3& model, const dist::Mesh& mesh) {
   parallel::ParallelPlan plan{.data_parallel = {.units = data_parallel_units(model)}};
+  if (mesh.size("cp") > 1) plan.context_parallel = context_parallel_plan(model.args(), ParallelismConfig{});
   if (mesh.size("pp") > 1) plan.pipeline = pipeline_plan(model.args(), mesh.size("pp"), ParallelismConfig{});
   if (mesh.size("tp") > 1) plan.tensor_parallel = tensor_parallel_plan(model, mesh.size("tp"));
   return plan;
@@ -102,6 +112,7 @@ parallel::ParallelPlan parallel_plan(const Llama3& model, const JobConfig& confi
     plan.tensor_parallel.async = p.enable_async_tensor_parallel;
   }
   if (mesh.size("pp") > 1) plan.pipeline = pipeline_plan(model.args(), mesh.size("pp"), p);
+  if (mesh.size("cp") > 1) plan.context_parallel = context_parallel_plan(model.args(), p);
   parallel::DataParallelOptions& dp = plan.data_parallel.options;
   dp.reshard_after_forward = p.fsdp_reshard_after_forward;
   // torchtitan's default under PP: keep units gathered after forward (no all-gather per microbatch).

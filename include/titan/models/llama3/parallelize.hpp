@@ -44,8 +44,12 @@ parallel::TensorParallelPlan tensor_parallel_plan(const Llama3& model, int64_t d
 /// stages per rank from the schedule or layers_per_stage; or module_fqns_per_model_part verbatim.
 parallel::PipelinePlan pipeline_plan(const Llama3Args& args, int64_t pp, const ParallelismConfig& parallelism);
 
-/// The whole plan on mesh with titan's defaults: TP (sequence and loss parallel) when tp > 1, and
-/// FSDP/HSDP/DDP units, fp32 throughout.
+/// Context parallelism from the parallelism.context_parallel_* keys: every block's attention attends
+/// across the cp split (headtail load balancing unless the balancer is None; allgather or alltoall).
+parallel::ContextParallelPlan context_parallel_plan(const Llama3Args& args, const ParallelismConfig& parallelism);
+
+/// The whole plan on mesh with titan's defaults: TP (sequence and loss parallel) when tp > 1, CP
+/// (headtail, allgather) when cp > 1, and FSDP/HSDP/DDP units, fp32 throughout.
 parallel::ParallelPlan parallel_plan(const Llama3& model, const dist::Mesh& mesh);
 
 /// The plan the job config asks for: parallelism.disable_loss_parallel,

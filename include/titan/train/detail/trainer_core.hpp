@@ -94,9 +94,10 @@ class TrainerCore {
   checkpoint::State checkpoint_state() const;
 
  private:
-  /// Sum over the data-parallel ranks (a value of this rank's batch -> of the global batch).
+  /// Sum over the ranks of a mesh axis: "dp" (a value of this rank's batch -> of the global batch),
+  /// "dp_cp" (of this rank's part of the sequences -> of the global batch).
   template <class T>
-  T all_reduce_sum(T value) const;
+  T all_reduce_sum(T value, const char* axis) const;
   /// Loads a checkpoint or initial weights per checkpoint.* (called by attach_model).
   void load_checkpoint();
   /// Forward + backward of this step's microbatches (pipelined under PP).

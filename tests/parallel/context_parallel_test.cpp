@@ -1,0 +1,106 @@
+// SPDX-License-Identifier: BSD-3-Clause
+// Context parallelism against one rank: debugmodel (vocab 512, seq 64), 20 steps, fp32, Gloo, ranks
+// as threads, same tolerances as the other layouts (parity_check.hpp; the attention merge adds
+// log-sum-exp reordering, ~1e-6 relative). CP 2 and CP 4 with both K/V exchanges and headtail on and
+// off, document masking, FSDP 2 x CP 2, CP 2 x TP 2, CP 2 x PP 2, and the 4-D PP 2 x FSDP 2 x CP 2 x TP 2
+// (16 ranks; the same debugmodel: 6 blocks of dim 256, 64 tokens = 16 per cp rank, 8 per tp rank).
+#include <ATen/ATen.h>
+#include <fmt/format.h>
+
+#include "parity_check.hpp"
+#include "test_util.hpp"
+#include "titan/dist/local_ranks.hpp"
+#include "titan/parallel/context_parallel.hpp"
+
+namespace titan::test {
+
+TEST_CASE("CP 2 matches one rank with either K/V exchange and headtail on or off", "[parallel][cp][parity]") {
+  const CpRotateMethod rotate = GENERATE(CpRotateMethod::allgather, CpRotateMethod::alltoall);
+  const bool headtail = GENERATE(true, false);
+  INFO(fmt::format("rotate {} headtail {}", rotate, headtail));
+  check_parity({.cp = 2}, {.load_balance = headtail, .rotate = rotate});
+}
+
+TEST_CASE("CP 4 matches one rank with either K/V exchange and headtail on or off", "[parallel][cp][parity]") {
+  const CpRotateMethod rotate = GENERATE(CpRotateMethod::allgather, CpRotateMethod::alltoall);
+  const bool headtail = GENERATE(true, false);
+  INFO(fmt::format("rotate {} headtail {}", rotate, headtail));
+  check_parity({.cp = 4}, {.load_balance = headtail, .rotate = rotate});
+}
+
+TEST_CASE("CP 2 with two documents per row matches one rank with document masking", "[parallel][cp][parity]") {
+  check_parity({.cp = 2}, {.rotate = CpRotateMethod::alltoall, .documents = true});
+}
+
+TEST_CASE("FSDP 2 x CP 2 matches one rank (FSDP over dp_shard x cp)", "[parallel][cp][fsdp][parity]") {
+  check_parity({.dp_shard = 2, .cp = 2});
+}
+
+TEST_CASE("CP 2 x TP 2 matches one rank", "[parallel][cp][tp][parity]") { check_parity({.cp = 2, .tp = 2}); }
+
+TEST_CASE("CP 2 x PP 2 matches one rank", "[parallel][cp][pipeline][parity]") {
+  check_parity({.pp = 2, .cp = 2}, {.schedule = PipelineSchedule::interleaved_1f1b});
+}
+
+TEST_CASE("4-D PP 2 x FSDP 2 x CP 2 x TP 2 matches one rank (16 ranks)", "[parallel][cp][4d][parity]") {
+  check_parity({.pp = 2, .dp_shard = 2, .cp = 2, .tp = 2}, {.rotate = CpRotateMethod::alltoall});
+}
+
+TEST_CASE("FSDP under CP shards over dp_shard_cp and says so", "[parallel][cp]") {
+  dist::run_local_ranks(2, [&](int64_t rank, const dist::Store& store) {
+    const dist::Mesh mesh({.cp = 2}, rank, store, kFast);
+    llama3::Llama3 model(parity_args(), 32, at::TensorOptions());
+    const Parallelized applied = parallelize(model, mesh, llama3::parallel_plan(model, mesh));
+    RANK_CHECK_INFO(applied.describe(), applied.describe() == "CP(cp=2, headtail, allgather) + FSDP(dp_shard_cp=2)");
+    const parallel::ShardedParam* sp = parallel::sharded_param(model.layers[0]->attention->wq->weight);
+    RANK_CHECK(sp != nullptr && sp->placements.at(0).first == "dp_shard_cp");
+  });
+}
+
+TEST_CASE("context-parallel plans and batches that cannot run are clear errors", "[parallel][cp]") {
+  dist::run_local_ranks(2, [&](int64_t rank, const dist::Store& store) {
+    const dist::Mesh mesh({.cp = 2}, rank, store, kFast);
+    {  // a cp mesh whose plan names no attention
+      llama3::Llama3 model(parity_args(), 32, at::TensorOptions());
+      parallel::ParallelPlan plan = llama3::parallel_plan(model, mesh);
+      plan.context_parallel.attention_modules.clear();
+      const std::string error = error_of([&] { (void)parallelize(model, mesh, plan); });
+      RANK_CHECK_INFO(error, error.find("has no CP-capable attention declared") != std::string::npos);
+    }
+    {  // a module that is not a CP-capable attention
+      llama3::Llama3 model(parity_args(), 32, at::TensorOptions());
+      parallel::ParallelPlan plan = llama3::parallel_plan(model, mesh);
+      plan.context_parallel.attention_modules = {"layers.0.feed_forward"};
+      const std::string error = error_of([&] { (void)parallelize(model, mesh, plan); });
+      RANK_CHECK_INFO(error,
+                      error.find("path 'layers.0.feed_forward' to be a CP-capable attention") != std::string::npos);
+    }
+    llama3::Llama3 model(parity_args(), 64, at::TensorOptions());
+    const Parallelized applied = parallelize(model, mesh, llama3::parallel_plan(model, mesh));
+    model.init_weights();
+    const at::Tensor tokens = at::zeros({2, 34}, at::kLong);
+    {  // 34 tokens do not split into 2 x 2 chunks
+      const std::string error = error_of([&] { (void)applied.local_batch({.tokens = tokens, .labels = tokens}); });
+      RANK_CHECK_INFO(error, error.find("expected training.seq_len divisible by 4") != std::string::npos);
+    }
+    {  // the forward of a local part without its attention context
+      const at::Tensor whole = at::zeros({2, 64}, at::kLong);
+      const auto local = applied.local_batch({.tokens = whole, .labels = whole});
+      const std::string error = error_of([&] { (void)model.forward(local.tokens); });
+      RANK_CHECK_INFO(error,
+                      error.find("expected the forward to run on a sequence sharded over 2") != std::string::npos);
+    }
+  });
+}
+
+TEST_CASE("CP x TP with heads that tp does not divide is a clear error", "[parallel][cp][tp]") {
+  llama3::Llama3Args args = parity_args();
+  args.n_heads = 6;  // 6 query heads over tp 4
+  args.n_kv_heads = 6;
+  args.dim = 192;
+  llama3::Llama3 model(args, 32, at::TensorOptions().device(at::kMeta));
+  const std::string error = error_of([&] { (void)llama3::tensor_parallel_plan(model, 4); });
+  CHECK(error.find("divisible by the tensor-parallel degree 4") != std::string::npos);
+}
+
+}  // namespace titan::test
