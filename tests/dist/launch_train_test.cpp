@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: BSD-3-Clause
-// The bundled trainer as real processes: 4 FSDP ranks, FSDP 2 x TP 2 and a 2-stage pipeline under titan-run reproduce
-// one process's losses (same global batch of 8), so do the custom_loop (FSDP 2, PP 2) and tp_custom_model (TP 2)
-// examples, DDP trains under pip torch's torchrun, and a layout that does not match
-// WORLD_SIZE stops with the factors named.
+// The bundled trainer as real processes: 4 FSDP ranks, FSDP 2 x TP 2, a 2-stage pipeline and CP 2 under titan-run
+// reproduce one process's losses (same global batch of 8), so do the custom_loop (FSDP 2, PP 2) and tp_custom_model (TP
+// 2) examples, DDP trains under pip torch's torchrun, and a layout that does not match WORLD_SIZE stops with the
+// factors named.
 #include <nlohmann/json.hpp>
 
 #include <regex>
@@ -72,6 +72,50 @@ TEST_CASE("titan-run: 4 FSDP processes reproduce the single-process losses", "[d
   REQUIRE(got.size() == 3);
   // The same 8 sequences per step, summed in a different order: fp32 agreement to ~1e-6.
   for (size_t i = 0; i < got.size(); ++i) CHECK(got[i] == Approx(expected[i]).epsilon(1e-5));
+}
+
+TEST_CASE("titan-run: context parallelism over 2 processes reproduces the single-process losses",
+          "[dist][launch][train][cp]") {
+  // Concatenated windows, then per-document packing (block-causal attention, per-document positions),
+  // with validation (its sequences split over the cp ranks too).
+  const std::string packing = GENERATE("concat", "document");
+  INFO("packing " << packing);
+  TempDir one, two;
+  const std::vector<std::string> extra = {"--training.packing",
+                                          packing,
+                                          "--validation.enable",
+                                          "true",
+                                          "--validation.dataset",
+                                          "tinyshakespeare",
+                                          "--validation.dataset_path",
+                                          titan::test::tinyshakespeare().string(),
+                                          "--validation.freq",
+                                          "3",
+                                          "--validation.steps",
+                                          "2",
+                                          "--validation.local_batch_size",
+                                          "2",
+                                          "--validation.seq_len",
+                                          "32"};
+  Subprocess single(concat(trainer_args(one.path.string(), "8"), extra),
+                    {{"RANK", std::nullopt}, {"WORLD_SIZE", std::nullopt}});
+  require_exit(single, 0, 600);
+  Subprocess run(concat({titan::test::titan_run_path(), "--nproc-per-node", "2", "--"},
+                        concat(concat(trainer_args(two.path.string(), "8"), extra),
+                               {"--parallelism.context_parallel_degree", "2"})),
+                 {{"TITAN_LOG_LEVEL", "info"}});  // the layout line is an info log
+  require_exit(run, 0, 600);
+  CHECK_THAT(run.output(), Catch::Contains("Applied CP(cp=2, headtail, allgather) + FSDP(dp_shard_cp=2)"));
+  const auto expected = losses(one.path), got = losses(two.path);
+  REQUIRE(expected.size() == 3);
+  REQUIRE(got.size() == 3);
+  // The same 8 sequences; each rank sums the loss of its half of every sequence: fp32 reordering only.
+  for (size_t i = 0; i < got.size(); ++i) CHECK(got[i] == Approx(expected[i]).epsilon(1e-5));
+  const auto expected_val = losses(one.path, "validation_metrics/loss");
+  const auto got_val = losses(two.path, "validation_metrics/loss");
+  REQUIRE(expected_val.size() == 1);
+  REQUIRE(got_val.size() == 1);
+  CHECK(got_val[0] == Approx(expected_val[0]).epsilon(1e-5));
 }
 
 TEST_CASE("titan-run: a 1F1B pipeline over 2 processes reproduces the single-process losses",
