@@ -152,7 +152,11 @@ Forward forward_impl(const Problem& pb, const at::Tensor& q, const at::Tensor& k
       detail::merge_block(outs[static_cast<size_t>(p.q_chunk)], lses[static_cast<size_t>(p.q_chunk)], block);
     }
   });
-  return {at::cat(outs, 2).to(q.scalar_type()), at::cat(lses, 2)};
+  // Laid out as (B, L, H, HD) like the flash kernels' output, so the caller's transpose back to
+  // (B, L, H*HD) is a view, not one more saved copy.
+  at::Tensor out = at::empty({q.size(0), q.size(2), q.size(1), q.size(3)}, q.options()).transpose(1, 2);
+  for (int64_t a = 0; a < chunks; ++a) out.narrow(2, a * pb.chunk(), pb.chunk()).copy_(outs[static_cast<size_t>(a)]);
+  return {out, at::cat(lses, 2)};
 }
 
 std::array<at::Tensor, 3> backward_impl(const Problem& pb, const at::Tensor& grad, const at::Tensor& q,

@@ -183,6 +183,21 @@ TEST_CASE("an FSDP 2 x TP 2 checkpoint resumes on TP 2 and on one process",
        kSingleLayout});
 }
 
+TEST_CASE("a CP 2 x FSDP 2 checkpoint (sharded over dp_shard_cp) resumes on one process and on CP 2",
+          "[checkpoint][reshard][cp][launch][train]") {
+  check_reshard(
+      {.name = "CP 2 x FSDP 2",
+       .nproc = 4,
+       .local_batch = 4,
+       .flags = {"--parallelism.context_parallel_degree", "2", "--parallelism.data_parallel_shard_degree", "2"}},
+      {kSingleLayout,
+       {.name = "CP 2",
+        .nproc = 2,
+        .local_batch = 8,
+        .flags = {"--parallelism.context_parallel_degree", "2", "--parallelism.data_parallel_shard_degree", "1",
+                  "--parallelism.context_parallel_rotate_method", "alltoall"}}});
+}
+
 TEST_CASE("a PP 2 x FSDP 2 checkpoint resumes on one process and on PP 4",
           "[checkpoint][reshard][pipeline][launch][train]") {
   check_reshard(

@@ -83,9 +83,6 @@ TEST_CASE("sections that are not supported yet are clear errors", "[parallel][pa
   CHECK(error_of([&] {
           (void)parallelize(model, mesh, {.activation_checkpoint = {.modules = {"layers.0"}}});
         }).find("activation checkpointing is not supported yet") != std::string::npos);
-  CHECK(error_of([&] {
-          (void)parallelize(model, mesh, {.context_parallel = {.attention_modules = {"layers.0.attention"}}});
-        }).find("context parallelism is not supported yet") != std::string::npos);
 }
 
 TEST_CASE("a tp mesh with an empty tensor-parallel plan is an error", "[parallel][parallelize]") {

@@ -1,0 +1,83 @@
+// SPDX-License-Identifier: BSD-3-Clause
+// Per-rank CPU memory for ranks as threads: a CPU allocator that wraps the default one and books
+// every allocation to the rank of the thread that made it, and its release to the same rank whatever
+// thread frees it (c10's thread-local reporting hook misses frees made on a communication thread, as
+// when Gloo's worker drops the last reference to a gathered buffer). Allocations on threads of no rank
+// are not booked.
+#pragma once
+
+#include <c10/core/Allocator.h>
+#include <c10/core/CPUAllocator.h>
+
+#include <algorithm>
+#include <array>
+#include <atomic>
+#include <cstdint>
+
+namespace titan::bench {
+
+inline constexpr int kMaxTrackedRanks = 16;
+
+class RankMemory final : public c10::Allocator {
+ public:
+  /// Installs the tracker as the CPU allocator (once; it stays for the process's life).
+  static RankMemory& install() {
+    static RankMemory* tracker = [] {
+      auto* t = new RankMemory(c10::GetCPUAllocator());
+      c10::SetCPUAllocator(t, /*priority=*/100);
+      return t;
+    }();
+    return *tracker;
+  }
+  /// Books this thread's allocations to `rank` (-1: none).
+  static void set_thread_rank(int rank) { thread_rank() = rank; }
+  int64_t live(int rank) const { return slots_[rank].live.load(); }
+  int64_t peak(int rank) const { return slots_[rank].peak.load(); }
+  /// Restarts the peak of `rank` at its current live bytes.
+  void reset_peak(int rank) { slots_[rank].peak.store(slots_[rank].live.load()); }
+
+  c10::DataPtr allocate(size_t n) override {
+    c10::DataPtr inner = base_->allocate(n);
+    const int rank = thread_rank();
+    if (rank < 0 || rank >= kMaxTrackedRanks || inner.get() == nullptr) return inner;
+    void* data = inner.get();
+    const c10::Device device = inner.device();
+    book(rank, static_cast<int64_t>(n));
+    auto* ctx = new Booked{std::move(inner), this, rank, static_cast<int64_t>(n)};
+    return {data, ctx, &release, device};
+  }
+  void copy_data(void* dest, const void* src, std::size_t count) const override { base_->copy_data(dest, src, count); }
+
+ private:
+  struct Slot {
+    std::atomic<int64_t> live{0}, peak{0};
+  };
+  struct Booked {
+    c10::DataPtr inner;
+    RankMemory* owner;
+    int rank;
+    int64_t bytes;
+  };
+
+  explicit RankMemory(c10::Allocator* base) : base_(base) {}
+  static int& thread_rank() {
+    thread_local int rank = -1;
+    return rank;
+  }
+  void book(int rank, int64_t bytes) {
+    const int64_t now = slots_[rank].live.fetch_add(bytes) + bytes;
+    int64_t peak = slots_[rank].peak.load();
+    while (now > peak && !slots_[rank].peak.compare_exchange_weak(peak, now)) {
+    }
+  }
+  static void release(void* p) {
+    auto* b = static_cast<Booked*>(p);
+    b->owner->book(b->rank, -b->bytes);
+    delete b;  // frees through the wrapped allocator's deleter
+  }
+
+  c10::Allocator* base_;
+  std::array<Slot, kMaxTrackedRanks> slots_{};
+};
+
+}  // namespace titan::bench
