@@ -6,7 +6,8 @@
 //   build/bin/custom_loop --job.config_file configs/llama3_debugmodel_cpu.toml --training.steps 10
 //   build/bin/titan-run --nproc-per-node 2 build/bin/custom_loop --job.config_file configs/llama3_debugmodel_cpu.toml
 //       --training.steps 10 --parallelism.tensor_parallel_degree 2         (one command line; FSDP without it;
-//       --parallelism.pipeline_parallel_degree 2 for a two-stage pipeline)
+//       --parallelism.pipeline_parallel_degree 2 for a two-stage pipeline,
+//       --parallelism.context_parallel_degree 2 to split each sequence over the 2 ranks)
 #include <ATen/Parallel.h>
 #include <titan/titan.hpp>
 
@@ -35,12 +36,19 @@ int main(int argc, char** argv) {
     const LRSchedule schedule(cfg.lr_scheduler, cfg.training.steps);
     MetricsProcessor metrics({.flops_per_token = model->num_flops_per_token(cfg.training.seq_len),
                               .peak_flops = peak_flops(at::kCPU, at::get_num_threads()).flops,
-                              .non_data_parallel_size = mesh.size("tp") * mesh.size("pp")});
+                              .non_data_parallel_size = mesh.size("tp") * mesh.size("pp") * mesh.size("cp")});
 
     for (int64_t step = 1; step <= cfg.training.steps; ++step) {
       const data::Batch batch = loader->next();  // this rank's slice: input, labels (B, S) int64
-      at::Tensor valid = at::full({1}, static_cast<double>(count_valid_tokens(batch.labels)), at::kDouble);
-      mesh.group("dp").all_reduce(valid).wait();  // tokens of the whole global batch
+      // Under context parallelism the rank keeps its part of each sequence (else all of it), and its
+      // forward runs under the part's attention context (true positions, documents, the split).
+      const parallel::LocalBatch local = parallel.local_batch({.tokens = batch.input,
+                                                               .labels = batch.labels,
+                                                               .positions = batch.positions,
+                                                               .document_ids = batch.document_ids});
+      const nn::AttentionScope scope(local.attention);
+      at::Tensor valid = at::full({1}, static_cast<double>(count_valid_tokens(local.labels)), at::kDouble);
+      mesh.group("dp_cp").all_reduce(valid).wait();  // tokens of the whole global batch
       optimizer.zero_grad();
       double local_loss = 0;  // this rank's share of the global token mean
       const LossFn loss_fn = [&](const at::Tensor& logits, const at::Tensor& labels) {
@@ -51,9 +59,9 @@ int main(int argc, char** argv) {
         const auto stage = [&](int64_t s, const at::Tensor& x) {
           return model->forward_part(x, plan.pipeline.stages[s]);
         };
-        local_loss = pp->step(stage, batch.input, batch.labels, loss_fn, 1.0 / valid.item<double>());
+        local_loss = pp->step(stage, local.tokens, local.labels, loss_fn, 1.0 / valid.item<double>());
       } else {
-        const at::Tensor loss = loss_fn(model->forward(batch.input), batch.labels) / valid.item<double>();  // ()
+        const at::Tensor loss = loss_fn(model->forward(local.tokens), local.labels) / valid.item<double>();  // ()
         loss.backward();
         local_loss = loss.item<double>();
       }
@@ -61,7 +69,7 @@ int main(int argc, char** argv) {
       const double lr = cfg.optimizer.lr * schedule.factor(step - 1);
       optimizer.step(lr);
       at::Tensor global_loss = at::full({1}, local_loss, at::kDouble);
-      mesh.group("dp").all_reduce(global_loss).wait();
+      mesh.group("dp_cp").all_reduce(global_loss).wait();
       metrics.add_step(batch.labels.numel(), 0.0);
       metrics.log(step, global_loss.item<double>(), norm, lr);
     }

@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: BSD-3-Clause
 // The bundled trainer as real processes: 4 FSDP ranks, FSDP 2 x TP 2, a 2-stage pipeline and CP 2 under titan-run
-// reproduce one process's losses (same global batch of 8), so do the custom_loop (FSDP 2, PP 2) and tp_custom_model (TP
-// 2) examples, DDP trains under pip torch's torchrun, and a layout that does not match WORLD_SIZE stops with the
-// factors named.
+// reproduce one process's losses (same global batch of 8), so do the custom_loop (FSDP 2, PP 2, CP 2) and
+// tp_custom_model (TP 2) examples, DDP trains under pip torch's torchrun, and a layout that does not match WORLD_SIZE
+// stops with the factors named.
 #include <nlohmann/json.hpp>
 
 #include <regex>
@@ -234,7 +234,7 @@ std::vector<std::string> custom_loop_args(const std::string& dump, const std::st
 
 }  // namespace
 
-TEST_CASE("examples/custom_loop: 2 FSDP processes and a 2-stage pipeline reproduce one process's losses",
+TEST_CASE("examples/custom_loop: 2 FSDP processes and a 2-stage pipeline and CP 2 reproduce one process's losses",
           "[dist][launch][train][example]") {
   TempDir one;
   // The metric lines are info logs: the test environment's TITAN_LOG_LEVEL=warn would hide them.
@@ -243,10 +243,12 @@ TEST_CASE("examples/custom_loop: 2 FSDP processes and a 2-stage pipeline reprodu
   require_exit(single, 0, 600);
   const auto expected = metric_losses(single.output());
   REQUIRE(expected.size() == 3);
-  // FSDP: 2 sequences per rank; PP: both ranks see the 4 sequences, as 4 microbatches through 2 stages.
+  // FSDP: 2 sequences per rank; PP: both ranks see the 4 sequences, as 4 microbatches through 2 stages;
+  // CP: both ranks see the 4 sequences, each half of every one.
   const std::vector<std::pair<std::string, std::vector<std::string>>> layouts = {
       {"2", {}},
-      {"4", {"--parallelism.pipeline_parallel_degree", "2", "--parallelism.data_parallel_shard_degree", "1"}}};
+      {"4", {"--parallelism.pipeline_parallel_degree", "2", "--parallelism.data_parallel_shard_degree", "1"}},
+      {"4", {"--parallelism.context_parallel_degree", "2", "--parallelism.data_parallel_shard_degree", "1"}}};
   for (const auto& [local_batch, flags] : layouts) {
     TempDir two;
     Subprocess run(concat({titan::test::titan_run_path(), "--nproc-per-node", "2", "--"},
