@@ -56,6 +56,36 @@ std::vector<std::string> concat(std::vector<std::string> a, const std::vector<st
   return a;
 }
 
+// Validation at step 3 on tinyshakespeare: 2 batches of 2 sequences of 32 tokens.
+std::vector<std::string> validation_args() {
+  return {"--validation.enable",
+          "true",
+          "--validation.dataset",
+          "tinyshakespeare",
+          "--validation.dataset_path",
+          titan::test::tinyshakespeare().string(),
+          "--validation.freq",
+          "3",
+          "--validation.steps",
+          "2",
+          "--validation.local_batch_size",
+          "2",
+          "--validation.seq_len",
+          "32"};
+}
+
+// The 3 training losses and the validation loss of two runs agree within 1e-5 relative.
+void check_same_losses(const titan::test::fs::path& one, const titan::test::fs::path& two) {
+  const auto expected = losses(one), got = losses(two);
+  REQUIRE(expected.size() == 3);
+  REQUIRE(got.size() == 3);
+  for (size_t i = 0; i < got.size(); ++i) CHECK(got[i] == Approx(expected[i]).epsilon(1e-5));
+  const auto expected_val = losses(one, "validation_metrics/loss"), got_val = losses(two, "validation_metrics/loss");
+  REQUIRE(expected_val.size() == 1);
+  REQUIRE(got_val.size() == 1);
+  CHECK(got_val[0] == Approx(expected_val[0]).epsilon(1e-5));
+}
+
 }  // namespace
 
 TEST_CASE("titan-run: 4 FSDP processes reproduce the single-process losses", "[dist][launch][train]") {
@@ -81,22 +111,7 @@ TEST_CASE("titan-run: context parallelism over 2 processes reproduces the single
   const std::string packing = GENERATE("concat", "document");
   INFO("packing " << packing);
   TempDir one, two;
-  const std::vector<std::string> extra = {"--training.packing",
-                                          packing,
-                                          "--validation.enable",
-                                          "true",
-                                          "--validation.dataset",
-                                          "tinyshakespeare",
-                                          "--validation.dataset_path",
-                                          titan::test::tinyshakespeare().string(),
-                                          "--validation.freq",
-                                          "3",
-                                          "--validation.steps",
-                                          "2",
-                                          "--validation.local_batch_size",
-                                          "2",
-                                          "--validation.seq_len",
-                                          "32"};
+  const std::vector<std::string> extra = concat({"--training.packing", packing}, validation_args());
   Subprocess single(concat(trainer_args(one.path.string(), "8"), extra),
                     {{"RANK", std::nullopt}, {"WORLD_SIZE", std::nullopt}});
   require_exit(single, 0, 600);
@@ -106,36 +121,15 @@ TEST_CASE("titan-run: context parallelism over 2 processes reproduces the single
                  {{"TITAN_LOG_LEVEL", "info"}});  // the layout line is an info log
   require_exit(run, 0, 600);
   CHECK_THAT(run.output(), Catch::Contains("Applied CP(cp=2, headtail, allgather) + FSDP(dp_shard_cp=2)"));
-  const auto expected = losses(one.path), got = losses(two.path);
-  REQUIRE(expected.size() == 3);
-  REQUIRE(got.size() == 3);
   // The same 8 sequences; each rank sums the loss of its half of every sequence: fp32 reordering only.
-  for (size_t i = 0; i < got.size(); ++i) CHECK(got[i] == Approx(expected[i]).epsilon(1e-5));
-  const auto expected_val = losses(one.path, "validation_metrics/loss");
-  const auto got_val = losses(two.path, "validation_metrics/loss");
-  REQUIRE(expected_val.size() == 1);
-  REQUIRE(got_val.size() == 1);
-  CHECK(got_val[0] == Approx(expected_val[0]).epsilon(1e-5));
+  check_same_losses(one.path, two.path);
 }
 
 TEST_CASE("titan-run: a 1F1B pipeline over 2 processes reproduces the single-process losses",
           "[dist][launch][train][pipeline]") {
   TempDir one, two;
   // Validation at step 3 runs forward only through the stages, on sequences shorter than training's.
-  const std::vector<std::string> validation = {"--validation.enable",
-                                               "true",
-                                               "--validation.dataset",
-                                               "tinyshakespeare",
-                                               "--validation.dataset_path",
-                                               titan::test::tinyshakespeare().string(),
-                                               "--validation.freq",
-                                               "3",
-                                               "--validation.steps",
-                                               "2",
-                                               "--validation.local_batch_size",
-                                               "2",
-                                               "--validation.seq_len",
-                                               "32"};
+  const std::vector<std::string> validation = validation_args();
   Subprocess single(concat(trainer_args(one.path.string(), "8"), validation),
                     {{"RANK", std::nullopt}, {"WORLD_SIZE", std::nullopt}});
   require_exit(single, 0, 600);
@@ -145,16 +139,8 @@ TEST_CASE("titan-run: a 1F1B pipeline over 2 processes reproduces the single-pro
              {"--parallelism.pipeline_parallel_degree", "2", "--parallelism.pipeline_parallel_schedule", "1F1B"})));
   require_exit(run, 0, 600);
   CHECK_THAT(run.output(), Catch::Contains("Applied PP(pp=2, 1F1B"));
-  const auto expected = losses(one.path), got = losses(two.path);
-  REQUIRE(expected.size() == 3);
-  REQUIRE(got.size() == 3);
   // Eight microbatches of one sequence summed on the last stage: fp32 reordering only.
-  for (size_t i = 0; i < got.size(); ++i) CHECK(got[i] == Approx(expected[i]).epsilon(1e-5));
-  const auto expected_val = losses(one.path, "validation_metrics/loss");
-  const auto got_val = losses(two.path, "validation_metrics/loss");
-  REQUIRE(expected_val.size() == 1);
-  REQUIRE(got_val.size() == 1);
-  CHECK(got_val[0] == Approx(expected_val[0]).epsilon(1e-5));
+  check_same_losses(one.path, two.path);
   // The measured timeline of step 2, for comparing the real bubble with the schedule's.
   const auto timeline = nlohmann::json::parse(titan::test::read_file(two.path / "pipeline_timeline.json"));
   REQUIRE(timeline.at("ranks").size() == 2);
