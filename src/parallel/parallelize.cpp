@@ -18,6 +18,7 @@
 #include "titan/dist/mesh.hpp"
 #include "titan/nn/attention_context.hpp"
 #include "titan/nn/loss.hpp"
+#include "titan/parallel/activation_checkpoint.hpp"
 #include "titan/parallel/context_parallel.hpp"
 #include "titan/parallel/data_parallel.hpp"
 #include "titan/parallel/pipeline.hpp"
@@ -87,11 +88,13 @@ struct ParallelizedState {
   std::unique_ptr<Pipeline> pp;                             // null without a pipeline split
   std::unique_ptr<TensorParallel> tp;                       // null without tp
   std::unique_ptr<ContextParallel> cp;                      // null without cp
+  std::vector<const torch::nn::Module*> checkpointed;       // modules marked for activation checkpointing
   std::unique_ptr<DataParallel> dp;                         // null without data parallelism; destroyed before tp
   std::shared_ptr<PlanContract> contract;                   // null when nothing was applied
   std::vector<std::pair<at::Tensor, unsigned>> leaf_hooks;  // (parameter, hook position)
 
   ~ParallelizedState() {
+    for (const auto* m : checkpointed) unmark_checkpointed(m);
     if (!contract) return;
     for (auto& [p, position] : leaf_hooks) p.remove_hook(position);
     dp.reset();
@@ -110,12 +113,12 @@ struct ParallelizedState {
 
 namespace {
 
-void check_slots(const ParallelPlan& plan) {
-  TITAN_CHECK_NOT_IMPLEMENTED(plan.activation_checkpoint.modules.empty(),
-                              "[titan::parallelize] expected "
-                              "plan.activation_checkpoint empty, got {} modules: activation checkpointing is not "
-                              "supported yet. Leave plan.activation_checkpoint empty.",
-                              plan.activation_checkpoint.modules.size());
+// The modules activation checkpointing recomputes.
+std::vector<const torch::nn::Module*> checkpointed_modules(torch::nn::Module& model,
+                                                           const ActivationCheckpointPlan& plan) {
+  std::vector<const torch::nn::Module*> modules;
+  for (const auto& path : plan.modules) modules.push_back(&find_module(model, path, "activation_checkpoint.modules"));
+  return modules;
 }
 
 // The attention modules context parallelism reaches, each able to attend across the split.
@@ -166,6 +169,7 @@ ParallelPlan local_part(const torch::nn::Module& model, const ParallelPlan& plan
   ParallelPlan local = plan;
   std::erase_if(local.tensor_parallel.styles, [&](const auto& entry) { return other_stage(entry.first); });
   std::erase_if(local.context_parallel.attention_modules, other_stage);
+  std::erase_if(local.activation_checkpoint.modules, other_stage);
   std::erase_if(local.data_parallel.units, [&](const std::vector<std::string>& unit) {
     size_t away = 0;
     for (const auto& path : unit) away += other_stage(path) ? 1 : 0;
@@ -217,6 +221,8 @@ std::string Parallelized::describe() const {
   if (pipeline()) parts.push_back(pipeline()->describe());
   if (tensor_parallel()) parts.push_back(tensor_parallel()->describe());
   if (context_parallel()) parts.push_back(context_parallel()->describe());
+  if (state_ && !state_->checkpointed.empty())
+    parts.push_back(fmt::format("AC({} modules)", state_->checkpointed.size()));
   if (data_parallel()) parts.push_back(data_parallel()->describe());
   return parts.empty() ? "one device" : fmt::format("{}", fmt::join(parts, " + "));
 }
@@ -243,12 +249,12 @@ void Parallelized::check_contracts() const {
 Parallelized parallelize(torch::nn::Module& model, const dist::Mesh& mesh, const parallel::ParallelPlan& full_plan) {
   namespace d = parallel::detail;
   // Everything is checked before anything changes.
-  d::check_slots(full_plan);
   d::check_fresh(model);
   d::validate_pipeline(model, full_plan.pipeline, mesh);
   const parallel::ParallelPlan plan = d::local_part(model, full_plan);
   d::check_tensor_parallel(model, plan, mesh);
   const auto attentions = d::context_parallel_attentions(model, plan.context_parallel, mesh);
+  const auto checkpointed = d::checkpointed_modules(model, plan.activation_checkpoint);
   d::validate_data_parallel(model, plan.data_parallel.units, plan.data_parallel.options);
   // The cp ranks of a batch hold different tokens: their gradients are summed like data parallel ones.
   const bool data_parallel = mesh.size("dp_shard_cp") > 1 || mesh.size("dp_replicate") > 1;
@@ -267,6 +273,9 @@ Parallelized parallelize(torch::nn::Module& model, const dist::Mesh& mesh, const
     state->cp = std::make_unique<parallel::ContextParallel>(mesh, plan.context_parallel);
     for (auto* attention : attentions) attention->set_context_parallel_degree(mesh.size("cp"));
   }
+  for (const auto* m : checkpointed)
+    parallel::detail::mark_checkpointed(m, plan.activation_checkpoint.preserve_rng_state);
+  state->checkpointed = checkpointed;
   if (data_parallel) {
     state->dp = d::apply_data_parallel(model, plan.data_parallel.units, mesh, plan.data_parallel.options);
   }

@@ -136,9 +136,9 @@ void TrainerCore::seed_for_init() const {
 
 void TrainerCore::parallelize(torch::nn::Module& model, const parallel::ParallelPlan& plan) {
   parallel_ = std::make_unique<Parallelized>(titan::parallelize(model, *mesh_, plan));
-  if (parallel_->pipeline() || parallel_->tensor_parallel() || parallel_->context_parallel() ||
-      parallel_->data_parallel())
-    log::info("Applied {} to the model", parallel_->describe());
+  if (const std::string applied = parallel_->describe(); applied != "one device") {
+    log::info("Applied {} to the model", applied);
+  }
   if (parallel_->loss_parallel()) {
     loss_ = [parallel = parallel_.get()](const at::Tensor& logits, const at::Tensor& labels) {
       return parallel->cross_entropy_sum(logits, labels);

@@ -164,9 +164,8 @@ TEST_CASE("torchtitan v0.2.2 TOML files load unchanged", "[cpu][config]") {
   CHECK(debug.lr_scheduler.decay_ratio == std::optional<double>(0.8));
   CHECK(debug.parallelism.pipeline_parallel_schedule == titan::PipelineSchedule::interleaved_1f1b);
   CHECK(debug.float8.filter_fqns == std::vector<std::string>{"output"});  // from [quantize.linear.float8]
-  // Its mode = "selective" asks for the one missing feature a default job has.
-  REQUIRE(debug_notes.size() == 1);
-  CHECK_THAT(debug_notes[0], Contains("activation_checkpoint.mode = \"selective\""));
+  // Selective AC every 2nd block works: nothing to note.
+  CHECK(debug_notes.empty());
 
   const JobConfig b8 = parse({"--job.config_file", torchtitan_toml("llama3_8b").string()});
   CHECK(b8.model.flavor == "8B");
@@ -193,7 +192,7 @@ TEST_CASE("torchtitan v0.2.2 TOML files load unchanged", "[cpu][config]") {
   // TP and async TP work: no note for them.
   CHECK_THAT(all, !Contains("tensor_parallel"));
   CHECK_THAT(all, Contains("compile.enable"));
-  CHECK_THAT(all, Contains("activation_checkpoint.mode = \"full\""));
+  CHECK_THAT(all, !Contains("activation_checkpoint"));  // full AC works
   CHECK_FALSE(notes.help_requested);
 }
 
@@ -283,8 +282,7 @@ TEST_CASE("recognised torchtitan sections load with a note", "[cpu][config]") {
   CHECK_THAT(all, Contains("fault_tolerance.enable = true"));
   CHECK_THAT(all, Contains("quantize.grouped_mm.float8.fqns"));
   CHECK_THAT(all, Contains("memory_estimation.enable"));
-  // A default value is no reason for a note (but for activation checkpointing: see the next test); a
-  // non-default switch is.
+  // A default value is no reason for a note; a non-default switch is.
   JobConfig c;
   c.activation_checkpoint.mode = titan::AcMode::none;
   CHECK(titan::unsupported_notes(c).empty());
@@ -293,17 +291,24 @@ TEST_CASE("recognised torchtitan sections load with a note", "[cpu][config]") {
   CHECK_THAT(titan::unsupported_notes(c)[0], Contains("checkpoint.initial_load_in_hf_quantized = true"));
 }
 
-TEST_CASE("the support table: one warning for the default AC mode, none for working features", "[cpu][config]") {
-  // torchtitan's default activation_checkpoint.mode is selective, which titan does not implement: one loud
-  // note naming the key and what to set, not a silent no-op.
+TEST_CASE("the support table: a note for per-operator AC, none for working features", "[cpu][config]") {
+  // torchtitan's default (selective, every 2nd block) works: no note.
+  titan::ConfigNotes defaults;
+  parse({}, &defaults);
+  CHECK(defaults.empty());
+  // Per-operator AC is not built: one loud note saying what runs instead, only while mode is selective.
   titan::ConfigNotes notes;
-  parse({}, &notes);
+  parse({"--activation_checkpoint.selective_ac_option", "op"}, &notes);
   REQUIRE(notes.size() == 1);
-  CHECK_THAT(notes[0], Contains("activation_checkpoint.mode = \"selective\"") &&
-                           Contains("activation_checkpoint.mode = \"none\""));
+  CHECK_THAT(notes[0], Contains("activation_checkpoint.selective_ac_option = \"op\"") &&
+                           Contains("every block is checkpointed instead"));
+  titan::ConfigNotes full;
+  parse({"--activation_checkpoint.mode", "full", "--activation_checkpoint.selective_ac_option", "op"}, &full);
+  CHECK(full.empty());
   // Notes are collected once, however many layers set the key.
   titan::ConfigNotes twice;
-  parse({"--activation_checkpoint.mode", "full", "--activation_checkpoint.mode", "selective"}, &twice);
+  parse({"--activation_checkpoint.selective_ac_option", "op", "--activation_checkpoint.selective_ac_option", "op"},
+        &twice);
   CHECK(twice.size() == 1);
   // TP, async TP, loss parallel, PP, FSDP/HSDP/DDP options and checkpointing work: no note.
   titan::ConfigNotes working;

@@ -77,12 +77,12 @@ TEST_CASE("a plan naming a missing module is an error naming the path, before an
   });
 }
 
-TEST_CASE("sections that are not supported yet are clear errors", "[parallel][parallelize]") {
+TEST_CASE("an activation-checkpoint path that names no module is a clear error", "[parallel][parallelize][ac]") {
   llama3::Llama3 model(test::parity_args(), 32, at::TensorOptions().device(at::kMeta));
   const dist::Mesh mesh;
   CHECK(error_of([&] {
-          (void)parallelize(model, mesh, {.activation_checkpoint = {.modules = {"layers.0"}}});
-        }).find("activation checkpointing is not supported yet") != std::string::npos);
+          (void)parallelize(model, mesh, {.activation_checkpoint = {.modules = {"layers.9"}}});
+        }).find("plan.activation_checkpoint.modules path 'layers.9' to name a submodule") != std::string::npos);
 }
 
 TEST_CASE("a tp mesh with an empty tensor-parallel plan is an error", "[parallel][parallelize]") {

@@ -44,7 +44,9 @@ struct ParityRun {
   int64_t layers_per_stage = 0;                                 ///< under PP: 0 = the schedule's default split
   bool load_balance = true;                                     ///< under CP: headtail chunks (else contiguous)
   CpRotateMethod rotate = CpRotateMethod::allgather;            ///< under CP: the K/V exchange
-  bool documents = false;  ///< two documents per row: document masking and per-document positions
+  bool documents = false;         ///< two documents per row: document masking and per-document positions
+  AcMode ac_mode = AcMode::none;  ///< activation checkpointing (activation_checkpoint.mode)
+  std::string ac_option = "2";    ///< activation_checkpoint.selective_ac_option
 };
 
 struct ParityResult {
@@ -105,6 +107,8 @@ inline ParityResult train_parity(const dist::Mesh& mesh, const ParityRun& run) {
   ParityResult result;
   parallel::ParallelPlan plan = llama3::parallel_plan(model, mesh);
   plan.pipeline = pipeline;
+  plan.activation_checkpoint =
+      llama3::activation_checkpoint_plan(parity_args(), {.mode = run.ac_mode, .selective_ac_option = run.ac_option});
   plan.context_parallel.load_balance = run.load_balance;
   plan.context_parallel.rotate = run.rotate;
   if (mesh.size("tp") > 1) {

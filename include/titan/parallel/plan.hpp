@@ -97,10 +97,13 @@ struct DataParallelPlan {
   DataParallelOptions options{};
 };
 
-/// Activation checkpointing: modules whose activations backward recomputes. Not supported yet.
+/// Activation checkpointing: modules whose forward keeps only its input and runs again in backward
+/// (see parallel/activation_checkpoint.hpp; the module's forward goes through checkpoint_call).
 struct ActivationCheckpointPlan {
-  /// Module paths to recompute (e.g. every transformer block).
+  /// Module paths to recompute (e.g. every transformer block, or every N-th).
   std::vector<std::string> modules{};
+  /// Replay the forward's RNG state in the recompute (dropout draws the same mask).
+  bool preserve_rng_state = true;
 };
 
 /// Pipeline parallelism over the mesh's pp axis: the model cut into stages (module paths), the

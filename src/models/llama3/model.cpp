@@ -10,6 +10,7 @@
 #include "titan/core/error.hpp"
 #include "titan/layout/sharded_param.hpp"
 #include "titan/nn/init.hpp"
+#include "titan/parallel/activation_checkpoint.hpp"
 
 namespace titan::llama3 {
 
@@ -26,8 +27,11 @@ TransformerBlock::TransformerBlock(int64_t layer_id_, const Llama3Args& args, co
 }
 
 at::Tensor TransformerBlock::forward(const at::Tensor& x, const nn::RopeTables& rope) const {
-  const at::Tensor h = x + attention->forward(attention_norm->forward(x), rope);  // (B, S, D)
-  return h + feed_forward->forward(ffn_norm->forward(h));                         // (B, S, D)
+  // Recomputed in backward when the plan checkpoints this block (the closure owns what it needs).
+  return parallel::checkpoint_call(*this, x, [this, rope](const at::Tensor& in) {
+    const at::Tensor h = in + attention->forward(attention_norm->forward(in), rope);  // (B, S, D)
+    return h + feed_forward->forward(ffn_norm->forward(h));                           // (B, S, D)
+  });
 }
 
 void TransformerBlock::init_weights() {

@@ -3,6 +3,8 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+
 #include "titan/core/config.hpp"
 #include "titan/core/error.hpp"
 #include "titan/dist/mesh.hpp"
@@ -96,6 +98,37 @@ parallel::ContextParallelPlan context_parallel_plan(const Llama3Args& args, cons
   return plan;
 }
 
+parallel::ActivationCheckpointPlan activation_checkpoint_plan(const Llama3Args& args,
+                                                              const ActivationCheckpointConfig& ac) {
+  parallel::ActivationCheckpointPlan plan{.preserve_rng_state = ac.preserve_rng_state};
+  if (ac.mode == AcMode::none) return plan;
+  if (ac.mode == AcMode::memory_budget) {
+    throw ConfigError("activation_checkpoint.mode",
+                      "[titan::llama3] expected activation_checkpoint.mode none, full or selective, got memory_budget "
+                      "(torchtitan's compiler-driven policy; titan has no graph compiler). Use full or selective.");
+  }
+  int64_t every = 1;  // full: every block
+  if (ac.mode == AcMode::selective) {
+    std::string option = ac.selective_ac_option;
+    // Per-operator checkpointing is not built: every block is checkpointed (the config notes say so).
+    if (option == "op") option = "1";
+    const bool digits = !option.empty() && option.size() < 10 &&
+                        std::all_of(option.begin(), option.end(), [](char c) { return c >= '0' && c <= '9'; });
+    every = digits ? std::stoll(option) : 0;
+    if (every < 1) {
+      throw ConfigError("activation_checkpoint.selective_ac_option",
+                        fmt::format("[titan::llama3] expected activation_checkpoint.selective_ac_option to be an "
+                                    "integer N >= 1 (checkpoint every N-th block) or op, got '{}'.",
+                                    ac.selective_ac_option));
+    }
+  }
+  // torchtitan counts blocks from 1 and wraps the N-th, 2N-th, ...
+  for (int64_t i = 0; i < args.n_layers; ++i) {
+    if ((i + 1) % every == 0) plan.modules.push_back(fmt::format("layers.{}", i));
+  }
+  return plan;
+}
+
 parallel::ParallelPlan parallel_plan(const Llama3& model, const dist::Mesh& mesh) {
   parallel::ParallelPlan plan{.data_parallel = {.units = data_parallel_units(model)}};
   if (mesh.size("cp") > 1) plan.context_parallel = context_parallel_plan(model.args(), ParallelismConfig{});
@@ -113,6 +146,7 @@ parallel::ParallelPlan parallel_plan(const Llama3& model, const JobConfig& confi
   }
   if (mesh.size("pp") > 1) plan.pipeline = pipeline_plan(model.args(), mesh.size("pp"), p);
   if (mesh.size("cp") > 1) plan.context_parallel = context_parallel_plan(model.args(), p);
+  plan.activation_checkpoint = activation_checkpoint_plan(model.args(), config.activation_checkpoint);
   parallel::DataParallelOptions& dp = plan.data_parallel.options;
   dp.reshard_after_forward = p.fsdp_reshard_after_forward;
   // torchtitan's default under PP: keep units gathered after forward (no all-gather per microbatch).

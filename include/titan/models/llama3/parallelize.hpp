@@ -12,6 +12,7 @@
 namespace titan {
 struct JobConfig;
 struct ParallelismConfig;
+struct ActivationCheckpointConfig;
 }  // namespace titan
 namespace titan::dist {
 class Mesh;
@@ -47,6 +48,13 @@ parallel::PipelinePlan pipeline_plan(const Llama3Args& args, int64_t pp, const P
 /// Context parallelism from the parallelism.context_parallel_* keys: every block's attention attends
 /// across the cp split (headtail load balancing unless the balancer is None; allgather or alltoall).
 parallel::ContextParallelPlan context_parallel_plan(const Llama3Args& args, const ParallelismConfig& parallelism);
+
+/// Activation checkpointing from the activation_checkpoint.* keys (torchtitan's): none; full (every
+/// block); selective with selective_ac_option = N (blocks N, 2N, ... counting from 1), or op (not
+/// implemented: every block, with a config note). Errors name the key for memory_budget and for an
+/// option that is neither an integer >= 1 nor op.
+parallel::ActivationCheckpointPlan activation_checkpoint_plan(const Llama3Args& args,
+                                                              const ActivationCheckpointConfig& ac);
 
 /// The whole plan on mesh with titan's defaults: TP (sequence and loss parallel) when tp > 1, CP
 /// (headtail, allgather) when cp > 1, and FSDP/HSDP/DDP units, fp32 throughout.

@@ -1,0 +1,46 @@
+// SPDX-License-Identifier: BSD-3-Clause
+// Activation checkpointing: a module's forward runs without keeping its intermediate activations
+// (only its input is kept), and backward runs the forward again, with gradients, before going back
+// through it. Memory per checkpointed block drops to its input; compute grows by one forward.
+//
+// parallelize() marks the modules plan.activation_checkpoint names; a model's forward lets the mark
+// take effect by running the module through checkpoint_call (titan's Llama 3 blocks do):
+//
+//   at::Tensor Block::forward(const at::Tensor& x) const {
+//     return titan::parallel::checkpoint_call(*this, x, [this](const at::Tensor& in) { return mlp->forward(in); });
+//   }
+//
+// The recompute sees what the forward saw: the same RNG state (preserve_rng_state), the same
+// attention context (positions, documents, the context-parallel split), CUDA autocast as it was. It
+// gathers FSDP units and runs TP collectives again, as the forward did. Under a pipeline schedule
+// that splits backward into input and weight passes (zero-bubble), checkpointing is refused: the
+// recompute would run twice.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <functional>
+
+namespace torch::nn {
+class Module;
+}
+
+namespace titan::parallel {
+
+/// A module forward that can run again in backward: owns what it captures.
+using Recomputable = std::function<at::Tensor(const at::Tensor&)>;
+
+/// fn(x) as `module`'s forward: checkpointed when parallelize() marked the module, else as
+/// module_call (with the module's tensor-parallel style, if any).
+at::Tensor checkpoint_call(const torch::nn::Module& module, const at::Tensor& x, Recomputable fn);
+
+/// fn(x) checkpointed, whatever the plan (under no-grad: plain fn(x)).
+at::Tensor checkpoint(const at::Tensor& x, Recomputable fn, bool preserve_rng_state = true);
+
+namespace detail {
+/// Marks `module` for checkpointing (parallelize) or clears the mark (the handle's destructor).
+void mark_checkpointed(const torch::nn::Module* module, bool preserve_rng_state);
+void unmark_checkpointed(const torch::nn::Module* module);
+}  // namespace detail
+
+}  // namespace titan::parallel

@@ -1,0 +1,183 @@
+// SPDX-License-Identifier: BSD-3-Clause
+#include "titan/parallel/activation_checkpoint.hpp"
+
+#include <ATen/ATen.h>
+#include <ATen/CPUGeneratorImpl.h>
+#include <ATen/autocast_mode.h>
+#include <ATen/core/Generator.h>
+#include <c10/core/GradMode.h>
+#include <torch/csrc/autograd/autograd.h>
+#include <torch/csrc/autograd/function.h>
+#include <torch/csrc/autograd/functions/utils.h>
+#include <torch/csrc/autograd/graph_task.h>
+#include <torch/nn/module.h>
+
+#include <atomic>
+#include <optional>
+#include <shared_mutex>
+#include <unordered_map>
+#include <utility>
+
+#include "titan/core/error.hpp"
+#include "titan/layout/module_hooks.hpp"
+#include "titan/nn/attention_context.hpp"
+
+namespace titan::parallel {
+namespace {
+
+using torch::autograd::variable_list;
+
+// Modules marked by parallelize(), shared by ranks as threads (each marks its own model's modules).
+struct Marks {
+  std::shared_mutex mutex;
+  std::unordered_map<const torch::nn::Module*, bool> preserve_rng;  // module -> preserve_rng_state
+  std::atomic<int64_t> count{0};
+};
+Marks& marks() {
+  static Marks m;
+  return m;
+}
+
+std::optional<bool> marked(const torch::nn::Module* module) {
+  Marks& m = marks();
+  if (m.count.load(std::memory_order_relaxed) == 0) return std::nullopt;
+  std::shared_lock lock(m.mutex);
+  auto it = m.preserve_rng.find(module);
+  return it == m.preserve_rng.end() ? std::nullopt : std::optional<bool>(it->second);
+}
+
+// What the forward ran under, re-established for the recompute.
+struct ForwardState {
+  std::optional<at::Tensor> cpu_rng;  // the default CPU generator's state (preserve_rng_state)
+  nn::AttentionContext attention;     // positions, documents, the cp split
+  bool cuda_autocast = false;         // single-device mixed precision
+  at::ScalarType autocast_dtype = at::kBFloat16;
+
+  static ForwardState capture(bool preserve_rng) {
+    ForwardState s{.attention = nn::attention_context(),
+                   .cuda_autocast = at::autocast::is_autocast_enabled(at::kCUDA),
+                   .autocast_dtype = at::autocast::get_autocast_dtype(at::kCUDA)};
+    if (preserve_rng) {
+      at::Generator gen = at::detail::getDefaultCPUGenerator();
+      std::lock_guard lock(gen.mutex());
+      s.cpu_rng = gen.get_state();
+    }
+    return s;
+  }
+};
+
+// Restores the forward's state for its lifetime, then what was there before.
+class Replay {
+ public:
+  explicit Replay(const ForwardState& s) : scope_(s.attention) {
+    if (s.cpu_rng) {
+      at::Generator gen = at::detail::getDefaultCPUGenerator();
+      std::lock_guard lock(gen.mutex());
+      saved_rng_ = gen.get_state();
+      gen.set_state(*s.cpu_rng);
+    }
+    autocast_was_ = at::autocast::is_autocast_enabled(at::kCUDA);
+    dtype_was_ = at::autocast::get_autocast_dtype(at::kCUDA);
+    at::autocast::set_autocast_dtype(at::kCUDA, s.autocast_dtype);
+    at::autocast::set_autocast_enabled(at::kCUDA, s.cuda_autocast);
+  }
+  ~Replay() {
+    at::autocast::set_autocast_enabled(at::kCUDA, autocast_was_);
+    at::autocast::set_autocast_dtype(at::kCUDA, dtype_was_);
+    if (saved_rng_) {
+      at::Generator gen = at::detail::getDefaultCPUGenerator();
+      std::lock_guard lock(gen.mutex());
+      gen.set_state(*saved_rng_);
+    }
+  }
+  Replay(const Replay&) = delete;
+  Replay& operator=(const Replay&) = delete;
+
+ private:
+  nn::AttentionScope scope_;
+  std::optional<at::Tensor> saved_rng_;
+  bool autocast_was_ = false;
+  at::ScalarType dtype_was_ = at::kBFloat16;
+};
+
+struct CheckpointBackward : torch::autograd::Node {
+  CheckpointBackward(Recomputable fn, at::Tensor input, bool input_requires_grad, ForwardState state)
+      : fn_(std::move(fn)),
+        input_(std::move(input)),
+        input_requires_grad_(input_requires_grad),
+        state_(std::move(state)) {}
+
+  variable_list apply(variable_list&& grads) override {
+    const auto* restricted = torch::autograd::get_current_graph_task_exec_info();
+    TITAN_CHECK_NOT_IMPLEMENTED(restricted == nullptr || restricted->empty(),
+                                "[titan::parallel::checkpoint] expected a full backward through a checkpointed "
+                                "module, got a pass restricted to some inputs (autograd::grad, or a zero-bubble "
+                                "pipeline's separate input and weight passes), which would recompute it twice. Use "
+                                "a schedule without split backward (1F1B, Interleaved1F1B, GPipe, LoopedBFS) or "
+                                "activation_checkpoint.mode = \"none\".");
+    TITAN_CHECK(fn_,
+                "[titan::parallel::checkpoint] expected one backward per forward, got a second one (the "
+                "recompute is released after the first). Do not retain the graph through checkpointed modules.");
+    at::Tensor x = input_.detach().requires_grad_(input_requires_grad_);
+    at::Tensor y;
+    {
+      const Replay replay(state_);
+      const c10::AutoGradMode grad(true);
+      y = fn_(x);
+    }
+    if (y.requires_grad() && grads[0].defined()) torch::autograd::backward({y}, {grads[0]});
+    release_variables();
+    return {input_requires_grad_ ? x.grad() : at::Tensor()};
+  }
+  std::string name() const override { return "titan::CheckpointBackward"; }
+  void release_variables() override {
+    fn_ = nullptr;
+    input_.reset();
+  }
+
+ private:
+  Recomputable fn_;
+  at::Tensor input_;  // detached
+  bool input_requires_grad_;
+  ForwardState state_;
+};
+
+}  // namespace
+
+at::Tensor checkpoint(const at::Tensor& x, Recomputable fn, bool preserve_rng_state) {
+  if (!c10::GradMode::is_enabled()) return fn(x);
+  ForwardState state = ForwardState::capture(preserve_rng_state);
+  at::Tensor y;
+  {
+    const at::NoGradGuard no_grad;
+    y = fn(x);
+  }
+  auto node = std::shared_ptr<CheckpointBackward>(
+      new CheckpointBackward(std::move(fn), x.detach(), x.requires_grad(), std::move(state)),
+      torch::autograd::deleteNode);
+  node->set_next_edges(torch::autograd::collect_next_edges(x));
+  // The output is a fresh tensor from the no-grad forward: give it this node as its history.
+  torch::autograd::set_history(y, node);
+  return y;
+}
+
+at::Tensor checkpoint_call(const torch::nn::Module& module, const at::Tensor& x, Recomputable fn) {
+  const std::optional<bool> preserve_rng = marked(&module);
+  if (!preserve_rng) return module_call(module, x, fn);
+  return checkpoint(
+      x, [&module, fn = std::move(fn)](const at::Tensor& in) { return module_call(module, in, fn); }, *preserve_rng);
+}
+
+void detail::mark_checkpointed(const torch::nn::Module* module, bool preserve_rng_state) {
+  Marks& m = marks();
+  std::unique_lock lock(m.mutex);
+  if (m.preserve_rng.insert_or_assign(module, preserve_rng_state).second) ++m.count;
+}
+
+void detail::unmark_checkpointed(const torch::nn::Module* module) {
+  Marks& m = marks();
+  std::unique_lock lock(m.mutex);
+  if (m.preserve_rng.erase(module) > 0) --m.count;
+}
+
+}  // namespace titan::parallel
