@@ -13,6 +13,7 @@
 #include <torch/nn/module.h>
 
 #include <atomic>
+#include <memory>
 #include <optional>
 #include <shared_mutex>
 #include <unordered_map>
@@ -28,9 +29,16 @@ namespace {
 using torch::autograd::variable_list;
 
 // Modules marked by parallelize(), shared by ranks as threads (each marks its own model's modules).
+// Each mark remembers its module's owner, so a module that died without being unmarked (its handle
+// outlived it) is no mark for another module built at the same address, and its late unmark does not
+// erase the newcomer's.
+struct Mark {
+  std::weak_ptr<const torch::nn::Module> owner;  // empty for a module not held by a shared_ptr
+  bool preserve_rng = true;
+};
 struct Marks {
   std::shared_mutex mutex;
-  std::unordered_map<const torch::nn::Module*, bool> preserve_rng;  // module -> preserve_rng_state
+  std::unordered_map<const torch::nn::Module*, Mark> marks;
   std::atomic<int64_t> count{0};
 };
 Marks& marks() {
@@ -38,12 +46,25 @@ Marks& marks() {
   return m;
 }
 
+std::weak_ptr<const torch::nn::Module> owner_of(const torch::nn::Module* module) {
+  try {
+    return const_cast<torch::nn::Module*>(module)->shared_from_this();
+  } catch (const std::bad_weak_ptr&) {
+    return {};
+  }
+}
+
+bool same_owner(const std::weak_ptr<const torch::nn::Module>& a, const std::weak_ptr<const torch::nn::Module>& b) {
+  return !a.owner_before(b) && !b.owner_before(a);
+}
+
 std::optional<bool> marked(const torch::nn::Module* module) {
   Marks& m = marks();
   if (m.count.load(std::memory_order_relaxed) == 0) return std::nullopt;
   std::shared_lock lock(m.mutex);
-  auto it = m.preserve_rng.find(module);
-  return it == m.preserve_rng.end() ? std::nullopt : std::optional<bool>(it->second);
+  auto it = m.marks.find(module);
+  if (it == m.marks.end() || !same_owner(it->second.owner, owner_of(module))) return std::nullopt;
+  return it->second.preserve_rng;
 }
 
 // What the forward ran under, re-established for the recompute.
@@ -168,16 +189,22 @@ at::Tensor checkpoint_call(const torch::nn::Module& module, const at::Tensor& x,
       x, [&module, fn = std::move(fn)](const at::Tensor& in) { return module_call(module, in, fn); }, *preserve_rng);
 }
 
-void detail::mark_checkpointed(const torch::nn::Module* module, bool preserve_rng_state) {
+std::weak_ptr<const torch::nn::Module> detail::mark_checkpointed(const torch::nn::Module* module,
+                                                                 bool preserve_rng_state) {
+  Mark mark{.owner = owner_of(module), .preserve_rng = preserve_rng_state};
   Marks& m = marks();
   std::unique_lock lock(m.mutex);
-  if (m.preserve_rng.insert_or_assign(module, preserve_rng_state).second) ++m.count;
+  if (m.marks.insert_or_assign(module, mark).second) ++m.count;
+  return mark.owner;
 }
 
-void detail::unmark_checkpointed(const torch::nn::Module* module) {
+void detail::unmark_checkpointed(const torch::nn::Module* module, const std::weak_ptr<const torch::nn::Module>& owner) {
   Marks& m = marks();
   std::unique_lock lock(m.mutex);
-  if (m.preserve_rng.erase(module) > 0) --m.count;
+  auto it = m.marks.find(module);
+  if (it == m.marks.end() || !same_owner(it->second.owner, owner)) return;
+  m.marks.erase(it);
+  --m.count;
 }
 
 }  // namespace titan::parallel

@@ -84,17 +84,18 @@ struct PlanContract final : Contract, std::enable_shared_from_this<PlanContract>
 }  // namespace
 
 struct ParallelizedState {
-  std::string model;                                        // the model's name, for errors
-  std::unique_ptr<Pipeline> pp;                             // null without a pipeline split
-  std::unique_ptr<TensorParallel> tp;                       // null without tp
-  std::unique_ptr<ContextParallel> cp;                      // null without cp
-  std::vector<const torch::nn::Module*> checkpointed;       // modules marked for activation checkpointing
-  std::unique_ptr<DataParallel> dp;                         // null without data parallelism; destroyed before tp
-  std::shared_ptr<PlanContract> contract;                   // null when nothing was applied
+  std::string model;                    // the model's name, for errors
+  std::unique_ptr<Pipeline> pp;         // null without a pipeline split
+  std::unique_ptr<TensorParallel> tp;   // null without tp
+  std::unique_ptr<ContextParallel> cp;  // null without cp
+  std::vector<std::pair<const torch::nn::Module*, std::weak_ptr<const torch::nn::Module>>>
+      checkpointed;                        // modules marked for activation checkpointing, with their owners
+  std::unique_ptr<DataParallel> dp;        // null without data parallelism; destroyed before tp
+  std::shared_ptr<PlanContract> contract;  // null when nothing was applied
   std::vector<std::pair<at::Tensor, unsigned>> leaf_hooks;  // (parameter, hook position)
 
   ~ParallelizedState() {
-    for (const auto* m : checkpointed) unmark_checkpointed(m);
+    for (const auto& [m, owner] : checkpointed) unmark_checkpointed(m, owner);
     if (!contract) return;
     for (auto& [p, position] : leaf_hooks) p.remove_hook(position);
     dp.reset();
@@ -273,9 +274,10 @@ Parallelized parallelize(torch::nn::Module& model, const dist::Mesh& mesh, const
     state->cp = std::make_unique<parallel::ContextParallel>(mesh, plan.context_parallel);
     for (auto* attention : attentions) attention->set_context_parallel_degree(mesh.size("cp"));
   }
-  for (const auto* m : checkpointed)
-    parallel::detail::mark_checkpointed(m, plan.activation_checkpoint.preserve_rng_state);
-  state->checkpointed = checkpointed;
+  for (const auto* m : checkpointed) {
+    state->checkpointed.emplace_back(
+        m, parallel::detail::mark_checkpointed(m, plan.activation_checkpoint.preserve_rng_state));
+  }
   if (data_parallel) {
     state->dp = d::apply_data_parallel(model, plan.data_parallel.units, mesh, plan.data_parallel.options);
   }

@@ -27,7 +27,9 @@ void check_bitwise(const dist::MeshShape& shape, const ParityRun& with_ac) {
   dist::run_local_ranks(shape.world_size(), [&](int64_t rank, const dist::Store& store) {
     const dist::Mesh mesh(shape, rank, store, kFast);
     ParityResult plain = train_parity(mesh, without);
-    plain.applied = Parallelized();  // one parallelized model per rank at a time
+    // The handle outlives train_parity's model: drop it before the next model is built, whose modules
+    // may land at the dead ones' addresses, still keys of that handle's state.
+    plain.applied = Parallelized();
     ParityResult checkpointed = train_parity(mesh, with_ac);
     std::lock_guard lock(mutex);
     results[static_cast<size_t>(rank)] = {std::move(plain), std::move(checkpointed)};

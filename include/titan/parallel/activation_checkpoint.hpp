@@ -20,6 +20,7 @@
 #include <ATen/core/Tensor.h>
 
 #include <functional>
+#include <memory>
 
 namespace torch::nn {
 class Module;
@@ -38,9 +39,10 @@ at::Tensor checkpoint_call(const torch::nn::Module& module, const at::Tensor& x,
 at::Tensor checkpoint(const at::Tensor& x, Recomputable fn, bool preserve_rng_state = true);
 
 namespace detail {
-/// Marks `module` for checkpointing (parallelize) or clears the mark (the handle's destructor).
-void mark_checkpointed(const torch::nn::Module* module, bool preserve_rng_state);
-void unmark_checkpointed(const torch::nn::Module* module);
+/// Marks `module` for checkpointing (parallelize); returns its owner, which clears the mark
+/// (the handle's destructor) only while the mark is still that module's.
+std::weak_ptr<const torch::nn::Module> mark_checkpointed(const torch::nn::Module* module, bool preserve_rng_state);
+void unmark_checkpointed(const torch::nn::Module* module, const std::weak_ptr<const torch::nn::Module>& owner);
 }  // namespace detail
 
 }  // namespace titan::parallel
