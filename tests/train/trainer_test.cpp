@@ -183,3 +183,16 @@ TEST_CASE("a context-parallel job whose sequence does not split names training.s
   CHECK_THROWS_WITH(train_losses(config),
                     Catch::Contains("parallelism.context_parallel_load_balancer") && Catch::Contains("Use headtail"));
 }
+
+TEST_CASE("the trainer's full and selective activation checkpointing give the no-AC losses bitwise", "[train][ac]") {
+  titan::test::TempDir dir;
+  auto config = golden_config(dir.path);
+  config.training.steps = 4;
+  config.activation_checkpoint.mode = titan::AcMode::none;
+  const auto plain = train_losses(config);
+  config.activation_checkpoint.mode = titan::AcMode::full;
+  CHECK(train_losses(config) == plain);
+  config.activation_checkpoint.mode = titan::AcMode::selective;
+  config.activation_checkpoint.selective_ac_option = "2";
+  CHECK(train_losses(config) == plain);
+}
