@@ -69,9 +69,9 @@ std::optional<bool> marked(const torch::nn::Module* module) {
 
 // What the forward ran under, re-established for the recompute.
 struct ForwardState {
-  std::optional<at::Tensor> cpu_rng;  // the default CPU generator's state (preserve_rng_state)
-  nn::AttentionContext attention;     // positions, documents, the cp split
-  bool cuda_autocast = false;         // single-device mixed precision
+  std::optional<at::Tensor> cpu_rng{};  // the default CPU generator's state (preserve_rng_state)
+  nn::AttentionContext attention{};     // positions, documents, the cp split
+  bool cuda_autocast = false;           // single-device mixed precision
   at::ScalarType autocast_dtype = at::kBFloat16;
 
   static ForwardState capture(bool preserve_rng) {
