@@ -30,9 +30,6 @@ bool is_true(const json& v) { return v.is_boolean() && v.get<bool>(); }
 bool is_set(const json& v) { return !v.is_null(); }
 bool is_non_empty(const json& v) { return v.is_string() ? !v.get<std::string>().empty() : !v.empty(); }
 bool above_one(const json& v) { return v.is_number_integer() && v.get<int64_t>() > 1; }
-auto equals(std::string expected) {
-  return [expected = std::move(expected)](const json& v) { return v == expected; };
-}
 auto not_equal(std::string expected) {
   return [expected = std::move(expected)](const json& v) { return v != expected; };
 }
@@ -56,11 +53,6 @@ const std::vector<Unsupported>& unsupported_table() {
       {"parallelism.expert_parallel_degree", above_one, kNeedsLayout},
       {"parallelism.expert_tensor_parallel_degree", above_one, kNeedsLayout},
       {"checkpoint.initial_load_in_hf_quantized", is_true, "quantized HF checkpoints are not supported yet: ignored"},
-      // torchtitan's 8B job asks for per-operator AC: say what runs instead (more recompute, less memory).
-      {"activation_checkpoint.selective_ac_option", equals("op"),
-       "per-operator activation checkpointing is not implemented yet: every block is checkpointed instead (as "
-       "mode = \"full\"; less memory, one more forward). Set an integer N to checkpoint every N-th block",
-       /*applies=*/[](const json& c) { return c.at("activation_checkpoint").at("mode") == "selective"; }},
       {"compile.enable", is_true, "titan has no graph compiler yet: ignored"},
       {"float8.enable_fsdp_float8_all_gather", is_true, kNoFloat8},
       {"float8.precompute_float8_dynamic_scale_for_fsdp", is_true, kNoFloat8},

@@ -6,6 +6,7 @@
 
 #include "titan/layout/module_hooks.hpp"
 #include "titan/layout/sharded_param.hpp"
+#include "titan/nn/saved_ops.hpp"
 
 namespace titan::nn {
 
@@ -15,7 +16,7 @@ Linear::Linear(int64_t in_features, int64_t out_features, const at::TensorOption
 
 at::Tensor Linear::forward(const at::Tensor& x) const {
   return parallel::module_call(*this, x, [&](const at::Tensor& in) {
-    return parallel::with_param(weight, [&](const at::Tensor& w) { return at::linear(in, w); });
+    return parallel::with_param(weight, [&](const at::Tensor& w) { return nn::linear(in, w, this); });
   });
 }
 

@@ -16,6 +16,7 @@
 #include "titan/core/error.hpp"
 #include "titan/dist/functional.hpp"
 #include "titan/dist/process_group.hpp"
+#include "titan/nn/saved_ops.hpp"
 
 namespace titan::nn {
 namespace {
@@ -289,9 +290,99 @@ at::Tensor local_causal_attention(const at::Tensor& q, const at::Tensor& k, cons
                                           /*scale=*/std::nullopt, gqa);
 }
 
+namespace {
+
+// One device's attention as the kernel that returns the log-sum-exp, one autograd node: what a
+// per-operator checkpoint keeps (output and lse) and rebuilds over the recomputed q, k, v.
+struct KeptAttentionBackward : torch::autograd::Node {
+  KeptAttentionBackward(at::Tensor q, at::Tensor k, at::Tensor v, at::Tensor out, at::Tensor lse, BlockMask mask,
+                        double scale)
+      : q_(std::move(q)),
+        k_(std::move(k)),
+        v_(std::move(v)),
+        out_(std::move(out)),
+        lse_(std::move(lse)),
+        mask_(std::move(mask)),
+        scale_(scale) {}
+
+  variable_list apply(variable_list&& grads) override {
+    at::NoGradGuard no_grad;
+    if (!grads[0].defined()) return {at::Tensor(), at::Tensor(), at::Tensor()};
+    if (!q_.is_cuda()) {
+      // Called as autograd calls the CPU flash kernel's backward (the output gradient as it comes), so
+      // the gradients equal the plain scaled_dot_product_attention's bitwise.
+      const std::optional<at::Tensor> additive =
+          mask_.additive.defined() ? std::optional<at::Tensor>(mask_.additive) : std::nullopt;
+      auto [dq, dk, dv] = at::_scaled_dot_product_flash_attention_for_cpu_backward(
+          grads[0], q_, k_, v_, out_, lse_, /*dropout_p=*/0.0, mask_.causal, additive, scale_);
+      return {dq, dk, dv};
+    }
+    auto [dq, dk, dv] = detail::attend_block_backward(grads[0], q_, k_, v_, out_, lse_, mask_, scale_);
+    return {dq, dk, dv};
+  }
+  std::string name() const override { return "titan::KeptAttentionBackward"; }
+  void release_variables() override {
+    q_.reset();
+    k_.reset();
+    v_.reset();
+    out_.reset();
+    lse_.reset();
+    mask_ = {};
+  }
+
+ private:
+  at::Tensor q_, k_, v_;  // detached inputs
+  at::Tensor out_;        // (B, H, S, HD) detached output
+  at::Tensor lse_;        // (B, H, S) float32
+  BlockMask mask_;
+  double scale_;
+};
+
+// Causal within documents when `document_ids` (B, S) is defined; the additive form of the boolean mask
+// scaled_dot_product_attention builds (0 or -inf), so the kernel sees the same numbers.
+BlockMask whole_sequence_mask(const at::Tensor& q, const at::Tensor& document_ids) {
+  if (!document_ids.defined()) return {.causal = true};
+  const int64_t S = q.size(2);
+  const at::Tensor docs = document_ids.to(q.device());                                      // (B, S)
+  const at::Tensor causal = at::ones({S, S}, docs.options().dtype(at::kBool)).tril();       // (S, S)
+  const at::Tensor allowed = (docs.unsqueeze(2) == docs.unsqueeze(1)).logical_and(causal);  // (B, S, S)
+  const at::Tensor additive = at::zeros(allowed.sizes(), q.options()).masked_fill(allowed.logical_not(), -INFINITY);
+  return {.causal = false, .additive = additive.unsqueeze(1)};  // (B, 1, S, S)
+}
+
+// local_causal_attention under a per-operator checkpoint: the forward keeps (out, lse), the recompute
+// takes them back with a node over its q, k, v.
+at::Tensor kept_attention(SavedOps& ops, SavedOpsScope::Phase phase, const at::Tensor& q, const at::Tensor& k,
+                          const at::Tensor& v, const at::Tensor& document_ids) {
+  const double scale = 1.0 / std::sqrt(static_cast<double>(q.size(3)));
+  BlockMask mask = whole_sequence_mask(q, document_ids);
+  if (phase == SavedOpsScope::Phase::record) {
+    detail::BlockResult r = detail::attend_block(q, k, v, mask, scale);
+    nn::detail::record_entry(ops, "attention", {r.out, r.lse});
+    return r.out;
+  }
+  SavedOps::Entry& entry = nn::detail::next_entry(ops, "attention");
+  at::Tensor out = std::exchange(entry.kept[0], {});  // (B, H, S, HD)
+  at::Tensor lse = std::exchange(entry.kept[1], {});  // (B, H, S)
+  if (c10::GradMode::is_enabled() && (q.requires_grad() || k.requires_grad() || v.requires_grad())) {
+    auto node = std::shared_ptr<KeptAttentionBackward>(
+        new KeptAttentionBackward(q.detach(), k.detach(), v.detach(), out.detach(), std::move(lse), std::move(mask),
+                                  scale),
+        torch::autograd::deleteNode);
+    node->set_next_edges(torch::autograd::collect_next_edges(q, k, v));
+    torch::autograd::set_history(out, node);
+  }
+  return out;
+}
+
+}  // namespace
+
 at::Tensor causal_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
   const AttentionContext& context = attention_context();
   if (context.sharding) return context_parallel_attention(q, k, v, *context.sharding, context.document_ids);
+  if (const nn::detail::ActiveOps active = nn::detail::active_ops(); active.ops != nullptr) {
+    return kept_attention(*active.ops, active.phase, q, k, v, context.document_ids);
+  }
   return local_causal_attention(q, k, v, context.document_ids);
 }
 

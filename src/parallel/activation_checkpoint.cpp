@@ -22,6 +22,7 @@
 #include "titan/core/error.hpp"
 #include "titan/layout/module_hooks.hpp"
 #include "titan/nn/attention_context.hpp"
+#include "titan/nn/saved_ops.hpp"
 
 namespace titan::parallel {
 namespace {
@@ -34,7 +35,7 @@ using torch::autograd::variable_list;
 // erase the newcomer's.
 struct Mark {
   std::weak_ptr<const torch::nn::Module> owner;  // empty for a module not held by a shared_ptr
-  bool preserve_rng = true;
+  CheckpointOptions options{};
 };
 struct Marks {
   std::shared_mutex mutex;
@@ -58,13 +59,13 @@ bool same_owner(const std::weak_ptr<const torch::nn::Module>& a, const std::weak
   return !a.owner_before(b) && !b.owner_before(a);
 }
 
-std::optional<bool> marked(const torch::nn::Module* module) {
+std::optional<CheckpointOptions> marked(const torch::nn::Module* module) {
   Marks& m = marks();
   if (m.count.load(std::memory_order_relaxed) == 0) return std::nullopt;
   std::shared_lock lock(m.mutex);
   auto it = m.marks.find(module);
   if (it == m.marks.end() || !same_owner(it->second.owner, owner_of(module))) return std::nullopt;
-  return it->second.preserve_rng;
+  return it->second.options;
 }
 
 // What the forward ran under, re-established for the recompute.
@@ -122,11 +123,13 @@ class Replay {
 };
 
 struct CheckpointBackward : torch::autograd::Node {
-  CheckpointBackward(Recomputable fn, at::Tensor input, bool input_requires_grad, ForwardState state)
+  CheckpointBackward(Recomputable fn, at::Tensor input, bool input_requires_grad, ForwardState state,
+                     std::shared_ptr<nn::SavedOps> kept)
       : fn_(std::move(fn)),
         input_(std::move(input)),
         input_requires_grad_(input_requires_grad),
-        state_(std::move(state)) {}
+        state_(std::move(state)),
+        kept_(std::move(kept)) {}
 
   variable_list apply(variable_list&& grads) override {
     const auto* restricted = torch::autograd::get_current_graph_task_exec_info();
@@ -144,6 +147,8 @@ struct CheckpointBackward : torch::autograd::Node {
     {
       const Replay replay(state_);
       const c10::AutoGradMode grad(true);
+      std::optional<nn::SavedOpsScope> take_kept;
+      if (kept_) take_kept.emplace(*kept_, nn::SavedOpsScope::Phase::replay);
       y = fn_(x);
     }
     if (y.requires_grad() && grads[0].defined()) torch::autograd::backward({y}, {grads[0]});
@@ -154,6 +159,7 @@ struct CheckpointBackward : torch::autograd::Node {
   void release_variables() override {
     fn_ = nullptr;
     input_.reset();
+    kept_.reset();
   }
 
  private:
@@ -161,20 +167,24 @@ struct CheckpointBackward : torch::autograd::Node {
   at::Tensor input_;  // detached
   bool input_requires_grad_;
   ForwardState state_;
+  std::shared_ptr<nn::SavedOps> kept_;  // per operator: the op outputs the forward kept; else null
 };
 
 }  // namespace
 
-at::Tensor checkpoint(const at::Tensor& x, Recomputable fn, bool preserve_rng_state) {
+at::Tensor checkpoint(const at::Tensor& x, Recomputable fn, const CheckpointOptions& options) {
   if (!c10::GradMode::is_enabled()) return fn(x);
-  ForwardState state = ForwardState::capture(preserve_rng_state);
+  ForwardState state = ForwardState::capture(options.preserve_rng_state);
+  std::shared_ptr<nn::SavedOps> kept = options.per_op ? std::make_shared<nn::SavedOps>(options.per_op) : nullptr;
   at::Tensor y;
   {
     const at::NoGradGuard no_grad;
+    std::optional<nn::SavedOpsScope> record;
+    if (kept) record.emplace(*kept, nn::SavedOpsScope::Phase::record);
     y = fn(x);
   }
   auto node = std::shared_ptr<CheckpointBackward>(
-      new CheckpointBackward(std::move(fn), x.detach(), x.requires_grad(), std::move(state)),
+      new CheckpointBackward(std::move(fn), x.detach(), x.requires_grad(), std::move(state), std::move(kept)),
       torch::autograd::deleteNode);
   node->set_next_edges(torch::autograd::collect_next_edges(x));
   // The output is a fresh tensor from the no-grad forward: give it this node as its history.
@@ -183,15 +193,15 @@ at::Tensor checkpoint(const at::Tensor& x, Recomputable fn, bool preserve_rng_st
 }
 
 at::Tensor checkpoint_call(const torch::nn::Module& module, const at::Tensor& x, Recomputable fn) {
-  const std::optional<bool> preserve_rng = marked(&module);
-  if (!preserve_rng) return module_call(module, x, fn);
+  const std::optional<CheckpointOptions> options = marked(&module);
+  if (!options) return module_call(module, x, fn);
   return checkpoint(
-      x, [&module, fn = std::move(fn)](const at::Tensor& in) { return module_call(module, in, fn); }, *preserve_rng);
+      x, [&module, fn = std::move(fn)](const at::Tensor& in) { return module_call(module, in, fn); }, *options);
 }
 
 std::weak_ptr<const torch::nn::Module> detail::mark_checkpointed(const torch::nn::Module* module,
-                                                                 bool preserve_rng_state) {
-  Mark mark{.owner = owner_of(module), .preserve_rng = preserve_rng_state};
+                                                                 CheckpointOptions options) {
+  Mark mark{.owner = owner_of(module), .options = std::move(options)};
   Marks& m = marks();
   std::unique_lock lock(m.mutex);
   if (m.marks.insert_or_assign(module, mark).second) ++m.count;

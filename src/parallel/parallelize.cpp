@@ -17,7 +17,9 @@
 #include "titan/core/error.hpp"
 #include "titan/dist/mesh.hpp"
 #include "titan/nn/attention_context.hpp"
+#include "titan/nn/layers.hpp"
 #include "titan/nn/loss.hpp"
+#include "titan/nn/saved_ops.hpp"
 #include "titan/parallel/activation_checkpoint.hpp"
 #include "titan/parallel/context_parallel.hpp"
 #include "titan/parallel/data_parallel.hpp"
@@ -90,6 +92,7 @@ struct ParallelizedState {
   std::unique_ptr<ContextParallel> cp;  // null without cp
   std::vector<std::pair<const torch::nn::Module*, std::weak_ptr<const torch::nn::Module>>>
       checkpointed;                        // modules marked for activation checkpointing, with their owners
+  bool per_op = false;                     // they keep their op outputs (selective per-operator AC)
   std::unique_ptr<DataParallel> dp;        // null without data parallelism; destroyed before tp
   std::shared_ptr<PlanContract> contract;  // null when nothing was applied
   std::vector<std::pair<at::Tensor, unsigned>> leaf_hooks;  // (parameter, hook position)
@@ -120,6 +123,41 @@ std::vector<const torch::nn::Module*> checkpointed_modules(torch::nn::Module& mo
   std::vector<const torch::nn::Module*> modules;
   for (const auto& path : plan.modules) modules.push_back(&find_module(model, path, "activation_checkpoint.modules"));
   return modules;
+}
+
+// How the checkpointed modules recompute: per operator, a policy naming the Linear modules whose
+// matmuls are always recomputed. Under a pipeline split a rank holds only its stages, so an entry that
+// matches none of them is not an error there.
+CheckpointOptions checkpoint_options(torch::nn::Module& model, const ActivationCheckpointPlan& plan, bool pipelined) {
+  CheckpointOptions options{.preserve_rng_state = plan.preserve_rng_state};
+  TITAN_CHECK_VALUE(plan.per_op || plan.force_recompute_mm.empty(),
+                    "[titan::parallelize] expected plan.activation_checkpoint.force_recompute_mm only with per_op, "
+                    "got {} entries without it. Set per_op = true (activation_checkpoint.selective_ac_option = "
+                    "\"op\") or leave the list empty.",
+                    plan.force_recompute_mm.size());
+  if (!plan.per_op) return options;
+  auto policy = std::make_shared<nn::SavedOpPolicy>();
+  const auto modules = model.named_modules("", /*include_self=*/false);
+  for (const std::string& entry : plan.force_recompute_mm) {
+    bool matched = false;
+    for (const auto& item : modules) {
+      if (item.key().find(entry) == std::string::npos) continue;
+      TITAN_CHECK_VALUE(dynamic_cast<const nn::Linear*>(item.value().get()) != nullptr,
+                        "[titan::parallelize] expected plan.activation_checkpoint.force_recompute_mm entry '{}' to "
+                        "match Linear modules, got '{}', a {}. Name the Linear whose matmul to recompute (e.g. "
+                        "'router.gate').",
+                        entry, item.key(), item.value()->name());
+      policy->force_recompute.insert(item.value().get());
+      matched = true;
+    }
+    TITAN_CHECK_VALUE(matched || pipelined,
+                      "[titan::parallelize] expected plan.activation_checkpoint.force_recompute_mm entry '{}' to "
+                      "match a module path of {}, got none. Paths look like 'layers.0.feed_forward.w1'; list them "
+                      "with the model's named_modules(), or drop the entry.",
+                      entry, model.name());
+  }
+  options.per_op = std::move(policy);
+  return options;
 }
 
 // The attention modules context parallelism reaches, each able to attend across the split.
@@ -222,8 +260,9 @@ std::string Parallelized::describe() const {
   if (pipeline()) parts.push_back(pipeline()->describe());
   if (tensor_parallel()) parts.push_back(tensor_parallel()->describe());
   if (context_parallel()) parts.push_back(context_parallel()->describe());
-  if (state_ && !state_->checkpointed.empty())
-    parts.push_back(fmt::format("AC({} modules)", state_->checkpointed.size()));
+  if (state_ && !state_->checkpointed.empty()) {
+    parts.push_back(fmt::format("AC({} modules{})", state_->checkpointed.size(), state_->per_op ? ", per op" : ""));
+  }
   if (data_parallel()) parts.push_back(data_parallel()->describe());
   return parts.empty() ? "one device" : fmt::format("{}", fmt::join(parts, " + "));
 }
@@ -256,6 +295,8 @@ Parallelized parallelize(torch::nn::Module& model, const dist::Mesh& mesh, const
   d::check_tensor_parallel(model, plan, mesh);
   const auto attentions = d::context_parallel_attentions(model, plan.context_parallel, mesh);
   const auto checkpointed = d::checkpointed_modules(model, plan.activation_checkpoint);
+  const parallel::CheckpointOptions checkpoint_options =
+      d::checkpoint_options(model, plan.activation_checkpoint, !plan.pipeline.stages.empty());
   d::validate_data_parallel(model, plan.data_parallel.units, plan.data_parallel.options);
   // The cp ranks of a batch hold different tokens: their gradients are summed like data parallel ones.
   const bool data_parallel = mesh.size("dp_shard_cp") > 1 || mesh.size("dp_replicate") > 1;
@@ -275,9 +316,9 @@ Parallelized parallelize(torch::nn::Module& model, const dist::Mesh& mesh, const
     for (auto* attention : attentions) attention->set_context_parallel_degree(mesh.size("cp"));
   }
   for (const auto* m : checkpointed) {
-    state->checkpointed.emplace_back(
-        m, parallel::detail::mark_checkpointed(m, plan.activation_checkpoint.preserve_rng_state));
+    state->checkpointed.emplace_back(m, parallel::detail::mark_checkpointed(m, checkpoint_options));
   }
+  state->per_op = checkpoint_options.per_op != nullptr;
   if (data_parallel) {
     state->dp = d::apply_data_parallel(model, plan.data_parallel.units, mesh, plan.data_parallel.options);
   }

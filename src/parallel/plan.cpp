@@ -57,7 +57,12 @@ std::string format_as(const ParallelPlan& plan) {
     out += fmt::format("context_parallel: {}\n", fmt::join(plan.context_parallel.attention_modules, ", "));
   }
   if (!plan.activation_checkpoint.modules.empty()) {
-    out += fmt::format("activation_checkpoint: {}\n", fmt::join(plan.activation_checkpoint.modules, ", "));
+    const ActivationCheckpointPlan& ac = plan.activation_checkpoint;
+    out += fmt::format("activation_checkpoint{}: {}\n", ac.per_op ? " (per op)" : "", fmt::join(ac.modules, ", "));
+    if (ac.per_op && !ac.force_recompute_mm.empty()) {
+      out +=
+          fmt::format("activation_checkpoint recomputes the matmuls of: {}\n", fmt::join(ac.force_recompute_mm, ", "));
+    }
   }
   return out;
 }

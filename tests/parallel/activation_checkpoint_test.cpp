@@ -1,18 +1,24 @@
 // SPDX-License-Identifier: BSD-3-Clause
-// Activation checkpointing: full and selective (every block, every 2nd) against no AC, on one rank,
-// FSDP 2 and TP 2 — bitwise (fp32 CPU: the recompute runs the same kernels on the same inputs in the
-// same order, and the gradients are accumulated in the same order). Memory falls none > selective 2 >
-// full; the recompute replays the forward's RNG state; bad settings are errors naming the key.
+// Activation checkpointing: full, selective (every block, every 2nd) and per operator against no AC,
+// on one rank, FSDP 2 and TP 2 — bitwise (fp32 CPU: the recompute runs the same kernels on the same
+// inputs in the same order, a kept op's backward runs the kernels the plain op's does, and the
+// gradients are accumulated in the same order). Memory falls none > selective 2 > op > full; per-op
+// AC runs fewer matmuls in backward than full AC; the recompute replays the forward's RNG state; bad
+// settings are errors naming the key.
 #include <ATen/ATen.h>
 #include <fmt/format.h>
 
+#include <atomic>
 #include <mutex>
+
+#include <ATen/record_function.h>
 
 #include <torch/csrc/autograd/autograd.h>
 #include "alloc_tracker.hpp"
 #include "parity_check.hpp"
 #include "test_util.hpp"
 #include "titan/dist/local_ranks.hpp"
+#include "titan/nn/saved_ops.hpp"
 #include "titan/parallel/activation_checkpoint.hpp"
 
 namespace titan::test {
@@ -44,8 +50,13 @@ void check_bitwise(const dist::MeshShape& shape, const ParityRun& with_ac) {
   }
 }
 
-// Bytes a debugmodel forward keeps alive until backward (batch 2 x 256 tokens).
-int64_t kept_by_forward(AcMode mode, const std::string& option) {
+struct ForwardBackward {
+  int64_t kept = 0;              // bytes the forward keeps alive until backward
+  int64_t backward_matmuls = 0;  // aten::mm calls during backward (the recompute's and the gradients')
+};
+
+// A debugmodel forward and backward (batch 2 x 256 tokens) under `mode`.
+ForwardBackward forward_backward(AcMode mode, const std::string& option) {
   llama3::Llama3 model(parity_args(), 256, at::TensorOptions());
   nn::manual_init_seed(1);
   model.init_weights();
@@ -53,11 +64,24 @@ int64_t kept_by_forward(AcMode mode, const std::string& option) {
                                   parity_args(), {.mode = mode, .selective_ac_option = option})};
   const Parallelized applied = parallelize(model, dist::Mesh(), plan);
   const at::Tensor tokens = at::randint(parity_args().vocab_size, {2, 256}, at::kLong);
-  TrackAllocations track;
-  const at::Tensor logits = model.forward(tokens);
-  const int64_t kept = track.stats().live;
+  ForwardBackward result;
+  at::Tensor logits;
+  {
+    TrackAllocations track;
+    logits = model.forward(tokens);
+    result.kept = track.stats().live;
+  }
+  static std::atomic<int64_t> matmuls{0};
+  matmuls = 0;
+  const at::CallbackHandle counter = at::addThreadLocalCallback(
+      at::RecordFunctionCallback([](const at::RecordFunction& fn) -> std::unique_ptr<at::ObserverContext> {
+        if (std::string_view(fn.name()) == "aten::mm") ++matmuls;
+        return nullptr;
+      }));
   logits.sum().backward();
-  return kept;
+  at::removeCallback(counter);
+  result.backward_matmuls = matmuls;
+  return result;
 }
 
 }  // namespace
@@ -66,25 +90,73 @@ TEST_CASE("full and selective AC give the losses and weights of no AC bitwise on
   check_bitwise({}, {.ac_mode = AcMode::full});
   check_bitwise({}, {.ac_mode = AcMode::selective, .ac_option = "1"});
   check_bitwise({}, {.ac_mode = AcMode::selective, .ac_option = "2"});
+  check_bitwise({}, {.ac_mode = AcMode::selective, .ac_option = "op"});
 }
 
 TEST_CASE("AC under FSDP 2 and TP 2 gives the losses and weights of no AC bitwise",
           "[parallel][ac][fsdp][tp][parity]") {
-  check_bitwise({.dp_shard = 2}, {.ac_mode = AcMode::full});
-  check_bitwise({.dp_shard = 2}, {.ac_mode = AcMode::selective, .ac_option = "2"});
-  check_bitwise({.tp = 2}, {.ac_mode = AcMode::full});
-  check_bitwise({.tp = 2}, {.ac_mode = AcMode::selective, .ac_option = "2"});
+  for (const dist::MeshShape shape : {dist::MeshShape{.dp_shard = 2}, dist::MeshShape{.tp = 2}}) {
+    check_bitwise(shape, {.ac_mode = AcMode::full});
+    check_bitwise(shape, {.ac_mode = AcMode::selective, .ac_option = "1"});
+    check_bitwise(shape, {.ac_mode = AcMode::selective, .ac_option = "2"});
+    check_bitwise(shape, {.ac_mode = AcMode::selective, .ac_option = "op"});
+  }
 }
 
-TEST_CASE("activations kept by the forward fall from no AC to selective to full", "[parallel][ac][memory]") {
-  const int64_t none = kept_by_forward(AcMode::none, "2");
-  const int64_t every_second = kept_by_forward(AcMode::selective, "2");
-  const int64_t full = kept_by_forward(AcMode::full, "2");
-  INFO(fmt::format("none {} selective 2 {} full {}", none, every_second, full));
-  CHECK(every_second < none);
-  CHECK(full < every_second);
+TEST_CASE("activations kept by the forward fall from no AC to selective to per op to full", "[parallel][ac][memory]") {
+  const ForwardBackward none = forward_backward(AcMode::none, "2");
+  const ForwardBackward every_second = forward_backward(AcMode::selective, "2");
+  const ForwardBackward per_op = forward_backward(AcMode::selective, "op");
+  const ForwardBackward full = forward_backward(AcMode::full, "2");
+  INFO(fmt::format("kept: none {} selective 2 {} op {} full {}", none.kept, every_second.kept, per_op.kept, full.kept));
+  CHECK(every_second.kept < none.kept);
+  CHECK(per_op.kept < every_second.kept);
+  CHECK(full.kept < per_op.kept);
   // Full AC keeps each block's input and what lies outside the blocks (embedding output, logits).
-  CHECK(full * 3 < none);
+  CHECK(full.kept * 3 < none.kept);
+  // Full AC's recompute runs each block's 7 matmuls again; per op keeps 4 of them (wq, wv, w1, w2 by
+  // torchtitan's count) and recomputes 3.
+  INFO(fmt::format("backward matmuls: none {} op {} full {}", none.backward_matmuls, per_op.backward_matmuls,
+                   full.backward_matmuls));
+  CHECK(full.backward_matmuls - none.backward_matmuls == 7 * parity_args().n_layers);
+  CHECK(per_op.backward_matmuls - none.backward_matmuls == 3 * parity_args().n_layers);
+}
+
+TEST_CASE("a per-op policy's forced recompute runs those matmuls again", "[parallel][ac]") {
+  // One Linear, checkpointed per op: its matmul (the 1st) is kept unless forced.
+  auto linear = std::make_shared<nn::Linear>(8, 4, at::TensorOptions());
+  {
+    const at::NoGradGuard no_grad;
+    linear->weight.normal_();
+  }
+  const at::Tensor x = at::randn({3, 5, 8}).requires_grad_(true);
+  const auto run = [&](bool forced) {
+    auto policy = std::make_shared<nn::SavedOpPolicy>();
+    if (forced) policy->force_recompute.insert(linear.get());
+    nn::SavedOps probe(policy);
+    const parallel::Recomputable fn = [&](const at::Tensor& in) { return at::relu(linear->forward(in)); };
+    const at::Tensor y = parallel::checkpoint(x, fn, {.per_op = policy});
+    {
+      const at::NoGradGuard no_grad;
+      const nn::SavedOpsScope record(probe, nn::SavedOpsScope::Phase::record);
+      (void)fn(x);
+    }
+    x.mutable_grad() = at::Tensor();
+    linear->weight.mutable_grad() = at::Tensor();
+    y.pow(2).sum().backward();
+    return std::tuple{probe.kept_bytes(), x.grad().clone(), linear->weight.grad().clone()};
+  };
+  const auto [kept, dx, dw] = run(false);
+  const auto [forced_kept, forced_dx, forced_dw] = run(true);
+  CHECK(kept == 3 * 5 * 4 * static_cast<int64_t>(sizeof(float)));
+  CHECK(forced_kept == 0);
+  at::Tensor plain_x = x.detach().requires_grad_(true);
+  linear->weight.mutable_grad() = at::Tensor();
+  at::relu(linear->forward(plain_x)).pow(2).sum().backward();
+  CHECK(at::equal(dx, plain_x.grad()));
+  CHECK(at::equal(dw, linear->weight.grad()));
+  CHECK(at::equal(forced_dx, dx));
+  CHECK(at::equal(forced_dw, dw));
 }
 
 TEST_CASE("the recompute replays the forward's random draws", "[parallel][ac]") {
@@ -95,7 +167,7 @@ TEST_CASE("the recompute replays the forward's random draws", "[parallel][ac]") 
   const auto grad_of = [&](bool checkpointed, bool preserve) {
     at::manual_seed(5);
     w.mutable_grad() = at::Tensor();
-    const at::Tensor y = checkpointed ? parallel::checkpoint(x, fn, preserve) : fn(x);
+    const at::Tensor y = checkpointed ? parallel::checkpoint(x, fn, {.preserve_rng_state = preserve}) : fn(x);
     at::randn({100});  // draws between forward and backward must not change the recompute's mask
     y.sum().backward();
     return w.grad().clone();
@@ -119,8 +191,25 @@ TEST_CASE("AC settings that cannot run are errors naming the key", "[parallel][a
   // torchtitan's counting: selective 2 wraps blocks 2, 4, 6 (layers.1, .3, .5); op checkpoints every block.
   CHECK(llama3::activation_checkpoint_plan(args, {.mode = AcMode::selective, .selective_ac_option = "2"}).modules ==
         std::vector<std::string>{"layers.1", "layers.3", "layers.5"});
-  CHECK(llama3::activation_checkpoint_plan(args, {.mode = AcMode::selective, .selective_ac_option = "op"})
-            .modules.size() == 6);
+  const parallel::ActivationCheckpointPlan per_op =
+      llama3::activation_checkpoint_plan(args, {.mode = AcMode::selective, .selective_ac_option = "op"});
+  CHECK(per_op.modules.size() == 6);
+  CHECK(per_op.per_op);
+  CHECK(per_op.force_recompute_mm.empty());  // torchtitan's default names a MoE router: nothing in Llama
+  // A force-recompute entry must name Linear modules of the model.
+  const auto parallelize_with = [&](std::vector<std::string> fqns) {
+    llama3::Llama3 model(args, 64, at::TensorOptions());
+    parallel::ParallelPlan plan{.activation_checkpoint = llama3::activation_checkpoint_plan(
+                                    args, {.mode = AcMode::selective,
+                                           .selective_ac_option = "op",
+                                           .per_op_sac_force_recompute_mm_shapes_by_fqns = std::move(fqns)})};
+    return error_of([&] { (void)parallelize(model, dist::Mesh(), plan); });
+  };
+  CHECK(parallelize_with({"feed_forward.w9"})
+            .find("force_recompute_mm entry 'feed_forward.w9' to match a module path of") != std::string::npos);
+  CHECK(parallelize_with({"feed_forward"}).find("to match Linear modules, got 'layers.0.feed_forward'") !=
+        std::string::npos);
+  CHECK(parallelize_with({"feed_forward.w2"}) == "(no error)");
   CHECK(llama3::activation_checkpoint_plan(args, {.mode = AcMode::none}).modules.empty());
 }
 

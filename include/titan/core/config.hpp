@@ -290,11 +290,11 @@ TITAN_CONFIG(CheckpointConfig, enable, enable_ft_dataloader_checkpoints, folder,
 
 /// Which activations to recompute in backward.
 struct ActivationCheckpointConfig {
-  /// selective, full, memory_budget or none (titan has no activation checkpointing yet: set none).
+  /// selective, full, none; memory_budget (torchtitan's compiler-driven policy) is an error.
   AcMode mode = AcMode::selective;
   /// Selective AC: an integer N (every N-th block) or op (per-op policy).
   std::string selective_ac_option = "2";
-  /// Per-op AC: mm shapes of these Linear FQNs are always recomputed.
+  /// Per-op AC: the matmuls of Linear modules whose path contains one of these are always recomputed.
   std::vector<std::string> per_op_sac_force_recompute_mm_shapes_by_fqns = {"moe.router.gate"};
   /// Stop recomputing once all needed activations are rematerialized.
   bool early_stop = false;

@@ -15,6 +15,10 @@
 // gathers FSDP units and runs TP collectives again, as the forward did. Under a pipeline schedule
 // that splits backward into input and weight passes (zero-bubble), checkpointing is refused: the
 // recompute would run twice.
+//
+// Per operator (options.per_op, torchtitan's selective "op" mode): the forward also keeps the outputs
+// of the module's expensive ops — every other matmul and attention, see nn/saved_ops.hpp — and the
+// recompute takes them back instead of running those ops again; only the rest is recomputed.
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -25,23 +29,34 @@
 namespace torch::nn {
 class Module;
 }
+namespace titan::nn {
+struct SavedOpPolicy;
+}
 
 namespace titan::parallel {
 
 /// A module forward that can run again in backward: owns what it captures.
 using Recomputable = std::function<at::Tensor(const at::Tensor&)>;
 
+/// How a checkpoint recomputes.
+struct CheckpointOptions {
+  /// Replay the forward's RNG state in the recompute (dropout draws the same mask).
+  bool preserve_rng_state = true;
+  /// Per operator: the forward keeps the op outputs this policy names; null: only the input is kept.
+  std::shared_ptr<const nn::SavedOpPolicy> per_op{};
+};
+
 /// fn(x) as `module`'s forward: checkpointed when parallelize() marked the module, else as
 /// module_call (with the module's tensor-parallel style, if any).
 at::Tensor checkpoint_call(const torch::nn::Module& module, const at::Tensor& x, Recomputable fn);
 
 /// fn(x) checkpointed, whatever the plan (under no-grad: plain fn(x)).
-at::Tensor checkpoint(const at::Tensor& x, Recomputable fn, bool preserve_rng_state = true);
+at::Tensor checkpoint(const at::Tensor& x, Recomputable fn, const CheckpointOptions& options = {});
 
 namespace detail {
 /// Marks `module` for checkpointing (parallelize); returns its owner, which clears the mark
 /// (the handle's destructor) only while the mark is still that module's.
-std::weak_ptr<const torch::nn::Module> mark_checkpointed(const torch::nn::Module* module, bool preserve_rng_state);
+std::weak_ptr<const torch::nn::Module> mark_checkpointed(const torch::nn::Module* module, CheckpointOptions options);
 void unmark_checkpointed(const torch::nn::Module* module, const std::weak_ptr<const torch::nn::Module>& owner);
 }  // namespace detail
 

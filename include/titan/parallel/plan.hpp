@@ -104,6 +104,10 @@ struct ActivationCheckpointPlan {
   std::vector<std::string> modules{};
   /// Replay the forward's RNG state in the recompute (dropout draws the same mask).
   bool preserve_rng_state = true;
+  /// Per operator: keep every other matmul's output and attention's, recompute the rest (nn/saved_ops.hpp).
+  bool per_op = false;
+  /// Under per_op: Linear modules whose matmul is always recomputed, by path substring (torchtitan's match).
+  std::vector<std::string> force_recompute_mm{};
 };
 
 /// Pipeline parallelism over the mesh's pp axis: the model cut into stages (module paths), the

@@ -110,8 +110,14 @@ parallel::ActivationCheckpointPlan activation_checkpoint_plan(const Llama3Args& 
   int64_t every = 1;  // full: every block
   if (ac.mode == AcMode::selective) {
     std::string option = ac.selective_ac_option;
-    // Per-operator checkpointing is not built: every block is checkpointed (the config notes say so).
-    if (option == "op") option = "1";
+    if (option == "op") {
+      option = "1";
+      plan.per_op = true;
+      // torchtitan's default targets MoE routers; a dense Llama has none, so only other entries are checked.
+      for (const std::string& fqn : ac.per_op_sac_force_recompute_mm_shapes_by_fqns) {
+        if (fqn != "moe.router.gate") plan.force_recompute_mm.push_back(fqn);
+      }
+    }
     const bool digits = !option.empty() && option.size() < 10 &&
                         std::all_of(option.begin(), option.end(), [](char c) { return c >= '0' && c <= '9'; });
     every = digits ? std::stoll(option) : 0;

@@ -50,9 +50,11 @@ parallel::PipelinePlan pipeline_plan(const Llama3Args& args, int64_t pp, const P
 parallel::ContextParallelPlan context_parallel_plan(const Llama3Args& args, const ParallelismConfig& parallelism);
 
 /// Activation checkpointing from the activation_checkpoint.* keys (torchtitan's): none; full (every
-/// block); selective with selective_ac_option = N (blocks N, 2N, ... counting from 1), or op (not
-/// implemented: every block, with a config note). Errors name the key for memory_budget and for an
-/// option that is neither an integer >= 1 nor op.
+/// block); selective with selective_ac_option = N (blocks N, 2N, ... counting from 1), or op (every
+/// block per operator: matmul and attention outputs kept as torchtitan's policy says, the rest
+/// recomputed; per_op_sac_force_recompute_mm_shapes_by_fqns become the plan's force_recompute_mm,
+/// except torchtitan's default "moe.router.gate", which names nothing in a dense Llama). Errors name
+/// the key for memory_budget and for an option that is neither an integer >= 1 nor op.
 parallel::ActivationCheckpointPlan activation_checkpoint_plan(const Llama3Args& args,
                                                               const ActivationCheckpointConfig& ac);
 
