@@ -89,9 +89,10 @@ StepMetrics MetricsProcessor::log(int64_t step, double loss, double grad_norm, d
   m.data_pct = elapsed > 0 ? 100.0 * data_seconds_since_log_ / elapsed : 0;
   m.tokens_seen = tokens_seen_;
   m.memory = memory_stats(options_.device);
+  if (options_.memory_parts) m.parts = options_.memory_parts();
   log::info("{}", format_line(m));
   if (jsonl_.is_open()) {
-    const nlohmann::json record = {
+    nlohmann::json record = {
         {"step", m.step},
         {"loss_metrics/global_avg_loss", m.loss},
         {"grad_norm", m.grad_norm},
@@ -108,6 +109,15 @@ StepMetrics MetricsProcessor::log(int64_t step, double loss, double grad_norm, d
         {"memory/num_ooms", m.memory.num_ooms},
         {"n_tokens_seen", m.tokens_seen},
     };
+    if (m.parts) {
+      // Per rank, by part (docs/metrics.md): parameters, gradients and optimizer state are the tensors'
+      // bytes; activations and communication the peaks since the last log.
+      record["memory/parameters(GiB)"] = static_cast<double>(m.parts->parameters) / kGiB;
+      record["memory/gradients(GiB)"] = static_cast<double>(m.parts->gradients) / kGiB;
+      record["memory/optimizer(GiB)"] = static_cast<double>(m.parts->optimizer) / kGiB;
+      record["memory/activations(GiB)"] = static_cast<double>(m.parts->activations) / kGiB;
+      record["memory/communication(GiB)"] = static_cast<double>(m.parts->communication) / kGiB;
+    }
     jsonl_ << record.dump() << '\n';
     jsonl_.flush();
   }

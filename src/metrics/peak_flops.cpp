@@ -9,6 +9,8 @@
 #include "titan/metrics/detail/device_memory.hpp"
 #include "titan/metrics/metrics.hpp"
 
+#include <c10/util/Exception.h>
+
 namespace titan {
 
 std::optional<double> gpu_peak_flops(const std::string& name) {
@@ -33,6 +35,59 @@ std::optional<double> gpu_peak_flops(const std::string& name) {
     if (name.find(key) != std::string::npos) return flops;
   }
   return std::nullopt;
+}
+
+std::optional<int64_t> gpu_memory_bytes(const std::string& name) {
+  // The vendors' figures (decimal GB), most specific names first, as in the peak table.
+  static const std::array<std::pair<const char*, int64_t>, 14> kTable = {{
+      {"GB300", 288'000'000'000},
+      {"GB200", 186'000'000'000},
+      {"B300", 288'000'000'000},
+      {"B200", 180'000'000'000},
+      {"H100 NVL", 94'000'000'000},
+      {"H100 PCIe", 80'000'000'000},
+      {"H100", 80'000'000'000},
+      {"H200", 141'000'000'000},
+      {"H20", 96'000'000'000},
+      {"A100", 80'000'000'000},
+      {"A6000", 48'000'000'000},
+      {"L40S", 48'000'000'000},
+      {"MI355X", 288'000'000'000},
+      {"MI300X", 192'000'000'000},
+  }};
+  for (const auto& [key, bytes] : kTable) {
+    if (name.find(key) != std::string::npos) return bytes;
+  }
+  return std::nullopt;
+}
+
+int64_t parse_memory_size(std::string_view text, std::string_view what) {
+  const std::string s(text);
+  size_t end = 0;
+  double value = -1;
+  try {
+    value = std::stod(s, &end);
+  } catch (const std::exception&) {
+    value = -1;
+  }
+  std::string unit = s.substr(std::min(end, s.size()));
+  unit.erase(0, unit.find_first_not_of(' '));
+  static const std::array<std::pair<const char*, double>, 9> kUnits = {{{"", 1.0},
+                                                                        {"B", 1.0},
+                                                                        {"KB", 1e3},
+                                                                        {"MB", 1e6},
+                                                                        {"GB", 1e9},
+                                                                        {"TB", 1e12},
+                                                                        {"KiB", 1024.0},
+                                                                        {"MiB", 1024.0 * 1024},
+                                                                        {"GiB", 1024.0 * 1024 * 1024}}};
+  for (const auto& [name, scale] : kUnits) {
+    if (unit == name && value > 0) return static_cast<int64_t>(value * scale);
+  }
+  TORCH_CHECK_VALUE(false, fmt::format("[titan::parse_memory_size] expected {} as a positive number with a unit "
+                                       "(80GB, 141 GB, 80GiB, 512MiB) or a GPU name, got '{}'.",
+                                       what, text));
+  return 0;
 }
 
 namespace {

@@ -8,6 +8,7 @@
 #include <torch/csrc/autograd/functions/utils.h>
 
 #include "titan/core/error.hpp"
+#include "titan/core/memory_tracker.hpp"
 
 namespace titan::parallel::detail {
 namespace {
@@ -101,6 +102,7 @@ void DataParallelState::start_gather(int64_t u) {
   Unit& unit = units[static_cast<size_t>(u)];
   if (shard.size() == 1 || unit.state != Unit::State::kSharded) return;
   at::NoGradGuard no_grad;
+  const MemoryScope scope(MemoryCategory::communication);  // gathered storages and landing buffers
   if (per_param) {
     start_gather_per_param(unit);
   } else {
@@ -141,6 +143,7 @@ void DataParallelState::finish_gather(int64_t u) {
   unit.gather_works.clear();
   record(DataParallelEvent::Kind::kGatherWaited, u);
   at::NoGradGuard no_grad;
+  const MemoryScope scope(MemoryCategory::communication);
   const int64_t n = shard.size();
   if (per_param) {
     for (size_t i = 0; i < unit.params.size(); ++i) {
@@ -241,6 +244,7 @@ void DataParallelState::post_backward(int64_t u, const std::vector<at::Tensor>& 
       if (sums[i].defined()) {
         sums[i].add_(grads[i]);
       } else {
+        const MemoryScope scope(MemoryCategory::gradients);  // the step's unsharded gradient accumulator
         sums[i] = grads[i].to(options.reduce_dtype, /*non_blocking=*/false, /*copy=*/true);
       }
     }
@@ -269,6 +273,7 @@ void DataParallelState::post_backward(int64_t u, const std::vector<at::Tensor>& 
 
 at::Tensor DataParallelState::padded_grad(const UnitParam& p, const at::Tensor& grad) const {
   const std::vector<int64_t> padded = p.padded_shape(shard.size());
+  const MemoryScope scope(MemoryCategory::communication);  // the reduce-scatter's input
   if (grad.defined() && padded[0] == p.full_shape[0]) return grad.to(options.reduce_dtype).contiguous();
   at::Tensor g = at::zeros(padded, p.param.options().dtype(options.reduce_dtype));  // (N * rows_per_rank, ...)
   if (grad.defined()) g.narrow(0, 0, p.full_shape[0]).copy_(grad);
@@ -285,6 +290,7 @@ PendingReduce DataParallelState::start_reduce_flat(int64_t u, const std::vector<
     columns.push_back(padded_grad(p, i < grads.size() ? grads[i] : at::Tensor()).view({n, p.shard_numel()}));
   }
   PendingReduce reduce{.unit = u};
+  const MemoryScope scope(MemoryCategory::communication);
   reduce.in.push_back(columns.size() == 1 ? columns[0] : at::cat(columns, 1));  // (N, chunk_numel)
   reduce.out.push_back(at::empty({unit.chunk_numel}, reduce.in[0].options()));
   reduce.works.push_back(shard.reduce_scatter(reduce.out[0], reduce.in[0]));
@@ -303,9 +309,11 @@ PendingReduce DataParallelState::start_reduce_per_param(int64_t u, const std::ve
       // DDP: the all-reduce works in place, and autograd may have handed the same gradient tensor to
       // another node too (e.g. both inputs of an add): reduce a copy unless only we hold it.
       const bool ours = !in.is_same(grad) || (grad.use_count() == 2 && grad.storage().use_count() == 1);
+      const MemoryScope scope(MemoryCategory::gradients);  // becomes the parameter's .grad
       reduce.out.push_back(ours ? in.view(p.param.sizes()) : in.view(p.param.sizes()).clone());
       continue;
     }
+    const MemoryScope scope(MemoryCategory::gradients);         // becomes the shard's .grad
     at::Tensor out = at::empty(p.param.sizes(), in.options());  // (rows_per_rank, ...)
     reduce.works.push_back(shard.reduce_scatter(out, in));
     reduce.in.push_back(std::move(in));
@@ -333,6 +341,7 @@ void DataParallelState::progress(PendingReduce& p, bool block) {
   }
   if (p.stage != 2) return;
   record(DataParallelEvent::Kind::kReduceWaited, p.unit);
+  const MemoryScope scope(MemoryCategory::gradients);  // what lands in .grad
   auto& params = units[static_cast<size_t>(p.unit)].params;
   for (size_t i = 0; i < params.size(); ++i) {
     UnitParam& param = params[i];

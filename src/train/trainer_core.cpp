@@ -17,6 +17,7 @@
 #include "titan/core/config_loader.hpp"
 #include "titan/core/error.hpp"
 #include "titan/core/log.hpp"
+#include "titan/core/memory_tracker.hpp"
 #include "titan/data/dataloader.hpp"
 #include "titan/data/tokenizer.hpp"
 #include "titan/dist/launch_env.hpp"
@@ -38,6 +39,8 @@
 
 namespace titan::detail {
 namespace {
+
+constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
 
 void check_supported_layout(const JobConfig& c) {
   const ParallelismConfig& p = c.parallelism;
@@ -155,6 +158,10 @@ void TrainerCore::attach_model(ModelHandle model) {
   }
   for (auto& p : model_.parameters) p.requires_grad_(true);
   optimizer_ = std::make_unique<AdamW>(model_.parameters, config_.optimizer);
+  if (!device_.is_cuda()) {
+    memory_ = std::make_unique<MemoryTracker>();
+    book_gradients_on_accumulation(model_.parameters);
+  }
   schedule_ = std::make_unique<LRSchedule>(config_.lr_scheduler, config_.training.steps);
   const PeakFlops peak = peak_flops(device_, at::get_num_threads(), config_.metrics.peak_flops);
   const std::filesystem::path run_dir(config_.job.dump_folder);
@@ -167,12 +174,19 @@ void TrainerCore::attach_model(ModelHandle model) {
       .jsonl_path =
           config_.metrics.enable_jsonl && mesh_->rank() == 0 ? run_dir / "metrics.jsonl" : std::filesystem::path(),
       .color = log::color(),
+      .memory_parts = [this] { return memory_parts(); },
   });
   const MemoryStats mem = memory_stats(device_);
   log::info("{}: {} parameters, {:.4g} training FLOPs/token at seq_len {}", model_.description, model_.num_params,
             static_cast<double>(model_.flops_per_token), config_.training.seq_len);
   log::info("Peak {}", peak.description);
   log::info("Memory after model init: {:.2f} GiB", static_cast<double>(mem.max_active) / (1024.0 * 1024.0 * 1024.0));
+  const int64_t param_bytes = storage_bytes(model_.parameters);
+  log::info(
+      "Memory per rank: parameters {:.3f} GiB, gradients {:.3f} GiB once computed, optimizer state {:.3f} GiB; "
+      "activations and communication buffers measured from step 1 (titan-plan predicts them)",
+      static_cast<double>(param_bytes) / kGiB, static_cast<double>(param_bytes) / kGiB,
+      static_cast<double>(optimizer_->state_bytes()) / kGiB);
   log::info(
       "Trainer is initialized with local batch size {}, global batch size {}, gradient accumulation steps {}, "
       "sequence length {}, total steps {} (warmup {})",
@@ -197,8 +211,27 @@ void TrainerCore::train() {
   log::info("Training completed at step {}", step_);
 }
 
+MemoryParts TrainerCore::memory_parts() {
+  MemoryParts parts{.parameters = storage_bytes(model_.parameters), .optimizer = optimizer_->state_bytes()};
+  std::vector<at::Tensor> grads;
+  for (const auto& p : model_.parameters) grads.push_back(p.grad());
+  parts.gradients = storage_bytes(grads);
+  if (memory_) {
+    parts.activations = memory_->peak(MemoryCategory::activations);
+    parts.communication = memory_->peak(MemoryCategory::communication);
+    memory_->reset_peaks();
+  } else if (device_.is_cuda()) {
+    const MemoryStats stats = memory_stats(device_);
+    parts.activations = std::max<int64_t>(0, stats.max_active - parts.parameters - parts.gradients - parts.optimizer);
+  }
+  return parts;
+}
+
 void TrainerCore::train_step() {
   ++step_;
+  // CPU: this step's allocations on this thread are booked to the rank's tracker (by part).
+  std::optional<TrackMemory> track;
+  if (memory_) track.emplace(*memory_);
   optimizer_->zero_grad();
   const double lr = config_.optimizer.lr * schedule_->factor(step_ - 1);
 
@@ -223,7 +256,11 @@ void TrainerCore::train_step() {
   int64_t local_valid = 0;
   for (const auto& mb : micro) local_valid += count_valid_tokens(mb.labels);
   const int64_t global_valid = all_reduce_sum(local_valid, "dp_cp");
-  ForwardBackwardResult fb = forward_backward_step(micro, global_valid);
+  ForwardBackwardResult fb;
+  {
+    const MemoryScope activations(MemoryCategory::activations);
+    fb = forward_backward_step(micro, global_valid);
+  }
   fb.tokens = batch_tokens;
   if (losses_.empty()) parallel_->check_contracts();  // this process's first step used the plan as planned
   fb.loss = all_reduce_sum(fb.loss, "dp_cp");
@@ -237,7 +274,17 @@ void TrainerCore::train_step() {
 
   metrics_->add_step(fb.tokens, data_seconds);
   if (step_ == 1 || step_ % config_.metrics.log_freq == 0 || step_ == config_.training.steps) {
-    metrics_->log(step_, fb.loss, norm, lr);
+    const StepMetrics logged = metrics_->log(step_, fb.loss, norm, lr);
+    if (logged.parts) last_memory_ = *logged.parts;
+    if (step_ == 1 && logged.parts) {
+      const MemoryParts& m = *logged.parts;
+      log::info(
+          "Memory per rank at step 1: parameters {:.3f} GiB, gradients {:.3f} GiB, optimizer {:.3f} GiB, "
+          "activations {:.3f} GiB (peak), communication {:.3f} GiB (peak){}",
+          static_cast<double>(m.parameters) / kGiB, static_cast<double>(m.gradients) / kGiB,
+          static_cast<double>(m.optimizer) / kGiB, static_cast<double>(m.activations) / kGiB,
+          static_cast<double>(m.communication) / kGiB, device_.is_cuda() ? " (CUDA: not split out)" : "");
+    }
   }
   if (parallel_->pipeline() && step_ == std::min<int64_t>(2, config_.training.steps)) write_pipeline_timeline();
   if (validator_ && validator_->due(step_)) {

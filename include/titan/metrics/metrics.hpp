@@ -10,10 +10,13 @@
 #include <cstdint>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <optional>
 #include <string>
+#include <string_view>
 
 #include "titan/core/log.hpp"
+#include "titan/core/memory_tracker.hpp"
 
 namespace titan {
 
@@ -26,6 +29,12 @@ struct PeakFlops {
 PeakFlops peak_flops(const at::Device& device, int64_t num_threads, double declared = 0);
 /// torchtitan's GPU table lookup by device name (e.g. "NVIDIA H200"); nullopt when unknown.
 std::optional<double> gpu_peak_flops(const std::string& device_name);
+/// Memory of a GPU by name (e.g. "H100", "NVIDIA H200"), the vendors' figures in GB (1e9 bytes), for
+/// the names of the peak table; nullopt when unknown.
+std::optional<int64_t> gpu_memory_bytes(const std::string& device_name);
+/// "80GB" (1e9), "80GiB" (2^30), "141 GB", "1.5TB", "512MiB" or plain bytes -> bytes. Throws naming
+/// `what` (e.g. "--device-memory") otherwise.
+int64_t parse_memory_size(std::string_view text, std::string_view what = "memory size");
 
 /// Memory figures in bytes: allocator peaks on CUDA, process RSS on CPU.
 struct MemoryStats {
@@ -53,6 +62,9 @@ struct StepMetrics {
   double data_pct = 0;      ///< data_time / step_time in percent
   int64_t tokens_seen = 0;  ///< tokens consumed by this rank so far
   MemoryStats memory;
+  /// This rank's memory by part since the last log (when the trainer supplies it; see
+  /// MetricsProcessor::Options::memory_parts).
+  std::optional<MemoryParts> parts{};
 };
 
 /// Accumulates tokens and times between logs and turns them into StepMetrics.
@@ -65,6 +77,8 @@ class MetricsProcessor {
     at::Device device = at::kCPU;
     std::filesystem::path jsonl_path{};  ///< empty = no JSONL
     bool color = log::color();           ///< ANSI colors (default: stdout is a terminal)
+    /// This rank's memory by part, asked once per log (it may restart its peaks); empty = none.
+    std::function<MemoryParts()> memory_parts{};
   };
   explicit MetricsProcessor(Options options);
 

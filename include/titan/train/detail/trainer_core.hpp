@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "titan/core/config.hpp"
+#include "titan/core/memory_tracker.hpp"
 #include "titan/nn/loss.hpp"
 #include "titan/train/step.hpp"
 
@@ -90,6 +91,12 @@ class TrainerCore {
   /// Losses of every step run so far (global token-mean), for tests and the golden curve.
   const std::vector<double>& loss_history() const { return losses_; }
   Optimizer& optimizer() { return *optimizer_; }
+  /// This rank's memory by part: parameters, gradients and optimizer state from the tensors, the
+  /// activations' and communication buffers' peaks since the last call (CPU: titan's tracker; CUDA:
+  /// activations = the allocator's peak less the rest, communication not split out). Restarts the peaks.
+  MemoryParts memory_parts();
+  /// The parts of the last logged step (zeros before the first log).
+  const MemoryParts& logged_memory() const { return last_memory_; }
   /// The training state a checkpoint holds: model, optimizer, lr_scheduler, dataloader, train_state.
   checkpoint::State checkpoint_state() const;
 
@@ -125,6 +132,8 @@ class TrainerCore {
   std::unique_ptr<Optimizer> optimizer_;
   std::unique_ptr<LRSchedule> schedule_;
   std::unique_ptr<MetricsProcessor> metrics_;
+  std::unique_ptr<MemoryTracker> memory_;  // CPU: this rank's allocations by part during steps
+  MemoryParts last_memory_{};
   std::unique_ptr<checkpoint::Checkpointer> checkpointer_;
   int64_t step_ = 0;
   std::vector<double> losses_;

@@ -1,0 +1,178 @@
+// SPDX-License-Identifier: BSD-3-Clause
+#include "titan/core/memory_tracker.hpp"
+
+#include <ATen/core/Tensor.h>
+#include <c10/core/Allocator.h>
+#include <c10/core/CPUAllocator.h>
+#include <torch/csrc/autograd/function_hook.h>
+#include <torch/csrc/autograd/variable.h>
+
+#include <atomic>
+#include <mutex>
+#include <unordered_set>
+
+namespace titan {
+
+struct MemoryTracker::Counters {
+  std::array<std::atomic<int64_t>, kNumMemoryCategories> live{};
+  std::array<std::atomic<int64_t>, kNumMemoryCategories> peak{};
+  std::atomic<int64_t> live_total{0};
+  std::atomic<int64_t> peak_total{0};
+
+  static void raise(std::atomic<int64_t>& peak, int64_t now) {
+    int64_t seen = peak.load();
+    while (now > seen && !peak.compare_exchange_weak(seen, now)) {
+    }
+  }
+  void book(int category, int64_t bytes) {
+    const auto c = static_cast<size_t>(category);
+    raise(peak[c], live[c].fetch_add(bytes) + bytes);
+    raise(peak_total, live_total.fetch_add(bytes) + bytes);
+  }
+};
+
+namespace {
+
+struct ThreadState {
+  std::shared_ptr<MemoryTracker::Counters> counters;
+  MemoryCategory category = MemoryCategory::other;
+};
+
+ThreadState& thread_state() {
+  thread_local ThreadState state;
+  return state;
+}
+
+// An allocation booked to a rank's counters. The free is booked to the same counters whatever thread
+// drops the last reference: c10's thread-local reporting hook (the profiler's) books a free to the
+// freeing thread, and misses it altogether when a Gloo worker thread releases a gathered buffer.
+struct Booked {
+  c10::DataPtr inner;
+  std::shared_ptr<MemoryTracker::Counters> counters;
+  int category = 0;
+  int64_t bytes = 0;
+};
+
+void release(void* context) {
+  auto* booked = static_cast<Booked*>(context);
+  booked->counters->book(booked->category, -booked->bytes);
+  delete booked;  // frees through the wrapped allocator's deleter
+}
+
+class TrackingAllocator final : public c10::Allocator {
+ public:
+  explicit TrackingAllocator(c10::Allocator* base) : base_(base) {}
+
+  c10::DataPtr allocate(size_t n) override {
+    c10::DataPtr inner = base_->allocate(n);
+    const ThreadState& state = thread_state();
+    if (!state.counters || inner.get() == nullptr) return inner;
+    void* data = inner.get();
+    const c10::Device device = inner.device();
+    const int category = static_cast<int>(state.category);
+    state.counters->book(category, static_cast<int64_t>(n));
+    auto* booked = new Booked{std::move(inner), state.counters, category, static_cast<int64_t>(n)};
+    return {data, booked, &release, device};
+  }
+  void copy_data(void* dest, const void* src, std::size_t count) const override { base_->copy_data(dest, src, count); }
+
+ private:
+  c10::Allocator* base_;
+};
+
+}  // namespace
+
+std::string_view memory_category_name(MemoryCategory category) {
+  switch (category) {
+    case MemoryCategory::parameters:
+      return "parameters";
+    case MemoryCategory::gradients:
+      return "gradients";
+    case MemoryCategory::optimizer:
+      return "optimizer";
+    case MemoryCategory::activations:
+      return "activations";
+    case MemoryCategory::communication:
+      return "communication";
+    case MemoryCategory::other:
+      return "other";
+  }
+  return "other";
+}
+
+MemoryTracker::MemoryTracker() : counters_(std::make_shared<Counters>()) {}
+MemoryTracker::~MemoryTracker() = default;
+
+int64_t MemoryTracker::live(MemoryCategory category) const {
+  return counters_->live[static_cast<size_t>(category)].load();
+}
+int64_t MemoryTracker::peak(MemoryCategory category) const {
+  return counters_->peak[static_cast<size_t>(category)].load();
+}
+int64_t MemoryTracker::live_total() const { return counters_->live_total.load(); }
+int64_t MemoryTracker::peak_total() const { return counters_->peak_total.load(); }
+
+void MemoryTracker::reset_peaks() {
+  for (size_t c = 0; c < counters_->live.size(); ++c) counters_->peak[c].store(counters_->live[c].load());
+  counters_->peak_total.store(counters_->live_total.load());
+}
+
+void install_memory_tracking() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    // Lives for the process: tensors allocated through it may be freed at any time, even at exit.
+    static auto* allocator = new TrackingAllocator(c10::GetCPUAllocator());
+    c10::SetCPUAllocator(allocator, /*priority=*/100);
+  });
+}
+
+TrackMemory::TrackMemory(MemoryTracker& tracker) : previous_(thread_state().counters) {
+  install_memory_tracking();
+  thread_state().counters = tracker.counters_;
+}
+TrackMemory::~TrackMemory() { thread_state().counters = std::move(previous_); }
+
+MemoryScope::MemoryScope(MemoryCategory category) : previous_(thread_state().category) {
+  thread_state().category = category;
+}
+MemoryScope::~MemoryScope() { thread_state().category = previous_; }
+
+void retag_memory(const at::Tensor& tensor, MemoryCategory category) {
+  if (!tensor.defined() || !tensor.has_storage()) return;
+  const c10::DataPtr& ptr = tensor.storage().data_ptr();
+  if (ptr.get_deleter() != &release) return;
+  auto* booked = static_cast<Booked*>(ptr.get_context());
+  const int to = static_cast<int>(category);
+  if (booked->category == to) return;
+  booked->counters->book(booked->category, -booked->bytes);
+  booked->counters->book(to, booked->bytes);
+  booked->category = to;
+}
+
+namespace {
+struct BookGradient final : torch::autograd::PostAccumulateGradHook {
+  void operator()(const torch::autograd::Variable& param) override {
+    retag_memory(param.grad(), MemoryCategory::gradients);
+  }
+};
+}  // namespace
+
+void book_gradients_on_accumulation(const std::vector<at::Tensor>& params) {
+  for (const auto& p : params) {
+    if (!p.defined() || !p.requires_grad() || !p.is_leaf()) continue;
+    auto& hook = torch::autograd::impl::post_acc_grad_hooks(p);
+    if (!hook) torch::autograd::impl::set_post_acc_grad_hooks(p, std::make_unique<BookGradient>());
+  }
+}
+
+int64_t storage_bytes(const std::vector<at::Tensor>& tensors) {
+  std::unordered_set<const void*> seen;
+  int64_t bytes = 0;
+  for (const auto& t : tensors) {
+    if (!t.defined() || !t.has_storage()) continue;
+    if (seen.insert(t.storage().unsafeGetStorageImpl()).second) bytes += static_cast<int64_t>(t.storage().nbytes());
+  }
+  return bytes;
+}
+
+}  // namespace titan

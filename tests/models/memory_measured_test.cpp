@@ -1,0 +1,183 @@
+// SPDX-License-Identifier: BSD-3-Clause
+// The planner against the tracker: five CPU layouts of the debug model (one rank with and without AC,
+// FSDP 2 with and without AC, TP 2), ranks as threads over Gloo. Each rank runs the trainer's step
+// (zero_grad, forward + loss + backward under the activations scope, AdamW) twice with titan's memory
+// tracker installed, and the second step's figures are compared with plan_memory's: parameters,
+// gradients and optimizer state exactly, activations and communication buffers within 10%.
+#include <ATen/ATen.h>
+#include <fmt/format.h>
+
+#include <mutex>
+
+#include "test_util.hpp"
+#include "titan/core/config.hpp"
+#include "titan/core/memory_tracker.hpp"
+#include "titan/dist/local_ranks.hpp"
+#include "titan/dist/mesh.hpp"
+#include "titan/models/llama3/memory_plan.hpp"
+#include "titan/models/llama3/model.hpp"
+#include "titan/nn/init.hpp"
+#include "titan/nn/loss.hpp"
+#include "titan/optim/adamw.hpp"
+#include "titan/parallel/parallelize.hpp"
+
+namespace titan::test {
+namespace {
+
+struct Case {
+  std::string name;
+  dist::MeshShape shape{};
+  AcMode ac = AcMode::none;
+};
+
+JobConfig job(const Case& c) {
+  JobConfig config;
+  config.model.flavor = "debugmodel";  // D 256, 6 blocks, 16 heads, vocab 2048
+  config.training.seq_len = 256;
+  config.training.local_batch_size = 4;
+  config.parallelism.data_parallel_shard_degree = c.shape.dp_shard;
+  config.parallelism.tensor_parallel_degree = c.shape.tp;
+  config.activation_checkpoint.mode = c.ac;
+  config.activation_checkpoint.selective_ac_option = "2";
+  return config;
+}
+
+// One rank: two training steps under the tracker; the second step's parts (as the trainer reports them).
+MemoryParts measure_rank(const dist::Mesh& mesh, const JobConfig& config) {
+  auto model = llama3::Llama3::build(config, 0, at::kCPU);
+  const Parallelized applied = parallelize(*model, mesh, model->parallel_plan(config, mesh));
+  at::manual_seed(1);
+  nn::manual_init_seed(1);
+  model->init_weights();
+  std::vector<at::Tensor> params = model->unique_parameters();
+  for (auto& p : params) p.requires_grad_(true);
+  AdamW optimizer(params, config.optimizer);
+  MemoryTracker tracker;
+  book_gradients_on_accumulation(params);
+  // Tokens alike on the tp ranks (they share a batch), different over dp.
+  at::manual_seed(100 + mesh.coordinate("dp"));
+  const int64_t b = config.training.local_batch_size, s = config.training.seq_len;
+  const at::Tensor tokens = at::randint(model->vocab_size(), {b, s}, at::kLong);  // (B, S)
+  const at::Tensor labels = at::randint(model->vocab_size(), {b, s}, at::kLong);  // (B, S)
+  MemoryParts parts;
+  for (int step = 0; step < 2; ++step) {
+    const TrackMemory track(tracker);
+    optimizer.zero_grad();
+    tracker.reset_peaks();
+    {
+      const MemoryScope scope(MemoryCategory::activations);
+      at::Tensor loss;
+      {
+        const at::Tensor logits = model->forward(tokens);  // (B, S, V) or (B, S, V/tp)
+        loss =
+            (applied.loss_parallel() ? applied.cross_entropy_sum(logits, labels) : cross_entropy_sum(logits, labels)) /
+            static_cast<double>(b * s);
+      }
+      loss.backward();
+    }
+    optimizer.step(1e-3);
+  }
+  std::vector<at::Tensor> grads;
+  for (const auto& p : params) grads.push_back(p.grad());
+  parts.parameters = storage_bytes(params);
+  parts.gradients = storage_bytes(grads);
+  parts.optimizer = optimizer.state_bytes();
+  parts.activations = tracker.peak(MemoryCategory::activations);
+  parts.communication = tracker.peak(MemoryCategory::communication);
+  return parts;
+}
+
+std::vector<MemoryParts> measure(const Case& c) {
+  const JobConfig config = job(c);
+  std::vector<MemoryParts> out(static_cast<size_t>(c.shape.world_size()));
+  std::mutex mutex;
+  dist::run_local_ranks(c.shape.world_size(), [&](int64_t rank, const dist::Store& store) {
+    const dist::Mesh mesh(c.shape, rank, store,
+                          {.init_timeout = std::chrono::seconds(120), .timeout = std::chrono::seconds(120)});
+    const MemoryParts parts = measure_rank(mesh, config);
+    std::lock_guard lock(mutex);
+    out[static_cast<size_t>(rank)] = parts;
+  });
+  return out;
+}
+
+double ratio(int64_t planned, int64_t measured) {
+  return measured == 0 ? (planned == 0 ? 1.0 : 0.0) : static_cast<double>(planned) / static_cast<double>(measured);
+}
+
+const std::vector<Case>& cases() {
+  static const std::vector<Case> all = {
+      {.name = "1 rank", .shape = {}},
+      {.name = "1 rank full AC", .shape = {}, .ac = AcMode::full},
+      {.name = "FSDP 2", .shape = {.dp_shard = 2}},
+      {.name = "FSDP 2 selective 2", .shape = {.dp_shard = 2}, .ac = AcMode::selective},
+      {.name = "TP 2", .shape = {.tp = 2}},
+  };
+  return all;
+}
+
+}  // namespace
+
+TEST_CASE("memory plan: five CPU layouts measured by the tracker within 10 percent", "[models][memory_plan][dist]") {
+  for (const Case& c : cases()) {
+    const JobConfig config = job(c);
+    const auto model = llama3::Llama3::build(config);
+    const llama3::MemoryPlan plan =
+        llama3::plan_memory(*model, config, {.world_size = c.shape.world_size(), .gpu = false});
+    const std::vector<MemoryParts> measured = measure(c);
+    for (size_t rank = 0; rank < measured.size(); ++rank) {
+      const MemoryParts& m = measured[rank];
+      const MemoryParts& p = plan.parts;
+      // The figures the docs' accuracy table shows.
+      fmt::print(
+          "memory plan vs measured | {} | rank {} | params {} / {} | grads {} / {} | optimizer {} / {} | "
+          "activations {} / {} ({:.3f}) | communication {} / {} ({:.3f})\n",
+          c.name, rank, p.parameters, m.parameters, p.gradients, m.gradients, p.optimizer, m.optimizer, p.activations,
+          m.activations, ratio(p.activations, m.activations), p.communication, m.communication,
+          ratio(p.communication, m.communication));
+      INFO(fmt::format("{} rank {}", c.name, rank));
+      CHECK(p.parameters == m.parameters);
+      CHECK(p.gradients == m.gradients);
+      CHECK(p.optimizer == m.optimizer);
+      CHECK(std::abs(ratio(p.activations, m.activations) - 1.0) <= 0.10);
+      CHECK(std::abs(ratio(p.communication, m.communication) - 1.0) <= 0.10);
+    }
+  }
+}
+
+TEST_CASE("memory tracker books each rank thread apart and frees to the allocating rank", "[core][memory]") {
+  MemoryTracker a;
+  MemoryTracker b;
+  at::Tensor kept;
+  {
+    const TrackMemory track(a);
+    const MemoryScope scope(MemoryCategory::communication);
+    kept = at::empty({1024}, at::kFloat);  // 4 KiB
+  }
+  std::thread other([&] {
+    const TrackMemory track(b);
+    const at::Tensor t = at::empty({256}, at::kFloat);  // 1 KiB on b, freed here
+    kept.reset();                                       // a's block, freed on this thread: booked to a
+  });
+  other.join();
+  CHECK(a.live(MemoryCategory::communication) == 0);
+  CHECK(a.peak(MemoryCategory::communication) == 4096);
+  CHECK(b.live(MemoryCategory::other) == 0);
+  CHECK(b.peak(MemoryCategory::other) == 1024);
+  a.reset_peaks();
+  CHECK(a.peak(MemoryCategory::communication) == 0);
+  // A gradient allocated among activations moves to gradients when retagged.
+  at::Tensor g;
+  {
+    const TrackMemory track(a);
+    const MemoryScope scope(MemoryCategory::activations);
+    g = at::zeros({512}, at::kFloat);
+  }
+  retag_memory(g, MemoryCategory::gradients);
+  CHECK(a.live(MemoryCategory::activations) == 0);
+  CHECK(a.live(MemoryCategory::gradients) == 2048);
+  g.reset();
+  CHECK(a.live(MemoryCategory::gradients) == 0);
+}
+
+}  // namespace titan::test

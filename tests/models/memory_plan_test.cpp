@@ -1,0 +1,178 @@
+// SPDX-License-Identifier: BSD-3-Clause
+// The memory planner on torchtitan's published layouts (8B on 8 GPUs FSDP; 70B on 256 GPUs FSDP 32 x
+// TP 8; 405B on 512 GPUs FSDP 8 x TP 8 x PP 8, 1F1B): parameter and optimizer bytes pinned to counts
+// worked out here from the architecture, totals that fit 80 GB, the search, and the errors.
+#include <catch2/catch.hpp>
+
+#include <chrono>
+
+#include "test_util.hpp"
+#include "titan/core/config.hpp"
+#include "titan/core/config_loader.hpp"
+#include "titan/metrics/metrics.hpp"
+#include "titan/models/llama3/memory_plan.hpp"
+#include "titan/models/llama3/model.hpp"
+
+using Catch::Matchers::Contains;
+using titan::JobConfig;
+using titan::llama3::Llama3;
+using titan::llama3::plan_memory;
+using titan::test::error_of;
+
+namespace {
+
+JobConfig preset(const std::string& name) {
+  JobConfig c;
+  titan::apply_preset(c, name);
+  return c;
+}
+
+constexpr int64_t k80GB = 80'000'000'000;
+
+// Per-rank parameter elements of one Llama 3 block: each matrix split over tp (heads, hidden) and then
+// over the FSDP shards, the two norm weights only over the FSDP shards. Every dimension of the 8B,
+// 70B and 405B flavors divides evenly here, so FSDP adds no padding.
+int64_t block_elements(int64_t D, int64_t kv_dim, int64_t F, int64_t tp, int64_t fsdp) {
+  const int64_t matrices = 2 * D * D + 2 * D * kv_dim + 3 * D * F;  // wq wo, wk wv, w1 w2 w3
+  return matrices / tp / fsdp + 2 * D / fsdp;
+}
+constexpr int64_t kTensorsPerBlock = 9;  // 7 matrices + 2 norm weights
+
+}  // namespace
+
+TEST_CASE("memory plan: 8B on 8 GPUs with FSDP pins parameters and optimizer state", "[models][memory_plan]") {
+  JobConfig c = preset("llama3_8b");
+  c.training.local_batch_size = 2;  // torchtitan's published run: lbs 2, seq 8192, selective op AC
+  const auto model = Llama3::build(c);
+  const auto plan = plan_memory(*model, c, {.world_size = 8, .device_memory = k80GB});
+  // D 4096, 32 blocks, kv dim 8 x 128 = 1024, FFN 14336, vocab 128256; fp32 parameters over 8 shards.
+  const int64_t D = 4096, V = 128256;
+  const int64_t elements = 32 * block_elements(D, 1024, 14336, 1, 8) + (2 * V * D + D) / 8;
+  CHECK(elements * 4 == 4'015'130'624);
+  CHECK(plan.parts.parameters == elements * 4);
+  CHECK(plan.parts.gradients == elements * 4);
+  const int64_t tensors = 32 * kTensorsPerBlock + 3;              // + embedding, final norm, output
+  CHECK(plan.parts.optimizer == 2 * elements * 4 + 4 * tensors);  // exp_avg, exp_avg_sq + fp32 step counters
+  CHECK(plan.ac == "op");
+  CHECK(plan.fits());
+  CHECK(plan.parts.total() < k80GB);
+}
+
+TEST_CASE("memory plan: 70B on 256 GPUs with FSDP 32 and TP 8 pins parameters and optimizer state",
+          "[models][memory_plan]") {
+  JobConfig c = preset("llama3_70b");  // tp 8, full AC, lbs 8 in the TOML; the published run used lbs 16
+  c.training.local_batch_size = 16;
+  const auto model = Llama3::build(c);
+  const auto plan = plan_memory(*model, c, {.world_size = 256, .device_memory = k80GB});
+  CHECK(plan.mesh.dp_shard == 32);
+  CHECK(plan.mesh.tp == 8);
+  const int64_t D = 8192, V = 128256;
+  const int64_t elements = 80 * block_elements(D, 1024, 28672, 8, 32) + (2 * V * D / 8 + D) / 32;
+  CHECK(elements * 4 == 1'102'545'920);
+  CHECK(plan.parts.parameters == elements * 4);
+  CHECK(plan.parts.optimizer == 2 * elements * 4 + 4 * (80 * kTensorsPerBlock + 3));
+  CHECK(plan.ac == "full");
+  CHECK(plan.fits());
+}
+
+TEST_CASE("memory plan: 405B on 512 GPUs with FSDP 8 TP 8 and PP 8 pins a middle stage", "[models][memory_plan]") {
+  JobConfig c = preset("llama3_405b");  // tp 8, full AC
+  c.parallelism.pipeline_parallel_degree = 8;
+  c.parallelism.pipeline_parallel_schedule = titan::PipelineSchedule::schedule_1f1b;
+  c.training.local_batch_size = 32;  // torchtitan's run: lbs 32, gbs 256, microbatch 1
+  const auto model = Llama3::build(c);
+  const auto plan = plan_memory(*model, c, {.world_size = 512, .device_memory = k80GB});
+  CHECK(plan.mesh.dp_shard == 8);
+  // 126 blocks + embeddings + head count as 128 layers: 16 per stage; the embeddings and the head each
+  // take a block's place on the first and last stage, so the middle stages hold 16 blocks and the
+  // most memory (the first stage keeps more microbatches in flight but holds 15 blocks).
+  CHECK(plan.pp_rank == 1);
+  CHECK(plan.in_flight == 7);
+  const int64_t elements = 16 * block_elements(16384, 1024, 53248, 8, 8);
+  CHECK(elements * 4 == 3'187'933'184);
+  CHECK(plan.parts.parameters == elements * 4);
+  CHECK(plan.parts.optimizer == 2 * elements * 4 + 4 * 16 * kTensorsPerBlock);
+  // The microbatches' gradients accumulate unsharded (TP-local, fp32) until the step's last backward.
+  CHECK(plan.parts.gradients == elements * 4 + 16 * block_elements(16384, 1024, 53248, 8, 1) * 4);
+  CHECK(plan.fits());
+}
+
+TEST_CASE("memory plan: the 405B search over 512 GPUs runs in seconds and every layout fits", "[models][memory_plan]") {
+  JobConfig c = preset("llama3_405b");
+  const auto model = Llama3::build(c);
+  const auto start = std::chrono::steady_clock::now();
+  const auto plans = titan::llama3::search_layouts(*model, c, {.device_memory = k80GB, .peak_flops = 989e12},
+                                                   {.gpus = 512, .limit = 50});
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  CHECK(seconds < 30);
+  REQUIRE(!plans.empty());
+  for (const auto& p : plans) {
+    CHECK(p.fits());
+    CHECK(p.mesh.world_size() == 512);
+  }
+  for (size_t i = 1; i < plans.size(); ++i) CHECK(plans[i - 1].tokens_per_second >= plans[i].tokens_per_second);
+}
+
+TEST_CASE("memory plan: activations fall from none to selective to op to full", "[models][memory_plan]") {
+  JobConfig c = preset("llama3_8b");
+  const auto model = Llama3::build(c);
+  auto activations = [&](titan::AcMode mode, const std::string& option) {
+    c.activation_checkpoint.mode = mode;
+    c.activation_checkpoint.selective_ac_option = option;
+    return plan_memory(*model, c, {.world_size = 8}).parts.activations;
+  };
+  const int64_t none = activations(titan::AcMode::none, "2");
+  const int64_t every2 = activations(titan::AcMode::selective, "2");
+  const int64_t op = activations(titan::AcMode::selective, "op");
+  const int64_t full = activations(titan::AcMode::full, "2");
+  CHECK(none > every2);
+  CHECK(every2 > op);
+  CHECK(op > full);
+}
+
+TEST_CASE("memory plan: bad input gives errors that name the fix", "[models][memory_plan]") {
+  JobConfig c = preset("llama3_8b");
+  const auto model = Llama3::build(c);
+  auto plan_error = [&](const JobConfig& config, titan::llama3::PlanOptions options = {.world_size = 8}) {
+    return error_of([&] { plan_memory(*model, config, options); });
+  };
+  JobConfig bad = c;
+  bad.activation_checkpoint.selective_ac_option = "every";
+  CHECK_THAT(plan_error(bad), Contains("selective_ac_option") && Contains("got 'every'"));
+  bad = c;
+  bad.activation_checkpoint.mode = titan::AcMode::memory_budget;
+  CHECK_THAT(plan_error(bad), Contains("activation_checkpoint.mode"));
+  bad = c;
+  bad.parallelism.tensor_parallel_degree = 3;
+  CHECK_THAT(plan_error(bad, {.world_size = 9}), Contains("divisible by") && Contains("got 3"));
+  bad = c;
+  bad.parallelism.data_parallel_shard_degree = 3;
+  CHECK_THAT(plan_error(bad), Contains("WORLD_SIZE(8)"));
+  bad = c;
+  bad.parallelism.context_parallel_degree = 2;
+  bad.training.seq_len = 8190;
+  CHECK_THAT(plan_error(bad), Contains("training.seq_len") && Contains("got 8190"));
+  bad = c;
+  bad.training.global_batch_size = 3;
+  CHECK_THAT(plan_error(bad), Contains("global_batch_size"));
+  CHECK_THAT(plan_error(c, {.world_size = 8, .mfu = 1.5}), Contains("MFU"));
+  CHECK_THAT(error_of([] { titan::parse_memory_size("eighty", "--device-memory"); }),
+             Contains("--device-memory") && Contains("got 'eighty'"));
+  CHECK(titan::parse_memory_size("80GB") == 80'000'000'000);
+  CHECK(titan::parse_memory_size("1.5 GiB") == 1'610'612'736);
+  CHECK(titan::gpu_memory_bytes("NVIDIA H200").value() == 141'000'000'000);
+}
+
+TEST_CASE("titan-plan prints a plan and lists a search", "[models][memory_plan][tools]") {
+  const auto bin = titan::test::binary_dir() / "bin" / "titan-plan";
+  const auto out = titan::test::binary_dir() / "titan-plan-test.txt";
+  const std::string plan_cmd =
+      fmt::format("'{}' --config llama3_8b --gpus 8 --device-memory H100 > '{}' 2>&1", bin.string(), out.string());
+  REQUIRE(std::system(plan_cmd.c_str()) == 0);
+  const std::string text = titan::test::read_file(out);
+  CHECK_THAT(text, Contains("optimizer") && Contains("fits") && Contains("tokens/s per device"));
+  const std::string bad_cmd =
+      fmt::format("'{}' --config llama3_8b --gpus 8 --device-memory lots > '{}' 2>&1", bin.string(), out.string());
+  CHECK(std::system(bad_cmd.c_str()) != 0);
+  CHECK_THAT(titan::test::read_file(out), Contains("[titan::parse_memory_size] expected --device-memory"));
+}
