@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: BSD-3-Clause
-// The planner against the tracker: five CPU layouts of the debug model (one rank with and without AC,
+// The planner against the tracker: six CPU layouts of the debug model (one rank without AC, with full and with per-op AC,
 // FSDP 2 with and without AC, TP 2), ranks as threads over Gloo. Each rank runs the trainer's step
 // (zero_grad, forward + loss + backward under the activations scope, AdamW) twice with titan's memory
 // tracker installed, and the second step's figures are compared with plan_memory's: parameters,
@@ -28,6 +28,7 @@ struct Case {
   std::string name;
   dist::MeshShape shape{};
   AcMode ac = AcMode::none;
+  std::string ac_option = "2";
 };
 
 JobConfig job(const Case& c) {
@@ -38,7 +39,7 @@ JobConfig job(const Case& c) {
   config.parallelism.data_parallel_shard_degree = c.shape.dp_shard;
   config.parallelism.tensor_parallel_degree = c.shape.tp;
   config.activation_checkpoint.mode = c.ac;
-  config.activation_checkpoint.selective_ac_option = "2";
+  config.activation_checkpoint.selective_ac_option = c.ac_option;
   return config;
 }
 
@@ -112,13 +113,14 @@ const std::vector<Case>& cases() {
       {.name = "FSDP 2", .shape = {.dp_shard = 2}},
       {.name = "FSDP 2 selective 2", .shape = {.dp_shard = 2}, .ac = AcMode::selective},
       {.name = "TP 2", .shape = {.tp = 2}},
+      {.name = "1 rank op AC", .shape = {}, .ac = AcMode::selective, .ac_option = "op"},
   };
   return all;
 }
 
 }  // namespace
 
-TEST_CASE("memory plan: five CPU layouts measured by the tracker within 10 percent", "[models][memory_plan][dist]") {
+TEST_CASE("memory plan: six CPU layouts measured by the tracker within 10 percent", "[models][memory_plan][dist]") {
   for (const Case& c : cases()) {
     const JobConfig config = job(c);
     const auto model = llama3::Llama3::build(config);
