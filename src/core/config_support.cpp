@@ -23,7 +23,6 @@ struct Unsupported {
   std::string_view key;
   std::function<bool(const json&)> fires;  // given the key's effective value
   std::string_view why;
-  std::function<bool(const json&)> applies = {};  // given the whole config: the setting is in effect (default: yes)
 };
 
 bool is_true(const json& v) { return v.is_boolean() && v.get<bool>(); }
@@ -99,8 +98,7 @@ std::vector<std::string> unsupported_notes(const JobConfig& config) {
   std::vector<std::string> notes;
   for (const auto& row : config_detail::unsupported_table()) {
     const nlohmann::json& value = effective.at(config_detail::pointer_of(row.key));
-    if (row.fires(value) && (!row.applies || row.applies(effective)))
-      notes.push_back(fmt::format("{} = {}: {}", row.key, value.dump(), row.why));
+    if (row.fires(value)) notes.push_back(fmt::format("{} = {}: {}", row.key, value.dump(), row.why));
   }
   return notes;
 }
