@@ -1,9 +1,9 @@
 // SPDX-License-Identifier: BSD-3-Clause
-// The planner against the tracker: six CPU layouts of the debug model (one rank without AC, with full and with per-op AC,
-// FSDP 2 with and without AC, TP 2), ranks as threads over Gloo. Each rank runs the trainer's step
-// (zero_grad, forward + loss + backward under the activations scope, AdamW) twice with titan's memory
-// tracker installed, and the second step's figures are compared with plan_memory's: parameters,
-// gradients and optimizer state exactly, activations and communication buffers within 10%.
+// The planner against the tracker: six CPU layouts of the debug model (one rank without AC, with full and with per-op
+// AC, FSDP 2 with and without AC, TP 2), ranks as threads over Gloo. Each rank runs the trainer's step (zero_grad,
+// forward + loss + backward under the activations scope, AdamW) twice with titan's memory tracker installed, and the
+// second step's figures are compared with plan_memory's: parameters, gradients and optimizer state exactly, activations
+// and communication buffers within 10%.
 #include <ATen/ATen.h>
 #include <fmt/format.h>
 
