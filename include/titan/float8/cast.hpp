@@ -1,0 +1,61 @@
+// SPDX-License-Identifier: BSD-3-Clause
+// float8 casts: amax -> scale -> saturated cast, tensorwise or rowwise, and the transposed cast the
+// backward GEMMs need. `cast` runs titan's fused kernels (CPU: at::vec + at::parallel_for; CUDA:
+// src/cuda/float8_cast.cu); `reference::cast` is the plain ATen twin they are tested against
+// bit for bit. The numerics are torchao's (float8_utils.py): see docs/float8.md.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+namespace titan::float8 {
+
+/// How many scales a cast computes.
+enum class Scaling {
+  kTensorwise,  ///< one scale for the whole tensor
+  kRowwise,     ///< one scale per row of the result (torchao's axiswise scaling)
+};
+
+/// How a high-precision tensor becomes float8.
+struct CastSpec {
+  /// float8 dtype of the result: at::kFloat8_e4m3fn (weights, activations) or at::kFloat8_e5m2 (gradients).
+  at::ScalarType dtype = at::kFloat8_e4m3fn;
+  /// one scale, or one per row of the result
+  Scaling scaling = Scaling::kTensorwise;
+  /// round each scale down to a power of 2 (torchao's rowwise recipes)
+  bool power_of_2_scales = false;
+};
+
+/// A float8 tensor with its scales: data = saturate(x * scale), so x ~= data / scale.
+struct Float8Tensor {
+  at::Tensor data{};   ///< (R, C) float8, row-major
+  at::Tensor scale{};  ///< float32: () tensorwise, (R, 1) rowwise
+  /// data / scale in `dtype` (float32 arithmetic, as torchao's emulated GEMMs do).
+  at::Tensor dequantize(at::ScalarType dtype = at::kFloat) const;
+};
+
+/// The largest finite value of a float8 dtype (448 for e4m3fn, 57344 for e5m2).
+double float8_max(at::ScalarType dtype);
+/// Whether `dtype` is one of the float8 dtypes titan casts to (e4m3fn, e5m2).
+bool is_float8(at::ScalarType dtype);
+
+/// scale = float8_max / max(amax, 1e-12) in float64, rounded to float32 (and down to a power of 2
+/// when asked). `amax` is any float tensor; the result has its shape.
+at::Tensor amax_to_scale(const at::Tensor& amax, const CastSpec& spec);
+
+/// x (R, C) -> float8 (R, C): one amax pass and one cast pass (tensorwise), or one pass per row
+/// (rowwise: amax, scale and cast while the row is in cache). Tensorwise accepts any shape.
+/// x: float32, bfloat16 or float16, on CPU or CUDA.
+Float8Tensor cast(const at::Tensor& x, const CastSpec& spec);
+
+/// x (R, C) -> float8 of x^T, laid out (C, R) row-major; rowwise scales are per column of x, (C, 1).
+/// The operand layouts the backward GEMMs need (grad_output^T, input^T, weight^T).
+Float8Tensor cast_transposed(const at::Tensor& x, const CastSpec& spec);
+
+namespace reference {
+/// The plain ATen twin of float8::cast: torchao's ops, one by one.
+Float8Tensor cast(const at::Tensor& x, const CastSpec& spec);
+/// The plain ATen twin of float8::cast_transposed: reference::cast(x^T), made contiguous.
+Float8Tensor cast_transposed(const at::Tensor& x, const CastSpec& spec);
+}  // namespace reference
+
+}  // namespace titan::float8
