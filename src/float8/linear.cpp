@@ -1,0 +1,229 @@
+// SPDX-License-Identifier: BSD-3-Clause
+// Float8Linear's autograd function. Each operand is cast as torchao's matmul_with_hp_or_float8_args
+// casts it, and each GEMM gets its operands in the memory layout torchao hands to at::_scaled_mm (or,
+// emulated, to at::mm), so that the same arithmetic gives the same bits (tests/float8/oracle_test.cpp).
+#include "titan/float8/linear.hpp"
+
+#include <ATen/ATen.h>
+#include <torch/autograd.h>
+
+#include "titan/core/error.hpp"
+#include "titan/core/log.hpp"
+#include "titan/float8/cast.hpp"
+#include "titan/layout/module_hooks.hpp"
+#include "titan/layout/sharded_param.hpp"
+
+namespace titan::float8 {
+namespace {
+
+using torch::autograd::AutogradContext;
+using torch::autograd::variable_list;
+
+/// One GEMM operand: float8 data in the layout the GEMM reads, and scales that broadcast against it.
+struct Operand {
+  at::Tensor data{};   // (rows, cols) float8
+  at::Tensor scale{};  // () or broadcastable to (rows, cols)
+  bool rowwise = false;
+};
+
+Operand transposed(const Float8Tensor& q, bool rowwise) {
+  return {.data = q.data.t(), .scale = rowwise ? q.scale.t() : q.scale, .rowwise = rowwise};
+}
+Operand as_is(const Float8Tensor& q, bool rowwise) { return {.data = q.data, .scale = q.scale, .rowwise = rowwise}; }
+
+/// a @ b with float8 operands (torchao's float8_mm / addmm_float8_unwrapped). Emulated: dequantize
+/// (data / scale in float32) and at::mm; else at::_scaled_mm with reciprocal scales, a row-major and b
+/// column-major.
+at::Tensor scaled_mm(const Operand& a, const Operand& b, at::ScalarType out_dtype, bool use_fast_accum, bool emulate) {
+  const bool rowwise = a.rowwise || b.rowwise;
+  if (emulate || (rowwise && a.data.is_cpu())) {
+    return at::mm(a.data.to(at::kFloat).div(a.scale), b.data.to(at::kFloat).div(b.scale)).to(out_dtype);
+  }
+  const at::Tensor a_data = a.data.stride(1) == 1 ? a.data : a.data.contiguous();
+  const at::Tensor b_data = b.data.stride(0) == 1 ? b.data : b.data.t().contiguous().t();
+  at::Tensor a_inv = a.scale.reciprocal();
+  at::Tensor b_inv = b.scale.reciprocal();
+  // torchao: one operand tensorwise and the other rowwise -> repeat the tensorwise scale.
+  if (rowwise && !a.rowwise) a_inv = a_inv.expand({a_data.size(0), 1}).contiguous();
+  if (rowwise && !b.rowwise) b_inv = b_inv.expand({1, b_data.size(1)}).contiguous();
+  at::Tensor post;  // rowwise without fast accumulation: the tensorwise kernel, then the scales
+  if (rowwise && !use_fast_accum) {
+    post = a_inv * b_inv;
+    a_inv = at::ones({}, a_inv.options());
+    b_inv = at::ones({}, b_inv.options());
+  }
+  const bool via_bf16 = rowwise && (out_dtype == at::kFloat || out_dtype == at::kHalf);
+  at::Tensor out = at::_scaled_mm(a_data, b_data, a_inv, b_inv, std::nullopt, std::nullopt,
+                                  via_bf16 ? at::kBFloat16 : out_dtype, use_fast_accum);
+  if (post.defined()) out.mul_(post);
+  return via_bf16 ? out.to(out_dtype) : out;
+}
+
+/// Which casts a recipe makes (torchao's Float8LinearConfig.from_recipe_name).
+struct RecipeCasts {
+  CastSpec input{};   // x for the output GEMM and for grad_weight
+  CastSpec weight{};  // w for the output GEMM
+  CastSpec weight_for_grad_input{};
+  CastSpec grad_output{};  // grad_output for grad_input and for grad_weight
+  bool grad_weight_high_precision = false;
+};
+
+RecipeCasts casts_of(Recipe recipe) {
+  constexpr auto e4m3 = at::kFloat8_e4m3fn;
+  switch (recipe) {
+    case Recipe::kTensorwise:
+      return {.input = {.dtype = e4m3},
+              .weight = {.dtype = e4m3},
+              .weight_for_grad_input = {.dtype = e4m3},
+              .grad_output = {.dtype = at::kFloat8_e5m2}};
+    case Recipe::kRowwise: {
+      const CastSpec rows{.dtype = e4m3, .scaling = Scaling::kRowwise, .power_of_2_scales = true};
+      return {.input = rows, .weight = rows, .weight_for_grad_input = rows, .grad_output = rows};
+    }
+    case Recipe::kRowwiseWithGwHp: {
+      const CastSpec rows{.dtype = e4m3, .scaling = Scaling::kRowwise, .power_of_2_scales = true};
+      return {.input = rows,
+              .weight = rows,
+              .weight_for_grad_input = {.dtype = e4m3, .power_of_2_scales = true},
+              .grad_output = rows,
+              .grad_weight_high_precision = true};
+    }
+  }
+  TORCH_INTERNAL_ASSERT(false, "unknown float8 recipe");
+}
+
+bool is_rowwise(const CastSpec& spec) { return spec.scaling == Scaling::kRowwise; }
+
+class Float8Matmul : public torch::autograd::Function<Float8Matmul> {
+ public:
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, const at::Tensor& w, int64_t recipe,
+                            bool emulate) {
+    ctx->save_for_backward({x, w});
+    ctx->saved_data["recipe"] = recipe;
+    ctx->saved_data["emulate"] = emulate;
+    const RecipeCasts c = casts_of(static_cast<Recipe>(recipe));
+    const at::Tensor x2 = x.reshape({-1, x.size(-1)});  // (M, K)
+    // output = x (M, K) @ w^T (K, N): w is cast along K for each of its N rows.
+    const Operand a = as_is(cast(x2, c.input), is_rowwise(c.input));
+    const Operand b = transposed(cast(w, c.weight), is_rowwise(c.weight));
+    const at::Tensor y = scaled_mm(a, b, x.scalar_type(), /*use_fast_accum=*/true, emulate);  // (M, N)
+    auto shape = x.sizes().vec();
+    shape.back() = w.size(0);
+    return y.view(shape);
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    const auto saved = ctx->get_saved_variables();
+    const at::Tensor& x = saved[0];  // (..., K)
+    const at::Tensor& w = saved[1];  // (N, K)
+    const auto recipe = static_cast<Recipe>(ctx->saved_data["recipe"].toInt());
+    const bool emulate = ctx->saved_data["emulate"].toBool();
+    const RecipeCasts c = casts_of(recipe);
+    const at::Tensor go = grads[0].reshape({-1, w.size(0)}).contiguous();  // (M, N)
+    const at::Tensor x2 = x.reshape({-1, x.size(-1)}).contiguous();        // (M, K)
+    const auto dtype = grads[0].scalar_type();
+
+    // grad_input (M, K) = grad_output (M, N) @ w (N, K): grad_output cast along N for each row; w along
+    // N for each of its K columns (rowwise) or as a whole.
+    const Operand go_rows = as_is(cast(go, c.grad_output), is_rowwise(c.grad_output));
+    const CastSpec& wg = c.weight_for_grad_input;
+    Operand w_cols;
+    if (is_rowwise(wg)) {
+      // torchao's operand is (N, K) row-major with one scale per column.
+      const Float8Tensor wt = cast_transposed(w, wg);  // (K, N), scales (K, 1)
+      w_cols = {.data = wt.data.t().contiguous(), .scale = wt.scale.t(), .rowwise = true};
+    } else if (emulate) {
+      w_cols = as_is(cast(w, wg), false);  // (N, K) row-major, as torchao's emulated mm reads it
+    } else {
+      w_cols = transposed(cast_transposed(w, wg), false);  // (N, K) column-major, as _scaled_mm wants it
+    }
+    at::Tensor grad_x = scaled_mm(go_rows, w_cols, dtype, /*use_fast_accum=*/false, emulate).view(x.sizes());
+
+    // grad_weight (N, K) = grad_output^T (N, M) @ x (M, K): both cast along M.
+    at::Tensor grad_w;
+    if (c.grad_weight_high_precision) {
+      grad_w = at::mm(go.t(), x2);
+    } else if (is_rowwise(c.grad_output)) {
+      const Float8Tensor got = cast_transposed(go, c.grad_output);  // (N, M), scales (N, 1)
+      const Float8Tensor xt = cast_transposed(x2, c.input);         // (K, M), scales (K, 1)
+      // torchao's operands: grad_output^T as a column-major view, x row-major with one scale per column.
+      const Operand a{.data = got.data.t().contiguous().t(), .scale = got.scale, .rowwise = true};
+      const Operand b{.data = xt.data.t().contiguous(), .scale = xt.scale.t(), .rowwise = true};
+      grad_w = scaled_mm(a, b, dtype, /*use_fast_accum=*/false, emulate);
+    } else if (emulate) {
+      const Operand a = transposed(cast(go, c.grad_output), false);  // (N, M) column-major view
+      const Operand b = as_is(cast(x2, c.input), false);             // (M, K) row-major
+      grad_w = scaled_mm(a, b, dtype, /*use_fast_accum=*/false, emulate);
+    } else {
+      const Operand a = as_is(cast_transposed(go, c.grad_output), false);  // (N, M) row-major
+      const Operand b = transposed(cast_transposed(x2, c.input), false);   // (M, K) column-major
+      grad_w = scaled_mm(a, b, dtype, /*use_fast_accum=*/false, emulate);
+    }
+    return {grad_x, grad_w, at::Tensor(), at::Tensor()};
+  }
+};
+
+}  // namespace
+
+std::string_view recipe_name(Recipe recipe) {
+  switch (recipe) {
+    case Recipe::kTensorwise:
+      return "tensorwise";
+    case Recipe::kRowwise:
+      return "rowwise";
+    case Recipe::kRowwiseWithGwHp:
+      return "rowwise_with_gw_hp";
+  }
+  return "?";
+}
+
+Recipe recipe_from_name(std::string_view name) {
+  for (Recipe r : {Recipe::kTensorwise, Recipe::kRowwise, Recipe::kRowwiseWithGwHp}) {
+    if (recipe_name(r) == name) return r;
+  }
+  TITAN_CHECK_VALUE(
+      false, "[titan::float8] expected recipe_name tensorwise, rowwise or rowwise_with_gw_hp, got \"{}\".", name);
+  return Recipe::kTensorwise;
+}
+
+at::Tensor float8_linear(const at::Tensor& x, const at::Tensor& w, const Float8LinearConfig& config) {
+  TITAN_CHECK_VALUE(w.dim() == 2, "[titan::float8::float8_linear] expected a 2-D weight (out, in), got {} dims.",
+                    w.dim());
+  TITAN_CHECK_VALUE(x.dim() >= 1 && x.size(-1) == w.size(1),
+                    "[titan::float8::float8_linear] expected input (..., {}) for weight ({}, {}), got last dim {}.",
+                    w.size(1), w.size(0), w.size(1), x.dim() >= 1 ? x.size(-1) : 0);
+  return Float8Matmul::apply(x, w, static_cast<int64_t>(config.recipe), config.emulate);
+}
+
+Float8Linear::Float8Linear(int64_t in_features, int64_t out_features, const at::TensorOptions& options,
+                           Float8LinearConfig config_)
+    : config(config_) {
+  weight = register_parameter("weight", at::empty({out_features, in_features}, options));
+}
+
+at::Tensor Float8Linear::forward(const at::Tensor& x) const {
+  return parallel::module_call(*this, x, [&](const at::Tensor& in) {
+    return parallel::with_param(weight, [&](const at::Tensor& w) { return float8_linear(in, w, config); });
+  });
+}
+
+std::optional<std::string> float8_skip_reason(std::string_view fqn, int64_t out_features, int64_t in_features,
+                                              const std::vector<std::string>& filter_fqns) {
+  if (out_features % 16 != 0 || in_features % 16 != 0) {
+    return fmt::format("weight ({}, {}) has a dim not divisible by 16 (float8 GEMMs need multiples of 16)",
+                       out_features, in_features);
+  }
+  for (const std::string& f : filter_fqns) {
+    if (fqn.find(f) != std::string_view::npos) return fmt::format("its name contains filter_fqns entry \"{}\"", f);
+  }
+  return std::nullopt;
+}
+
+bool should_convert_to_float8(std::string_view fqn, int64_t out_features, int64_t in_features,
+                              const std::vector<std::string>& filter_fqns) {
+  const auto reason = float8_skip_reason(fqn, out_features, in_features, filter_fqns);
+  if (reason) log::info("float8: skipping {}: {}", fqn, *reason);
+  return !reason;
+}
+
+}  // namespace titan::float8
