@@ -89,7 +89,7 @@ class Blocks : public torch::nn::Module {
 
 struct Mode {
   std::string name;
-  titan::ActivationCheckpointConfig config;
+  titan::ActivationCheckpointConfig config{};
 };
 
 std::vector<Mode> parse_modes(const std::string& list) {

@@ -28,6 +28,17 @@ using torch::autograd::variable_list;
 constexpr int64_t kTagKv = 0x4350;
 constexpr int64_t kTagKvGrad = 0x4351;
 
+// (B, S, S) true where query i of q (B, H, S, HD) may see key j: j <= i within the same document.
+at::Tensor within_documents(const at::Tensor& document_ids, const at::Tensor& q) {
+  const int64_t S = q.size(2);
+  TITAN_CHECK_VALUE(document_ids.dim() == 2 && document_ids.size(0) == q.size(0) && document_ids.size(1) == S,
+                    "[titan::nn::causal_attention] expected document ids (B={}, S={}), got {}.", q.size(0), S,
+                    c10::str(document_ids.sizes()));
+  const at::Tensor docs = document_ids.to(q.device());                                 // (B, S)
+  const at::Tensor causal = at::ones({S, S}, docs.options().dtype(at::kBool)).tril();  // (S, S)
+  return (docs.unsqueeze(2) == docs.unsqueeze(1)).logical_and(causal);
+}
+
 // The blocks one query chunk computes against one source rank's keys: the chunks strictly before it
 // (seen whole), and its own chunk (causal). Chunks after it are fully masked and skipped.
 struct Piece {
@@ -279,13 +290,7 @@ at::Tensor local_causal_attention(const at::Tensor& q, const at::Tensor& k, cons
     return at::scaled_dot_product_attention(q, k, v, /*attn_mask=*/std::nullopt, /*dropout_p=*/0.0,
                                             /*is_causal=*/true, /*scale=*/std::nullopt, gqa);
   }
-  const int64_t S = q.size(2);
-  TITAN_CHECK_VALUE(document_ids.dim() == 2 && document_ids.size(0) == q.size(0) && document_ids.size(1) == S,
-                    "[titan::nn::local_causal_attention] expected document ids (B={}, S={}), got {}.", q.size(0), S,
-                    c10::str(document_ids.sizes()));
-  const at::Tensor docs = document_ids.to(q.device());                                      // (B, S)
-  const at::Tensor causal = at::ones({S, S}, docs.options().dtype(at::kBool)).tril();       // (S, S)
-  const at::Tensor allowed = (docs.unsqueeze(2) == docs.unsqueeze(1)).logical_and(causal);  // (B, S, S)
+  const at::Tensor allowed = within_documents(document_ids, q);  // (B, S, S)
   return at::scaled_dot_product_attention(q, k, v, allowed.unsqueeze(1), /*dropout_p=*/0.0, /*is_causal=*/false,
                                           /*scale=*/std::nullopt, gqa);
 }
@@ -342,10 +347,7 @@ struct KeptAttentionBackward : torch::autograd::Node {
 // scaled_dot_product_attention builds (0 or -inf), so the kernel sees the same numbers.
 BlockMask whole_sequence_mask(const at::Tensor& q, const at::Tensor& document_ids) {
   if (!document_ids.defined()) return {.causal = true};
-  const int64_t S = q.size(2);
-  const at::Tensor docs = document_ids.to(q.device());                                      // (B, S)
-  const at::Tensor causal = at::ones({S, S}, docs.options().dtype(at::kBool)).tril();       // (S, S)
-  const at::Tensor allowed = (docs.unsqueeze(2) == docs.unsqueeze(1)).logical_and(causal);  // (B, S, S)
+  const at::Tensor allowed = within_documents(document_ids, q);  // (B, S, S)
   const at::Tensor additive = at::zeros(allowed.sizes(), q.options()).masked_fill(allowed.logical_not(), -INFINITY);
   return {.causal = false, .additive = additive.unsqueeze(1)};  // (B, 1, S, S)
 }

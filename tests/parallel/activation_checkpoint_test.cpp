@@ -103,6 +103,27 @@ TEST_CASE("AC under FSDP 2 and TP 2 gives the losses and weights of no AC bitwis
   }
 }
 
+TEST_CASE("AC under PP 2 and CP 2 and with document masks gives the losses and weights of no AC bitwise",
+          "[parallel][ac][pp][cp][parity]") {
+  // Fewer steps: each run is a 2-rank pipeline or cp split; bitwise from the first step on.
+  const ParityRun base{.steps = 6, .documents = true};
+  for (const std::string option : {"op", "2"}) {
+    ParityRun selective = base;
+    selective.ac_mode = AcMode::selective;
+    selective.ac_option = option;
+    check_bitwise({}, selective);  // one device: the kept attention takes the document mask as SDPA does
+    check_bitwise({.cp = 2}, selective);
+  }
+  ParityRun full = base;
+  full.ac_mode = AcMode::full;
+  check_bitwise({.pp = 2}, full);
+  check_bitwise({.cp = 2}, full);
+  ParityRun per_op = base;
+  per_op.ac_mode = AcMode::selective;
+  per_op.ac_option = "op";
+  check_bitwise({.pp = 2}, per_op);
+}
+
 TEST_CASE("activations kept by the forward fall from no AC to selective to per op to full", "[parallel][ac][memory]") {
   const ForwardBackward none = forward_backward(AcMode::none, "2");
   const ForwardBackward every_second = forward_backward(AcMode::selective, "2");
