@@ -16,6 +16,8 @@
 #include "titan/dist/mesh.hpp"
 #include "titan/dist/process_group.hpp"
 #include "titan/dist/store.hpp"
+#include "titan/float8/cast.hpp"
+#include "titan/float8/linear.hpp"
 #include "titan/layout/module_hooks.hpp"
 #include "titan/layout/sharded_param.hpp"
 #include "titan/metrics/metrics.hpp"
