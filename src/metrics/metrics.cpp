@@ -12,6 +12,7 @@
 #include "titan/core/error.hpp"
 #include "titan/core/log.hpp"
 #include "titan/metrics/detail/device_memory.hpp"
+#include "titan/metrics/tensorboard.hpp"
 
 namespace titan {
 namespace {
@@ -37,7 +38,46 @@ std::string with_commas(int64_t v) {
 
 constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
 
+double percent(int64_t part, int64_t whole) {
+  return whole > 0 ? 100.0 * static_cast<double>(part) / static_cast<double>(whole) : 0.0;
+}
+
+// Every number of a record as a TensorBoard scalar, under its JSONL key.
+std::vector<Scalar> scalars_of(const nlohmann::json& record) {
+  std::vector<Scalar> scalars;
+  for (const auto& [key, value] : record.items()) {
+    if (key != "step" && value.is_number()) scalars.push_back({.tag = key, .value = value.get<double>()});
+  }
+  return scalars;
+}
+
+// One record to each sink, flushed: a line of the JSONL, an event of the event file.
+void write(std::ofstream& jsonl, TensorBoardWriter* tensorboard, int64_t step, const nlohmann::json& record) {
+  if (jsonl.is_open()) {
+    jsonl << record.dump() << '\n';
+    jsonl.flush();
+  }
+  if (tensorboard != nullptr) tensorboard->add_scalars(step, scalars_of(record));
+}
+
 }  // namespace
+
+std::string format_duration(double seconds) {
+  const int64_t s = std::llround(std::max(seconds, 0.0));
+  if (s < 60) return fmt::format("{}s", s);
+  if (s < 600) return fmt::format("{}m{:02}s", s / 60, s % 60);
+  const int64_t m = (s + 30) / 60;  // to the nearest minute from here on
+  if (m < 60) return fmt::format("{}m", m);
+  if (m < 24 * 60) return fmt::format("{}h{:02}m", m / 60, m % 60);
+  const int64_t h = (m + 30) / 60;
+  return fmt::format("{}d{:02}h", h / 24, h % 24);
+}
+
+std::string format_progress(int64_t step, int64_t total_steps, double eta_seconds) {
+  if (total_steps <= 0) return fmt::format("step: {:3}", step);
+  const int width = std::max<int>(3, static_cast<int>(std::to_string(total_steps).size()));
+  return fmt::format("step: {:>{}}/{} \u00b7 ETA {}", step, width, total_steps, format_duration(eta_seconds));
+}
 
 MemoryStats memory_stats(const at::Device& device) {
   if (device.is_cuda()) {
@@ -61,6 +101,18 @@ MetricsProcessor::MetricsProcessor(Options options)
                 "'{}'. Check job.dump_folder.",
                 options_.jsonl_path.string());
   }
+  if (!options_.tensorboard_folder.empty()) {
+    tensorboard_ = std::make_unique<TensorBoardWriter>(options_.tensorboard_folder);
+  }
+}
+
+MetricsProcessor::~MetricsProcessor() = default;
+MetricsProcessor::MetricsProcessor(MetricsProcessor&&) noexcept = default;
+MetricsProcessor& MetricsProcessor::operator=(MetricsProcessor&&) noexcept = default;
+
+std::optional<std::filesystem::path> MetricsProcessor::tensorboard_file() const {
+  if (!tensorboard_) return std::nullopt;
+  return tensorboard_->path();
 }
 
 void MetricsProcessor::add_step(int64_t tokens, double data_seconds) {
@@ -90,8 +142,17 @@ StepMetrics MetricsProcessor::log(int64_t step, double loss, double grad_norm, d
   m.tokens_seen = tokens_seen_;
   m.memory = memory_stats(options_.device);
   if (options_.memory_parts) m.parts = options_.memory_parts();
+  m.total_steps = options_.total_steps;
+  if (first_log_ && step > first_log_->first) {
+    const double since_first = std::chrono::duration<double>(now - first_log_->second).count();
+    m.eta_seconds =
+        since_first / static_cast<double>(step - first_log_->first) * static_cast<double>(m.total_steps - step);
+  } else {
+    m.eta_seconds = m.step_time * static_cast<double>(m.total_steps - step);
+  }
+  if (!first_log_) first_log_.emplace(step, now);
   log::info("{}", format_line(m));
-  if (jsonl_.is_open()) {
+  if (jsonl_.is_open() || tensorboard_) {
     nlohmann::json record = {
         {"step", m.step},
         {"loss_metrics/global_avg_loss", m.loss},
@@ -104,7 +165,9 @@ StepMetrics MetricsProcessor::log(int64_t step, double loss, double grad_norm, d
         {"time_metrics/data_loading(s)", m.data_time},
         {"time_metrics/data_loading(%)", m.data_pct},
         {"memory/max_active(GiB)", static_cast<double>(m.memory.max_active) / kGiB},
+        {"memory/max_active(%)", percent(m.memory.max_active, m.memory.capacity)},
         {"memory/max_reserved(GiB)", static_cast<double>(m.memory.max_reserved) / kGiB},
+        {"memory/max_reserved(%)", percent(m.memory.max_reserved, m.memory.capacity)},
         {"memory/num_alloc_retries", m.memory.num_alloc_retries},
         {"memory/num_ooms", m.memory.num_ooms},
         {"n_tokens_seen", m.tokens_seen},
@@ -118,8 +181,7 @@ StepMetrics MetricsProcessor::log(int64_t step, double loss, double grad_norm, d
       record["memory/activations(GiB)"] = static_cast<double>(m.parts->activations) / kGiB;
       record["memory/communication(GiB)"] = static_cast<double>(m.parts->communication) / kGiB;
     }
-    jsonl_ << record.dump() << '\n';
-    jsonl_.flush();
+    write(jsonl_, tensorboard_.get(), step, record);
   }
   if (m.memory.num_alloc_retries > 0 || m.memory.num_ooms > 0) {
     log::warn("{} CUDA allocation retries and {} OOMs so far", m.memory.num_alloc_retries, m.memory.num_ooms);
@@ -140,11 +202,9 @@ std::string MetricsProcessor::format_line(const StepMetrics& m) const {
     return c ? fmt::format("\033[{}m{}\033[39m", code, text) : text;
   };
   const double mem_gib = static_cast<double>(m.memory.max_active) / kGiB;
-  const double mem_pct = m.memory.capacity > 0
-                             ? 100.0 * static_cast<double>(m.memory.max_active) / static_cast<double>(m.memory.capacity)
-                             : 0.0;
+  const double mem_pct = percent(m.memory.max_active, m.memory.capacity);
   return fmt::format(
-      "{}  {}  {}  {}  {}  {}  {}  {}  {}", paint("31", fmt::format("step: {:3}", m.step)),
+      "{}  {}  {}  {}  {}  {}  {}  {}  {}", paint("31", format_progress(m.step, m.total_steps, m.eta_seconds)),
       paint("32", fmt::format("loss: {:8.5f}", m.loss)),
       paint("38;2;180;60;0", fmt::format("grad_norm: {:7.4f}", m.grad_norm)), fmt::format("lr: {:.3e}", m.lr),
       paint("38;2;54;234;195", fmt::format("memory: {:5.2f}GiB({:.2f}%)", mem_gib, mem_pct)),
@@ -156,14 +216,11 @@ std::string MetricsProcessor::format_line(const StepMetrics& m) const {
 void MetricsProcessor::log_validation(int64_t step, double loss, int64_t tokens) {
   const double perplexity = std::exp(loss);
   log::info("validate step {:>5}  loss {:8.4f}  perplexity {:10.3f}  tokens {}", step, loss, perplexity, tokens);
-  if (jsonl_.is_open()) {
-    const nlohmann::json record = {{"step", step},
-                                   {"validation_metrics/loss", loss},
-                                   {"validation_metrics/perplexity", perplexity},
-                                   {"validation_metrics/tokens", tokens}};
-    jsonl_ << record.dump() << '\n';
-    jsonl_.flush();
-  }
+  const nlohmann::json record = {{"step", step},
+                                 {"validation_metrics/loss", loss},
+                                 {"validation_metrics/perplexity", perplexity},
+                                 {"validation_metrics/tokens", tokens}};
+  write(jsonl_, tensorboard_.get(), step, record);
 }
 
 }  // namespace titan

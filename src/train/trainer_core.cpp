@@ -8,6 +8,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdlib>
+#include <ctime>
 #include <filesystem>
 #include <optional>
 #include <random>
@@ -23,6 +24,7 @@
 #include "titan/dist/launch_env.hpp"
 #include "titan/dist/mesh.hpp"
 #include "titan/metrics/metrics.hpp"
+#include "titan/metrics/tensorboard.hpp"
 #include "titan/nn/attention_context.hpp"
 #include "titan/nn/init.hpp"
 #include "titan/nn/loss.hpp"
@@ -41,6 +43,22 @@ namespace titan::detail {
 namespace {
 
 constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
+
+// torchtitan's TensorBoard folder, <dump>/<save_tb_folder>/<YYYYmmdd-HHMM>[/rank_<r>]: rank 0 writes, or
+// with metrics.save_for_all_ranks every rank below one timestamp (the latest clock, agreed by all ranks).
+std::filesystem::path tensorboard_folder_of(const JobConfig& config, const dist::Mesh& mesh, const at::Device& device) {
+  const MetricsConfig& metrics = config.metrics;
+  if (!metrics.enable_tensorboard) return {};
+  std::time_t start = std::time(nullptr);
+  if (metrics.save_for_all_ranks && mesh.world_size() > 1) {
+    at::Tensor t = at::full({1}, static_cast<double>(start), at::TensorOptions().dtype(at::kDouble).device(device));
+    mesh.group("world").all_reduce(t, dist::ReduceOp::kMax).wait();
+    start = static_cast<std::time_t>(t.item<double>());
+  }
+  if (!metrics.save_for_all_ranks && mesh.rank() != 0) return {};
+  return tensorboard_folder(config.job.dump_folder, metrics.save_tb_folder, start,
+                            metrics.save_for_all_ranks ? std::optional<int64_t>(mesh.rank()) : std::nullopt);
+}
 
 void check_supported_layout(const JobConfig& c) {
   const ParallelismConfig& p = c.parallelism;
@@ -173,9 +191,12 @@ void TrainerCore::attach_model(ModelHandle model) {
       .device = device_,
       .jsonl_path =
           config_.metrics.enable_jsonl && mesh_->rank() == 0 ? run_dir / "metrics.jsonl" : std::filesystem::path(),
+      .tensorboard_folder = tensorboard_folder_of(config_, *mesh_, device_),
+      .total_steps = config_.training.steps,
       .color = log::color(),
       .memory_parts = [this] { return memory_parts(); },
   });
+  if (const auto events = metrics_->tensorboard_file()) log::info("TensorBoard events in {}", events->string());
   const MemoryStats mem = memory_stats(device_);
   log::info("{}: {} parameters, {:.4g} training FLOPs/token at seq_len {}", model_.description, model_.num_params,
             static_cast<double>(model_.flops_per_token), config_.training.seq_len);

@@ -304,7 +304,7 @@ TEST_CASE("the support table: no note for working features, one per noted key", 
   parse({"--compile.enable", "--compile.enable"}, &twice);
   REQUIRE(twice.size() == 1);
   CHECK_THAT(twice[0], Contains("compile.enable = true"));
-  // TP, async TP, loss parallel, PP, FSDP/HSDP/DDP options and checkpointing work: no note.
+  // TP, async TP, loss parallel, PP, FSDP/HSDP/DDP options, checkpointing and TensorBoard work: no note.
   titan::ConfigNotes working;
   parse({"--activation_checkpoint.mode",
          "none",
@@ -326,7 +326,9 @@ TEST_CASE("the support table: no note for working features, one per noted key", 
          "2",
          "--checkpoint.enable",
          "--checkpoint.async_mode",
-         "async_with_pinned_mem"},
+         "async_with_pinned_mem",
+         "--metrics.enable_tensorboard",
+         "--metrics.save_for_all_ranks"},
         &working);
   CHECK(working.empty());
   // Layouts titan cannot build yet are noted here and stop the trainer.

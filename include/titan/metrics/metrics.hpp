@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: BSD-3-Clause
 // Training metrics the way torchtitan reports them: tokens/s per device, TFLOPs and MFU from the
 // 6N + 12*L*D*S FLOP formula, memory peaks, step/data time; printed as one fixed-field console
-// line and written as the same record to <run_dir>/metrics.jsonl.
+// line (with progress and ETA) and written as the same record to <run_dir>/metrics.jsonl and, when
+// asked, to TensorBoard event files (metrics/tensorboard.hpp).
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -11,14 +12,18 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 
 #include "titan/core/log.hpp"
 #include "titan/core/memory_tracker.hpp"
 
 namespace titan {
+
+class TensorBoardWriter;
 
 /// Peak dense FLOP/s of a device: the bf16 table for GPUs (torchtitan's, matched on the name), and
 /// for CPUs the fp32 FMA peak of the threads in use (cores * FLOP/cycle * clock), or `declared` > 0.
@@ -65,7 +70,15 @@ struct StepMetrics {
   /// This rank's memory by part since the last log (when the trainer supplies it; see
   /// MetricsProcessor::Options::memory_parts).
   std::optional<MemoryParts> parts{};
+  int64_t total_steps = 0;  ///< steps of the run (0 = unknown: no progress or ETA)
+  double eta_seconds = 0;   ///< estimated time to total_steps (see MetricsProcessor::log)
 };
+
+/// A rounded duration for the ETA: "45s", "4m05s" (under 10 minutes), "14m", "2h05m", "3d04h".
+std::string format_duration(double seconds);
+/// The console line's progress field: "step: 120/2000 · ETA 14m", the step right-aligned to the
+/// width of total_steps (at least 3); just "step: 120" when total_steps is 0 (unknown).
+std::string format_progress(int64_t step, int64_t total_steps, double eta_seconds);
 
 /// Accumulates tokens and times between logs and turns them into StepMetrics.
 class MetricsProcessor {
@@ -76,24 +89,37 @@ class MetricsProcessor {
     int64_t non_data_parallel_size = 1;  ///< cp * tp * pp: tps is per device
     at::Device device = at::kCPU;
     std::filesystem::path jsonl_path{};  ///< empty = no JSONL
-    bool color = log::color();           ///< ANSI colors (default: stdout is a terminal)
+    /// Folder for a TensorBoard event file with the same scalars as the JSONL; empty = none.
+    std::filesystem::path tensorboard_folder{};
+    /// Steps of the run, for the progress and ETA in the console line; 0 = unknown (none shown).
+    int64_t total_steps = 0;
+    bool color = log::color();  ///< ANSI colors (default: stdout is a terminal)
     /// This rank's memory by part, asked once per log (it may restart its peaks); empty = none.
     std::function<MemoryParts()> memory_parts{};
   };
   explicit MetricsProcessor(Options options);
+  ~MetricsProcessor();
+  MetricsProcessor(MetricsProcessor&&) noexcept;
+  MetricsProcessor& operator=(MetricsProcessor&&) noexcept;
 
   /// Called by the loop: tokens read this step and seconds spent waiting on the data loader.
   void add_step(int64_t tokens, double data_seconds);
-  /// Builds the record for `step` over the steps since the last log, prints and writes it.
+  /// Builds the record for `step` over the steps since the last log, prints and writes it. The ETA
+  /// is the mean step time since the first log of this process (step 1's warm-up left out), times
+  /// the steps left; at the first log, that log's mean step time.
   StepMetrics log(int64_t step, double loss, double grad_norm, double lr);
   /// Prints and writes a validation result: the token-mean loss over `tokens` and its perplexity.
   void log_validation(int64_t step, double loss, int64_t tokens);
   /// Console line for a record (fixed fields, optional ANSI colors).
   std::string format_line(const StepMetrics& m) const;
+  /// The event file, when Options::tensorboard_folder was given.
+  std::optional<std::filesystem::path> tensorboard_file() const;
 
  private:
   Options options_;
   std::ofstream jsonl_;
+  std::unique_ptr<TensorBoardWriter> tensorboard_;
+  std::optional<std::pair<int64_t, std::chrono::steady_clock::time_point>> first_log_{};  // step, time
   std::chrono::steady_clock::time_point last_log_;
   int64_t tokens_since_log_ = 0;
   int64_t steps_since_log_ = 0;
