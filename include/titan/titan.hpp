@@ -21,6 +21,7 @@
 #include "titan/layout/module_hooks.hpp"
 #include "titan/layout/sharded_param.hpp"
 #include "titan/metrics/metrics.hpp"
+#include "titan/metrics/tensorboard.hpp"
 #include "titan/models/llama3/args.hpp"
 #include "titan/models/llama3/memory_plan.hpp"
 #include "titan/models/llama3/model.hpp"
