@@ -173,7 +173,7 @@ StepMetrics MetricsProcessor::log(int64_t step, double loss, double grad_norm, d
         {"n_tokens_seen", m.tokens_seen},
     };
     if (m.parts) {
-      // Per rank, by part (docs/metrics.md): parameters, gradients and optimizer state are the tensors'
+      // Per rank, by part (docs/training.md#metrics): parameters, gradients and optimizer state are the tensors'
       // bytes; activations and communication the peaks since the last log.
       record["memory/parameters(GiB)"] = static_cast<double>(m.parts->parameters) / kGiB;
       record["memory/gradients(GiB)"] = static_cast<double>(m.parts->gradients) / kGiB;
