@@ -8,9 +8,12 @@
 #include <type_traits>
 #include <vector>
 
+#include "flight_recorder_impl.hpp"
+#include "store_impl.hpp"
 #include "titan/core/config.hpp"
 #include "titan/core/error.hpp"
 #include "titan/dist/launch_env.hpp"
+#include "titan/dist/store.hpp"
 
 namespace titan::dist {
 namespace {
@@ -150,6 +153,7 @@ Mesh Mesh::from_launch_env(const MeshShape& shape, const MeshOptions& options) {
                     env.world_size, shape, shape.world_size());
   if (env.world_size == 1) return Mesh();
   const Store store = Store::tcp(env.master_addr, env.master_port, env.rank == 0, env.world_size, options.init_timeout);
+  detail::attach_store(store.impl()->store, env.rank, env.world_size);  // flight recorder: stop requests
   return Mesh(shape, env.rank, store, options);
 }
 

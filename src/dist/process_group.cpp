@@ -6,6 +6,7 @@
 
 #include <atomic>
 
+#include "flight_recorder_impl.hpp"
 #include "store_impl.hpp"
 #include "titan/core/error.hpp"
 #include "titan/dist/store.hpp"
@@ -18,6 +19,7 @@ struct GroupImpl;
 struct WorkImpl {
   c10::intrusive_ptr<c10d::Work> work;
   std::shared_ptr<GroupImpl> group;
+  int64_t trace_id = -1;  // flight-recorder entry, -1 when the recorder is off
 };
 
 struct GroupImpl {
@@ -28,6 +30,7 @@ struct GroupImpl {
   c10::intrusive_ptr<c10d::Backend> backend;  // null for a group of one
   std::atomic<int64_t> all_gather_bytes{0}, reduce_scatter_bytes{0}, all_reduce_bytes{0}, other_bytes{0}, calls{0};
   std::atomic<int64_t> wait_ns{0};
+  std::atomic<int64_t> seq{0};  // collectives issued (flight recorder's per-group sequence number)
 };
 
 }  // namespace detail
@@ -62,8 +65,19 @@ void check_peer(int64_t peer, const char* what, int64_t rank, int64_t size, cons
                     what, group, size, peer, rank);
 }
 
-Work wrap(const std::shared_ptr<detail::GroupImpl>& g, c10::intrusive_ptr<c10d::Work> work) {
-  return Work(std::make_shared<detail::WorkImpl>(detail::WorkImpl{std::move(work), g}));
+// Issues a collective through call(), recorded by the flight recorder when it is on.
+template <class Call>
+Work issue(const std::shared_ptr<detail::GroupImpl>& g, const char* op, const at::Tensor& input, Call&& call) {
+  if (!detail::recorder_enabled()) {
+    return Work(std::make_shared<detail::WorkImpl>(detail::WorkImpl{.work = call(), .group = g, .trace_id = -1}));
+  }
+  const detail::TracedGroup traced{.name = g->name, .ranks = g->global_ranks};
+  detail::before_collective(traced, op);
+  const int64_t id = detail::record_collective(traced, ++g->seq, op, input);
+  c10::intrusive_ptr<c10d::Work> work = call();
+  detail::watch(id, work);
+  return Work(
+      std::make_shared<detail::WorkImpl>(detail::WorkImpl{.work = std::move(work), .group = g, .trace_id = id}));
 }
 
 }  // namespace
@@ -71,17 +85,20 @@ Work wrap(const std::shared_ptr<detail::GroupImpl>& g, c10::intrusive_ptr<c10d::
 void Work::wait() {
   if (!impl_) return;
   const auto start = std::chrono::steady_clock::now();
+  detail::mark_started(impl_->trace_id);
   try {
     impl_->work->wait();
+    detail::mark_completed(impl_->trace_id);
     const auto waited = std::chrono::steady_clock::now() - start;
     impl_->group->wait_ns += std::chrono::duration_cast<std::chrono::nanoseconds>(waited).count();
   } catch (const std::exception& e) {
     const std::string group = impl_->group->name;
+    const std::string recorded = detail::mark_failed(impl_->trace_id, error_message(e));
     impl_.reset();
     TITAN_CHECK(false,
                 "[titan::dist] expected the collective on group '{}' to complete, got: {}. Another rank may have "
-                "failed or timed out (comm.train_timeout_seconds); its log names the first error.",
-                group, error_message(e));
+                "failed or timed out (comm.train_timeout_seconds); its log names the first error.{}",
+                group, error_message(e), recorded);
   }
   impl_.reset();
 }
@@ -147,7 +164,7 @@ Work ProcessGroup::all_reduce(at::Tensor& tensor, ReduceOp op) const {
   std::vector<at::Tensor> tensors{tensor};
   c10d::AllreduceOptions options;
   options.reduceOp = to_c10d(op);
-  return wrap(impl_, impl_->backend->allreduce(tensors, options));
+  return issue(impl_, "all_reduce", tensor, [&] { return impl_->backend->allreduce(tensors, options); });
 }
 
 Work ProcessGroup::all_gather(at::Tensor& out, const at::Tensor& in) const {
@@ -165,7 +182,7 @@ Work ProcessGroup::all_gather(at::Tensor& out, const at::Tensor& in) const {
   ++impl_->calls;
   at::Tensor flat_out = out.view({-1});
   at::Tensor flat_in = in.view({-1});
-  return wrap(impl_, impl_->backend->_allgather_base(flat_out, flat_in));
+  return issue(impl_, "all_gather", in, [&] { return impl_->backend->_allgather_base(flat_out, flat_in); });
 }
 
 Work ProcessGroup::reduce_scatter(at::Tensor& out, const at::Tensor& in, ReduceOp op) const {
@@ -188,7 +205,8 @@ Work ProcessGroup::reduce_scatter(at::Tensor& out, const at::Tensor& in, ReduceO
   at::Tensor flat_out = out.view({-1});
   c10d::ReduceScatterOptions options;
   options.reduceOp = c10d::ReduceOp::SUM;
-  return wrap(impl_, impl_->backend->_reduce_scatter_base(flat_out, flat_in, options));
+  return issue(impl_, "reduce_scatter", in,
+               [&] { return impl_->backend->_reduce_scatter_base(flat_out, flat_in, options); });
 }
 
 Work ProcessGroup::all_to_all(at::Tensor& out, const at::Tensor& in) const {
@@ -205,7 +223,8 @@ Work ProcessGroup::all_to_all(at::Tensor& out, const at::Tensor& in) const {
   impl_->other_bytes += (impl_->size - 1) * nbytes(in) / impl_->size;
   ++impl_->calls;
   std::vector<int64_t> even_split;
-  return wrap(impl_, impl_->backend->alltoall_base(out, contiguous_in, even_split, even_split));
+  return issue(impl_, "all_to_all", in,
+               [&] { return impl_->backend->alltoall_base(out, contiguous_in, even_split, even_split); });
 }
 
 Work ProcessGroup::broadcast(at::Tensor& tensor, int64_t root) const {
@@ -216,7 +235,7 @@ Work ProcessGroup::broadcast(at::Tensor& tensor, int64_t root) const {
   std::vector<at::Tensor> tensors{tensor};
   c10d::BroadcastOptions options;
   options.rootRank = root;
-  return wrap(impl_, impl_->backend->broadcast(tensors, options));
+  return issue(impl_, "broadcast", tensor, [&] { return impl_->backend->broadcast(tensors, options); });
 }
 
 Work ProcessGroup::send(const at::Tensor& tensor, int64_t dst, int64_t tag) const {
@@ -225,7 +244,8 @@ Work ProcessGroup::send(const at::Tensor& tensor, int64_t dst, int64_t tag) cons
   impl_->other_bytes += nbytes(tensor);
   ++impl_->calls;
   std::vector<at::Tensor> tensors{tensor};
-  return wrap(impl_, impl_->backend->send(tensors, static_cast<int>(dst), static_cast<int>(tag)));
+  return issue(impl_, "send", tensor,
+               [&] { return impl_->backend->send(tensors, static_cast<int>(dst), static_cast<int>(tag)); });
 }
 
 Work ProcessGroup::recv(at::Tensor& tensor, int64_t src, int64_t tag) const {
@@ -233,12 +253,13 @@ Work ProcessGroup::recv(at::Tensor& tensor, int64_t src, int64_t tag) const {
   check_contiguous(tensor, "recv", impl_->name);
   ++impl_->calls;
   std::vector<at::Tensor> tensors{tensor};
-  return wrap(impl_, impl_->backend->recv(tensors, static_cast<int>(src), static_cast<int>(tag)));
+  return issue(impl_, "recv", tensor,
+               [&] { return impl_->backend->recv(tensors, static_cast<int>(src), static_cast<int>(tag)); });
 }
 
 void ProcessGroup::barrier() const {
   if (!impl_->backend) return;
-  wrap(impl_, impl_->backend->barrier()).wait();
+  issue(impl_, "barrier", at::Tensor(), [&] { return impl_->backend->barrier(); }).wait();
 }
 
 CommStats ProcessGroup::stats() const {

@@ -21,6 +21,7 @@
 #include "titan/core/memory_tracker.hpp"
 #include "titan/data/dataloader.hpp"
 #include "titan/data/tokenizer.hpp"
+#include "titan/dist/flight_recorder.hpp"
 #include "titan/dist/launch_env.hpp"
 #include "titan/dist/mesh.hpp"
 #include "titan/metrics/metrics.hpp"
@@ -107,6 +108,12 @@ TrainerCore::TrainerCore(JobConfig config, int64_t model_vocab_size) : config_(s
   device_ = pick_device(env.local_rank);
   // c10d's flight recorder (comm.trace_buf_size entries; torchtitan sets the same variable).
   if (env.world_size > 1) setenv("TORCH_FR_BUFFER_SIZE", std::to_string(config_.comm.trace_buf_size).c_str(), 0);
+  // titan's own flight recorder and watchdog over every collective (docs/observability.md).
+  dist::enable_flight_recorder(
+      {.buffer_size = env.world_size > 1 ? config_.comm.trace_buf_size : 0,
+       .timeout = std::chrono::seconds(config_.comm.train_timeout_seconds),
+       .folder = std::filesystem::path(config_.job.dump_folder) / config_.comm.save_traces_folder,
+       .file_prefix = config_.comm.save_traces_file_prefix});
   mesh_ = std::make_unique<dist::Mesh>(
       dist::Mesh::from_launch_env(shape, {.backend = device_.is_cuda() ? "nccl" : "gloo",
                                           .init_timeout = std::chrono::seconds(config_.comm.init_timeout_seconds),

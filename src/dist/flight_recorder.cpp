@@ -1,0 +1,538 @@
+// SPDX-License-Identifier: BSD-3-Clause
+// The flight recorder's ring, its JSON dumps, the mismatch finder titan-trace prints, and the process's
+// recorder: the hooks ProcessGroup calls and the watchdog thread that times collectives and polls the
+// store for another rank's stop request.
+#include "titan/dist/flight_recorder.hpp"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <algorithm>
+#include <atomic>
+#include <condition_variable>
+#include <cstdlib>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <thread>
+
+#include "flight_recorder_impl.hpp"
+#include "titan/core/error.hpp"
+#include "titan/core/log.hpp"
+
+namespace titan::dist {
+
+std::string_view to_string(TraceState state) {
+  switch (state) {
+    case TraceState::kScheduled:
+      return "scheduled";
+    case TraceState::kStarted:
+      return "started";
+    case TraceState::kCompleted:
+      return "completed";
+    default:
+      return "failed";
+  }
+}
+
+namespace {
+
+int64_t now_us() {
+  return std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+TraceState state_from(const std::string& name) {
+  for (TraceState s : {TraceState::kScheduled, TraceState::kStarted, TraceState::kCompleted, TraceState::kFailed}) {
+    if (to_string(s) == name) return s;
+  }
+  TITAN_CHECK_VALUE(
+      false, "[titan::dist::read_trace] expected a state (scheduled, started, completed, failed), got '{}'.", name);
+  return TraceState::kFailed;
+}
+
+}  // namespace
+
+FlightRecorder::FlightRecorder(int64_t capacity) {
+  TITAN_CHECK_VALUE(capacity > 0, "[titan::dist::FlightRecorder] expected a capacity > 0, got {}.", capacity);
+  ring_.resize(static_cast<size_t>(capacity));
+}
+
+int64_t FlightRecorder::record(TraceEntry entry) {
+  std::lock_guard lock(mutex_);
+  entry.id = next_id_++;
+  ring_[static_cast<size_t>(entry.id % capacity())] = std::move(entry);
+  return next_id_ - 1;
+}
+
+void FlightRecorder::update(int64_t id, TraceState state) {
+  std::lock_guard lock(mutex_);
+  if (id < 0 || id >= next_id_ || id < next_id_ - capacity()) return;  // overwritten
+  TraceEntry& e = ring_[static_cast<size_t>(id % capacity())];
+  if (state == TraceState::kStarted) {
+    if (e.state != TraceState::kScheduled) return;  // completion raced ahead of the waiter
+    e.started_us = now_us();
+  } else {
+    if (e.state == TraceState::kCompleted || e.state == TraceState::kFailed) return;
+    e.completed_us = now_us();
+  }
+  e.state = state;
+}
+
+std::optional<TraceEntry> FlightRecorder::find(int64_t id) const {
+  std::lock_guard lock(mutex_);
+  if (id < 0 || id >= next_id_ || id < next_id_ - capacity()) return std::nullopt;
+  return ring_[static_cast<size_t>(id % capacity())];
+}
+
+std::vector<TraceEntry> FlightRecorder::entries() const {
+  std::lock_guard lock(mutex_);
+  std::vector<TraceEntry> out;
+  for (int64_t id = std::max<int64_t>(0, next_id_ - capacity()); id < next_id_; ++id)
+    out.push_back(ring_[static_cast<size_t>(id % capacity())]);
+  return out;
+}
+
+// ---------------------------------------------------------------------------------------------------
+// Dumps
+
+void write_trace(const RankTrace& trace, const std::filesystem::path& file) {
+  nlohmann::json entries = nlohmann::json::array();
+  for (const TraceEntry& e : trace.entries) {
+    entries.push_back({{"id", e.id},
+                       {"seq", e.seq},
+                       {"group", e.group},
+                       {"ranks", e.ranks},
+                       {"op", e.op},
+                       {"sizes", e.sizes},
+                       {"dtype", e.dtype},
+                       {"state", std::string(to_string(e.state))},
+                       {"scheduled_us", e.scheduled_us},
+                       {"started_us", e.started_us},
+                       {"completed_us", e.completed_us}});
+  }
+  const nlohmann::json doc = {{"format", "titan-flight-recorder-1"},
+                              {"rank", trace.rank},
+                              {"world_size", trace.world_size},
+                              {"reason", trace.reason},
+                              {"entries", entries}};
+  if (file.has_parent_path()) std::filesystem::create_directories(file.parent_path());
+  const std::filesystem::path tmp = file.string() + ".tmp";
+  {
+    std::ofstream out(tmp);
+    out << doc.dump(1) << "\n";
+    TITAN_CHECK(out.good(), "[titan::dist::write_trace] expected to write {}, got a write error.", tmp.string());
+  }
+  std::filesystem::rename(tmp, file);
+}
+
+RankTrace read_trace(const std::filesystem::path& file) {
+  std::ifstream in(file);
+  TITAN_CHECK_VALUE(in.good(), "[titan::dist::read_trace] expected a readable file, got {}.", file.string());
+  nlohmann::json doc;
+  try {
+    doc = nlohmann::json::parse(in);
+  } catch (const std::exception& e) {
+    TITAN_CHECK_VALUE(false, "[titan::dist::read_trace] expected JSON in {}, got: {}", file.string(), e.what());
+  }
+  RankTrace trace{.rank = doc.at("rank").get<int64_t>(),
+                  .world_size = doc.at("world_size").get<int64_t>(),
+                  .reason = doc.at("reason").get<std::string>(),
+                  .entries = {}};
+  for (const auto& j : doc.at("entries")) {
+    trace.entries.push_back(TraceEntry{.id = j.at("id").get<int64_t>(),
+                                       .seq = j.at("seq").get<int64_t>(),
+                                       .group = j.at("group").get<std::string>(),
+                                       .ranks = j.at("ranks").get<std::vector<int64_t>>(),
+                                       .op = j.at("op").get<std::string>(),
+                                       .sizes = j.at("sizes").get<std::vector<int64_t>>(),
+                                       .dtype = j.at("dtype").get<std::string>(),
+                                       .state = state_from(j.at("state").get<std::string>()),
+                                       .scheduled_us = j.at("scheduled_us").get<int64_t>(),
+                                       .started_us = j.at("started_us").get<int64_t>(),
+                                       .completed_us = j.at("completed_us").get<int64_t>()});
+  }
+  return trace;
+}
+
+std::vector<RankTrace> read_traces(const std::filesystem::path& folder) {
+  TITAN_CHECK_VALUE(std::filesystem::is_directory(folder),
+                    "[titan::dist::read_traces] expected a folder of flight-recorder dumps, got '{}'.",
+                    folder.string());
+  std::vector<RankTrace> out;
+  for (const auto& item : std::filesystem::directory_iterator(folder)) {
+    if (item.path().extension() == ".json") out.push_back(read_trace(item.path()));
+  }
+  std::sort(out.begin(), out.end(), [](const RankTrace& a, const RankTrace& b) { return a.rank < b.rank; });
+  return out;
+}
+
+// ---------------------------------------------------------------------------------------------------
+// Mismatch finder
+
+namespace {
+
+std::string describe(const TraceEntry& e) {
+  const bool done = e.state == TraceState::kCompleted;
+  return fmt::format("{} [{}] {} ({}{})", e.op, fmt::join(e.sizes, ", "), e.dtype, to_string(e.state),
+                     done ? "" : ", not completed");
+}
+
+bool same_call(const TraceEntry& a, const TraceEntry& b) {
+  return a.op == b.op && a.sizes == b.sizes && a.dtype == b.dtype;
+}
+
+struct Finding {
+  int64_t started_us = 0;  // when the disagreement began
+  std::string text{};
+};
+
+// The first seq where the members of one group disagree.
+std::optional<Finding> first_in_group(const std::string& group, const std::vector<int64_t>& ranks,
+                                      const std::map<int64_t, std::map<int64_t, const TraceEntry*>>& by_rank) {
+  int64_t lo = 1, hi = 0;
+  for (const auto& [rank, seqs] : by_rank) {
+    if (seqs.empty()) continue;
+    lo = std::max(lo, seqs.begin()->first);  // older entries may be overwritten on some rank
+    hi = std::max(hi, seqs.rbegin()->first);
+  }
+  const std::string where = fmt::format("group '{}' (ranks {})", group, fmt::join(ranks, ","));
+  for (int64_t seq = lo; seq <= hi; ++seq) {
+    std::vector<std::pair<int64_t, const TraceEntry*>> at;
+    std::vector<int64_t> missing;
+    for (const auto& [rank, seqs] : by_rank) {
+      if (auto it = seqs.find(seq); it != seqs.end()) {
+        at.emplace_back(rank, it->second);
+      } else {
+        missing.push_back(rank);
+      }
+    }
+    int64_t first_us = INT64_MAX;
+    for (const auto& [rank, e] : at) first_us = std::min(first_us, e->scheduled_us);
+    std::vector<std::string> parts;
+    if (!missing.empty()) {
+      for (const auto& [rank, e] : at)
+        parts.push_back(fmt::format("rank {} is at seq {}: {}", rank, seq, describe(*e)));
+      for (int64_t rank : missing) {
+        const auto& seqs = by_rank.at(rank);
+        auto last = seqs.lower_bound(seq);
+        if (last == seqs.begin()) {
+          parts.push_back(
+              fmt::format("rank {} never issued seq {} (nothing earlier on this group in its dump)", rank, seq));
+        } else {
+          --last;
+          parts.push_back(fmt::format("rank {} is at seq {}: {} and never issued seq {}", rank, last->first,
+                                      describe(*last->second), seq));
+        }
+      }
+      return Finding{first_us, fmt::format("{} parts at seq {}: {}", where, seq, fmt::join(parts, "; "))};
+    }
+    const TraceEntry& ref = *at.front().second;
+    bool differ = false;
+    for (const auto& [rank, e] : at) differ = differ || !same_call(ref, *e);
+    if (differ) {
+      for (const auto& [rank, e] : at) parts.push_back(fmt::format("rank {} runs {}", rank, describe(*e)));
+      return Finding{first_us, fmt::format("{} disagrees at seq {}: {}", where, seq, fmt::join(parts, "; "))};
+    }
+    std::vector<int64_t> stuck;
+    for (const auto& [rank, e] : at) {
+      if (e->state != TraceState::kCompleted) stuck.push_back(rank);
+    }
+    if (!stuck.empty()) {
+      for (const auto& [rank, e] : at) parts.push_back(fmt::format("rank {} {}", rank, to_string(e->state)));
+      return Finding{first_us,
+                     fmt::format("{} seq {}: every rank issued {} [{}] {}, but it did not complete on rank(s) "
+                                 "{} ({})",
+                                 where, seq, ref.op, fmt::join(ref.sizes, ", "), ref.dtype, fmt::join(stuck, ","),
+                                 fmt::join(parts, ", "))};
+    }
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
+std::optional<std::string> find_first_mismatch(const std::vector<RankTrace>& traces) {
+  std::map<int64_t, const RankTrace*> dumped;
+  for (const RankTrace& t : traces) dumped[t.rank] = &t;
+  // group -> its ranks, and -> member rank with a dump -> seq -> entry
+  std::map<std::string, std::vector<int64_t>> group_ranks;
+  std::map<std::string, std::map<int64_t, std::map<int64_t, const TraceEntry*>>> groups;
+  for (const RankTrace& t : traces) {
+    for (const TraceEntry& e : t.entries) {
+      group_ranks.emplace(e.group, e.ranks);
+      groups[e.group][t.rank][e.seq] = &e;
+    }
+  }
+  std::optional<Finding> first;
+  for (const auto& [group, ranks] : group_ranks) {
+    auto& by_rank = groups[group];
+    for (int64_t r : ranks) {
+      if (dumped.contains(r)) by_rank[r];  // a member with a dump but no entry on this group issued nothing
+    }
+    const auto found = first_in_group(group, ranks, by_rank);
+    if (found && (!first || found->started_us < first->started_us)) first = found;
+  }
+  if (!first) return std::nullopt;
+  return first->text;
+}
+
+// ---------------------------------------------------------------------------------------------------
+// The process's recorder and its watchdog
+
+namespace {
+
+constexpr const char* kStopKey = "titan/flight_recorder/stop";
+constexpr const char* kDumpedKey = "titan/flight_recorder/dumped";
+
+struct Pending {
+  c10::intrusive_ptr<c10d::Work> work{};
+  std::chrono::steady_clock::time_point scheduled{};
+};
+
+struct Process {
+  FlightRecorderOptions options{};
+  std::unique_ptr<FlightRecorder> ring{};
+  int64_t rank = 0;
+  int64_t world_size = 1;
+  int64_t skip_rank = -1;  // TITAN_TEST_SKIP_COLLECTIVE
+  int64_t skip_n = 0;
+  std::atomic<int64_t> issued{0};
+
+  std::mutex mutex{};  // guards pending and store
+  std::map<int64_t, Pending> pending{};
+  c10::intrusive_ptr<c10d::Store> store{};
+
+  std::mutex stop_mutex{};  // guards reason
+  std::condition_variable stop_cv{};
+  std::string reason{};
+  std::atomic<bool> stopped{false};
+  std::once_flag dump_once{};
+
+  std::atomic<bool> quit{false};
+  std::thread watchdog{};
+
+  ~Process() {
+    quit = true;
+    if (watchdog.joinable()) watchdog.join();
+  }
+};
+
+std::unique_ptr<Process>& process_owner() {
+  static std::unique_ptr<Process> process;
+  return process;
+}
+std::atomic<Process*> g_process{nullptr};
+
+std::string trace_file(const Process& p) {
+  return (p.options.folder / fmt::format("{}{}.json", p.options.file_prefix, p.rank)).string();
+}
+
+std::string label(const Process& p, int64_t id) {
+  const auto e = p.ring->find(id);
+  if (!e) return fmt::format("collective #{}", id + 1);
+  return fmt::format("{} [{}] {} (seq {} on group '{}', ranks {})", e->op, fmt::join(e->sizes, ", "), e->dtype, e->seq,
+                     e->group, fmt::join(e->ranks, ","));
+}
+
+// Dumps this rank's ring once. The rank that detected the failure (local) first tells the others
+// through the store and then waits (a few seconds at most) until they dumped too: rank 0 serves the
+// store, so it must not leave before the others read the request.
+void stop_run(Process& p, const std::string& reason, bool local) {
+  std::call_once(p.dump_once, [&] {
+    {
+      std::lock_guard lock(p.stop_mutex);
+      p.reason = reason;
+    }
+    c10::intrusive_ptr<c10d::Store> store;
+    {
+      std::lock_guard lock(p.mutex);
+      store = p.store;
+    }
+    if (local && store) {
+      try {
+        store->set(kStopKey, std::vector<uint8_t>(reason.begin(), reason.end()));
+      } catch (const std::exception& e) {
+        log::error("flight recorder: could not ask the other ranks to dump: {}", error_message(e));
+      }
+    }
+    try {
+      write_trace({.rank = p.rank, .world_size = p.world_size, .reason = reason, .entries = p.ring->entries()},
+                  trace_file(p));
+      log::error("flight recorder: rank {} dumped {} collectives to {} ({})", p.rank, p.ring->entries().size(),
+                 trace_file(p), reason);
+    } catch (const std::exception& e) {
+      log::error("flight recorder: rank {} could not write {}: {}", p.rank, trace_file(p), error_message(e));
+    }
+    if (store) {
+      try {
+        store->add(kDumpedKey, 1);
+        const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+        while (local && store->add(kDumpedKey, 0) < p.world_size && std::chrono::steady_clock::now() < deadline)
+          std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      } catch (const std::exception&) {
+        // the store's server (rank 0) is gone: nobody left to wait for
+      }
+    }
+    p.stopped = true;
+    p.stop_cv.notify_all();
+  });
+}
+
+std::string stop_reason(Process& p) {
+  std::lock_guard lock(p.stop_mutex);
+  return p.reason;
+}
+
+void watchdog_loop(Process* p) {
+  auto last_poll = std::chrono::steady_clock::now();
+  while (!p->quit) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    if (p->stopped) continue;
+    const auto now = std::chrono::steady_clock::now();
+    std::vector<std::pair<int64_t, Pending>> pending;
+    c10::intrusive_ptr<c10d::Store> store;
+    {
+      std::lock_guard lock(p->mutex);
+      pending.assign(p->pending.begin(), p->pending.end());
+      store = p->store;
+    }
+    for (const auto& [id, item] : pending) {
+      if (item.work->isCompleted()) {
+        p->ring->update(id, item.work->exception() ? TraceState::kFailed : TraceState::kCompleted);
+        std::lock_guard lock(p->mutex);
+        p->pending.erase(id);
+      } else if (now - item.scheduled > p->options.timeout) {
+        const auto seconds = std::chrono::duration_cast<std::chrono::seconds>(p->options.timeout).count();
+        stop_run(*p,
+                 fmt::format("rank {} timed out after {} s (comm.train_timeout_seconds) in {}", p->rank, seconds,
+                             label(*p, id)),
+                 true);
+        break;
+      }
+    }
+    if (store && !p->stopped && now - last_poll > std::chrono::milliseconds(500)) {
+      last_poll = now;
+      try {
+        if (store->check({kStopKey})) {
+          const std::vector<uint8_t> value = store->get(kStopKey);
+          stop_run(*p, std::string(value.begin(), value.end()), false);
+        }
+      } catch (const std::exception&) {
+        // the store's server is gone: this rank's own collectives fail on their own
+      }
+    }
+  }
+}
+
+Process* process() { return g_process.load(std::memory_order_acquire); }
+
+}  // namespace
+
+void enable_flight_recorder(const FlightRecorderOptions& options) {
+  g_process.store(nullptr, std::memory_order_release);
+  process_owner().reset();  // joins the previous watchdog
+  if (options.buffer_size <= 0) return;
+  auto p = std::make_unique<Process>();
+  p->options = options;
+  p->ring = std::make_unique<FlightRecorder>(options.buffer_size);
+  if (const char* rank = std::getenv("RANK")) p->rank = std::atoll(rank);
+  if (const char* world = std::getenv("WORLD_SIZE")) p->world_size = std::atoll(world);
+  if (const char* skip = std::getenv("TITAN_TEST_SKIP_COLLECTIVE")) {
+    const std::string s(skip);
+    const auto colon = s.find(':');
+    TITAN_CHECK_VALUE(colon != std::string::npos,
+                      "[titan::dist] expected TITAN_TEST_SKIP_COLLECTIVE=<rank>:<n>, got '{}'.", s);
+    p->skip_rank = std::stoll(s.substr(0, colon));
+    p->skip_n = std::stoll(s.substr(colon + 1));
+  }
+  p->watchdog = std::thread(watchdog_loop, p.get());
+  g_process.store(p.get(), std::memory_order_release);
+  process_owner() = std::move(p);
+}
+
+namespace detail {
+
+bool recorder_enabled() { return process() != nullptr; }
+
+void before_collective(const TracedGroup& group, const char* op) {
+  Process& p = *process();
+  TITAN_CHECK(!p.stopped,
+              "[titan::dist] expected no collective after the flight recorder stopped the run, got {} on group "
+              "'{}'. Stopped because: {}. Traces: {}",
+              op, group.name, stop_reason(p), p.options.folder.string());
+  const int64_t n = ++p.issued;
+  if (p.rank != p.skip_rank || n != p.skip_n) return;
+  log::error("TITAN_TEST_SKIP_COLLECTIVE: rank {} skips its collective #{} ({} on group '{}') and waits", p.rank, n, op,
+             group.name);
+  std::unique_lock lock(p.stop_mutex);
+  p.stop_cv.wait_for(lock, 10 * p.options.timeout, [&] { return p.stopped.load(); });
+  TITAN_CHECK(false,
+              "[titan::dist] rank {} stopped at its collective #{} ({} on group '{}', skipped by "
+              "TITAN_TEST_SKIP_COLLECTIVE): {}. Traces: {}; run titan-trace on that folder.",
+              p.rank, n, op, group.name, p.reason.empty() ? "no other rank stopped the run" : p.reason,
+              p.options.folder.string());
+}
+
+int64_t record_collective(const TracedGroup& group, int64_t seq, const char* op, const at::Tensor& input) {
+  Process& p = *process();
+  TraceEntry entry{.id = 0,
+                   .seq = seq,
+                   .group = group.name,
+                   .ranks = group.ranks,
+                   .op = op,
+                   .sizes = input.defined() ? input.sizes().vec() : std::vector<int64_t>{},
+                   .dtype = input.defined() ? std::string(c10::toString(input.scalar_type())) : std::string(),
+                   .state = TraceState::kScheduled,
+                   .scheduled_us = now_us(),
+                   .started_us = 0,
+                   .completed_us = 0};
+  return p.ring->record(std::move(entry));
+}
+
+void watch(int64_t id, const c10::intrusive_ptr<c10d::Work>& work) {
+  Process* p = process();
+  if (!p || id < 0) return;
+  std::lock_guard lock(p->mutex);
+  p->pending[id] = Pending{.work = work, .scheduled = std::chrono::steady_clock::now()};
+}
+
+void mark_started(int64_t id) {
+  if (Process* p = process(); p && id >= 0) p->ring->update(id, TraceState::kStarted);
+}
+
+void mark_completed(int64_t id) {
+  Process* p = process();
+  if (!p || id < 0) return;
+  p->ring->update(id, TraceState::kCompleted);
+  std::lock_guard lock(p->mutex);
+  p->pending.erase(id);
+}
+
+std::string mark_failed(int64_t id, const std::string& what) {
+  Process* p = process();
+  if (!p || id < 0) return "";
+  p->ring->update(id, TraceState::kFailed);
+  {
+    std::lock_guard lock(p->mutex);
+    p->pending.erase(id);
+  }
+  stop_run(*p, fmt::format("rank {} failed in {}: {}", p->rank, label(*p, id), what), true);
+  return fmt::format(
+      " Rank {} is stuck in {}; the run was stopped because: {}. Every rank dumped its flight recorder "
+      "to {}: run titan-trace on that folder to see where the ranks parted.",
+      p->rank, label(*p, id), stop_reason(*p), p->options.folder.string());
+}
+
+void attach_store(const c10::intrusive_ptr<c10d::Store>& store, int64_t rank, int64_t world_size) {
+  Process* p = process();
+  if (!p) return;
+  std::lock_guard lock(p->mutex);
+  p->store = store;
+  p->rank = rank;
+  p->world_size = world_size;
+}
+
+}  // namespace detail
+}  // namespace titan::dist
