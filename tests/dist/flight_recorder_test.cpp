@@ -2,14 +2,19 @@
 // The flight recorder: its ring buffer, dumps that read back, the mismatch finder on hand-made traces,
 // and the hang acceptance run: under titan-run one rank skips a collective (TITAN_TEST_SKIP_COLLECTIVE),
 // every rank exits within comm.train_timeout_seconds + 10 s with an error naming the collective, every
-// rank dumped its ring, and titan-trace names the rank that never issued it.
+// rank dumped its ring, and titan-trace names the rank that never issued it. The watchdog itself is
+// tested with ranks as threads.
 #include <fmt/format.h>
 
 #include <chrono>
 #include <regex>
+#include <thread>
 
 #include "dist/launch_test_util.hpp"
+#include "titan/core/error.hpp"
 #include "titan/dist/flight_recorder.hpp"
+#include "titan/dist/local_ranks.hpp"
+#include "titan/dist/process_group.hpp"
 
 namespace fs = std::filesystem;
 using titan::dist::FlightRecorder;
@@ -108,6 +113,41 @@ TEST_CASE("find_first_mismatch names different collectives at one seq and stuck 
   found = titan::dist::find_first_mismatch({r2, r1});
   REQUIRE(found.has_value());
   CHECK_THAT(*found, Catch::Contains("group 'pp'"));
+}
+
+TEST_CASE("The watchdog dumps a late collective and stops the rank's collectives", "[dist][flight_recorder]") {
+  TempDir dir;
+  // The watchdog (1 s) fires well before Gloo's own timeout (5 s). RANK is unset: the process is rank 0.
+  titan::dist::enable_flight_recorder(
+      {.buffer_size = 8, .timeout = std::chrono::seconds(1), .folder = dir.path, .file_prefix = "rank_"});
+  const fs::path dump = dir.path / "rank_0.json";
+  std::string stuck, stopped;
+  titan::dist::run_local_ranks(2, [&](int64_t rank, const titan::dist::Store& store) {
+    const auto g = titan::dist::ProcessGroup::create(
+        "g", store, rank, 2, {0, 1}, {.init_timeout = std::chrono::seconds(60), .timeout = std::chrono::seconds(5)});
+    at::Tensor x = at::ones({4});
+    try {
+      if (rank == 1) {  // late: issues nothing until the dump exists, and then may not
+        for (int i = 0; i < 600 && !fs::exists(dump); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+        g.all_reduce(x).wait();
+      } else {
+        g.all_reduce(x).wait();
+      }
+    } catch (const std::exception& e) {
+      (rank == 0 ? stuck : stopped) = titan::error_message(e);
+    }
+  });
+  titan::dist::enable_flight_recorder({});  // off again for the other tests
+  CHECK_THAT(stuck, Catch::Contains("Rank 0 is stuck in all_reduce [4] Float (seq 1 on group 'g', ranks 0,1)"));
+  CHECK_THAT(stuck, Catch::Contains("rank 0 timed out after 1 s (comm.train_timeout_seconds) in all_reduce"));
+  CHECK_THAT(stopped,
+             Catch::Contains("expected no collective after the flight recorder stopped the run, got all_reduce"));
+  REQUIRE(fs::exists(dump));
+  const RankTrace trace = titan::dist::read_trace(dump);
+  CHECK_THAT(trace.reason, Catch::Contains("timed out after 1 s"));
+  REQUIRE(trace.entries.size() == 1);
+  CHECK(trace.entries[0].op == "all_reduce");
+  CHECK(trace.entries[0].state == TraceState::kStarted);
 }
 
 TEST_CASE("Hang: a rank that skips a collective stops every rank with dumps titan-trace reads",
