@@ -336,9 +336,10 @@ std::string label(const Process& p, int64_t id) {
                      e->group, fmt::join(e->ranks, ","));
 }
 
-// Dumps this rank's ring once. The rank that detected the failure (local) first tells the others
-// through the store and then waits (a few seconds at most) until they dumped too: rank 0 serves the
-// store, so it must not leave before the others read the request.
+// Dumps this rank's ring once. The rank that detected the failure (local) then tells the others
+// through the store (after its own dump: the launcher stops every rank once one exits) and waits (a
+// few seconds at most) until they dumped too: rank 0 serves the store, so it must not leave before the
+// others read the request.
 void stop_run(Process& p, const std::string& reason, bool local) {
   std::call_once(p.dump_once, [&] {
     {
@@ -350,13 +351,6 @@ void stop_run(Process& p, const std::string& reason, bool local) {
       std::lock_guard lock(p.mutex);
       store = p.store;
     }
-    if (local && store) {
-      try {
-        store->set(kStopKey, std::vector<uint8_t>(reason.begin(), reason.end()));
-      } catch (const std::exception& e) {
-        log::error("flight recorder: could not ask the other ranks to dump: {}", error_message(e));
-      }
-    }
     try {
       write_trace({.rank = p.rank, .world_size = p.world_size, .reason = reason, .entries = p.ring->entries()},
                   trace_file(p));
@@ -364,6 +358,13 @@ void stop_run(Process& p, const std::string& reason, bool local) {
                  trace_file(p), reason);
     } catch (const std::exception& e) {
       log::error("flight recorder: rank {} could not write {}: {}", p.rank, trace_file(p), error_message(e));
+    }
+    if (local && store) {
+      try {
+        store->set(kStopKey, std::vector<uint8_t>(reason.begin(), reason.end()));
+      } catch (const std::exception& e) {
+        log::error("flight recorder: could not ask the other ranks to dump: {}", error_message(e));
+      }
     }
     if (store) {
       try {
