@@ -136,7 +136,7 @@ int main(int argc, char** argv) {
       const auto t0 = std::chrono::steady_clock::now();
       optimizer.zero_grad();
       const ForwardBackwardResult fb =
-          forward_backward(forward, {{input, labels}}, device, global_tokens, /*cuda_bf16_autocast=*/device.is_cuda());
+          forward_backward(forward, {{input, labels}}, device, global_tokens, /*bf16_autocast=*/device.is_cuda());
       clip_grad_norm_(params, 1.0, mesh.get());
       optimizer.step(1e-4);
       // NOTE: the step is asynchronous on CUDA; reading one element waits for the optimizer's kernels.

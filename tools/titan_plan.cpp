@@ -128,9 +128,10 @@ int main(int argc, char** argv) {
     const auto model = titan::llama3::Llama3::build(config);  // meta device: shapes only
     fmt::print("model         llama3 {} ({} parameters), seq_len {}, local batch {}, {}\n", config.model.flavor,
                model->num_params(), config.training.seq_len, config.training.local_batch_size,
-               flags.plan.gpu ? fmt::format("GPU run ({} mixed precision)",
-                                            titan::choice_name(config.training.mixed_precision_param))
-                              : std::string("CPU run (training.dtype compute)"));
+               flags.plan.gpu
+                   ? fmt::format("GPU run ({} mixed precision)",
+                                 titan::choice_name(titan::mixed_precision_param(config.training, /*cuda=*/true)))
+                   : std::string("CPU run (training.dtype compute)"));
     fmt::print("step time at {:.0f}% MFU of {:.4g} FLOP/s ({})\n", 100 * flags.plan.mfu, flags.plan.peak_flops,
                flags.device);
     if (flags.do_search) {

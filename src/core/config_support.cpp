@@ -17,7 +17,12 @@ namespace {
 
 constexpr std::string_view kNeedsLayout =
     "is not supported yet (titan has FSDP/HSDP/DDP, TP, PP and CP so far); the trainer stops";
-constexpr std::string_view kNoFloat8 = "float8 training is not supported yet: ignored";
+
+// model.converters other than float8 (which works).
+bool has_unsupported_converter(const json& v) {
+  return std::any_of(v.begin(), v.end(),
+                     [](const json& name) { return !is_float8_converter(name.get<std::string>()); });
+}
 
 struct Unsupported {
   std::string_view key;
@@ -26,7 +31,6 @@ struct Unsupported {
 };
 
 bool is_true(const json& v) { return v.is_boolean() && v.get<bool>(); }
-bool is_set(const json& v) { return !v.is_null(); }
 bool is_non_empty(const json& v) { return v.is_string() ? !v.get<std::string>().empty() : !v.empty(); }
 bool above_one(const json& v) { return v.is_number_integer() && v.get<int64_t>() > 1; }
 auto not_equal(std::string expected) {
@@ -40,7 +44,8 @@ const std::vector<Unsupported>& unsupported_table() {
       {"profiling.enable_profiling", is_true, "profiling is not supported yet: ignored"},
       {"profiling.enable_memory_snapshot", is_true, "memory snapshots are not supported yet: ignored"},
       {"metrics.enable_wandb", is_true, "Weights & Biases has no C++ client: ignored"},
-      {"model.converters", is_non_empty, "model converters (float8, mx) are not supported yet: ignored"},
+      {"model.converters", has_unsupported_converter,
+       "only the float8 converter is supported so far (mx and grouped-mm converters are not): those are ignored"},
       {"optimizer.early_step_in_backward", is_true,
        "stepping inside backward is not supported yet: the optimizer steps after backward"},
       {"training.enable_cpu_offload", is_true,
@@ -51,10 +56,13 @@ const std::vector<Unsupported>& unsupported_table() {
       {"parallelism.expert_tensor_parallel_degree", above_one, kNeedsLayout},
       {"checkpoint.initial_load_in_hf_quantized", is_true, "quantized HF checkpoints are not supported yet: ignored"},
       {"compile.enable", is_true, "titan has no graph compiler yet: ignored"},
-      {"float8.enable_fsdp_float8_all_gather", is_true, kNoFloat8},
-      {"float8.precompute_float8_dynamic_scale_for_fsdp", is_true, kNoFloat8},
-      {"float8.recipe_name", is_set, kNoFloat8},
-      {"float8.emulate", is_true, kNoFloat8},
+      {"float8.enable_fsdp_float8_all_gather", is_true,
+       "float8 all-gather is not supported yet: FSDP gathers in training.mixed_precision_param and the gathered "
+       "weight is cast to float8 after (the same float8 values, tensorwise scales come from the whole weight); "
+       "only the communication stays high precision"},
+      {"float8.precompute_float8_dynamic_scale_for_fsdp", is_true,
+       "precomputed float8 scales are not supported yet (they serve the float8 all-gather): each forward computes "
+       "the weight's scale from the gathered weight"},
       {"comm.mode", not_equal("default"), "only real collectives so far (no fake_backend or local_tensor): ignored"},
       {"debug.moe_force_load_balance", is_true, "titan has no MoE model yet: ignored"},
   };

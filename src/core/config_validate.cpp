@@ -12,6 +12,10 @@
 namespace titan {
 namespace {
 
+// torchtitan's other converters: loaded, noted as unsupported (config_support.cpp), never applied.
+constexpr std::string_view kUnsupportedConverters[] = {"mx", "quantize.linear.mx", "quantize.grouped_mm.float8",
+                                                       "quantize.grouped_mm.mx"};
+
 using config_detail::json;
 
 void require(bool ok, std::string_view key, std::string_view must, const json& got) {
@@ -46,7 +50,9 @@ void validate_training(const TrainingConfig& t) {
   positive("training.steps", t.steps);
   require(t.max_norm > 0, "training.max_norm", "> 0", t.max_norm);
   one_of("training.dtype", t.dtype, {DType::float32, DType::bfloat16});
-  one_of("training.mixed_precision_param", t.mixed_precision_param, {DType::bfloat16, DType::float32});
+  if (t.mixed_precision_param) {
+    one_of("training.mixed_precision_param", *t.mixed_precision_param, {DType::bfloat16, DType::float32});
+  }
   one_of("training.mixed_precision_reduce", t.mixed_precision_reduce, {DType::float32});
   positive("training.gc_freq", t.gc_freq);
   non_negative("training.num_threads", t.num_threads);
@@ -109,9 +115,40 @@ void validate_rest(const JobConfig& c) {
   non_negative("validation.dataloader.num_workers", c.validation.dataloader.num_workers);
 }
 
+// model.converters and [float8] ([quantize.linear.float8]): names titan knows, and torchtitan's refusals.
+void validate_converters(const ModelConfig& m, const Float8Config& f) {
+  for (const std::string& name : m.converters) {
+    const bool known = is_float8_converter(name) ||
+                       std::find(std::begin(kUnsupportedConverters), std::end(kUnsupportedConverters), name) !=
+                           std::end(kUnsupportedConverters);
+    require(known, "model.converters",
+            "to hold float8 (or quantize.linear.float8); quantize.linear.mx, quantize.grouped_mm.float8 and "
+            "quantize.grouped_mm.mx are recognised but not supported",
+            name);
+  }
+  const Float8Recipe recipe = f.recipe_name.value_or(Float8Recipe::tensorwise);
+  if (f.enable_fsdp_float8_all_gather && recipe != Float8Recipe::tensorwise) {
+    config_detail::fail("float8.enable_fsdp_float8_all_gather",
+                        fmt::format("expected float8.enable_fsdp_float8_all_gather = false with recipe_name {} "
+                                    "(float8 all-gather exists for tensorwise scaling only), got true. Set "
+                                    "float8.recipe_name = \"tensorwise\" or turn the all-gather off.",
+                                    choice_name(recipe)));
+  }
+  const bool auto_filter =
+      std::find(f.filter_fqns.begin(), f.filter_fqns.end(), "auto_filter_small_kn") != f.filter_fqns.end();
+  if (auto_filter && recipe == Float8Recipe::rowwise_with_gw_hp) {
+    config_detail::fail("float8.filter_fqns",
+                        "expected no auto_filter_small_kn entry with recipe_name rowwise_with_gw_hp (torchao has "
+                        "size thresholds for tensorwise and rowwise only), got one. Name the Linears to skip instead.");
+  }
+}
+
 }  // namespace
 
+bool is_float8_converter(std::string_view name) { return name == "float8" || name == "quantize.linear.float8"; }
+
 void validate(const JobConfig& config) {
+  validate_converters(config.model, config.float8);
   validate_training(config.training);
   validate_optimizer(config.optimizer, config.lr_scheduler);
   validate_parallelism(config.parallelism);

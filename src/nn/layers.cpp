@@ -16,7 +16,8 @@ Linear::Linear(int64_t in_features, int64_t out_features, const at::TensorOption
 
 at::Tensor Linear::forward(const at::Tensor& x) const {
   return parallel::module_call(*this, x, [&](const at::Tensor& in) {
-    return parallel::with_param(weight, [&](const at::Tensor& w) { return nn::linear(in, w, this); });
+    return parallel::with_param(weight,
+                                [&](const at::Tensor& w) { return matmul ? matmul(in, w) : nn::linear(in, w, this); });
   });
 }
 

@@ -2,6 +2,7 @@
 #include "titan/nn/saved_ops.hpp"
 
 #include <ATen/ATen.h>
+#include <ATen/autocast_mode.h>
 #include <torch/csrc/autograd/function.h>
 #include <torch/csrc/autograd/functions/utils.h>
 
@@ -119,10 +120,17 @@ void detail::record_entry(SavedOps& ops, const char* op, std::vector<at::Tensor>
   ops.entries.push_back(std::move(entry));
 }
 
-at::Tensor linear(const at::Tensor& x, const at::Tensor& w, const torch::nn::Module* module) {
+at::Tensor linear(const at::Tensor& x_in, const at::Tensor& w_in, const torch::nn::Module* module) {
   const detail::ActiveOps active = detail::active_ops();
-  if (active.ops == nullptr) return at::linear(x, w);
+  if (active.ops == nullptr) return at::linear(x_in, w_in);
   SavedOps& ops = *active.ops;
+  // Under autocast at::linear computes in the autocast dtype; the kept mm below and its rebuilt graph
+  // must too, so cast first as autocast would (the weight's cast is cached like at::linear's).
+  const at::DeviceType device = x_in.device().type();
+  const bool autocast = at::autocast::is_autocast_enabled(device);
+  const at::ScalarType dtype = at::autocast::get_autocast_dtype(device);
+  const at::Tensor x = autocast ? at::autocast::cached_cast(dtype, x_in, device) : x_in;
+  const at::Tensor w = autocast ? at::autocast::cached_cast(dtype, w_in, device) : w_in;
   if (active.phase == SavedOpsScope::Phase::record) {
     const bool forced = module != nullptr && ops.policy().force_recompute.contains(module);
     // torchtitan's count: forced matmuls are not counted; of the others the 1st, 3rd, ... are kept.

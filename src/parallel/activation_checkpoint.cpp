@@ -13,6 +13,7 @@
 #include <torch/nn/module.h>
 
 #include <atomic>
+#include <iterator>
 #include <memory>
 #include <optional>
 #include <shared_mutex>
@@ -68,17 +69,32 @@ std::optional<CheckpointOptions> marked(const torch::nn::Module* module) {
   return it->second.options;
 }
 
+// Autocast on one device type: on, and in which dtype.
+struct AutocastState {
+  bool enabled = false;
+  at::ScalarType dtype = at::kBFloat16;
+
+  static AutocastState of(at::DeviceType device) {
+    return {.enabled = at::autocast::is_autocast_enabled(device), .dtype = at::autocast::get_autocast_dtype(device)};
+  }
+  void apply(at::DeviceType device) const {
+    at::autocast::set_autocast_dtype(device, dtype);
+    at::autocast::set_autocast_enabled(device, enabled);
+  }
+};
+
+// The device types whose autocast a checkpointed forward may run under (mixed precision without FSDP).
+constexpr at::DeviceType kAutocastDevices[] = {at::kCPU, at::kCUDA};
+
 // What the forward ran under, re-established for the recompute.
 struct ForwardState {
   std::optional<at::Tensor> cpu_rng{};  // the default CPU generator's state (preserve_rng_state)
   nn::AttentionContext attention{};     // positions, documents, the cp split
-  bool cuda_autocast = false;           // single-device mixed precision
-  at::ScalarType autocast_dtype = at::kBFloat16;
+  AutocastState autocast[2]{};          // per kAutocastDevices: single-device mixed precision
 
   static ForwardState capture(bool preserve_rng) {
-    ForwardState s{.attention = nn::attention_context(),
-                   .cuda_autocast = at::autocast::is_autocast_enabled(at::kCUDA),
-                   .autocast_dtype = at::autocast::get_autocast_dtype(at::kCUDA)};
+    ForwardState s{.attention = nn::attention_context()};
+    for (size_t i = 0; i < std::size(kAutocastDevices); ++i) s.autocast[i] = AutocastState::of(kAutocastDevices[i]);
     if (preserve_rng) {
       at::Generator gen = at::detail::getDefaultCPUGenerator();
       std::lock_guard lock(gen.mutex());
@@ -88,7 +104,10 @@ struct ForwardState {
   }
 };
 
-// Restores the forward's state for its lifetime, then what was there before.
+// Restores the forward's state for its lifetime, then what was there before. The recompute runs in
+// backward, outside the forward's autocast scope: like torch.utils.checkpoint it opens its own, and
+// the outermost one clears autocast's cache of casted weights on exit (else the next step's forward
+// would read casts of weights the optimizer has since changed).
 class Replay {
  public:
   explicit Replay(const ForwardState& s) : scope_(s.attention) {
@@ -98,14 +117,15 @@ class Replay {
       saved_rng_ = gen.get_state();
       gen.set_state(*s.cpu_rng);
     }
-    autocast_was_ = at::autocast::is_autocast_enabled(at::kCUDA);
-    dtype_was_ = at::autocast::get_autocast_dtype(at::kCUDA);
-    at::autocast::set_autocast_dtype(at::kCUDA, s.autocast_dtype);
-    at::autocast::set_autocast_enabled(at::kCUDA, s.cuda_autocast);
+    for (size_t i = 0; i < std::size(kAutocastDevices); ++i) {
+      autocast_was_[i] = AutocastState::of(kAutocastDevices[i]);
+      s.autocast[i].apply(kAutocastDevices[i]);
+    }
+    at::autocast::increment_nesting();
   }
   ~Replay() {
-    at::autocast::set_autocast_enabled(at::kCUDA, autocast_was_);
-    at::autocast::set_autocast_dtype(at::kCUDA, dtype_was_);
+    for (size_t i = 0; i < std::size(kAutocastDevices); ++i) autocast_was_[i].apply(kAutocastDevices[i]);
+    if (at::autocast::decrement_nesting() == 0) at::autocast::clear_cache();
     if (saved_rng_) {
       at::Generator gen = at::detail::getDefaultCPUGenerator();
       std::lock_guard lock(gen.mutex());
@@ -118,8 +138,7 @@ class Replay {
  private:
   nn::AttentionScope scope_;
   std::optional<at::Tensor> saved_rng_;
-  bool autocast_was_ = false;
-  at::ScalarType dtype_was_ = at::kBFloat16;
+  AutocastState autocast_was_[2]{};
 };
 
 struct CheckpointBackward : torch::autograd::Node {

@@ -10,31 +10,40 @@
 namespace titan {
 namespace {
 
-// bf16 autocast on CUDA for the forward pass, restored on exit (also when forward throws).
+// bf16 autocast on `device`'s type (CPU or CUDA) for the forward pass, restored on exit (also when
+// forward throws). As torch.autocast does, the outermost scope clears the cache of casted weights on
+// exit: the optimizer changes the weights before the next forward.
 class AutocastScope {
  public:
-  explicit AutocastScope(bool enabled) : enabled_(enabled) {
+  AutocastScope(bool enabled, at::DeviceType device) : enabled_(enabled), device_(device) {
     if (!enabled_) return;
-    at::autocast::set_autocast_dtype(at::kCUDA, at::kBFloat16);
-    at::autocast::set_autocast_enabled(at::kCUDA, true);
+    was_enabled_ = at::autocast::is_autocast_enabled(device_);
+    dtype_was_ = at::autocast::get_autocast_dtype(device_);
+    at::autocast::set_autocast_dtype(device_, at::kBFloat16);
+    at::autocast::set_autocast_enabled(device_, true);
+    at::autocast::increment_nesting();
   }
   ~AutocastScope() {
     if (!enabled_) return;
-    at::autocast::set_autocast_enabled(at::kCUDA, false);
-    at::autocast::clear_cache();
+    at::autocast::set_autocast_enabled(device_, was_enabled_);
+    at::autocast::set_autocast_dtype(device_, dtype_was_);
+    if (at::autocast::decrement_nesting() == 0) at::autocast::clear_cache();
   }
   AutocastScope(const AutocastScope&) = delete;
   AutocastScope& operator=(const AutocastScope&) = delete;
 
  private:
   bool enabled_;
+  at::DeviceType device_;
+  bool was_enabled_ = false;
+  at::ScalarType dtype_was_ = at::kBFloat16;
 };
 
 }  // namespace
 
 ForwardBackwardResult forward_backward(const std::function<at::Tensor(const at::Tensor&)>& forward,
                                        const std::vector<Microbatch>& microbatches, const at::Device& device,
-                                       int64_t global_valid_tokens, bool cuda_bf16_autocast, const LossFn& loss_fn) {
+                                       int64_t global_valid_tokens, bool bf16_autocast, const LossFn& loss_fn) {
   ForwardBackwardResult result;
   for (const auto& mb : microbatches) {
     result.valid_tokens += count_valid_tokens(mb.labels);
@@ -51,7 +60,7 @@ ForwardBackwardResult forward_backward(const std::function<at::Tensor(const at::
     const at::Tensor labels = mb.labels.to(device, /*non_blocking=*/true);  // (B, S)
     at::Tensor loss;                                                        // ()
     {
-      AutocastScope autocast(cuda_bf16_autocast);
+      const AutocastScope autocast(bf16_autocast, device.type());
       const nn::AttentionScope attention(mb.attention);
       const at::Tensor logits = forward(input);  // (B, S, V), or (B, S, V/tp) under loss parallel
       loss = (loss_fn ? loss_fn(logits, labels) : cross_entropy_sum(logits, labels)) / static_cast<double>(denom);

@@ -5,6 +5,7 @@
 #include <ATen/Parallel.h>
 #include <c10/core/GradMode.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdlib>
@@ -24,6 +25,7 @@
 #include "titan/dist/flight_recorder.hpp"
 #include "titan/dist/launch_env.hpp"
 #include "titan/dist/mesh.hpp"
+#include "titan/float8/converter.hpp"
 #include "titan/metrics/metrics.hpp"
 #include "titan/metrics/tensorboard.hpp"
 #include "titan/nn/attention_context.hpp"
@@ -160,6 +162,18 @@ TrainerCore::~TrainerCore() = default;
 void TrainerCore::seed_for_init() const {
   at::manual_seed(static_cast<uint64_t>(seed_));
   nn::manual_init_seed(static_cast<uint64_t>(seed_));
+}
+
+void TrainerCore::convert(torch::nn::Module& model) {
+  const auto& names = config_.model.converters;
+  if (std::none_of(names.begin(), names.end(), [](const std::string& n) { return is_float8_converter(n); })) return;
+  const float8::Float8Conversion report = float8::convert_to_float8(model, float8::converter_options(config_.float8));
+  if (!report.converted.empty() && mesh_->size("tp") > 1) {
+    log::warn(
+        "float8 under tensor parallelism: each rank scales its own weight and activation shards (torchao's "
+        "float8 TP styles scale whole tensors), so losses differ slightly from one device's float8 run");
+  }
+  float8_converted_ = report.converted;
 }
 
 void TrainerCore::parallelize(torch::nn::Module& model, const parallel::ParallelPlan& plan) {
@@ -342,10 +356,10 @@ namespace titan::detail {
 ForwardBackwardResult TrainerCore::forward_backward_step(const std::vector<Microbatch>& micro, int64_t global_valid) {
   parallel::Pipeline* pipeline = parallel_->pipeline();
   if (pipeline == nullptr) {
-    // bf16 autocast on CUDA when parameters are fp32 (torchtitan's single-device mixed precision).
-    const bool autocast = device_.is_cuda() && !parallel_->data_parallel() &&
-                          config_.training.dtype == DType::float32 &&
-                          config_.training.mixed_precision_param == DType::bfloat16;
+    // bf16 autocast on the device when parameters are fp32 and no data parallelism casts them
+    // (torchtitan's single-device mixed precision; on CPU only when asked for, see mixed_precision_param).
+    const bool autocast = !parallel_->data_parallel() && config_.training.dtype == DType::float32 &&
+                          mixed_precision_param(config_.training, device_.is_cuda()) == DType::bfloat16;
     return forward_backward(model_.forward, micro, device_, global_valid, autocast, loss_);
   }
   // Each accumulation microbatch (the local batch) runs through the pipeline in

@@ -46,6 +46,7 @@ struct ParityRun {
   CpRotateMethod rotate = CpRotateMethod::allgather;            ///< under CP: the K/V exchange
   bool documents = false;         ///< two documents per row: document masking and per-document positions
   AcMode ac_mode = AcMode::none;  ///< activation checkpointing (activation_checkpoint.mode)
+  bool bf16 = false;              ///< mixed precision: FSDP/DDP gather bf16 (fp32 reduce), one rank autocasts
   std::string ac_option = "2";    ///< activation_checkpoint.selective_ac_option
 };
 
@@ -117,8 +118,10 @@ inline ParityResult train_parity(const dist::Mesh& mesh, const ParityRun& run) {
     plan.tensor_parallel.async = run.async_tp;
     plan.tensor_parallel.trace = run.trace;
   }
-  plan.data_parallel.options = {
-      .reshard_after_forward = run.reshard, .collectives = run.collectives, .trace = run.trace};
+  plan.data_parallel.options = {.reshard_after_forward = run.reshard,
+                                .param_dtype = run.bf16 ? at::kBFloat16 : at::kFloat,
+                                .collectives = run.collectives,
+                                .trace = run.trace};
   result.applied = parallelize(model, mesh, plan);
   const Parallelized& applied = result.applied;
   // Plain cross-entropy unless the logits are vocab-sharded.
@@ -156,7 +159,7 @@ inline ParityResult train_parity(const dist::Mesh& mesh, const ParityRun& run) {
       }
     } else {
       step_loss = forward_backward([&](const at::Tensor& t) { return model.forward(t); }, micro, at::kCPU,
-                                   count_valid_tokens(labels), false, loss)
+                                   count_valid_tokens(labels), run.bf16 && mesh.size("dp") == 1, loss)
                       .loss;
     }
     at::Tensor loss = at::full({1}, step_loss, at::kDouble);

@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace titan {
@@ -163,8 +164,9 @@ struct TrainingConfig {
   bool enable_cpu_offload = false;
   /// Dtype of params, grads and optimizer state: float32 or bfloat16.
   DType dtype = DType::float32;
-  /// Param dtype under mixed precision (FSDP or autocast): bfloat16 or float32.
-  DType mixed_precision_param = DType::bfloat16;
+  /// Compute dtype under mixed precision (FSDP gathers, else autocast): bfloat16 or float32 (unset = bf16 on GPU, fp32
+  /// on CPU).
+  std::optional<DType> mixed_precision_param{};
   /// Gradient reduction dtype under FSDP mixed precision (float32).
   DType mixed_precision_reduce = DType::float32;
   /// Garbage-collection interval in steps (Python only; kept for TOML compatibility).
@@ -189,6 +191,12 @@ struct TrainingConfig {
 TITAN_CONFIG(TrainingConfig, dataset, dataset_path, local_batch_size, global_batch_size, seq_len, max_norm, steps,
              enable_cpu_offload, dtype, mixed_precision_param, mixed_precision_reduce, gc_freq, gc_debug, num_threads,
              dataloader, dataset_mixture, dataset_text_field, dataset_format, dataset_on_bad_record, packing)
+
+// training.mixed_precision_param as it applies on a device: unset is bfloat16 on GPU (torchtitan's
+// default) and float32 on CPU, where fp32 is the reference and bf16 a mode asked for by name.
+inline DType mixed_precision_param(const TrainingConfig& training, bool cuda) {
+  return training.mixed_precision_param.value_or(cuda ? DType::bfloat16 : DType::float32);
+}
 
 /// Mesh degrees and per-parallelism options.
 struct ParallelismConfig {
@@ -331,13 +339,16 @@ struct Float8Config {
   bool precompute_float8_dynamic_scale_for_fsdp = false;
   /// Scaling recipe: tensorwise, rowwise or rowwise_with_gw_hp (unset = tensorwise).
   std::optional<Float8Recipe> recipe_name{};
-  /// Linear FQNs kept in high precision, e.g. output.
+  /// Linear FQNs kept in high precision, e.g. output; the entry auto_filter_small_kn also skips small GEMMs.
   std::vector<std::string> filter_fqns{};
   /// Emulate float8 matmuls in high precision (tests, CPUs).
   bool emulate = false;
 };
 TITAN_CONFIG(Float8Config, enable_fsdp_float8_all_gather, precompute_float8_dynamic_scale_for_fsdp, recipe_name,
              filter_fqns, emulate)
+
+// True for the model.converters names of float8 training: float8 and torchtitan's quantize.linear.float8.
+bool is_float8_converter(std::string_view name);
 
 /// Process-group timeouts and flight recorder.
 struct CommConfig {

@@ -7,9 +7,15 @@
 #include <ATen/core/Tensor.h>
 #include <torch/nn/module.h>
 
+#include <functional>
+
 #include "titan/layout/shardable.hpp"
 
 namespace titan::nn {
+
+/// A Linear's matmul as a model converter replaces it: x (..., in), w (out, in) -> (..., out),
+/// differentiable in both (float8::convert_to_float8 installs float8 GEMMs).
+using LinearMatmul = std::function<at::Tensor(const at::Tensor& x, const at::Tensor& w)>;
 
 /// y = x W^T, no bias.
 class Linear : public torch::nn::Module, public parallel::ShardableLayer {
@@ -19,7 +25,8 @@ class Linear : public torch::nn::Module, public parallel::ShardableLayer {
   Role shardable_role() const override { return Role::kLinear; }
   at::Tensor& shardable_weight() override { return weight; }
 
-  at::Tensor weight;  // (out_features, in_features)
+  at::Tensor weight;      // (out_features, in_features)
+  LinearMatmul matmul{};  // set by a model converter; empty = at::linear (kept under per-operator AC)
 };
 
 /// Token embedding lookup.

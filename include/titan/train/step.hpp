@@ -28,10 +28,11 @@ struct ForwardBackwardResult {
 
 /// Runs forward and backward on each microbatch (gradients accumulate in the parameters' .grad).
 /// `global_valid_tokens` <= 0 means "count them here" (single data-parallel rank); `loss` (default
-/// cross_entropy_sum) sums the token losses of one microbatch.
+/// cross_entropy_sum) sums the token losses of one microbatch. `bf16_autocast` runs each forward (and
+/// the loss) under bf16 autocast on `device`'s type, CPU or CUDA: mixed precision without FSDP.
 ForwardBackwardResult forward_backward(const std::function<at::Tensor(const at::Tensor&)>& forward,
                                        const std::vector<Microbatch>& microbatches, const at::Device& device,
-                                       int64_t global_valid_tokens = 0, bool cuda_bf16_autocast = false,
+                                       int64_t global_valid_tokens = 0, bool bf16_autocast = false,
                                        const LossFn& loss = {});
 
 }  // namespace titan

@@ -56,6 +56,8 @@ class Trainer {
     model_ = Model::build(
         core_->config(), 0, core_->device(),
         pipeline.stages.empty() ? std::vector<std::string>{} : parallel::pipeline_modules(pipeline, core_->mesh()));
+    // Converters (float8) swap layers' math before anything is sharded, as torchtitan converts first.
+    core_->convert(*model_);
     // Shard first (the model's plan: PP split, TP, then FSDP on the TP shards), then initialise:
     // each rank fills only its shard (layout-invariant init).
     core_->parallelize(*model_, model_->parallel_plan(core_->config(), core_->mesh()));

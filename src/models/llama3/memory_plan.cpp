@@ -225,10 +225,13 @@ MemoryPlan evaluate(const Context& c, const Layout& l) {
   const bool fsdp = shard_n > 1;
   const bool data_parallel = fsdp || m.dp_replicate > 1;
   const int64_t p_bytes = elem_bytes(cfg.training.dtype);
-  const int64_t g_bytes = gpu && data_parallel ? elem_bytes(cfg.training.mixed_precision_param) : p_bytes;
+  const int64_t g_bytes =
+      gpu && data_parallel ? elem_bytes(mixed_precision_param(cfg.training, /*cuda=*/true)) : p_bytes;
   const int64_t r_bytes = gpu && data_parallel ? elem_bytes(cfg.training.mixed_precision_reduce) : p_bytes;
   const int64_t compute_bytes =
-      gpu ? (cfg.training.dtype != DType::float32 ? p_bytes : elem_bytes(cfg.training.mixed_precision_param)) : p_bytes;
+      gpu ? (cfg.training.dtype != DType::float32 ? p_bytes
+                                                  : elem_bytes(mixed_precision_param(cfg.training, /*cuda=*/true)))
+          : p_bytes;
 
   MemoryPlan plan{.mesh = m, .ac = l.ac.name, .microbatch = l.microbatch, .device_memory = c.options.device_memory};
   const Shapes x{.b = l.microbatch,

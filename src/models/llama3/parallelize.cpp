@@ -159,11 +159,11 @@ parallel::ParallelPlan parallel_plan(const Llama3& model, const JobConfig& confi
   if (mesh.size("pp") > 1 && dp.reshard_after_forward == ReshardAfterForward::default_) {
     dp.reshard_after_forward = ReshardAfterForward::never;
   }
-  // FSDP's mixed precision on GPU (bf16 gathers and compute, fp32 reduction); fp32 on CPU.
-  if (!model.parameters().empty() && model.parameters().front().device().is_cuda()) {
-    dp.param_dtype = scalar_type(config.training.mixed_precision_param);
-    dp.reduce_dtype = scalar_type(config.training.mixed_precision_reduce);
-  }
+  // FSDP's mixed precision (bf16 gathers and compute, fp32 reduction): by default on GPU; on CPU when
+  // training.mixed_precision_param says bfloat16. Without data parallelism the trainer autocasts instead.
+  const bool cuda = !model.parameters().empty() && model.parameters().front().device().is_cuda();
+  dp.param_dtype = scalar_type(mixed_precision_param(config.training, cuda));
+  dp.reduce_dtype = scalar_type(config.training.mixed_precision_reduce);
   return plan;
 }
 

@@ -74,6 +74,11 @@ class TrainerCore {
   void seed_for_init() const;
   /// This rank's mesh (one process: a mesh of size 1).
   const dist::Mesh& mesh() const { return *mesh_; }
+  /// Applies model.converters (float8: float8::convert_to_float8 with [float8]'s options) to the
+  /// built model, before parallelize. Logs what it converted and skipped.
+  void convert(torch::nn::Module& model);
+  /// The modules the float8 converter converted (empty without it), for tests and logs.
+  const std::vector<std::string>& float8_converted() const { return float8_converted_; }
   /// Applies the model's plan over the mesh (titan::parallelize) and keeps the handle for the
   /// trainer's life. Call before init_weights (ranks then fill only their shards).
   void parallelize(torch::nn::Module& model, const parallel::ParallelPlan& plan);
@@ -130,6 +135,7 @@ class TrainerCore {
   std::unique_ptr<Validator> validator_;  // null unless validation.enable
   ModelHandle model_;
   std::unique_ptr<Optimizer> optimizer_;
+  std::vector<std::string> float8_converted_;
   std::unique_ptr<LRSchedule> schedule_;
   std::unique_ptr<MetricsProcessor> metrics_;
   std::unique_ptr<MemoryTracker> memory_;  // CPU: this rank's allocations by part during steps
