@@ -164,8 +164,7 @@ struct TrainingConfig {
   bool enable_cpu_offload = false;
   /// Dtype of params, grads and optimizer state: float32 or bfloat16.
   DType dtype = DType::float32;
-  /// Compute dtype under mixed precision (FSDP gathers, else autocast): bfloat16 or float32 (unset = bf16 on GPU, fp32
-  /// on CPU).
+  /// Compute dtype under mixed precision (FSDP or autocast): bfloat16 or float32 (unset = bf16 on GPU, fp32 on CPU).
   std::optional<DType> mixed_precision_param{};
   /// Gradient reduction dtype under FSDP mixed precision (float32).
   DType mixed_precision_reduce = DType::float32;
