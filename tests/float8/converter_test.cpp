@@ -31,17 +31,6 @@ std::unique_ptr<titan::llama3::Llama3> debug_model() {
   return model;
 }
 
-titan::JobConfig f8_config(const fs::path& dump, int64_t steps) {
-  titan::JobConfig c = titan::test::tinyshakespeare_job(dump, /*seq_len=*/64, /*local_batch=*/4, steps, /*seed=*/42);
-  c.lr_scheduler.warmup_steps = 2;
-  c.lr_scheduler.decay_ratio = 0.8;
-  c.metrics.log_freq = 10;
-  c.metrics.disable_color_printing = true;
-  c.debug.deterministic = true;
-  c.activation_checkpoint.mode = titan::AcMode::none;
-  return c;
-}
-
 }  // namespace
 
 TEST_CASE("float8 converter: every block Linear of the debug model converts and a filtered output is reported",
@@ -113,7 +102,7 @@ TEST_CASE("float8 training: the debug model with each recipe stays within 0.02 o
           "[train][float8][converter]") {
   titan::test::TempDir dir;
   constexpr int64_t kSteps = 20;
-  titan::JobConfig config = f8_config(dir.path / "fp32", kSteps);
+  titan::JobConfig config = titan::test::short_precision_job(dir.path / "fp32", kSteps);
   titan::Trainer<titan::llama3::Llama3> reference(config);
   reference.train();
   const auto fp32 = reference.core().loss_history();

@@ -18,17 +18,6 @@ namespace fs = std::filesystem;
 
 namespace {
 
-titan::JobConfig mp_config(const fs::path& dump, int64_t steps) {
-  titan::JobConfig c = titan::test::tinyshakespeare_job(dump, /*seq_len=*/64, /*local_batch=*/4, steps, /*seed=*/42);
-  c.lr_scheduler.warmup_steps = 2;
-  c.lr_scheduler.decay_ratio = 0.8;
-  c.metrics.log_freq = 10;
-  c.metrics.disable_color_printing = true;
-  c.debug.deterministic = true;
-  c.activation_checkpoint.mode = titan::AcMode::none;
-  return c;
-}
-
 std::vector<double> losses_of(const titan::JobConfig& config) {
   titan::Trainer<titan::llama3::Llama3> trainer(config);
   trainer.train();
@@ -39,7 +28,7 @@ std::vector<double> losses_of(const titan::JobConfig& config) {
 
 TEST_CASE("bf16 autocast on CPU trains within 0.01 of the fp32 loss curve over 20 steps", "[train][mixed_precision]") {
   titan::test::TempDir dir;
-  titan::JobConfig config = mp_config(dir.path / "fp32", 20);
+  titan::JobConfig config = titan::test::short_precision_job(dir.path / "fp32", 20);
   REQUIRE_FALSE(config.training.mixed_precision_param.has_value());  // unset: fp32 on CPU
   const auto fp32 = losses_of(config);
   config.job.dump_folder = (dir.path / "bf16").string();
@@ -76,7 +65,7 @@ TEST_CASE("bf16 autocast on CPU trains within 0.01 of the fp32 loss curve over 2
 TEST_CASE("bf16 autocast on CPU: full and per-op activation checkpointing give the no-AC losses bitwise",
           "[train][mixed_precision][ac]") {
   titan::test::TempDir dir;
-  titan::JobConfig config = mp_config(dir.path / "none", 4);
+  titan::JobConfig config = titan::test::short_precision_job(dir.path / "none", 4);
   config.training.mixed_precision_param = titan::DType::bfloat16;
   const auto plain = losses_of(config);
   config.activation_checkpoint.mode = titan::AcMode::full;

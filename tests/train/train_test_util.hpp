@@ -26,4 +26,17 @@ inline JobConfig tinyshakespeare_job(const std::filesystem::path& dump, int64_t 
   return c;
 }
 
+/// A short deterministic run without AC (seq 64, batch 4, warmup 2, log every 10 steps): the base the
+/// precision tests (bf16, float8) compare against fp32.
+inline JobConfig short_precision_job(const std::filesystem::path& dump, int64_t steps) {
+  JobConfig c = tinyshakespeare_job(dump, /*seq_len=*/64, /*local_batch=*/4, steps, /*seed=*/42);
+  c.lr_scheduler.warmup_steps = 2;
+  c.lr_scheduler.decay_ratio = 0.8;
+  c.metrics.log_freq = 10;
+  c.metrics.disable_color_printing = true;
+  c.debug.deterministic = true;
+  c.activation_checkpoint.mode = AcMode::none;
+  return c;
+}
+
 }  // namespace titan::test
