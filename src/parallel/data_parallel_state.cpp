@@ -194,7 +194,7 @@ void DataParallelState::enter_unit(int64_t u) {
   }
   current_ = u;
   finish_gather(u);
-  if (u + 1 < static_cast<int64_t>(units.size())) start_gather(u + 1);  // forward prefetch
+  if (options.overlap && u + 1 < static_cast<int64_t>(units.size())) start_gather(u + 1);  // forward prefetch
 }
 
 at::Tensor DataParallelState::materialize(int64_t u, int64_t index) {
@@ -229,7 +229,7 @@ at::Tensor DataParallelState::after_use(int64_t u, const at::Tensor& output) {
 
 void DataParallelState::pre_backward(int64_t u) {
   finish_gather(u);
-  if (u > 0) start_gather(u - 1);  // backward prefetch
+  if (options.overlap && u > 0) start_gather(u - 1);  // backward prefetch
 }
 
 void DataParallelState::post_backward(int64_t u, const std::vector<at::Tensor>& grads) {
@@ -263,6 +263,7 @@ void DataParallelState::post_backward(int64_t u, const std::vector<at::Tensor>& 
   pending_.push_back(per_param ? start_reduce_per_param(u, grads) : start_reduce_flat(u, grads));
   record(DataParallelEvent::Kind::kReduceIssued, u);
   if (shard.size() == 1) progress(pending_.back(), /*block=*/false);  // DDP: start the all-reduce now
+  if (!options.overlap) progress(pending_.back(), /*block=*/true);   // no overlap: wait it here
   unit.outputs.clear();
   free_unit(u);  // FSDP2 frees after backward whatever the forward policy
   if (!callback_queued_) {

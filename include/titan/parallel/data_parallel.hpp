@@ -56,6 +56,9 @@ struct DataParallelOptions {
   at::ScalarType reduce_dtype = at::kFloat;
   /// See DataParallelCollectives.
   DataParallelCollectives collectives = DataParallelCollectives::auto_;
+  /// Prefetch the next unit's all-gather and leave reduce-scatters in flight (false: every collective
+  /// waits where it is issued, the no-overlap ablation of bench_step_throughput --overlap 0).
+  bool overlap = true;
   /// Record the collective/compute event trace (tests and debugging).
   bool trace = false;
 };
