@@ -14,6 +14,18 @@ drives the step itself, the way torchtitan's `train_step` does: token-sum cross-
 global token count, `clip_grad_norm_` (torchtitan's, DTensor-aware) at 1.0, AdamW (betas 0.9/0.95,
 eps 1e-8, weight decay 0.1, fused) at lr 1e-4, `zero_grad(set_to_none=True)`.
 
+Precision: `--mixed-precision bf16` is torchtitan's: `torch.autocast(device, torch.bfloat16)` around
+the forward on one rank (its maybe_enable_amp), FSDP2's MixedPrecisionPolicy(param_dtype=bf16,
+reduce_dtype=fp32) over 2 ranks (apply_fsdp's param_dtype). `--float8 <recipe>` converts every Linear but
+the output head with torchao's `convert_to_float8_training` before sharding (torchtitan's converter does
+the same with filter_fqns=["output"]).
+
+Memory, next to the process's peak RSS (which counts the Python runtime and its libraries): after the
+timed steps, the bytes of this rank's training state (parameters' local shards, gradients, optimizer
+state) and one more step under `torch.profiler(profile_memory=True)`, whose allocation events give the
+most bytes live at once in that step on top of that state: the same two figures titan's allocator
+tracker gives (bench_step_throughput's `state_bytes`, `step_peak_bytes`).
+
     torchrun --nproc-per-node 2 benchmarks/peers/peer_step.py --model torchtitan --flavor debugmodel
 """
 import argparse
@@ -55,8 +67,22 @@ def flops_per_token(params, embedding_params, n_layers, n_heads, head_dim, seq_l
     return 6 * (params - embedding_params) + 6 * n_layers * n_heads * 2 * head_dim * seq_len
 
 
+def convert_float8(model, recipe):
+    """torchao's float8 training for every Linear but the output head (torchtitan's filter_fqns=["output"])."""
+    from torchao.float8 import Float8LinearConfig, convert_to_float8_training
+
+    convert_to_float8_training(model, config=Float8LinearConfig.from_recipe_name(recipe),
+                               module_filter_fn=lambda m, fqn: fqn != "output")
+    from torchao.float8.float8_linear import Float8Linear
+
+    return sum(isinstance(m, Float8Linear) for m in model.modules())
+
+
 def build(o, device, mesh):
     """The model with its FSDP units applied (when `mesh`), initialised on `device`."""
+    # FSDP2's MixedPrecisionPolicy param dtype: bf16 when asked (and always on GPU, as before).
+    dtype = torch.bfloat16 if device.type == "cuda" or o.mixed_precision == "bf16" else torch.float32
+    converted = 0
     if o.model == "torchtitan":
         from torchtitan.models.llama3.model.model import Transformer
 
@@ -64,10 +90,13 @@ def build(o, device, mesh):
         with torch.device("meta"):
             model = Transformer(args)
         n_layers, n_heads, dim = args.n_layers, args.n_heads, args.dim
+        if o.float8 != "none":
+            converted = convert_float8(model, o.float8)
         if mesh is not None:
             from torchtitan.models.llama3.infra.parallelize import apply_fsdp
 
-            dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
+            # torchtitan 0.2.2's default reshard rule: embeddings and every block resharded after forward,
+            # norm + output kept (titan's side runs --reshard-after-forward always, the same rule).
             apply_fsdp(model, mesh, param_dtype=dtype, reduce_dtype=torch.float32, pp_enabled=False)
         model.to_empty(device=device)
         with torch.no_grad():
@@ -79,10 +108,11 @@ def build(o, device, mesh):
         with torch.device(device):
             model = llama3_eager.Llama3(a, o.seq_len)
         n_layers, n_heads, dim = a["n_layers"], a["n_heads"], a["dim"]
+        if o.float8 != "none":
+            converted = convert_float8(model, o.float8)
         if mesh is not None:
             from torch.distributed.fsdp import FSDPModule, MixedPrecisionPolicy, fully_shard
 
-            dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
             mp = MixedPrecisionPolicy(param_dtype=dtype, reduce_dtype=torch.float32)
             fully_shard(model.tok_embeddings, mesh=mesh, mp_policy=mp)
             for block in model.layers:
@@ -102,7 +132,50 @@ def build(o, device, mesh):
                 m.set_force_sum_reduction_for_comms(True)
     params = sum(p.numel() for p in model.parameters())  # a DTensor's numel() is the global size
     embedding = model.tok_embeddings.weight.numel()
-    return model, params, flops_per_token(params, embedding, n_layers, n_heads, dim // n_heads, o.seq_len), n_layers
+    fpt = flops_per_token(params, embedding, n_layers, n_heads, dim // n_heads, o.seq_len)
+    return model, params, fpt, n_layers, converted
+
+
+def local_bytes(tensors):
+    """Bytes of the distinct storages of `tensors` (a DTensor counts its local shard)."""
+    seen, total = set(), 0
+    for t in tensors:
+        if t is None:
+            continue
+        t = t.to_local() if hasattr(t, "to_local") else t
+        key = t.untyped_storage().data_ptr()
+        if key not in seen:
+            seen.add(key)
+            total += t.untyped_storage().nbytes()
+    return total
+
+
+def state_bytes(model, opt):
+    params = list(model.parameters())
+    states = [v for st in opt.state.values() for v in st.values() if isinstance(v, torch.Tensor)]
+    return local_bytes(params) + local_bytes(p.grad for p in params) + local_bytes(states)
+
+
+def profiled_peak(step):
+    """The most CPU bytes live at once during `step()` beyond those live at its start: the running sum of the
+    profiler's allocation (+) and free (-) events of every thread, in time order."""
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+        step()
+    events = sorted((e.start_ns(), e.nbytes()) for e in prof.profiler.kineto_results.events()
+                    if e.name() == "[memory]" and e.device_type() == torch.autograd.DeviceType.CPU)
+    live = peak = 0
+    for _, delta in events:
+        live += delta
+        peak = max(peak, live)
+    return peak
+
+
+def data_checksum(x, y):
+    """Rank 0's tokens in one number (bench_step_throughput computes the same): the sides' batches agree."""
+    w = torch.arange(1, x.numel() + 1, dtype=torch.long)
+    return int((x.cpu().reshape(-1) * w).sum() + 3 * (y.cpu().reshape(-1) * w).sum())
 
 
 def peak_memory(device):
@@ -122,6 +195,9 @@ def main():
     p.add_argument("--warmup", type=int, default=2)
     p.add_argument("--threads", type=int, default=0, help="torch.set_num_threads (0: torch's default)")
     p.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
+    p.add_argument("--mixed-precision", default="fp32", choices=["fp32", "bf16"],
+                   help="bf16: autocast on one rank, FSDP2 MixedPrecisionPolicy(bf16, fp32) on more")
+    p.add_argument("--float8", default="none", choices=["none", "tensorwise", "rowwise", "rowwise_with_gw_hp"])
     p.add_argument("--json", default="")
     o = p.parse_args()
     if o.threads > 0:
@@ -137,22 +213,20 @@ def main():
         torch.distributed.init_process_group("nccl" if device.type == "cuda" else "gloo")
         mesh = init_device_mesh(device.type, (world,), mesh_dim_names=("dp_shard",))
     torch.manual_seed(0)
-    model, params, fpt, n_layers = build(o, device, mesh)
+    model, params, fpt, n_layers, converted = build(o, device, mesh)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4, betas=(0.9, 0.95), eps=1e-8, weight_decay=0.1, fused=True)
     from torchtitan.distributed.utils import clip_grad_norm_
 
     torch.manual_seed(rank)  # each rank draws its own batch
     vocab = model.tok_embeddings.weight.shape[0]
-    x = torch.randint(0, vocab, (o.batch, o.seq_len), device=device)
-    y = torch.randint(0, vocab, (o.batch, o.seq_len), device=device)
+    # Drawn on the CPU generator and moved, as titan does: the same tokens on every device.
+    x = torch.randint(0, vocab, (o.batch, o.seq_len)).to(device)
+    y = torch.randint(0, vocab, (o.batch, o.seq_len)).to(device)
     global_tokens = o.batch * o.seq_len * world
-    # One GPU without FSDP: bf16 autocast, as torchtitan's maybe_enable_amp does (titan: cuda_bf16_autocast).
-    amp = device.type == "cuda" and mesh is None
-    times, losses = [], []
-    for s in range(o.warmup + o.steps):
-        if s == o.warmup and device.type == "cuda":
-            torch.cuda.reset_peak_memory_stats(device)
-        t0 = time.perf_counter()
+    # Without FSDP: bf16 autocast, as torchtitan's maybe_enable_amp does (always on GPU, as before).
+    amp = mesh is None and (device.type == "cuda" or o.mixed_precision == "bf16")
+
+    def step():
         opt.zero_grad(set_to_none=True)
         with torch.autocast(device.type, dtype=torch.bfloat16, enabled=amp):
             logits = model(x)
@@ -160,11 +234,20 @@ def main():
         loss.backward()
         clip_grad_norm_(list(model.parameters()), 1.0, foreach=True)
         opt.step()
-        losses.append(loss.item())  # a sync point on CUDA, as titan's forward_backward reads the loss
+        return loss.item()  # a sync point on CUDA, as titan's forward_backward reads the loss
+
+    times, losses = [], []
+    for s in range(o.warmup + o.steps):
+        if s == o.warmup and device.type == "cuda":
+            torch.cuda.reset_peak_memory_stats(device)
+        t0 = time.perf_counter()
+        losses.append(step())
         if device.type == "cuda":
             torch.cuda.synchronize(device)
         if s >= o.warmup:
             times.append(time.perf_counter() - t0)
+    state = state_bytes(model, opt)
+    step_peak = state + profiled_peak(step) if device.type == "cpu" else 0
     ordered = sorted(times)
     med = ordered[len(ordered) // 2]
     tps = o.batch * o.seq_len / med
@@ -174,15 +257,19 @@ def main():
 
         peak = get_peak_flops(torch.cuda.get_device_name(device))
     result = dict(side=o.model, flavor=o.flavor, n_layers=n_layers, params=params, batch=o.batch, seq_len=o.seq_len,
-                  ranks=world, threads=torch.get_num_threads(), device=o.device, step_times=times,
+                  ranks=world, threads=torch.get_num_threads(), device=o.device, mixed_precision=o.mixed_precision,
+                  float8=o.float8, float8_converted=converted, step_times=times,
                   step_time_min=ordered[0], step_time_median=med, step_time_max=ordered[-1], tps=tps, losses=losses,
                   flops_per_token=fpt, tflops=fpt * tps / 1e12, mfu_declared=100 * fpt * tps / peak if peak else 0.0,
-                  peak_memory_bytes=peak_memory(device))
+                  peak_memory_bytes=peak_memory(device), state_bytes=state, step_peak_bytes=step_peak,
+                  data_checksum=data_checksum(x, y))
     if rank == 0:
         print(f"{o.model}: flavor {o.flavor} ({params / 1e6:.1f}M params, {n_layers} layers) B={o.batch} "
               f"S={o.seq_len} ranks={world} threads={torch.get_num_threads()} device={o.device}")
         print(f"{o.model}: step time min/median/max: {ordered[0]:.3f} / {med:.3f} / {ordered[-1]:.3f} s  "
               f"tokens/s/rank: {tps:.0f}  loss {losses[0]:.4f} -> {losses[-1]:.4f}")
+        print(f"{o.model}: precision {o.mixed_precision}" + (f" + float8 {o.float8} ({converted} Linears)" if converted else "")
+              + f"  training state {state / 2**30:.3f} GiB, step allocator peak {step_peak / 2**30:.3f} GiB")
         if o.json:
             with open(o.json, "w") as f:
                 json.dump(result, f, indent=2)

@@ -25,12 +25,16 @@ case "$name" in
     [[ "$bench" == "$root/"* ]] && bench="${bench#"$root/"}"
     [[ "$peer_py" == "$root/"* ]] && peer_py="${peer_py#"$root/"}"
     shape="--device cuda --flavor 1B --n-layers 0 --seq-len 2048 --batch 4 --steps 20 --warmup 3 --threads 0 --json"
-    # One rank (no launcher), no thread count on CUDA, and 2 rounds of each side.
+    shape8="--device cuda --flavor 8B --n-layers 8 --seq-len 2048 --batch 2 --steps 20 --warmup 3 --threads 0 --json"
+    # One rank (no launcher), no thread count on CUDA, 2 rounds of each side in bf16 and in float8, two shapes.
     exec "$here/expect_output.sh" \
       --contains "-B $build -G Ninja -DCMAKE_BUILD_TYPE=Release -DTITAN_ENABLE_CUDA=ON -DLIBTORCH_ROOT=$torch " \
-      --lines 2 "+ $bench $shape " \
-      --lines 2 "+ $peer_py benchmarks/peers/peer_step.py --model torchtitan $shape " \
-      --lines 2 "+ $peer_py benchmarks/peers/peer_step.py --model eager $shape " \
+      --lines 4 "+ $bench $shape " \
+      --lines 4 "+ $peer_py benchmarks/peers/peer_step.py --model torchtitan $shape " \
+      --lines 4 "+ $peer_py benchmarks/peers/peer_step.py --model eager $shape " \
+      --lines 4 "+ $bench $shape8 " \
+      --lines 4 "+ $peer_py benchmarks/peers/peer_step.py --model torchtitan $shape8 " \
+      --lines 2 "_float8_titan_0.json --float8 tensorwise --tie-embeddings 0 --reshard-after-forward always" \
       -- "${run_dry[@]}" ;;
   *) echo "[gpu_dry_run] unknown script $name" >&2; exit 2 ;;
 esac
