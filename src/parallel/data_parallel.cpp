@@ -162,7 +162,7 @@ std::unique_ptr<DataParallel> detail::apply_data_parallel(torch::nn::Module& mod
   for (int64_t u = 0; u <= last; ++u) {
     detail::Unit& unit = state->units[static_cast<size_t>(u)];
     // The last unit is never freed after forward (no hook marks the end of the model's forward, and
-    // backward starts with it); "default" also keeps the unit before it, as torchtitan keeps the last
+    // backward starts with it); "default" also keeps the unit before it, as torchtitan before 0.2 kept the last
     // transformer block, which backward would re-gather immediately.
     unit.reshard_after_forward = (options.reshard_after_forward == ReshardAfterForward::always && u < last) ||
                                  (options.reshard_after_forward == ReshardAfterForward::default_ && u < last - 1);

@@ -76,7 +76,7 @@ TITAN_CHOICES(Packing, {Packing::concat, "concat"}, {Packing::document, "documen
 
 /// parallelism.fsdp_reshard_after_forward: free gathered parameters after a unit's forward?
 enum class ReshardAfterForward {
-  default_,  ///< as always, but also keep the unit before the last (torchtitan's last-block rule)
+  default_,  ///< as always, but also keep the last block (torchtitan < 0.2; 0.2.2's default is `always`)
   always,    ///< every unit but the last (whose backward comes right after its forward)
   never,     ///< none: more memory, no second all-gather in backward
 };

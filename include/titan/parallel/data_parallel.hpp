@@ -47,7 +47,8 @@ TITAN_CHOICES(DataParallelCollectives, {DataParallelCollectives::auto_, "auto"},
 /// FSDP/HSDP/DDP options (torchtitan's parallelism.fsdp_* and training.mixed_precision_*).
 struct DataParallelOptions {
   /// always (free each unit after its forward, except the last unit, whose backward comes first),
-  /// default (as always, but also keep the unit before the last: torchtitan's last-block rule) or
+  /// default (as always, but also keep the unit before the last, the last block: torchtitan before 0.2;
+  /// torchtitan 0.2.2's apply_fsdp keeps only norm + output, which is `always`) or
   /// never (keep everything gathered from forward to backward).
   ReshardAfterForward reshard_after_forward = ReshardAfterForward::default_;
   /// dtype of the gathered parameters and of compute (bf16 on GPU; fp32 on CPU).
