@@ -24,6 +24,9 @@ class HfAdapter;
 namespace titan::dist {
 class Mesh;
 }
+namespace titan::nn {
+class KVCache;
+}
 
 namespace titan::llama3 {
 
@@ -59,6 +62,10 @@ class Llama3 : public torch::nn::Module {
 
   /// tokens (B, S) int64 -> logits (B, S, V) in the parameter dtype.
   at::Tensor forward(const at::Tensor& tokens) const;
+  /// Inference with a KV cache (nn/kv_cache.hpp): tokens (B, S) are the next S columns of `cache`
+  /// (the left-padded prompts, then one token per step); returns their logits (B, S, V), replicated
+  /// under tensor parallelism without loss parallel. No autograd; forward() is not involved.
+  at::Tensor forward_cached(const at::Tensor& tokens, nn::KVCache& cache) const;
   /// Runs `modules` in order on x: tokens (B, S) before "tok_embeddings", hidden states (B, S, D)
   /// after it; "output" returns the logits (B, S, V). One pipeline stage's forward.
   at::Tensor forward_part(const at::Tensor& x, const std::vector<std::string>& modules) const;

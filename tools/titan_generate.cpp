@@ -1,0 +1,314 @@
+// SPDX-License-Identifier: BSD-3-Clause
+// titan-generate: text from a Llama 3 checkpoint, with a KV cache (docs/generation.md).
+//   titan-generate --checkpoint PATH --prompt TEXT [--prompt TEXT ...] [--max-new-tokens N]
+//                  [--greedy | --temperature T --top-k K --top-p P --seed S] [--tokenizer PATH]
+//                  [--tp N] [--eos-id ID] [--no-bos] [--output text|jsonl] [--prompt-ids 1,2,3]
+//                  [trainer flags: --job.config_file FILE, --model.flavor NAME, --section.key VALUE ...]
+//     PATH: a titan checkpoint (<dump>/checkpoint/step-N, or <dump>/checkpoint for its newest step;
+//     the architecture comes from model.flavor, the vocabulary size from the weights) or a Hugging
+//     Face Llama folder (config.json + safetensors). Prompts of different lengths are one batch.
+//   titan-run --nproc-per-node 2 titan-generate ... --tp 2   splits every layer over 2 ranks.
+#include <ATen/ATen.h>
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "titan/checkpoint/checkpoint.hpp"
+#include "titan/checkpoint/hf.hpp"
+#include "titan/core/config.hpp"
+#include "titan/core/config_loader.hpp"
+#include "titan/core/error.hpp"
+#include "titan/core/log.hpp"
+#include "titan/data/tokenizer.hpp"
+#include "titan/dist/launch_env.hpp"
+#include "titan/dist/mesh.hpp"
+#include "titan/dist/process_group.hpp"
+#include "titan/models/llama3/hf_adapter.hpp"
+#include "titan/models/llama3/model.hpp"
+#include "titan/models/llama3/parallelize.hpp"
+#include "titan/nn/generate.hpp"
+#include "titan/nn/kv_cache.hpp"
+#include "titan/parallel/parallelize.hpp"
+#include "titan/train/data_setup.hpp"
+#include "titan/train/trainer.hpp"
+
+namespace fs = std::filesystem;
+using namespace titan;
+
+namespace {
+
+constexpr const char* kUsage =
+    "usage: titan-generate --checkpoint PATH --prompt TEXT [--prompt TEXT ...] [--max-new-tokens N]\n"
+    "                      [--greedy | --temperature T --top-k K --top-p P --seed S] [--tokenizer PATH]\n"
+    "                      [--tp N] [--eos-id ID] [--no-bos] [--output text|jsonl] [--prompt-ids 1,2,3]\n"
+    "                      [--job.config_file FILE | --model.flavor NAME | --section.key VALUE ...]\n";
+
+struct Options {
+  /// Titan checkpoint (step folder or its parent) or Hugging Face folder.
+  std::string checkpoint{};
+  /// Text prompts, one batch row each.
+  std::vector<std::string> prompts{};
+  /// Prompts given as token ids (after the text prompts).
+  std::vector<std::vector<int64_t>> prompt_ids{};
+  /// tokenizer.json or its folder; default: the checkpoint's, else the job's (model.hf_assets_path or trained).
+  std::string tokenizer{};
+  /// Prepend the tokenizer's BOS to text prompts (as the data pipeline does in training).
+  bool add_bos = true;
+  /// EOS id override (-1: none); default: the tokenizer's.
+  std::optional<int64_t> eos_id{};
+  /// text: the prompt and its continuation; jsonl: one JSON object per prompt with the ids.
+  std::string output = "text";
+  /// Tokens, sampling and seed.
+  nn::GenerateConfig generate{};
+  /// --tp: parallelism.tensor_parallel_degree.
+  std::optional<int64_t> tp{};
+  /// Arguments left for the job config (argv[0] first).
+  std::vector<const char*> rest{};
+};
+
+[[noreturn]] void bad_flag(const std::string& message) {
+  throw std::invalid_argument(fmt::format("[titan-generate] {}\n{}", message, kUsage));
+}
+
+template <class T>
+T number(const std::string& flag, const std::string& text) {
+  try {
+    size_t used = 0;
+    const T value =
+        std::is_integral_v<T> ? static_cast<T>(std::stoll(text, &used)) : static_cast<T>(std::stod(text, &used));
+    if (used == text.size()) return value;
+  } catch (const std::exception&) {
+  }
+  bad_flag(fmt::format("expected a number after {}, got '{}'.", flag, text));
+}
+
+std::vector<int64_t> id_list(const std::string& text) {
+  std::vector<int64_t> ids;
+  size_t begin = 0;
+  while (begin <= text.size()) {
+    const size_t end = std::min(text.find(',', begin), text.size());
+    ids.push_back(number<int64_t>("--prompt-ids", text.substr(begin, end - begin)));
+    begin = end + 1;
+  }
+  return ids;
+}
+
+Options parse(int argc, char** argv) {
+  Options o;
+  o.rest.push_back(argv[0]);
+  for (int i = 1; i < argc; ++i) {
+    const std::string flag = argv[i];
+    auto value = [&]() -> std::string {
+      if (i + 1 >= argc) bad_flag(fmt::format("expected a value after {}, got none.", flag));
+      return argv[++i];
+    };
+    if (flag == "--checkpoint") {
+      o.checkpoint = value();
+    } else if (flag == "--prompt") {
+      o.prompts.push_back(value());
+    } else if (flag == "--prompt-ids") {
+      o.prompt_ids.push_back(id_list(value()));
+    } else if (flag == "--tokenizer") {
+      o.tokenizer = value();
+    } else if (flag == "--max-new-tokens") {
+      o.generate.max_new_tokens = number<int64_t>(flag, value());
+    } else if (flag == "--temperature") {
+      o.generate.sampling.temperature = number<double>(flag, value());
+    } else if (flag == "--greedy") {
+      o.generate.sampling.temperature = 0.0;
+    } else if (flag == "--top-k") {
+      o.generate.sampling.top_k = number<int64_t>(flag, value());
+    } else if (flag == "--top-p") {
+      o.generate.sampling.top_p = number<double>(flag, value());
+    } else if (flag == "--seed") {
+      o.generate.seed = number<uint64_t>(flag, value());
+    } else if (flag == "--eos-id") {
+      o.eos_id = number<int64_t>(flag, value());
+    } else if (flag == "--no-bos") {
+      o.add_bos = false;
+    } else if (flag == "--tp") {
+      o.tp = number<int64_t>(flag, value());
+    } else if (flag == "--output") {
+      o.output = value();
+      if (o.output != "text" && o.output != "jsonl")
+        bad_flag(fmt::format("expected --output text|jsonl, got '{}'.", o.output));
+    } else if (flag == "-h" || flag == "--help") {
+      std::cout << kUsage;
+      std::exit(0);
+    } else {
+      o.rest.push_back(argv[i]);
+    }
+  }
+  if (o.checkpoint.empty()) bad_flag("expected --checkpoint PATH, got none.");
+  if (o.prompts.empty() && o.prompt_ids.empty()) bad_flag("expected at least one --prompt TEXT, got none.");
+  o.generate.sampling.validate();
+  return o;
+}
+
+// The checkpoint to read: a Hugging Face folder, a titan step folder, or the newest complete step
+// under a titan checkpoint root.
+struct Source {
+  fs::path folder{};
+  bool hf = false;
+};
+
+Source resolve(const fs::path& path) {
+  TITAN_CHECK_VALUE(fs::is_directory(path),
+                    "[titan-generate] expected --checkpoint to name a titan checkpoint folder (step-N or its parent) "
+                    "or a Hugging Face folder, got '{}', which is not a folder.",
+                    path.string());
+  if (fs::exists(path / "config.json")) return {path, true};
+  if (fs::exists(path / "index.json")) return {path, false};
+  for (const auto& [step, folder] : checkpoint::list_steps(path)) {
+    if (!checkpoint::check_complete(folder)) return {folder, fs::exists(folder / "config.json")};
+  }
+  TITAN_CHECK_VALUE(
+      false,
+      "[titan-generate] expected --checkpoint '{}' to hold config.json (Hugging Face), index.json (a titan "
+      "step folder) or complete step-N folders, got none. Point it at <dump_folder>/checkpoint.",
+      path.string());
+  return {};
+}
+
+// The architecture: config.json for an HF folder; model.flavor with the weights' vocabulary and
+// tying for a titan checkpoint.
+llama3::Llama3Args architecture(const Source& source, const JobConfig& config) {
+  if (source.hf) return llama3::args_from_hf_config(checkpoint::HfReader(source.folder).config());
+  llama3::Llama3Args args = llama3::flavor(config.model.flavor);
+  std::ifstream in(source.folder / "index.json");
+  const auto tensors = nlohmann::json::parse(in).at("tensors");
+  TITAN_CHECK_VALUE(tensors.contains("model.tok_embeddings.weight"),
+                    "[titan-generate] expected model.tok_embeddings.weight in '{}', got a checkpoint without it.",
+                    (source.folder / "index.json").string());
+  args.vocab_size = tensors.at("model.tok_embeddings.weight").at("global_shape").at(0).get<int64_t>();
+  args.tie_word_embeddings = !tensors.contains("model.output.weight");
+  return args;
+}
+
+std::shared_ptr<data::Tokenizer> tokenizer_of(const Options& o, const Source& source, const JobConfig& config,
+                                              int64_t vocab_size, const dist::Mesh& mesh) {
+  if (!o.tokenizer.empty()) return data::load_tokenizer(o.tokenizer);
+  if (fs::exists(source.folder / "tokenizer.json")) return data::load_tokenizer(source.folder);
+  if (o.prompts.empty()) return nullptr;  // ids only
+  // The job's tokenizer: rank 0 first, so a tokenizer trained on first use is trained once.
+  std::shared_ptr<data::Tokenizer> tokenizer;
+  if (mesh.rank() == 0) tokenizer = build_tokenizer(config, vocab_size);
+  mesh.group("world").barrier();
+  if (mesh.rank() != 0) tokenizer = build_tokenizer(config, vocab_size);
+  return tokenizer;
+}
+
+at::Device pick_device() {
+  if (!at::hasCUDA()) return at::Device(at::kCPU);
+  const int64_t local_rank = dist::read_launch_env().local_rank;
+  return at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(local_rank % at::getNumGPUs()));
+}
+
+int run(const Options& o) {
+  JobConfig config = parse_args(static_cast<int>(o.rest.size()), o.rest.data());
+  if (o.tp) apply_override(config, "parallelism.tensor_parallel_degree", std::to_string(*o.tp));
+  const at::Device device = pick_device();
+  const dist::Mesh mesh =
+      dist::Mesh::from_launch_env(config.parallelism, {.backend = device.is_cuda() ? "nccl" : "gloo"});
+  log::set_rank(static_cast<int>(mesh.rank()));
+  TITAN_CHECK_NOT_IMPLEMENTED(mesh.size("pp") == 1 && mesh.size("cp") == 1,
+                              "[titan-generate] expected only tensor parallelism (--tp N), got pp {} and cp {}. "
+                              "Unset parallelism.pipeline_parallel_degree and context_parallel_degree.",
+                              mesh.size("pp"), mesh.size("cp"));
+
+  const Source source = resolve(o.checkpoint);
+  const llama3::Llama3Args args = architecture(source, config);
+  const auto tokenizer = tokenizer_of(o, source, config, args.vocab_size, mesh);
+  std::vector<std::vector<int64_t>> prompts;
+  for (const auto& text : o.prompts) {
+    const auto ids = tokenizer->encode(text, o.add_bos);
+    prompts.emplace_back(ids.begin(), ids.end());
+  }
+  prompts.insert(prompts.end(), o.prompt_ids.begin(), o.prompt_ids.end());
+  int64_t longest = 0;
+  for (const auto& p : prompts) {
+    longest = std::max(longest, static_cast<int64_t>(p.size()));
+    for (const int64_t id : p) {
+      TITAN_CHECK_VALUE(id >= 0 && id < args.vocab_size,
+                        "[titan-generate] expected prompt token ids in [0, {}) (the model's vocabulary), got {}. Use "
+                        "the tokenizer the model was trained with (--tokenizer).",
+                        args.vocab_size, id);
+    }
+  }
+  TITAN_CHECK_VALUE(longest + o.generate.max_new_tokens <= args.max_seq_len,
+                    "[titan-generate] expected the longest prompt ({} tokens) + --max-new-tokens ({}) <= {} (the "
+                    "model's max_seq_len), got {}. Lower --max-new-tokens or shorten the prompt.",
+                    longest, o.generate.max_new_tokens, args.max_seq_len, longest + o.generate.max_new_tokens);
+
+  // The model with RoPE tables for exactly prompt + new tokens, tensor-parallel when tp > 1 (the
+  // training plan without sequence or loss parallel: a step of one token cannot be split by sequence,
+  // and sampling wants whole logits), then the weights (each rank reading its shards).
+  auto model =
+      std::make_shared<llama3::Llama3>(args, longest + o.generate.max_new_tokens, at::TensorOptions().device(device));
+  parallel::ParallelPlan plan;
+  if (mesh.size("tp") > 1) {
+    plan.tensor_parallel =
+        llama3::tensor_parallel_plan(*model, mesh.size("tp"), {.sequence_parallel = false, .loss_parallel = false});
+  }
+  const Parallelized parallel = parallelize(*model, mesh, plan);
+  const std::vector<at::Tensor> params = model->unique_parameters();
+  checkpoint::State state;
+  checkpoint::add_model(state, parameter_names(*model, params), params, &mesh);
+  if (source.hf) {
+    checkpoint::load_hf(source.folder, state, *model->hf_adapter());
+  } else {
+    checkpoint::load(source.folder, state, {"optimizer", "lr_scheduler", "dataloader", "train_state"});
+  }
+  log::info("Loaded {} ({} parameters on this rank, {}) from {}",
+            source.hf ? "a Hugging Face Llama" : "a titan checkpoint", model->num_params(), parallel.describe(),
+            source.folder.string());
+
+  nn::GenerateConfig generate = o.generate;
+  generate.eos_id = o.eos_id.value_or(tokenizer && tokenizer->eos_id() ? *tokenizer->eos_id() : -1);
+  generate.pad_id = tokenizer && tokenizer->eos_id() ? *tokenizer->eos_id() : 0;
+  const nn::CachedForward forward = [&](const at::Tensor& tokens, nn::KVCache& cache) {
+    return model->forward_cached(tokens, cache);
+  };
+  const nn::Generation out = nn::generate(forward, args.n_layers, prompts, generate, device,
+                                          mesh.size("tp") > 1 ? &mesh.group("tp") : nullptr);
+  if (mesh.rank() != 0) return 0;
+  for (size_t b = 0; b < prompts.size(); ++b) {
+    std::vector<int32_t> shown;
+    for (const int64_t id : out.tokens[b]) {
+      if (id != generate.eos_id) shown.push_back(static_cast<int32_t>(id));
+    }
+    const std::string text = tokenizer ? tokenizer->decode(shown) : std::string();
+    const std::string prompt = b < o.prompts.size() ? o.prompts[b] : std::string();
+    if (o.output == "jsonl") {
+      std::cout << nlohmann::json{{"prompt", prompt},
+                                  {"prompt_ids", prompts[b]},
+                                  {"ids", out.tokens[b]},
+                                  {"eos_id", generate.eos_id},
+                                  {"text", text}}
+                       .dump(-1, ' ', false, nlohmann::json::error_handler_t::replace)
+                << "\n";
+    } else {
+      std::cout << fmt::format("--- [{}] ---\n{}{}\n", b, prompt, text);
+    }
+  }
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    return run(parse(argc, argv));
+  } catch (const std::exception& e) {
+    std::cerr << "titan-generate: " << error_message(e) << "\n";
+    return 1;
+  }
+}
