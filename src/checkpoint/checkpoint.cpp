@@ -12,7 +12,9 @@
 #include <fmt/format.h>
 
 #include <chrono>
+#include <cstdlib>
 #include <fstream>
+#include <limits>
 #include <map>
 #include <regex>
 #include <thread>
@@ -41,19 +43,156 @@ nlohmann::json read_json(const fs::path& path) {
   return j;
 }
 
-// An index is untrusted input: the files it names must be plain names inside the checkpoint folder.
-bool plain_file_name(const std::string& name) {
-  return !name.empty() && name != "." && name != ".." &&
-         name.find_first_of(std::string("/\\\0", 3)) == std::string::npos;
-}
-
 fs::path file_in(const fs::path& folder, const std::string& name, const std::string& entry) {
-  TITAN_CHECK_VALUE(plain_file_name(name),
+  TITAN_CHECK_VALUE(is_plain_file_name(name),
                     "[titan::checkpoint] expected {} of '{}' to name a file inside the checkpoint folder, got '{}'. "
                     "The index is corrupt or hostile; refusing to read it. Load another checkpoint.",
                     entry, (folder / "index.json").string(), name);
   return folder / name;
 }
+
+// ---- the index, checked before anything is read or allocated ----------------------------------------
+
+struct ShardRecord {
+  std::string file;
+  std::vector<int64_t> offset{};  // in the global tensor
+  std::vector<int64_t> shape{};
+  int64_t begin = 0;  // absolute byte range in file
+  int64_t end = 0;
+  std::vector<uint32_t> crc32{};
+};
+
+struct TensorRecord {
+  std::string dtype;
+  std::vector<int64_t> global_shape{};
+  std::vector<ShardRecord> shards{};
+};
+
+struct Index {
+  std::map<std::string, int64_t> files{};  // name -> bytes
+  std::map<std::string, TensorRecord> tensors{};
+  nlohmann::json values = nlohmann::json::object();
+  int64_t step = 0;
+};
+
+// Reads index.json's fields by path (`tensors["model.w"].shards[0].begin`), refusing anything malformed with
+// the file and the entry named.
+class IndexReader {
+ public:
+  explicit IndexReader(fs::path path) : path_(std::move(path)) {}
+
+  [[noreturn]] void refuse(const std::string& where, const std::string& expected, const nlohmann::json& got) const {
+    std::string shown = got.dump(-1, ' ', /*ensure_ascii=*/true);
+    if (shown.size() > 80) shown = shown.substr(0, 77) + "...";
+    TITAN_CHECK_VALUE(false,
+                      "[titan::checkpoint] expected {} at {} of '{}', got {}. The index is corrupt or hostile; "
+                      "refusing to load it. Load another checkpoint (checkpoint.load_step).",
+                      expected, where, path_.string(), shown);
+    std::abort();  // unreachable: the check above throws
+  }
+  const nlohmann::json& field(const nlohmann::json& object, const std::string& where, const char* key) const {
+    if (!object.is_object()) refuse(where, "an object", object);
+    const auto it = object.find(key);
+    if (it == object.end()) refuse(where, fmt::format("a field \"{}\"", key), object);
+    return *it;
+  }
+  int64_t integer(const nlohmann::json& v, const std::string& where, int64_t lo = 0,
+                  int64_t hi = std::numeric_limits<int64_t>::max()) const {
+    if (!v.is_number_integer() || (v.is_number_unsigned() && v.get<uint64_t>() > static_cast<uint64_t>(hi)) ||
+        v.get<int64_t>() < lo || v.get<int64_t>() > hi) {
+      refuse(where, fmt::format("an integer in [{}, {}]", lo, hi), v);
+    }
+    return v.get<int64_t>();
+  }
+  std::vector<int64_t> dims(const nlohmann::json& v, const std::string& where, size_t rank) const {
+    if (!v.is_array() || v.size() != rank) refuse(where, fmt::format("an array of {} non-negative integers", rank), v);
+    std::vector<int64_t> out;
+    for (size_t d = 0; d < v.size(); ++d) out.push_back(integer(v[d], fmt::format("{}[{}]", where, d)));
+    return out;
+  }
+  std::string string(const nlohmann::json& v, const std::string& where) const {
+    if (!v.is_string()) refuse(where, "a string", v);
+    return v.get<std::string>();
+  }
+
+  Index read(const nlohmann::json& j) const {
+    Index index;
+    if (!j.is_object()) refuse("the top level", "an object", j);
+    const auto format = j.find("format"), version = j.find("version");
+    TITAN_CHECK_VALUE(
+        format != j.end() && *format == "titan-checkpoint" && version != j.end() && *version == kFormatVersion,
+        "[titan::checkpoint::load] expected a titan-checkpoint index version {} in '{}', got format {} "
+        "version {}.",
+        kFormatVersion, path_.string(), format != j.end() ? format->dump() : "none",
+        version != j.end() ? version->dump() : "none");
+    index.step = integer(field(j, "the top level", "step"), "step");
+    const auto& files = field(j, "the top level", "files");
+    if (!files.is_object()) refuse("files", "an object {file: bytes}", files);
+    for (const auto& [name, bytes] : files.items()) {
+      if (!is_plain_file_name(name))
+        refuse(fmt::format("files[\"{}\"]", name), "a file inside the checkpoint folder", name);
+      index.files[name] = integer(bytes, fmt::format("files[\"{}\"]", name));
+    }
+    index.values = field(j, "the top level", "values");
+    if (!index.values.is_object()) refuse("values", "an object {group: value}", index.values);
+    const auto& tensors = field(j, "the top level", "tensors");
+    if (!tensors.is_object()) refuse("tensors", "an object {key: tensor}", tensors);
+    for (const auto& [key, t] : tensors.items()) {
+      const std::string at = fmt::format("tensors[\"{}\"]", key);
+      TensorRecord rec;
+      rec.dtype = string(field(t, at, "dtype"), at + ".dtype");
+      if (!is_safetensors_dtype(rec.dtype)) refuse(at + ".dtype", "a safetensors dtype titan reads", rec.dtype);
+      const auto& global = field(t, at, "global_shape");
+      if (!global.is_array() || global.size() > 64) refuse(at + ".global_shape", "an array of at most 64 dims", global);
+      rec.global_shape = dims(global, at + ".global_shape", global.size());
+      if (!detail::checked_nbytes(rec.global_shape, scalar_type(rec.dtype))) {
+        refuse(at + ".global_shape", "a shape whose byte size fits in 63 bits", global);
+      }
+      const auto& shards = field(t, at, "shards");
+      if (!shards.is_array()) refuse(at + ".shards", "an array", shards);
+      for (size_t i = 0; i < shards.size(); ++i)
+        rec.shards.push_back(shard(index, rec, shards[i], fmt::format("{}.shards[{}]", at, i)));
+      index.tensors.emplace(key, std::move(rec));
+    }
+    return index;
+  }
+
+ private:
+  // One shard: a rectangle inside the global shape, in a listed file, whose byte range holds exactly its
+  // elements and lies inside the file's recorded size, with one checksum per chunk.
+  ShardRecord shard(const Index& index, const TensorRecord& rec, const nlohmann::json& j, const std::string& at) const {
+    ShardRecord s;
+    s.file = string(field(j, at, "file"), at + ".file");
+    if (!is_plain_file_name(s.file)) refuse(at + ".file", "a file inside the checkpoint folder", s.file);
+    const auto listed = index.files.find(s.file);
+    if (listed == index.files.end()) refuse(at + ".file", "a file listed under \"files\"", s.file);
+    const size_t rank = rec.global_shape.size();
+    s.offset = dims(field(j, at, "offset"), at + ".offset", rank);
+    s.shape = dims(field(j, at, "shape"), at + ".shape", rank);
+    for (size_t d = 0; d < rank; ++d) {
+      if (s.offset[d] > rec.global_shape[d] || s.shape[d] > rec.global_shape[d] - s.offset[d]) {
+        refuse(at, fmt::format("offset + shape inside the global shape {}", c10::str(rec.global_shape)), j);
+      }
+    }
+    const int64_t bytes = *detail::checked_nbytes(s.shape, scalar_type(rec.dtype));  // <= the global size
+    s.begin = integer(field(j, at, "begin"), at + ".begin", 0, listed->second);
+    s.end = integer(field(j, at, "end"), at + ".end", s.begin, listed->second);
+    if (s.end - s.begin != bytes) {
+      refuse(at, fmt::format("end - begin = {} bytes ({} {})", bytes, rec.dtype, c10::str(s.shape)), j);
+    }
+    const auto& crc = field(j, at, "crc32");
+    const size_t chunks =
+        static_cast<size_t>(std::max<int64_t>(1, (bytes + kChecksumChunkBytes - 1) / kChecksumChunkBytes));
+    if (!crc.is_array() || crc.size() != chunks)
+      refuse(at + ".crc32", fmt::format("an array of {} checksums", chunks), crc);
+    for (size_t i = 0; i < chunks; ++i) {
+      s.crc32.push_back(static_cast<uint32_t>(integer(crc[i], fmt::format("{}.crc32[{}]", at, i), 0, UINT32_MAX)));
+    }
+    return s;
+  }
+
+  fs::path path_;
+};
 
 bool excluded(const std::string& key, const std::vector<std::string>& exclude) {
   return std::find(exclude.begin(), exclude.end(), group_of(key)) != exclude.end();
@@ -62,6 +201,11 @@ bool excluded(const std::string& key, const std::vector<std::string>& exclude) {
 }  // namespace
 
 std::string group_of(const std::string& key) { return key.substr(0, key.find('.')); }
+
+bool is_plain_file_name(const std::string& name) {
+  return !name.empty() && name != "." && name != ".." &&
+         name.find_first_of(std::string("/\\\0", 3)) == std::string::npos;
+}
 
 StateTensor state_tensor(std::string key, const at::Tensor& p, const dist::Mesh* mesh, bool per_stage) {
   const parallel::ShardedParam* sp = parallel::sharded_param(p);
@@ -239,17 +383,22 @@ std::optional<std::string> check_complete(const fs::path& folder) {
   const fs::path index_path = folder / "index.json";
   if (!fs::exists(index_path)) return fmt::format("no index.json in '{}' (an interrupted save)", folder.string());
   std::ifstream in(index_path);
-  const auto index = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
-  if (index.is_discarded() || !index.contains("files"))
+  const auto json = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+  if (json.is_discarded() || !json.is_object() || !json.contains("files"))
     return fmt::format("'{}' is not a titan index", index_path.string());
-  for (const auto& [file, bytes] : index.at("files").items()) {
-    if (!plain_file_name(file))
-      return fmt::format("the index names '{}', not a file inside the folder (corrupt)", file);
+  Index index;
+  try {
+    index = IndexReader(index_path).read(json);
+  } catch (const c10::Error& e) {
+    return e.what_without_backtrace();
+  }
+  for (const auto& [file, bytes] : index.files) {
     const fs::path path = folder / file;
-    if (!fs::exists(path)) return fmt::format("shard '{}' listed in the index is missing", path.string());
-    if (static_cast<int64_t>(fs::file_size(path)) != bytes.get<int64_t>()) {
-      return fmt::format("shard '{}' has {} bytes, the index records {} (truncated)", path.string(),
-                         fs::file_size(path), bytes.get<int64_t>());
+    std::error_code ec;
+    if (!fs::is_regular_file(path, ec)) return fmt::format("shard '{}' listed in the index is missing", path.string());
+    const auto size = static_cast<int64_t>(fs::file_size(path, ec));
+    if (ec || size != bytes) {
+      return fmt::format("shard '{}' has {} bytes, the index records {} (truncated)", path.string(), size, bytes);
     }
   }
   return std::nullopt;
@@ -287,16 +436,12 @@ nlohmann::json load(const fs::path& folder, State& state, const std::vector<std:
                       "file or load another step (checkpoint.load_step).",
                       folder.string(), *problem);
   }
-  const nlohmann::json index = read_json(folder / "index.json");
-  TITAN_CHECK_VALUE(index.value("format", "") == "titan-checkpoint" && index.value("version", 0) == kFormatVersion,
-                    "[titan::checkpoint::load] expected a titan-checkpoint index version {} in '{}', got format '{}' "
-                    "version {}.",
-                    kFormatVersion, folder.string(), index.value("format", ""), index.value("version", 0));
-  const auto& tensors = index.at("tensors");
+  const fs::path index_path = folder / "index.json";
+  const Index index = IndexReader(index_path).read(read_json(index_path));
   std::map<std::string, SafetensorsFile> files;  // opened on first use
   std::vector<std::string> groups_held;
-  for (const auto& [key, _] : tensors.items()) groups_held.push_back(group_of(key));
-  for (const auto& [group, _] : index.at("values").items()) groups_held.push_back(group);
+  for (const auto& [key, _] : index.tensors) groups_held.push_back(group_of(key));
+  for (const auto& [group, _] : index.values.items()) groups_held.push_back(group);
   nlohmann::json skipped = nlohmann::json::array();
   at::NoGradGuard no_grad;
   for (auto& st : state.tensors) {
@@ -306,13 +451,14 @@ nlohmann::json load(const fs::path& folder, State& state, const std::vector<std:
         skipped.push_back(group_of(st.key));
       continue;
     }
-    TITAN_CHECK_VALUE(tensors.contains(st.key),
+    const auto saved_it = index.tensors.find(st.key);
+    TITAN_CHECK_VALUE(saved_it != index.tensors.end(),
                       "[titan::checkpoint::load] expected tensor '{}' in '{}', got none. The "
                       "checkpoint is of another model, flavor or optimizer; exclude its group with "
                       "checkpoint.exclude_from_loading.",
                       st.key, folder.string());
-    const auto& saved = tensors.at(st.key);
-    const auto global = saved.at("global_shape").get<std::vector<int64_t>>();
+    const TensorRecord& saved = saved_it->second;
+    const std::vector<int64_t>& global = saved.global_shape;
     TITAN_CHECK_VALUE(global == st.global_shape,
                       "[titan::checkpoint::load] expected '{}' of global shape {}, got {} in "
                       "'{}'. The checkpoint is of another model or flavor.",
@@ -324,28 +470,35 @@ nlohmann::json load(const fs::path& folder, State& state, const std::vector<std:
     for (size_t d = 0; d < st.local_shape.size(); ++d)
       local = local.narrow(static_cast<int64_t>(d), 0, st.local_shape[d]);
     int64_t covered = 0;
-    for (const auto& shard : saved.at("shards")) {
-      const auto s_off = shard.at("offset").get<std::vector<int64_t>>();
-      const auto s_shape = shard.at("shape").get<std::vector<int64_t>>();
+    for (const ShardRecord& shard : saved.shards) {
       std::vector<int64_t> lo(global.size()), extent(global.size());
       int64_t numel = 1;
       for (size_t d = 0; d < global.size(); ++d) {
-        lo[d] = std::max(s_off[d], st.offset[d]);
-        extent[d] = std::max<int64_t>(0, std::min(s_off[d] + s_shape[d], st.offset[d] + st.local_shape[d]) - lo[d]);
+        lo[d] = std::max(shard.offset[d], st.offset[d]);
+        extent[d] =
+            std::max<int64_t>(0, std::min(shard.offset[d] + shard.shape[d], st.offset[d] + st.local_shape[d]) - lo[d]);
         numel *= extent[d];
       }
       if (numel == 0) continue;
-      const std::string file = shard.at("file").get<std::string>();
-      auto it = files.find(file);
+      auto it = files.find(shard.file);
       if (it == files.end()) {
-        it = files.emplace(file, SafetensorsFile(file_in(folder, file, fmt::format("a shard of '{}'", st.key)))).first;
+        it = files
+                 .emplace(shard.file,
+                          SafetensorsFile(file_in(folder, shard.file, fmt::format("a shard of '{}'", st.key))))
+                 .first;
       }
-      const TensorEntry entry{.dtype = saved.at("dtype").get<std::string>(),
-                              .shape = s_shape,
-                              .begin = shard.at("begin").get<int64_t>(),
-                              .end = shard.at("end").get<int64_t>()};
-      const auto crc = shard.at("crc32").get<std::vector<uint32_t>>();
-      at::Tensor part = read_region(it->second, entry, s_off, lo, extent, &crc, st.key);
+      // The index and the file's own header must agree on where the shard lies.
+      const TensorEntry entry{.dtype = saved.dtype, .shape = shard.shape, .begin = shard.begin, .end = shard.end};
+      const TensorEntry* stored = it->second.contains(st.key) ? &it->second.entry(st.key) : nullptr;
+      TITAN_CHECK_VALUE(stored != nullptr && stored->dtype == entry.dtype && stored->shape == entry.shape &&
+                            stored->begin == entry.begin && stored->end == entry.end,
+                        "[titan::checkpoint::load] expected '{}' in '{}' as the index records it ({} {} at bytes [{}, "
+                        "{})), got {}. The index and the file disagree (corrupt); load another checkpoint.",
+                        st.key, it->second.path().string(), entry.dtype, c10::str(entry.shape), entry.begin, entry.end,
+                        stored == nullptr ? std::string("no such tensor")
+                                          : fmt::format("{} {} at bytes [{}, {})", stored->dtype,
+                                                        c10::str(stored->shape), stored->begin, stored->end));
+      at::Tensor part = read_region(it->second, entry, shard.offset, lo, extent, &shard.crc32, st.key);
       at::Tensor dst = local;
       for (size_t d = 0; d < global.size(); ++d) {
         dst = dst.narrow(static_cast<int64_t>(d), lo[d] - st.offset[d], extent[d]);
@@ -360,18 +513,18 @@ nlohmann::json load(const fs::path& folder, State& state, const std::vector<std:
                       c10::str(at::IntArrayRef(st.local_shape)), covered, local.numel());
   }
   nlohmann::json values = nlohmann::json::object();
-  for (const auto& [group, value] : index.at("values").items()) {
+  for (const auto& [group, value] : index.values.items()) {
     if (std::find(exclude.begin(), exclude.end(), group) == exclude.end()) values[group] = value;
   }
   values["skipped"] = skipped;
-  values["step"] = index.at("step");
+  values["step"] = index.step;
   return values;
 }
 
 std::vector<std::pair<int64_t, fs::path>> list_steps(const fs::path& root) {
   std::vector<std::pair<int64_t, fs::path>> out;
   if (!fs::is_directory(root)) return out;
-  static const std::regex step_re(R"(step-(\d+))");
+  static const std::regex step_re(R"(step-(\d{1,18}))");  // stoll cannot overflow
   for (const auto& e : fs::directory_iterator(root)) {
     std::smatch m;
     const std::string name = e.path().filename().string();

@@ -55,7 +55,9 @@ HfReader::HfReader(const fs::path& folder) : folder_(folder) {
                     "[titan::checkpoint::HfReader] expected a Hugging Face folder with config.json, got "
                     "none at '{}'.",
                     config_path.string());
-  config_ = nlohmann::json::parse(config);
+  config_ = nlohmann::json::parse(config, nullptr, /*allow_exceptions=*/false);
+  TITAN_CHECK_VALUE(config_.is_object(), "[titan::checkpoint::HfReader] expected a JSON object in '{}', got {}.",
+                    config_path.string(), config_.is_discarded() ? "unparsable text" : config_.type_name());
   const fs::path index_path = folder / "model.safetensors.index.json";
   std::map<std::string, std::shared_ptr<SafetensorsFile>> opened;
   auto open = [&](const std::string& name) {
@@ -65,8 +67,21 @@ HfReader::HfReader(const fs::path& folder) : folder_(folder) {
   };
   if (fs::exists(index_path)) {
     std::ifstream in(index_path);
-    const auto index = nlohmann::json::parse(in);
-    for (const auto& [key, file] : index.at("weight_map").items()) file_of_[key] = open(file.get<std::string>());
+    const auto index = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+    const auto weight_map = index.is_object() ? index.find("weight_map") : index.end();
+    TITAN_CHECK_VALUE(weight_map != index.end() && weight_map->is_object(),
+                      "[titan::checkpoint::HfReader] expected a JSON object with a \"weight_map\" object in '{}', "
+                      "got {}. The file is corrupt.",
+                      index_path.string(), index.is_discarded() ? "unparsable text" : "none");
+    for (const auto& [key, file] : weight_map->items()) {
+      // An index is untrusted input: it may name only files inside the folder.
+      const std::string name = file.is_string() ? file.get<std::string>() : std::string();
+      TITAN_CHECK_VALUE(file.is_string() && is_plain_file_name(name),
+                        "[titan::checkpoint::HfReader] expected weight_map[\"{}\"] of '{}' to name a file inside the "
+                        "folder, got {}. The index is corrupt or hostile; refusing to read it.",
+                        key, index_path.string(), file.dump());
+      file_of_[key] = open(name);
+    }
   } else {
     TITAN_CHECK_VALUE(fs::exists(folder / "model.safetensors"),
                       "[titan::checkpoint::HfReader] expected "

@@ -20,8 +20,18 @@ namespace fs = std::filesystem;
 namespace {
 
 const std::pair<const char*, at::ScalarType> kDtypes[] = {
-    {"F32", at::kFloat}, {"BF16", at::kBFloat16}, {"F16", at::kHalf}, {"F64", at::kDouble},
-    {"I64", at::kLong},  {"I32", at::kInt},       {"U8", at::kByte},  {"BOOL", at::kBool},
+    {"F32", at::kFloat},
+    {"BF16", at::kBFloat16},
+    {"F16", at::kHalf},
+    {"F64", at::kDouble},
+    {"I64", at::kLong},
+    {"I32", at::kInt},
+    {"U8", at::kByte},
+    {"BOOL", at::kBool},
+    {"I16", at::kShort},
+    {"I8", at::kChar},
+    {"F8_E4M3", at::kFloat8_e4m3fn},
+    {"F8_E5M2", at::kFloat8_e5m2},
 };
 
 // Writes all of [data, data + size) to fd, retrying short writes.
@@ -46,19 +56,16 @@ void check_coverage(const std::filesystem::path& path, const std::map<std::strin
                     int64_t data_start, int64_t file_size) {
   std::vector<std::pair<int64_t, int64_t>> ranges;  // (begin, end) in file bytes
   for (const auto& [name, e] : entries) {
-    int64_t numel = 1;
-    for (int64_t d : e.shape) {
-      TITAN_CHECK_VALUE(d >= 0,
-                        "[titan::checkpoint] expected non-negative dims for tensor '{}' in '{}', got {}. The "
-                        "file is corrupt; restore it or load an older checkpoint.",
-                        name, path.string(), c10::str(e.shape));
-      numel *= d;
-    }
-    const int64_t bytes = numel * static_cast<int64_t>(c10::elementSize(scalar_type(e.dtype)));
-    TITAN_CHECK_VALUE(e.begin >= data_start && e.end - e.begin == bytes,
+    const std::optional<int64_t> bytes = detail::checked_nbytes(e.shape, scalar_type(e.dtype));
+    TITAN_CHECK_VALUE(bytes.has_value(),
+                      "[titan::checkpoint] expected tensor '{}' in '{}' to have non-negative dims whose byte size "
+                      "fits in 63 bits, got {} {}. The file is corrupt; restore it or load an older checkpoint.",
+                      name, path.string(), e.dtype, c10::str(e.shape));
+    TITAN_CHECK_VALUE(e.begin >= data_start && e.end - e.begin == *bytes,
                       "[titan::checkpoint] expected tensor '{}' in '{}' to span {} bytes ({} {}) inside the data "
                       "section, got bytes [{}, {}). The file is corrupt; restore it or load an older checkpoint.",
-                      name, path.string(), bytes, e.dtype, c10::str(e.shape), e.begin - data_start, e.end - data_start);
+                      name, path.string(), *bytes, e.dtype, c10::str(e.shape), e.begin - data_start,
+                      e.end - data_start);
     ranges.emplace_back(e.begin, e.end);
   }
   std::sort(ranges.begin(), ranges.end());
@@ -80,13 +87,29 @@ void check_coverage(const std::filesystem::path& path, const std::map<std::strin
 
 }  // namespace
 
+namespace detail {
+
+std::optional<int64_t> checked_nbytes(const std::vector<int64_t>& shape, at::ScalarType dtype) {
+  int64_t bytes = static_cast<int64_t>(c10::elementSize(dtype));
+  for (int64_t d : shape) {
+    if (d < 0 || __builtin_mul_overflow(bytes, d, &bytes)) return std::nullopt;
+  }
+  return bytes;
+}
+
+}  // namespace detail
+
+bool is_safetensors_dtype(const std::string& name) {
+  return std::any_of(std::begin(kDtypes), std::end(kDtypes), [&](const auto& d) { return name == d.first; });
+}
+
 std::string safetensors_dtype(at::ScalarType t) {
   for (const auto& [name, type] : kDtypes) {
     if (type == t) return name;
   }
   TITAN_CHECK_VALUE(false,
                     "[titan::checkpoint] expected a dtype safetensors can store (float32, bfloat16, float16, "
-                    "float64, int64, int32, uint8, bool), got {}.",
+                    "float64, int64, int32, int16, int8, uint8, bool, float8_e4m3fn, float8_e5m2), got {}.",
                     c10::toString(t));
   return {};
 }
@@ -97,7 +120,7 @@ at::ScalarType scalar_type(const std::string& safetensors_dtype) {
   }
   TITAN_CHECK_VALUE(false,
                     "[titan::checkpoint] expected a safetensors dtype titan reads (F32, BF16, F16, F64, I64, I32, "
-                    "U8, BOOL), got '{}'.",
+                    "I16, I8, U8, BOOL, F8_E4M3, F8_E5M2), got '{}'.",
                     safetensors_dtype);
   return at::kFloat;
 }
@@ -113,6 +136,9 @@ std::vector<uint32_t> chunk_checksums(const void* data, int64_t size) {
 }
 
 SafetensorsFile::SafetensorsFile(fs::path path) : path_(std::move(path)) {
+  std::error_code ec;
+  TITAN_CHECK_VALUE(fs::is_regular_file(path_, ec), "[titan::checkpoint] expected a safetensors file at '{}', got {}.",
+                    path_.string(), fs::exists(path_, ec) ? "something else (a folder?)" : "none");
   fd_ = ::open(path_.c_str(), O_RDONLY | O_CLOEXEC);
   TITAN_CHECK_VALUE(fd_ >= 0, "[titan::checkpoint] expected a readable safetensors file, got none at '{}' ({}).",
                     path_.string(), std::strerror(errno));
@@ -123,32 +149,70 @@ SafetensorsFile::SafetensorsFile(fs::path path) : path_(std::move(path)) {
                     "(truncated or not safetensors).",
                     path_.string(), file_size);
   read_bytes(0, 8, &header_size);
+  // The reference reader's limits, checked before the header is allocated.
+  TITAN_CHECK_VALUE(header_size <= kMaxHeaderBytes,
+                    "[titan::checkpoint] expected a safetensors header of at most {} bytes in '{}', got a length of "
+                    "{} (corrupt or not safetensors).",
+                    kMaxHeaderBytes, path_.string(), header_size);
   TITAN_CHECK_VALUE(static_cast<int64_t>(header_size) + 8 <= file_size,
                     "[titan::checkpoint] expected a safetensors header of {} bytes in '{}', got a file of {} bytes "
                     "(truncated or not safetensors).",
                     header_size, path_.string(), file_size);
   std::string text(header_size, '\0');
   read_bytes(8, static_cast<int64_t>(header_size), text.data());
+  // NOTE: nlohmann's parser rejects invalid UTF-8 and trailing bytes other than JSON whitespace, as serde_json does.
   const auto header = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
   TITAN_CHECK_VALUE(header.is_object(),
-                    "[titan::checkpoint] expected a JSON header in '{}', got unparsable bytes "
+                    "[titan::checkpoint] expected a JSON object as the header of '{}', got {} "
                     "(corrupt or not safetensors).",
-                    path_.string());
+                    path_.string(), header.is_discarded() ? "unparsable bytes or invalid UTF-8" : header.type_name());
   const int64_t data_start = 8 + static_cast<int64_t>(header_size);
+  const auto corrupt = [&](const std::string& name, const std::string& expected, const nlohmann::json& got) {
+    std::string shown = got.dump(-1, ' ', /*ensure_ascii=*/true);
+    if (shown.size() > 80) shown = shown.substr(0, 77) + "...";
+    TITAN_CHECK_VALUE(false,
+                      "[titan::checkpoint] expected {} for entry '{}' of '{}', got {}. The file is corrupt or not "
+                      "safetensors; restore it or load an older checkpoint.",
+                      expected, name, path_.string(), shown);
+  };
+  // A non-negative JSON integer (serde's usize: -0 is 0, 8.0 is refused), as int64.
+  const auto index = [&](const std::string& name, const std::string& what, const nlohmann::json& v) {
+    const bool ok = v.is_number_unsigned() ? v.get<uint64_t>() <= static_cast<uint64_t>(INT64_MAX)
+                                           : v.is_number_integer() && v.get<int64_t>() == 0;
+    if (!ok) corrupt(name, fmt::format("a non-negative integer as {}", what), v);
+    return v.get<int64_t>();
+  };
   for (const auto& [name, value] : header.items()) {
     if (name == "__metadata__") {
-      for (const auto& [k, v] : value.items()) metadata_[k] = v.get<std::string>();
+      if (value.is_null()) continue;  // serde's Option: null is no metadata
+      if (!value.is_object()) corrupt(name, "an object of strings", value);
+      for (const auto& [k, v] : value.items()) {
+        if (!v.is_string()) corrupt(name + "." + k, "a string", v);
+        metadata_[k] = v.get<std::string>();
+      }
       continue;
     }
-    const auto offsets = value.at("data_offsets").get<std::vector<int64_t>>();
-    TensorEntry e{.dtype = value.at("dtype").get<std::string>(),
-                  .shape = value.at("shape").get<std::vector<int64_t>>(),
-                  .begin = data_start + offsets.at(0),
-                  .end = data_start + offsets.at(1)};
-    TITAN_CHECK_VALUE(e.end <= file_size,
-                      "[titan::checkpoint] expected tensor '{}' to end at byte {} of '{}', got a file "
-                      "of {} bytes (truncated). Restore the file or load an older checkpoint.",
-                      name, e.end, path_.string(), file_size);
+    if (!value.is_object()) corrupt(name, "an object {dtype, shape, data_offsets}", value);
+    const auto dtype = value.find("dtype"), shape = value.find("shape"), offsets = value.find("data_offsets");
+    if (dtype == value.end() || !dtype->is_string()) corrupt(name, "a string dtype", value);
+    if (!is_safetensors_dtype(dtype->get<std::string>())) {
+      corrupt(name, "a dtype titan reads (F32, BF16, F16, F64, I64, I32, I16, I8, U8, BOOL, F8_E4M3, F8_E5M2)", *dtype);
+    }
+    if (shape == value.end() || !shape->is_array()) corrupt(name, "an array as shape", value);
+    if (offsets == value.end() || !offsets->is_array() || offsets->size() != 2) {
+      corrupt(name, "two data_offsets [begin, end]", value);
+    }
+    TensorEntry e{.dtype = dtype->get<std::string>(), .shape = {}, .begin = 0, .end = 0};
+    for (const auto& d : *shape) e.shape.push_back(index(name, "a dim", d));
+    const int64_t begin = index(name, "data_offsets[0]", (*offsets)[0]);
+    const int64_t end = index(name, "data_offsets[1]", (*offsets)[1]);
+    // Offsets inside the data section (no overflow past it: begin, end <= file size < 2^63).
+    TITAN_CHECK_VALUE(begin <= end && end <= file_size - data_start,
+                      "[titan::checkpoint] expected entry '{}' of '{}' to lie in the data section of {} bytes, got "
+                      "data_offsets [{}, {}) (truncated or corrupt). Restore the file or load an older checkpoint.",
+                      name, path_.string(), file_size - data_start, begin, end);
+    e.begin = data_start + begin;
+    e.end = data_start + end;
     entries_.emplace(name, std::move(e));
   }
   check_coverage(path_, entries_, data_start, file_size);

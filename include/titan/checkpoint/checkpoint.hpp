@@ -64,6 +64,10 @@ void add_model(State& state, const std::vector<std::string>& names, const std::v
 void add_optimizer(State& state, const std::vector<std::string>& names, const Optimizer& optimizer,
                    const dist::Mesh* mesh);
 
+/// Whether an index may name this file: a plain name inside the checkpoint folder (not empty, not "." or
+/// "..", no separator or NUL). An index is untrusted input; everything else is refused as corrupt.
+bool is_plain_file_name(const std::string& name);
+
 /// The group of a key: its first dot-separated segment ("model.norm.weight" -> "model").
 std::string group_of(const std::string& key);
 

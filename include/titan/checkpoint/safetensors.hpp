@@ -12,18 +12,22 @@
 #include <cstdint>
 #include <filesystem>
 #include <map>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
 
 namespace titan::checkpoint {
 
+/// The longest header the reference reader (Python safetensors) accepts; longer is refused before allocating.
+inline constexpr uint64_t kMaxHeaderBytes = 100'000'000;
+
 /// Bytes per checksum chunk: a reader verifies (and so reads) whole chunks around what it needs.
 inline constexpr int64_t kChecksumChunkBytes = int64_t{1} << 20;
 
 /// One tensor's place in a safetensors file.
 struct TensorEntry {
-  std::string dtype;             ///< safetensors dtype: F32, BF16, F16, F64, I64, I32, U8, BOOL
+  std::string dtype;  ///< safetensors dtype: F32, BF16, F16, F64, I64, I32, I16, I8, U8, BOOL, F8_E4M3, F8_E5M2
   std::vector<int64_t> shape{};  ///< as stored
   int64_t begin = 0;             ///< absolute file offset of the first byte
   int64_t end = 0;               ///< absolute file offset one past the last byte
@@ -32,12 +36,22 @@ struct TensorEntry {
 /// The safetensors dtype name of t's dtype ("F32"); throws for one safetensors has no name for.
 std::string safetensors_dtype(at::ScalarType t);
 at::ScalarType scalar_type(const std::string& safetensors_dtype);
+/// Whether titan reads this safetensors dtype name.
+bool is_safetensors_dtype(const std::string& name);
+
+namespace detail {
+/// shape's element count times dtype's size, or nullopt for a negative dim or a product past 2^63.
+std::optional<int64_t> checked_nbytes(const std::vector<int64_t>& shape, at::ScalarType dtype);
+}  // namespace detail
 
 /// CRC32 of each kChecksumChunkBytes chunk of [data, data + size).
 std::vector<uint32_t> chunk_checksums(const void* data, int64_t size);
 
-/// A safetensors file opened for positioned reads. The header is parsed and checked against the
-/// file size on open, so a truncated file is reported before any tensor is read.
+/// A safetensors file opened for positioned reads. The header is checked on open as strictly as the
+/// reference reader does (length at most kMaxHeaderBytes and inside the file, a UTF-8 JSON object, known
+/// dtypes, each tensor exactly shape x dtype bytes, the tensors tiling the data section to the end of the
+/// file, __metadata__ a string map), so a corrupt or truncated file is refused, naming the file and the
+/// entry, before any tensor is allocated or read.
 class SafetensorsFile {
  public:
   explicit SafetensorsFile(std::filesystem::path path);
