@@ -5,7 +5,9 @@
 // parameter bytes P): FSDP = all-gather fwd + all-gather bwd + reduce-scatter = 3(N-1)/N P, DDP =
 // all-reduce = 2(N-1)/N P. Gloo emulates reduce-scatter with an all-reduce, so its measured FSDP
 // volume is 4(N-1)/N P; both columns are printed. On this 2-core machine N ranks share 2 cores, so
-// per-rank throughput falls with N: the numbers show overhead, not scaling. Run:
+// per-rank throughput falls with N: the numbers show overhead, not scaling. --reshard-after-forward always
+// is torchtitan 0.2.2's apply_fsdp rule (titan's default also keeps the last block gathered); --overlap 0
+// turns off FSDP's prefetch and waits each reduce-scatter where it is issued. Run:
 //   build/bin/bench_data_parallel --flavor debugmodel --ranks 1,2,4 --mode fsdp --seq-len 256 --batch 2
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
@@ -18,6 +20,7 @@
 #include <vector>
 
 #include "bench_flags.hpp"
+#include "titan/core/choices.hpp"
 #include "titan/core/error.hpp"
 #include "titan/dist/local_ranks.hpp"
 #include "titan/dist/mesh.hpp"
@@ -32,12 +35,14 @@
 namespace {
 
 struct Options {
-  std::string flavor = "debugmodel";    ///< Llama 3 flavor
-  std::vector<int64_t> ranks{1, 2, 4};  ///< world sizes to run
-  std::string mode = "fsdp";            ///< fsdp or ddp
-  int64_t seq_len = 256;                ///< tokens per sequence
-  int64_t batch = 2;                    ///< sequences per rank per step
-  int64_t steps = 5;                    ///< timed steps (after 1 warmup step)
+  std::string flavor = "debugmodel";              ///< Llama 3 flavor
+  std::vector<int64_t> ranks{1, 2, 4};            ///< world sizes to run
+  std::string mode = "fsdp";                      ///< fsdp or ddp
+  int64_t seq_len = 256;                          ///< tokens per sequence
+  int64_t batch = 2;                              ///< sequences per rank per step
+  int64_t steps = 5;                              ///< timed steps (after 1 warmup step)
+  std::string reshard_after_forward = "default";  ///< FSDP policy: default, always (torchtitan 0.2.2's), never
+  int64_t overlap = 1;                            ///< 0: no FSDP prefetch, reduce-scatters waited where issued
 };
 
 Options parse(int argc, char** argv) {
@@ -48,7 +53,12 @@ Options parse(int argc, char** argv) {
                              {"--mode", &o.mode},
                              {"--seq-len", &o.seq_len},
                              {"--batch", &o.batch},
-                             {"--steps", &o.steps}});
+                             {"--steps", &o.steps},
+                             {"--reshard-after-forward", &o.reshard_after_forward},
+                             {"--overlap", &o.overlap}});
+  TITAN_CHECK_VALUE(titan::parse_choice<titan::ReshardAfterForward>(o.reshard_after_forward).has_value(),
+                    "[bench_data_parallel] expected --reshard-after-forward {}, got '{}'.",
+                    titan::choice_list<titan::ReshardAfterForward>(), o.reshard_after_forward);
   TITAN_CHECK_VALUE(o.mode == "fsdp" || o.mode == "ddp", "[bench_data_parallel] expected --mode fsdp or ddp, got '{}'.",
                     o.mode);
   return o;
@@ -67,7 +77,10 @@ RankResult run_rank(const Options& o, const titan::dist::Mesh& mesh) {
   llama3::Llama3 model(args, o.seq_len, at::TensorOptions());
   RankResult result;
   result.param_bytes = llama3::Llama3(args, o.seq_len, at::TensorOptions().device(at::kMeta)).num_params() * 4;
-  const Parallelized parallel = parallelize(model, mesh, llama3::parallel_plan(model, mesh));
+  parallel::ParallelPlan plan = llama3::parallel_plan(model, mesh);
+  plan.data_parallel.options.reshard_after_forward = *parse_choice<ReshardAfterForward>(o.reshard_after_forward);
+  plan.data_parallel.options.overlap = o.overlap != 0;
+  const Parallelized parallel = parallelize(model, mesh, plan);
   model.init_weights();
   const auto params = model.unique_parameters();
   AdamW optimizer(params, {.lr = 1e-4});
@@ -101,8 +114,10 @@ int main(int argc, char** argv) {
   try {
     const Options o = parse(argc, argv);
     at::set_num_threads(1);
-    fmt::print("{} {} seq_len {} batch/rank {} ({} timed steps, ranks as threads, Gloo, 1 intra-op thread/rank)\n",
-               o.mode, o.flavor, o.seq_len, o.batch, o.steps);
+    fmt::print(
+        "{} {} seq_len {} batch/rank {} ({} timed steps, ranks as threads, Gloo, 1 intra-op thread/rank, "
+        "reshard_after_forward {}, overlap {})\n",
+        o.mode, o.flavor, o.seq_len, o.batch, o.steps, o.reshard_after_forward, o.overlap != 0 ? "on" : "off");
     fmt::print("{:>5} {:>12} {:>12} {:>10} {:>12} {:>12} {:>12} {:>10} {:>10}\n", "ranks", "tok/s/rank", "tok/s total",
                "step(med)", "AG MB/step", "RS MB/step", "AR MB/step", "sent/P", "theory/P");
     for (int64_t n : o.ranks) {

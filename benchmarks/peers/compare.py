@@ -220,6 +220,8 @@ def main():
                    help="also run titan with --overlap 0 at 2 ranks (no FSDP prefetch, reduce-scatters waited at once)")
     p.add_argument("--loss-tolerance", type=float, default=0.0,
                    help="largest allowed |step-1 loss - titan's| of another side (0: 6 / sqrt(global tokens))")
+    p.add_argument("--work", default="", help="per-run JSON directory to write into (default: a new temporary one);"
+                   " a driver that splits a run into several invocations passes one and --summarise's it at the end")
     p.add_argument("--summarise", default="", help="print the table of an earlier (or interrupted) run's "
                    "per-run JSON directory (the 'titan-peers-*' temporary directory) instead of running")
     o = p.parse_args()
@@ -228,6 +230,9 @@ def main():
     only = [int(r) for r in o.ranks.split(",")] if o.ranks else None
     if o.summarise:
         work = o.summarise
+    elif o.work:
+        work = o.work
+        os.makedirs(work, exist_ok=True)
     elif o.dry_run:  # nothing is written: name the folder a run would create
         work = os.path.join(tempfile.gettempdir(), "titan-peers-XXXXXXXX")
     else:
