@@ -8,7 +8,7 @@ import json
 import os
 import sys
 
-from safetensors.numpy import load_file
+from safetensors.torch import load_file  # torch: bfloat16 too (numpy has none)
 
 target, out = sys.argv[1], sys.argv[2]
 paths = [target] if os.path.isfile(target) else [os.path.join(target, n) for n in sorted(os.listdir(target))]
