@@ -15,7 +15,7 @@ WORK="${WORK:-$(mktemp -d -t titan-precision-XXXXXXXX)}"
 LOCK=()
 [[ -n "${TITAN_BENCH_LOCK:-}" ]] && LOCK=(flock "$TITAN_BENCH_LOCK")
 COMPARE=("$PY" "$ROOT/benchmarks/peers/compare.py" --build "${BUILD_DIR:-$ROOT/build}" --python "$PY"
-         --precisions fp32,bf16,float8 --sides titan,torchtitan --rounds "${ROUNDS:-1}")
+         --precisions "${PRECISIONS:-fp32,bf16,float8}" --sides titan,torchtitan --rounds "${ROUNDS:-1}")
 for config in ${CONFIGS:-debugmodel-128 100M-128}; do
   for ranks in 1 2; do
     uptime
