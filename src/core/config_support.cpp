@@ -41,8 +41,6 @@ const std::vector<Unsupported>& unsupported_table() {
   static const std::vector<Unsupported> rows = {
       {"job.custom_config_module", is_non_empty,
        "titan has no Python config extensions (use register_preset): ignored"},
-      {"profiling.enable_profiling", is_true, "profiling is not supported yet: ignored"},
-      {"profiling.enable_memory_snapshot", is_true, "memory snapshots are not supported yet: ignored"},
       {"metrics.enable_wandb", is_true, "Weights & Biases has no C++ client: ignored"},
       {"model.converters", has_unsupported_converter,
        "only the float8 converter is supported so far (mx and grouped-mm converters are not): those are ignored"},

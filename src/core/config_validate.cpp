@@ -104,6 +104,13 @@ void validate_rest(const JobConfig& c) {
   positive("profiling.profile_freq", c.profiling.profile_freq);
   positive("profiling.profiler_active", c.profiling.profiler_active);
   non_negative("profiling.profiler_warmup", c.profiling.profiler_warmup);
+  // torchtitan's schedule waits profile_freq - (warmup + active) steps per cycle.
+  require(!c.profiling.enable_profiling ||
+              c.profiling.profile_freq >= c.profiling.profiler_warmup + c.profiling.profiler_active,
+          "profiling.profile_freq",
+          fmt::format(">= profiling.profiler_warmup + profiling.profiler_active ({})",
+                      c.profiling.profiler_warmup + c.profiling.profiler_active),
+          c.profiling.profile_freq);
   positive("comm.init_timeout_seconds", c.comm.init_timeout_seconds);
   positive("comm.train_timeout_seconds", c.comm.train_timeout_seconds);
   non_negative("comm.trace_buf_size", c.comm.trace_buf_size);

@@ -8,6 +8,7 @@
 #include <torch/csrc/autograd/variable.h>
 
 #include <atomic>
+#include <chrono>
 #include <mutex>
 #include <unordered_set>
 
@@ -24,11 +25,44 @@ struct MemoryTracker::Counters {
     while (now > seen && !peak.compare_exchange_weak(seen, now)) {
     }
   }
-  void book(int category, int64_t bytes) {
+  void book_counters(int category, int64_t bytes) {
     const auto c = static_cast<size_t>(category);
     raise(peak[c], live[c].fetch_add(bytes) + bytes);
     raise(peak_total, live_total.fetch_add(bytes) + bytes);
   }
+  void book(int category, int64_t bytes) {
+    if (!recording.load(std::memory_order_relaxed)) {
+      book_counters(category, bytes);
+      return;
+    }
+    // One lock orders the counters and the timeline alike: each event's total is the running sum.
+    std::lock_guard<std::mutex> lock(timeline_mutex);
+    book_counters(category, bytes);
+    if (!recording.load(std::memory_order_relaxed)) return;
+    if (static_cast<int64_t>(timeline.events.size()) >= MemoryTracker::kMaxTimelineEvents) {
+      timeline.truncated = true;
+      return;
+    }
+    timeline.events.push_back({.time_ns = now_ns(), .bytes = bytes, .category = category, .total = live_total.load()});
+  }
+  int64_t now_ns() const {
+    return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - timeline_start)
+        .count();
+  }
+  // Starts a new timeline at the live bytes now (call with timeline_mutex held).
+  void restart_timeline() {
+    timeline = MemoryTimeline{};
+    for (size_t c = 0; c < live.size(); ++c) timeline.base[c] = live[c].load();
+    timeline_start = std::chrono::steady_clock::now();
+    timeline.start_unix_us =
+        std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::system_clock::now().time_since_epoch())
+            .count();
+  }
+
+  std::atomic<bool> recording{false};
+  std::mutex timeline_mutex;
+  MemoryTimeline timeline;
+  std::chrono::steady_clock::time_point timeline_start{};
 };
 
 namespace {
@@ -113,8 +147,34 @@ int64_t MemoryTracker::live_total() const { return counters_->live_total.load();
 int64_t MemoryTracker::peak_total() const { return counters_->peak_total.load(); }
 
 void MemoryTracker::reset_peaks() {
+  std::unique_lock<std::mutex> lock(counters_->timeline_mutex, std::defer_lock);
+  if (counters_->recording.load()) {
+    lock.lock();
+    counters_->timeline.peak_resets.push_back(static_cast<int64_t>(counters_->timeline.events.size()));
+  }
   for (size_t c = 0; c < counters_->live.size(); ++c) counters_->peak[c].store(counters_->live[c].load());
   counters_->peak_total.store(counters_->live_total.load());
+}
+
+void MemoryTracker::record_timeline(bool on) {
+  std::lock_guard<std::mutex> lock(counters_->timeline_mutex);
+  if (on && !counters_->recording.load()) counters_->restart_timeline();
+  counters_->recording.store(on);
+}
+
+bool MemoryTracker::recording_timeline() const { return counters_->recording.load(); }
+
+void MemoryTracker::mark_step(int64_t step) {
+  std::lock_guard<std::mutex> lock(counters_->timeline_mutex);
+  if (!counters_->recording.load()) return;
+  counters_->timeline.steps.emplace_back(step, static_cast<int64_t>(counters_->timeline.events.size()));
+}
+
+MemoryTimeline MemoryTracker::take_timeline() {
+  std::lock_guard<std::mutex> lock(counters_->timeline_mutex);
+  MemoryTimeline taken = std::move(counters_->timeline);
+  counters_->restart_timeline();
+  return taken;
 }
 
 void install_memory_tracking() {

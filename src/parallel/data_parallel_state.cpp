@@ -9,6 +9,7 @@
 
 #include "titan/core/error.hpp"
 #include "titan/core/memory_tracker.hpp"
+#include "titan/core/profile_scope.hpp"
 
 namespace titan::parallel::detail {
 namespace {
@@ -101,6 +102,7 @@ void DataParallelState::allocate_gathered(UnitParam& p) const {
 void DataParallelState::start_gather(int64_t u) {
   Unit& unit = units[static_cast<size_t>(u)];
   if (shard.size() == 1 || unit.state != Unit::State::kSharded) return;
+  const ProfileScope profile("FSDP::all_gather ", unit.name);  // issues the all-gather (async)
   at::NoGradGuard no_grad;
   const MemoryScope scope(MemoryCategory::communication);  // gathered storages and landing buffers
   if (per_param) {
@@ -138,6 +140,7 @@ void DataParallelState::start_gather_per_param(Unit& unit) {
 void DataParallelState::finish_gather(int64_t u) {
   Unit& unit = units[static_cast<size_t>(u)];
   if (shard.size() == 1 || unit.state == Unit::State::kGathered) return;
+  const ProfileScope profile("FSDP::all_gather_wait ", unit.name);  // waits for it, copies out of padding
   start_gather(u);
   for (auto& work : unit.gather_works) work.wait();
   unit.gather_works.clear();
@@ -256,6 +259,7 @@ void DataParallelState::post_backward(int64_t u, const std::vector<at::Tensor>& 
     }
     return;
   }
+  const ProfileScope profile("FSDP::reduce_scatter ", unit.name);
   // Bound the reduce-scatters in flight to one: wait the earlier ones (their all-reduce may go on).
   for (auto& p : pending_) {
     if (p.stage == 0) progress(p, /*block=*/false);
@@ -366,6 +370,7 @@ void DataParallelState::progress(PendingReduce& p, bool block) {
 }
 
 void DataParallelState::finish_backward() {
+  const ProfileScope profile("FSDP::finish_backward");  // waits for the last reductions
   callback_queued_ = false;
   for (auto& p : pending_) progress(p, /*block=*/true);
   pending_.clear();
@@ -374,6 +379,7 @@ void DataParallelState::finish_backward() {
 }
 
 void DataParallelState::sync_gradients() {
+  const ProfileScope profile("FSDP::sync_gradients");
   at::NoGradGuard no_grad;
   for (int64_t u = 0; u < static_cast<int64_t>(deferred.size()); ++u) {
     auto& sums = deferred[static_cast<size_t>(u)];

@@ -9,6 +9,7 @@
 
 #include "../layout/binding.hpp"
 #include "titan/core/error.hpp"
+#include "titan/core/profile_scope.hpp"
 #include "titan/dist/functional.hpp"
 #include "titan/layout/shardable.hpp"
 
@@ -70,7 +71,15 @@ bool pipelined(const TpContext& ctx, const at::Tensor& x) {
 // flight (async TP); one blocking gather otherwise.
 template <class F>
 at::Tensor gather_then(const at::Tensor& x, int64_t dim, const TpContext& ctx, F&& fn) {
-  if (!pipelined(ctx, x)) return fn(dist::all_gather(x, ctx.group, dim));
+  if (!pipelined(ctx, x)) {
+    at::Tensor gathered;
+    {
+      const ProfileScope profile("TP::all_gather");
+      gathered = dist::all_gather(x, ctx.group, dim);
+    }
+    return fn(gathered);
+  }
+  const ProfileScope profile("TP::all_gather (async, with compute)");
   using Kind = TensorParallelEvent::Kind;
   const std::vector<at::Tensor> parts = x.chunk(ctx.chunks, 0);
   std::vector<dist::PendingCollective> pending;
@@ -94,7 +103,12 @@ at::Tensor gather_then(const at::Tensor& x, int64_t dim, const TpContext& ctx, F
 // sums are computed (async TP); blocking otherwise.
 template <class F>
 at::Tensor reduce_scatter_of(const at::Tensor& x, int64_t dim, const TpContext& ctx, F&& partial) {
-  if (!pipelined(ctx, x)) return dist::reduce_scatter(partial(x), ctx.group, dim);
+  if (!pipelined(ctx, x)) {
+    const at::Tensor sum = partial(x);
+    const ProfileScope profile("TP::reduce_scatter");
+    return dist::reduce_scatter(sum, ctx.group, dim);
+  }
+  const ProfileScope profile("TP::reduce_scatter (async, with compute)");
   using Kind = TensorParallelEvent::Kind;
   std::vector<dist::PendingCollective> pending;
   int64_t chunk = 0;
@@ -143,7 +157,9 @@ struct RowwiseHook final : ModuleHook {
       return inner(style.input_layout.kind == Kind::kReplicate ? dist::split_to_shard(in, ctx.group, -1) : in);
     };
     if (style.output_layout.kind == Kind::kShard) return reduce_scatter_of(x, style.output_layout.dim, ctx, partial);
-    return dist::all_reduce(partial(x), ctx.group);
+    const at::Tensor sum = partial(x);
+    const ProfileScope profile("TP::all_reduce");
+    return dist::all_reduce(sum, ctx.group);
   }
 };
 

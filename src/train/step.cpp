@@ -5,6 +5,7 @@
 #include <ATen/autocast_mode.h>
 
 #include "titan/core/error.hpp"
+#include "titan/core/profile_scope.hpp"
 #include "titan/nn/loss.hpp"
 
 namespace titan {
@@ -60,12 +61,16 @@ ForwardBackwardResult forward_backward(const std::function<at::Tensor(const at::
     const at::Tensor labels = mb.labels.to(device, /*non_blocking=*/true);  // (B, S)
     at::Tensor loss;                                                        // ()
     {
+      const ProfileScope profile("titan::forward");
       const AutocastScope autocast(bf16_autocast, device.type());
       const nn::AttentionScope attention(mb.attention);
       const at::Tensor logits = forward(input);  // (B, S, V), or (B, S, V/tp) under loss parallel
       loss = (loss_fn ? loss_fn(logits, labels) : cross_entropy_sum(logits, labels)) / static_cast<double>(denom);
     }
-    loss.backward();
+    {
+      const ProfileScope profile("titan::backward");
+      loss.backward();
+    }
     loss_sum += loss.detach();
   }
   result.loss = loss_sum.item<double>();

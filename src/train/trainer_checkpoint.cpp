@@ -9,6 +9,7 @@
 
 #include "titan/checkpoint/checkpointer.hpp"
 #include "titan/core/log.hpp"
+#include "titan/core/profile_scope.hpp"
 #include "titan/data/dataloader.hpp"
 #include "titan/dist/mesh.hpp"
 #include "titan/optim/optimizer.hpp"
@@ -53,6 +54,7 @@ void TrainerCore::load_checkpoint() {
 
 void TrainerCore::maybe_save_checkpoint() {
   if (checkpointer_->due(step_, config_.training.steps)) {
+    const ProfileScope profile("titan::checkpoint_save");  // staging (and, when not async, writing)
     checkpointer_->save(step_, checkpoint_state(), /*last=*/step_ == config_.training.steps);
   }
 }

@@ -20,6 +20,7 @@
 #include "titan/core/error.hpp"
 #include "titan/core/log.hpp"
 #include "titan/core/memory_tracker.hpp"
+#include "titan/core/profile_scope.hpp"
 #include "titan/data/dataloader.hpp"
 #include "titan/data/tokenizer.hpp"
 #include "titan/dist/flight_recorder.hpp"
@@ -27,6 +28,7 @@
 #include "titan/dist/mesh.hpp"
 #include "titan/float8/converter.hpp"
 #include "titan/metrics/metrics.hpp"
+#include "titan/metrics/profiler.hpp"
 #include "titan/metrics/tensorboard.hpp"
 #include "titan/nn/attention_context.hpp"
 #include "titan/nn/init.hpp"
@@ -152,6 +154,7 @@ TrainerCore::TrainerCore(JobConfig config, int64_t model_vocab_size) : config_(s
                     "from model.hf_assets_path='{}'. Use a matching tokenizer or flavor.",
                     model_vocab_size, tokenizer_->vocab_size(), config_.model.hf_assets_path);
 
+  if (const char* oom = std::getenv("TITAN_TEST_OOM_AT_STEP")) test_oom_step_ = std::atoll(oom);
   grad_accum_steps_ = gradient_accumulation_steps(config_, dp_degree_);
   loader_ = build_dataloader(config_, tokenizer_, dp_rank_, dp_degree_);
   if (config_.validation.enable) validator_ = std::make_unique<Validator>(config_, tokenizer_, dp_rank_, dp_degree_);
@@ -218,6 +221,23 @@ void TrainerCore::attach_model(ModelHandle model) {
       .memory_parts = [this] { return memory_parts(); },
   });
   if (const auto events = metrics_->tensorboard_file()) log::info("TensorBoard events in {}", events->string());
+  const ProfilingConfig& profiling = config_.profiling;
+  if (profiling.enable_profiling) {
+    profiler_ = std::make_unique<Profiler>(Profiler::Options{.folder = run_dir / profiling.save_traces_folder,
+                                                             .rank = mesh_->rank(),
+                                                             .freq = profiling.profile_freq,
+                                                             .warmup = profiling.profiler_warmup,
+                                                             .active = profiling.profiler_active,
+                                                             .cuda = device_.is_cuda()});
+  }
+  if (profiling.enable_memory_snapshot) {
+    snapshotter_ = std::make_unique<MemorySnapshotter>(
+        MemorySnapshotter::Options{.folder = run_dir / profiling.save_memory_snapshot_folder,
+                                   .rank = mesh_->rank(),
+                                   .freq = profiling.profile_freq,
+                                   .device = device_,
+                                   .tracker = memory_.get()});
+  }
   const MemoryStats mem = memory_stats(device_);
   log::info("{}: {} parameters, {:.4g} training FLOPs/token at seq_len {}", model_.description, model_.num_params,
             static_cast<double>(model_.flops_per_token), config_.training.seq_len);
@@ -249,6 +269,7 @@ void TrainerCore::train() {
   TITAN_CHECK(optimizer_ != nullptr, "[titan::Trainer] expected a model, got none. Call attach_model first.");
   log::info("Training starts at step {}", step_ + 1);
   while (step_ < config_.training.steps) train_step();
+  if (profiler_) profiler_->finish(step_);
   wait_for_checkpoint();
   log::info("Training completed at step {}", step_);
 }
@@ -270,6 +291,27 @@ MemoryParts TrainerCore::memory_parts() {
 }
 
 void TrainerCore::train_step() {
+  const int64_t step = step_ + 1;
+  if (profiler_) profiler_->begin_step(step);
+  if (snapshotter_) snapshotter_->begin_step(step);
+  try {
+    run_step();
+  } catch (const std::exception& e) {
+    if (!is_out_of_memory(e)) throw;
+    // torchtitan's exit snapshot: the memory at the failure, for PyTorch's viewer (CUDA) or titan's JSON.
+    std::string where = "turn on profiling.enable_memory_snapshot for a snapshot of the next failure";
+    if (snapshotter_) where = "memory snapshot in " + snapshotter_->write_on_failure(step).string();
+    TORCH_CHECK_WITH(OutOfMemoryError, false,
+                     fmt::format("[titan::Trainer] out of memory at step {} ({}); {}. Lower "
+                                 "training.local_batch_size or seq_len, or raise parallelism or activation "
+                                 "checkpointing.",
+                                 step, error_message(e), where));
+  }
+  if (profiler_) profiler_->end_step(step);
+  if (snapshotter_) snapshotter_->end_step(step);
+}
+
+void TrainerCore::run_step() {
   ++step_;
   // CPU: this step's allocations on this thread are booked to the rank's tracker (by part).
   std::optional<TrackMemory> track;
@@ -282,6 +324,7 @@ void TrainerCore::train_step() {
   std::vector<Microbatch> micro;
   micro.reserve(static_cast<size_t>(grad_accum_steps_));
   int64_t batch_tokens = 0;  // all label positions this dp rank read (torchtitan's tps counts them before CP)
+  std::optional<ProfileScope> loading(std::in_place, "titan::data_loading");
   for (int64_t i = 0; i < grad_accum_steps_; ++i) {
     data::Batch batch = loader_->next();
     batch_tokens += batch.labels.numel();
@@ -292,6 +335,7 @@ void TrainerCore::train_step() {
                                                          .document_ids = std::move(batch.document_ids)});
     micro.push_back({std::move(local.tokens), std::move(local.labels), std::move(local.attention)});
   }
+  loading.reset();
   const double data_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - data_start).count();
 
   // The loss is normalised by the valid tokens of the whole global batch (all dp and cp ranks).
@@ -302,6 +346,9 @@ void TrainerCore::train_step() {
   {
     const MemoryScope activations(MemoryCategory::activations);
     fb = forward_backward_step(micro, global_valid);
+    if (step_ == test_oom_step_) {  // the test hook: fails here, with the step's activations alive
+      TORCH_CHECK_WITH(OutOfMemoryError, false, "TITAN_TEST_OOM_AT_STEP: simulated out of memory at step ", step_);
+    }
   }
   fb.tokens = batch_tokens;
   if (losses_.empty()) parallel_->check_contracts();  // this process's first step used the plan as planned
@@ -310,8 +357,15 @@ void TrainerCore::train_step() {
               "[titan::Trainer] expected a finite loss, got {} at step {}. Lower optimizer.lr, raise "
               "lr_scheduler.warmup_steps, or check the data; debug.deterministic reproduces the run.",
               fb.loss, step_);
-  const double norm = clip_grad_norm_(model_.parameters, config_.training.max_norm, mesh_.get());
-  optimizer_->step(lr);
+  double norm = 0;
+  {
+    const ProfileScope profile("titan::clip_grad_norm");
+    norm = clip_grad_norm_(model_.parameters, config_.training.max_norm, mesh_.get());
+  }
+  {
+    const ProfileScope profile("titan::optimizer_step");
+    optimizer_->step(lr);
+  }
   losses_.push_back(fb.loss);
 
   metrics_->add_step(fb.tokens, data_seconds);

@@ -11,6 +11,10 @@
 //   titan::TrackMemory track(tracker);               // this thread's CPU allocations book to it
 //   { titan::MemoryScope s(titan::MemoryCategory::activations); loss = forward_backward(...); }
 //   tracker.peak(titan::MemoryCategory::activations);
+//
+// With record_timeline(true) the tracker also keeps every booking in order (time, +/- bytes, category,
+// running total): the CPU memory timeline that profiling.enable_memory_snapshot writes as JSON
+// (metrics/profiler.hpp; the format is in docs/observability.md).
 #pragma once
 
 #include <array>
@@ -42,6 +46,24 @@ struct MemoryParts {
   int64_t total() const { return parameters + gradients + optimizer + activations + communication; }
 };
 
+/// One booking of a tracker's timeline.
+struct MemoryEvent {
+  int64_t time_ns = 0;  ///< steady-clock nanoseconds since the timeline started
+  int64_t bytes = 0;    ///< allocated (> 0) or freed (< 0)
+  int category = 0;     ///< the MemoryCategory it was booked to
+  int64_t total = 0;    ///< live bytes of all categories right after it
+};
+
+/// A tracker's bookings since record_timeline(true) or the last take_timeline().
+struct MemoryTimeline {
+  std::array<int64_t, kNumMemoryCategories> base{};  ///< live bytes per category before the first event
+  int64_t start_unix_us = 0;                         ///< wall clock at time_ns 0 (microseconds since 1970)
+  std::vector<MemoryEvent> events{};                 ///< in booking order (a free from another thread too)
+  std::vector<std::pair<int64_t, int64_t>> steps{};  ///< (step, index of its first event) per mark_step()
+  std::vector<int64_t> peak_resets{};                ///< index of the first event after each reset_peaks()
+  bool truncated = false;                            ///< kMaxTimelineEvents reached: later bookings not kept
+};
+
 /// Live and peak CPU bytes per category of one rank. Thread-safe: frees may come from any thread.
 class MemoryTracker {
  public:
@@ -59,6 +81,16 @@ class MemoryTracker {
   int64_t peak_total() const;
   /// Restarts every peak at the current live bytes (once per step or per log).
   void reset_peaks();
+
+  /// Starts (or stops) keeping every booking in a timeline; while on, bookings are serialised by a lock.
+  void record_timeline(bool on);
+  bool recording_timeline() const;
+  /// Marks where step `step` begins in the timeline (nothing when not recording).
+  void mark_step(int64_t step);
+  /// The timeline so far; the next one starts here (its base = the live bytes now).
+  MemoryTimeline take_timeline();
+  /// Events kept per timeline at most (torchtitan keeps 100000 CUDA allocator entries).
+  static constexpr int64_t kMaxTimelineEvents = 1000000;
 
   /// The counters, shared with the allocations booked to them (they may outlive the tracker).
   struct Counters;

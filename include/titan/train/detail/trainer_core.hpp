@@ -21,6 +21,8 @@ class Optimizer;
 class LRSchedule;
 class MetricsProcessor;
 struct StepMetrics;
+class Profiler;
+class MemorySnapshotter;
 namespace data {
 class Tokenizer;
 class DataLoader;
@@ -112,6 +114,8 @@ class TrainerCore {
   T all_reduce_sum(T value, const char* axis) const;
   /// Loads a checkpoint or initial weights per checkpoint.* (called by attach_model).
   void load_checkpoint();
+  /// One step's work (train_step wraps it: profiler steps, out-of-memory snapshots).
+  void run_step();
   /// Forward + backward of this step's microbatches (pipelined under PP).
   ForwardBackwardResult forward_backward_step(const std::vector<Microbatch>& micro, int64_t global_valid);
   /// Writes the pipeline's measured timeline of this step to the run folder (pp rank 0 of rank 0).
@@ -140,6 +144,9 @@ class TrainerCore {
   std::unique_ptr<MetricsProcessor> metrics_;
   std::unique_ptr<MemoryTracker> memory_;  // CPU: this rank's allocations by part during steps
   MemoryParts last_memory_{};
+  std::unique_ptr<Profiler> profiler_;              // profiling.enable_profiling
+  std::unique_ptr<MemorySnapshotter> snapshotter_;  // profiling.enable_memory_snapshot (uses memory_)
+  int64_t test_oom_step_ = -1;                      // TITAN_TEST_OOM_AT_STEP: a step that fails as out of memory
   std::unique_ptr<checkpoint::Checkpointer> checkpointer_;
   int64_t step_ = 0;
   std::vector<double> losses_;
