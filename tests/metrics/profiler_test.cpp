@@ -1,9 +1,11 @@
 // SPDX-License-Identifier: BSD-3-Clause
 // The profiler: torchtitan's schedule, and ranks as threads of one process (Kineto is one session per
 // process: one rank holds it, the other records with titan's thread-local recorder), each rank's trace
-// Chrome-trace JSON with aten::mm and its FSDP ranges in order (tests/oracles/profile_trace.py).
+// Chrome-trace JSON with aten::mm and its FSDP ranges in order (tests/oracles/profile_trace.py), and TP
+// ranks' traces hold their TP collectives.
 #include <ATen/ATen.h>
 #include <fmt/format.h>
+#include <nlohmann/json.hpp>
 
 #include <mutex>
 #include <set>
@@ -85,4 +87,35 @@ TEST_CASE("Profiler: 2 FSDP ranks as threads each write a Chrome trace with aten
   CHECK(backends.size() == 2);
   CHECK(backends.count(ProfilerBackend::kineto) == 1);
   CHECK(backends.count(ProfilerBackend::thread_local_recorder) == 1);
+}
+
+TEST_CASE("Profiler: 2 TP ranks as threads record their TP collectives", "[metrics][profiler][tp]") {
+  test::TempDir dump;
+  dist::run_local_ranks(2, [&](int64_t rank, const dist::Store& store) {
+    const dist::Mesh mesh({.tp = 2}, rank, store,
+                          {.init_timeout = std::chrono::seconds(60), .timeout = std::chrono::seconds(60)});
+    nn::manual_init_seed(42);
+    llama3::Llama3 model(test::parity_args(), 32, at::TensorOptions());
+    const Parallelized parallel = parallelize(model, mesh, llama3::parallel_plan(model, mesh));
+    model.init_weights();
+    const at::Tensor tokens = at::randint(512, {2, 32}, at::kLong);  // (B, S), the same on both ranks
+    Profiler profiler({.folder = dump.path / "traces", .rank = rank, .freq = 1, .warmup = 0, .active = 1});
+    profiler.begin_step(1);
+    parallel.cross_entropy_sum(model.forward(tokens), tokens).backward();
+    RANK_CHECK(profiler.end_step(1).has_value());
+  });
+  for (int64_t rank = 0; rank < 2; ++rank) {
+    const nlohmann::json trace = nlohmann::json::parse(
+        test::read_file(dump.path / "traces" / "iteration_1" / fmt::format("rank{}_trace.json", rank)));
+    std::set<std::string> names;
+    for (const auto& e : trace.at("traceEvents")) {
+      if (e.value("ph", "") == "X") names.insert(e.at("name").get<std::string>());
+    }
+    INFO("rank " << rank);
+    CHECK(names.count("aten::mm") == 1);
+    CHECK(names.count("ProfilerStep#1") == 1);
+    // The llama3 plan: sequence parallel norms (all-gather into colwise, reduce-scatter out of rowwise).
+    CHECK(names.count("TP::all_gather") == 1);
+    CHECK(names.count("TP::reduce_scatter") == 1);
+  }
 }
