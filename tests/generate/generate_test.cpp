@@ -41,8 +41,7 @@ llama3::Llama3Args small_args() {
           .n_kv_heads = 2,
           .vocab_size = 2048,
           .multiple_of = 32,
-          .rope_theta = 10000.0,
-          .max_seq_len = 512};
+          .rope_theta = 10000.0};
 }
 
 std::shared_ptr<llama3::Llama3> random_model(const llama3::Llama3Args& args, int64_t seq_len, uint64_t seed) {
