@@ -78,9 +78,9 @@ struct Figure {
   }
 };
 
-// About `target` round tick values (1, 2 or 5 times a power of ten apart) inside [lo, hi].
-std::vector<double> nice_ticks(double lo, double hi, int target) {
-  const double raw = (hi - lo) / target;
+// About `target` round tick values (1, 2 or 5 times a power of ten apart, at least min_step) inside [lo, hi].
+std::vector<double> nice_ticks(double lo, double hi, int target, double min_step = 0) {
+  const double raw = std::max((hi - lo) / target, min_step);
   const double magnitude = std::pow(10.0, std::floor(std::log10(raw)));
   const double f = raw / magnitude;
   const double step = (f < 1.5 ? 1 : f < 3 ? 2 : f < 7 ? 5 : 10) * magnitude;
@@ -177,7 +177,7 @@ Figure layout(const std::vector<Run>& runs, const PlotOptions& options) {
       fig.line(area.x, y, area.x + area.w - 1, y, kGrid);
       fig.text(area.x - 6, y - 3, tick_label(t), kBlack, Align::kRight);
     }
-    for (double t : nice_ticks(xlo, xhi, 8)) {
+    for (double t : nice_ticks(xlo, xhi, 8, /*min_step=*/1)) {  // steps are whole numbers
       const double xx = std::round(px(t));
       fig.line(xx, area.y, xx, area.y + area.h - 1, kGrid);
       fig.text(xx, area.y + area.h + 5, tick_label(t), kBlack, Align::kCenter);
@@ -190,7 +190,8 @@ Figure layout(const std::vector<Run>& runs, const PlotOptions& options) {
       Shape curve{.kind = Shape::Kind::kPolyline, .color = run_color(r), .rect = area, .width = 2};
       const Series& s = it->second;
       for (size_t i = 0; i < s.steps.size(); ++i) {
-        if (std::isfinite(s.values[i])) curve.pts.emplace_back(px(s.steps[i]), py(s.values[i]));
+        const double x = px(s.steps[i]), y = py(s.values[i]);
+        if (std::isfinite(x) && std::isfinite(y)) curve.pts.emplace_back(x, y);
       }
       fig.shapes.push_back(std::move(curve));
     }
@@ -216,6 +217,7 @@ struct Canvas {
   // Bresenham from (x0, y0) to (x1, y1), each pixel stamped width x width.
   void line(double fx0, double fy0, double fx1, double fy1, Color c, int width) const {
     // Endpoints clamped far outside the image keep the loop short for wild values.
+    if (!std::isfinite(fx0) || !std::isfinite(fy0) || !std::isfinite(fx1) || !std::isfinite(fy1)) return;
     const auto clamp = [](double v) { return static_cast<int>(std::lround(std::clamp(v, -1e5, 1e5))); };
     int x0 = clamp(fx0), y0 = clamp(fy0);
     const int x1 = clamp(fx1), y1 = clamp(fy1);
@@ -239,6 +241,7 @@ struct Canvas {
     }
   }
   void text(double fx, double fy, const std::string& s, Color c, Align align) const {
+    if (!std::isfinite(fx) || !std::isfinite(fy)) return;
     const int w = static_cast<int>(s.size()) * detail::kGlyphAdvance - 1;
     int x = static_cast<int>(std::lround(fx));
     if (align == Align::kRight) x -= w;

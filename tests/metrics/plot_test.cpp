@@ -112,6 +112,13 @@ TEST_CASE("read_run: a resumed run's last record per step wins; a killed run's c
   CHECK(run.series.at(titan::plot::metric_key("val_loss")).values == std::vector<double>{4.5});
   CHECK(titan::plot::metric_key("loss") == "loss_metrics/global_avg_loss");
   CHECK(titan::plot::metric_key("mfu(%)") == "mfu(%)");
+  // Values a diverged run writes (huge, infinite as a string, one flat step) still draw, in bounded time.
+  titan::plot::Run wild{.name = "wild", .series = {}};
+  wild.series["loss_metrics/global_avg_loss"] = {.steps = {1, 2, 3}, .values = {1e308, -1e308, std::nan("")}};
+  wild.series["lr"] = {.steps = {7}, .values = {0.5}};
+  const titan::plot::Image image = titan::plot::render({wild}, {.metrics = {"loss", "lr"}, .width = 300});
+  CHECK(image.width == 300);
+  CHECK(image.rgb.size() == static_cast<size_t>(image.width * image.height * 3));
   titan::test::write_file(dir.path / "metrics.jsonl", "{\"step\": 1, \"lr\": 0.1}\nnot json\n{\"step\": 2}\n");
   CHECK_THROWS_WITH(titan::plot::read_run(dir.path), Contains("line 2") && Contains("metrics.jsonl"));
 }

@@ -11,7 +11,8 @@ import sys
 from safetensors.torch import load_file  # torch: bfloat16 too (numpy has none)
 
 target, out = sys.argv[1], sys.argv[2]
-paths = [target] if os.path.isfile(target) else [os.path.join(target, n) for n in sorted(os.listdir(target))]
+paths = [target] if os.path.isfile(target) else [
+    os.path.join(target, n) for n in sorted(os.listdir(target)) if n.endswith(".safetensors")]
 verdicts = {}
 for path in paths:
     try:
