@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -277,8 +278,14 @@ int run(const Options& o) {
   const nn::CachedForward forward = [&](const at::Tensor& tokens, nn::KVCache& cache) {
     return model->forward_cached(tokens, cache);
   };
+  const auto start = std::chrono::steady_clock::now();
   const nn::Generation out = nn::generate(forward, args.n_layers, prompts, generate, device,
                                           mesh.size("tp") > 1 ? &mesh.group("tp") : nullptr);
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  int64_t generated = 0;
+  for (const auto& row : out.tokens) generated += static_cast<int64_t>(row.size());
+  log::info("Generated {} tokens for {} prompts in {:.2f} s ({:.1f} tokens/s, prefill included)", generated,
+            prompts.size(), seconds, static_cast<double>(generated) / seconds);
   if (mesh.rank() != 0) return 0;
   for (size_t b = 0; b < prompts.size(); ++b) {
     std::vector<int32_t> shown;
