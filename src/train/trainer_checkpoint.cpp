@@ -15,6 +15,8 @@
 #include "titan/optim/optimizer.hpp"
 #include "titan/train/detail/trainer_core.hpp"
 
+#include "preemption.hpp"
+
 namespace titan::detail {
 
 checkpoint::State TrainerCore::checkpoint_state() const {
@@ -50,13 +52,16 @@ void TrainerCore::load_checkpoint() {
   }
   if (values->contains("dataloader")) loader_->load_state(values->at("dataloader"));
   if (step_ > 0) log::info("Resuming at step {}", step_ + 1);
+  if (restart_count() > 0 && mesh_->rank() == 0) record_restart(config_.job.dump_folder, step_ + 1);
 }
 
 void TrainerCore::maybe_save_checkpoint() {
-  if (checkpointer_->due(step_, config_.training.steps)) {
+  if (checkpointer_->due(step_, config_.training.steps) || stop_signal_ != 0) {
     const ProfileScope profile("titan::checkpoint_save");  // staging (and, when not async, writing)
     checkpointer_->save(step_, checkpoint_state(), /*last=*/step_ == config_.training.steps);
   }
+  // Preempted: the checkpoint is on disk before the process exits, whatever checkpoint.async_mode says.
+  if (stop_signal_ != 0) checkpointer_->wait();
 }
 
 void TrainerCore::wait_for_checkpoint() { checkpointer_->wait(); }

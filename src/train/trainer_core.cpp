@@ -44,6 +44,8 @@
 #include "titan/train/detail/validation.hpp"
 #include "titan/train/step.hpp"
 
+#include "preemption.hpp"
+
 namespace titan::detail {
 namespace {
 
@@ -155,6 +157,10 @@ TrainerCore::TrainerCore(JobConfig config, int64_t model_vocab_size) : config_(s
                     model_vocab_size, tokenizer_->vocab_size(), config_.model.hf_assets_path);
 
   if (const char* oom = std::getenv("TITAN_TEST_OOM_AT_STEP")) test_oom_step_ = std::atoll(oom);
+  // Preemption saves a checkpoint, so it is armed only when this run saves them.
+  const CheckpointConfig& ckpt = config_.checkpoint;
+  if (ckpt.enable && !ckpt.load_only && !ckpt.create_seed_checkpoint && !ckpt.preemption_signals.empty())
+    preemption_ = std::make_unique<PreemptionSignals>(ckpt.preemption_signals);
   grad_accum_steps_ = gradient_accumulation_steps(config_, dp_degree_);
   loader_ = build_dataloader(config_, tokenizer_, dp_rank_, dp_degree_);
   if (config_.validation.enable) validator_ = std::make_unique<Validator>(config_, tokenizer_, dp_rank_, dp_degree_);
@@ -268,9 +274,14 @@ T TrainerCore::all_reduce_sum(T value, const char* axis) const {
 void TrainerCore::train() {
   TITAN_CHECK(optimizer_ != nullptr, "[titan::Trainer] expected a model, got none. Call attach_model first.");
   log::info("Training starts at step {}", step_ + 1);
-  while (step_ < config_.training.steps) train_step();
+  while (step_ < config_.training.steps && stop_signal_ == 0) train_step();
   if (profiler_) profiler_->finish(step_);
   wait_for_checkpoint();
+  if (stop_signal_ != 0 && step_ < config_.training.steps) {
+    log::info("Training stopped at step {} on {}; its checkpoint is saved, the same command resumes at step {}", step_,
+              signal_name(stop_signal_), step_ + 1);
+    return;
+  }
   log::info("Training completed at step {}", step_);
 }
 
@@ -313,6 +324,7 @@ void TrainerCore::train_step() {
 
 void TrainerCore::run_step() {
   ++step_;
+  maybe_kill_for_test(mesh_->rank(), step_);
   // CPU: this step's allocations on this thread are booked to the rank's tracker (by part).
   std::optional<TrackMemory> track;
   if (memory_) track.emplace(*memory_);
@@ -399,6 +411,16 @@ void TrainerCore::run_step() {
     r.tokens = all_reduce_sum(r.tokens, "dp");
     if (r.tokens > 0) metrics_->log_validation(step_, r.loss(), r.tokens);
     if (parallel_->data_parallel()) parallel_->data_parallel()->reshard();  // the no-grad forward left units gathered
+  }
+  if (preemption_) {
+    // Ranks see the signal at different moments; the largest signal number over the world decides, so
+    // every rank stops after the same step. One small all-reduce per step, only while armed.
+    stop_signal_ = PreemptionSignals::received();
+    if (mesh_->size("world") > 1) {
+      at::Tensor t = at::full({1}, stop_signal_, at::TensorOptions().dtype(at::kInt).device(device_));
+      mesh_->group("world").all_reduce(t, dist::ReduceOp::kMax).wait();
+      stop_signal_ = t.item<int>();
+    }
   }
   maybe_save_checkpoint();
 }

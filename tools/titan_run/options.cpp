@@ -81,6 +81,8 @@ Options parse_options(int argc, char** argv) {
       o.master_port = parse_number<int>(arg, take_value(), 1, 65535);
     } else if (arg == "--grace-seconds") {
       o.grace_seconds = parse_number<double>(arg, take_value(), 0.0, 3600.0);
+    } else if (arg == "--max-restarts") {
+      o.max_restarts = parse_number<int>(arg, take_value(), 0, 1000000);
     } else {
       throw std::invalid_argument("unknown flag '" + std::string(argv[i]) + "' (see --help)");
     }
@@ -92,19 +94,23 @@ Options parse_options(int argc, char** argv) {
 
 std::string usage() {
   return R"(usage: titan-run --nproc-per-node N [--nnodes M --node-rank K --master-addr A --master-port P]
-                 [--grace-seconds S] [--] program [args...]
+                 [--grace-seconds S] [--max-restarts R] [--] program [args...]
 
 Starts N ranks of `program` with torchrun's environment (RANK, LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE,
 MASTER_ADDR, MASTER_PORT, GROUP_RANK, NODE_RANK), prefixes every line they print with "[rank R] ", and
 when one rank fails stops the others (SIGTERM, then SIGKILL after the grace period) and exits non-zero
-naming it. SIGINT/SIGTERM are forwarded to the ranks.
+naming it. SIGINT/SIGTERM are forwarded to the ranks. With --max-restarts R, a failed job is started
+again (all ranks, a new rendezvous) up to R times; the ranks see TITAN_RESTART_COUNT and
+TORCHELASTIC_RESTART_COUNT, and TITAN_RESTART_REASON names the failure.
 
   --nproc-per-node N   ranks on this node (default 1)
   --nnodes M           nodes in the job; run one titan-run per node (default 1)
   --node-rank K        this node's index, 0..M-1 (default 0)
   --master-addr A      host of rank 0 (default 127.0.0.1)
   --master-port P      rendezvous port (default: a free port; required when M > 1)
-  --grace-seconds S    time between SIGTERM and SIGKILL when stopping ranks (default 5)
+  --grace-seconds S    time between SIGTERM and SIGKILL when stopping ranks; long enough for a
+                       preempted rank to write its checkpoint (default 30)
+  --max-restarts R     start the whole job again up to R times when a rank fails (default 0)
   -h, --help           this text
 )";
 }

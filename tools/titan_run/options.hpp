@@ -14,7 +14,8 @@ struct Options {
   int node_rank = 0;                      ///< this node's index in [0, nnodes)
   std::string master_addr = "127.0.0.1";  ///< rank 0's host, for the rendezvous store
   int master_port = 0;                    ///< rendezvous port; 0 picks a free one (single node only)
-  double grace_seconds = 5.0;             ///< SIGTERM-to-SIGKILL delay when stopping ranks
+  double grace_seconds = 30.0;            ///< SIGTERM-to-SIGKILL delay when stopping ranks (a checkpoint fits)
+  int max_restarts = 0;                   ///< times the whole job is started again after a rank fails
   bool help = false;                      ///< print the usage and exit
   std::vector<std::string> command;       ///< the program and its arguments
 };

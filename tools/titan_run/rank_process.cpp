@@ -52,7 +52,7 @@ std::vector<char*> c_strings(const std::vector<std::string>& strings) {
 
 }  // namespace
 
-std::vector<std::string> rank_environment(const Options& o, int local_rank, int master_port) {
+std::vector<std::string> rank_environment(const Options& o, int local_rank, int master_port, const Attempt& attempt) {
   const std::vector<std::pair<std::string, std::string>> contract = {
       {"RANK", std::to_string(global_rank(o, local_rank))},
       {"LOCAL_RANK", std::to_string(local_rank)},
@@ -62,6 +62,10 @@ std::vector<std::string> rank_environment(const Options& o, int local_rank, int 
       {"NODE_RANK", std::to_string(o.node_rank)},
       {"MASTER_ADDR", o.master_addr},
       {"MASTER_PORT", std::to_string(master_port)},
+      {"TITAN_RESTART_COUNT", std::to_string(attempt.restart_count)},
+      {"TORCHELASTIC_RESTART_COUNT", std::to_string(attempt.restart_count)},
+      {"TORCHELASTIC_MAX_RESTARTS", std::to_string(o.max_restarts)},
+      {"TITAN_RESTART_REASON", attempt.reason},
   };
   std::vector<std::string> env;
   bool has_omp = false;

@@ -20,8 +20,16 @@ struct RankProcess {
   int err_fd = -1;  ///< read end of its stderr (non-blocking)
 };
 
-/// The launcher's environment plus torchrun's variables for `local_rank`.
-std::vector<std::string> rank_environment(const Options& options, int local_rank, int master_port);
+/// Which start of the job this is: 0 for the first, k after k restarts, and why the last one ended.
+struct Attempt {
+  int restart_count = 0;  ///< restarts so far
+  std::string reason{};  ///< the previous attempt's failure ("rank 1 was killed by signal 9 (SIGKILL)"); empty at first
+};
+
+/// The launcher's environment plus torchrun's variables for `local_rank`, and the restart variables
+/// (TITAN_RESTART_COUNT, TORCHELASTIC_RESTART_COUNT, TORCHELASTIC_MAX_RESTARTS, TITAN_RESTART_REASON).
+std::vector<std::string> rank_environment(const Options& options, int local_rank, int master_port,
+                                          const Attempt& attempt = {});
 
 /// A TCP port that is free now (bind to port 0, read it back). Another process could take it before
 /// rank 0 binds it; torchrun's standalone mode accepts the same race.

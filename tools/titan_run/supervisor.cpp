@@ -42,6 +42,7 @@ class Supervisor {
   int run();
 
  private:
+  int run_attempt();
   void start_ranks();
   void poll_once();
   void on_signal();
@@ -50,11 +51,13 @@ class Supervisor {
   void stop_ranks(int sig);
   void escalate_if_due();
   int running_count() const;
+  std::string failure() const;
   int exit_status();
 
   const Options& options_;
   int signal_fd_ = -1;
   sigset_t launcher_mask_{};  // restored in the ranks
+  Attempt attempt_{};         // restarts so far and why
   std::vector<Rank> ranks_;
   std::optional<int> failed_;                       // index of the first rank that failed
   int stopped_others_ = 0;                          // ranks still running when the failure or signal came
@@ -65,12 +68,15 @@ class Supervisor {
 };
 
 void Supervisor::start_ranks() {
+  // A fresh port per attempt: the previous store's port may linger in TIME_WAIT. A fixed --master-port is
+  // reused, which works because every rank of the previous attempt has exited.
   const int port = options_.master_port != 0 ? options_.master_port : pick_free_port();
   ranks_.reserve(options_.nproc_per_node);
   for (int local = 0; local < options_.nproc_per_node; ++local) {
     const int rank = global_rank(options_, local);
     const std::string prefix = "[rank " + std::to_string(rank) + "] ";
-    RankProcess process = spawn_rank(options_.command, rank_environment(options_, local, port), rank, launcher_mask_);
+    RankProcess process =
+        spawn_rank(options_.command, rank_environment(options_, local, port, attempt_), rank, launcher_mask_);
     ranks_.push_back(Rank{process, LinePrefixer(prefix, STDOUT_FILENO), LinePrefixer(prefix, STDERR_FILENO)});
   }
 }
@@ -135,7 +141,8 @@ void Supervisor::on_signal() {
     if (sig == SIGCHLD) {
       reap();
     } else if (interrupt_ != 0 || failed_) {
-      stop_ranks(SIGKILL);  // asked twice: stop waiting
+      if (interrupt_ == 0) interrupt_ = sig;  // no restart after this attempt
+      stop_ranks(SIGKILL);                    // asked twice: stop waiting
     } else {
       interrupt_ = sig;
       stopped_others_ = running_count();
@@ -190,41 +197,49 @@ void Supervisor::poll_once() {
   escalate_if_due();
 }
 
+// "rank 1 was killed by signal 9 (SIGKILL)" or "rank 1 exited with status 7".
+std::string Supervisor::failure() const {
+  const Rank& r = ranks_[*failed_];
+  const std::string who = "rank " + std::to_string(r.process.rank);
+  if (WIFSIGNALED(r.status)) {
+    const int sig = WTERMSIG(r.status);
+    return who + " was killed by signal " + std::to_string(sig) + " (" + signal_name(sig) + ")";
+  }
+  return who + " exited with status " + std::to_string(WEXITSTATUS(r.status));
+}
+
 int Supervisor::exit_status() {
-  const auto others = [this] {
-    return stopped_others_ == 0
-               ? std::string()
-               : "; stopped the other " + std::to_string(stopped_others_) + (stopped_others_ == 1 ? " rank" : " ranks");
-  };
+  const std::string others = stopped_others_ == 0 ? std::string()
+                                                  : "; stopped the other " + std::to_string(stopped_others_) +
+                                                        (stopped_others_ == 1 ? " rank" : " ranks");
   if (failed_) {
     const Rank& r = ranks_[*failed_];
-    const std::string who = "rank " + std::to_string(r.process.rank);
-    if (WIFSIGNALED(r.status)) {
-      const int sig = WTERMSIG(r.status);
-      say(who + " was killed by signal " + std::to_string(sig) + " (" + signal_name(sig) + ")" + others());
-      return 128 + sig;
-    }
-    say(who + " exited with status " + std::to_string(WEXITSTATUS(r.status)) + others());
-    return WEXITSTATUS(r.status);
+    say(failure() + others);
+    return WIFSIGNALED(r.status) ? 128 + WTERMSIG(r.status) : WEXITSTATUS(r.status);
   }
   if (interrupt_ != 0) {
+    // Ranks that handle the signal (a trainer saving a checkpoint on preemption) and then exit 0 have
+    // stopped cleanly: the job succeeded as far as it went.
+    bool clean = true;
+    for (const Rank& r : ranks_) clean = clean && WIFEXITED(r.status) && WEXITSTATUS(r.status) == 0;
+    if (clean) {
+      say("received " + signal_name(interrupt_) + "; every rank stopped and exited 0");
+      return 0;
+    }
     say("received " + signal_name(interrupt_) + "; stopped " + std::to_string(stopped_others_) + " running rank(s)");
     return 128 + interrupt_;
   }
   return 0;
 }
 
-int Supervisor::run() {
-  // Signals arrive through a descriptor in the poll loop instead of handlers: no async-signal-safety
-  // concerns, and a SIGCHLD between two checks cannot be lost.
-  sigset_t handled;
-  sigemptyset(&handled);
-  for (int sig : {SIGCHLD, SIGINT, SIGTERM, SIGHUP}) sigaddset(&handled, sig);
-  sigprocmask(SIG_BLOCK, &handled, &launcher_mask_);
-  signal_fd_ = signalfd(-1, &handled, SFD_NONBLOCK | SFD_CLOEXEC);
-  if (signal_fd_ < 0) throw std::runtime_error(std::string("signalfd: ") + std::strerror(errno));
-  // A closed stdout must not kill the launcher before it has stopped the ranks.
-  signal(SIGPIPE, SIG_IGN);
+// One start of the job: runs the ranks until all have exited and returns what the launcher would exit with.
+int Supervisor::run_attempt() {
+  ranks_.clear();
+  failed_.reset();
+  stopped_others_ = 0;
+  stop_signal_ = 0;
+  kill_deadline_.reset();
+  escalated_ = false;
   try {
     start_ranks();
   } catch (...) {
@@ -240,8 +255,32 @@ int Supervisor::run() {
     return false;
   };
   while (running_count() > 0 || streams_open()) poll_once();
-  close(signal_fd_);
   return exit_status();
+}
+
+int Supervisor::run() {
+  // Signals arrive through a descriptor in the poll loop instead of handlers: no async-signal-safety
+  // concerns, and a SIGCHLD between two checks cannot be lost.
+  sigset_t handled;
+  sigemptyset(&handled);
+  for (int sig : {SIGCHLD, SIGINT, SIGTERM, SIGHUP}) sigaddset(&handled, sig);
+  sigprocmask(SIG_BLOCK, &handled, &launcher_mask_);
+  signal_fd_ = signalfd(-1, &handled, SFD_NONBLOCK | SFD_CLOEXEC);
+  if (signal_fd_ < 0) throw std::runtime_error(std::string("signalfd: ") + std::strerror(errno));
+  // A closed stdout must not kill the launcher before it has stopped the ranks.
+  signal(SIGPIPE, SIG_IGN);
+  int status = run_attempt();
+  // torchrun's --max-restarts: a failure (not a signal to the launcher) starts every rank again; the
+  // program resumes from its newest checkpoint.
+  while (failed_ && interrupt_ == 0 && attempt_.restart_count < options_.max_restarts) {
+    ++attempt_.restart_count;
+    attempt_.reason = failure();
+    say("restarting the job (restart " + std::to_string(attempt_.restart_count) + " of " +
+        std::to_string(options_.max_restarts) + ") after " + attempt_.reason);
+    status = run_attempt();
+  }
+  close(signal_fd_);
+  return status;
 }
 
 }  // namespace

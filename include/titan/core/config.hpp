@@ -289,11 +289,13 @@ struct CheckpointConfig {
   bool create_seed_checkpoint = false;
   /// Load checkpoints but never save.
   bool load_only = false;
+  /// Signals that save a checkpoint at the end of the current step and stop with status 0 (empty = none).
+  std::vector<std::string> preemption_signals{"SIGTERM", "SIGUSR1"};
 };
 TITAN_CONFIG(CheckpointConfig, enable, enable_ft_dataloader_checkpoints, folder, interval, initial_load_path,
              initial_load_model_only, initial_load_in_hf, initial_load_in_hf_quantized, last_save_model_only,
              last_save_in_hf, export_dtype, async_mode, keep_latest_k, load_step, exclude_from_loading,
-             enable_first_step_checkpoint, create_seed_checkpoint, load_only)
+             enable_first_step_checkpoint, create_seed_checkpoint, load_only, preemption_signals)
 
 /// Which activations to recompute in backward.
 struct ActivationCheckpointConfig {

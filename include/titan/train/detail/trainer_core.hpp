@@ -46,6 +46,7 @@ class Module;
 
 namespace titan::detail {
 class Validator;
+class PreemptionSignals;
 
 /// What the core needs of a model, type-erased.
 struct ModelHandle {
@@ -94,6 +95,8 @@ class TrainerCore {
   void train_step();
 
   int64_t step() const { return step_; }
+  /// The preemption signal all ranks agreed to stop on (checkpoint.preemption_signals), 0 when none.
+  int stopped_by_signal() const { return stop_signal_; }
   int64_t grad_accum_steps() const { return grad_accum_steps_; }
   /// Losses of every step run so far (global token-mean), for tests and the golden curve.
   const std::vector<double>& loss_history() const { return losses_; }
@@ -147,6 +150,8 @@ class TrainerCore {
   std::unique_ptr<Profiler> profiler_;              // profiling.enable_profiling
   std::unique_ptr<MemorySnapshotter> snapshotter_;  // profiling.enable_memory_snapshot (uses memory_)
   int64_t test_oom_step_ = -1;                      // TITAN_TEST_OOM_AT_STEP: a step that fails as out of memory
+  std::unique_ptr<PreemptionSignals> preemption_;   // checkpoint.preemption_signals, armed when saving
+  int stop_signal_ = 0;                             // the signal every rank agreed to stop on after this step
   std::unique_ptr<checkpoint::Checkpointer> checkpointer_;
   int64_t step_ = 0;
   std::vector<double> losses_;
