@@ -54,13 +54,6 @@ const std::vector<Unsupported>& unsupported_table() {
       {"parallelism.expert_tensor_parallel_degree", above_one, kNeedsLayout},
       {"checkpoint.initial_load_in_hf_quantized", is_true, "quantized HF checkpoints are not supported yet: ignored"},
       {"compile.enable", is_true, "titan has no graph compiler yet: ignored"},
-      {"float8.enable_fsdp_float8_all_gather", is_true,
-       "float8 all-gather is not supported yet: FSDP gathers in training.mixed_precision_param and the gathered "
-       "weight is cast to float8 after (the same float8 values, tensorwise scales come from the whole weight); "
-       "only the communication stays high precision"},
-      {"float8.precompute_float8_dynamic_scale_for_fsdp", is_true,
-       "precomputed float8 scales are not supported yet (they serve the float8 all-gather): each forward computes "
-       "the weight's scale from the gathered weight"},
       {"comm.mode", not_equal("default"), "only real collectives so far (no fake_backend or local_tensor): ignored"},
       {"debug.moe_force_load_balance", is_true, "titan has no MoE model yet: ignored"},
   };

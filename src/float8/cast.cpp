@@ -4,8 +4,10 @@
 #include "titan/float8/cast.hpp"
 
 #include <ATen/ATen.h>
+#include <fmt/format.h>
 
 #include "cast_kernels.hpp"
+#include "cast_output.hpp"
 #include "titan/core/error.hpp"
 #include "titan/float8/detail/cpu_cast.hpp"
 #include "titan/float8/detail/cuda_cast.hpp"
@@ -27,12 +29,6 @@ void check_source(const at::Tensor& x, const CastSpec& spec, bool two_d, const c
                     where, x.dim());
 }
 
-detail::Source source_of(at::ScalarType t) {
-  if (t == at::kBFloat16) return detail::Source::kBFloat16;
-  if (t == at::kHalf) return detail::Source::kHalf;
-  return detail::Source::kFloat;
-}
-
 bool cpu_runs_avx2() {
 #if defined(__x86_64__) || defined(_M_X64)
   return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
@@ -50,32 +46,14 @@ const detail::CpuCastKernels& widest_kernels() {
 
 Float8Tensor run_cpu_cast(const at::Tensor& x_in, const CastSpec& spec, bool transposed,
                           const detail::CpuCastKernels& k) {
-  const at::Tensor x = x_in.dim() == 2 ? x_in.contiguous() : x_in.contiguous().view({1, -1});  // (R, C)
-  const int64_t R = x.size(0);
-  const int64_t C = x.size(1);
-  const bool rowwise = spec.scaling == Scaling::kRowwise;
-  at::Tensor data = at::empty(transposed ? at::IntArrayRef{C, R} : x_in.sizes(), x.options().dtype(spec.dtype));
-  const int64_t scales = rowwise ? (transposed ? C : R) : 1;
-  at::Tensor scale = at::empty(rowwise ? at::IntArrayRef{scales, 1} : at::IntArrayRef{}, x.options().dtype(at::kFloat));
-  const detail::CastArgs args{
-      .x = x.data_ptr(),
-      .rows = R,
-      .cols = C,
-      .source = source_of(x.scalar_type()),
-      .target = spec.dtype == at::kFloat8_e5m2 ? detail::Target::kE5M2 : detail::Target::kE4M3FN,
-      .power_of_2 = spec.power_of_2_scales,
-      .out = static_cast<uint8_t*>(data.data_ptr()),
-      .scale = scale.data_ptr<float>()};
-  if (x.numel() == 0) {
-    scale.fill_(detail::scale_of_amax(0.0f, float8_max(spec.dtype), spec.power_of_2_scales));
-    return {.data = data, .scale = scale};
-  }
+  const detail::CastOutput o = detail::prepare_cast(x_in, spec, transposed);
+  if (o.x.numel() == 0) return {.data = o.data, .scale = o.scale};
   if (transposed) {
-    (rowwise ? k.rowwise_transposed : k.tensorwise_transposed)(args);
+    (o.rowwise ? k.rowwise_transposed : k.tensorwise_transposed)(o.args);
   } else {
-    (rowwise ? k.rowwise : k.tensorwise)(args);
+    (o.rowwise ? k.rowwise : k.tensorwise)(o.args);
   }
-  return {.data = data, .scale = scale};
+  return {.data = o.data, .scale = o.scale};
 }
 
 }  // namespace
@@ -115,6 +93,25 @@ Float8Tensor cast_transposed(const at::Tensor& x, const CastSpec& spec) {
   TITAN_CHECK_VALUE(x.is_cpu(), "[titan::float8::cast_transposed] expected a CPU or CUDA tensor, got {}.",
                     x.device().str());
   return run_cpu_cast(x, spec, /*transposed=*/true, widest_kernels());
+}
+
+at::Tensor tensor_amax(const at::Tensor& x) {
+  TITAN_CHECK_VALUE(x.defined(), "[titan::float8::tensor_amax] expected a tensor, got an undefined one.");
+  if (x.numel() == 0) return at::zeros({}, x.options().dtype(at::kFloat));
+  return x.abs().max().to(at::kFloat);
+}
+
+Float8Tensor cast_with_scale(const at::Tensor& x, const at::Tensor& scale, at::ScalarType dtype) {
+  check_source(x, {.dtype = dtype}, false, "cast_with_scale");
+  TITAN_CHECK_VALUE(scale.defined() && scale.numel() == 1 && scale.scalar_type() == at::kFloat,
+                    "[titan::float8::cast_with_scale] expected a one-element float32 scale, got {}.",
+                    scale.defined()
+                        ? fmt::format("{} elements of {}", scale.numel(), c10::toString(scale.scalar_type()))
+                        : std::string("an undefined tensor"));
+  // The ops of reference::cast after its scale, which the fused kernels match bit for bit.
+  const double max = float8_max(dtype);
+  const at::Tensor s = scale.reshape({}).to(x.device());  // ()
+  return {.data = x.to(at::kFloat).mul(s).clamp(-max, max).to(dtype).contiguous(), .scale = s};
 }
 
 namespace detail {

@@ -16,6 +16,12 @@ namespace {
 
 constexpr std::string_view kAutoFilter = "auto_filter_small_kn";
 
+// The matmul a converted Linear computes with; its type marks the Linear as converted.
+struct Float8Matmul {
+  Float8LinearConfig config{};
+  at::Tensor operator()(const at::Tensor& x, const at::Tensor& w) const { return float8_linear(x, w, config); }
+};
+
 Recipe recipe_of(Float8Recipe r) {
   switch (r) {
     case Float8Recipe::tensorwise:
@@ -79,15 +85,30 @@ Float8Conversion convert_to_float8(torch::nn::Module& model, const Float8Convert
       report.skipped.emplace_back(fqn, *reason);
       continue;
     }
-    linear->matmul = [config = options.config](const at::Tensor& x, const at::Tensor& w) {
-      return float8_linear(x, w, config);
-    };
+    linear->matmul = Float8Matmul{.config = options.config};
     report.converted.push_back(fqn);
   }
   log::info("float8: {} of {} Linear layers compute in float8 (recipe {}{})", report.converted.size(),
             report.converted.size() + report.skipped.size(), recipe_name(options.config.recipe),
             options.config.emulate ? ", emulated" : "");
   return report;
+}
+
+std::vector<std::string> fsdp_float8_weights(const torch::nn::Module& model) {
+  std::vector<std::string> weights;
+  auto& root = const_cast<torch::nn::Module&>(model);  // only read
+  for (const auto& item : root.named_modules("", /*include_self=*/false)) {
+    auto* linear = dynamic_cast<nn::Linear*>(item.value().get());
+    const Float8Matmul* f8 = linear == nullptr ? nullptr : linear->matmul.target<Float8Matmul>();
+    if (f8 == nullptr) continue;
+    TITAN_CHECK_VALUE(f8->config.recipe == Recipe::kTensorwise,
+                      "[titan::float8] expected float8.enable_fsdp_float8_all_gather only with recipe_name "
+                      "tensorwise, got {} for {} (torchao gathers tensorwise float8 weights only). Set "
+                      "float8.enable_fsdp_float8_all_gather = false.",
+                      recipe_name(f8->config.recipe), item.key());
+    weights.push_back(item.key() + ".weight");
+  }
+  return weights;
 }
 
 }  // namespace titan::float8

@@ -9,6 +9,7 @@
 
 #include "titan/core/error.hpp"
 #include "titan/core/log.hpp"
+#include "titan/dist/process_group.hpp"
 #include "titan/float8/cast.hpp"
 #include "titan/layout/module_hooks.hpp"
 #include "titan/layout/sharded_param.hpp"
@@ -94,18 +95,65 @@ RecipeCasts casts_of(Recipe recipe) {
 
 bool is_rowwise(const CastSpec& spec) { return spec.scaling == Scaling::kRowwise; }
 
+// The tensor-parallel group whose shards' amaxes tensorwise casts reduce (WholeTensorScales).
+thread_local const dist::ProcessGroup* whole_tensor_group = nullptr;
+
+struct GroupRef : torch::CustomClassHolder {
+  explicit GroupRef(dist::ProcessGroup g) : group(std::move(g)) {}
+  dist::ProcessGroup group;
+};
+
+// The casts of one Float8Matmul: the fused kernels, or, with a group, tensorwise scales from the amax
+// all-reduced (MAX) over it, so a shard gets the whole tensor's scale and bytes (torchao's float8 TP).
+struct Caster {
+  const dist::ProcessGroup* group = nullptr;
+
+  Float8Tensor whole(const at::Tensor& t, const CastSpec& spec) const {
+    at::Tensor a = tensor_amax(t).reshape({1});  // (1)
+    group->all_reduce(a, dist::ReduceOp::kMax).wait();
+    return cast_with_scale(t, amax_to_scale(a, spec).reshape({}), spec.dtype);
+  }
+  Float8Tensor operator()(const at::Tensor& t, const CastSpec& spec) const {
+    return group != nullptr && !is_rowwise(spec) ? whole(t, spec) : cast(t, spec);
+  }
+  Float8Tensor transposed(const at::Tensor& t, const CastSpec& spec) const {
+    if (group == nullptr || is_rowwise(spec)) return cast_transposed(t, spec);
+    Float8Tensor q = whole(t, spec);
+    return {.data = q.data.t().contiguous(), .scale = q.scale};
+  }
+};
+
+Caster caster_of(AutogradContext* ctx) {
+  const c10::IValue& g = ctx->saved_data["group"];
+  return {.group = g.isCapsule() ? &c10::static_intrusive_pointer_cast<GroupRef>(g.toCapsule())->group : nullptr};
+}
+
 class Float8Matmul : public torch::autograd::Function<Float8Matmul> {
  public:
-  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, const at::Tensor& w, int64_t recipe,
-                            bool emulate) {
+  // w8: w already in float8 (FSDP's float8 all-gather, tensorwise), or undefined tensors; not an
+  // autograd input (a struct, which apply passes through as it is).
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, const at::Tensor& w,
+                            const Float8Tensor& gathered, int64_t recipe, bool emulate) {
+    const at::Tensor& w8 = gathered.data;  // (N, K) float8, or undefined
+    const at::Tensor& w8_scale = gathered.scale;
     ctx->save_for_backward({x, w});
     ctx->saved_data["recipe"] = recipe;
     ctx->saved_data["emulate"] = emulate;
+    // Not saved_for_backward: FSDP frees and re-gathers these bytes in place between forward and backward.
+    if (w8.defined()) {
+      ctx->saved_data["w8"] = w8;
+      ctx->saved_data["w8_scale"] = w8_scale;
+    }
+    if (whole_tensor_group != nullptr && static_cast<Recipe>(recipe) == Recipe::kTensorwise) {
+      ctx->saved_data["group"] = c10::IValue::make_capsule(c10::make_intrusive<GroupRef>(*whole_tensor_group));
+    }
+    const Caster cast = caster_of(ctx);
     const RecipeCasts c = casts_of(static_cast<Recipe>(recipe));
     const at::Tensor x2 = x.reshape({-1, x.size(-1)});  // (M, K)
     // output = x (M, K) @ w^T (K, N): w is cast along K for each of its N rows.
     const Operand a = as_is(cast(x2, c.input), is_rowwise(c.input));
-    const Operand b = transposed(cast(w, c.weight), is_rowwise(c.weight));
+    const Operand b = w8.defined() ? transposed({.data = w8, .scale = w8_scale}, false)
+                                   : transposed(cast(w, c.weight), is_rowwise(c.weight));
     const at::Tensor y = scaled_mm(a, b, x.scalar_type(), /*use_fast_accum=*/true, emulate);  // (M, N)
     auto shape = x.sizes().vec();
     shape.back() = w.size(0);
@@ -118,6 +166,16 @@ class Float8Matmul : public torch::autograd::Function<Float8Matmul> {
     const at::Tensor& w = saved[1];  // (N, K)
     const auto recipe = static_cast<Recipe>(ctx->saved_data["recipe"].toInt());
     const bool emulate = ctx->saved_data["emulate"].toBool();
+    const auto tensor_of = [&](const char* key) {
+      const c10::IValue& v = ctx->saved_data[key];
+      return v.isTensor() ? v.toTensor() : at::Tensor();
+    };
+    const at::Tensor w8 = tensor_of("w8");  // (N, K) float8, or undefined
+    const at::Tensor w8_scale = tensor_of("w8_scale");
+    const Caster cast = caster_of(ctx);
+    const auto cast_transposed = [&cast](const at::Tensor& t, const CastSpec& spec) {
+      return cast.transposed(t, spec);
+    };
     const RecipeCasts c = casts_of(recipe);
     const at::Tensor go = grads[0].reshape({-1, w.size(0)}).contiguous();  // (M, N)
     const at::Tensor x2 = x.reshape({-1, x.size(-1)}).contiguous();        // (M, K)
@@ -132,6 +190,9 @@ class Float8Matmul : public torch::autograd::Function<Float8Matmul> {
       // torchao's operand is (N, K) row-major with one scale per column.
       const Float8Tensor wt = cast_transposed(w, wg);  // (K, N), scales (K, 1)
       w_cols = {.data = wt.data.t().contiguous(), .scale = wt.scale.t(), .rowwise = true};
+    } else if (w8.defined()) {
+      // Tensorwise: the same scale and bytes as the forward's weight cast.
+      w_cols = {.data = emulate ? w8 : w8.t().contiguous().t(), .scale = w8_scale, .rowwise = false};
     } else if (emulate) {
       w_cols = as_is(cast(w, wg), false);  // (N, K) row-major, as torchao's emulated mm reads it
     } else {
@@ -159,7 +220,7 @@ class Float8Matmul : public torch::autograd::Function<Float8Matmul> {
       const Operand b = transposed(cast_transposed(x2, c.input), false);   // (M, K) column-major
       grad_w = scaled_mm(a, b, dtype, /*use_fast_accum=*/false, emulate);
     }
-    return {grad_x, grad_w, at::Tensor(), at::Tensor()};
+    return {grad_x, grad_w, at::Tensor(), at::Tensor(), at::Tensor()};
   }
 };
 
@@ -192,8 +253,22 @@ at::Tensor float8_linear(const at::Tensor& x, const at::Tensor& w, const Float8L
   TITAN_CHECK_VALUE(x.dim() >= 1 && x.size(-1) == w.size(1),
                     "[titan::float8::float8_linear] expected input (..., {}) for weight ({}, {}), got last dim {}.",
                     w.size(1), w.size(0), w.size(1), x.dim() >= 1 ? x.size(-1) : 0);
-  return Float8Matmul::apply(x, w, static_cast<int64_t>(config.recipe), config.emulate);
+  Float8Tensor w8;  // data (N, K) float8 and scale (), when FSDP gathered w in float8
+  if (auto gathered = parallel::take_gathered_float8(w)) {
+    TITAN_CHECK_VALUE(config.recipe == Recipe::kTensorwise,
+                      "[titan::float8::float8_linear] expected the tensorwise recipe for a weight FSDP gathered in "
+                      "float8, got {}. Set float8.enable_fsdp_float8_all_gather = false or recipe_name = tensorwise.",
+                      recipe_name(config.recipe));
+    w8 = {.data = std::move(gathered->data), .scale = std::move(gathered->scale)};
+  }
+  return Float8Matmul::apply(x, w, w8, static_cast<int64_t>(config.recipe), config.emulate);
 }
+
+WholeTensorScales::WholeTensorScales(const dist::ProcessGroup& group) : previous_(whole_tensor_group) {
+  whole_tensor_group = group.size() > 1 ? &group : nullptr;
+}
+
+WholeTensorScales::~WholeTensorScales() { whole_tensor_group = previous_; }
 
 Float8Linear::Float8Linear(int64_t in_features, int64_t out_features, const at::TensorOptions& options,
                            Float8LinearConfig config_)

@@ -48,6 +48,14 @@ at::Tensor contract_probe(const at::Tensor& x, const std::shared_ptr<Contract>& 
   return ContractProbe::apply(x, contract);
 }
 
+// The float8 form a handler offered for the tensor it just materialised (ranks as threads: one slot
+// per thread, and a layer uses its weight on the thread that materialised it).
+struct Float8Offer {
+  const c10::TensorImpl* carrier = nullptr;  // what with_param hands the layer
+  GatheredFloat8 f8{};
+};
+thread_local Float8Offer float8_offer;
+
 // Ranks as threads each bind their own parameters, so the map is shared and locked; lookups take a
 // shared lock (a few ns per layer call).
 struct Entry {
@@ -114,13 +122,19 @@ const Binding* find_binding(const at::Tensor& p) {
 
 at::Tensor materialize(const Binding& binding) {
   TORCH_CHECK(binding.orphaned.empty(), binding.orphaned);
+  float8_offer = {};
   binding.used.value.store(true, std::memory_order_relaxed);
   at::Tensor t = binding.handler ? binding.handler->materialize(binding.unit, binding.index) : binding.info.local;
   if (binding.transform) t = binding.transform(t);
   if (binding.contract && c10::GradMode::is_enabled() && !binding.contract->armed.exchange(true)) {
     t = contract_probe(t, binding.contract);
   }
+  if (float8_offer.carrier != nullptr) float8_offer.carrier = t.unsafeGetTensorImpl();  // after the wrappers
   return t;
+}
+
+void offer_gathered_float8(const at::Tensor& carrier, GatheredFloat8 f8) {
+  float8_offer = {.carrier = carrier.unsafeGetTensorImpl(), .f8 = std::move(f8)};
 }
 
 at::Tensor after_use(const Binding& binding, const at::Tensor& output) {
@@ -186,6 +200,14 @@ at::Tensor full_tensor(const at::Tensor& p, const dist::Mesh& mesh) {
             .narrow(placement.dim, 0, shapes[i][static_cast<size_t>(placement.dim)]);
   }
   return t.contiguous();
+}
+
+std::optional<GatheredFloat8> take_gathered_float8(const at::Tensor& w) {
+  detail::Float8Offer& offer = detail::float8_offer;
+  if (offer.carrier == nullptr || offer.carrier != w.unsafeGetTensorImpl()) return std::nullopt;
+  GatheredFloat8 f8 = std::move(offer.f8);
+  offer = {};
+  return f8;
 }
 
 const ShardedParam* sharded_param(const at::Tensor& p) {

@@ -6,6 +6,7 @@
 #include <fmt/ranges.h>
 #include <torch/nn/module.h>
 
+#include <algorithm>
 #include <optional>
 #include <unordered_set>
 
@@ -102,6 +103,7 @@ int64_t DataParallel::gathered_bytes() const { return state_->gathered_bytes(); 
 std::vector<DataParallelEvent> DataParallel::trace() const { return state_->events; }
 void DataParallel::clear_trace() { state_->events.clear(); }
 void DataParallel::reshard() { state_->free_all(); }
+void DataParallel::precompute_float8_scales() { state_->precompute_float8_scales(); }
 const detail::DataParallelState& DataParallel::state() const { return *state_; }
 
 void detail::validate_data_parallel(const torch::nn::Module& model, const std::vector<std::vector<std::string>>& units,
@@ -109,6 +111,13 @@ void detail::validate_data_parallel(const torch::nn::Module& model, const std::v
   auto& root = const_cast<torch::nn::Module&>(model);  // only read
   for (const auto& paths : units) {
     for (const auto& path : paths) find_module(root, path, "data_parallel.units");
+  }
+  const auto params = root.named_parameters(/*recurse=*/true);
+  for (const std::string& fqn : options.float8_all_gather) {
+    TITAN_CHECK_VALUE(params.contains(fqn),
+                      "[titan::parallelize] expected data_parallel.options.float8_all_gather to name parameters of "
+                      "the model, got '{}'. Name the weights of float8 Linears (float8::fsdp_float8_weights).",
+                      fqn);
   }
 }
 
@@ -125,6 +134,7 @@ std::unique_ptr<DataParallel> detail::apply_data_parallel(torch::nn::Module& mod
                          (options.collectives == DataParallelCollectives::auto_ && on_cpu);
   auto state = std::make_unique<detail::DataParallelState>(shard, replicate, options, per_param);
   state->shard_axis = shard_axis;
+  if (!options.float8_all_gather.empty() && mesh.size("tp") > 1) state->float8_tp = mesh.group("tp");
   // Units in forward order, the root (parameters under no unit) last; a parameter shared by two
   // modules (tied weights) belongs to the first unit that reaches it.
   std::vector<std::vector<std::string>> specs = units;
@@ -148,6 +158,16 @@ std::unique_ptr<DataParallel> detail::apply_data_parallel(torch::nn::Module& mod
                         item.key());
       unit_priors.push_back(prior ? std::optional<detail::Binding>(*prior) : std::nullopt);
       detail::UnitParam p = shard_param(item.key(), item.value(), shard, options);
+      if (shard.size() > 1 && std::find(options.float8_all_gather.begin(), options.float8_all_gather.end(),
+                                        item.key()) != options.float8_all_gather.end()) {
+        p.float8 = true;
+        p.gathered8 = at::empty(p.full_shape, p.param.options().dtype(at::kFloat8_e4m3fn))
+                          .storage()
+                          .getWeakStorageImpl()
+                          .lock();
+        p.gathered8->reset();
+        p.float8_scale = at::ones({}, p.param.options().dtype(at::kFloat));  // ()
+      }
       p.offset = unit.chunk_numel;
       unit.chunk_numel += p.shard_numel();
       unit.params.push_back(std::move(p));

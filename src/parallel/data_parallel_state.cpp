@@ -117,9 +117,16 @@ void DataParallelState::start_gather(int64_t u) {
 void DataParallelState::start_gather_flat(Unit& unit) {
   std::vector<at::Tensor> flat;
   flat.reserve(unit.params.size());
-  for (const auto& p : unit.params) flat.push_back(p.param.reshape({-1}).to(options.param_dtype));
-  at::Tensor in = at::cat(flat);                                                // (chunk_numel)
-  at::Tensor out = at::empty({shard.size() * unit.chunk_numel}, in.options());  // (N * chunk_numel)
+  for (auto& p : unit.params) {
+    if (p.float8) {
+      start_gather_float8(unit, p);  // its own float8 all-gather
+    } else {
+      flat.push_back(p.param.reshape({-1}).to(options.param_dtype));
+    }
+  }
+  if (flat.empty()) return;
+  at::Tensor in = at::cat(flat);                                          // (high-precision chunk)
+  at::Tensor out = at::empty({shard.size() * in.numel()}, in.options());  // (N * high-precision chunk)
   unit.gather_works.push_back(shard.all_gather(out, in));
   unit.gather_buffers = {std::move(in), std::move(out)};
 }
@@ -127,6 +134,11 @@ void DataParallelState::start_gather_flat(Unit& unit) {
 void DataParallelState::start_gather_per_param(Unit& unit) {
   const int64_t n = shard.size();
   for (auto& p : unit.params) {
+    if (p.float8) {
+      start_gather_float8(unit, p);
+      unit.gather_buffers.resize(unit.gather_buffers.size() + 2);  // keeps parameter i's pair at 2i
+      continue;
+    }
     allocate_gathered(p);
     at::Tensor in = p.param.to(options.param_dtype).contiguous();  // the shard itself when dtypes agree
     at::Tensor out;  // (N * rows_per_rank, ...): the gathered storage itself unless rows are padded
@@ -151,15 +163,26 @@ void DataParallelState::finish_gather(int64_t u) {
   if (per_param) {
     for (size_t i = 0; i < unit.params.size(); ++i) {
       UnitParam& p = unit.params[i];
+      if (p.float8) {
+        finish_gather_float8(p);
+        continue;
+      }
       const at::Tensor& landed = unit.gather_buffers[2 * i + 1];  // (N * rows_per_rank, ...)
       if (landed.size(0) != p.full_shape[0]) gathered_alias(p).copy_(landed.narrow(0, 0, p.full_shape[0]));
     }
   } else {
-    const at::Tensor by_rank = unit.gather_buffers[1].view({n, unit.chunk_numel});  // (N, chunk_numel)
+    // (N, high-precision chunk): the flat buffer holds the parameters not gathered in float8
+    const at::Tensor by_rank = unit.gather_buffers.empty() ? at::Tensor() : unit.gather_buffers[1].view({n, -1});
+    int64_t offset = 0;
     for (auto& p : unit.params) {
+      if (p.float8) {
+        finish_gather_float8(p);
+        continue;
+      }
       allocate_gathered(p);
       const at::Tensor full =
-          by_rank.narrow(1, p.offset, p.shard_numel()).reshape(p.padded_shape(n)).narrow(0, 0, p.full_shape[0]);
+          by_rank.narrow(1, offset, p.shard_numel()).reshape(p.padded_shape(n)).narrow(0, 0, p.full_shape[0]);
+      offset += p.shard_numel();
       gathered_alias(p).copy_(full);  // a fresh alias: the saved gathered tensors' versions stay unchanged
     }
   }
@@ -172,7 +195,11 @@ void DataParallelState::free_unit(int64_t u) {
   if (shard.size() == 1 || unit.state == Unit::State::kSharded) return;
   for (auto& work : unit.gather_works) work.wait();  // never free what a collective writes
   unit.gather_works.clear();
-  for (auto& p : unit.params) p.gathered->reset();
+  for (auto& p : unit.params) {
+    p.gathered->reset();
+    if (p.float8) p.gathered8->reset();
+    p.float8_buffers.clear();
+  }
   unit.gather_buffers.clear();
   unit.state = Unit::State::kSharded;
   record(DataParallelEvent::Kind::kFreed, u);
@@ -187,6 +214,7 @@ void DataParallelState::free_all() {
 }
 
 void DataParallelState::enter_unit(int64_t u) {
+  if (current_ < 0 || u <= current_) float8_scales_stale = true;  // a new forward: parameters may have changed
   if (current_ >= 0) {
     units[static_cast<size_t>(current_)].outputs.clear();
     if (u <= current_) {
@@ -204,7 +232,12 @@ at::Tensor DataParallelState::materialize(int64_t u, int64_t index) {
   if (u != current_) enter_unit(u);
   record(DataParallelEvent::Kind::kUse, u);
   Unit& unit = units[static_cast<size_t>(u)];
-  if (!c10::GradMode::is_enabled()) return gathered_alias(unit.params[static_cast<size_t>(index)]);
+  const UnitParam& used = unit.params[static_cast<size_t>(index)];
+  if (!c10::GradMode::is_enabled()) {
+    at::Tensor out = used.float8 ? float8_carrier(used) : gathered_alias(used);
+    if (used.float8) offer_gathered_float8(out, {.data = gathered_float8_alias(used), .scale = used.float8_scale});
+    return out;
+  }
   if (unit.outputs.empty()) {
     // One node per unit use: it fires once all of the unit's gradients are in.
     std::vector<at::Tensor> leaves;
@@ -213,12 +246,14 @@ at::Tensor DataParallelState::materialize(int64_t u, int64_t index) {
     auto node = std::shared_ptr<UnshardBackward>(new UnshardBackward(this, u), torch::autograd::deleteNode);
     node->set_next_edges(torch::autograd::collect_next_edges(leaves));
     for (const auto& p : unit.params) {
-      at::Tensor out = gathered_alias(p);
+      at::Tensor out = p.float8 ? float8_carrier(p) : gathered_alias(p);
       torch::autograd::set_history(out, node);
       unit.outputs.push_back(std::move(out));
     }
   }
-  return unit.outputs[static_cast<size_t>(index)];
+  const at::Tensor& out = unit.outputs[static_cast<size_t>(index)];
+  if (used.float8) offer_gathered_float8(out, {.data = gathered_float8_alias(used), .scale = used.float8_scale});
+  return out;
 }
 
 at::Tensor DataParallelState::after_use(int64_t u, const at::Tensor& output) {
@@ -398,6 +433,7 @@ int64_t DataParallelState::gathered_bytes() const {
   for (const auto& unit : units) {
     for (const auto& p : unit.params) {
       if (p.gathered) bytes += static_cast<int64_t>(p.gathered->nbytes());
+      if (p.gathered8) bytes += static_cast<int64_t>(p.gathered8->nbytes());
     }
   }
   return bytes;

@@ -13,6 +13,7 @@
 
 #include <c10/core/StorageImpl.h>
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -29,6 +30,12 @@ struct UnitParam {
   int64_t row_numel = 1;                          // elements per dim-0 row
   int64_t offset = 0;                             // element offset in the unit's per-rank flat chunk
   c10::intrusive_ptr<c10::StorageImpl> gathered;  // the unsharded tensor's storage (FSDP); bytes freed when sharded
+  // float8 all-gather (options.float8_all_gather): the shard cast to e4m3 with the whole tensor's scale
+  // travels instead of the high-precision shard, and layers get the gathered float8 bytes + scale.
+  bool float8 = false;
+  c10::intrusive_ptr<c10::StorageImpl> gathered8;  // the unsharded float8 bytes' storage; freed when sharded
+  at::Tensor float8_scale{};                       // () float32, the scale of the bytes gathered last
+  std::vector<at::Tensor> float8_buffers{};        // in flight: {in (rows_per_rank, ...), out (N * rows_per_rank, ...)} bytes
   int64_t shard_numel() const { return rows_per_rank * row_numel; }
   // The unsharded shape with dim 0 rounded up to n equal shards: what the collectives move.
   std::vector<int64_t> padded_shape(int64_t n) const {
@@ -78,6 +85,8 @@ struct DataParallelState final : ParamHandler {
   void finish_backward();
   void free_all();
   int64_t gathered_bytes() const;
+  /// See DataParallel::precompute_float8_scales.
+  void precompute_float8_scales();
 
   dist::ProcessGroup shard;
   std::string shard_axis = "dp_shard";  // its mesh axis: dp_shard, or dp_shard_cp under context parallelism
@@ -92,6 +101,10 @@ struct DataParallelState final : ParamHandler {
   // until sync_gradients() (FSDP2's set_requires_gradient_sync(False); the pipeline's microbatches).
   bool gradient_sync = true;
   std::vector<std::vector<at::Tensor>> deferred;  // per unit, per parameter: the full gradient (reduce_dtype)
+  // Where a float8 parameter's amax is reduced besides dp_shard: tp when parameters are TP shards too.
+  std::optional<dist::ProcessGroup> float8_tp;
+  // options.float8_precompute_scales: set when a forward starts, cleared by precompute_float8_scales.
+  bool float8_scales_stale = true;
 
  private:
   void enter_unit(int64_t unit);
@@ -105,6 +118,12 @@ struct DataParallelState final : ParamHandler {
   at::Tensor padded_grad(const UnitParam& p, const at::Tensor& grad) const;
   void free_unit(int64_t unit);
   at::Tensor gathered_alias(const UnitParam& p) const;
+  // float8 all-gather (data_parallel_float8.cpp).
+  void start_gather_float8(Unit& unit, UnitParam& p);
+  void finish_gather_float8(UnitParam& p);
+  at::Tensor gathered_float8_alias(const UnitParam& p) const;
+  at::Tensor float8_carrier(const UnitParam& p) const;
+  std::vector<dist::ProcessGroup> float8_amax_groups() const;
   void progress(PendingReduce& p, bool block);
   void record(DataParallelEvent::Kind kind, int64_t unit);
 

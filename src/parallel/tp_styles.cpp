@@ -11,6 +11,7 @@
 #include "titan/core/error.hpp"
 #include "titan/core/profile_scope.hpp"
 #include "titan/dist/functional.hpp"
+#include "titan/float8/linear.hpp"
 #include "titan/layout/shardable.hpp"
 
 namespace titan::parallel::detail {
@@ -132,7 +133,8 @@ struct ColwiseHook final : ModuleHook {
 
   at::Tensor call(const at::Tensor& x, c10::function_ref<at::Tensor(const at::Tensor&)> inner) const override {
     auto compute = [&](const at::Tensor& in) {  // in: replicated, its gradient summed over tp on the way back
-      at::Tensor y = inner(in);                 // (..., out/tp)
+      const float8::WholeTensorScales scales(ctx.group);  // a float8 layer scales as one device would
+      at::Tensor y = inner(in);                           // (..., out/tp)
       return style.output_layout.kind == Kind::kReplicate ? dist::gather_to_replicate(y, ctx.group, -1) : y;
     };
     if (style.input_layout.kind == Kind::kShard) return gather_then(x, style.input_layout.dim, ctx, compute);
@@ -149,6 +151,7 @@ struct RowwiseHook final : ModuleHook {
 
   at::Tensor call(const at::Tensor& x, c10::function_ref<at::Tensor(const at::Tensor&)> inner) const override {
     auto partial = [&](const at::Tensor& in) {  // this rank's term of the output sum
+      const float8::WholeTensorScales scales(ctx.group);  // a float8 layer scales as one device would
       if (vocab_begin >= 0) {
         // Tokens outside this rank's rows look up row 0 and are zeroed: the sum over ranks is the lookup.
         const at::Tensor outside = in.lt(vocab_begin).logical_or_(in.ge(vocab_end));  // (B, S) bool

@@ -177,10 +177,12 @@ void TrainerCore::convert(torch::nn::Module& model) {
   const auto& names = config_.model.converters;
   if (std::none_of(names.begin(), names.end(), [](const std::string& n) { return is_float8_converter(n); })) return;
   const float8::Float8Conversion report = float8::convert_to_float8(model, float8::converter_options(config_.float8));
-  if (!report.converted.empty() && mesh_->size("tp") > 1) {
+  if (!report.converted.empty() && mesh_->size("tp") > 1 &&
+      config_.float8.recipe_name.value_or(Float8Recipe::tensorwise) != Float8Recipe::tensorwise) {
     log::warn(
-        "float8 under tensor parallelism: each rank scales its own weight and activation shards (torchao's "
-        "float8 TP styles scale whole tensors), so losses differ slightly from one device's float8 run");
+        "float8 rowwise recipes under tensor parallelism: each rank scales its own weight and activation shards "
+        "(the TP styles give whole-tensor scales to tensorwise float8 only, as torchao's), so losses differ "
+        "slightly from one device's float8 run");
   }
   float8_converted_ = report.converted;
 }

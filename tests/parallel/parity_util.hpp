@@ -11,6 +11,7 @@
 #include "titan/core/config.hpp"
 #include "titan/dist/functional.hpp"
 #include "titan/dist/mesh.hpp"
+#include "titan/float8/converter.hpp"
 #include "titan/layout/sharded_param.hpp"
 #include "titan/models/llama3/model.hpp"
 #include "titan/models/llama3/parallelize.hpp"
@@ -48,6 +49,9 @@ struct ParityRun {
   AcMode ac_mode = AcMode::none;  ///< activation checkpointing (activation_checkpoint.mode)
   bool bf16 = false;              ///< mixed precision: FSDP/DDP gather bf16 (fp32 reduce), one rank autocasts
   std::string ac_option = "2";    ///< activation_checkpoint.selective_ac_option
+  bool float8 = false;            ///< float8 tensorwise Linears (the converter, output kept high precision)
+  bool float8_all_gather = false;  ///< with float8 under FSDP: all-gather the float8 weights in float8
+  bool float8_precompute = false;  ///< with float8_all_gather: one amax all-reduce per step
 };
 
 struct ParityResult {
@@ -106,6 +110,7 @@ inline ParityResult train_parity(const dist::Mesh& mesh, const ParityRun& run) {
       pipeline.stages.empty() ? std::vector<std::string>{} : parallel::pipeline_modules(pipeline, mesh);
   llama3::Llama3 model(parity_args(), run.seq_len, at::TensorOptions(), modules);
   ParityResult result;
+  if (run.float8) float8::convert_to_float8(model, {.filter_fqns = {"output"}});
   parallel::ParallelPlan plan = llama3::parallel_plan(model, mesh);
   plan.pipeline = pipeline;
   plan.activation_checkpoint =
@@ -122,6 +127,8 @@ inline ParityResult train_parity(const dist::Mesh& mesh, const ParityRun& run) {
                                 .param_dtype = run.bf16 ? at::kBFloat16 : at::kFloat,
                                 .collectives = run.collectives,
                                 .trace = run.trace};
+  if (run.float8_all_gather) plan.data_parallel.options.float8_all_gather = float8::fsdp_float8_weights(model);
+  plan.data_parallel.options.float8_precompute_scales = run.float8_precompute;
   result.applied = parallelize(model, mesh, plan);
   const Parallelized& applied = result.applied;
   // Plain cross-entropy unless the logits are vocab-sharded.

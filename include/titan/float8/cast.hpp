@@ -51,6 +51,14 @@ Float8Tensor cast(const at::Tensor& x, const CastSpec& spec);
 /// The operand layouts the backward GEMMs need (grad_output^T, input^T, weight^T).
 Float8Tensor cast_transposed(const at::Tensor& x, const CastSpec& spec);
 
+/// max |x| over the whole tensor, () float32 (torchao's tensor_to_amax, tensorwise). An empty x gives 0.
+at::Tensor tensor_amax(const at::Tensor& x);
+
+/// x -> float8 with a given tensorwise scale () float32, e.g. one from the amax of a larger tensor x
+/// is a shard of (torchao's hp_tensor_and_scale_to_float8): data = saturate(x * scale), bit for bit
+/// what `cast` gives the whole tensor when `scale` is its scale. Any shape; CPU or CUDA.
+Float8Tensor cast_with_scale(const at::Tensor& x, const at::Tensor& scale, at::ScalarType dtype);
+
 namespace reference {
 /// The plain ATen twin of float8::cast: torchao's ops, one by one.
 Float8Tensor cast(const at::Tensor& x, const CastSpec& spec);

@@ -53,4 +53,9 @@ std::optional<std::string> small_gemm_skip_reason(Recipe recipe, int64_t out_fea
 /// reason and a summary line. A Linear converted before is converted again with the new options.
 Float8Conversion convert_to_float8(torch::nn::Module& model, const Float8ConverterOptions& options = {});
 
+/// The weights FSDP all-gathers in float8 under float8.enable_fsdp_float8_all_gather: those of the
+/// Linears convert_to_float8 converted (for DataParallelOptions::float8_all_gather). Throws naming the
+/// key for a Linear converted with a recipe other than tensorwise.
+std::vector<std::string> fsdp_float8_weights(const torch::nn::Module& model);
+
 }  // namespace titan::float8

@@ -18,6 +18,10 @@
 
 #include "titan/layout/shardable.hpp"
 
+namespace titan::dist {
+class ProcessGroup;
+}
+
 namespace titan::float8 {
 
 /// torchao's float8 training recipes (Float8LinearRecipeName).
@@ -44,6 +48,21 @@ struct Float8LinearConfig {
 /// x (..., K), w (N, K) -> (..., N). Tensorwise GEMMs go through at::_scaled_mm unless emulated;
 /// rowwise ones are emulated on CPU (at::_scaled_mm supports only tensorwise scales there).
 at::Tensor float8_linear(const at::Tensor& x, const at::Tensor& w, const Float8LinearConfig& config);
+
+/// While alive, tensorwise float8_linear calls on this thread scale each operand (input, weight, and
+/// in backward grad_output) by the amax of the whole tensor it is a shard of: the shard amaxes are
+/// all-reduced (MAX) over `group`, so shards get the bytes one device would. The TP styles hold one
+/// around the layers they shard (torchao's Float8ColwiseParallel / Float8RowwiseParallel scales).
+class WholeTensorScales {
+ public:
+  explicit WholeTensorScales(const dist::ProcessGroup& group);
+  ~WholeTensorScales();
+  WholeTensorScales(const WholeTensorScales&) = delete;
+  WholeTensorScales& operator=(const WholeTensorScales&) = delete;
+
+ private:
+  const dist::ProcessGroup* previous_;
+};
 
 /// A bias-free Linear (as titan::nn::Linear) whose matmuls run in float8.
 class Float8Linear : public torch::nn::Module, public parallel::ShardableLayer {

@@ -10,6 +10,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -66,12 +67,27 @@ const ShardedParam* sharded_param(const at::Tensor& p);
 /// padding dropped. Collective over those axes of mesh; a copy of p when p is not sharded.
 at::Tensor full_tensor(const at::Tensor& p, const dist::Mesh& mesh);
 
+/// A parameter its data-parallel handler all-gathered in float8 for this use (FSDP's float8
+/// all-gather, docs/float8.md): the float8 bytes of the whole (unsharded) tensor and their tensorwise
+/// scale, x ~= data / scale.
+struct GatheredFloat8 {
+  at::Tensor data{};   ///< the unsharded shape, float8
+  at::Tensor scale{};  ///< () float32
+};
+
+/// The float8 form of w when w is the tensor with_param just handed its callback for a parameter
+/// gathered in float8, else nullopt. Such a w carries autograd's edge to the shard but no values
+/// (every element reads NaN): the layer computes from the float8 form. Taken once per use.
+std::optional<GatheredFloat8> take_gathered_float8(const at::Tensor& w);
+
 namespace detail {
 struct Binding;
 extern std::atomic<int64_t> bound_params;
 const Binding* find_binding(const at::Tensor& p);
 at::Tensor materialize(const Binding& binding);
 at::Tensor after_use(const Binding& binding, const at::Tensor& output);
+/// Called by a handler's materialize: `carrier` (what it returns) stands for `f8` in this use.
+void offer_gathered_float8(const at::Tensor& carrier, GatheredFloat8 f8);
 }  // namespace detail
 
 /// Calls f with the tensor the layer needs for p this step (e.g. the all-gathered weight under

@@ -62,6 +62,10 @@ struct DataParallelOptions {
   bool overlap = true;
   /// Record the collective/compute event trace (tests and debugging).
   bool trace = false;
+  /// FQNs of parameters FSDP all-gathers in float8 e4m3 with a tensorwise scale from the whole tensor (tensorwise float8 Linears' weights, float8::fsdp_float8_weights)
+  std::vector<std::string> float8_all_gather{};
+  /// With float8_all_gather: all their scales in one amax all-reduce per forward (at its first gather) instead of one per parameter per gather
+  bool float8_precompute_scales = false;
 };
 
 /// One event of the trace: what happened to which unit, in program order.
@@ -90,6 +94,10 @@ class DataParallel {
   void clear_trace();
   /// Frees every gathered unit (e.g. after an evaluation forward, before saving memory).
   void reshard();
+  /// Recomputes the float8 all-gather scales of every float8_all_gather parameter from its current
+  /// shards in one amax all-reduce (torchao's precompute_float8_dynamic_scale_for_fsdp; collective over
+  /// dp_shard). With float8_precompute_scales the first gather of each forward does this.
+  void precompute_float8_scales();
 
   /// Machinery (units and their parameters), for parallelize()'s checks.
   const detail::DataParallelState& state() const;

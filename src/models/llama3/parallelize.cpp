@@ -8,6 +8,7 @@
 #include "titan/core/config.hpp"
 #include "titan/core/error.hpp"
 #include "titan/dist/mesh.hpp"
+#include "titan/float8/converter.hpp"
 #include "titan/models/llama3/model.hpp"
 #include "titan/parallel/pipeline_schedule.hpp"
 
@@ -164,6 +165,11 @@ parallel::ParallelPlan parallel_plan(const Llama3& model, const JobConfig& confi
   const bool cuda = !model.parameters().empty() && model.parameters().front().device().is_cuda();
   dp.param_dtype = scalar_type(mixed_precision_param(config.training, cuda));
   dp.reduce_dtype = scalar_type(config.training.mixed_precision_reduce);
+  // torchao's float8 all-gather: the weights of the float8 Linears the converter made (run before this).
+  if (config.float8.enable_fsdp_float8_all_gather) {
+    dp.float8_all_gather = float8::fsdp_float8_weights(model);
+    dp.float8_precompute_scales = config.float8.precompute_float8_dynamic_scale_for_fsdp;
+  }
   return plan;
 }
 
