@@ -95,7 +95,7 @@ TEST_CASE("titan-plot writes well-formed SVG with a polyline per run", "[metrics
   CHECK(std::find(texts.begin(), texts.end(), "grad norm") != texts.end());
 }
 
-TEST_CASE("read_run: a resumed run's last record per step wins; a killed run's cut line is skipped",
+TEST_CASE("read_run: a resumed run's last record per step wins, a killed run's cut line is skipped",
           "[metrics][plot]") {
   titan::test::TempDir dir;
   titan::test::write_file(dir.path / "metrics.jsonl",
