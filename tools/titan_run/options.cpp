@@ -81,6 +81,8 @@ Options parse_options(int argc, char** argv) {
       o.master_port = parse_number<int>(arg, take_value(), 1, 65535);
     } else if (arg == "--grace-seconds") {
       o.grace_seconds = parse_number<double>(arg, take_value(), 0.0, 3600.0);
+    } else if (arg == "--failure-grace-seconds") {
+      o.failure_grace_seconds = parse_number<double>(arg, take_value(), 0.0, 3600.0);
     } else if (arg == "--max-restarts") {
       o.max_restarts = parse_number<int>(arg, take_value(), 0, 1000000);
     } else {
@@ -94,7 +96,8 @@ Options parse_options(int argc, char** argv) {
 
 std::string usage() {
   return R"(usage: titan-run --nproc-per-node N [--nnodes M --node-rank K --master-addr A --master-port P]
-                 [--grace-seconds S] [--max-restarts R] [--] program [args...]
+                 [--grace-seconds S] [--failure-grace-seconds F]
+                 [--max-restarts R] [--] program [args...]
 
 Starts N ranks of `program` with torchrun's environment (RANK, LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE,
 MASTER_ADDR, MASTER_PORT, GROUP_RANK, NODE_RANK), prefixes every line they print with "[rank R] ", and
@@ -110,6 +113,9 @@ TORCHELASTIC_RESTART_COUNT, and TITAN_RESTART_REASON names the failure.
   --master-port P      rendezvous port (default: a free port; required when M > 1)
   --grace-seconds S    time between SIGTERM and SIGKILL when stopping ranks; long enough for a
                        preempted rank to write its checkpoint (default 30)
+  --failure-grace-seconds F
+                       the same after a rank failed: the others cannot finish their step
+                       without it (default 3; at most S)
   --max-restarts R     start the whole job again up to R times when a rank fails (default 0)
   -h, --help           this text
 )";

@@ -15,6 +15,7 @@ struct Options {
   std::string master_addr = "127.0.0.1";  ///< rank 0's host, for the rendezvous store
   int master_port = 0;                    ///< rendezvous port; 0 picks a free one (single node only)
   double grace_seconds = 30.0;            ///< SIGTERM-to-SIGKILL delay when stopping ranks (a checkpoint fits)
+  double failure_grace_seconds = 3.0;     ///< the same delay after a rank failed (at most grace_seconds)
   int max_restarts = 0;                   ///< times the whole job is started again after a rank fails
   bool help = false;                      ///< print the usage and exit
   std::vector<std::string> command;       ///< the program and its arguments

@@ -8,6 +8,7 @@
 #include <sys/signalfd.h>
 #include <sys/wait.h>
 #include <unistd.h>
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstring>
@@ -50,6 +51,7 @@ class Supervisor {
   void read_output(int& fd, LinePrefixer& prefixer);
   void stop_ranks(int sig);
   void escalate_if_due();
+  double grace_seconds() const;
   int running_count() const;
   std::string failure() const;
   int exit_status();
@@ -94,9 +96,17 @@ void Supervisor::stop_ranks(int sig) {
   }
   if (!kill_deadline_) {
     stop_signal_ = sig;
-    const auto grace = std::chrono::duration<double>(options_.grace_seconds);
+    const auto grace = std::chrono::duration<double>(grace_seconds());
     kill_deadline_ = Clock::now() + std::chrono::duration_cast<Clock::duration>(grace);
   }
+}
+
+// After a failure the others cannot finish their step (a trainer waits in a collective with the dead rank
+// and saves nothing), so they get the shorter --failure-grace-seconds; a signal to the launcher (preemption:
+// each rank saves a checkpoint first) gets --grace-seconds.
+double Supervisor::grace_seconds() const {
+  return failed_ && interrupt_ == 0 ? std::min(options_.grace_seconds, options_.failure_grace_seconds)
+                                    : options_.grace_seconds;
 }
 
 void Supervisor::escalate_if_due() {
@@ -106,7 +116,7 @@ void Supervisor::escalate_if_due() {
     if (r.running) late += (late.empty() ? "" : ", ") + std::to_string(r.process.rank);
   }
   std::ostringstream grace;
-  grace << options_.grace_seconds;  // 5, 0.5: no trailing zeros
+  grace << grace_seconds();  // 5, 0.5: no trailing zeros
   say("rank(s) " + late + " still running " + grace.str() + " s after " + signal_name(stop_signal_) + "; sent SIGKILL");
   stop_ranks(SIGKILL);
   escalated_ = true;
