@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: BSD-3-Clause
 // float8 under FSDP (torchao's float8 all-gather): the debug model with tensorwise float8 Linears on
 // FSDP 2 (ranks as threads, Gloo) against one device, with the weights all-gathered in float8, with and
-// without precomputed scales. The wire is checked too, so a silent fall-back to high-precision gathers
+// without precomputed scales, per parameter and flat. The wire is checked too, so a silent fall-back to high-precision gathers
 // fails the test.
 #include <ATen/ATen.h>
 
@@ -58,9 +58,11 @@ TEST_CASE(
   const Fsdp2Run gathered = fsdp2(f8);
   f8.float8_precompute = true;
   const Fsdp2Run precomputed = fsdp2(f8);
+  f8.collectives = titan::parallel::DataParallelCollectives::flat;  // the GPU layout: float8 beside the flat buffer
+  const Fsdp2Run flat = fsdp2(f8);
 
   double max_rel = 0;
-  for (const Fsdp2Run* run : {&hp, &gathered, &precomputed}) {
+  for (const Fsdp2Run* run : {&hp, &gathered, &precomputed, &flat}) {
     for (const ParityResult& r : run->ranks) {
       REQUIRE(r.losses.size() == one.losses.size());
       for (size_t s = 0; s < one.losses.size(); ++s) {
@@ -85,6 +87,7 @@ TEST_CASE(
   for (size_t rank = 0; rank < 2; ++rank) {
     CHECK(gathered.ranks[rank].losses == hp.ranks[rank].losses);
     CHECK(precomputed.ranks[rank].losses == hp.ranks[rank].losses);
+    CHECK(flat.ranks[rank].losses == hp.ranks[rank].losses);
   }
   CHECK(one.losses.back() < one.losses.front() - 0.3);  // it trains
 
@@ -98,6 +101,7 @@ TEST_CASE(
   CHECK(ratio > 0.25);
   CHECK(ratio < 0.4);
   CHECK(precomputed.shard.all_gather_bytes == gathered.shard.all_gather_bytes);
+  CHECK(flat.shard.all_gather_bytes == gathered.shard.all_gather_bytes);
   // Scales: precomputed, one all-reduce of 42 float32 amaxes per step (2(n-1)/n = 1 x 168 bytes) on
   // top of the fp32 run's all-reduces; otherwise one 4-byte all-reduce per float8 weight per gather
   // (forward, and backward's re-gather of resharded units): more bytes and many more calls.
