@@ -302,7 +302,7 @@ void DataParallelState::post_backward(int64_t u, const std::vector<at::Tensor>& 
   pending_.push_back(per_param ? start_reduce_per_param(u, grads) : start_reduce_flat(u, grads));
   record(DataParallelEvent::Kind::kReduceIssued, u);
   if (shard.size() == 1) progress(pending_.back(), /*block=*/false);  // DDP: start the all-reduce now
-  if (!options.overlap) progress(pending_.back(), /*block=*/true);   // no overlap: wait it here
+  if (!options.overlap) progress(pending_.back(), /*block=*/true);    // no overlap: wait it here
   unit.outputs.clear();
   free_unit(u);  // FSDP2 frees after backward whatever the forward policy
   if (!callback_queued_) {
