@@ -84,7 +84,7 @@ for ((trial = 1; trial <= trials; trial++)); do
     --checkpoint.enable true --checkpoint.interval "$interval" --checkpoint.last_save_model_only false \
     >"$log" 2>&1 &
   launcher=$!
-  while kill -0 "$launcher" 2>/dev/null && ! grep -q '\[rank 0\].*step: *[0-9]*/' "$log"; do sleep 0.05; done
+  while kill -0 "$launcher" 2>/dev/null && ! grep -q '\[rank 0\].*step: *[0-9]*/' "$log" 2>/dev/null; do sleep 0.05; done
   sleep "$delay"
   # The launcher's children are the ranks, in rank order.
   mapfile -t pids < <(pgrep -P "$launcher" | sort -n)
