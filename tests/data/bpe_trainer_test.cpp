@@ -79,7 +79,7 @@ TEST_CASE("BpeTrainer is deterministic and independent of document order", "[dat
   CHECK(a.vocab == b.vocab);
 }
 
-TEST_CASE("BpeTrainer: small text gives a smaller vocab; bad settings are refused", "[data]") {
+TEST_CASE("BpeTrainer: small text gives a smaller vocab and bad settings are refused", "[data]") {
   const auto bpe = train_on("abab", {.vocab_size = 1000});
   CHECK(bpe.vocab.size() < 1000);
   CHECK(bpe.vocab.size() == 256 + 2 + 3);  // "ab", "abab", then the specials

@@ -35,7 +35,7 @@ TEST_CASE("Corpus: plain text splits on blank lines, or one document per file", 
   CHECK(all_documents(*files) == std::vector<std::string>{titan::test::read_file(tmp.path / "a.txt")});
 }
 
-TEST_CASE("Corpus: JSON Lines with a configurable text field; bad lines are named", "[data]") {
+TEST_CASE("Corpus: JSON Lines with a configurable text field and bad lines named", "[data]") {
   TempDir tmp;
   titan::test::write_file(tmp.path / "d.jsonl",
                           "{\"text\": \"one\", \"body\": \"x\"}\n\n{\"text\": \"two\\nlines\"}\n"
