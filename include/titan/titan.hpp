@@ -35,6 +35,7 @@
 #include "titan/nn/kv_cache.hpp"
 #include "titan/nn/layers.hpp"
 #include "titan/nn/loss.hpp"
+#include "titan/nn/moe.hpp"
 #include "titan/nn/rope.hpp"
 #include "titan/nn/sampling.hpp"
 #include "titan/nn/sequence_attention.hpp"

@@ -1,0 +1,131 @@
+// SPDX-License-Identifier: BSD-3-Clause
+// Mixture of experts with token-choice top-k routing (torchtitan's MoE, DeepSeek-V3 / Qwen3 style):
+// a router scores every token against every expert, each token goes to its top_k experts, the
+// routed experts run as one grouped GEMM over tokens permuted so that each expert's tokens are
+// contiguous, and optional shared experts (one SwiGLU) see every token. Aux-loss-free load
+// balancing: an expert bias, added to the scores for selection only, is moved toward balance by
+// update_expert_bias() between optimizer steps.
+//
+//   MoE moe(MoEArgs{.num_experts = 8, .top_k = 2}, /*dim=*/256, /*hidden_dim=*/512, options);
+//   at::Tensor y = moe.forward(x);           // x (B, S, 256) -> (B, S, 256)
+//   ... backward, then before optimizer.step():
+//   moe.update_expert_bias(moe.args.load_balance_coeff);
+#pragma once
+
+#include <ATen/core/Tensor.h>
+#include <torch/nn/module.h>
+
+#include <memory>
+#include <string>
+
+#include "titan/nn/attention.hpp"
+#include "titan/nn/layers.hpp"
+
+namespace titan::nn {
+
+/// The MoE layer's configuration (torchtitan's MoEArgs names; `None` there is 0 here).
+struct MoEArgs {
+  /// Routed experts in the layer.
+  int64_t num_experts = 8;
+  /// Shared experts (every token, no routing), fused into one SwiGLU of hidden_dim * this; 0 = none.
+  int64_t num_shared_experts = 1;
+  /// Router score function, "softmax" (over experts) or "sigmoid" (per expert); computed in fp32.
+  std::string score_func = "sigmoid";
+  /// Divide the top_k scores of a token by their sum (DeepSeek-V3 with sigmoid).
+  bool route_norm = false;
+  /// Multiply the combine weights by this after route_norm.
+  double route_scale = 1.0;
+  /// Scale each routed token by its weight before the experts (true) or their outputs after (false).
+  bool score_before_experts = true;
+  /// Experts per token.
+  int64_t top_k = 1;
+  /// Node-limited routing: experts split into this many groups (divides num_experts); 0 = off.
+  int64_t num_expert_groups = 0;
+  /// Node-limited routing: groups a token may use, picked by the sum of each group's top-2 scores.
+  int64_t num_limited_groups = 0;
+  /// Routed experts through at::_grouped_mm (true) or a per-expert matmul loop (false).
+  bool use_grouped_mm = true;
+  /// Step of the aux-loss-free expert-bias update; 0 = no expert bias.
+  double load_balance_coeff = 1e-3;
+};
+
+/// Throws `[titan::nn::MoE] expected X, got Y. fix` for an inconsistent config.
+void validate(const MoEArgs& args);
+
+/// One routing decision for T tokens.
+struct Routing {
+  at::Tensor top_scores;         // (T, K) fp32: combine weights (after route_norm and route_scale)
+  at::Tensor selected_experts;   // (T, K) int64: expert of each slot, best first
+  at::Tensor tokens_per_expert;  // (E) int64: how many slots chose each expert
+};
+
+/// Token-choice top-k router. Scores = score_func(gate(x)) in fp32; the experts are chosen on
+/// scores + expert_bias (node-limited first, if configured), and the combine weights are the
+/// *unbiased* scores of the chosen experts (DeepSeek-V3: the bias steers selection only).
+///
+/// Ties: the choice is deterministic on every device. Experts (and groups) are ranked by a stable
+/// descending sort, so among equal scores the lower expert (group) index wins.
+class TokenChoiceTopKRouter : public torch::nn::Module {
+ public:
+  TokenChoiceTopKRouter(int64_t dim, const MoEArgs& args, const at::TensorOptions& options);
+  /// x (T, D); expert_bias (E) fp32 or undefined.
+  Routing forward(const at::Tensor& x, const at::Tensor& expert_bias = {}) const;
+  /// gate trunc-normal(init_std).
+  void init_weights(double init_std);
+
+  MoEArgs args;
+  std::shared_ptr<Linear> gate;  // weight (E, D)
+};
+
+/// The routed experts, each a SwiGLU w2(silu(w1 x) * w3 x), with their weights stacked.
+class GroupedExperts : public torch::nn::Module {
+ public:
+  GroupedExperts(int64_t dim, int64_t hidden_dim, int64_t num_experts, bool use_grouped_mm,
+                 const at::TensorOptions& options);
+  /// x (N, D): tokens sorted by expert, tokens_per_expert (E) summing to N -> (N, D).
+  at::Tensor forward(const at::Tensor& x, const at::Tensor& tokens_per_expert) const;
+  /// w1 trunc-normal(0.02); w2, w3 trunc-normal(init_std) (torchtitan's scheme).
+  void init_weights(double init_std);
+
+  int64_t num_experts;
+  bool use_grouped_mm;
+  at::Tensor w1;  // (E, F, D)
+  at::Tensor w2;  // (E, D, F)
+  at::Tensor w3;  // (E, F, D)
+};
+
+/// Routed experts through at::_grouped_mm with offsets = cumsum(tokens_per_expert); x (N, D),
+/// w1/w3 (E, F, D), w2 (E, D, F) -> (N, D). Rows must be 16-byte aligned (D, F multiples of 4 in
+/// fp32, 8 in bf16): a clear error otherwise.
+at::Tensor experts_grouped_mm(const at::Tensor& x, const at::Tensor& w1, const at::Tensor& w2, const at::Tensor& w3,
+                              const at::Tensor& tokens_per_expert);
+/// The plain ATen reference twin: one matmul chain per expert (syncs the counts to the host).
+/// Same arguments and result; bitwise equal to experts_grouped_mm in fp32 on CPU.
+at::Tensor experts_loop(const at::Tensor& x, const at::Tensor& w1, const at::Tensor& w2, const at::Tensor& w3,
+                        const at::Tensor& tokens_per_expert);
+
+/// The MoE layer: router, routed experts, optional shared experts, expert-bias load balancing.
+class MoE : public torch::nn::Module {
+ public:
+  MoE(const MoEArgs& args, int64_t dim, int64_t hidden_dim, const at::TensorOptions& options);
+  /// x (B, S, D) -> (B, S, D). Adds this step's counts to tokens_per_expert (a recomputing
+  /// activation checkpoint counts twice; the sign in update_expert_bias does not mind).
+  at::Tensor forward(const at::Tensor& x) const;
+  /// torchtitan's init: experts, router gate (trunc-normal(init_std)), shared experts; zeroes the
+  /// expert bias and the counts.
+  void init_weights(double init_std);
+  /// Aux-loss-free balancing step (torchtitan's optimizer pre-step hook), outside autograd:
+  /// expert_bias += d - mean(d) with d = coeff * sign(mean(load) - load), load = tokens_per_expert;
+  /// then zeroes tokens_per_expert. Under data parallelism, all-reduce tokens_per_expert (SUM over
+  /// the loss ranks) first. No-op without an expert bias (load_balance_coeff == 0).
+  void update_expert_bias(double coeff);
+
+  MoEArgs args;
+  std::shared_ptr<TokenChoiceTopKRouter> router;
+  std::shared_ptr<GroupedExperts> experts;
+  std::shared_ptr<FeedForward> shared_experts;  // null when num_shared_experts == 0
+  at::Tensor expert_bias;                       // (E) fp32 buffer; undefined when load_balance_coeff == 0
+  at::Tensor tokens_per_expert;                 // (E) fp32, accumulated by forward; not a checkpointed buffer
+};
+
+}  // namespace titan::nn

@@ -1,0 +1,234 @@
+// SPDX-License-Identifier: BSD-3-Clause
+#include "titan/nn/moe.hpp"
+
+#include <ATen/ATen.h>
+#include <c10/core/GradMode.h>
+
+#include <limits>
+#include <vector>
+
+#include "titan/core/error.hpp"
+#include "titan/nn/init.hpp"
+
+namespace titan::nn {
+namespace {
+constexpr double kInStd = 0.02;
+// torch.nn.init.trunc_normal_'s default absolute cut-offs, kept for parity with torchtitan.
+constexpr double kCutLow = -2.0;
+constexpr double kCutHigh = 2.0;
+// route_norm's guard against an all-zero row (torchtitan's).
+constexpr double kRouteNormEps = 1e-20;
+
+// The indices of the k largest entries along the last dim, best first; among equal values the lower
+// index wins (a stable descending sort), on every device. at::topk leaves ties unspecified.
+at::Tensor topk_indices(const at::Tensor& values, int64_t k) {  // (..., n) -> (..., k) int64
+  return std::get<1>(at::sort(values, /*stable=*/true, /*dim=*/-1, /*descending=*/true)).narrow(-1, 0, k);
+}
+
+// Node-limited routing: keeps the num_limited_groups groups with the largest sum of their top-2
+// scores and sets every expert of the other groups to -inf.
+at::Tensor limit_to_groups(const at::Tensor& scores, const MoEArgs& args) {  // (T, E) -> (T, E)
+  const int64_t per_group = args.num_experts / args.num_expert_groups;
+  at::Tensor grouped = scores.view({-1, args.num_expert_groups, per_group});  // (T, G, E/G)
+  at::Tensor group_scores = std::get<0>(grouped.topk(2, -1)).sum(-1);         // (T, G): values, ties irrelevant
+  at::Tensor kept = topk_indices(group_scores, args.num_limited_groups);      // (T, L)
+  at::Tensor dropped = at::ones_like(group_scores, at::kBool).scatter_(1, kept, false);  // (T, G)
+  return grouped.masked_fill(dropped.unsqueeze(-1), -std::numeric_limits<double>::infinity())
+      .view({-1, args.num_experts});
+}
+
+void check_grouped_mm_rows(const at::Tensor& x, int64_t hidden_dim) {
+  const int64_t align = 16 / static_cast<int64_t>(x.element_size());
+  TITAN_CHECK_VALUE(x.size(-1) % align == 0 && hidden_dim % align == 0,
+                    "[titan::nn::MoE] expected dim and hidden_dim to be multiples of {} for at::_grouped_mm ({} rows "
+                    "must be 16-byte aligned), got dim {} and hidden_dim {}. Pick multiples of {} or set "
+                    "use_grouped_mm = false.",
+                    align, c10::toString(x.scalar_type()), x.size(-1), hidden_dim, align);
+}
+}  // namespace
+
+void validate(const MoEArgs& a) {
+  TITAN_CHECK_VALUE(a.num_experts >= 1, "[titan::nn::MoE] expected num_experts >= 1, got {}. Set num_experts.",
+                    a.num_experts);
+  TITAN_CHECK_VALUE(a.top_k >= 1 && a.top_k <= a.num_experts,
+                    "[titan::nn::MoE] expected 1 <= top_k <= num_experts ({}), got top_k {}. Lower top_k or add "
+                    "experts.",
+                    a.num_experts, a.top_k);
+  TITAN_CHECK_VALUE(a.score_func == "softmax" || a.score_func == "sigmoid",
+                    "[titan::nn::MoE] expected score_func \"softmax\" or \"sigmoid\", got \"{}\". Use one of them.",
+                    a.score_func);
+  TITAN_CHECK_VALUE(a.num_shared_experts >= 0,
+                    "[titan::nn::MoE] expected num_shared_experts >= 0, got {}. Use 0 for no shared experts.",
+                    a.num_shared_experts);
+  TITAN_CHECK_VALUE(a.load_balance_coeff >= 0.0,
+                    "[titan::nn::MoE] expected load_balance_coeff >= 0, got {}. Use 0 to turn the expert bias off.",
+                    a.load_balance_coeff);
+  TITAN_CHECK_VALUE(a.num_expert_groups >= 0 && a.num_limited_groups >= 0,
+                    "[titan::nn::MoE] expected num_expert_groups >= 0 and num_limited_groups >= 0, got {} and {}. Use "
+                    "0 for plain top-k routing.",
+                    a.num_expert_groups, a.num_limited_groups);
+  if (a.num_expert_groups == 0) {
+    TITAN_CHECK_VALUE(a.num_limited_groups == 0,
+                      "[titan::nn::MoE] expected num_limited_groups 0 without num_expert_groups, got {}. Set "
+                      "num_expert_groups too, or num_limited_groups = 0.",
+                      a.num_limited_groups);
+    return;
+  }
+  TITAN_CHECK_VALUE(a.num_experts % a.num_expert_groups == 0,
+                    "[titan::nn::MoE] expected num_experts divisible by num_expert_groups, got {} experts in {} "
+                    "groups. Pick num_expert_groups dividing num_experts.",
+                    a.num_experts, a.num_expert_groups);
+  const int64_t per_group = a.num_experts / a.num_expert_groups;
+  TITAN_CHECK_VALUE(per_group >= 2,
+                    "[titan::nn::MoE] expected >= 2 experts per group (groups are ranked by their top-2 scores), got "
+                    "{} ({} experts / {} groups). Use fewer groups.",
+                    per_group, a.num_experts, a.num_expert_groups);
+  TITAN_CHECK_VALUE(a.num_limited_groups >= 1 && a.num_limited_groups <= a.num_expert_groups,
+                    "[titan::nn::MoE] expected 1 <= num_limited_groups <= num_expert_groups ({}), got {}. Lower "
+                    "num_limited_groups.",
+                    a.num_expert_groups, a.num_limited_groups);
+  TITAN_CHECK_VALUE(a.top_k <= a.num_limited_groups * per_group,
+                    "[titan::nn::MoE] expected top_k <= num_limited_groups * experts per group ({} * {}), got top_k "
+                    "{}. Raise num_limited_groups or lower top_k.",
+                    a.num_limited_groups, per_group, a.top_k);
+}
+
+// ---- router --------------------------------------------------------------------------------------
+
+TokenChoiceTopKRouter::TokenChoiceTopKRouter(int64_t dim, const MoEArgs& args_, const at::TensorOptions& options)
+    : args(args_) {
+  validate(args);
+  gate = register_module("gate", std::make_shared<Linear>(dim, args.num_experts, options));
+}
+
+Routing TokenChoiceTopKRouter::forward(const at::Tensor& x, const at::Tensor& expert_bias) const {
+  at::Tensor logits = gate->forward(x).to(at::kFloat);  // (T, E) fp32: softmax/sigmoid in fp32, as torchtitan
+  at::Tensor scores = args.score_func == "softmax" ? at::softmax(logits, /*dim=*/-1) : at::sigmoid(logits);  // (T, E)
+  at::Tensor selected;  // (T, K) int64
+  {
+    at::NoGradGuard no_grad;  // selection is not differentiable; the bias steers it and nothing else
+    at::Tensor choice = expert_bias.defined() ? scores.detach() + expert_bias : scores.detach();  // (T, E)
+    if (args.num_expert_groups > 0) choice = limit_to_groups(choice, args);
+    selected = topk_indices(choice, args.top_k);
+  }
+  at::Tensor top_scores = scores.gather(1, selected);  // (T, K): unbiased scores of the chosen experts
+  if (args.route_norm) top_scores = top_scores / (top_scores.sum(-1, /*keepdim=*/true) + kRouteNormEps);
+  top_scores = top_scores * args.route_scale;
+  at::Tensor counts = at::bincount(selected.reshape(-1), {}, args.num_experts);  // (E) int64
+  return {top_scores, selected, counts};
+}
+
+void TokenChoiceTopKRouter::init_weights(double init_std) {
+  trunc_normal_(gate->weight, 0.0, init_std, kCutLow, kCutHigh);
+}
+
+// ---- experts -------------------------------------------------------------------------------------
+
+at::Tensor experts_grouped_mm(const at::Tensor& x, const at::Tensor& w1, const at::Tensor& w2, const at::Tensor& w3,
+                              const at::Tensor& tokens_per_expert) {
+  check_grouped_mm_rows(x, w1.size(1));
+  at::Tensor offsets = at::cumsum(tokens_per_expert, 0, at::kInt);  // (E) int32: end row of each expert
+  at::Tensor h = at::silu(at::_grouped_mm(x, w1.transpose(-2, -1), offsets)) *
+                 at::_grouped_mm(x, w3.transpose(-2, -1), offsets);  // (N, F)
+  return at::_grouped_mm(h, w2.transpose(-2, -1), offsets);          // (N, D)
+}
+
+at::Tensor experts_loop(const at::Tensor& x, const at::Tensor& w1, const at::Tensor& w2, const at::Tensor& w3,
+                        const at::Tensor& tokens_per_expert) {
+  at::Tensor counts = tokens_per_expert.to(at::kCPU, at::kLong).contiguous();  // (E)
+  std::vector<int64_t> sizes(counts.data_ptr<int64_t>(), counts.data_ptr<int64_t>() + counts.numel());
+  std::vector<at::Tensor> xs = x.split_with_sizes(sizes, 0);  // E x (n_e, D)
+  std::vector<at::Tensor> outs;
+  outs.reserve(xs.size());
+  for (size_t e = 0; e < xs.size(); ++e) {
+    const auto i = static_cast<int64_t>(e);
+    at::Tensor h = at::silu(at::matmul(xs[e], w1[i].t())) * at::matmul(xs[e], w3[i].t());  // (n_e, F)
+    outs.push_back(at::matmul(h, w2[i].t()));                                              // (n_e, D)
+  }
+  return at::cat(outs, 0);  // (N, D)
+}
+
+GroupedExperts::GroupedExperts(int64_t dim, int64_t hidden_dim, int64_t num_experts_, bool use_grouped_mm_,
+                               const at::TensorOptions& options)
+    : num_experts(num_experts_), use_grouped_mm(use_grouped_mm_) {
+  w1 = register_parameter("w1", at::empty({num_experts, hidden_dim, dim}, options));
+  w2 = register_parameter("w2", at::empty({num_experts, dim, hidden_dim}, options));
+  w3 = register_parameter("w3", at::empty({num_experts, hidden_dim, dim}, options));
+}
+
+at::Tensor GroupedExperts::forward(const at::Tensor& x, const at::Tensor& tokens_per_expert) const {
+  return use_grouped_mm ? experts_grouped_mm(x, w1, w2, w3, tokens_per_expert)
+                        : experts_loop(x, w1, w2, w3, tokens_per_expert);
+}
+
+void GroupedExperts::init_weights(double init_std) {
+  trunc_normal_(w1, 0.0, kInStd, kCutLow, kCutHigh);
+  trunc_normal_(w2, 0.0, init_std, kCutLow, kCutHigh);
+  trunc_normal_(w3, 0.0, init_std, kCutLow, kCutHigh);
+}
+
+// ---- MoE -----------------------------------------------------------------------------------------
+
+MoE::MoE(const MoEArgs& args_, int64_t dim, int64_t hidden_dim, const at::TensorOptions& options) : args(args_) {
+  validate(args);
+  router = register_module("router", std::make_shared<TokenChoiceTopKRouter>(dim, args, options));
+  experts = register_module(
+      "experts", std::make_shared<GroupedExperts>(dim, hidden_dim, args.num_experts, args.use_grouped_mm, options));
+  if (args.num_shared_experts > 0) {
+    shared_experts = register_module("shared_experts",
+                                     std::make_shared<FeedForward>(dim, hidden_dim * args.num_shared_experts, options));
+  }
+  const at::TensorOptions fp32 = options.dtype(at::kFloat);
+  if (args.load_balance_coeff > 0.0) expert_bias = register_buffer("expert_bias", at::zeros({args.num_experts}, fp32));
+  tokens_per_expert = at::zeros({args.num_experts}, fp32);
+}
+
+at::Tensor MoE::forward(const at::Tensor& x) const {
+  TITAN_CHECK_VALUE(x.dim() == 3, "[titan::nn::MoE] expected x of shape (B, S, D), got {} dims. Reshape the input.",
+                    x.dim());
+  const int64_t dim = x.size(2);
+  const int64_t k = args.top_k;
+  at::Tensor flat = x.reshape({-1, dim});  // (T, D)
+  const int64_t tokens = flat.size(0);
+  Routing r = router->forward(flat, expert_bias);
+  {
+    at::NoGradGuard no_grad;
+    tokens_per_expert.add_(r.tokens_per_expert.to(tokens_per_expert.scalar_type()));
+  }
+  // Slots (token t, choice j) = row t * K + j, sorted by expert; the stable sort keeps each expert's
+  // tokens in token order, so the permutation (and every sum after it) is deterministic.
+  at::Tensor order = at::argsort(r.selected_experts.reshape(-1), /*stable=*/true, /*dim=*/0);  // (T*K)
+  at::Tensor routed_input = flat.index_select(0, at::floor_divide(order, k));                  // (T*K, D)
+  if (args.score_before_experts) {
+    at::Tensor weights = r.top_scores.reshape(-1).index_select(0, order).unsqueeze(1);  // (T*K, 1) fp32
+    routed_input = (routed_input.to(at::kFloat) * weights).to(x.scalar_type());
+  }
+  at::Tensor routed_output = experts->forward(routed_input, r.tokens_per_expert);  // (T*K, D), expert order
+  at::Tensor per_slot = at::zeros_like(routed_output).index_copy(0, order, routed_output).view({tokens, k, dim});
+  at::Tensor out =
+      args.score_before_experts  // (T, D)
+          ? per_slot.sum(1)
+          : at::bmm(r.top_scores.view({tokens, 1, k}), per_slot.to(at::kFloat)).squeeze(1).to(x.scalar_type());
+  out = out.view(x.sizes());  // (B, S, D)
+  return shared_experts ? shared_experts->forward(x) + out : out;
+}
+
+void MoE::init_weights(double init_std) {
+  experts->init_weights(init_std);
+  router->init_weights(init_std);
+  if (shared_experts) shared_experts->init_weights(init_std);
+  at::NoGradGuard no_grad;
+  if (expert_bias.defined()) expert_bias.zero_();
+  tokens_per_expert.zero_();
+}
+
+void MoE::update_expert_bias(double coeff) {
+  if (!expert_bias.defined()) return;
+  at::NoGradGuard no_grad;
+  at::Tensor load = tokens_per_expert.to(at::kFloat);       // (E)
+  at::Tensor delta = coeff * at::sign(load.mean() - load);  // (E): up for the under-loaded
+  expert_bias.add_(delta - delta.mean());
+  tokens_per_expert.zero_();
+}
+
+}  // namespace titan::nn
