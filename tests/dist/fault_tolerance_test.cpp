@@ -106,7 +106,7 @@ const std::map<std::string, std::optional<std::string>> kInfo = {{"TITAN_LOG_LEV
 
 }  // namespace
 
-TEST_CASE("preemption: SIGTERM saves the current step on every rank, exits 0, and the rerun resumes bitwise",
+TEST_CASE("preemption: SIGTERM saves the current step on every rank and exits 0; the rerun resumes bitwise",
           "[dist][launch][train][fault_tolerance]") {
   const std::vector<double> want = reference_losses();
   TempDir dump;
@@ -189,7 +189,7 @@ TEST_CASE("restart: --max-restarts starts the job again after a SIGKILLed rank a
   }
 }
 
-TEST_CASE("titan-run: --max-restarts starts every rank again, on a new port, and returns the last failure",
+TEST_CASE("titan-run: --max-restarts starts every rank again on a new port and returns the last failure",
           "[dist][titan-run][fault_tolerance]") {
   // Rank 1 fails on every attempt: one start and two restarts, then titan-run gives up with its status.
   Subprocess run({titan::test::titan_run_path(), "--nproc-per-node", "2", "--max-restarts", "2", "--",
