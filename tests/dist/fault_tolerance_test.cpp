@@ -106,7 +106,7 @@ const std::map<std::string, std::optional<std::string>> kInfo = {{"TITAN_LOG_LEV
 
 }  // namespace
 
-TEST_CASE("preemption: SIGTERM saves the current step on every rank and exits 0; the rerun resumes bitwise",
+TEST_CASE("preemption: SIGTERM saves the current step on every rank and exits 0 and the rerun resumes bitwise",
           "[dist][launch][train][fault_tolerance]") {
   const std::vector<double> want = reference_losses();
   TempDir dump;
