@@ -161,10 +161,8 @@ std::unique_ptr<DataParallel> detail::apply_data_parallel(torch::nn::Module& mod
       if (shard.size() > 1 && std::find(options.float8_all_gather.begin(), options.float8_all_gather.end(),
                                         item.key()) != options.float8_all_gather.end()) {
         p.float8 = true;
-        p.gathered8 = at::empty(p.full_shape, p.param.options().dtype(at::kFloat8_e4m3fn))
-                          .storage()
-                          .getWeakStorageImpl()
-                          .lock();
+        p.gathered8 =
+            at::empty(p.full_shape, p.param.options().dtype(at::kFloat8_e4m3fn)).storage().getWeakStorageImpl().lock();
         p.gathered8->reset();
         p.float8_scale = at::ones({}, p.param.options().dtype(at::kFloat));  // ()
       }

@@ -35,7 +35,7 @@ struct UnitParam {
   bool float8 = false;
   c10::intrusive_ptr<c10::StorageImpl> gathered8;  // the unsharded float8 bytes' storage; freed when sharded
   at::Tensor float8_scale{};                       // () float32, the scale of the bytes gathered last
-  std::vector<at::Tensor> float8_buffers{};        // in flight: {in (rows_per_rank, ...), out (N * rows_per_rank, ...)} bytes
+  std::vector<at::Tensor> float8_buffers{};  // in flight: {in (rows_per_rank, ...), out (N * rows_per_rank, ...)} bytes
   int64_t shard_numel() const { return rows_per_rank * row_numel; }
   // The unsharded shape with dim 0 rounded up to n equal shards: what the collectives move.
   std::vector<int64_t> padded_shape(int64_t n) const {

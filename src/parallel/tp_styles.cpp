@@ -132,7 +132,7 @@ struct ColwiseHook final : ModuleHook {
   ColwiseHook(ColwiseParallel s, TpContext c) : style(s), ctx(std::move(c)) {}
 
   at::Tensor call(const at::Tensor& x, c10::function_ref<at::Tensor(const at::Tensor&)> inner) const override {
-    auto compute = [&](const at::Tensor& in) {  // in: replicated, its gradient summed over tp on the way back
+    auto compute = [&](const at::Tensor& in) {            // in: replicated, its gradient summed over tp on the way back
       const float8::WholeTensorScales scales(ctx.group);  // a float8 layer scales as one device would
       at::Tensor y = inner(in);                           // (..., out/tp)
       return style.output_layout.kind == Kind::kReplicate ? dist::gather_to_replicate(y, ctx.group, -1) : y;
@@ -150,7 +150,7 @@ struct RowwiseHook final : ModuleHook {
   RowwiseHook(RowwiseParallel s, TpContext c) : style(s), ctx(std::move(c)) {}
 
   at::Tensor call(const at::Tensor& x, c10::function_ref<at::Tensor(const at::Tensor&)> inner) const override {
-    auto partial = [&](const at::Tensor& in) {  // this rank's term of the output sum
+    auto partial = [&](const at::Tensor& in) {            // this rank's term of the output sum
       const float8::WholeTensorScales scales(ctx.group);  // a float8 layer scales as one device would
       if (vocab_begin >= 0) {
         // Tokens outside this rank's rows look up row 0 and are zeroed: the sum over ranks is the lookup.

@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: BSD-3-Clause
 // float8 under FSDP (torchao's float8 all-gather): the debug model with tensorwise float8 Linears on
 // FSDP 2 (ranks as threads, Gloo) against one device, with the weights all-gathered in float8, with and
-// without precomputed scales, per parameter and flat. The wire is checked too, so a silent fall-back to high-precision gathers
-// fails the test.
+// without precomputed scales, per parameter and flat. The wire is checked too, so a silent fall-back to high-precision
+// gathers fails the test.
 #include <ATen/ATen.h>
 
 #include <catch2/catch.hpp>

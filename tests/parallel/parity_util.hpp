@@ -45,11 +45,11 @@ struct ParityRun {
   int64_t layers_per_stage = 0;                                 ///< under PP: 0 = the schedule's default split
   bool load_balance = true;                                     ///< under CP: headtail chunks (else contiguous)
   CpRotateMethod rotate = CpRotateMethod::allgather;            ///< under CP: the K/V exchange
-  bool documents = false;         ///< two documents per row: document masking and per-document positions
-  AcMode ac_mode = AcMode::none;  ///< activation checkpointing (activation_checkpoint.mode)
-  bool bf16 = false;              ///< mixed precision: FSDP/DDP gather bf16 (fp32 reduce), one rank autocasts
-  std::string ac_option = "2";    ///< activation_checkpoint.selective_ac_option
-  bool float8 = false;            ///< float8 tensorwise Linears (the converter, output kept high precision)
+  bool documents = false;          ///< two documents per row: document masking and per-document positions
+  AcMode ac_mode = AcMode::none;   ///< activation checkpointing (activation_checkpoint.mode)
+  bool bf16 = false;               ///< mixed precision: FSDP/DDP gather bf16 (fp32 reduce), one rank autocasts
+  std::string ac_option = "2";     ///< activation_checkpoint.selective_ac_option
+  bool float8 = false;             ///< float8 tensorwise Linears (the converter, output kept high precision)
   bool float8_all_gather = false;  ///< with float8 under FSDP: all-gather the float8 weights in float8
   bool float8_precompute = false;  ///< with float8_all_gather: one amax all-reduce per step
 };

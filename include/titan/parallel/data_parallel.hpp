@@ -62,9 +62,11 @@ struct DataParallelOptions {
   bool overlap = true;
   /// Record the collective/compute event trace (tests and debugging).
   bool trace = false;
-  /// FQNs of parameters FSDP all-gathers in float8 e4m3 with a tensorwise scale from the whole tensor (tensorwise float8 Linears' weights, float8::fsdp_float8_weights)
+  /// FQNs of parameters FSDP all-gathers in float8 e4m3 with a tensorwise scale from the whole tensor (tensorwise
+  /// float8 Linears' weights, float8::fsdp_float8_weights)
   std::vector<std::string> float8_all_gather{};
-  /// With float8_all_gather: all their scales in one amax all-reduce per forward (at its first gather) instead of one per parameter per gather
+  /// With float8_all_gather: all their scales in one amax all-reduce per forward (at its first gather) instead of one
+  /// per parameter per gather
   bool float8_precompute_scales = false;
 };
 
