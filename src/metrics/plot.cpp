@@ -15,6 +15,7 @@
 #include <limits>
 #include <optional>
 
+#include "../core/xml.hpp"
 #include "plot_font.hpp"
 #include "titan/core/error.hpp"
 
@@ -294,30 +295,6 @@ Image rasterize(const Figure& fig) {
 
 // ---- SVG ---------------------------------------------------------------------------------------------
 
-std::string xml_escape(const std::string& s) {
-  std::string out;
-  for (char c : s) {
-    switch (c) {
-      case '&':
-        out += "&amp;";
-        break;
-      case '<':
-        out += "&lt;";
-        break;
-      case '>':
-        out += "&gt;";
-        break;
-      case '"':
-        out += "&quot;";
-        break;
-      default:
-        // Control characters are not allowed in XML 1.0; anything else (UTF-8 included) passes.
-        out += static_cast<unsigned char>(c) < 0x20 ? '?' : c;
-    }
-  }
-  return out;
-}
-
 std::string hex(Color c) { return fmt::format("#{:02x}{:02x}{:02x}", c[0], c[1], c[2]); }
 
 std::string svg_of(const Figure& fig) {
@@ -353,7 +330,8 @@ std::string svg_of(const Figure& fig) {
       case Shape::Kind::kText: {
         const char* anchor = s.align == Align::kLeft ? "start" : s.align == Align::kRight ? "end" : "middle";
         out += fmt::format("<text x=\"{:.1f}\" y=\"{:.1f}\" fill=\"{}\" text-anchor=\"{}\">{}</text>\n", s.pts[0].first,
-                           s.pts[0].second + detail::kGlyphHeight, hex(s.color), anchor, xml_escape(s.text));
+                           s.pts[0].second + detail::kGlyphHeight, hex(s.color), anchor,
+                           titan::detail::xml_escape(s.text));
         break;
       }
     }

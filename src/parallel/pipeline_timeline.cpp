@@ -7,6 +7,7 @@
 #include <cmath>
 #include <limits>
 
+#include "../core/xml.hpp"
 #include "pipeline_internal.hpp"
 
 namespace titan::parallel {
@@ -66,29 +67,6 @@ std::string_view colour(Op op) {
   }
 }
 
-std::string xml_escape(std::string_view text) {
-  std::string out;
-  for (const char c : text) {
-    switch (c) {
-      case '<':
-        out += "&lt;";
-        break;
-      case '>':
-        out += "&gt;";
-        break;
-      case '&':
-        out += "&amp;";
-        break;
-      case '"':
-        out += "&quot;";
-        break;
-      default:
-        out += c;
-    }
-  }
-  return out;
-}
-
 }  // namespace
 
 double bubble_fraction(const PipelineTimeline& timeline) {
@@ -142,7 +120,7 @@ std::string render_timeline_svg(const PipelineTimeline& timeline, std::string_vi
       "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{}\" height=\"{}\" font-family=\"monospace\" "
       "font-size=\"11\">\n<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n"
       "<text x=\"{}\" y=\"20\" font-size=\"14\">{} (bubble {:.1f}%)</text>\n",
-      kLeft + kWidth + 20, height, kLeft, xml_escape(title), 100 * bubble_fraction(timeline));
+      kLeft + kWidth + 20, height, kLeft, titan::detail::xml_escape(title), 100 * bubble_fraction(timeline));
   for (size_t r = 0; r < timeline.size(); ++r) {
     const double y = kTop + kRow * static_cast<double>(r);
     out += fmt::format("<text x=\"5\" y=\"{}\">rank {}</text>\n", y + kRow * 0.6, r);

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: BSD-3-Clause
 // The flight recorder: its ring buffer, dumps that read back, the mismatch finder on hand-made traces,
-// and the hang acceptance run: under titan-run one rank skips a collective (TITAN_TEST_SKIP_COLLECTIVE),
+// and the hang run: under titan-run one rank skips a collective (TITAN_TEST_SKIP_COLLECTIVE),
 // every rank exits within comm.train_timeout_seconds + 10 s with an error naming the collective, every
 // rank dumped its ring, and titan-trace names the rank that never issued it. The watchdog itself is
 // tested with ranks as threads.
@@ -155,11 +155,7 @@ TEST_CASE("Hang: a rank that skips a collective stops every rank with dumps tita
   constexpr int kTimeout = 10;  // comm.train_timeout_seconds
   TempDir dump;
   Subprocess run(
-      {titan::test::titan_run_path(), "--nproc-per-node", "2", "--",
-       (titan::test::binary_dir() / "bin" / "train_llama3").string(), "--job.config_file",
-       (titan::test::source_dir() / "configs" / "llama3_debugmodel_cpu.toml").string(), "--training.steps", "3",
-       "--training.seq_len", "64", "--training.local_batch_size", "2", "--parallelism.data_parallel_shard_degree", "2",
-       "--job.dump_folder", dump.path.string(), "--comm.train_timeout_seconds", std::to_string(kTimeout)},
+      titan::test::fsdp2_debug_job(dump.path.string(), 3, {"--comm.train_timeout_seconds", std::to_string(kTimeout)}),
       {{"TITAN_TEST_SKIP_COLLECTIVE", "1:12"}});
   REQUIRE(run.read_until(
       [](const std::string& out) { return out.find("TITAN_TEST_SKIP_COLLECTIVE: rank 1") != std::string::npos; }, 600));

@@ -17,31 +17,10 @@ using titan::test::TempDir;
 TEST_CASE("Profiling: titan-run FSDP ranks write Chrome traces and CPU memory timelines matching the metrics",
           "[dist][launch][train][profiler]") {
   TempDir dump;
-  Subprocess run({titan::test::titan_run_path(),
-                  "--nproc-per-node",
-                  "2",
-                  "--",
-                  (titan::test::binary_dir() / "bin" / "train_llama3").string(),
-                  "--job.config_file",
-                  (titan::test::source_dir() / "configs" / "llama3_debugmodel_cpu.toml").string(),
-                  "--training.steps",
-                  "4",
-                  "--training.seq_len",
-                  "64",
-                  "--training.local_batch_size",
-                  "2",
-                  "--parallelism.data_parallel_shard_degree",
-                  "2",
-                  "--job.dump_folder",
-                  dump.path.string(),
-                  "--metrics.log_freq",
-                  "1",
-                  "--profiling.enable_profiling",
-                  "--profiling.profile_freq",
-                  "2",
-                  "--profiling.profiler_warmup",
-                  "1",
-                  "--profiling.enable_memory_snapshot"},
+  Subprocess run(titan::test::fsdp2_debug_job(
+                     dump.path.string(), 4,
+                     {"--metrics.log_freq", "1", "--profiling.enable_profiling", "--profiling.profile_freq", "2",
+                      "--profiling.profiler_warmup", "1", "--profiling.enable_memory_snapshot"}),
                  {{"TITAN_LOG_LEVEL", "info"}});
   require_exit(run, 0, 600);
   std::string traces;

@@ -17,27 +17,9 @@ using titan::test::TempDir;
 TEST_CASE("TensorBoard: save_for_all_ranks writes rank_0 and rank_1 event files under titan-run",
           "[dist][launch][train][tensorboard]") {
   TempDir dump;
-  Subprocess run({titan::test::titan_run_path(),
-                  "--nproc-per-node",
-                  "2",
-                  "--",
-                  (titan::test::binary_dir() / "bin" / "train_llama3").string(),
-                  "--job.config_file",
-                  (titan::test::source_dir() / "configs" / "llama3_debugmodel_cpu.toml").string(),
-                  "--training.steps",
-                  "3",
-                  "--training.seq_len",
-                  "64",
-                  "--training.local_batch_size",
-                  "2",
-                  "--parallelism.data_parallel_shard_degree",
-                  "2",
-                  "--job.dump_folder",
-                  dump.path.string(),
-                  "--metrics.log_freq",
-                  "1",
-                  "--metrics.enable_tensorboard",
-                  "--metrics.save_for_all_ranks"},
+  Subprocess run(titan::test::fsdp2_debug_job(
+                     dump.path.string(), 3,
+                     {"--metrics.log_freq", "1", "--metrics.enable_tensorboard", "--metrics.save_for_all_ranks"}),
                  {{"TITAN_LOG_LEVEL", "info"}});
   require_exit(run, 0, 600);
   CHECK_THAT(run.output(), Catch::Contains("step:   3/3 \u00b7 ETA 0s"));

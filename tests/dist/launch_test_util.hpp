@@ -8,11 +8,37 @@
 #include <map>
 #include <regex>
 #include <string>
+#include <vector>
 
 namespace titan::test {
 
 inline std::string titan_run_path() { return (binary_dir() / "bin" / "titan-run").string(); }
 inline std::string env_probe_path() { return (binary_dir() / "bin" / "titan_env_probe").string(); }
+
+/// `titan-run --nproc-per-node 2 train_llama3`: the CPU debug job on 2 FSDP ranks, `steps` steps of 2 x 64
+/// tokens per rank, writing to `dump`; `extra` flags go to the trainer.
+inline std::vector<std::string> fsdp2_debug_job(const std::string& dump, int steps,
+                                                const std::vector<std::string>& extra) {
+  std::vector<std::string> args = {titan_run_path(),
+                                   "--nproc-per-node",
+                                   "2",
+                                   "--",
+                                   (binary_dir() / "bin" / "train_llama3").string(),
+                                   "--job.config_file",
+                                   (source_dir() / "configs" / "llama3_debugmodel_cpu.toml").string(),
+                                   "--training.steps",
+                                   std::to_string(steps),
+                                   "--training.seq_len",
+                                   "64",
+                                   "--training.local_batch_size",
+                                   "2",
+                                   "--parallelism.data_parallel_shard_degree",
+                                   "2",
+                                   "--job.dump_folder",
+                                   dump};
+  args.insert(args.end(), extra.begin(), extra.end());
+  return args;
+}
 
 /// One "probe ..." line: its key=value fields, and the "[rank R] " prefix the launcher added (-1: none).
 struct ProbeLine {
