@@ -13,20 +13,51 @@
 namespace titan::checkpoint {
 namespace fs = std::filesystem;
 
+std::vector<std::pair<std::string, at::Tensor>> HfAdapter::to_hf_tensors(const std::string& fqn,
+                                                                         const at::Tensor& whole) const {
+  return {{hf_name(fqn), to_hf(fqn, whole)}};
+}
+
+at::Tensor HfAdapter::read_hf(const std::string& fqn, const HfReader& reader) const {
+  std::string name = hf_name(fqn);
+  if (!reader.contains(name) && !hf_fallback(fqn).empty()) name = hf_fallback(fqn);
+  return from_hf(fqn, reader.read(name));
+}
+
+namespace {
+// (heads * rows, rest...) viewed as (heads, a, b, rest...), a and b swapped, flattened back.
+at::Tensor swap_within_heads(const at::Tensor& w, int64_t heads, int64_t a, int64_t b) {
+  std::vector<int64_t> shape{heads, a, b};
+  for (int64_t d = 1; d < w.dim(); ++d) shape.push_back(w.size(d));
+  return w.reshape(shape).transpose(1, 2).reshape(w.sizes());
+}
+}  // namespace
+
+at::Tensor rope_rows_to_hf(const at::Tensor& w, int64_t heads) {
+  // Per head, row (pair i, member j) -> (member j, pair i).
+  return swap_within_heads(w, heads, w.size(0) / heads / 2, 2);
+}
+
+at::Tensor rope_rows_from_hf(const at::Tensor& w, int64_t heads) {
+  return swap_within_heads(w, heads, 2, w.size(0) / heads / 2);
+}
+
 void save_hf(const fs::path& folder, const std::vector<std::pair<std::string, at::Tensor>>& tensors,
              const HfAdapter& adapter, at::ScalarType dtype, int64_t max_shard_bytes) {
   std::vector<std::vector<std::pair<std::string, at::Tensor>>> shards(1);
   int64_t shard_bytes = 0, total = 0;
   for (const auto& [fqn, t] : tensors) {
-    at::Tensor hf = adapter.to_hf(fqn, t.detach().to(at::kCPU)).to(dtype).contiguous();
-    const auto bytes = static_cast<int64_t>(hf.nbytes());
-    if (shard_bytes > 0 && shard_bytes + bytes > max_shard_bytes) {
-      shards.emplace_back();
-      shard_bytes = 0;
+    for (auto& [name, converted] : adapter.to_hf_tensors(fqn, t.detach().to(at::kCPU))) {
+      at::Tensor hf = converted.to(dtype).contiguous();
+      const auto bytes = static_cast<int64_t>(hf.nbytes());
+      if (shard_bytes > 0 && shard_bytes + bytes > max_shard_bytes) {
+        shards.emplace_back();
+        shard_bytes = 0;
+      }
+      shards.back().emplace_back(name, std::move(hf));
+      shard_bytes += bytes;
+      total += bytes;
     }
-    shards.back().emplace_back(adapter.hf_name(fqn), std::move(hf));
-    shard_bytes += bytes;
-    total += bytes;
   }
   const fs::path tmp = folder.parent_path() / fmt::format(".{}.tmp", folder.filename().string());
   fs::remove_all(tmp);
@@ -114,13 +145,12 @@ void load_hf(const fs::path& folder, State& state, const HfAdapter& adapter) {
   for (auto& st : state.tensors) {
     if (group_of(st.key) != "model") continue;
     const std::string fqn = st.key.substr(6);
-    std::string name = adapter.hf_name(fqn);
-    if (!reader.contains(name) && !adapter.hf_fallback(fqn).empty()) name = adapter.hf_fallback(fqn);
-    at::Tensor whole = adapter.from_hf(fqn, reader.read(name));
+    at::Tensor whole = adapter.read_hf(fqn, reader);
     TITAN_CHECK_VALUE(whole.sizes().vec() == st.global_shape,
                       "[titan::checkpoint::load_hf] expected '{}' ({}) of shape "
                       "{}, got {} in '{}'. The folder holds another model size.",
-                      name, fqn, c10::str(at::IntArrayRef(st.global_shape)), c10::str(whole.sizes()), folder.string());
+                      adapter.hf_name(fqn), fqn, c10::str(at::IntArrayRef(st.global_shape)), c10::str(whole.sizes()),
+                      folder.string());
     for (size_t d = 0; d < st.local_shape.size(); ++d) {
       whole = whole.narrow(static_cast<int64_t>(d), st.offset[d], st.local_shape[d]);
     }

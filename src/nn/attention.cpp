@@ -16,9 +16,10 @@ constexpr double kCutLow = -2.0;
 constexpr double kCutHigh = 2.0;
 }  // namespace
 
-Attention::Attention(int64_t dim, int64_t n_heads_, int64_t n_kv_heads_, const at::TensorOptions& options)
-    : n_heads(n_heads_), n_kv_heads(n_kv_heads_), head_dim(dim / n_heads_) {
-  TITAN_CHECK_VALUE(dim % n_heads == 0,
+Attention::Attention(int64_t dim, int64_t n_heads_, int64_t n_kv_heads_, const at::TensorOptions& options,
+                     const AttentionOptions& extra)
+    : n_heads(n_heads_), n_kv_heads(n_kv_heads_), head_dim(extra.head_dim > 0 ? extra.head_dim : dim / n_heads_) {
+  TITAN_CHECK_VALUE(extra.head_dim > 0 || dim % n_heads == 0,
                     "[titan::nn::Attention] expected dim divisible by n_heads, got dim={} "
                     "n_heads={}.",
                     dim, n_heads);
@@ -30,6 +31,10 @@ Attention::Attention(int64_t dim, int64_t n_heads_, int64_t n_kv_heads_, const a
   wk = register_module("wk", std::make_shared<Linear>(dim, n_kv_heads * head_dim, options));
   wv = register_module("wv", std::make_shared<Linear>(dim, n_kv_heads * head_dim, options));
   wo = register_module("wo", std::make_shared<Linear>(n_heads * head_dim, dim, options));
+  if (extra.qk_norm) {
+    q_norm = register_module("q_norm", std::make_shared<RMSNorm>(head_dim, extra.qk_norm_eps, options));
+    k_norm = register_module("k_norm", std::make_shared<RMSNorm>(head_dim, extra.qk_norm_eps, options));
+  }
 }
 
 at::Tensor Attention::forward(const at::Tensor& x, const RopeTables& rope) const {
@@ -41,6 +46,10 @@ at::Tensor Attention::forward(const at::Tensor& x, const RopeTables& rope) const
     at::Tensor q = wq->forward(in).view({bsz, seq, -1, head_dim});  // (B, S, H, HD)
     at::Tensor k = wk->forward(in).view({bsz, seq, -1, head_dim});  // (B, S, KVH, HD)
     at::Tensor v = wv->forward(in).view({bsz, seq, -1, head_dim});  // (B, S, KVH, HD)
+    if (q_norm) {
+      q = q_norm->forward(q);  // (B, S, H, HD)
+      k = k_norm->forward(k);  // (B, S, KVH, HD)
+    }
     // Positions, documents and the cp split of these tokens come from the forward's caller.
     const at::Tensor& positions = attention_context().positions;
     q = apply_rope(q, rope, positions).transpose(1, 2);  // (B, H, S, HD)
@@ -54,6 +63,8 @@ at::Tensor Attention::forward(const at::Tensor& x, const RopeTables& rope) const
 void Attention::init_weights(double out_std) {
   for (auto* w : {&wq->weight, &wk->weight, &wv->weight}) trunc_normal_(*w, 0.0, kInStd, kCutLow, kCutHigh);
   trunc_normal_(wo->weight, 0.0, out_std, kCutLow, kCutHigh);
+  if (q_norm) q_norm->reset_parameters();
+  if (k_norm) k_norm->reset_parameters();
 }
 
 FeedForward::FeedForward(int64_t dim, int64_t hidden_dim, const at::TensorOptions& options) {

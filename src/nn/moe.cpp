@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "titan/core/error.hpp"
+#include "titan/layout/sharded_param.hpp"
 #include "titan/nn/init.hpp"
 
 namespace titan::nn {
@@ -157,8 +158,16 @@ GroupedExperts::GroupedExperts(int64_t dim, int64_t hidden_dim, int64_t num_expe
 }
 
 at::Tensor GroupedExperts::forward(const at::Tensor& x, const at::Tensor& tokens_per_expert) const {
-  return use_grouped_mm ? experts_grouped_mm(x, w1, w2, w3, tokens_per_expert)
-                        : experts_loop(x, w1, w2, w3, tokens_per_expert);
+  // Through with_param, so a data-parallel plan (FSDP over the stacked weights) and a replicated-weight
+  // style apply to the experts as to any Linear.
+  return parallel::with_param(w1, [&](const at::Tensor& gate) {
+    return parallel::with_param(w2, [&](const at::Tensor& down) {
+      return parallel::with_param(w3, [&](const at::Tensor& up) {
+        return use_grouped_mm ? experts_grouped_mm(x, gate, down, up, tokens_per_expert)
+                              : experts_loop(x, gate, down, up, tokens_per_expert);
+      });
+    });
+  });
 }
 
 void GroupedExperts::init_weights(double init_std) {

@@ -19,6 +19,7 @@ namespace titan::checkpoint {
 
 struct State;
 class SafetensorsFile;
+class HfReader;
 
 /// How one model's parameters map to a Hugging Face checkpoint.
 class HfAdapter {
@@ -33,7 +34,20 @@ class HfAdapter {
   virtual at::Tensor from_hf(const std::string& fqn, const at::Tensor& whole) const = 0;
   /// config.json for weights stored as dtype.
   virtual nlohmann::json hf_config(at::ScalarType dtype) const = 0;
+  /// The HF tensors of one whole titan tensor, (HF key, tensor): by default one, hf_name(fqn) holding
+  /// to_hf(fqn, whole). A titan tensor that stacks several HF ones (MoE experts) splits here.
+  virtual std::vector<std::pair<std::string, at::Tensor>> to_hf_tensors(const std::string& fqn,
+                                                                        const at::Tensor& whole) const;
+  /// The whole titan tensor fqn from an HF folder: by default hf_name(fqn) (else hf_fallback(fqn)) read
+  /// and passed through from_hf. A titan tensor that stacks several HF ones reads and stacks them here.
+  virtual at::Tensor read_hf(const std::string& fqn, const HfReader& reader) const;
 };
+
+/// q/k projection rows of `heads` heads from titan's RoPE layout (adjacent pairs (x[2i], x[2i+1]), as
+/// torchtitan's Llama) to HF's (halves (x[i], x[i + hd/2])): w (heads * HD, ...), or a per-head norm
+/// weight (HD) with heads = 1. rope_rows_from_hf is the inverse.
+at::Tensor rope_rows_to_hf(const at::Tensor& w, int64_t heads);
+at::Tensor rope_rows_from_hf(const at::Tensor& w, int64_t heads);
 
 /// Writes whole titan tensors (fqn, tensor) as an HF folder: config.json, and model.safetensors or,
 /// past max_shard_bytes, model-0000i-of-0000n.safetensors + model.safetensors.index.json. The folder

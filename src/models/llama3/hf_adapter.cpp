@@ -45,15 +45,12 @@ class Llama3HfAdapter final : public checkpoint::HfAdapter {
 
   at::Tensor to_hf(const std::string& fqn, const at::Tensor& w) const override {
     const int64_t heads = heads_of(fqn);
-    if (heads == 0) return w;
-    // (H*hd, D): per head, rows (pair i, member j) -> (member j, pair i).
-    return w.view({heads, w.size(0) / heads / 2, 2, w.size(1)}).transpose(1, 2).reshape(w.sizes());
+    return heads == 0 ? w : checkpoint::rope_rows_to_hf(w, heads);  // (H*hd, D)
   }
 
   at::Tensor from_hf(const std::string& fqn, const at::Tensor& w) const override {
     const int64_t heads = heads_of(fqn);
-    if (heads == 0) return w;
-    return w.view({heads, 2, w.size(0) / heads / 2, w.size(1)}).transpose(1, 2).reshape(w.sizes());
+    return heads == 0 ? w : checkpoint::rope_rows_from_hf(w, heads);  // (H*hd, D)
   }
 
   nlohmann::json hf_config(at::ScalarType dtype) const override {

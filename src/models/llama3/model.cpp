@@ -5,10 +5,10 @@
 
 #include <algorithm>
 #include <cmath>
-#include <unordered_set>
 
 #include "titan/core/error.hpp"
 #include "titan/layout/sharded_param.hpp"
+#include "titan/models/decoder.hpp"
 #include "titan/nn/init.hpp"
 #include "titan/parallel/activation_checkpoint.hpp"
 
@@ -41,40 +41,6 @@ void TransformerBlock::init_weights() {
   feed_forward->init_weights(init_std);
 }
 
-namespace {
-
-// Which top-level modules a part holds; an empty list means the whole model.
-class PartFilter {
- public:
-  PartFilter(const std::vector<std::string>& modules, const Llama3Args& args) : modules_(modules) {
-    for (const auto& path : modules) {
-      const bool known = path == "tok_embeddings" || path == "norm" || path == "output" ||
-                         (path.starts_with("layers.") && layer_index(path) >= 0 && layer_index(path) < args.n_layers);
-      TITAN_CHECK_VALUE(known && !(path == "output" && args.tie_word_embeddings),
-                        "[titan::llama3] expected model parts named tok_embeddings, layers.0 .. layers.{}, norm{}, "
-                        "got '{}'. Fix the pipeline split (module_fqns_per_model_part).",
-                        args.n_layers - 1, args.tie_word_embeddings ? "" : ", output", path);
-    }
-    TITAN_CHECK_NOT_IMPLEMENTED(modules.empty() || !args.tie_word_embeddings,
-                                "[titan::llama3] expected untied embeddings in a model part, got "
-                                "tie_word_embeddings = true: the first and last stage would share a weight. Pipeline "
-                                "parallelism needs a flavor with its own output layer.");
-  }
-  bool holds(const std::string& path) const {
-    return modules_.empty() || std::find(modules_.begin(), modules_.end(), path) != modules_.end();
-  }
-  static int64_t layer_index(const std::string& path) {
-    const std::string digits = path.substr(std::string("layers.").size());
-    if (digits.empty() || digits.find_first_not_of("0123456789") != std::string::npos) return -1;
-    return std::stoll(digits);
-  }
-
- private:
-  const std::vector<std::string>& modules_;
-};
-
-}  // namespace
-
 Llama3::Llama3(const Llama3Args& args, int64_t seq_len, const at::TensorOptions& options,
                const std::vector<std::string>& modules)
     : args_(args), seq_len_(seq_len) {
@@ -82,7 +48,7 @@ Llama3::Llama3(const Llama3Args& args, int64_t seq_len, const at::TensorOptions&
                     "[titan::llama3] expected training.seq_len in [1, {}] (the model's max_seq_len), got {}. "
                     "Lower training.seq_len.",
                     args.max_seq_len, seq_len);
-  const PartFilter part(modules, args);
+  const models::ModelParts part(modules, args.n_layers, args.tie_word_embeddings, "titan::llama3");
   if (part.holds("tok_embeddings")) {
     tok_embeddings =
         register_module("tok_embeddings", std::make_shared<nn::Embedding>(args.vocab_size, args.dim, options));
@@ -138,7 +104,7 @@ at::Tensor Llama3::forward_part(const at::Tensor& x, const std::vector<std::stri
     } else if (path == "output" && output) {
       h = output->forward(h);
     } else {
-      const int64_t index = PartFilter::layer_index(path.starts_with("layers.") ? path : std::string());
+      const int64_t index = models::ModelParts::layer_index(path);
       auto it = std::find_if(layers.begin(), layers.end(), [&](const auto& l) { return l->layer_id == index; });
       TITAN_CHECK_VALUE(index >= 0 && it != layers.end(),
                         "[titan::llama3] expected forward_part modules held by this part, got '{}'. Build the part "
@@ -175,14 +141,7 @@ void Llama3::init_weights() {
   if (output) nn::trunc_normal_(output->weight, 0.0, out_std, -3 * out_std, 3 * out_std);
 }
 
-std::vector<at::Tensor> Llama3::unique_parameters() const {
-  std::vector<at::Tensor> unique;
-  std::unordered_set<const void*> seen;
-  for (const auto& p : parameters(/*recurse=*/true)) {
-    if (seen.insert(p.unsafeGetTensorImpl()).second) unique.push_back(p);
-  }
-  return unique;
-}
+std::vector<at::Tensor> Llama3::unique_parameters() const { return models::unique_parameters(*this); }
 
 int64_t Llama3::num_params() const {
   int64_t n = 0;

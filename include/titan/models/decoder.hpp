@@ -1,0 +1,103 @@
+// SPDX-License-Identifier: BSD-3-Clause
+// What every bundled decoder-only model (Llama 3, Qwen3, ...) shares around its blocks: the model
+// parts a pipeline rank builds (top-level paths tok_embeddings, layers.N, norm, output), parameters
+// without duplicates, and the plan pieces that depend only on the number of blocks (pipeline split,
+// context parallelism, activation checkpointing) or on the job config alone (data-parallel options).
+// A model's own parallelize.cpp adds what depends on its layers (TP styles, FSDP units).
+#pragma once
+
+#include <torch/nn/module.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "titan/parallel/plan.hpp"
+
+namespace titan {
+struct JobConfig;
+struct ParallelismConfig;
+struct ActivationCheckpointConfig;
+}  // namespace titan
+namespace titan::dist {
+class Mesh;
+}
+
+namespace titan::models {
+
+/// Which top-level modules a model part holds; an empty list means the whole model. The constructor
+/// checks the names (tok_embeddings, layers.0 .. layers.{n_layers-1}, norm, output unless tied) and
+/// refuses a part of a tied model (the first and last stage would share a weight).
+class ModelParts {
+ public:
+  /// `where` prefixes the errors ("titan::llama3").
+  ModelParts(const std::vector<std::string>& modules, int64_t n_layers, bool tied, const char* where);
+  /// Whether the part holds the top-level module `path`.
+  bool holds(const std::string& path) const;
+  /// N of "layers.N", or -1 for any other path.
+  static int64_t layer_index(const std::string& path);
+
+ private:
+  std::vector<std::string> modules_;
+};
+
+/// What the plan pieces below need to know about a decoder's blocks.
+struct DecoderShape {
+  /// Number of blocks (layers.0 .. layers.{n_layers-1}).
+  int64_t n_layers = 0;
+  /// Query heads per block.
+  int64_t n_heads = 0;
+  /// Key/value heads per block.
+  int64_t n_kv_heads = 0;
+  /// The output projection is the embedding matrix (no `output` module).
+  bool tied = false;
+  /// Blocks' attention has q_norm and k_norm (Qwen3).
+  bool qk_norm = false;
+  /// Blocks whose feed-forward is `layers.N.moe` (an nn::MoE) instead of `layers.N.feed_forward`.
+  std::vector<int64_t> moe_layers{};
+  /// Those MoE layers have `moe.shared_experts`.
+  bool shared_experts = false;
+  /// Prefix of errors ("titan::llama3").
+  const char* where = "titan::models";
+};
+
+/// FSDP units in forward order: tok_embeddings; each block (an MoE block as two: its attention, norms,
+/// router and shared experts, then its routed experts `layers.N.moe.experts`); norm (+ output).
+std::vector<std::vector<std::string>> data_parallel_units(const DecoderShape& shape);
+
+/// torchtitan's TP plan (docs/tensor_parallel.md): embedding vocab-parallel; per block attention_norm
+/// and ffn_norm SequenceParallel, wq/wk/wv colwise, wo rowwise, q_norm/k_norm SequenceParallel (weights
+/// replicated over heads, gradients summed), a dense feed_forward's w1/w3 colwise and w2 rowwise; norm
+/// SequenceParallel; output colwise (vocab-sharded logits under loss parallel). An MoE block's moe runs
+/// on its rank's tokens with replicated experts (SequenceParallel: gradients summed over tp) under
+/// sequence parallelism, replicated without it; expert parallelism is a separate axis. Checks that
+/// `degree` divides the heads and refuses tied embeddings.
+parallel::TensorParallelPlan tensor_parallel_plan(const DecoderShape& shape, int64_t degree, bool sequence_parallel,
+                                                  bool loss_parallel);
+
+/// Parameters of `model` without duplicates (a tied tensor once), in registration order.
+std::vector<at::Tensor> unique_parameters(const torch::nn::Module& model);
+
+/// torchtitan's pipeline split of n_layers blocks over pp ranks from the parallelism.pipeline_parallel_*
+/// keys: the embeddings count as first_stage_less_layers layers, norm + output as last_stage_less_layers;
+/// stages per rank from the schedule or layers_per_stage; or module_fqns_per_model_part verbatim.
+parallel::PipelinePlan pipeline_plan(int64_t n_layers, int64_t pp, const ParallelismConfig& parallelism);
+
+/// Context parallelism from the parallelism.context_parallel_* keys: every block's attention
+/// (layers.N.attention) attends across the cp split.
+parallel::ContextParallelPlan context_parallel_plan(int64_t n_layers, const ParallelismConfig& parallelism);
+
+/// Activation checkpointing of layers.N from the activation_checkpoint.* keys (torchtitan's): none;
+/// full; selective N (blocks N, 2N, ... counting from 1) or op. Under op, per_op_sac_force_recompute_mm_
+/// shapes_by_fqns become force_recompute_mm, except torchtitan's default "moe.router.gate" when the
+/// model has no MoE router (`has_moe` false). Errors (prefixed `where`) name the key.
+parallel::ActivationCheckpointPlan activation_checkpoint_plan(int64_t n_layers, const ActivationCheckpointConfig& ac,
+                                                              bool has_moe, const char* where);
+
+/// The data-parallel options the job config asks for: fsdp_reshard_after_forward (never under PP by
+/// default, as torchtitan), FSDP mixed precision (training.mixed_precision_*: bf16 by default on GPU,
+/// fp32 on CPU), and float8 all-gather of the float8 Linears of `model`.
+parallel::DataParallelOptions data_parallel_options(const torch::nn::Module& model, const JobConfig& config,
+                                                    const dist::Mesh& mesh);
+
+}  // namespace titan::models
