@@ -3,6 +3,7 @@
 
 #include <ATen/ATen.h>
 
+#include <algorithm>
 #include <cmath>
 #include <numbers>
 
@@ -36,11 +37,34 @@ at::Tensor rope_frequencies(const RopeConfig& c) {
 }
 
 RopeTables make_rope_tables(const RopeConfig& c, const at::Device& device) {
-  const at::Tensor freqs = rope_frequencies(c);                  // (HD/2)
-  const at::Tensor t = at::arange(c.max_positions, at::kFloat);  // (P)
-  const at::Tensor angles = at::outer(t, freqs);                 // (P, HD/2)
-  return {at::polar(at::ones_like(angles), angles).to(device)};  // (P, HD/2) complex64
+  return make_rope_tables(rope_frequencies(c), c.max_positions, device);
 }
+
+RopeTables make_rope_tables(const at::Tensor& frequencies, int64_t max_positions, const at::Device& device,
+                            double magnitude) {
+  const at::Tensor t = at::arange(max_positions, at::kFloat);               // (P)
+  const at::Tensor angles = at::outer(t, frequencies);                      // (P, HD/2)
+  return {at::polar(at::full_like(angles, magnitude), angles).to(device)};  // (P, HD/2) complex64
+}
+
+at::Tensor yarn_frequencies(const YarnConfig& c) {
+  RopeConfig plain{.head_dim = c.head_dim, .theta = c.theta, .llama3_scaling = false};
+  const at::Tensor freqs = rope_frequencies(plain);  // (HD/2)
+  // The pair index at which a frequency turns `turns` times over the original context.
+  const auto pair_turning = [&](double turns) {
+    return static_cast<double>(c.head_dim) *
+           std::log(static_cast<double>(c.original_max_positions) / (turns * 2.0 * std::numbers::pi)) /
+           (2.0 * std::log(c.theta));
+  };
+  const double low = std::max(std::floor(pair_turning(c.beta_fast)), 0.0);
+  double high = std::min(std::ceil(pair_turning(c.beta_slow)), static_cast<double>(c.head_dim - 1));
+  if (low == high) high += 0.001;  // torchtitan's guard against a zero-width ramp
+  const at::Tensor ramp = ((at::arange(c.head_dim / 2, at::kFloat) - low) / (high - low)).clamp(0, 1);  // (HD/2)
+  const at::Tensor smooth = 1 - ramp;                       // 1: keep, 0: interpolate
+  return freqs / c.factor * (1 - smooth) + freqs * smooth;  // (HD/2)
+}
+
+double yarn_mscale(double factor, double mscale) { return factor <= 1.0 ? 1.0 : 0.1 * mscale * std::log(factor) + 1.0; }
 
 at::Tensor apply_rope(const at::Tensor& x, const RopeTables& tables, const at::Tensor& positions) {
   const int64_t seq = x.size(1);

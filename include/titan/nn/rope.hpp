@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: BSD-3-Clause
 // Rotary position embeddings, Llama layout: the head dim is read as adjacent pairs (x[2i], x[2i+1])
-// rotated by angle t * f_i, computed in fp32. Llama 3.1 frequency scaling is applied when enabled.
+// rotated by angle t * f_i, computed in fp32. Llama 3.1 frequency scaling is applied when enabled;
+// YaRN (DeepSeek-V3's context extension) gives its own frequencies to the same tables.
 // (Hugging Face stores q/k weights in the rotate-half layout; the HF adapter permutes them.)
 #pragma once
 
@@ -36,6 +37,33 @@ struct RopeTables {
   at::Tensor freqs_cis;  // (max_positions, HD/2) complex64
 };
 RopeTables make_rope_tables(const RopeConfig& config, const at::Device& device);
+/// The tables of given frequencies (HD/2) over max_positions positions, every rotation scaled by
+/// `magnitude` (Hugging Face YaRN's attention_factor on cos and sin; 1 = a pure rotation).
+RopeTables make_rope_tables(const at::Tensor& frequencies, int64_t max_positions, const at::Device& device,
+                            double magnitude = 1.0);
+
+/// YaRN (torchtitan's DeepSeek-V3 precompute_freqs_cis): pairs that turn more than beta_fast times over
+/// the original context keep their frequency, those that turn fewer than beta_slow times are divided by
+/// factor, and a linear ramp over the pair index blends the two between.
+struct YarnConfig {
+  /// Rotated dimensions per head (even).
+  int64_t head_dim = 64;
+  /// Base of the geometric frequency progression.
+  double theta = 10000.0;
+  /// Context extension factor: the divisor of the lowest frequencies.
+  double factor = 40.0;
+  /// The pre-training context length the extension is relative to.
+  int64_t original_max_positions = 4096;
+  /// Pairs turning more often than this over the original context keep their frequency.
+  double beta_fast = 32.0;
+  /// Pairs turning less often than this are fully interpolated (divided by factor).
+  double beta_slow = 1.0;
+};
+/// The YaRN frequencies, float32, in torchtitan's arithmetic.
+at::Tensor yarn_frequencies(const YarnConfig& config);  // (HD/2)
+/// YaRN's attention temperature 0.1 * mscale * ln(factor) + 1 (1 when factor <= 1); the softmax
+/// scale is multiplied by its square.
+double yarn_mscale(double factor, double mscale);
 
 /// Rotates x (B, S, H, HD) by `positions` ((S) or (B, S) int64: per-document positions, or a
 /// context-parallel rank's global ones), or by the first S positions when undefined; returns x's dtype.
