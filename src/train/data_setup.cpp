@@ -110,10 +110,22 @@ int64_t gradient_accumulation_steps(const JobConfig& config, int64_t dp_degree) 
   const int64_t local = config.training.local_batch_size;
   const int64_t global = config.training.global_batch_size < 0 ? local * dp_degree : config.training.global_batch_size;
   if (global % (local * dp_degree) != 0) {
+    // What would work on this layout: a local batch dividing the per-rank share (a restart on another
+    // number of ranks meets this first), or the nearest global batches that split into whole microbatches.
+    const int64_t unit = local * dp_degree;
+    const int64_t below = global / unit * unit;
+    const std::string keep = global % dp_degree == 0
+                                 ? fmt::format("set training.local_batch_size to a divisor of {} (= {} / {} ranks)",
+                                               global / dp_degree, global, dp_degree)
+                                 : fmt::format("run on a data-parallel degree that divides {}", global);
+    const std::string nearest =
+        below > 0 ? fmt::format("{} or {}", below, below + unit) : fmt::format("{}", below + unit);
     throw ConfigError("training.global_batch_size",
                       fmt::format("[titan::Trainer] expected training.global_batch_size ({}) to be a multiple of "
-                                  "training.local_batch_size ({}) x data-parallel degree ({}). Adjust one of them.",
-                                  global, local, dp_degree));
+                                  "training.local_batch_size ({}) x data-parallel degree ({}) = {}, so every rank "
+                                  "accumulates whole microbatches. To keep the global batch {} (and a checkpoint's "
+                                  "sample sequence), {}; or set training.global_batch_size to {}, which changes it.",
+                                  global, local, dp_degree, unit, global, keep, nearest));
   }
   return global / (local * dp_degree);
 }

@@ -119,7 +119,7 @@ int64_t restart_count() {
   return 0;
 }
 
-void record_restart(const std::filesystem::path& dump_folder, int64_t resume_step) {
+void record_restart(const std::filesystem::path& dump_folder, int64_t resume_step, int64_t world_size) {
   const int64_t count = restart_count();
   if (count == 0) return;
   const char* reason = std::getenv("TITAN_RESTART_REASON");
@@ -127,6 +127,7 @@ void record_restart(const std::filesystem::path& dump_folder, int64_t resume_ste
   const nlohmann::json record = {{"restart_count", count},
                                  {"reason", reason != nullptr ? reason : ""},
                                  {"resume_step", resume_step},
+                                 {"world_size", world_size},
                                  {"time", std::chrono::duration<double>(now).count()}};
   std::filesystem::create_directories(dump_folder);
   std::ofstream out(dump_folder / "restarts.jsonl", std::ios::app);

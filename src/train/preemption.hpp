@@ -35,8 +35,9 @@ std::string signal_name(int sig);
 int64_t restart_count();
 
 /// After a restart (restart_count() > 0): appends one JSON line to `dump_folder`/restarts.jsonl with the
-/// count, the launcher's reason (TITAN_RESTART_REASON) and the step training resumes at. Call on one rank.
-void record_restart(const std::filesystem::path& dump_folder, int64_t resume_step);
+/// count, the launcher's reason (TITAN_RESTART_REASON), the step training resumes at and the restarted
+/// job's world size (an elastic restart may have fewer or more ranks). Call on one rank.
+void record_restart(const std::filesystem::path& dump_folder, int64_t resume_step, int64_t world_size);
 
 /// The test hook TITAN_TEST_KILL_AT_STEP=<rank>:<step>: SIGKILLs this process when it is that rank and
 /// is about to run that step, on the first attempt only (restart_count() == 0).

@@ -4,6 +4,7 @@
 #include <ATen/CPUGeneratorImpl.h>
 
 #include <fmt/format.h>
+#include <nlohmann/json.hpp>
 
 #include <filesystem>
 
@@ -50,9 +51,28 @@ void TrainerCore::load_checkpoint() {
       if (st.key == "train_state.rng_cpu") cpu.set_state(st.tensor);
     }
   }
-  if (values->contains("dataloader")) loader_->load_state(values->at("dataloader"));
-  if (step_ > 0) log::info("Resuming at step {}", step_ + 1);
-  if (restart_count() > 0 && mesh_->rank() == 0) record_restart(config_.job.dump_folder, step_ + 1);
+  if (values->contains("dataloader")) {
+    const nlohmann::json& loader = values->at("dataloader");
+    loader_->load_state(loader);
+    // The sample sequence continues only with the same global batch; the data-parallel degree and the
+    // accumulation split may change (an elastic restart on fewer or more ranks).
+    const int64_t saved = loader.value("global_batch_size", loader_->global_batch_size());
+    if (saved != loader_->global_batch_size()) {
+      log::warn(
+          "The checkpoint was trained with a global batch of {} sequences; this run's is {} (training.local_batch_size "
+          "{} x {} accumulation steps x data-parallel degree {}), so its batches are not the checkpoint's sequence. "
+          "Set training.global_batch_size {} to keep it{}.",
+          saved, loader_->global_batch_size(), config_.training.local_batch_size, grad_accum_steps_, dp_degree_, saved,
+          config_.training.global_batch_size < 0 ? " (unset, it follows the number of ranks)" : "");
+    }
+  }
+  if (step_ > 0) {
+    log::info(
+        "Resuming at step {} (global batch {} = local batch {} x {} accumulation steps x data-parallel degree {})",
+        step_ + 1, loader_->global_batch_size(), config_.training.local_batch_size, grad_accum_steps_, dp_degree_);
+  }
+  if (restart_count() > 0 && mesh_->rank() == 0)
+    record_restart(config_.job.dump_folder, step_ + 1, mesh_->world_size());
 }
 
 void TrainerCore::maybe_save_checkpoint() {

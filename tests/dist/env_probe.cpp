@@ -1,9 +1,11 @@
 // SPDX-License-Identifier: BSD-3-Clause
 // Test helper for the launcher tests: prints what read_launch_env sees, then behaves as asked.
-//   env_probe [--wait] [--ignore-term] [--fail-rank R --exit-code C] [--lines N]
-// --wait: block until killed (the kill tests); --ignore-term: ignore SIGTERM, set before the probe line
-// is printed (the SIGKILL escalation test); --fail-rank: rank R exits with status C after printing;
-// --lines: print N long lines on stdout and on stderr in two writes each (the interleaving test).
+//   env_probe [--wait] [--wait-first] [--ignore-term] [--fail-rank R --exit-code C] [--lines N]
+// --wait: block until killed (the kill tests); --wait-first: the same on a job's first start only
+// (TITAN_RESTART_COUNT unset or 0), exit 0 after a restart (the elastic tests); --ignore-term: ignore
+// SIGTERM, set before the probe line is printed (the SIGKILL escalation test); --fail-rank: rank R exits
+// with status C after printing; --lines: print N long lines on stdout and on stderr in two writes each
+// (the interleaving test).
 #include "titan/core/error.hpp"
 #include "titan/dist/launch_env.hpp"
 
@@ -22,6 +24,10 @@ int main(int argc, char** argv) {
     const std::string arg = argv[i];
     const char* next = i + 1 < argc ? argv[i + 1] : "0";
     if (arg == "--wait") wait = true;
+    if (arg == "--wait-first") {
+      const char* restarts = std::getenv("TITAN_RESTART_COUNT");
+      wait = restarts == nullptr || std::string(restarts) == "0";
+    }
     if (arg == "--ignore-term") std::signal(SIGTERM, SIG_IGN);
     if (arg == "--fail-rank") fail_rank = std::atol(next);
     if (arg == "--exit-code") exit_code = std::atoi(next);
@@ -37,10 +43,11 @@ int main(int argc, char** argv) {
   const char* group_rank = std::getenv("GROUP_RANK");
   std::printf(
       "probe pid=%ld rank=%ld local_rank=%ld world_size=%ld local_world_size=%ld master_addr=%s "
-      "master_port=%d source=%s group_rank=%s\n",
+      "master_port=%d source=%s group_rank=%s restart=%s\n",
       static_cast<long>(getpid()), static_cast<long>(env.rank), static_cast<long>(env.local_rank),
       static_cast<long>(env.world_size), static_cast<long>(env.local_world_size), env.master_addr.c_str(),
-      env.master_port, env.source.c_str(), group_rank != nullptr ? group_rank : "-");
+      env.master_port, env.source.c_str(), group_rank != nullptr ? group_rank : "-",
+      std::getenv("TITAN_RESTART_COUNT") != nullptr ? std::getenv("TITAN_RESTART_COUNT") : "-");
   // Small writes on purpose: the launcher must reassemble lines that arrive in pieces.
   const std::string payload(300, static_cast<char>('a' + env.rank % 26));
   for (long i = 0; i < lines; ++i) {

@@ -23,8 +23,65 @@ T parse_number(const std::string& flag, const std::string& text, T min_value, T 
   return value;
 }
 
-void check_consistent(const Options& o) {
+// "MIN:MAX" (elastic) or "N".
+void parse_nnodes(const std::string& flag, const std::string& text, Options& o) {
+  const auto colon = text.find(':');
+  if (colon == std::string::npos) {
+    o.nnodes = parse_number<int>(flag, text, 1, 100000);
+    return;
+  }
+  o.elastic = true;
+  o.min_nodes = parse_number<int>(flag + " MIN", text.substr(0, colon), 1, 100000);
+  o.max_nodes = parse_number<int>(flag + " MAX", text.substr(colon + 1), 1, 100000);
+  if (o.min_nodes > o.max_nodes) {
+    throw std::invalid_argument(flag + " MIN:MAX expects MIN <= MAX, got '" + text + "'");
+  }
+  o.nnodes = o.max_nodes;
+}
+
+// torchrun's "key=value,key=value"; titan-run reads join_timeout and last_call_timeout (seconds).
+void parse_rdzv_conf(const std::string& flag, const std::string& text, Options& o) {
+  std::istringstream in(text);
+  for (std::string item; std::getline(in, item, ',');) {
+    const auto eq = item.find('=');
+    const std::string key = item.substr(0, eq);
+    const std::string value = eq == std::string::npos ? "" : item.substr(eq + 1);
+    if (key == "join_timeout") {
+      o.join_timeout_seconds = parse_number<double>(flag + " join_timeout", value, 0.0, 86400.0);
+    } else if (key == "last_call_timeout") {
+      o.last_call_timeout_seconds = parse_number<double>(flag + " last_call_timeout", value, 0.0, 86400.0);
+    } else {
+      throw std::invalid_argument(flag + " knows join_timeout and last_call_timeout, got '" + item + "'");
+    }
+  }
+}
+
+// "host:port" (the last colon splits, so "[::1]:29400" keeps its brackets off).
+void parse_endpoint(const std::string& flag, const std::string& text, Options& o) {
+  const auto colon = text.rfind(':');
+  if (colon == std::string::npos || colon == 0) {
+    throw std::invalid_argument(flag + " expects HOST:PORT, got '" + text + "'");
+  }
+  std::string host = text.substr(0, colon);
+  if (host.size() > 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
+  o.master_addr = host;
+  o.master_port = parse_number<int>(flag + " PORT", text.substr(colon + 1), 1, 65535);
+}
+
+void check_consistent(const Options& o, bool node_rank_given) {
   if (o.command.empty() && !o.help) throw std::invalid_argument("no program to run; put it after the flags");
+  if (o.elastic) {
+    // The rendezvous numbers the nodes; every agent must find the same rendezvous address.
+    if (node_rank_given) {
+      throw std::invalid_argument("--node-rank is set by the rendezvous under --nnodes MIN:MAX; leave it out");
+    }
+    if (o.master_port == 0) {
+      throw std::invalid_argument(
+          "--nnodes MIN:MAX needs --master-port (or --rdzv-endpoint HOST:PORT): every node's titan-run meets "
+          "the others there");
+    }
+    return;
+  }
   if (o.node_rank >= o.nnodes) {
     throw std::invalid_argument("--node-rank must be below --nnodes (" + std::to_string(o.nnodes) + "), got " +
                                 std::to_string(o.node_rank));
@@ -41,6 +98,7 @@ void check_consistent(const Options& o) {
 
 Options parse_options(int argc, char** argv) {
   Options o;
+  bool node_rank_given = false;
   int i = 1;
   for (; i < argc; ++i) {
     std::string arg = argv[i];
@@ -72,9 +130,14 @@ Options parse_options(int argc, char** argv) {
     if (arg == "--nproc-per-node") {
       o.nproc_per_node = parse_number<int>(arg, take_value(), 1, 4096);
     } else if (arg == "--nnodes") {
-      o.nnodes = parse_number<int>(arg, take_value(), 1, 100000);
+      parse_nnodes(arg, take_value(), o);
     } else if (arg == "--node-rank") {
       o.node_rank = parse_number<int>(arg, take_value(), 0, 100000);
+      node_rank_given = true;
+    } else if (arg == "--rdzv-endpoint") {
+      parse_endpoint(arg, take_value(), o);
+    } else if (arg == "--rdzv-conf") {
+      parse_rdzv_conf(arg, take_value(), o);
     } else if (arg == "--master-addr") {
       o.master_addr = take_value();
     } else if (arg == "--master-port") {
@@ -90,12 +153,13 @@ Options parse_options(int argc, char** argv) {
     }
   }
   o.command.assign(argv + i, argv + argc);
-  check_consistent(o);
+  check_consistent(o, node_rank_given);
   return o;
 }
 
 std::string usage() {
   return R"(usage: titan-run --nproc-per-node N [--nnodes M --node-rank K --master-addr A --master-port P]
+                 [--nnodes MIN:MAX --master-port P [--rdzv-conf ...]]
                  [--grace-seconds S] [--failure-grace-seconds F]
                  [--max-restarts R] [--] program [args...]
 
@@ -117,6 +181,18 @@ TORCHELASTIC_RESTART_COUNT, and TITAN_RESTART_REASON names the failure.
                        the same after a rank failed: the others cannot finish their step
                        without it (default 3; at most S)
   --max-restarts R     start the whole job again up to R times when a rank fails (default 0)
+
+Elastic (torchrun's --nnodes MIN:MAX): run one titan-run per node, all with the same --master-addr and
+--master-port (or --rdzv-endpoint A:P); the one on that address hosts the rendezvous and is node 0. A
+round starts with MAX nodes, or with at least MIN once no other joins for last_call_timeout. When a rank
+fails or a node is lost, every node stops its ranks and the nodes left start again (if at least MIN;
+counted against --max-restarts), with WORLD_SIZE and the ranks renumbered; a node joining below MAX
+makes the job start again with it (its ranks get SIGTERM and --grace-seconds to save first).
+
+  --nnodes MIN:MAX     elastic: between MIN and MAX nodes
+  --rdzv-endpoint A:P  the rendezvous address (same as --master-addr A --master-port P)
+  --rdzv-conf join_timeout=S,last_call_timeout=L
+                       wait S seconds for MIN nodes (default 600), then L for more (default 30)
   -h, --help           this text
 )";
 }

@@ -9,16 +9,21 @@ namespace titan_run {
 
 /// What to launch and how.
 struct Options {
-  int nproc_per_node = 1;                 ///< ranks started on this node
-  int nnodes = 1;                         ///< nodes in the job (each runs its own titan-run)
-  int node_rank = 0;                      ///< this node's index in [0, nnodes)
-  std::string master_addr = "127.0.0.1";  ///< rank 0's host, for the rendezvous store
-  int master_port = 0;                    ///< rendezvous port; 0 picks a free one (single node only)
-  double grace_seconds = 30.0;            ///< SIGTERM-to-SIGKILL delay when stopping ranks (a checkpoint fits)
-  double failure_grace_seconds = 3.0;     ///< the same delay after a rank failed (at most grace_seconds)
-  int max_restarts = 0;                   ///< times the whole job is started again after a rank fails
-  bool help = false;                      ///< print the usage and exit
-  std::vector<std::string> command;       ///< the program and its arguments
+  int nproc_per_node = 1;                   ///< ranks started on this node
+  int nnodes = 1;                           ///< nodes in the job (each runs its own titan-run); elastic: MAX
+  int node_rank = 0;                        ///< this node's index in [0, nnodes); elastic: set by each round
+  bool elastic = false;                     ///< --nnodes MIN:MAX: the agents meet in an elastic rendezvous
+  int min_nodes = 1;                        ///< elastic: fewest nodes a round starts with
+  int max_nodes = 1;                        ///< elastic: most nodes in a round
+  double join_timeout_seconds = 600.0;      ///< elastic: wait this long for MIN nodes (torchrun's join_timeout)
+  double last_call_timeout_seconds = 30.0;  ///< elastic: once MIN are ready, wait this long for more
+  std::string master_addr = "127.0.0.1";    ///< rank 0's host, for the rendezvous store
+  int master_port = 0;                      ///< rendezvous port; 0 picks a free one (single node only)
+  double grace_seconds = 30.0;              ///< SIGTERM-to-SIGKILL delay when stopping ranks (a checkpoint fits)
+  double failure_grace_seconds = 3.0;       ///< the same delay after a rank failed (at most grace_seconds)
+  int max_restarts = 0;                     ///< times the whole job is started again after a rank fails
+  bool help = false;                        ///< print the usage and exit
+  std::vector<std::string> command;         ///< the program and its arguments
 };
 
 /// The global rank of this node's `local_rank`-th rank.

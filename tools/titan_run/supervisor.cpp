@@ -3,6 +3,7 @@
 
 #include "line_prefixer.hpp"
 #include "rank_process.hpp"
+#include "rendezvous.hpp"
 
 #include <poll.h>
 #include <sys/signalfd.h>
@@ -12,6 +13,7 @@
 #include <cerrno>
 #include <chrono>
 #include <cstring>
+#include <memory>
 #include <optional>
 #include <sstream>
 #include <string>
@@ -39,11 +41,14 @@ struct Rank {
 
 class Supervisor {
  public:
-  explicit Supervisor(const Options& options) : options_(options) {}
+  explicit Supervisor(const Options& options) : options_(options), round_(options) {}
   int run();
 
  private:
   int run_attempt();
+  int run_elastic();
+  RendezvousEvent wait_for_rendezvous();
+  void on_rendezvous_event(const RendezvousEvent& e);
   void start_ranks();
   void poll_once();
   void on_signal();
@@ -57,6 +62,7 @@ class Supervisor {
   int exit_status();
 
   const Options& options_;
+  Options round_;  // options_ with this round's node rank and node count (elastic), else options_
   int signal_fd_ = -1;
   sigset_t launcher_mask_{};  // restored in the ranks
   Attempt attempt_{};         // restarts so far and why
@@ -67,18 +73,22 @@ class Supervisor {
   int stop_signal_ = 0;                             // the first signal sent to stop the ranks
   std::optional<Clock::time_point> kill_deadline_;  // SIGKILL whoever still runs after this
   bool escalated_ = false;                          // SIGKILL was sent: nothing left to wait for
+  // Elastic (--nnodes MIN:MAX): the rendezvous, this round's store port, and what it asked mid-round.
+  std::unique_ptr<Rendezvous> rdzv_;
+  int round_port_ = 0;
+  std::optional<RendezvousEvent> rdzv_stop_;  // stop (another node failed, was lost or joined) or exit
 };
 
 void Supervisor::start_ranks() {
   // A fresh port per attempt: the previous store's port may linger in TIME_WAIT. A fixed --master-port is
   // reused, which works because every rank of the previous attempt has exited.
-  const int port = options_.master_port != 0 ? options_.master_port : pick_free_port();
-  ranks_.reserve(options_.nproc_per_node);
-  for (int local = 0; local < options_.nproc_per_node; ++local) {
-    const int rank = global_rank(options_, local);
+  const int port = rdzv_ ? round_port_ : options_.master_port != 0 ? options_.master_port : pick_free_port();
+  ranks_.reserve(round_.nproc_per_node);
+  for (int local = 0; local < round_.nproc_per_node; ++local) {
+    const int rank = global_rank(round_, local);
     const std::string prefix = "[rank " + std::to_string(rank) + "] ";
     RankProcess process =
-        spawn_rank(options_.command, rank_environment(options_, local, port, attempt_), rank, launcher_mask_);
+        spawn_rank(round_.command, rank_environment(round_, local, port, attempt_), rank, launcher_mask_);
     ranks_.push_back(Rank{process, LinePrefixer(prefix, STDOUT_FILENO), LinePrefixer(prefix, STDERR_FILENO)});
   }
 }
@@ -105,6 +115,10 @@ void Supervisor::stop_ranks(int sig) {
 // and saves nothing), so they get the shorter --failure-grace-seconds; a signal to the launcher (preemption:
 // each rank saves a checkpoint first) gets --grace-seconds.
 double Supervisor::grace_seconds() const {
+  if (rdzv_stop_ && interrupt_ == 0) {  // a membership change lets the ranks save; a failure elsewhere does not
+    return rdzv_stop_->graceful ? options_.grace_seconds
+                                : std::min(options_.grace_seconds, options_.failure_grace_seconds);
+  }
   return failed_ && interrupt_ == 0 ? std::min(options_.grace_seconds, options_.failure_grace_seconds)
                                     : options_.grace_seconds;
 }
@@ -183,6 +197,10 @@ void Supervisor::poll_once() {
       streams.emplace_back(fd, prefixer);
     }
   }
+  const std::size_t rdzv_first = fds.size();
+  if (rdzv_) {
+    for (const pollfd& p : rdzv_->fds()) fds.push_back(p);
+  }
   int timeout_ms = -1;
   if (running_count() == 0) {
     // Every rank is gone; a pipe still open is held by something that escaped its group. Bounded wait.
@@ -190,6 +208,9 @@ void Supervisor::poll_once() {
   } else if (kill_deadline_ && !escalated_) {
     const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(*kill_deadline_ - Clock::now());
     timeout_ms = static_cast<int>(std::max<int64_t>(0, left.count()) + 1);
+  }
+  if (rdzv_ && rdzv_->timeout_ms() >= 0) {
+    timeout_ms = timeout_ms < 0 ? rdzv_->timeout_ms() : std::min(timeout_ms, rdzv_->timeout_ms());
   }
   const int ready = poll(fds.data(), fds.size(), timeout_ms);
   if (ready == 0 && running_count() == 0) {
@@ -201,8 +222,12 @@ void Supervisor::poll_once() {
     return;
   }
   if (fds[0].revents != 0) on_signal();
-  for (std::size_t i = 1; i < fds.size(); ++i) {
+  for (std::size_t i = 1; i < rdzv_first; ++i) {
     if (fds[i].revents != 0) read_output(*streams[i - 1].first, *streams[i - 1].second);
+  }
+  if (rdzv_) {
+    rdzv_->on_poll(std::vector<pollfd>(fds.begin() + static_cast<std::ptrdiff_t>(rdzv_first), fds.end()));
+    while (auto e = rdzv_->next_event()) on_rendezvous_event(*e);
   }
   escalate_if_due();
 }
@@ -219,6 +244,7 @@ std::string Supervisor::failure() const {
 }
 
 int Supervisor::exit_status() {
+  if (rdzv_stop_) return 0;  // the rendezvous ended the round: whatever the ranks did after that is no failure
   const std::string others = stopped_others_ == 0 ? std::string()
                                                   : "; stopped the other " + std::to_string(stopped_others_) +
                                                         (stopped_others_ == 1 ? " rank" : " ranks");
@@ -268,6 +294,83 @@ int Supervisor::run_attempt() {
   return exit_status();
 }
 
+// Mid-round: another node failed, was lost or joined (stop), or the job is over (exit): stop this node's ranks.
+void Supervisor::on_rendezvous_event(const RendezvousEvent& e) {
+  if (e.kind == RendezvousEvent::Kind::start || (rdzv_stop_ && rdzv_stop_->kind == RendezvousEvent::Kind::exit)) return;
+  rdzv_stop_ = e;
+  stopped_others_ = running_count();
+  if (running_count() > 0) stop_ranks(SIGTERM);
+}
+
+// Between rounds: the next thing the rendezvous asks, or an exit when titan-run itself got a signal.
+RendezvousEvent Supervisor::wait_for_rendezvous() {
+  while (true) {
+    if (auto e = rdzv_->next_event()) return *e;
+    std::vector<pollfd> fds{{signal_fd_, POLLIN, 0}};
+    for (const pollfd& p : rdzv_->fds()) fds.push_back(p);
+    poll(fds.data(), fds.size(), rdzv_->timeout_ms());
+    if (fds[0].revents != 0) on_signal();
+    if (interrupt_ != 0) {
+      return {.kind = RendezvousEvent::Kind::exit,
+              .round = {},
+              .graceful = false,
+              .status = 128 + interrupt_,
+              .reason = "received " + signal_name(interrupt_) + " between rounds"};
+    }
+    rdzv_->on_poll(std::vector<pollfd>(fds.begin() + 1, fds.end()));
+  }
+}
+
+// --nnodes MIN:MAX: rounds set by the rendezvous until the job is over.
+int Supervisor::run_elastic() {
+  rdzv_ = std::make_unique<Rendezvous>(options_);
+  rdzv_->ready();
+  while (true) {
+    // The job is over: all done, or a failure past --max-restarts (named with the status it ends with).
+    const auto leave = [](const RendezvousEvent& e) {
+      if (!e.reason.empty()) say(e.reason + (e.status == 0 ? "" : "; exit status " + std::to_string(e.status)));
+      return e.status;
+    };
+    const RendezvousEvent e = wait_for_rendezvous();
+    if (e.kind == RendezvousEvent::Kind::exit) return leave(e);
+    if (e.kind == RendezvousEvent::Kind::stop) {  // nothing runs here (this node had finished): ready again
+      rdzv_->ready();
+      continue;
+    }
+    round_.nnodes = e.round.nnodes;
+    round_.node_rank = e.round.node_rank;
+    round_port_ = e.round.master_port;
+    attempt_ = {.restart_count = e.round.restart_count, .reason = e.round.reason};
+    const int first = global_rank(round_, 0), last = global_rank(round_, round_.nproc_per_node - 1);
+    const std::string layout = std::to_string(round_.nnodes) + " node(s), world size " +
+                               std::to_string(round_.nnodes * round_.nproc_per_node) + "; this node is node " +
+                               std::to_string(round_.node_rank) + " (ranks " + std::to_string(first) + "-" +
+                               std::to_string(last) + ")";
+    if (attempt_.restart_count == 0) {
+      say("starting the job on " + layout);
+    } else {
+      say("restarting the job (restart " + std::to_string(attempt_.restart_count) + ") on " + layout + " after " +
+          attempt_.reason);
+    }
+    rdzv_stop_.reset();
+    interrupt_ = 0;
+    const int status = run_attempt();
+    if (rdzv_stop_ && rdzv_stop_->kind == RendezvousEvent::Kind::exit) return leave(*rdzv_stop_);
+    if (rdzv_stop_) {
+      rdzv_->ready();
+    } else if (interrupt_ != 0) {
+      // A signal to this titan-run: its ranks have stopped; if cleanly (a trainer saved and every rank of
+      // the job stops after the same step), the job is done here, else this node leaves it.
+      if (status == 0) rdzv_->done();
+      return status;
+    } else if (failed_) {
+      rdzv_->failed(status, failure());
+    } else {
+      rdzv_->done();
+    }
+  }
+}
+
 int Supervisor::run() {
   // Signals arrive through a descriptor in the poll loop instead of handlers: no async-signal-safety
   // concerns, and a SIGCHLD between two checks cannot be lost.
@@ -279,6 +382,11 @@ int Supervisor::run() {
   if (signal_fd_ < 0) throw std::runtime_error(std::string("signalfd: ") + std::strerror(errno));
   // A closed stdout must not kill the launcher before it has stopped the ranks.
   signal(SIGPIPE, SIG_IGN);
+  if (options_.elastic) {
+    const int status = run_elastic();
+    close(signal_fd_);
+    return status;
+  }
   int status = run_attempt();
   // torchrun's --max-restarts: a failure (not a signal to the launcher) starts every rank again; the
   // program resumes from its newest checkpoint.
