@@ -1,0 +1,43 @@
+// SPDX-License-Identifier: BSD-3-Clause
+#include "titan/models/deepseek_v3/parallelize.hpp"
+
+#include "titan/core/config.hpp"
+#include "titan/core/error.hpp"
+#include "titan/dist/mesh.hpp"
+#include "titan/models/decoder.hpp"
+#include "titan/models/deepseek_v3/model.hpp"
+
+namespace titan::deepseek_v3 {
+
+models::DecoderShape decoder_shape(const DeepSeekV3Args& args) {
+  models::DecoderShape shape{.n_layers = args.n_layers,
+                             .n_heads = args.n_heads,
+                             .n_kv_heads = args.n_heads,
+                             .shared_experts = args.moe.num_shared_experts > 0,
+                             .where = "titan::deepseek_v3"};
+  for (int64_t i = args.n_dense_layers; i < args.n_layers; ++i) shape.moe_layers.push_back(i);
+  return shape;
+}
+
+parallel::ParallelPlan parallel_plan(const DeepSeekV3& model, const JobConfig& config, const dist::Mesh& mesh) {
+  for (const char* axis : {"tp", "cp"}) {
+    TITAN_CHECK_NOT_IMPLEMENTED(mesh.size(axis) == 1,
+                                "[titan::deepseek_v3::parallel_plan] expected {} = 1, got {}: tensor and context "
+                                "parallelism of multi-head latent attention are not built yet. Use data "
+                                "parallelism (parallelism.data_parallel_shard_degree) and pipeline parallelism.",
+                                axis, mesh.size(axis));
+  }
+  const int64_t n_layers = model.args().n_layers;
+  parallel::ParallelPlan plan{.data_parallel = {.units = models::data_parallel_units(decoder_shape(model.args()))}};
+  if (mesh.size("pp") > 1) plan.pipeline = models::pipeline_plan(n_layers, mesh.size("pp"), config.parallelism);
+  plan.activation_checkpoint = models::activation_checkpoint_plan(n_layers, config.activation_checkpoint,
+                                                                  /*has_moe=*/true, "titan::deepseek_v3");
+  plan.data_parallel.options = models::data_parallel_options(model, config, mesh);
+  return plan;
+}
+
+parallel::ParallelPlan DeepSeekV3::parallel_plan(const JobConfig& config, const dist::Mesh& mesh) const {
+  return deepseek_v3::parallel_plan(*this, config, mesh);
+}
+
+}  // namespace titan::deepseek_v3
