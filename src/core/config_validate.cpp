@@ -81,6 +81,13 @@ void validate_parallelism(const ParallelismConfig& p) {
   degree("parallelism.context_parallel_degree", p.context_parallel_degree);
   degree("parallelism.expert_parallel_degree", p.expert_parallel_degree);
   degree("parallelism.expert_tensor_parallel_degree", p.expert_tensor_parallel_degree);
+  // ep borrows its ranks from dp_shard x cp (torchtitan); with dp_shard = -1 mesh_shape checks it.
+  require(p.data_parallel_shard_degree == -1 ||
+              (p.data_parallel_shard_degree * p.context_parallel_degree) % p.expert_parallel_degree == 0,
+          "parallelism.expert_parallel_degree",
+          fmt::format("to divide data_parallel_shard_degree * context_parallel_degree = {}",
+                      p.data_parallel_shard_degree * p.context_parallel_degree),
+          p.expert_parallel_degree);
   positive("parallelism.pipeline_parallel_microbatch_size", p.pipeline_parallel_microbatch_size);
   if (p.pipeline_parallel_layers_per_stage) {
     positive("parallelism.pipeline_parallel_layers_per_stage", *p.pipeline_parallel_layers_per_stage);

@@ -118,6 +118,14 @@ MeshShape mesh_shape(const ParallelismConfig& p, int64_t world_size) {
         "parallelism.data_parallel_shard_degree",
         fmt::format("[titan::dist::mesh_shape] expected data_parallel_shard_degree >= 1 or -1, got {}.", s.dp_shard));
   }
+  if (p.expert_parallel_degree < 1 || (s.dp_shard * s.cp) % p.expert_parallel_degree != 0) {
+    throw ConfigError("parallelism.expert_parallel_degree",
+                      fmt::format("[titan::dist::mesh_shape] expected expert_parallel_degree dividing dp_shard({}) * "
+                                  "cp({}) = {} (ep borrows its ranks from them), got {}. Change "
+                                  "parallelism.expert_parallel_degree or data_parallel_shard_degree.",
+                                  s.dp_shard, s.cp, s.dp_shard * s.cp, p.expert_parallel_degree));
+  }
+  s.ep = p.expert_parallel_degree;
   if (s.world_size() != world_size) {
     throw ConfigError("parallelism",
                       fmt::format("[titan::dist::mesh_shape] expected the parallel degrees to multiply to "
@@ -164,6 +172,8 @@ Mesh Mesh::from_launch_env(const ParallelismConfig& parallelism, const MeshOptio
 Mesh::Mesh() {
   for (std::string_view name : axis_names())
     groups_.emplace(std::string(name), ProcessGroup::single(std::string(name)));
+  for (std::string_view name : {"ep", "efsdp"})
+    groups_.emplace(std::string(name), ProcessGroup::single(std::string(name)));
 }
 
 Mesh::Mesh(const MeshShape& shape, int64_t rank, const Store& store, const MeshOptions& options)
@@ -172,16 +182,19 @@ Mesh::Mesh(const MeshShape& shape, int64_t rank, const Store& store, const MeshO
   TITAN_CHECK_VALUE(rank >= 0 && rank < shape.world_size(),
                     "[titan::dist::Mesh] expected 0 <= RANK < {} ({}), got RANK {}.", shape.world_size(), shape, rank);
   const Coord self = coordinate_of(rank, sizes);
+  TITAN_CHECK_VALUE(shape.ep >= 1 && (shape.dp_shard * shape.cp) % shape.ep == 0,
+                    "[titan::dist::Mesh] expected ep dividing dp_shard({}) * cp({}), got ep {}. Change "
+                    "parallelism.expert_parallel_degree.",
+                    shape.dp_shard, shape.cp, shape.ep);
   const GroupOptions group_options{
       .init_timeout = options.init_timeout, .timeout = options.timeout, .backend = options.backend};
   // Every rank walks the names in the same order; each joins only its own groups, and a flattened
   // set with the same members as an earlier group shares that communicator.
   std::map<std::vector<int64_t>, ProcessGroup> by_members;
-  for (std::string_view name : axis_names()) {
-    const std::vector<int64_t> ranks = members(self, axes_of(name), sizes);
+  auto join = [&](std::string_view name, const std::vector<int64_t>& ranks) {
     if (auto it = by_members.find(ranks); it != by_members.end()) {
       groups_.emplace(std::string(name), it->second);
-      continue;
+      return;
     }
     int64_t group_rank = 0;
     while (ranks[static_cast<size_t>(group_rank)] != rank) ++group_rank;
@@ -190,7 +203,19 @@ Mesh::Mesh(const MeshShape& shape, int64_t rank, const Store& store, const MeshO
         ProcessGroup::create(unique, store, group_rank, static_cast<int64_t>(ranks.size()), ranks, group_options);
     by_members.emplace(ranks, group);
     groups_.emplace(std::string(name), group);
+  };
+  for (std::string_view name : axis_names()) join(name, members(self, axes_of(name), sizes));
+  // Expert parallelism: dp_shard_cp (index i = dp_shard * cp + cp, in its group order) unflattened
+  // into (efsdp, ep), ep fastest, as torchtitan's sparse mesh.
+  const std::vector<int64_t> shard_cp = members(self, axes_of("dp_shard_cp"), sizes);
+  const int64_t i = self[2] * shape.cp + self[3];
+  std::vector<int64_t> ep_ranks, efsdp_ranks;
+  for (int64_t j = 0; j < static_cast<int64_t>(shard_cp.size()); ++j) {
+    if (j / shape.ep == i / shape.ep) ep_ranks.push_back(shard_cp[static_cast<size_t>(j)]);
+    if (j % shape.ep == i % shape.ep) efsdp_ranks.push_back(shard_cp[static_cast<size_t>(j)]);
   }
+  join("ep", ep_ranks);
+  join("efsdp", efsdp_ranks);
 }
 
 const ProcessGroup& Mesh::group(std::string_view axis) const {

@@ -228,6 +228,34 @@ Work ProcessGroup::all_to_all(at::Tensor& out, const at::Tensor& in) const {
                [&] { return impl_->backend->alltoall_base(out, contiguous_in, even_split, even_split); });
 }
 
+Work ProcessGroup::all_to_all(at::Tensor& out, const at::Tensor& in, const std::vector<int64_t>& out_splits,
+                              const std::vector<int64_t>& in_splits) const {
+  const auto n = static_cast<size_t>(impl_->size);
+  TITAN_CHECK_VALUE(out_splits.size() == n && in_splits.size() == n,
+                    "[titan::dist::ProcessGroup] expected {} all-to-all splits on group '{}', got {} and {}.", n,
+                    impl_->name, out_splits.size(), in_splits.size());
+  int64_t in_rows = 0, out_rows = 0;
+  for (size_t r = 0; r < n; ++r) {
+    in_rows += in_splits[r];
+    out_rows += out_splits[r];
+  }
+  TITAN_CHECK_VALUE(in.dim() >= 1 && out.dim() >= 1 && in.size(0) == in_rows && out.size(0) == out_rows,
+                    "[titan::dist::ProcessGroup] expected all-to-all rows {} in and {} out (the splits' sums) on "
+                    "group '{}', got {} and {}. Exchange the counts first.",
+                    in_rows, out_rows, impl_->name, in.dim() >= 1 ? in.size(0) : 0, out.dim() >= 1 ? out.size(0) : 0);
+  if (!impl_->backend) {
+    out.copy_(in);
+    return {};
+  }
+  check_contiguous(out, "all_to_all output", impl_->name);
+  at::Tensor contiguous_in = in.contiguous();
+  const int64_t row_bytes = in_rows > 0 ? nbytes(in) / in_rows : 0;
+  impl_->other_bytes += (in_rows - in_splits[static_cast<size_t>(impl_->rank)]) * row_bytes;
+  ++impl_->calls;
+  std::vector<int64_t> out_s = out_splits, in_s = in_splits;
+  return issue(impl_, "all_to_all", in, [&] { return impl_->backend->alltoall_base(out, contiguous_in, out_s, in_s); });
+}
+
 Work ProcessGroup::broadcast(at::Tensor& tensor, int64_t root) const {
   if (!impl_->backend) return {};
   check_contiguous(tensor, "broadcast", impl_->name);

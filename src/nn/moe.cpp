@@ -212,7 +212,8 @@ at::Tensor MoE::forward(const at::Tensor& x) const {
     at::Tensor weights = r.top_scores.reshape(-1).index_select(0, order).unsqueeze(1);  // (T*K, 1) fp32
     routed_input = (routed_input.to(at::kFloat) * weights).to(x.scalar_type());
   }
-  at::Tensor routed_output = experts->forward(routed_input, r.tokens_per_expert);  // (T*K, D), expert order
+  at::Tensor routed_output = dispatch ? dispatch->run(*experts, routed_input, r.tokens_per_expert)
+                                      : experts->forward(routed_input, r.tokens_per_expert);  // (T*K, D), expert order
   at::Tensor per_slot = at::zeros_like(routed_output).index_copy(0, order, routed_output).view({tokens, k, dim});
   at::Tensor out =
       args.score_before_experts  // (T, D)

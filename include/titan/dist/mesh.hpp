@@ -2,6 +2,8 @@
 // The device mesh: world ranks laid out on named axes pp x dp_replicate x dp_shard x cp x tp
 // (torchtitan's order, tp fastest), with a process group per axis and per flattened axis set
 // (dp = dp_replicate x dp_shard, dp_shard_cp, dp_cp). "Axis" is a mesh axis, "dim" a tensor dim.
+// Expert parallelism borrows its axis from dp_shard x cp as torchtitan does: dp_shard_cp unflattened
+// into (efsdp, ep), ep fastest; the groups "ep" and "efsdp" exist on every mesh (size 1 without EP).
 #pragma once
 
 #include <array>
@@ -28,10 +30,13 @@ struct MeshShape {
   int64_t dp_shard = 1;      ///< sharded data parallel (FSDP)
   int64_t cp = 1;            ///< context parallel
   int64_t tp = 1;            ///< tensor parallel
+  int64_t ep = 1;            ///< expert parallel: borrowed from dp_shard x cp (divides it), not a factor of the world
 
   int64_t world_size() const { return pp * dp_replicate * dp_shard * cp * tp; }
   /// Data-parallel degree: how many different batches one step sees.
   int64_t dp() const { return dp_replicate * dp_shard; }
+  /// FSDP degree of the expert weights (torchtitan's efsdp): dp_shard x cp left over by ep.
+  int64_t efsdp() const { return dp_shard * cp / ep; }
 };
 /// fmt: "dp_replicate(2) * dp_shard(4) * cp(1) * tp(2) * pp(1) = 16".
 std::string format_as(const MeshShape& shape);
@@ -73,7 +78,7 @@ class Mesh {
   int64_t size(std::string_view axis) const { return group(axis).size(); }
   /// This rank's index along an axis or flattened axis set.
   int64_t coordinate(std::string_view axis) const { return group(axis).rank(); }
-  /// The group of ranks that differ from this one only along `axis`.
+  /// The group of ranks that differ from this one only along `axis` (also "ep", "efsdp").
   const ProcessGroup& group(std::string_view axis) const;
 
   /// Axis and flattened-axis names, in creation order.

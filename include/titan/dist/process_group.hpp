@@ -85,6 +85,10 @@ class ProcessGroup {
   Work reduce_scatter(at::Tensor& out, const at::Tensor& in, ReduceOp op = ReduceOp::kSum) const;
   /// out = chunk r of every rank's in, concatenated; in and out split evenly on dim 0.
   Work all_to_all(at::Tensor& out, const at::Tensor& in) const;
+  /// Variable splits on dim 0: rank r gets in's rows [sum(in_splits[:r]), +in_splits[r]); out holds
+  /// out_splits[r] rows from rank r, in rank order (every rank's in_splits[me] = my out_splits[it]).
+  Work all_to_all(at::Tensor& out, const at::Tensor& in, const std::vector<int64_t>& out_splits,
+                  const std::vector<int64_t>& in_splits) const;
   Work broadcast(at::Tensor& tensor, int64_t root) const;
   /// Sends a contiguous tensor to group rank dst; matched with dst's recv of the same tag (its
   /// shape and dtype must agree). The tensor must stay alive and unchanged until wait().

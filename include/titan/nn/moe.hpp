@@ -104,6 +104,17 @@ at::Tensor experts_grouped_mm(const at::Tensor& x, const at::Tensor& w1, const a
 at::Tensor experts_loop(const at::Tensor& x, const at::Tensor& w1, const at::Tensor& w2, const at::Tensor& w3,
                         const at::Tensor& tokens_per_expert);
 
+/// Runs the routed experts somewhere else: what expert parallelism plugs into an MoE layer
+/// (titan::parallel::apply_expert_parallel). run() gets the slots sorted by *global* expert and
+/// returns their expert outputs in the same order; experts holds this rank's experts only.
+class RoutedExpertsDispatch {
+ public:
+  virtual ~RoutedExpertsDispatch() = default;
+  /// x (N, D) sorted by expert, tokens_per_expert (E) int64 (all experts) -> (N, D).
+  virtual at::Tensor run(const GroupedExperts& experts, const at::Tensor& x,
+                         const at::Tensor& tokens_per_expert) const = 0;
+};
+
 /// The MoE layer: router, routed experts, optional shared experts, expert-bias load balancing.
 class MoE : public torch::nn::Module {
  public:
@@ -126,6 +137,8 @@ class MoE : public torch::nn::Module {
   std::shared_ptr<FeedForward> shared_experts;  // null when num_shared_experts == 0
   at::Tensor expert_bias;                       // (E) fp32 buffer; undefined when load_balance_coeff == 0
   at::Tensor tokens_per_expert;                 // (E) fp32, accumulated by forward; not a checkpointed buffer
+  /// Set by expert parallelism: the routed experts run through it; null = experts->forward here.
+  std::shared_ptr<const RoutedExpertsDispatch> dispatch{};
 };
 
 }  // namespace titan::nn

@@ -1,0 +1,104 @@
+// SPDX-License-Identifier: BSD-3-Clause
+// Expert parallelism (torchtitan's ExpertParallel): the routed experts of each MoE layer sharded over
+// the mesh's ep axis (w1/w2/w3 Shard(0): rank r of ep holds experts [r E/ep, (r+1) E/ep)), tokens
+// sent to the rank of their expert and brought back by two all-to-alls with variable splits.
+//
+// The ep axis borrows its ranks from dp_shard x cp (parallelism.expert_parallel_degree divides
+// dp_shard * cp; the mesh unflattens dp_shard_cp into (efsdp, ep), ep fastest). One forward of an
+// MoE layer on this rank:
+//
+//   route locally -> slots sorted by global expert -> all-to-all of the per-expert counts
+//   -> all-to-all of the slots (variable splits: what each rank sends to each) -> permute the
+//   received slots so each local expert's are contiguous -> experts (grouped GEMM or the loop)
+//   -> inverse permutation -> all-to-all back (the reverse splits) -> combine as on one device
+//
+// Backward runs the same exchanges in reverse (each all-to-all's gradient is the reverse
+// all-to-all), so a local expert's gradient already sums the slots of every ep rank. What is left:
+// the ranks that hold the same experts (efsdp x dp_replicate) add their expert gradients
+// (reduce_expert_gradients), and the expert-bias counts are summed over the loss ranks (dp x cp)
+// before each bias update (update_expert_bias), so the bias moves as on one device.
+//
+//   ExpertParallelPlan plan{.moe_modules = {"layers.0.moe", "layers.1.moe"}};
+//   auto ep = titan::parallel::apply_expert_parallel(model, mesh, plan);  // after init / load
+//   ... forward, backward;
+//   ep.reduce_expert_gradients();   // expert weights; the rest goes through DDP/FSDP as usual
+//   ep.update_expert_bias();        // before optimizer.step()
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "titan/dist/process_group.hpp"
+
+namespace torch::nn {
+class Module;
+}
+namespace titan::dist {
+class Mesh;
+}
+namespace titan::nn {
+class MoE;
+}
+
+namespace titan::parallel {
+
+/// Expert parallelism over the mesh's ep axis: the model's MoE layers by module path.
+struct ExpertParallelPlan {
+  /// Module paths of the MoE layers (each an nn::MoE), e.g. {"layers.1.moe", "layers.2.moe"}.
+  std::vector<std::string> moe_modules{};
+};
+
+/// The paths of every nn::MoE in model (named_modules order): the plan of a model whose MoE layers
+/// all go expert-parallel, e.g. `ExpertParallelPlan{.moe_modules = moe_modules(model)}`.
+std::vector<std::string> moe_modules(const torch::nn::Module& model);
+
+/// "ExpertParallel(layers.0.moe, layers.1.moe)"
+std::string format_as(const ExpertParallelPlan& plan);
+
+/// Differentiable all-to-all with variable splits on dim 0: rank r gets x's rows
+/// [sum(in_splits[:r]), +in_splits[r]); the result holds out_splits[s] rows from each rank s, in rank
+/// order. Backward: the reverse exchange (splits swapped). Exchange the counts first so every rank's
+/// in_splits[me] is my out_splits[it].
+at::Tensor all_to_all_v(const at::Tensor& x, const dist::ProcessGroup& group, std::vector<int64_t> out_splits,
+                        std::vector<int64_t> in_splits);
+
+/// The expert-parallel state of one model on this rank (copies share the layers and groups).
+class ExpertParallel {
+ public:
+  /// Nothing applied (one device): every method is a no-op.
+  ExpertParallel() = default;
+
+  /// SUM over the ranks that share the experts (efsdp, then dp_replicate) of each sharded expert
+  /// weight's gradient, divided by divide_by. With a loss normalised by the global token count (the
+  /// ranks' losses add up to one device's), divide_by = 1; with a per-rank mean loss, the dp degree.
+  void reduce_expert_gradients(double divide_by = 1.0) const;
+  /// Each layer's tokens_per_expert summed over the loss ranks (dp x cp, one all-reduce for all
+  /// layers), then nn::MoE::update_expert_bias(load_balance_coeff): the bias of one device.
+  void update_expert_bias() const;
+  /// The MoE layers under expert parallelism, in plan order.
+  const std::vector<std::shared_ptr<nn::MoE>>& layers() const { return layers_; }
+  /// The sharded expert weights (w1, w2, w3 of each layer): their local shard (E/ep, ...).
+  std::vector<at::Tensor> expert_parameters() const;
+  /// "EP(ep=2, efsdp=2, 2 MoE layers)", or "no EP".
+  std::string describe() const;
+
+ private:
+  friend ExpertParallel apply_expert_parallel(torch::nn::Module&, const dist::Mesh&, const ExpertParallelPlan&);
+  std::vector<std::shared_ptr<nn::MoE>> layers_{};
+  int64_t ep_ = 1;
+  int64_t efsdp_ = 1;
+  std::vector<dist::ProcessGroup> expert_replicas_{};  // efsdp, dp_replicate: ranks holding the same experts
+  std::vector<dist::ProcessGroup> loss_ranks_{};       // dp_cp: ranks whose counts add up
+};
+
+/// Shards the routed experts of each planned MoE layer over mesh.group("ep") (keeps this rank's
+/// E/ep experts of w1/w2/w3, in place) and plugs the all-to-all dispatch into the layer. Call it
+/// after the weights hold their values (init_weights on the full model, or a checkpoint load).
+/// Throws, naming the module, when a path is not an nn::MoE or ep does not divide its experts.
+/// Collective only in what it later runs; with ep = 1 it only records the layers.
+ExpertParallel apply_expert_parallel(torch::nn::Module& model, const dist::Mesh& mesh, const ExpertParallelPlan& plan);
+
+}  // namespace titan::parallel
