@@ -1,12 +1,14 @@
 // SPDX-License-Identifier: BSD-3-Clause
 // The flight recorder's ring, its JSON dumps, the mismatch finder titan-trace prints, and the process's
-// recorder: the hooks ProcessGroup calls and the watchdog thread that times collectives and polls the
-// store for another rank's stop request.
+// recorder: the hooks ProcessGroup calls and the watchdog thread that times collectives, polls the
+// store for another rank's stop request and publishes this rank's heartbeat (on rank 0 it also reads
+// every rank's: src/dist/heartbeat.cpp finds the hung one).
 #include "titan/dist/flight_recorder.hpp"
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <unistd.h>
 #include <algorithm>
 #include <atomic>
 #include <condition_variable>
@@ -18,8 +20,10 @@
 #include <thread>
 
 #include "flight_recorder_impl.hpp"
+#include "heartbeat_impl.hpp"
 #include "titan/core/error.hpp"
 #include "titan/core/log.hpp"
+#include "titan/dist/heartbeat.hpp"
 
 namespace titan::dist {
 
@@ -313,6 +317,11 @@ struct Process {
   std::atomic<bool> quit{false};
   std::thread watchdog{};
 
+  // heartbeat (watchdog thread only)
+  int64_t published = -1;  // progress count of the last published heartbeat
+  int64_t pid = 0;
+  std::string host{};
+
   ~Process() {
     quit = true;
     if (watchdog.joinable()) watchdog.join();
@@ -334,6 +343,73 @@ std::string label(const Process& p, int64_t id) {
   if (!e) return fmt::format("collective #{}", id + 1);
   return fmt::format("{} [{}] {} (seq {} on group '{}', ranks {})", e->op, fmt::join(e->sizes, ", "), e->dtype, e->seq,
                      e->group, fmt::join(e->ranks, ","));
+}
+
+// This rank's heartbeat now (the waiting collective by its label).
+Heartbeat own_heartbeat(const Process& p) {
+  const detail::Progress now = detail::progress();
+  return Heartbeat{.rank = p.rank,
+                   .step = now.step,
+                   .phase = now.phase,
+                   .progress = now.count,
+                   .wall_us = now.wall_us,
+                   .waiting = now.waiting_id >= 0 ? label(p, now.waiting_id) : std::string(),
+                   .timed = now.timed,
+                   .pid = p.pid,
+                   .host = p.host};
+}
+
+// Sets this rank's heartbeat key when it made progress since the last time.
+void publish_heartbeat(Process& p, const c10::intrusive_ptr<c10d::Store>& store) {
+  const Heartbeat beat = own_heartbeat(p);
+  if (beat.progress == p.published) return;
+  const std::string text = encode_heartbeat(beat);
+  store->set(detail::heartbeat_key(p.rank), std::vector<uint8_t>(text.begin(), text.end()));
+  p.published = beat.progress;
+}
+
+// Every rank's heartbeat in the store (this rank's as it is now); a rank that never published is left out.
+std::vector<Heartbeat> read_heartbeats(const Process& p, const c10::intrusive_ptr<c10d::Store>& store) {
+  std::vector<std::string> keys;
+  for (int64_t r = 0; r < p.world_size; ++r) {
+    if (r != p.rank) keys.push_back(detail::heartbeat_key(r));
+  }
+  std::vector<std::vector<uint8_t>> values;
+  if (store->check(keys)) {
+    values = store->multiGet(keys);
+  } else {
+    for (const std::string& key : keys) {
+      if (store->check({key})) values.push_back(store->get(key));
+    }
+  }
+  std::vector<Heartbeat> beats{own_heartbeat(p)};
+  for (const auto& v : values) beats.push_back(decode_heartbeat(std::string(v.begin(), v.end())));
+  std::sort(beats.begin(), beats.end(), [](const Heartbeat& a, const Heartbeat& b) { return a.rank < b.rank; });
+  return beats;
+}
+
+// The hung rank(s) the heartbeats name, when one made no progress for `stale`; nullopt when none or the
+// store cannot be read.
+std::optional<std::string> find_hang(Process& p, std::chrono::milliseconds stale) {
+  c10::intrusive_ptr<c10d::Store> store;
+  {
+    std::lock_guard lock(p.mutex);
+    store = p.store;
+  }
+  if (!store || stale <= std::chrono::milliseconds(0)) return std::nullopt;
+  try {
+    return find_hung_ranks(read_heartbeats(p, store), now_us(), stale, p.options.timeout);
+  } catch (const std::exception& e) {
+    log::warn("heartbeat: rank {} could not read the other ranks' heartbeats: {}", p.rank, error_message(e));
+    return std::nullopt;
+  }
+}
+
+// A collective that waited `waited` failed or timed out: when the heartbeats show a rank that made no
+// progress for about as long (2 s for the once-a-second publishing), the reason names it first.
+std::string blame(Process& p, std::chrono::milliseconds waited, const std::string& reason) {
+  const auto hang = find_hang(p, waited - std::chrono::seconds(2));
+  return hang ? fmt::format("{} (seen when {})", *hang, reason) : reason;
 }
 
 // Dumps this rank's ring once. The rank that detected the failure (local) then tells the others
@@ -386,8 +462,24 @@ std::string stop_reason(Process& p) {
   return p.reason;
 }
 
+// kCompleted or kFailed once the work finished (by isCompleted(), or its future where it has one). A work
+// that reports neither (Gloo's reduce-scatter) is marked complete when its wait() returns.
+std::optional<TraceState> finished(const c10::intrusive_ptr<c10d::Work>& work) {
+  if (work->isCompleted()) return work->exception() ? TraceState::kFailed : TraceState::kCompleted;
+  try {
+    const auto future = work->getFuture();
+    if (future && future->completed()) return future->hasError() ? TraceState::kFailed : TraceState::kCompleted;
+  } catch (const std::exception&) {
+    // a backend whose work has no future
+  }
+  return std::nullopt;
+}
+
 void watchdog_loop(Process* p) {
   auto last_poll = std::chrono::steady_clock::now();
+  auto last_beat = last_poll;
+  // About once a second; more often under a short timeout.
+  const auto beat_period = std::min<std::chrono::milliseconds>(std::chrono::seconds(1), p->options.timeout / 5);
   while (!p->quit) {
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
     if (p->stopped) continue;
@@ -400,17 +492,32 @@ void watchdog_loop(Process* p) {
       store = p->store;
     }
     for (const auto& [id, item] : pending) {
-      if (item.work->isCompleted()) {
-        p->ring->update(id, item.work->exception() ? TraceState::kFailed : TraceState::kCompleted);
+      if (const auto state = finished(item.work)) {
+        p->ring->update(id, *state);
+        detail::collective_done(id);
         std::lock_guard lock(p->mutex);
         p->pending.erase(id);
       } else if (now - item.scheduled > p->options.timeout) {
         const auto seconds = std::chrono::duration_cast<std::chrono::seconds>(p->options.timeout).count();
+        const auto waited = std::chrono::duration_cast<std::chrono::milliseconds>(now - item.scheduled);
         stop_run(*p,
-                 fmt::format("rank {} timed out after {} s (comm.train_timeout_seconds) in {}", p->rank, seconds,
-                             label(*p, id)),
+                 blame(*p, waited,
+                       fmt::format("rank {} timed out after {} s (comm.train_timeout_seconds) in {}", p->rank, seconds,
+                                   label(*p, id))),
                  true);
         break;
+      }
+    }
+    if (store && !p->stopped && now - last_beat >= beat_period) {
+      last_beat = now;
+      try {
+        publish_heartbeat(*p, store);
+      } catch (const std::exception&) {
+        // the store's server is gone: this rank's own collectives fail on their own
+      }
+      // Rank 0 (whose process serves the store) reads every rank's heartbeat.
+      if (p->rank == 0) {
+        if (auto hang = find_hang(*p, p->options.timeout)) stop_run(*p, *hang, true);
       }
     }
     if (store && !p->stopped && now - last_poll > std::chrono::milliseconds(500)) {
@@ -440,6 +547,8 @@ void enable_flight_recorder(const FlightRecorderOptions& options) {
   p->ring = std::make_unique<FlightRecorder>(options.buffer_size);
   if (const char* rank = std::getenv("RANK")) p->rank = std::atoll(rank);
   if (const char* world = std::getenv("WORLD_SIZE")) p->world_size = std::atoll(world);
+  p->pid = static_cast<int64_t>(getpid());
+  p->host = detail::host_name();
   if (const char* skip = std::getenv("TITAN_TEST_SKIP_COLLECTIVE")) {
     const std::string s(skip);
     const auto colon = s.find(':');
@@ -464,6 +573,17 @@ void before_collective(const TracedGroup& group, const char* op) {
               "'{}'. Stopped because: {}. Traces: {}",
               op, group.name, stop_reason(p), p.options.folder.string());
   const int64_t n = ++p.issued;
+  if (detail::take_test_hang()) {
+    const int64_t step = detail::progress().step;
+    log::error("TITAN_TEST_HANG_AT_STEP: rank {} sleeps in its collective #{} ({} on group '{}') at step {}", p.rank, n,
+               op, group.name, step);
+    std::this_thread::sleep_for(10 * p.options.timeout);
+    TITAN_CHECK(false,
+                "[titan::dist] rank {} slept {} s in its collective #{} at step {} (TITAN_TEST_HANG_AT_STEP) and "
+                "was not stopped. Run it under titan-run, which stops every rank once one fails.",
+                p.rank, std::chrono::duration_cast<std::chrono::seconds>(10 * p.options.timeout).count(), n, step);
+  }
+  detail::note_progress(-1);  // reaching a collective is progress
   if (p.rank != p.skip_rank || n != p.skip_n) return;
   log::error("TITAN_TEST_SKIP_COLLECTIVE: rank {} skips its collective #{} ({} on group '{}') and waits", p.rank, n, op,
              group.name);
@@ -500,13 +620,17 @@ void watch(int64_t id, const c10::intrusive_ptr<c10d::Work>& work) {
 }
 
 void mark_started(int64_t id) {
-  if (Process* p = process(); p && id >= 0) p->ring->update(id, TraceState::kStarted);
+  if (Process* p = process(); p && id >= 0) {
+    p->ring->update(id, TraceState::kStarted);
+    note_progress(id);
+  }
 }
 
 void mark_completed(int64_t id) {
   Process* p = process();
   if (!p || id < 0) return;
   p->ring->update(id, TraceState::kCompleted);
+  note_progress(-1);
   std::lock_guard lock(p->mutex);
   p->pending.erase(id);
 }
@@ -519,7 +643,9 @@ std::string mark_failed(int64_t id, const std::string& what) {
     std::lock_guard lock(p->mutex);
     p->pending.erase(id);
   }
-  stop_run(*p, fmt::format("rank {} failed in {}: {}", p->rank, label(*p, id), what), true);
+  const auto entry = p->ring->find(id);
+  const auto waited = std::chrono::milliseconds(entry ? (now_us() - entry->scheduled_us) / 1000 : 0);
+  stop_run(*p, blame(*p, waited, fmt::format("rank {} failed in {}: {}", p->rank, label(*p, id), what)), true);
   return fmt::format(
       " Rank {} is stuck in {}; the run was stopped because: {}. Every rank dumped its flight recorder "
       "to {}: run titan-trace on that folder to see where the ranks parted.",

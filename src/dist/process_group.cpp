@@ -88,8 +88,11 @@ void Work::wait() {
   detail::mark_started(impl_->trace_id);
   try {
     impl_->work->wait();
-    // NCCL's wait() only orders the current stream after the kernel: the watchdog sees it complete.
-    if (impl_->trace_id >= 0 && impl_->work->isCompleted()) detail::mark_completed(impl_->trace_id);
+    // NCCL's wait() only orders the current stream after the kernel: the watchdog sees it complete. On
+    // Gloo wait() returns once it completed (its reduce-scatter's isCompleted() stays false for good).
+    if (impl_->trace_id >= 0 && (impl_->work->isCompleted() || impl_->group->backend->getBackendName() != "nccl")) {
+      detail::mark_completed(impl_->trace_id);
+    }
     const auto waited = std::chrono::steady_clock::now() - start;
     impl_->group->wait_ns += std::chrono::duration_cast<std::chrono::nanoseconds>(waited).count();
   } catch (const std::exception& e) {

@@ -13,6 +13,7 @@
 #include <string_view>
 
 #include "titan/core/error.hpp"
+#include "titan/dist/heartbeat.hpp"
 
 namespace titan::detail {
 namespace {
@@ -144,6 +145,16 @@ void maybe_kill_for_test(int64_t rank, int64_t step) {
               "[titan::maybe_kill_for_test] expected TITAN_TEST_KILL_AT_STEP=<rank>:<step>, got '{}'. Fix or unset it.",
               hook);
   if (std::atoll(hook) == rank && std::atoll(colon + 1) == step) raise(SIGKILL);
+}
+
+void maybe_hang_for_test(int64_t rank, int64_t step) {
+  static const char* hook = std::getenv("TITAN_TEST_HANG_AT_STEP");
+  if (hook == nullptr || restart_count() != 0) return;
+  const char* colon = std::strchr(hook, ':');
+  TITAN_CHECK(colon != nullptr,
+              "[titan::maybe_hang_for_test] expected TITAN_TEST_HANG_AT_STEP=<rank>:<step>, got '{}'. Fix or unset it.",
+              hook);
+  if (std::atoll(hook) == rank && std::atoll(colon + 1) == step) dist::hang_in_next_collective_for_test();
 }
 
 }  // namespace titan::detail

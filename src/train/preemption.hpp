@@ -43,4 +43,9 @@ void record_restart(const std::filesystem::path& dump_folder, int64_t resume_ste
 /// is about to run that step, on the first attempt only (restart_count() == 0).
 void maybe_kill_for_test(int64_t rank, int64_t step);
 
+/// The test hook TITAN_TEST_HANG_AT_STEP=<rank>:<step>: when this process is that rank and is about to
+/// run that step, its next collective sleeps instead of issuing (dist::hang_in_next_collective_for_test),
+/// on the first attempt only (restart_count() == 0).
+void maybe_hang_for_test(int64_t rank, int64_t step);
+
 }  // namespace titan::detail

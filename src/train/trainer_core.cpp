@@ -24,6 +24,7 @@
 #include "titan/data/dataloader.hpp"
 #include "titan/data/tokenizer.hpp"
 #include "titan/dist/flight_recorder.hpp"
+#include "titan/dist/heartbeat.hpp"
 #include "titan/dist/launch_env.hpp"
 #include "titan/dist/mesh.hpp"
 #include "titan/float8/converter.hpp"
@@ -277,6 +278,7 @@ void TrainerCore::train() {
   TITAN_CHECK(optimizer_ != nullptr, "[titan::Trainer] expected a model, got none. Call attach_model first.");
   log::info("Training starts at step {}", step_ + 1);
   while (step_ < config_.training.steps && stop_signal_ == 0) train_step();
+  dist::report_progress(step_, "training finished", /*timed=*/false);
   if (profiler_) profiler_->finish(step_);
   wait_for_checkpoint();
   if (stop_signal_ != 0 && step_ < config_.training.steps) {
@@ -326,7 +328,10 @@ void TrainerCore::train_step() {
 
 void TrainerCore::run_step() {
   ++step_;
+  // The heartbeat (every rank's progress, read through the store) times each phase of the step.
+  dist::report_progress(step_, "data loading");
   maybe_kill_for_test(mesh_->rank(), step_);
+  maybe_hang_for_test(mesh_->rank(), step_);
   // CPU: this step's allocations on this thread are booked to the rank's tracker (by part).
   std::optional<TrackMemory> track;
   if (memory_) track.emplace(*memory_);
@@ -359,6 +364,7 @@ void TrainerCore::run_step() {
   ForwardBackwardResult fb;
   {
     const MemoryScope activations(MemoryCategory::activations);
+    dist::report_progress(step_, "forward/backward");
     fb = forward_backward_step(micro, global_valid);
     if (step_ == test_oom_step_) {  // the test hook: fails here, with the step's activations alive
       TORCH_CHECK_WITH(OutOfMemoryError, false, "TITAN_TEST_OOM_AT_STEP: simulated out of memory at step ", step_);
@@ -372,6 +378,7 @@ void TrainerCore::run_step() {
               "lr_scheduler.warmup_steps, or check the data; debug.deterministic reproduces the run.",
               fb.loss, step_);
   double norm = 0;
+  dist::report_progress(step_, "optimizer step");
   {
     const ProfileScope profile("titan::clip_grad_norm");
     norm = clip_grad_norm_(model_.parameters, config_.training.max_norm, mesh_.get());
@@ -398,6 +405,7 @@ void TrainerCore::run_step() {
   }
   if (parallel_->pipeline() && step_ == std::min<int64_t>(2, config_.training.steps)) write_pipeline_timeline();
   if (validator_ && validator_->due(step_)) {
+    dist::report_progress(step_, "validation");
     ValidationResult r = validator_->run(
         [this](const at::Tensor& tokens, const at::Tensor& labels) {
           const parallel::LocalBatch local = parallel_->local_batch({.tokens = tokens, .labels = labels});
@@ -424,6 +432,8 @@ void TrainerCore::run_step() {
       stop_signal_ = t.item<int>();
     }
   }
+  // Not timed: a save's commit times the ranks' writes itself (comm.train_timeout_seconds).
+  dist::report_progress(step_, "checkpoint save", /*timed=*/false);
   maybe_save_checkpoint();
 }
 

@@ -1,0 +1,150 @@
+// SPDX-License-Identifier: BSD-3-Clause
+// The heartbeat's process state (what the training thread last did), its wire format, and the finder
+// that reads a hang out of every rank's heartbeat. The watchdog thread that publishes and reads
+// heartbeats is the flight recorder's (src/dist/flight_recorder.cpp).
+#include "titan/dist/heartbeat.hpp"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <mutex>
+#include <nlohmann/json.hpp>
+
+#include "heartbeat_impl.hpp"
+#include "titan/core/error.hpp"
+
+namespace titan::dist {
+
+namespace {
+
+int64_t wall_now_us() {
+  return std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+struct State {
+  std::mutex mutex{};
+  detail::Progress progress{.step = 0, .phase = "starting", .timed = true, .count = 0, .wall_us = 0, .waiting_id = -1};
+  std::atomic<bool> hang{false};
+};
+
+State& state() {
+  static State s;
+  return s;
+}
+
+}  // namespace
+
+void report_progress(int64_t step, std::string_view phase, bool timed) {
+  State& s = state();
+  std::lock_guard lock(s.mutex);
+  s.progress.step = step;
+  s.progress.phase = std::string(phase);
+  s.progress.timed = timed;
+  ++s.progress.count;
+  s.progress.wall_us = wall_now_us();
+  s.progress.waiting_id = -1;
+}
+
+void hang_in_next_collective_for_test() { state().hang = true; }
+
+std::string encode_heartbeat(const Heartbeat& beat) {
+  return nlohmann::json{{"rank", beat.rank},         {"step", beat.step},       {"phase", beat.phase},
+                        {"progress", beat.progress}, {"wall_us", beat.wall_us}, {"waiting", beat.waiting},
+                        {"timed", beat.timed},       {"pid", beat.pid},         {"host", beat.host}}
+      .dump();
+}
+
+Heartbeat decode_heartbeat(const std::string& text) {
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(text);
+    return Heartbeat{.rank = j.at("rank").get<int64_t>(),
+                     .step = j.at("step").get<int64_t>(),
+                     .phase = j.at("phase").get<std::string>(),
+                     .progress = j.at("progress").get<int64_t>(),
+                     .wall_us = j.at("wall_us").get<int64_t>(),
+                     .waiting = j.at("waiting").get<std::string>(),
+                     .timed = j.at("timed").get<bool>(),
+                     .pid = j.at("pid").get<int64_t>(),
+                     .host = j.at("host").get<std::string>()};
+  } catch (const std::exception& e) {
+    TITAN_CHECK_VALUE(false, "[titan::dist::decode_heartbeat] expected a heartbeat record (JSON), got '{}': {}", text,
+                      e.what());
+  }
+  return {};
+}
+
+std::optional<std::string> find_hung_ranks(const std::vector<Heartbeat>& beats, int64_t now_us,
+                                           std::chrono::milliseconds stale, std::chrono::milliseconds timeout) {
+  const int64_t stale_us = std::chrono::duration_cast<std::chrono::microseconds>(stale).count();
+  std::vector<const Heartbeat*> hung;
+  std::vector<const Heartbeat*> waiting;
+  for (const Heartbeat& b : beats) {
+    if (!b.waiting.empty()) {
+      waiting.push_back(&b);
+    } else if (b.step >= 1 && b.timed && now_us - b.wall_us >= stale_us) {
+      hung.push_back(&b);
+    }
+  }
+  if (hung.empty()) return std::nullopt;
+  std::vector<std::string> parts;
+  for (const Heartbeat* b : hung) {
+    parts.push_back(fmt::format("rank {} made no progress for {} s (last: step {}, {}; pid {} on {})", b->rank,
+                                (now_us - b->wall_us) / 1'000'000, b->step, b->phase, b->pid, b->host));
+  }
+  std::string text = fmt::format("{}", fmt::join(parts, "; "));
+  if (!waiting.empty()) {
+    std::vector<std::string> waits;
+    for (size_t i = 0; i < waiting.size() && i < 4; ++i)
+      waits.push_back(fmt::format("rank {} in {}", waiting[i]->rank, waiting[i]->waiting));
+    if (waiting.size() > 4) waits.push_back(fmt::format("{} more", waiting.size() - 4));
+    text += fmt::format(", while {} wait{} in a collective ({})", waiting.size() == 1 ? "one rank" : "ranks",
+                        waiting.size() == 1 ? "s" : "", fmt::join(waits, "; "));
+  }
+  const Heartbeat& first = *hung.front();
+  text += fmt::format(
+      ". comm.train_timeout_seconds is {} s. To see where it is stuck, attach to it before the launcher stops it "
+      "(on {}: gdb -p {} -batch -ex 'thread apply all bt'); if step {}'s {} legitimately takes longer, raise "
+      "comm.train_timeout_seconds. Under titan-run --max-restarts the job restarts from the newest checkpoint.",
+      std::chrono::duration_cast<std::chrono::seconds>(timeout).count(), first.host, first.pid, first.step,
+      first.phase);
+  return text;
+}
+
+namespace detail {
+
+Progress progress() {
+  State& s = state();
+  std::lock_guard lock(s.mutex);
+  return s.progress;
+}
+
+void note_progress(int64_t waiting_id) {
+  State& s = state();
+  std::lock_guard lock(s.mutex);
+  ++s.progress.count;
+  s.progress.wall_us = wall_now_us();
+  s.progress.waiting_id = waiting_id;
+}
+
+void collective_done(int64_t id) {
+  State& s = state();
+  std::lock_guard lock(s.mutex);
+  if (s.progress.waiting_id == id) s.progress.waiting_id = -1;
+}
+
+bool take_test_hang() { return state().hang.exchange(false); }
+
+std::string heartbeat_key(int64_t rank) { return fmt::format("titan/heartbeat/{}", rank); }
+
+std::string host_name() {
+  char name[256] = {};
+  if (gethostname(name, sizeof(name) - 1) != 0 || name[0] == '\0') return "localhost";
+  return name;
+}
+
+}  // namespace detail
+}  // namespace titan::dist

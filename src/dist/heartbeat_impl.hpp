@@ -1,0 +1,34 @@
+// SPDX-License-Identifier: BSD-3-Clause
+// Private: the process's progress as the flight recorder (src/dist/flight_recorder.cpp) publishes and
+// updates it. The training thread writes it; the watchdog thread reads it.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace titan::dist::detail {
+
+/// The process's progress at one moment.
+struct Progress {
+  int64_t step = 0;
+  std::string phase{};
+  bool timed = true;
+  int64_t count = 0;        // progress events so far
+  int64_t wall_us = 0;      // wall clock of the last one
+  int64_t waiting_id = -1;  // the flight-recorder entry the training thread waits on; -1: none
+};
+
+Progress progress();
+/// One progress event: the training thread reached a collective (waiting_id -1), waits on entry
+/// waiting_id, or saw a collective complete (-1).
+void note_progress(int64_t waiting_id);
+/// The watchdog saw collective `id` complete: the training thread no longer waits on it.
+void collective_done(int64_t id);
+/// True once, after hang_in_next_collective_for_test.
+bool take_test_hang();
+/// The store key of a rank's heartbeat.
+std::string heartbeat_key(int64_t rank);
+/// This machine's host name ("localhost" when unknown).
+std::string host_name();
+
+}  // namespace titan::dist::detail

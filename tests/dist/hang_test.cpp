@@ -1,0 +1,140 @@
+// SPDX-License-Identifier: BSD-3-Clause
+// Hang detection by heartbeat: the finder on hand-made heartbeats, and the bundled trainer under
+// titan-run (2 FSDP ranks of the CPU debug model) where TITAN_TEST_HANG_AT_STEP puts rank 1 to sleep
+// inside a collective: every rank names it and exits within comm.train_timeout_seconds + 10 s, and with
+// --max-restarts the job restarts from its checkpoint and completes.
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <chrono>
+
+#include "dist/launch_test_util.hpp"
+#include "titan/dist/flight_recorder.hpp"
+#include "titan/dist/heartbeat.hpp"
+
+namespace fs = std::filesystem;
+using titan::dist::Heartbeat;
+using titan::test::Subprocess;
+using titan::test::TempDir;
+
+namespace {
+
+constexpr int64_t kSecond = 1'000'000;  // microseconds
+
+Heartbeat beat(int64_t rank, int64_t step, std::string phase, int64_t wall_us, std::string waiting = "") {
+  return Heartbeat{.rank = rank,
+                   .step = step,
+                   .phase = std::move(phase),
+                   .progress = 7,
+                   .wall_us = wall_us,
+                   .waiting = std::move(waiting),
+                   .timed = true,
+                   .pid = 4200 + rank,
+                   .host = "node" + std::to_string(rank)};
+}
+
+// The trainer flags of the hang runs: timeout `seconds`.
+std::vector<std::string> job(const fs::path& dump, int steps, int seconds, const std::vector<std::string>& extra) {
+  std::vector<std::string> flags = {"--comm.train_timeout_seconds", std::to_string(seconds)};
+  flags.insert(flags.end(), extra.begin(), extra.end());
+  return titan::test::fsdp2_debug_job(dump.string(), steps, flags);
+}
+
+// True when a line of `output` starts with `prefix` and contains `text`.
+bool has_line(const std::string& output, const std::string& prefix, const std::string& text) {
+  std::istringstream in(output);
+  for (std::string line; std::getline(in, line);) {
+    if (line.starts_with(prefix) && line.find(text) != std::string::npos) return true;
+  }
+  return false;
+}
+
+}  // namespace
+
+TEST_CASE("Heartbeats round-trip and find_hung_ranks names the rank outside a collective", "[dist][heartbeat]") {
+  const Heartbeat one = beat(1, 3, "data loading", 5 * kSecond);
+  const Heartbeat back = titan::dist::decode_heartbeat(titan::dist::encode_heartbeat(one));
+  CHECK(back.rank == 1);
+  CHECK(back.step == 3);
+  CHECK(back.phase == "data loading");
+  CHECK(back.progress == 7);
+  CHECK(back.wall_us == 5 * kSecond);
+  CHECK(back.timed);
+  CHECK(back.pid == 4201);
+  CHECK(back.host == "node1");
+  CHECK_THROWS_WITH(titan::dist::decode_heartbeat("{}"), Catch::Contains("expected a heartbeat record"));
+
+  using std::chrono::seconds;
+  const std::string waits = "all_reduce [1] Long (seq 9 on group 'dp_shard', ranks 0,1)";
+  // Rank 0 waits for rank 1, which made no progress for 12 s: rank 1 is named, rank 0 is not.
+  const std::vector<Heartbeat> beats = {beat(0, 3, "data loading", 6 * kSecond, waits), one};
+  const auto hang = titan::dist::find_hung_ranks(beats, 17 * kSecond, seconds(10), seconds(10));
+  REQUIRE(hang);
+  CHECK_THAT(*hang, Catch::StartsWith("rank 1 made no progress for 12 s (last: step 3, data loading; pid 4201 on "
+                                      "node1), while one rank waits in a collective (rank 0 in " +
+                                      waits + ")"));
+  CHECK_THAT(*hang, Catch::Contains("comm.train_timeout_seconds is 10 s"));
+  CHECK_THAT(*hang, Catch::Contains("gdb -p 4201"));
+  CHECK_THAT(*hang, !Catch::Contains("rank 0 made no progress"));
+  // Not yet stale, not training yet (step 0), or in a phase the heartbeat does not time: no hang.
+  CHECK_FALSE(titan::dist::find_hung_ranks(beats, 14 * kSecond, seconds(10), seconds(10)));
+  CHECK_FALSE(titan::dist::find_hung_ranks({beat(1, 0, "starting", 0)}, 17 * kSecond, seconds(10), seconds(10)));
+  Heartbeat saving = one;
+  saving.timed = false;
+  CHECK_FALSE(titan::dist::find_hung_ranks({saving}, 17 * kSecond, seconds(10), seconds(10)));
+  // Only ranks waiting in collectives: their own collective timeout reports them, not the heartbeat.
+  CHECK_FALSE(titan::dist::find_hung_ranks({beats[0]}, 60 * kSecond, seconds(10), seconds(10)));
+}
+
+TEST_CASE("Hang: a rank asleep in a collective is named by every rank, which all exit within the timeout + 10 s",
+          "[dist][launch][train][heartbeat]") {
+  constexpr int kTimeout = 5;  // comm.train_timeout_seconds
+  TempDir dump;
+  Subprocess run(job(dump.path, 4, kTimeout, {}), {{"TITAN_TEST_HANG_AT_STEP", "1:3"}});
+  REQUIRE(run.read_until(
+      [](const std::string& out) { return out.find("TITAN_TEST_HANG_AT_STEP: rank 1 sleeps") != std::string::npos; },
+      300));
+  const auto slept = std::chrono::steady_clock::now();
+  const auto status = run.wait(kTimeout + 60);
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - slept).count();
+  INFO(run.output());
+  REQUIRE(status);
+  CHECK(titan::test::exit_code(*status) != 0);
+  CHECK(seconds <= kTimeout + 10);
+  // Both ranks' logs name rank 1, its step and phase, and say what to do.
+  for (const std::string rank : {"[rank 0] ", "[rank 1] "}) {
+    INFO(rank);
+    CHECK(has_line(run.output(), rank, "rank 1 made no progress for"));
+    CHECK(has_line(run.output(), rank, "(last: step 3, data loading; pid "));
+    CHECK(has_line(run.output(), rank, "comm.train_timeout_seconds is 5 s"));
+  }
+  // The flight recorder dumped on both ranks with that reason.
+  for (int r = 0; r < 2; ++r) {
+    const fs::path file = dump.path / "comm_traces" / ("rank_" + std::to_string(r) + ".json");
+    REQUIRE(fs::exists(file));
+    CHECK_THAT(titan::dist::read_trace(file).reason, Catch::StartsWith("rank 1 made no progress for"));
+  }
+  WARN("every rank exited " << seconds << " s after rank 1 fell asleep (timeout " << kTimeout << " s)");
+}
+
+TEST_CASE("Hang: with --max-restarts the job restarts from its checkpoint after a hung rank and completes",
+          "[dist][launch][train][heartbeat][fault_tolerance]") {
+  TempDir dump;
+  // Checkpoints at step 2; rank 1 falls asleep as step 4 starts (first attempt only).
+  std::vector<std::string> args =
+      job(dump.path, 5, 5,
+          {"--checkpoint.enable", "true", "--checkpoint.interval", "2", "--checkpoint.last_save_model_only", "false"});
+  args.insert(std::find(args.begin(), args.end(), "--"), {"--max-restarts", "1"});
+  Subprocess run(args, {{"TITAN_TEST_HANG_AT_STEP", "1:4"}, {"TITAN_LOG_LEVEL", "info"}});
+  titan::test::require_exit(run, 0, 180);
+  INFO(run.output());
+  CHECK_THAT(run.output(), Catch::Contains("rank 1 made no progress for"));
+  CHECK_THAT(run.output(), Catch::Matches(R"([\s\S]*titan-run: restarting the job \(restart 1 of 1\) after rank \d )"
+                                          R"([\s\S]*Resuming at step 3[\s\S]*Training completed at step 5[\s\S]*)"));
+  const std::string log = titan::test::read_file(dump.path / "restarts.jsonl");
+  REQUIRE(std::count(log.begin(), log.end(), '\n') == 1);
+  const auto restart = nlohmann::json::parse(log.substr(0, log.find('\n')));
+  CHECK(restart.at("restart_count") == 1);
+  CHECK_THAT(restart.at("reason").get<std::string>(), Catch::Matches(R"(rank \d (exited with status|was killed).*)"));
+  CHECK(restart.at("resume_step") == 3);
+}
