@@ -93,7 +93,7 @@ std::optional<std::string> find_hung_ranks(const std::vector<Heartbeat>& beats, 
   std::vector<std::string> parts;
   for (const Heartbeat* b : hung) {
     parts.push_back(fmt::format("rank {} made no progress for {} s (last: step {}, {}; pid {} on {})", b->rank,
-                                (now_us - b->wall_us) / 1'000'000, b->step, b->phase, b->pid, b->host));
+                                (now_us - b->wall_us + 500'000) / 1'000'000, b->step, b->phase, b->pid, b->host));
   }
   std::string text = fmt::format("{}", fmt::join(parts, "; "));
   if (!waiting.empty()) {
