@@ -6,6 +6,7 @@
 
 #include "test_util.hpp"
 #include "titan/models/deepseek_v3/model.hpp"
+#include "titan/models/deepseek_v3/parallelize.hpp"
 #include "titan/train/trainer.hpp"
 #include "train/train_test_util.hpp"
 
@@ -39,4 +40,23 @@ TEST_CASE("deepseek_v3 debugmodel trains through the Trainer", "[models][deepsee
   Trainer<deepseek_v3::DeepSeekV3> checkpointed(deepseek_job(dir.path / "full", AcMode::full));
   checkpointed.train();
   CHECK(checkpointed.core().loss_history() == losses);
+}
+
+TEST_CASE("deepseek_v3 plan: dense blocks one FSDP unit and MoE blocks two", "[models][deepseek_v3][parallel]") {
+  const deepseek_v3::DeepSeekV3 model(deepseek_v3::flavor("debugmodel"), 32, at::TensorOptions().device(at::kMeta));
+  const auto units = models::data_parallel_units(deepseek_v3::decoder_shape(model.args()));
+  // tok_embeddings, the dense layers.0, two units for each of the 5 MoE blocks, norm + output.
+  REQUIRE(units.size() == 1 + 1 + 2 * 5 + 1);
+  CHECK(units[0] == std::vector<std::string>{"tok_embeddings"});
+  CHECK(units[1] == std::vector<std::string>{"layers.0"});
+  CHECK(units[3] == std::vector<std::string>{"layers.1.moe.experts"});
+  CHECK(units.back() == std::vector<std::string>{"norm", "output"});
+  // Every parameter lies under some unit, so FSDP shards all of them.
+  for (const auto& item : model.named_parameters()) {
+    INFO(item.key());
+    CHECK(std::any_of(units.begin(), units.end(), [&](const auto& unit) {
+      return std::any_of(unit.begin(), unit.end(),
+                         [&](const std::string& m) { return item.key().starts_with(m + "."); });
+    }));
+  }
 }

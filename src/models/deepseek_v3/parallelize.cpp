@@ -20,16 +20,15 @@ models::DecoderShape decoder_shape(const DeepSeekV3Args& args) {
 }
 
 parallel::ParallelPlan parallel_plan(const DeepSeekV3& model, const JobConfig& config, const dist::Mesh& mesh) {
-  for (const char* axis : {"tp", "cp"}) {
+  for (const char* axis : {"tp", "cp", "pp"}) {
     TITAN_CHECK_NOT_IMPLEMENTED(mesh.size(axis) == 1,
-                                "[titan::deepseek_v3::parallel_plan] expected {} = 1, got {}: tensor and context "
-                                "parallelism of multi-head latent attention are not built yet. Use data "
-                                "parallelism (parallelism.data_parallel_shard_degree) and pipeline parallelism.",
+                                "[titan::deepseek_v3::parallel_plan] expected {} = 1, got {}: tensor, context and "
+                                "pipeline parallelism of DeepSeek-V3 are not built (or not tested) yet. Use data "
+                                "parallelism (parallelism.data_parallel_shard_degree, _replicate_degree).",
                                 axis, mesh.size(axis));
   }
   const int64_t n_layers = model.args().n_layers;
   parallel::ParallelPlan plan{.data_parallel = {.units = models::data_parallel_units(decoder_shape(model.args()))}};
-  if (mesh.size("pp") > 1) plan.pipeline = models::pipeline_plan(n_layers, mesh.size("pp"), config.parallelism);
   plan.activation_checkpoint = models::activation_checkpoint_plan(n_layers, config.activation_checkpoint,
                                                                   /*has_moe=*/true, "titan::deepseek_v3");
   plan.data_parallel.options = models::data_parallel_options(model, config, mesh);
