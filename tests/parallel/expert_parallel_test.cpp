@@ -1,8 +1,9 @@
 // SPDX-License-Identifier: BSD-3-Clause
 // Expert parallelism against one device: a model of two MoE layers (residual, shared experts,
 // sigmoid scores, route_norm, top-2 of 8 experts, an expert bias strong enough to change routing)
-// trained 6 SGD steps on fixed global batches, ranks as threads over Gloo in fp32. EP 2, EP 4 and
-// EP 2 x efsdp 2 (4 ranks: expert gradients summed over the efsdp pair) must reproduce one device:
+// trained 6 SGD steps on fixed global batches, ranks as threads over Gloo in fp32. EP 2, EP 4,
+// EP 2 x TP 2 (the MoE replicated over tp) and EP 2 x efsdp 2 (4 ranks: expert gradients summed
+// over the efsdp pair) must reproduce one device:
 // the loss and both layers' expert bias at every step, the first step's output and gradients, the
 // final weights. Tolerances: the only differences are fp32 sums in another order (each rank's
 // tokens, then the collective over ranks; the experts see their tokens in another row order,
@@ -18,6 +19,7 @@
 
 #include "test_util.hpp"
 #include "titan/core/config.hpp"
+#include "titan/core/config_loader.hpp"
 #include "titan/dist/functional.hpp"
 #include "titan/dist/local_ranks.hpp"
 #include "titan/dist/mesh.hpp"
@@ -166,7 +168,7 @@ void check_against_one_device(const dist::MeshShape& shape) {
     }
     // The ep ranks really exchanged tokens, not only the counts (2 layers x at most 8 int64 each).
     CHECK(r.dispatched_bytes.at(0) > 2 * 8 * 8);
-    const auto dp_rank = static_cast<int64_t>(rank);  // dp_shard is the only axis of these meshes
+    const int64_t dp_rank = static_cast<int64_t>(rank) / shape.tp;  // dp_shard x tp meshes, tp fastest
     CHECK(at::allclose(r.first_output, ref.first_output.narrow(0, dp_rank * rows, rows), 1e-5, 1e-6));
     REQUIRE(r.first_grads.size() == ref.first_grads.size());
     for (size_t i = 0; i < r.first_grads.size(); ++i) {
@@ -195,6 +197,13 @@ TEST_CASE("EP 4 matches one device: losses, expert bias, gradients, weights", "[
 
 TEST_CASE("EP 2 x efsdp 2 matches one device: expert gradients summed over the efsdp pair", "[parallel][ep][parity]") {
   check_against_one_device({.dp_shard = 4, .ep = 2});
+}
+
+TEST_CASE("EP 2 x TP 2 matches one device: the MoE layers replicated over tp, ep inside dp_shard",
+          "[parallel][ep][parity]") {
+  // The tp pair of a dp rank sees the same tokens and holds the same experts (etp = 1): each runs
+  // the layer whole; the ep group pairs the ranks with the same tp coordinate.
+  check_against_one_device({.dp_shard = 2, .tp = 2, .ep = 2});
 }
 
 TEST_CASE("the ep axis is carved from dp_shard x cp, ep fastest (torchtitan's sparse mesh)", "[parallel][ep]") {
@@ -226,6 +235,12 @@ TEST_CASE("a bad expert-parallel degree is refused with the fix", "[parallel][ep
   CHECK_THROWS_WITH(
       dist::mesh_shape(p, 4),
       Catch::Contains("expected expert_parallel_degree dividing dp_shard(4) * cp(1) = 4") && Catch::Contains("got 3"));
+  JobConfig job;
+  job.parallelism.data_parallel_shard_degree = 4;
+  job.parallelism.expert_parallel_degree = 3;
+  CHECK_THROWS_WITH(titan::validate(job),
+                    Catch::Contains("expected parallelism.expert_parallel_degree to divide "
+                                    "data_parallel_shard_degree * context_parallel_degree = 4, got 3"));
   // ep divides dp_shard (3 ranks) but not the 8 experts: apply names the layer. (Catch's CHECK is
   // not thread-safe: the ranks keep the messages, the test thread checks them.)
   std::mutex mutex;
