@@ -1,0 +1,266 @@
+// SPDX-License-Identifier: BSD-3-Clause
+// Qwen3 under its own parallel plan (the one the Trainer applies): a small Qwen3-MoE (two MoE
+// layers, a dense one between them) trained 10 steps under FSDP 2 (routed experts in units of their
+// own) and under TP 2 with sequence and loss parallel (q/k norms and MoE weights replicated, their
+// gradients summed over tp) matches one rank. Ranks are threads on Gloo. The plan's units and styles.
+// The generic driver (examples/train.cpp) trains `--model.name qwen3 --model.flavor debugmodel` with the
+// Trainer's checkpoints and metrics: 4 steps equal 2 steps then a resumed process for 2, bitwise.
+#include <ATen/ATen.h>
+#include <ATen/CPUGeneratorImpl.h>
+#include <fmt/format.h>
+
+#include <map>
+#include <mutex>
+#include <nlohmann/json.hpp>
+
+#include "dist/launch_test_util.hpp"
+#include "test_util.hpp"
+#include "titan/core/config.hpp"
+#include "titan/dist/local_ranks.hpp"
+#include "titan/dist/mesh.hpp"
+#include "titan/layout/sharded_param.hpp"
+#include "titan/models/qwen3/model.hpp"
+#include "titan/models/qwen3/parallelize.hpp"
+#include "titan/nn/init.hpp"
+#include "titan/optim/adamw.hpp"
+#include "titan/optim/clip.hpp"
+#include "titan/parallel/parallelize.hpp"
+#include "titan/train/step.hpp"
+
+using namespace titan;
+
+namespace {
+
+constexpr int64_t kSteps = 10;
+constexpr int64_t kBatch = 4;  // sequences per step, split over the dp ranks
+constexpr int64_t kSeq = 16;
+constexpr double kLr = 3e-3;
+
+qwen3::Qwen3Args parity_args() {
+  qwen3::Qwen3Args a{.dim = 64,
+                     .n_layers = 3,
+                     .n_heads = 4,
+                     .n_kv_heads = 2,
+                     .vocab_size = 128,
+                     .head_dim = 16,
+                     .hidden_dim = 96,
+                     .moe_enabled = true,
+                     .moe_inter_dim = 32,
+                     .moe = {.num_experts = 4,
+                             .num_shared_experts = 0,
+                             .score_func = "softmax",
+                             .route_norm = true,
+                             .score_before_experts = false,
+                             .top_k = 2},
+                     .mlp_only_layers = {1}};
+  return a;
+}
+
+JobConfig parity_config() {
+  JobConfig c;
+  c.model.name = "qwen3";
+  c.training.seq_len = kSeq;
+  c.activation_checkpoint.mode = AcMode::none;
+  return c;
+}
+
+struct Result {
+  std::vector<double> losses;       // global loss per step
+  std::vector<at::Tensor> weights;  // whole parameters after the last step
+  std::vector<std::string> names;   // their FQNs
+  parallel::ParallelPlan plan;      // the plan applied
+};
+
+Result train(const dist::Mesh& mesh) {
+  nn::manual_init_seed(42);
+  qwen3::Qwen3 model(parity_args(), kSeq, at::TensorOptions());
+  Result result;
+  result.plan = model.parallel_plan(parity_config(), mesh);
+  const Parallelized applied = parallelize(model, mesh, result.plan);
+  model.init_weights();  // after sharding: every rank fills only its shard
+  const auto params = model.unique_parameters();
+  AdamW optimizer(params, {.lr = kLr, .weight_decay = 0.1});
+  const LossFn loss = [&applied](const at::Tensor& logits, const at::Tensor& labels) {
+    return applied.cross_entropy_sum(logits, labels);
+  };
+  const int64_t local = kBatch / mesh.size("dp");
+  for (int64_t step = 0; step < kSteps; ++step) {
+    optimizer.zero_grad();
+    // Learnable sequences: arithmetic progressions mod V, the same global batch on every rank.
+    auto gen = at::make_generator<at::CPUGeneratorImpl>(1000 + step);
+    const at::Tensor start = at::randint(128, {kBatch, 1}, gen, at::kLong);                       // (B, 1)
+    const at::Tensor stride = at::randint(1, 5, {kBatch, 1}, gen, at::kLong);                     // (B, 1)
+    const at::Tensor tokens = (start + stride * at::arange(kSeq + 1, at::kLong)).remainder(128);  // (B, S+1)
+    const int64_t row = mesh.coordinate("dp") * local;
+    const std::vector<Microbatch> micro{{.input = tokens.narrow(0, row, local).narrow(1, 0, kSeq).contiguous(),
+                                         .labels = tokens.narrow(0, row, local).narrow(1, 1, kSeq).contiguous()}};
+    const double local_loss = forward_backward([&](const at::Tensor& t) { return model.forward(t); }, micro, at::kCPU,
+                                               kBatch * kSeq, false, loss)
+                                  .loss;
+    at::Tensor global = at::full({1}, local_loss, at::kDouble);
+    mesh.group("dp_cp").all_reduce(global).wait();
+    result.losses.push_back(global.item<double>());
+    clip_grad_norm_(params, 1.0, &mesh);
+    optimizer.step(kLr);
+  }
+  for (const auto& p : params) result.weights.push_back(parallel::full_tensor(p, mesh));
+  for (const auto& p : params) {
+    for (const auto& item : model.named_parameters(/*recurse=*/true)) {
+      if (item.value().is_same(p)) result.names.push_back(item.key());
+    }
+  }
+  return result;
+}
+
+// Tolerances as the Llama parity tests (tests/parallel/parity_check.hpp): fp32 sums reordered across
+// ranks (~1e-7 relative per reduction, amplified by AdamW on near-zero gradients): 1e-5 relative on
+// losses, 1e-4 relative + 2e-5 absolute on the final weights. Routing is discrete, but no token's
+// top-2 sits within 1e-6 of a tie here, so every layout routes every token the same way.
+void check_against_one_rank(const dist::MeshShape& shape) {
+  static const Result one = train(dist::Mesh());
+  CHECK(one.losses.back() < one.losses.front() - 0.2);  // it really trained (5.43 -> 5.11 measured)
+  std::mutex mutex;
+  std::vector<Result> results(static_cast<size_t>(shape.world_size()));
+  dist::run_local_ranks(shape.world_size(), [&](int64_t rank, const dist::Store& store) {
+    const dist::Mesh mesh(shape, rank, store,
+                          {.init_timeout = std::chrono::seconds(120), .timeout = std::chrono::seconds(120)});
+    Result r = train(mesh);
+    std::lock_guard lock(mutex);
+    results[static_cast<size_t>(rank)] = std::move(r);
+  });
+  for (size_t rank = 0; rank < results.size(); ++rank) {
+    const Result& r = results[rank];
+    INFO(fmt::format("{} rank {}", shape, rank));
+    REQUIRE(r.losses.size() == one.losses.size());
+    for (size_t s = 0; s < r.losses.size(); ++s) {
+      INFO("step " << s + 1);
+      CHECK(r.losses[s] == Approx(one.losses[s]).epsilon(1e-5));
+    }
+    REQUIRE(r.names == one.names);
+    for (size_t i = 0; i < r.weights.size(); ++i) {
+      INFO(r.names[i] << " max abs diff " << (r.weights[i] - one.weights[i]).abs().max().item<double>());
+      CHECK(at::allclose(r.weights[i], one.weights[i], 1e-4, 2e-5));
+    }
+  }
+}
+
+}  // namespace
+
+TEST_CASE("qwen3 plan: routed experts are FSDP units of their own, MoE and q/k norms replicated over tp",
+          "[models][qwen3][parallel]") {
+  const qwen3::Qwen3 model(parity_args(), kSeq, at::TensorOptions().device(at::kMeta));
+  const models::DecoderShape shape = qwen3::decoder_shape(model.args());
+  const auto units = models::data_parallel_units(shape);
+  const std::vector<std::vector<std::string>> want{
+      {"tok_embeddings"},
+      {"layers.0.attention_norm", "layers.0.attention", "layers.0.ffn_norm", "layers.0.moe.router"},
+      {"layers.0.moe.experts"},
+      {"layers.1"},
+      {"layers.2.attention_norm", "layers.2.attention", "layers.2.ffn_norm", "layers.2.moe.router"},
+      {"layers.2.moe.experts"},
+      {"norm", "output"}};
+  CHECK(units == want);
+  const std::string tp = format_as(parallel::ParallelPlan{
+      .tensor_parallel = models::tensor_parallel_plan(shape, 2, /*sequence_parallel=*/true, true)});
+  CHECK_THAT(tp, Catch::Contains("layers.0.attention.q_norm: SequenceParallel"));
+  CHECK_THAT(tp, Catch::Contains("layers.0.moe: SequenceParallel"));
+  CHECK_THAT(tp, Catch::Contains("layers.1.feed_forward.w2: RowwiseParallel"));
+  CHECK_FALSE(tp.find("layers.0.feed_forward") != std::string::npos);
+  // TP refuses tied embeddings (debugmodel), naming the model.
+  const qwen3::Qwen3 tied(qwen3::flavor("debugmodel"), kSeq, at::TensorOptions().device(at::kMeta));
+  CHECK_THROWS_WITH(models::tensor_parallel_plan(qwen3::decoder_shape(tied.args()), 2, true, true),
+                    Catch::Contains("[titan::qwen3::tensor_parallel_plan] expected an untied output layer"));
+}
+
+TEST_CASE("qwen3-moe under FSDP 2 matches one rank", "[models][qwen3][parallel][fsdp][parity]") {
+  check_against_one_rank({.dp_shard = 2});
+}
+
+TEST_CASE("qwen3-moe under TP 2 with sequence and loss parallel matches one rank",
+          "[models][qwen3][parallel][tp][parity]") {
+  check_against_one_rank({.tp = 2});
+}
+
+namespace {
+
+// The debug model on tinyshakespeare (the tests' BPE tokenizer), deterministic, one thread.
+std::vector<std::string> driver_args(const std::filesystem::path& dump, int64_t steps) {
+  return {(test::binary_dir() / "bin" / "train").string(),
+          "--model.name",
+          "qwen3",
+          "--model.flavor",
+          "debugmodel",
+          "--model.hf_assets_path",
+          test::test_tokenizer().string(),
+          "--training.dataset",
+          "tinyshakespeare",
+          "--training.dataset_path",
+          test::tinyshakespeare().string(),
+          "--training.seq_len",
+          "32",
+          "--training.local_batch_size",
+          "2",
+          "--training.steps",
+          std::to_string(steps),
+          "--training.num_threads",
+          "1",
+          "--debug.seed",
+          "7",
+          "--debug.deterministic",
+          "true",
+          "--lr_scheduler.warmup_steps",
+          "2",
+          "--lr_scheduler.total_steps",
+          "4",
+          "--checkpoint.enable",
+          "true",
+          "--checkpoint.interval",
+          "2",
+          "--checkpoint.last_save_model_only",
+          "false",
+          "--metrics.log_freq",
+          "1",
+          "--job.dump_folder",
+          dump.string()};
+}
+
+// step -> loss from metrics.jsonl (a resumed run appends; the latest line of a step wins).
+std::map<int64_t, double> logged_losses(const std::filesystem::path& dump) {
+  std::map<int64_t, double> out;
+  std::istringstream in(test::read_file(dump / "metrics.jsonl"));
+  for (std::string line; std::getline(in, line);) {
+    const auto j = nlohmann::json::parse(line);
+    out[j.at("step").get<int64_t>()] = j.at("loss_metrics/global_avg_loss").get<double>();
+  }
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("train --model.name qwen3 resumes from its checkpoint bitwise", "[models][qwen3][train][resume]") {
+  const std::map<std::string, std::optional<std::string>> env = {
+      {"RANK", std::nullopt}, {"WORLD_SIZE", std::nullopt}, {"TITAN_LOG_LEVEL", "info"}};
+  test::TempDir straight, resumed;
+  test::Subprocess a(driver_args(straight.path, 4), env);
+  test::require_exit(a, 0, 300);
+  // The trainer counts the model and its FLOPs as it does Llama's.
+  CHECK_THAT(a.output(), Catch::Contains("Model qwen3 debugmodel: 31987968 parameters"));
+  CHECK_THAT(a.output(), Catch::Contains("training FLOPs/token at seq_len 32"));
+  test::Subprocess first(driver_args(resumed.path, 2), env);
+  test::require_exit(first, 0, 300);
+  test::Subprocess second(driver_args(resumed.path, 4), env);
+  test::require_exit(second, 0, 300);
+  CHECK_THAT(second.output(), Catch::Contains("Resuming at step 3"));
+  const auto want = logged_losses(straight.path), got = logged_losses(resumed.path);
+  REQUIRE(want.size() == 4);
+  REQUIRE(got.size() == 4);
+  for (int64_t step = 1; step <= 4; ++step) {
+    INFO("step " << step);
+    CHECK(got.at(step) == want.at(step));  // deterministic CPU fp32: the same operations on the same bits
+  }
+  CHECK(want.at(4) < want.at(1));
+  // An unknown model name is refused by the driver, naming the key.
+  test::Subprocess bad({(test::binary_dir() / "bin" / "train").string(), "--model.name", "qwen4"}, env);
+  test::require_exit(bad, 1, 60);
+  CHECK_THAT(bad.output(), Catch::Contains("model.name") && Catch::Contains("qwen4"));
+}
