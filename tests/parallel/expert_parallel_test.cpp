@@ -77,7 +77,9 @@ at::Tensor whole(const at::Tensor& p, bool expert, const dist::Mesh& mesh) {
   return expert ? dist::detail::gather_along(p.detach(), mesh.group("ep"), 0) : p.detach().clone();
 }
 
-Run train(const dist::Mesh& mesh, int64_t experts = 8) {
+// skewed: an expert bias that sends every slot to experts 0-3 (under EP 2, the first rank's).
+Run train(const dist::Mesh& mesh, bool skewed = false) {
+  const int64_t experts = 8;
   nn::manual_init_seed(7);
   TwoMoE model(experts);
   model.moe0->init_weights(0.02);
@@ -86,6 +88,9 @@ Run train(const dist::Mesh& mesh, int64_t experts = 8) {
     at::NoGradGuard no_grad;  // spread the router scores so the top-2 choice is far from ties
     model.moe0->router->gate->weight.mul_(25.0);
     model.moe1->router->gate->weight.mul_(25.0);
+    if (skewed) {
+      for (auto* moe : {model.moe0.get(), model.moe1.get()}) moe->expert_bias.narrow(0, 0, experts / 2).fill_(10.0);
+    }
   }
   parallel::ExpertParallel ep = parallel::apply_expert_parallel(model, mesh, {.moe_modules = {"moe0", "moe1"}});
   std::vector<const void*> expert_impls;
@@ -138,18 +143,19 @@ Run train(const dist::Mesh& mesh, int64_t experts = 8) {
   return run;
 }
 
-const Run& one_device() {
+const Run& one_device(bool skewed) {
   static const Run run = train(dist::Mesh());
-  return run;
+  static const Run skewed_run = train(dist::Mesh(), /*skewed=*/true);
+  return skewed ? skewed_run : run;
 }
 
-void check_against_one_device(const dist::MeshShape& shape) {
-  const Run& ref = one_device();
+void check_against_one_device(const dist::MeshShape& shape, bool skewed = false) {
+  const Run& ref = one_device(skewed);
   std::mutex mutex;
   std::vector<Run> runs(static_cast<size_t>(shape.world_size()));
   dist::run_local_ranks(shape.world_size(), [&](int64_t rank, const dist::Store& store) {
     const dist::Mesh mesh(shape, rank, store, kFastMesh);
-    Run r = train(mesh);
+    Run r = train(mesh, skewed);
     std::lock_guard lock(mutex);
     runs[static_cast<size_t>(rank)] = std::move(r);
   });
@@ -197,6 +203,11 @@ TEST_CASE("EP 4 matches one device: losses, expert bias, gradients, weights", "[
 
 TEST_CASE("EP 2 x efsdp 2 matches one device: expert gradients summed over the efsdp pair", "[parallel][ep][parity]") {
   check_against_one_device({.dp_shard = 4, .ep = 2});
+}
+
+TEST_CASE("EP 2 with every slot routed to one rank's experts (the other computes none) matches one device",
+          "[parallel][ep][parity]") {
+  check_against_one_device({.dp_shard = 2, .ep = 2}, /*skewed=*/true);
 }
 
 TEST_CASE("EP 2 x TP 2 matches one device: the MoE layers replicated over tp, ep inside dp_shard",
