@@ -156,7 +156,7 @@ TEST_CASE("elastic titan-run: a lost node's job restarts on the nodes left with 
   CHECK(port0 != started(host.output(), 0).at(0).field("master_port"));
 }
 
-TEST_CASE("elastic titan-run: a node joining below MAX restarts the job with it; a loss past --max-restarts ends it",
+TEST_CASE("elastic titan-run: a node joining below MAX restarts the job with it and a loss past --max-restarts ends it",
           "[launch][titan-run][elastic]") {
   SECTION("grow") {
     const int port = free_port();
