@@ -345,15 +345,28 @@ std::string label(const Process& p, int64_t id) {
                      e->group, fmt::join(e->ranks, ","));
 }
 
-// This rank's heartbeat now (the waiting collective by its label).
-Heartbeat own_heartbeat(const Process& p) {
+// This rank's heartbeat now. It waits in a collective when its training thread waits on one, or when
+// one it issued is in flight for over a second: NCCL's wait() returns at once, and the host then
+// blocks in a device sync behind the collective.
+Heartbeat own_heartbeat(Process& p) {
   const detail::Progress now = detail::progress();
+  std::string waiting = now.waiting_id >= 0 ? label(p, now.waiting_id) : std::string();
+  if (waiting.empty()) {
+    std::lock_guard lock(p.mutex);
+    const auto cutoff = std::chrono::steady_clock::now() - std::chrono::seconds(1);
+    for (const auto& [id, item] : p.pending) {  // oldest first
+      if (item.scheduled < cutoff) {
+        waiting = label(p, id) + ", in flight";
+        break;
+      }
+    }
+  }
   return Heartbeat{.rank = p.rank,
                    .step = now.step,
                    .phase = now.phase,
                    .progress = now.count,
                    .wall_us = now.wall_us,
-                   .waiting = now.waiting_id >= 0 ? label(p, now.waiting_id) : std::string(),
+                   .waiting = waiting,
                    .timed = now.timed,
                    .pid = p.pid,
                    .host = p.host};
@@ -369,7 +382,7 @@ void publish_heartbeat(Process& p, const c10::intrusive_ptr<c10d::Store>& store)
 }
 
 // Every rank's heartbeat in the store (this rank's as it is now); a rank that never published is left out.
-std::vector<Heartbeat> read_heartbeats(const Process& p, const c10::intrusive_ptr<c10d::Store>& store) {
+std::vector<Heartbeat> read_heartbeats(Process& p, const c10::intrusive_ptr<c10d::Store>& store) {
   std::vector<std::string> keys;
   for (int64_t r = 0; r < p.world_size; ++r) {
     if (r != p.rank) keys.push_back(detail::heartbeat_key(r));
