@@ -2,6 +2,7 @@
 #include "titan/models/decoder.hpp"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <unordered_set>
@@ -13,6 +14,12 @@
 #include "titan/parallel/pipeline_schedule.hpp"
 
 namespace titan::models {
+
+void unknown_flavor(const std::vector<std::string>& known, std::string_view name, const char* where) {
+  throw ConfigError("model.flavor", fmt::format("[{}] expected model.flavor to be one of {}, got '{}'. Pick one of "
+                                                "these flavors.",
+                                                where, known, name));
+}
 
 ModelParts::ModelParts(const std::vector<std::string>& modules, int64_t n_layers, bool tied, const char* where)
     : modules_(modules) {
@@ -49,6 +56,26 @@ std::vector<at::Tensor> unique_parameters(const torch::nn::Module& model) {
     if (seen.insert(p.unsafeGetTensorImpl()).second) unique.push_back(p);
   }
   return unique;
+}
+
+ParameterGroups parameter_groups(const torch::nn::Module& model) {
+  ParameterGroups g;
+  for (const auto& item : model.named_parameters(/*recurse=*/true)) {
+    const std::string& name = item.key();
+    const int64_t n = item.value().numel();
+    if (name.find("embedding") != std::string::npos) {
+      g.embedding += n;
+    } else if (name.find("moe.shared_experts") != std::string::npos) {
+      g.shared_experts += n;
+    } else if (name.find("moe.router") != std::string::npos) {
+      g.router += n;
+    } else if (name.find("moe.experts") != std::string::npos) {
+      g.routed_experts += n;
+    } else {
+      g.dense += n;
+    }
+  }
+  return g;
 }
 
 std::vector<std::vector<std::string>> data_parallel_units(const DecoderShape& shape) {

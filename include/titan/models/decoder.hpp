@@ -9,7 +9,10 @@
 #include <torch/nn/module.h>
 
 #include <cstdint>
+#include <functional>
+#include <map>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "titan/parallel/plan.hpp"
@@ -24,6 +27,29 @@ class Mesh;
 }
 
 namespace titan::models {
+
+/// A model's named flavors (torchtitan's table: name -> arguments), in name order.
+template <class Args>
+using FlavorTable = std::map<std::string, Args, std::less<>>;
+
+/// The names in a flavor table, sorted.
+template <class Args>
+std::vector<std::string> flavor_names(const FlavorTable<Args>& table) {
+  std::vector<std::string> names;
+  for (const auto& entry : table) names.push_back(entry.first);
+  return names;
+}
+
+/// Throws ConfigError on model.flavor: "[where] expected model.flavor to be one of [known], got 'name'".
+[[noreturn]] void unknown_flavor(const std::vector<std::string>& known, std::string_view name, const char* where);
+
+/// The arguments of flavor `name`, or unknown_flavor's error.
+template <class Args>
+Args find_flavor(const FlavorTable<Args>& table, std::string_view name, const char* where) {
+  const auto it = table.find(name);
+  if (it == table.end()) unknown_flavor(flavor_names(table), name, where);
+  return it->second;
+}
 
 /// Which top-level modules a model part holds; an empty list means the whole model. The constructor
 /// checks the names (tok_embeddings, layers.0 .. layers.{n_layers-1}, norm, output unless tied) and
@@ -77,6 +103,21 @@ parallel::TensorParallelPlan tensor_parallel_plan(const DecoderShape& shape, int
 
 /// Parameters of `model` without duplicates (a tied tensor once), in registration order.
 std::vector<at::Tensor> unique_parameters(const torch::nn::Module& model);
+
+/// Parameter counts by role, as torchtitan's get_moe_model_nparams_and_flops groups them by name.
+struct ParameterGroups {
+  /// Names containing "embedding" (tok_embeddings).
+  int64_t embedding = 0;
+  /// Names containing "moe.shared_experts".
+  int64_t shared_experts = 0;
+  /// Names containing "moe.router".
+  int64_t router = 0;
+  /// Names containing "moe.experts" (the routed experts).
+  int64_t routed_experts = 0;
+  /// Every other parameter.
+  int64_t dense = 0;
+};
+ParameterGroups parameter_groups(const torch::nn::Module& model);
 
 /// torchtitan's pipeline split of n_layers blocks over pp ranks from the parallelism.pipeline_parallel_*
 /// keys: the embeddings count as first_stage_less_layers layers, norm + output as last_stage_less_layers;

@@ -250,27 +250,12 @@ int64_t DeepSeekV3::num_params() const {
 }
 
 int64_t DeepSeekV3::num_flops_per_token(int64_t seq_len) const {
-  // torchtitan's get_moe_model_nparams_and_flops, by parameter name.
-  int64_t embedding = 0, dense = 0, router = 0, shared = 0, experts = 0;
-  for (const auto& item : named_parameters(/*recurse=*/true)) {
-    const std::string& name = item.key();
-    const int64_t n = item.value().numel();
-    if (name.find("embedding") != std::string::npos) {
-      embedding += n;
-      dense += n;
-    } else if (name.find("moe.shared_experts") != std::string::npos) {
-      shared += n;
-    } else if (name.find("moe.router") != std::string::npos) {
-      router += n;
-    } else if (name.find("moe.experts") != std::string::npos) {
-      experts += n;
-    } else {
-      dense += n;
-    }
-  }
-  const int64_t active_sparse = router + shared + experts * args_.moe.top_k / args_.moe.num_experts;
+  // torchtitan's get_moe_model_nparams_and_flops: the embedding lookup is no matmul.
+  const models::ParameterGroups g = models::parameter_groups(*this);
+  const int64_t active =
+      g.dense + g.router + g.shared_experts + g.routed_experts * args_.moe.top_k / args_.moe.num_experts;
   const int64_t head_dims = args_.qk_head_dim() + args_.v_head_dim;
-  return 6 * (dense - embedding + active_sparse) + 6 * args_.n_layers * args_.n_heads * head_dims * seq_len;
+  return 6 * active + 6 * args_.n_layers * args_.n_heads * head_dims * seq_len;
 }
 
 std::vector<std::shared_ptr<nn::MoE>> DeepSeekV3::moe_layers() const {

@@ -171,26 +171,11 @@ int64_t Qwen3::num_params() const {
 
 int64_t Qwen3::num_flops_per_token(int64_t seq_len) const {
   // torchtitan's get_moe_model_nparams_and_flops, by parameter name.
-  int64_t embedding = 0, router = 0, shared = 0, experts = 0, dense = 0;
-  for (const auto& item : named_parameters(/*recurse=*/true)) {
-    const std::string& name = item.key();
-    const int64_t n = item.value().numel();
-    if (name.find("embedding") != std::string::npos) {
-      embedding += n;
-    } else if (name.find("moe.shared_experts") != std::string::npos) {
-      shared += n;
-    } else if (name.find("moe.router") != std::string::npos) {
-      router += n;
-    } else if (name.find("moe.experts") != std::string::npos) {
-      experts += n;
-    } else {
-      dense += n;
-    }
-  }
-  const int64_t active_experts = args_.moe_enabled ? experts * args_.moe.top_k / args_.moe.num_experts : 0;
+  const models::ParameterGroups g = models::parameter_groups(*this);
+  const int64_t active_experts = args_.moe_enabled ? g.routed_experts * args_.moe.top_k / args_.moe.num_experts : 0;
   // The embedding lookup is not a matmul, unless the same matrix is also the output head.
-  const int64_t head = args_.tie_word_embeddings ? embedding : 0;
-  return 6 * (dense + head + router + shared + active_experts) +
+  const int64_t head = args_.tie_word_embeddings ? g.embedding : 0;
+  return 6 * (g.dense + head + g.router + g.shared_experts + active_experts) +
          6 * args_.n_layers * args_.n_heads * (2 * args_.head_dim) * seq_len;
 }
 
