@@ -7,6 +7,7 @@
 #include <map>
 
 #include "titan/core/error.hpp"
+#include "titan/models/decoder.hpp"
 
 namespace titan::llama3 {
 
@@ -19,8 +20,8 @@ int64_t Llama3Args::ffn_hidden_dim() const {
 }
 
 namespace {
-const std::map<std::string, Llama3Args, std::less<>>& flavors() {
-  static const std::map<std::string, Llama3Args, std::less<>> table = {
+const models::FlavorTable<Llama3Args>& flavors() {
+  static const models::FlavorTable<Llama3Args> table = {
       {"debugmodel", {.dim = 256, .n_layers = 6, .n_heads = 16, .vocab_size = 2048, .rope_theta = 500000}},
       // titan-only: a ~100M model (98.0M parameters) for CPU benchmarks between debugmodel and 1B.
       {"100M", {.dim = 640, .n_layers = 12, .n_heads = 10, .n_kv_heads = 5, .vocab_size = 32768, .rope_theta = 500000}},
@@ -71,20 +72,8 @@ const std::map<std::string, Llama3Args, std::less<>>& flavors() {
 }
 }  // namespace
 
-std::vector<std::string> flavor_names() {
-  std::vector<std::string> names;
-  for (const auto& [name, args] : flavors()) names.push_back(name);
-  return names;
-}
+std::vector<std::string> flavor_names() { return models::flavor_names(flavors()); }
 
-Llama3Args flavor(std::string_view name) {
-  const auto it = flavors().find(name);
-  if (it == flavors().end()) {
-    throw ConfigError("model.flavor", fmt::format("[titan::llama3] expected model.flavor to be one of {}, got '{}'. "
-                                                  "Pick one of these flavors.",
-                                                  flavor_names(), name));
-  }
-  return it->second;
-}
+Llama3Args flavor(std::string_view name) { return models::find_flavor(flavors(), name, "titan::llama3"); }
 
 }  // namespace titan::llama3

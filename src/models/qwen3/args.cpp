@@ -8,6 +8,7 @@
 #include <map>
 
 #include "titan/core/error.hpp"
+#include "titan/models/decoder.hpp"
 
 namespace titan::qwen3 {
 
@@ -59,8 +60,8 @@ nn::MoEArgs qwen3_moe(int64_t num_experts) {
           .top_k = 8};
 }
 
-const std::map<std::string, Qwen3Args, std::less<>>& flavors() {
-  static const std::map<std::string, Qwen3Args, std::less<>> table = {
+const models::FlavorTable<Qwen3Args>& flavors() {
+  static const models::FlavorTable<Qwen3Args> table = {
       {"debugmodel",
        {.dim = 256, .n_layers = 8, .n_heads = 16, .n_kv_heads = 8, .vocab_size = 2048, .tie_word_embeddings = true}},
       {"0.6B", {.dim = 1024, .n_layers = 28, .n_heads = 16, .tie_word_embeddings = true}},
@@ -103,20 +104,8 @@ const std::map<std::string, Qwen3Args, std::less<>>& flavors() {
 
 }  // namespace
 
-std::vector<std::string> flavor_names() {
-  std::vector<std::string> names;
-  for (const auto& [name, args] : flavors()) names.push_back(name);
-  return names;
-}
+std::vector<std::string> flavor_names() { return models::flavor_names(flavors()); }
 
-Qwen3Args flavor(std::string_view name) {
-  const auto it = flavors().find(name);
-  if (it == flavors().end()) {
-    throw ConfigError("model.flavor", fmt::format("[titan::qwen3] expected model.flavor to be one of {}, got '{}'. "
-                                                  "Pick one of these flavors.",
-                                                  flavor_names(), name));
-  }
-  return it->second;
-}
+Qwen3Args flavor(std::string_view name) { return models::find_flavor(flavors(), name, "titan::qwen3"); }
 
 }  // namespace titan::qwen3
