@@ -217,7 +217,7 @@ void ExpertParallel::update_expert_bias() const {
 
 std::string ExpertParallel::describe() const {
   if (layers_.empty() || ep_ == 1) return "no EP";
-  return fmt::format("EP(ep={}, efsdp={}, {} MoE layers)", ep_, efsdp_, layers_.size());
+  return fmt::format("EP(ep={}, efsdp={}, MoE layers: {})", ep_, efsdp_, layers_.size());
 }
 
 }  // namespace titan::parallel

@@ -220,9 +220,16 @@ TEST_CASE("EP 2 x TP 2 matches one device: the MoE layers replicated over tp, ep
 TEST_CASE("the ep axis is carved from dp_shard x cp, ep fastest (torchtitan's sparse mesh)", "[parallel][ep]") {
   std::mutex mutex;
   std::vector<std::vector<int64_t>> ep_groups(4), efsdp_groups(4);
+  std::vector<std::string> descriptions(4);
+  std::vector<std::vector<int64_t>> w1_shapes(4);
   dist::run_local_ranks(4, [&](int64_t rank, const dist::Store& store) {
     const dist::Mesh mesh({.dp_shard = 2, .cp = 2, .ep = 2}, rank, store, kFastMesh);
+    TwoMoE model(8);
+    const std::string described = parallel::apply_expert_parallel(model, mesh, {.moe_modules = {"moe1"}}).describe();
+    const auto shape = model.moe1->experts->w1.sizes().vec();
     std::lock_guard lock(mutex);
+    descriptions[static_cast<size_t>(rank)] = described;
+    w1_shapes[static_cast<size_t>(rank)] = shape;
     ep_groups[static_cast<size_t>(rank)] = mesh.group("ep").global_ranks();
     efsdp_groups[static_cast<size_t>(rank)] = mesh.group("efsdp").global_ranks();
   });
@@ -231,8 +238,14 @@ TEST_CASE("the ep axis is carved from dp_shard x cp, ep fastest (torchtitan's sp
   CHECK(ep_groups[3] == std::vector<int64_t>{2, 3});
   CHECK(efsdp_groups[0] == std::vector<int64_t>{0, 2});
   CHECK(efsdp_groups[1] == std::vector<int64_t>{1, 3});
+  CHECK(descriptions[0] == "EP(ep=2, efsdp=2, MoE layers: 1)");
+  CHECK(w1_shapes[3] == std::vector<int64_t>{4, kHidden, kDim});  // 8 experts / ep 2
   // The plan of a model whose MoE layers all go EP.
-  CHECK(parallel::moe_modules(TwoMoE(8)) == std::vector<std::string>{"moe0", "moe1"});
+  TwoMoE model(8);
+  const parallel::ExpertParallelPlan plan{.moe_modules = parallel::moe_modules(model)};
+  CHECK(plan.moe_modules == std::vector<std::string>{"moe0", "moe1"});
+  CHECK(fmt::format("{}", plan) == "ExpertParallel(moe0, moe1)");
+  CHECK(parallel::apply_expert_parallel(model, dist::Mesh(), plan).describe() == "no EP");
   // One process: the groups exist with one rank.
   const dist::Mesh single;
   CHECK(single.size("ep") == 1);

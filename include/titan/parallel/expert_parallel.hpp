@@ -82,7 +82,7 @@ class ExpertParallel {
   const std::vector<std::shared_ptr<nn::MoE>>& layers() const { return layers_; }
   /// The sharded expert weights (w1, w2, w3 of each layer): their local shard (E/ep, ...).
   std::vector<at::Tensor> expert_parameters() const;
-  /// "EP(ep=2, efsdp=2, 2 MoE layers)", or "no EP".
+  /// "EP(ep=2, efsdp=2, MoE layers: 2)", or "no EP".
   std::string describe() const;
 
  private:
