@@ -146,7 +146,7 @@ void check_against_one_rank(const dist::MeshShape& shape) {
 
 }  // namespace
 
-TEST_CASE("qwen3 plan: routed experts are FSDP units of their own, MoE and q/k norms replicated over tp",
+TEST_CASE("qwen3 plan: routed experts are FSDP units of their own and MoE and q/k norms are replicated over tp",
           "[models][qwen3][parallel]") {
   const qwen3::Qwen3 model(parity_args(), kSeq, at::TensorOptions().device(at::kMeta));
   const models::DecoderShape shape = qwen3::decoder_shape(model.args());
