@@ -5,17 +5,21 @@
 # checkpoint is written, the second agent is SIGKILLed (the node is lost); the first restarts the job on
 # its 2 ranks (2 microbatches each), which resumes at step 11. The 20 losses must equal an uninterrupted
 # 4-rank run's within 1e-5 relative (fp32 summation order differs); prints the kill -> training-again time.
+# With --grow the other way round: the first agent trains alone on 2 ranks (2 microbatches each), the
+# second joins after step 5, the first's trainer saves its step on SIGTERM and the job goes on with 4 ranks.
 # See docs/fault_tolerance.md.
 #
-#   scripts/elastic_restart.sh [--build DIR] [--port P]
+#   scripts/elastic_restart.sh [--grow] [--build DIR] [--port P]
 set -euo pipefail
 
 build=build
 port=29511
+grow=
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --build) build=$2; shift 2 ;;
     --port) port=$2; shift 2 ;;
+    --grow) grow=1; shift ;;
     *) echo "elastic_restart.sh: unknown flag '$1'" >&2; exit 2 ;;
   esac
 done
@@ -48,33 +52,49 @@ echo "reference: 4 ranks, 20 steps, uninterrupted"
 # shellcheck disable=SC2046
 "$run" --nproc-per-node 4 -- "$trainer" $(job "$work/reference") >"$work/reference.log" 2>&1
 
-echo "elastic: 2 agents x 2 ranks; the second is SIGKILLed after the step-10 checkpoint"
 agent() {  # exec: $! is then titan-run itself, not a subshell around it
   # shellcheck disable=SC2046
   exec "$run" --nnodes 1:2 --nproc-per-node 2 --rdzv-endpoint "127.0.0.1:$port" --max-restarts 1 \
     --rdzv-conf last_call_timeout=2 -- "$trainer" $(job "$work/elastic")
 }
-agent >"$work/host.log" 2>&1 &
-pids+=($!)
-host=$!
-sleep 0.5
-agent >"$work/lost.log" 2>&1 &
-pids+=($!)
-lost=$!
-until [[ -f $work/elastic/checkpoint/step-10/index.json ]]; do
-  kill -0 "$host" 2>/dev/null || { cat "$work/host.log" >&2; exit 1; }
-  sleep 0.2
-done
-before=$(grep -c "step: *11/20" "$work/host.log" || true)
-killed=$(now)
-kill -9 "$lost"
-# The restarted job's step 11 (the first attempt may have logged one already).
-until [[ $(grep -c "step: *11/20" "$work/host.log" || true) -gt $before ]]; do
-  kill -0 "$host" 2>/dev/null || { cat "$work/host.log" >&2; exit 1; }
-  sleep 0.05
-done
-again=$(now)
-wait "$host" || { echo "the host titan-run failed:" >&2; tail -20 "$work/host.log" >&2; exit 1; }
+if [[ -n $grow ]]; then
+  echo "elastic: 1 agent x 2 ranks; a second joins after step 5"
+  agent >"$work/host.log" 2>&1 &
+  pids+=($!)
+  host=$!
+  until grep -q "step: *5/20" "$work/host.log" 2>/dev/null; do
+    kill -0 "$host" 2>/dev/null || { cat "$work/host.log" >&2; exit 1; }
+    sleep 0.05
+  done
+  agent >"$work/joined.log" 2>&1 &
+  pids+=($!)
+  wait "$host" || { echo "the host titan-run failed:" >&2; tail -20 "$work/host.log" >&2; exit 1; }
+  wait "${pids[1]}" || { echo "the joining titan-run failed:" >&2; tail -20 "$work/joined.log" >&2; exit 1; }
+  grep -o "Training stopped at step.*" "$work/host.log" | head -1
+else
+  echo "elastic: 2 agents x 2 ranks; the second is SIGKILLed after the step-10 checkpoint"
+  agent >"$work/host.log" 2>&1 &
+  pids+=($!)
+  host=$!
+  sleep 0.5
+  agent >"$work/lost.log" 2>&1 &
+  pids+=($!)
+  lost=$!
+  until [[ -f $work/elastic/checkpoint/step-10/index.json ]]; do
+    kill -0 "$host" 2>/dev/null || { cat "$work/host.log" >&2; exit 1; }
+    sleep 0.2
+  done
+  before=$(grep -c "step: *11/20" "$work/host.log" || true)
+  killed=$(now)
+  kill -9 "$lost"
+  # The restarted job's step 11 (the first attempt may have logged one already).
+  until [[ $(grep -c "step: *11/20" "$work/host.log" || true) -gt $before ]]; do
+    kill -0 "$host" 2>/dev/null || { cat "$work/host.log" >&2; exit 1; }
+    sleep 0.05
+  done
+  again=$(now)
+  wait "$host" || { echo "the host titan-run failed:" >&2; tail -20 "$work/host.log" >&2; exit 1; }
+fi
 grep -o "titan-run: restarting the job.*" "$work/host.log"
 grep -o "Resuming at step .*" "$work/host.log" | head -1
 cat "$work/elastic/restarts.jsonl"
@@ -95,4 +115,4 @@ bitwise = sum(got[s] == want[s] for s in want)
 print(f"20 losses: {bitwise} bitwise equal, largest relative difference {worst:.3g}")
 sys.exit(0 if worst <= 1e-5 else 1)
 EOF
-echo "kill -> training again (step 11 on 2 ranks): $(echo "$again - $killed" | bc) s"
+[[ -n $grow ]] || echo "kill -> training again (step 11 on 2 ranks): $(echo "$again - $killed" | bc) s"
