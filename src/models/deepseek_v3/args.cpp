@@ -1,12 +1,7 @@
 // SPDX-License-Identifier: BSD-3-Clause
 #include "titan/models/deepseek_v3/args.hpp"
 
-#include <fmt/format.h>
-#include <fmt/ranges.h>
-
-#include <map>
-
-#include "titan/core/error.hpp"
+#include "titan/models/decoder.hpp"
 #include "titan/nn/rope.hpp"
 
 namespace titan::deepseek_v3 {
@@ -18,9 +13,9 @@ double DeepSeekV3Args::softmax_mscale(int64_t seq_len) const {
 }
 
 namespace {
-const std::map<std::string, DeepSeekV3Args, std::less<>>& flavors() {
+const models::FlavorTable<DeepSeekV3Args>& flavors() {
   // torchtitan 0.2.2's deepseekv3_args; its MLA dims (kv_lora_rank 512, qk 128 + 64, v 128) are the defaults.
-  static const std::map<std::string, DeepSeekV3Args, std::less<>> table = {
+  static const models::FlavorTable<DeepSeekV3Args> table = {
       {"debugmodel",
        {.dim = 256,
         .n_layers = 6,
@@ -92,21 +87,8 @@ const std::map<std::string, DeepSeekV3Args, std::less<>>& flavors() {
 }
 }  // namespace
 
-std::vector<std::string> flavor_names() {
-  std::vector<std::string> names;
-  for (const auto& [name, args] : flavors()) names.push_back(name);
-  return names;
-}
+std::vector<std::string> flavor_names() { return models::flavor_names(flavors()); }
 
-DeepSeekV3Args flavor(std::string_view name) {
-  const auto it = flavors().find(name);
-  if (it == flavors().end()) {
-    throw ConfigError("model.flavor",
-                      fmt::format("[titan::deepseek_v3] expected model.flavor to be one of {}, got '{}'. "
-                                  "Pick one of these flavors.",
-                                  flavor_names(), name));
-  }
-  return it->second;
-}
+DeepSeekV3Args flavor(std::string_view name) { return models::find_flavor(flavors(), name, "titan::deepseek_v3"); }
 
 }  // namespace titan::deepseek_v3
