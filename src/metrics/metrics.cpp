@@ -122,6 +122,8 @@ void MetricsProcessor::add_step(int64_t tokens, double data_seconds) {
   ++steps_since_log_;
 }
 
+void MetricsProcessor::add_scalar(const std::string& key, double value) { scalars_[key] = value; }
+
 StepMetrics MetricsProcessor::log(int64_t step, double loss, double grad_norm, double lr) {
   const auto now = std::chrono::steady_clock::now();
   const double elapsed = std::chrono::duration<double>(now - last_log_).count();
@@ -181,8 +183,10 @@ StepMetrics MetricsProcessor::log(int64_t step, double loss, double grad_norm, d
       record["memory/activations(GiB)"] = static_cast<double>(m.parts->activations) / kGiB;
       record["memory/communication(GiB)"] = static_cast<double>(m.parts->communication) / kGiB;
     }
+    for (const auto& [key, value] : scalars_) record[key] = value;
     write(jsonl_, tensorboard_.get(), step, record);
   }
+  scalars_.clear();
   if (m.memory.num_alloc_retries > 0 || m.memory.num_ooms > 0) {
     log::warn("{} CUDA allocation retries and {} OOMs so far", m.memory.num_alloc_retries, m.memory.num_ooms);
   }

@@ -195,12 +195,12 @@ void ExpertParallel::reduce_expert_gradients(double divide_by) const {
   }
 }
 
-void ExpertParallel::update_expert_bias() const {
+std::vector<at::Tensor> ExpertParallel::update_expert_bias() const {
   std::vector<at::Tensor> counts;
   for (const auto& moe : layers_) {
     if (moe->expert_bias.defined()) counts.push_back(moe->tokens_per_expert);
   }
-  if (counts.empty()) return;
+  if (counts.empty()) return {};
   at::NoGradGuard no_grad;
   for (const dist::ProcessGroup& group : loss_ranks_) {
     if (group.size() == 1) continue;
@@ -212,7 +212,11 @@ void ExpertParallel::update_expert_bias() const {
       offset += c.numel();
     }
   }
+  std::vector<at::Tensor> loads;  // (E) each: the summed counts, before the update zeroes them
+  loads.reserve(counts.size());
+  for (const at::Tensor& c : counts) loads.push_back(c.clone());
   for (const auto& moe : layers_) moe->update_expert_bias(moe->args.load_balance_coeff);
+  return loads;
 }
 
 std::string ExpertParallel::describe() const {

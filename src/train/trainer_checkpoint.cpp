@@ -27,6 +27,10 @@ checkpoint::State TrainerCore::checkpoint_state() const {
   for (size_t i = names.size(); i < model_.parameters.size(); ++i) names.push_back(fmt::format("param_{}", i));
   checkpoint::add_model(state, names, model_.parameters, mesh_.get());
   checkpoint::add_optimizer(state, names, *optimizer_, mesh_.get());
+  // The MoE expert biases: buffers, not parameters, so a group of their own ("moe.<fqn>"); a checkpoint
+  // without it loads as before (its bias stays zero), and HF exports of the model group stay as they were.
+  for (const auto& [name, bias] : expert_biases_)
+    state.tensors.push_back(checkpoint::state_tensor("moe." + name, bias, mesh_.get()));
   // The schedule is a pure function of the step: its state is the step (torch's LambdaLR last_epoch).
   state.values["lr_scheduler"] = {{"last_epoch", step_}};
   // At a step boundary the loader's state is the same on every rank and loads under any dp degree.
@@ -44,6 +48,11 @@ void TrainerCore::load_checkpoint() {
   checkpoint::State state = checkpoint_state();
   const auto values = checkpointer_->load(state);
   if (!values) return;
+  for (const auto& st : state.tensors) {
+    for (auto& [name, bias] : expert_biases_) {
+      if (st.key == "moe." + name && !st.tensor.is_same(bias)) bias.copy_(st.tensor);
+    }
+  }
   if (values->contains("train_state")) {
     step_ = values->at("train_state").at("step").get<int64_t>();
     for (const auto& st : state.tensors) {

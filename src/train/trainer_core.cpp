@@ -39,6 +39,7 @@
 #include "titan/optim/lr_schedule.hpp"
 #include "titan/parallel/context_parallel.hpp"
 #include "titan/parallel/data_parallel.hpp"
+#include "titan/parallel/expert_parallel.hpp"
 #include "titan/parallel/parallelize.hpp"
 #include "titan/parallel/pipeline.hpp"
 #include "titan/train/data_setup.hpp"
@@ -190,6 +191,12 @@ void TrainerCore::convert(torch::nn::Module& model) {
 
 void TrainerCore::parallelize(torch::nn::Module& model, const parallel::ParallelPlan& plan) {
   parallel_ = std::make_unique<Parallelized>(titan::parallelize(model, *mesh_, plan));
+  // Every MoE layer, for the auxiliary-loss-free balancing each step (ep = 1: only recorded).
+  moe_ = std::make_unique<parallel::ExpertParallel>(
+      parallel::apply_expert_parallel(model, *mesh_, {.moe_modules = parallel::moe_modules(model)}));
+  for (const auto& item : model.named_buffers(/*recurse=*/true)) {
+    if (item.key().ends_with(".expert_bias")) expert_biases_.emplace_back(item.key(), item.value());
+  }
   if (const std::string applied = parallel_->describe(); applied != "one device") {
     log::info("Applied {} to the model", applied);
   }
@@ -377,6 +384,9 @@ void TrainerCore::run_step() {
               "[titan::Trainer] expected a finite loss, got {} at step {}. Lower optimizer.lr, raise "
               "lr_scheduler.warmup_steps, or check the data; debug.deterministic reproduces the run.",
               fb.loss, step_);
+  // torchtitan's optimizer pre-step hook: each MoE layer's counts of this step's microbatches summed
+  // over dp x cp, then its expert bias moved toward balance (outside autograd) and the counts zeroed.
+  const std::vector<at::Tensor> loads = moe_->update_expert_bias();  // (E) each
   double norm = 0;
   dist::report_progress(step_, "optimizer step");
   {
@@ -391,6 +401,11 @@ void TrainerCore::run_step() {
 
   metrics_->add_step(fb.tokens, data_seconds);
   if (step_ == 1 || step_ % config_.metrics.log_freq == 0 || step_ == config_.training.steps) {
+    if (!loads.empty()) {
+      double ratio = 0;  // the most loaded expert over the mean load, the worst layer
+      for (const at::Tensor& load : loads) ratio = std::max(ratio, (load.max() / load.mean()).item<double>());
+      metrics_->add_scalar("moe/max_load_ratio", ratio);
+    }
     const StepMetrics logged = metrics_->log(step_, fb.loss, norm, lr);
     if (logged.parts) last_memory_ = *logged.parts;
     if (step_ == 1 && logged.parts) {

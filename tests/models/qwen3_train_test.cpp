@@ -5,6 +5,8 @@
 // gradients summed over tp) matches one rank. Ranks are threads on Gloo. The plan's units and styles.
 // The generic driver (examples/train.cpp) trains `--model.name qwen3 --model.flavor debugmodel` with the
 // Trainer's checkpoints and metrics: 4 steps equal 2 steps then a resumed process for 2, bitwise.
+// The Trainer updates a small Qwen3-MoE's expert biases each step (auxiliary-loss-free balancing),
+// logs moe/max_load_ratio, and checkpoints the biases: a resume from step 2 repeats steps 3-4 bitwise.
 #include <ATen/ATen.h>
 #include <ATen/CPUGeneratorImpl.h>
 #include <fmt/format.h>
@@ -26,6 +28,8 @@
 #include "titan/optim/clip.hpp"
 #include "titan/parallel/parallelize.hpp"
 #include "titan/train/step.hpp"
+#include "titan/train/trainer.hpp"
+#include "train/train_test_util.hpp"
 
 using namespace titan;
 
@@ -263,4 +267,79 @@ TEST_CASE("train --model.name qwen3 resumes from its checkpoint bitwise", "[mode
   test::Subprocess bad({(test::binary_dir() / "bin" / "train").string(), "--model.name", "qwen4"}, env);
   test::require_exit(bad, 1, 60);
   CHECK_THAT(bad.output(), Catch::Contains("model.name") && Catch::Contains("qwen4"));
+}
+
+namespace {
+
+// The parity model (4 experts, top-2, load_balance_coeff 1e-3) with the tests' tokenizer's vocab, for the Trainer.
+struct TinyQwen3Moe : qwen3::Qwen3 {
+  using qwen3::Qwen3::Qwen3;
+  static std::shared_ptr<TinyQwen3Moe> build(const JobConfig& config, int64_t vocab_size, const at::Device& device,
+                                             const std::vector<std::string>& modules = {}) {
+    qwen3::Qwen3Args args = parity_args();
+    args.vocab_size = vocab_size > 0 ? vocab_size : 2048;
+    return std::make_shared<TinyQwen3Moe>(args, config.training.seq_len, at::TensorOptions().device(device), modules);
+  }
+};
+
+JobConfig moe_job(const std::filesystem::path& dump) {
+  JobConfig c = test::tinyshakespeare_job(dump, /*seq_len=*/32, /*local_batch=*/2, /*steps=*/4, /*seed=*/7);
+  c.model.name = "qwen3";
+  c.lr_scheduler.warmup_steps = 2;
+  c.metrics.disable_color_printing = true;
+  c.metrics.log_freq = 1;
+  c.debug.deterministic = true;
+  c.activation_checkpoint.mode = AcMode::none;
+  c.training.global_batch_size = 4;  // two accumulated microbatches: the counts add up over both
+  c.checkpoint.enable = true;
+  c.checkpoint.interval = 2;
+  c.checkpoint.last_save_model_only = false;
+  return c;
+}
+
+std::vector<at::Tensor> expert_biases(const torch::nn::Module& model) {
+  std::vector<at::Tensor> out;
+  for (const auto& item : model.named_buffers()) {
+    if (item.key().ends_with(".expert_bias")) out.push_back(item.value().clone());
+  }
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("qwen3-moe trainer updates the expert bias and resumes it bitwise", "[models][qwen3][train][moe][resume]") {
+  test::TempDir straight, resumed;
+  Trainer<TinyQwen3Moe> a(moe_job(straight.path));
+  a.train();
+  const std::vector<double> want = a.core().loss_history();
+  const std::vector<at::Tensor> bias = expert_biases(a.model());
+  REQUIRE(want.size() == 4);
+  REQUIRE(bias.size() == 2);  // layers 0 and 2 are MoE
+  for (const at::Tensor& b : bias) {
+    // sign updates of 1e-3 per step, centred: nonzero unless all four steps were exactly balanced.
+    CHECK(b.abs().max().item<double>() > 0);
+    CHECK(std::abs(b.sum().item<double>()) < 1e-6);  // each update has zero mean (fp32 rounding)
+  }
+  // Every logged step carries the worst layer's max load over mean load (>= 1 by definition, <= 4 experts).
+  std::istringstream lines(test::read_file(straight.path / "metrics.jsonl"));
+  int64_t logged = 0;
+  for (std::string line; std::getline(lines, line); ++logged) {
+    const double ratio = nlohmann::json::parse(line).at("moe/max_load_ratio").get<double>();
+    CHECK(ratio >= 1.0);
+    CHECK(ratio <= 4.0);
+  }
+  CHECK(logged == 4);
+  // Resume from the step-2 checkpoint: steps 3 and 4 repeat bitwise only if the biases were restored.
+  std::filesystem::create_directories(resumed.path / "checkpoint");
+  std::filesystem::copy(straight.path / "checkpoint" / "step-2", resumed.path / "checkpoint" / "step-2",
+                        std::filesystem::copy_options::recursive);
+  Trainer<TinyQwen3Moe> b(moe_job(resumed.path));
+  b.train();
+  const std::vector<double> got = b.core().loss_history();
+  REQUIRE(got.size() == 2);
+  CHECK(got[0] == want[2]);  // deterministic CPU fp32: the same operations on the same bits
+  CHECK(got[1] == want[3]);
+  const std::vector<at::Tensor> resumed_bias = expert_biases(b.model());
+  REQUIRE(resumed_bias.size() == bias.size());
+  for (size_t i = 0; i < bias.size(); ++i) CHECK(at::equal(resumed_bias[i], bias[i]));
 }

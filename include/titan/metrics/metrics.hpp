@@ -12,6 +12,7 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -108,6 +109,8 @@ class MetricsProcessor {
   /// is the mean step time since the first log of this process (step 1's warm-up left out), times
   /// the steps left; at the first log, that log's mean step time.
   StepMetrics log(int64_t step, double loss, double grad_norm, double lr);
+  /// A scalar for the next logged record's JSONL and TensorBoard, e.g. "moe/max_load_ratio".
+  void add_scalar(const std::string& key, double value);
   /// Prints and writes a validation result: the token-mean loss over `tokens` and its perplexity.
   void log_validation(int64_t step, double loss, int64_t tokens);
   /// Console line for a record (fixed fields, optional ANSI colors).
@@ -125,6 +128,7 @@ class MetricsProcessor {
   int64_t steps_since_log_ = 0;
   double data_seconds_since_log_ = 0;
   int64_t tokens_seen_ = 0;
+  std::map<std::string, double> scalars_{};  // add_scalar's, written by the next log
 };
 
 }  // namespace titan

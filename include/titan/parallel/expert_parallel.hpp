@@ -77,7 +77,8 @@ class ExpertParallel {
   void reduce_expert_gradients(double divide_by = 1.0) const;
   /// Each layer's tokens_per_expert summed over the loss ranks (dp x cp, one all-reduce for all
   /// layers), then nn::MoE::update_expert_bias(load_balance_coeff): the bias of one device.
-  void update_expert_bias() const;
+  /// Returns the summed counts of each layer with a bias (E) fp32, taken before they are zeroed.
+  std::vector<at::Tensor> update_expert_bias() const;
   /// The MoE layers under expert parallelism, in plan order.
   const std::vector<std::shared_ptr<nn::MoE>>& layers() const { return layers_; }
   /// The sharded expert weights (w1, w2, w3 of each layer): their local shard (E/ep, ...).

@@ -9,6 +9,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "titan/core/config.hpp"
@@ -33,7 +34,8 @@ class Mesh;
 class Parallelized;
 namespace parallel {
 struct ParallelPlan;
-}
+class ExpertParallel;
+}  // namespace parallel
 namespace checkpoint {
 class Checkpointer;
 class HfAdapter;
@@ -132,8 +134,10 @@ class TrainerCore {
   at::Device device_ = at::kCPU;
   int64_t seed_ = 0;
   std::unique_ptr<dist::Mesh> mesh_;
-  std::unique_ptr<Parallelized> parallel_;  // the model's parallel state (one device: nothing applied)
-  LossFn loss_;                             // empty: cross_entropy_sum
+  std::unique_ptr<Parallelized> parallel_;         // the model's parallel state (one device: nothing applied)
+  std::unique_ptr<parallel::ExpertParallel> moe_;  // the model's MoE layers: expert-bias updates each step
+  std::vector<std::pair<std::string, at::Tensor>> expert_biases_;  // FQN, (E) fp32 buffer: checkpointed
+  LossFn loss_;                                                    // empty: cross_entropy_sum
   int64_t dp_degree_ = 1;
   int64_t dp_rank_ = 0;
   int64_t grad_accum_steps_ = 1;
