@@ -145,7 +145,9 @@ ExpertParallel apply_expert_parallel(torch::nn::Module& model, const dist::Mesh&
   ep.ep_ = mesh.size("ep");
   ep.efsdp_ = mesh.size("efsdp");
   ep.expert_replicas_ = {mesh.group("efsdp"), mesh.group("dp_replicate")};
-  ep.loss_ranks_ = {mesh.group("dp_cp")};
+  // dp x cp ranks hold different tokens; under sequence parallel so do the tp ranks (a MoE fed whole
+  // sequences counts the same tokens on each, doubling every count: the sign update does not mind).
+  ep.loss_ranks_ = {mesh.group("dp_cp"), mesh.group("tp")};
   const int64_t rank = mesh.coordinate("ep");
   for (const std::string& path : plan.moe_modules) {
     torch::nn::Module& module = detail::find_module(model, path, "expert_parallel");

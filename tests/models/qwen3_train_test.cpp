@@ -2,8 +2,8 @@
 // Qwen3 under its own parallel plan (the one the Trainer applies): a small Qwen3-MoE (two MoE
 // layers, a dense one between them) trained 10 steps under FSDP 2 (routed experts in units of their
 // own) and under TP 2 with sequence and loss parallel (q/k norms and MoE weights replicated, their
-// gradients summed over tp) matches one rank. Ranks are threads on Gloo. The plan's units and styles.
-// The generic driver (examples/train.cpp) trains `--model.name qwen3 --model.flavor debugmodel` with the
+// gradients summed over tp) matches one rank, expert biases included. Ranks are threads on Gloo. The plan's units and
+// styles. The generic driver (examples/train.cpp) trains `--model.name qwen3 --model.flavor debugmodel` with the
 // Trainer's checkpoints and metrics: 4 steps equal 2 steps then a resumed process for 2, bitwise.
 // The Trainer updates a small Qwen3-MoE's expert biases each step (auxiliary-loss-free balancing),
 // logs moe/max_load_ratio, and checkpoints the biases: a resume from step 2 repeats steps 3-4 bitwise.
@@ -26,6 +26,7 @@
 #include "titan/nn/init.hpp"
 #include "titan/optim/adamw.hpp"
 #include "titan/optim/clip.hpp"
+#include "titan/parallel/expert_parallel.hpp"
 #include "titan/parallel/parallelize.hpp"
 #include "titan/train/step.hpp"
 #include "titan/train/trainer.hpp"
@@ -73,6 +74,7 @@ struct Result {
   std::vector<at::Tensor> weights;  // whole parameters after the last step
   std::vector<std::string> names;   // their FQNs
   parallel::ParallelPlan plan;      // the plan applied
+  std::vector<at::Tensor> biases;   // each MoE layer's expert bias (E) after the last step
 };
 
 Result train(const dist::Mesh& mesh) {
@@ -82,6 +84,9 @@ Result train(const dist::Mesh& mesh) {
   result.plan = model.parallel_plan(parity_config(), mesh);
   const Parallelized applied = parallelize(model, mesh, result.plan);
   model.init_weights();  // after sharding: every rank fills only its shard
+  // The Trainer's expert-bias update: counts summed over dp x cp, then each layer's bias (ep = 1).
+  const parallel::ExpertParallel moe =
+      parallel::apply_expert_parallel(model, mesh, {.moe_modules = parallel::moe_modules(model)});
   const auto params = model.unique_parameters();
   AdamW optimizer(params, {.lr = kLr, .weight_decay = 0.1});
   const LossFn loss = [&applied](const at::Tensor& logits, const at::Tensor& labels) {
@@ -104,10 +109,12 @@ Result train(const dist::Mesh& mesh) {
     at::Tensor global = at::full({1}, local_loss, at::kDouble);
     mesh.group("dp_cp").all_reduce(global).wait();
     result.losses.push_back(global.item<double>());
+    moe.update_expert_bias();
     clip_grad_norm_(params, 1.0, &mesh);
     optimizer.step(kLr);
   }
   for (const auto& p : params) result.weights.push_back(parallel::full_tensor(p, mesh));
+  for (const auto& layer : moe.layers()) result.biases.push_back(layer->expert_bias.clone());
   for (const auto& p : params) {
     for (const auto& item : model.named_parameters(/*recurse=*/true)) {
       if (item.value().is_same(p)) result.names.push_back(item.key());
@@ -139,6 +146,14 @@ void check_against_one_rank(const dist::MeshShape& shape) {
     for (size_t s = 0; s < r.losses.size(); ++s) {
       INFO("step " << s + 1);
       CHECK(r.losses[s] == Approx(one.losses[s]).epsilon(1e-5));
+    }
+    // The expert biases move (sign updates of 1e-3) and every rank holds one device's: the counts are
+    // integers summed exactly, so only a routing flip could differ (1e-5: fp32 rounding of the updates).
+    REQUIRE(r.biases.size() == 2);
+    REQUIRE(one.biases.size() == 2);
+    for (size_t i = 0; i < r.biases.size(); ++i) {
+      CHECK(one.biases[i].abs().max().item<double>() > 0);
+      CHECK(at::allclose(r.biases[i], one.biases[i], 0, 1e-5));
     }
     REQUIRE(r.names == one.names);
     for (size_t i = 0; i < r.weights.size(); ++i) {

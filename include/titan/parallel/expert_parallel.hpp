@@ -75,9 +75,9 @@ class ExpertParallel {
   /// weight's gradient, divided by divide_by. With a loss normalised by the global token count (the
   /// ranks' losses add up to one device's), divide_by = 1; with a per-rank mean loss, the dp degree.
   void reduce_expert_gradients(double divide_by = 1.0) const;
-  /// Each layer's tokens_per_expert summed over the loss ranks (dp x cp, one all-reduce for all
-  /// layers), then nn::MoE::update_expert_bias(load_balance_coeff): the bias of one device.
-  /// Returns the summed counts of each layer with a bias (E) fp32, taken before they are zeroed.
+  /// Each layer's tokens_per_expert summed over the loss ranks (dp x cp, then tp for sequence
+  /// parallel; one all-reduce per axis for all layers), then nn::MoE::update_expert_bias(load_balance_coeff): the bias
+  /// of one device. Returns the summed counts of each layer with a bias (E) fp32, taken before they are zeroed.
   std::vector<at::Tensor> update_expert_bias() const;
   /// The MoE layers under expert parallelism, in plan order.
   const std::vector<std::shared_ptr<nn::MoE>>& layers() const { return layers_; }
@@ -92,7 +92,7 @@ class ExpertParallel {
   int64_t ep_ = 1;
   int64_t efsdp_ = 1;
   std::vector<dist::ProcessGroup> expert_replicas_{};  // efsdp, dp_replicate: ranks holding the same experts
-  std::vector<dist::ProcessGroup> loss_ranks_{};       // dp_cp: ranks whose counts add up
+  std::vector<dist::ProcessGroup> loss_ranks_{};       // dp_cp, tp: ranks whose counts add up
 };
 
 /// Shards the routed experts of each planned MoE layer over mesh.group("ep") (keeps this rank's
