@@ -214,7 +214,12 @@ struct Rendezvous::Impl {
   void fail_locally(const std::string& why) {
     if (exited) return;
     exited = true;
-    events.push_back({.kind = RendezvousEvent::Kind::exit, .round = {}, .graceful = false, .status = 1, .reason = why});
+    // Filled member by member: GCC 12 -O3 warns (maybe-uninitialized) on a designated temporary here.
+    RendezvousEvent e;
+    e.kind = RendezvousEvent::Kind::exit;
+    e.status = 1;
+    e.reason = why;
+    events.push_back(std::move(e));
   }
 
   void on_host_line(const std::string& line) {
