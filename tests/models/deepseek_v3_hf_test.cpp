@@ -42,9 +42,9 @@ at::Tensor titan_logits(const deepseek_v3::DeepSeekV3& model, const at::Tensor& 
 }
 
 struct Loaded {
-  std::shared_ptr<deepseek_v3::DeepSeekV3> model;
-  at::Tensor tokens;  // (B, S)
-  at::Tensor logits;  // (B, S, V): transformers'
+  std::shared_ptr<deepseek_v3::DeepSeekV3> model{};
+  at::Tensor tokens{};  // (B, S)
+  at::Tensor logits{};  // (B, S, V): transformers'
 };
 
 // transformers saves a random model with `flags`; titan loads it.
@@ -55,7 +55,7 @@ Loaded load_random_hf(const fs::path& dir, const std::string& flags) {
   const checkpoint::SafetensorsFile expected(oracle);
   const checkpoint::HfReader reader(hf);
   const deepseek_v3::DeepSeekV3Args args = deepseek_v3::args_from_hf_config(reader.config());
-  Loaded out{.tokens = expected.read("tokens"), .logits = expected.read("logits")};
+  Loaded out{.model = nullptr, .tokens = expected.read("tokens"), .logits = expected.read("logits")};
   out.model = std::make_shared<deepseek_v3::DeepSeekV3>(args, out.tokens.size(1), at::TensorOptions());
   checkpoint::State state = model_state(*out.model);
   const bool interleave = reader.config().value("rope_interleave", true);
