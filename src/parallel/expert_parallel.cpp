@@ -9,6 +9,7 @@
 #include <torch/csrc/autograd/functions/utils.h>
 #include <torch/nn/module.h>
 
+#include <chrono>
 #include <numeric>
 #include <utility>
 
@@ -22,24 +23,49 @@ namespace {
 
 using torch::autograd::variable_list;
 
+using Timer = detail::AllToAllTimer;
+
+bool timing(const Timer* timer) { return timer != nullptr && timer->on.load(std::memory_order_relaxed); }
+
+int64_t nanoseconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0).count();
+}
+
+// timer: books the exchange (time, bytes sent off this rank) when on; null for untimed callers.
 at::Tensor exchange(const at::Tensor& x, const dist::ProcessGroup& group, const std::vector<int64_t>& out_splits,
-                    const std::vector<int64_t>& in_splits) {
+                    const std::vector<int64_t>& in_splits, Timer* timer = nullptr) {
+  const bool timed = timing(timer);
+  const auto t0 = timed ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point();
   const int64_t rows = std::accumulate(out_splits.begin(), out_splits.end(), int64_t{0});
   auto sizes = x.sizes().vec();
   sizes[0] = rows;
   at::Tensor out = at::empty(sizes, x.options());  // (sum(out_splits), *x.shape[1:])
   group.all_to_all(out, x.contiguous(), out_splits, in_splits).wait();
+  if (timed) {
+    const int64_t kept = group.size() > 1 ? in_splits[static_cast<size_t>(group.rank())] : x.size(0);
+    const int64_t row_bytes = x.size(0) > 0 ? x.numel() / x.size(0) * x.element_size() : 0;
+    timer->nanoseconds += nanoseconds_since(t0);
+    timer->bytes_sent += (x.size(0) - kept) * row_bytes;
+    ++timer->exchanges;
+  }
   return out;
 }
 
+at::Tensor all_to_all_v_timed(const at::Tensor& x, const dist::ProcessGroup& group, std::vector<int64_t> out_splits,
+                              std::vector<int64_t> in_splits, std::shared_ptr<Timer> timer);
+
 // The gradient of all_to_all_v: the same exchange with the splits swapped.
 struct AllToAllVBackward : torch::autograd::Node {
-  AllToAllVBackward(dist::ProcessGroup group, std::vector<int64_t> out_splits, std::vector<int64_t> in_splits)
-      : group_(std::move(group)), out_splits_(std::move(out_splits)), in_splits_(std::move(in_splits)) {}
+  AllToAllVBackward(dist::ProcessGroup group, std::vector<int64_t> out_splits, std::vector<int64_t> in_splits,
+                    std::shared_ptr<Timer> timer)
+      : group_(std::move(group)),
+        out_splits_(std::move(out_splits)),
+        in_splits_(std::move(in_splits)),
+        timer_(std::move(timer)) {}
   variable_list apply(variable_list&& grads) override {
     if (!grads[0].defined()) return {at::Tensor()};
     at::NoGradGuard no_grad;
-    return {exchange(grads[0], group_, in_splits_, out_splits_)};
+    return {exchange(grads[0], group_, in_splits_, out_splits_, timer_.get())};
   }
   std::string name() const override { return "titan::parallel::AllToAllVBackward"; }
 
@@ -47,6 +73,7 @@ struct AllToAllVBackward : torch::autograd::Node {
   dist::ProcessGroup group_;
   std::vector<int64_t> out_splits_;
   std::vector<int64_t> in_splits_;
+  std::shared_ptr<Timer> timer_;
 };
 
 std::vector<int64_t> block_sums(const at::Tensor& counts, int64_t blocks) {  // counts (blocks * per) int64 CPU
@@ -58,7 +85,8 @@ std::vector<int64_t> block_sums(const at::Tensor& counts, int64_t blocks) {  // 
 // _token_dispatch / _token_combine, with a host-built permutation).
 class AllToAllDispatch final : public nn::RoutedExpertsDispatch {
  public:
-  explicit AllToAllDispatch(dist::ProcessGroup group) : group_(std::move(group)) {}
+  AllToAllDispatch(dist::ProcessGroup group, std::shared_ptr<Timer> timer)
+      : group_(std::move(group)), timer_(std::move(timer)) {}
 
   at::Tensor run(const nn::GroupedExperts& experts, const at::Tensor& x,
                  const at::Tensor& tokens_per_expert) const override {
@@ -68,7 +96,10 @@ class AllToAllDispatch final : public nn::RoutedExpertsDispatch {
     // Counts first: recv_counts[s * local + e] = slots rank s sends to my expert e.
     at::Tensor send_counts = tokens_per_expert.to(x.device(), at::kLong).contiguous();  // (E)
     at::Tensor recv_counts = at::empty_like(send_counts);                               // (E)
+    const bool timed = timing(timer_.get());
+    const auto t0 = timed ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point();
     group_.all_to_all(recv_counts, send_counts).wait();
+    if (timed) timer_->count_nanoseconds += nanoseconds_since(t0);
     const at::Tensor sent = send_counts.to(at::kCPU);      // (E)
     const at::Tensor received = recv_counts.to(at::kCPU);  // (E): (source rank, local expert)
     std::vector<int64_t> in_splits = block_sums(sent, n);
@@ -88,15 +119,16 @@ class AllToAllDispatch final : public nn::RoutedExpertsDispatch {
       }
     }
     perm = perm.to(x.device());
-    const at::Tensor inverse = at::argsort(perm);                                              // (M)
-    const at::Tensor local_counts = recv_counts.view({n, local}).sum(0);                       // (E/ep)
-    at::Tensor routed = all_to_all_v(x, group_, out_splits, in_splits).index_select(0, perm);  // (M, D)
-    at::Tensor out = experts.forward(routed, local_counts).index_select(0, inverse);           // (M, D)
-    return all_to_all_v(out, group_, in_splits, out_splits);                                   // (N, D)
+    const at::Tensor inverse = at::argsort(perm);                                                            // (M)
+    const at::Tensor local_counts = recv_counts.view({n, local}).sum(0);                                     // (E/ep)
+    at::Tensor routed = all_to_all_v_timed(x, group_, out_splits, in_splits, timer_).index_select(0, perm);  // (M, D)
+    at::Tensor out = experts.forward(routed, local_counts).index_select(0, inverse);                         // (M, D)
+    return all_to_all_v_timed(out, group_, in_splits, out_splits, timer_);                                   // (N, D)
   }
 
  private:
   dist::ProcessGroup group_;
+  std::shared_ptr<Timer> timer_;
 };
 
 void all_reduce_grads(const std::vector<at::Tensor>& params, const dist::ProcessGroup& group) {
@@ -111,21 +143,31 @@ void all_reduce_grads(const std::vector<at::Tensor>& params, const dist::Process
 
 }  // namespace
 
-at::Tensor all_to_all_v(const at::Tensor& x, const dist::ProcessGroup& group, std::vector<int64_t> out_splits,
-                        std::vector<int64_t> in_splits) {
+namespace {
+
+at::Tensor all_to_all_v_timed(const at::Tensor& x, const dist::ProcessGroup& group, std::vector<int64_t> out_splits,
+                              std::vector<int64_t> in_splits, std::shared_ptr<Timer> timer) {
   TITAN_CHECK_VALUE(x.dim() >= 1, "[titan::parallel::all_to_all_v] expected a tensor with rows, got a scalar.");
   at::Tensor out;
   {
     at::NoGradGuard no_grad;
-    out = exchange(x, group, out_splits, in_splits);
+    out = exchange(x, group, out_splits, in_splits, timer.get());
   }
   if (c10::GradMode::is_enabled() && x.requires_grad()) {
     auto node = std::shared_ptr<AllToAllVBackward>(
-        new AllToAllVBackward(group, std::move(out_splits), std::move(in_splits)), torch::autograd::deleteNode);
+        new AllToAllVBackward(group, std::move(out_splits), std::move(in_splits), std::move(timer)),
+        torch::autograd::deleteNode);
     node->set_next_edges(torch::autograd::collect_next_edges(x));
     torch::autograd::set_history(out, node);
   }
   return out;
+}
+
+}  // namespace
+
+at::Tensor all_to_all_v(const at::Tensor& x, const dist::ProcessGroup& group, std::vector<int64_t> out_splits,
+                        std::vector<int64_t> in_splits) {
+  return all_to_all_v_timed(x, group, std::move(out_splits), std::move(in_splits), nullptr);
 }
 
 std::vector<std::string> moe_modules(const torch::nn::Module& model) {
@@ -170,7 +212,7 @@ ExpertParallel apply_expert_parallel(torch::nn::Module& model, const dist::Mesh&
       for (at::Tensor* w : {&moe->experts->w1, &moe->experts->w2, &moe->experts->w3}) {
         w->set_data(w->narrow(0, rank * local, local).clone());  // (E/ep, ...): this rank's experts
       }
-      moe->dispatch = std::make_shared<AllToAllDispatch>(mesh.group("ep"));
+      moe->dispatch = std::make_shared<AllToAllDispatch>(mesh.group("ep"), ep.timer_);
     }
     ep.layers_.push_back(std::move(moe));
   }
@@ -219,6 +261,17 @@ std::vector<at::Tensor> ExpertParallel::update_expert_bias() const {
   for (const at::Tensor& c : counts) loads.push_back(c.clone());
   for (const auto& moe : layers_) moe->update_expert_bias(moe->args.load_balance_coeff);
   return loads;
+}
+
+AllToAllStats ExpertParallel::all_to_all_stats() const {
+  return {.exchanges = timer_->exchanges,
+          .bytes_sent = timer_->bytes_sent,
+          .seconds = static_cast<double>(timer_->nanoseconds) * 1e-9,
+          .count_seconds = static_cast<double>(timer_->count_nanoseconds) * 1e-9};
+}
+
+void ExpertParallel::reset_all_to_all_stats() const {
+  timer_->exchanges = timer_->bytes_sent = timer_->nanoseconds = timer_->count_nanoseconds = 0;
 }
 
 std::string ExpertParallel::describe() const {

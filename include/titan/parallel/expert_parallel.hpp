@@ -27,6 +27,8 @@
 
 #include <ATen/core/Tensor.h>
 
+#include <atomic>
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
@@ -58,6 +60,27 @@ std::vector<std::string> moe_modules(const torch::nn::Module& model);
 /// "ExpertParallel(layers.0.moe, layers.1.moe)"
 std::string format_as(const ExpertParallelPlan& plan);
 
+/// The token all-to-alls of this rank's EP layers since the last reset, while timing is on
+/// (ExpertParallel::time_all_to_alls): what a benchmark puts next to the step time.
+struct AllToAllStats {
+  /// Token exchanges run: dispatch and combine, forward and backward (4 per layer per step).
+  int64_t exchanges = 0;
+  /// Bytes of slots this rank sent to the other ep ranks in them (its own rows stay put).
+  int64_t bytes_sent = 0;
+  /// Wall time inside them, issue to completion: includes waiting for the slowest ep rank.
+  double seconds = 0;
+  /// Wall time of the per-expert count exchanges that precede each dispatch (forward only).
+  double count_seconds = 0;
+};
+
+namespace detail {
+// Shared by the copies of one ExpertParallel, its layers' dispatches and their backward nodes.
+struct AllToAllTimer {
+  std::atomic<bool> on{false};
+  std::atomic<int64_t> exchanges{0}, bytes_sent{0}, nanoseconds{0}, count_nanoseconds{0};
+};
+}  // namespace detail
+
 /// Differentiable all-to-all with variable splits on dim 0: rank r gets x's rows
 /// [sum(in_splits[:r]), +in_splits[r]); the result holds out_splits[s] rows from each rank s, in rank
 /// order. Backward: the reverse exchange (splits swapped). Exchange the counts first so every rank's
@@ -85,6 +108,11 @@ class ExpertParallel {
   std::vector<at::Tensor> expert_parameters() const;
   /// "EP(ep=2, efsdp=2, MoE layers: 2)", or "no EP".
   std::string describe() const;
+  /// Times the token all-to-alls of the layers (off by default; off costs one relaxed load per exchange).
+  void time_all_to_alls(bool on) const { timer_->on.store(on, std::memory_order_relaxed); }
+  /// What they cost since the last reset_all_to_all_stats(), while timing was on.
+  AllToAllStats all_to_all_stats() const;
+  void reset_all_to_all_stats() const;
 
  private:
   friend ExpertParallel apply_expert_parallel(torch::nn::Module&, const dist::Mesh&, const ExpertParallelPlan&);
@@ -93,6 +121,7 @@ class ExpertParallel {
   int64_t efsdp_ = 1;
   std::vector<dist::ProcessGroup> expert_replicas_{};  // efsdp, dp_replicate: ranks holding the same experts
   std::vector<dist::ProcessGroup> loss_ranks_{};       // dp_cp, tp: ranks whose counts add up
+  std::shared_ptr<detail::AllToAllTimer> timer_ = std::make_shared<detail::AllToAllTimer>();
 };
 
 /// Shards the routed experts of each planned MoE layer over mesh.group("ep") (keeps this rank's
