@@ -411,7 +411,11 @@ std::optional<std::string> find_hang(Process& p, std::chrono::milliseconds stale
   }
   if (!store || stale <= std::chrono::milliseconds(0)) return std::nullopt;
   try {
-    return find_hung_ranks(read_heartbeats(p, store), now_us(), stale, p.options.timeout);
+    const std::vector<Heartbeat> beats = read_heartbeats(p, store);
+    const int64_t now = now_us();
+    auto hang = find_hung_ranks(beats, now, stale, p.options.timeout);
+    if (hang) detail::tell_launcher_of_hang(detail::hang_summary(beats, now, stale, p.rank));
+    return hang;
   } catch (const std::exception& e) {
     log::warn("heartbeat: rank {} could not read the other ranks' heartbeats: {}", p.rank, error_message(e));
     return std::nullopt;

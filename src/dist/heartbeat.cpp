@@ -9,11 +9,15 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
 #include <mutex>
 #include <nlohmann/json.hpp>
 
 #include "heartbeat_impl.hpp"
 #include "titan/core/error.hpp"
+#include "titan/core/log.hpp"
 
 namespace titan::dist {
 
@@ -77,23 +81,40 @@ Heartbeat decode_heartbeat(const std::string& text) {
   return {};
 }
 
-std::optional<std::string> find_hung_ranks(const std::vector<Heartbeat>& beats, int64_t now_us,
-                                           std::chrono::milliseconds stale, std::chrono::milliseconds timeout) {
+namespace {
+
+// The ranks in `beats` that are training, in a timed phase, not waiting in a collective and made no
+// progress for `stale`; and the ranks waiting in a collective.
+struct Hang {
+  std::vector<const Heartbeat*> hung{};
+  std::vector<const Heartbeat*> waiting{};
+};
+
+Hang classify(const std::vector<Heartbeat>& beats, int64_t now_us, std::chrono::milliseconds stale) {
   const int64_t stale_us = std::chrono::duration_cast<std::chrono::microseconds>(stale).count();
-  std::vector<const Heartbeat*> hung;
-  std::vector<const Heartbeat*> waiting;
+  Hang h;
   for (const Heartbeat& b : beats) {
     if (!b.waiting.empty()) {
-      waiting.push_back(&b);
+      h.waiting.push_back(&b);
     } else if (b.step >= 1 && b.timed && now_us - b.wall_us >= stale_us) {
-      hung.push_back(&b);
+      h.hung.push_back(&b);
     }
   }
+  return h;
+}
+
+int64_t idle_seconds(const Heartbeat& b, int64_t now_us) { return (now_us - b.wall_us + 500'000) / 1'000'000; }
+
+}  // namespace
+
+std::optional<std::string> find_hung_ranks(const std::vector<Heartbeat>& beats, int64_t now_us,
+                                           std::chrono::milliseconds stale, std::chrono::milliseconds timeout) {
+  const auto [hung, waiting] = classify(beats, now_us, stale);
   if (hung.empty()) return std::nullopt;
   std::vector<std::string> parts;
   for (const Heartbeat* b : hung) {
     parts.push_back(fmt::format("rank {} made no progress for {} s (last: step {}, {}; pid {} on {})", b->rank,
-                                (now_us - b->wall_us + 500'000) / 1'000'000, b->step, b->phase, b->pid, b->host));
+                                idle_seconds(*b, now_us), b->step, b->phase, b->pid, b->host));
   }
   std::string text = fmt::format("{}", fmt::join(parts, "; "));
   if (!waiting.empty()) {
@@ -137,6 +158,32 @@ void collective_done(int64_t id) {
 }
 
 bool take_test_hang() { return state().hang.exchange(false); }
+
+std::string hang_summary(const std::vector<Heartbeat>& beats, int64_t now_us, std::chrono::milliseconds stale,
+                         int64_t detected_by) {
+  std::vector<std::string> parts;
+  for (const Heartbeat* b : classify(beats, now_us, stale).hung) {
+    parts.push_back(fmt::format("rank {} hung (no progress for {} s at step {}, {}; detected by rank {})", b->rank,
+                                idle_seconds(*b, now_us), b->step, b->phase, detected_by));
+  }
+  return fmt::format("{}", fmt::join(parts, "; "));
+}
+
+void tell_launcher_of_hang(const std::string& summary) {
+  const char* path = std::getenv("TITAN_RUN_HANG_FILE");
+  if (path == nullptr || *path == '\0' || summary.empty()) return;
+  // Written aside and renamed: the launcher reads it after the ranks exited, but never half a line.
+  const std::string tmp = fmt::format("{}.{}", path, getpid());
+  {
+    std::ofstream out(tmp, std::ios::trunc);
+    out << summary << '\n';
+    if (!out) {
+      log::warn("heartbeat: could not write {} for titan-run", tmp);
+      return;
+    }
+  }
+  if (std::rename(tmp.c_str(), path) != 0) log::warn("heartbeat: could not rename {} to {}", tmp, path);
+}
 
 std::string heartbeat_key(int64_t rank) { return fmt::format("titan/heartbeat/{}", rank); }
 

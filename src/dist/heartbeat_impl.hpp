@@ -3,8 +3,12 @@
 // updates it. The training thread writes it; the watchdog thread reads it.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <string>
+#include <vector>
+
+#include "titan/dist/heartbeat.hpp"
 
 namespace titan::dist::detail {
 
@@ -26,6 +30,13 @@ void note_progress(int64_t waiting_id);
 void collective_done(int64_t id);
 /// True once, after hang_in_next_collective_for_test.
 bool take_test_hang();
+/// The hang find_hung_ranks reports, in a few words for the launcher: "rank 1 hung (no progress for 5 s at
+/// step 4, data loading; detected by rank 0)", one such part per hung rank; empty when none.
+std::string hang_summary(const std::vector<Heartbeat>& beats, int64_t now_us, std::chrono::milliseconds stale,
+                         int64_t detected_by);
+/// Under titan-run, writes `summary` to $TITAN_RUN_HANG_FILE, from which the launcher names the hung rank in
+/// its log and in the restart reason (restarts.jsonl); nothing when the variable is unset (torchrun).
+void tell_launcher_of_hang(const std::string& summary);
 /// The store key of a rank's heartbeat.
 std::string heartbeat_key(int64_t rank);
 /// This machine's host name ("localhost" when unknown).

@@ -108,6 +108,9 @@ TEST_CASE("Hang: a rank asleep in a collective is named by every rank, which all
     CHECK(has_line(run.output(), rank, "(last: step 3, data loading; pid "));
     CHECK(has_line(run.output(), rank, "comm.train_timeout_seconds is 5 s"));
   }
+  // titan-run names the hung rank (which rank 0 detected), not only the first rank that exited.
+  CHECK(has_line(run.output(), "titan-run: rank 1 hung (no progress for ",
+                 " s at step 3, data loading; detected by rank 0); rank "));
   // The flight recorder dumped on both ranks with that reason.
   for (int r = 0; r < 2; ++r) {
     const fs::path file = dump.path / "comm_traces" / ("rank_" + std::to_string(r) + ".json");
@@ -129,12 +132,15 @@ TEST_CASE("Hang: with --max-restarts the job restarts from its checkpoint after 
   titan::test::require_exit(run, 0, 180);
   INFO(run.output());
   CHECK_THAT(run.output(), Catch::Contains("rank 1 made no progress for"));
-  CHECK_THAT(run.output(), Catch::Matches(R"([\s\S]*titan-run: restarting the job \(restart 1 of 1\) after rank \d )"
-                                          R"([\s\S]*Resuming at step 3[\s\S]*Training completed at step 5[\s\S]*)"));
+  CHECK_THAT(run.output(),
+             Catch::Matches(R"([\s\S]*titan-run: restarting the job \(restart 1 of 1\) after rank 1 hung )"
+                            R"([\s\S]*Resuming at step 3[\s\S]*Training completed at step 5[\s\S]*)"));
   const std::string log = titan::test::read_file(dump.path / "restarts.jsonl");
   REQUIRE(std::count(log.begin(), log.end(), '\n') == 1);
   const auto restart = nlohmann::json::parse(log.substr(0, log.find('\n')));
   CHECK(restart.at("restart_count") == 1);
-  CHECK_THAT(restart.at("reason").get<std::string>(), Catch::Matches(R"(rank \d (exited with status|was killed).*)"));
+  CHECK_THAT(restart.at("reason").get<std::string>(),
+             Catch::Matches(R"(rank 1 hung \(no progress for \d+ s at step 4, data loading; detected by rank 0\); )"
+                            R"(rank \d (exited with status|was killed).*)"));
   CHECK(restart.at("resume_step") == 3);
 }

@@ -168,7 +168,8 @@ MASTER_ADDR, MASTER_PORT, GROUP_RANK, NODE_RANK), prefixes every line they print
 when one rank fails stops the others (SIGTERM, then SIGKILL after the grace period) and exits non-zero
 naming it. SIGINT/SIGTERM are forwarded to the ranks. With --max-restarts R, a failed job is started
 again (all ranks, a new rendezvous) up to R times; the ranks see TITAN_RESTART_COUNT and
-TORCHELASTIC_RESTART_COUNT, and TITAN_RESTART_REASON names the failure.
+TORCHELASTIC_RESTART_COUNT, and TITAN_RESTART_REASON names the failure (the hung rank, when a titan
+trainer's heartbeat saw one).
 
   --nproc-per-node N   ranks on this node (default 1)
   --nnodes M           nodes in the job; run one titan-run per node (default 1)

@@ -52,7 +52,8 @@ std::vector<char*> c_strings(const std::vector<std::string>& strings) {
 
 }  // namespace
 
-std::vector<std::string> rank_environment(const Options& o, int local_rank, int master_port, const Attempt& attempt) {
+std::vector<std::string> rank_environment(const Options& o, int local_rank, int master_port, const Attempt& attempt,
+                                          const std::string& hang_file) {
   const std::vector<std::pair<std::string, std::string>> contract = {
       {"RANK", std::to_string(global_rank(o, local_rank))},
       {"LOCAL_RANK", std::to_string(local_rank)},
@@ -66,6 +67,7 @@ std::vector<std::string> rank_environment(const Options& o, int local_rank, int 
       {"TORCHELASTIC_RESTART_COUNT", std::to_string(attempt.restart_count)},
       {"TORCHELASTIC_MAX_RESTARTS", std::to_string(o.max_restarts)},
       {"TITAN_RESTART_REASON", attempt.reason},
+      {"TITAN_RUN_HANG_FILE", hang_file},
   };
   std::vector<std::string> env;
   bool has_omp = false;

@@ -27,9 +27,10 @@ struct Attempt {
 };
 
 /// The launcher's environment plus torchrun's variables for `local_rank`, and the restart variables
-/// (TITAN_RESTART_COUNT, TORCHELASTIC_RESTART_COUNT, TORCHELASTIC_MAX_RESTARTS, TITAN_RESTART_REASON).
+/// (TITAN_RESTART_COUNT, TORCHELASTIC_RESTART_COUNT, TORCHELASTIC_MAX_RESTARTS, TITAN_RESTART_REASON), and
+/// TITAN_RUN_HANG_FILE: where a rank that sees another hang names it (empty: nowhere).
 std::vector<std::string> rank_environment(const Options& options, int local_rank, int master_port,
-                                          const Attempt& attempt = {});
+                                          const Attempt& attempt = {}, const std::string& hang_file = {});
 
 /// A TCP port that is free now (bind to port 0, read it back). Another process could take it before
 /// rank 0 binds it; torchrun's standalone mode accepts the same race.

@@ -12,7 +12,9 @@
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <memory>
 #include <optional>
 #include <sstream>
@@ -30,6 +32,45 @@ std::string signal_name(int sig) {
 }
 
 void say(const std::string& message) { write_all(STDERR_FILENO, "titan-run: " + message + "\n"); }
+
+// A folder of the launcher's own for the hang report: a rank whose heartbeat finder saw another rank hang
+// writes one line to <folder>/hang (TITAN_RUN_HANG_FILE, src/dist/heartbeat.cpp) before any rank exits, so
+// the failure can name the hung rank rather than the first rank that exited. Removed with the launcher.
+class HangReport {
+ public:
+  HangReport() {
+    const char* tmp = std::getenv("TMPDIR");
+    std::string pattern = std::string(tmp != nullptr && *tmp != '\0' ? tmp : "/tmp") + "/titan-run.XXXXXX";
+    if (mkdtemp(pattern.data()) != nullptr) {
+      dir_ = pattern;
+      file_ = dir_ + "/hang";
+    }  // else no report: the failure names the first rank that exited, as without a heartbeat
+  }
+  ~HangReport() {
+    if (dir_.empty()) return;
+    unlink(file_.c_str());
+    rmdir(dir_.c_str());
+  }
+  HangReport(const HangReport&) = delete;
+  HangReport& operator=(const HangReport&) = delete;
+
+  const std::string& file() const { return file_; }
+  void clear() const {
+    if (!file_.empty()) unlink(file_.c_str());
+  }
+  // The report's first line ("rank 1 hung (no progress for 5 s at step 4, data loading; detected by rank 0)"),
+  // empty when no rank wrote one.
+  std::string read() const {
+    std::ifstream in(file_);
+    std::string line;
+    if (!file_.empty() && in) std::getline(in, line);
+    return line;
+  }
+
+ private:
+  std::string dir_{};
+  std::string file_{};
+};
 
 struct Rank {
   RankProcess process;
@@ -73,6 +114,8 @@ class Supervisor {
   int stop_signal_ = 0;                             // the first signal sent to stop the ranks
   std::optional<Clock::time_point> kill_deadline_;  // SIGKILL whoever still runs after this
   bool escalated_ = false;                          // SIGKILL was sent: nothing left to wait for
+  HangReport hang_report_{};                        // where a rank names a hung rank
+  std::string hang_{};                              // what it wrote in this attempt; empty when nothing
   // Elastic (--nnodes MIN:MAX): the rendezvous, this round's store port, and what it asked mid-round.
   std::unique_ptr<Rendezvous> rdzv_;
   int round_port_ = 0;
@@ -87,8 +130,8 @@ void Supervisor::start_ranks() {
   for (int local = 0; local < round_.nproc_per_node; ++local) {
     const int rank = global_rank(round_, local);
     const std::string prefix = "[rank " + std::to_string(rank) + "] ";
-    RankProcess process =
-        spawn_rank(round_.command, rank_environment(round_, local, port, attempt_), rank, launcher_mask_);
+    RankProcess process = spawn_rank(
+        round_.command, rank_environment(round_, local, port, attempt_, hang_report_.file()), rank, launcher_mask_);
     ranks_.push_back(Rank{process, LinePrefixer(prefix, STDOUT_FILENO), LinePrefixer(prefix, STDERR_FILENO)});
   }
 }
@@ -232,15 +275,18 @@ void Supervisor::poll_once() {
   escalate_if_due();
 }
 
-// "rank 1 was killed by signal 9 (SIGKILL)" or "rank 1 exited with status 7".
+// "rank 1 was killed by signal 9 (SIGKILL)" or "rank 1 exited with status 7"; after a hang the heartbeat
+// saw, the hung rank first: "rank 1 hung (no progress for 5 s at step 4, data loading; detected by rank 0);
+// rank 0 exited with status 1" (the first rank to exit is then only the one that stopped the job).
 std::string Supervisor::failure() const {
   const Rank& r = ranks_[*failed_];
   const std::string who = "rank " + std::to_string(r.process.rank);
+  const std::string cause = hang_.empty() ? std::string() : hang_ + "; ";
   if (WIFSIGNALED(r.status)) {
     const int sig = WTERMSIG(r.status);
-    return who + " was killed by signal " + std::to_string(sig) + " (" + signal_name(sig) + ")";
+    return cause + who + " was killed by signal " + std::to_string(sig) + " (" + signal_name(sig) + ")";
   }
-  return who + " exited with status " + std::to_string(WEXITSTATUS(r.status));
+  return cause + who + " exited with status " + std::to_string(WEXITSTATUS(r.status));
 }
 
 int Supervisor::exit_status() {
@@ -276,6 +322,8 @@ int Supervisor::run_attempt() {
   stop_signal_ = 0;
   kill_deadline_.reset();
   escalated_ = false;
+  hang_report_.clear();
+  hang_.clear();
   try {
     start_ranks();
   } catch (...) {
@@ -291,6 +339,7 @@ int Supervisor::run_attempt() {
     return false;
   };
   while (running_count() > 0 || streams_open()) poll_once();
+  if (failed_) hang_ = hang_report_.read();
   return exit_status();
 }
 
