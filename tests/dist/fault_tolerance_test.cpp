@@ -191,9 +191,12 @@ TEST_CASE("restart: --max-restarts starts the job again after a SIGKILLed rank a
 
 TEST_CASE("titan-run: --max-restarts starts every rank again on a new port and returns the last failure",
           "[dist][titan-run][fault_tolerance]") {
-  // Rank 1 fails on every attempt: one start and two restarts, then titan-run gives up with its status.
+  // Rank 1 fails on every attempt: one start and two restarts, then titan-run gives up with its status. It
+  // fails only once rank 0 of its attempt printed its probe line: titan-run stops rank 0 when rank 1 exits.
+  TempDir sync;
   Subprocess run({titan::test::titan_run_path(), "--nproc-per-node", "2", "--max-restarts", "2", "--",
-                  titan::test::env_probe_path(), "--wait", "--fail-rank", "1", "--exit-code", "7"});
+                  titan::test::env_probe_path(), "--wait", "--fail-rank", "1", "--exit-code", "7", "--after-rank0",
+                  sync.path.string()});
   require_exit(run, 7, 120);
   const std::string& out = run.output();
   CHECK_THAT(out, Catch::Contains("titan-run: restarting the job (restart 1 of 2) after rank 1 exited with status 7"));
