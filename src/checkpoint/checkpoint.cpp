@@ -215,6 +215,7 @@ StateTensor state_tensor(std::string key, const at::Tensor& p, const dist::Mesh*
   st.key = std::move(key);
   st.tensor = p;
   std::vector<std::string_view> sharded_axes;
+  bool over_ep = false;  // expert-parallel: sharded over ep, copies on the efsdp ranks
   for (const auto& [axis, placement] :
        sp ? sp->placements : std::vector<std::pair<std::string, parallel::Placement>>{}) {
     TITAN_CHECK_NOT_IMPLEMENTED(placement.kind != parallel::Placement::Kind::kPartial,
@@ -222,17 +223,23 @@ StateTensor state_tensor(std::string key, const at::Tensor& p, const dist::Mesh*
                                 "Reduce it before saving.",
                                 st.key, axis);
     if (placement.kind != parallel::Placement::Kind::kShard) continue;
+    if (axis == "ep") {
+      over_ep = true;
+      continue;
+    }
     for (auto base : dist::Mesh::base_axes(axis)) sharded_axes.push_back(base);
   }
   if (mesh != nullptr) {
     // Replicas of a region write it once; a stage's tensors have no replicas across pp.
     for (std::string_view axis : dist::Mesh::base_axes("world")) {
       if (axis == "pp" && per_stage) continue;
+      if (over_ep && (axis == "dp_shard" || axis == "cp")) continue;  // ep x efsdp: efsdp decides below
       if (std::find(sharded_axes.begin(), sharded_axes.end(), axis) == sharded_axes.end() &&
           mesh->coordinate(axis) != 0) {
         st.owner = false;
       }
     }
+    if (over_ep && mesh->coordinate("efsdp") != 0) st.owner = false;
   }
   return st;
 }

@@ -50,7 +50,6 @@ const std::vector<Unsupported>& unsupported_table() {
        "CPU offload is not supported yet (FSDP keeps params on the device): ignored"},
       {"training.dataloader.pin_memory", is_true, "pinned batches are not supported yet: ignored"},
       {"validation.dataloader.pin_memory", is_true, "pinned batches are not supported yet: ignored"},
-      {"parallelism.expert_parallel_degree", above_one, kNeedsLayout},
       {"parallelism.expert_tensor_parallel_degree", above_one, kNeedsLayout},
       {"checkpoint.initial_load_in_hf_quantized", is_true, "quantized HF checkpoints are not supported yet: ignored"},
       {"compile.enable", is_true, "titan has no graph compiler yet: ignored"},

@@ -153,6 +153,14 @@ parallel::TensorParallelPlan tensor_parallel_plan(const DecoderShape& shape, int
   return plan;
 }
 
+parallel::ExpertParallelPlan expert_parallel_plan(const DecoderShape& shape, int64_t ep, at::ScalarType compute_dtype) {
+  parallel::ExpertParallelPlan plan;
+  if (ep == 1) return plan;
+  for (int64_t i : shape.moe_layers) plan.moe_modules.push_back(fmt::format("layers.{}.moe", i));
+  plan.compute_dtype = compute_dtype;
+  return plan;
+}
+
 parallel::PipelinePlan pipeline_plan(int64_t n_layers, int64_t pp, const ParallelismConfig& p) {
   parallel::PipelinePlan plan{.schedule = p.pipeline_parallel_schedule,
                               .schedule_csv = p.pipeline_parallel_schedule_csv,

@@ -151,6 +151,8 @@ std::unique_ptr<DataParallel> detail::apply_data_parallel(torch::nn::Module& mod
       const bool member = paths.empty() || std::any_of(paths.begin(), paths.end(),
                                                        [&](const std::string& p) { return under(item.key(), p); });
       if (!member || !taken.insert(item.value().unsafeGetTensorImpl()).second) continue;
+      const auto& ignored = options.ignored_params;
+      if (std::find(ignored.begin(), ignored.end(), item.key()) != ignored.end()) continue;
       const detail::Binding* prior = detail::find_binding(item.value());
       TITAN_CHECK_VALUE(prior == nullptr || prior->handler == nullptr,
                         "[titan::parallelize] expected "

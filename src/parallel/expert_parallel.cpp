@@ -13,6 +13,7 @@
 #include <numeric>
 #include <utility>
 
+#include "../layout/binding.hpp"
 #include "find_module.hpp"
 #include "titan/core/error.hpp"
 #include "titan/dist/mesh.hpp"
@@ -163,6 +164,61 @@ at::Tensor all_to_all_v_timed(const at::Tensor& x, const dist::ProcessGroup& gro
   return out;
 }
 
+// The layouts apply_expert_parallel bound, withdrawn when the last copy of the ExpertParallel goes:
+// a later read of a shard through with_param is then an error, not a silent local tensor.
+struct ExpertBindings {
+  std::vector<at::Tensor> params;
+  ExpertBindings() = default;
+  ExpertBindings(const ExpertBindings&) = delete;
+  ExpertBindings& operator=(const ExpertBindings&) = delete;
+  ~ExpertBindings() {
+    for (const at::Tensor& p : params) {
+      const detail::Binding* binding = detail::find_binding(p);
+      if (binding == nullptr || !binding->orphaned.empty()) continue;
+      detail::orphan_param(p, fmt::format("[titan::parallel::with_param] expected '{}' to be used while its "
+                                          "ExpertParallel (or the titan::Parallelized handle) is alive, got a read "
+                                          "after it was destroyed (the parameter holds only this rank's experts). "
+                                          "Keep the handle alive as long as the model.",
+                                          binding->info.fqn));
+    }
+  }
+};
+
+// Records that w (E, ...) now holds experts [offset, offset + E/ep) of a whole of `global` rows, keeping
+// what tensor parallelism bound before (a sequence-parallel gradient sum) and casting to the compute
+// dtype FSDP would have gathered it in.
+void bind_expert_shard(const std::string& fqn, const at::Tensor& w, std::vector<int64_t> global, int64_t offset,
+                       at::ScalarType compute_dtype) {
+  const detail::Binding* prior = detail::find_binding(w);
+  TITAN_CHECK_VALUE(prior == nullptr || (prior->handler == nullptr && prior->info.placements.empty()),
+                    "[titan::parallel::apply_expert_parallel] expected '{}' whole before expert parallelism, got it "
+                    "already sharded ({}). Apply expert parallelism after tensor parallelism and before data "
+                    "parallelism (titan::parallelize does), with the experts replicated over tp.",
+                    fqn, prior ? prior->info.placements_str() : "");
+  std::function<at::Tensor(const at::Tensor&)> transform = prior ? prior->transform : nullptr;
+  if (compute_dtype != at::ScalarType::Undefined && compute_dtype != w.scalar_type()) {
+    transform = [before = std::move(transform), compute_dtype](const at::Tensor& t) {
+      return (before ? before(t) : t).to(compute_dtype);
+    };
+  }
+  ShardedParam info;
+  info.global_shape = std::move(global);
+  info.placements = {{"ep", Placement::shard(0)}};
+  info.offset.assign(info.global_shape.size(), 0);
+  info.offset[0] = offset;
+  info.local_shape = w.sizes().vec();
+  info.fqn = fqn;
+  info.local = w;
+  detail::bind_param(w, {.info = std::move(info),
+                         .handler = nullptr,
+                         .unit = 0,
+                         .index = 0,
+                         .transform = std::move(transform),
+                         .contract = nullptr,
+                         .used = {},
+                         .orphaned = {}});
+}
+
 }  // namespace
 
 at::Tensor all_to_all_v(const at::Tensor& x, const dist::ProcessGroup& group, std::vector<int64_t> out_splits,
@@ -191,6 +247,9 @@ ExpertParallel apply_expert_parallel(torch::nn::Module& model, const dist::Mesh&
   // sequences counts the same tokens on each, doubling every count: the sign update does not mind).
   ep.loss_ranks_ = {mesh.group("dp_cp"), mesh.group("tp")};
   const int64_t rank = mesh.coordinate("ep");
+  auto bound = std::make_shared<ExpertBindings>();
+  // Every layer is checked before any is sharded.
+  std::vector<std::shared_ptr<nn::MoE>> layers;
   for (const std::string& path : plan.moe_modules) {
     torch::nn::Module& module = detail::find_module(model, path, "expert_parallel");
     std::shared_ptr<nn::MoE> moe;
@@ -206,16 +265,33 @@ ExpertParallel apply_expert_parallel(torch::nn::Module& model, const dist::Mesh&
                       "[titan::parallel::apply_expert_parallel] expected parallelism.expert_parallel_degree to "
                       "divide the {} experts of '{}', got ep {}. Choose an ep that divides num_experts.",
                       experts, path, ep.ep_);
+    layers.push_back(std::move(moe));
+  }
+  for (size_t i = 0; i < layers.size(); ++i) {
+    const std::string& path = plan.moe_modules[i];
+    std::shared_ptr<nn::MoE>& moe = layers[i];
+    const int64_t experts = moe->args.num_experts;
     if (ep.ep_ > 1) {
       const int64_t local = experts / ep.ep_;
       at::NoGradGuard no_grad;
-      for (at::Tensor* w : {&moe->experts->w1, &moe->experts->w2, &moe->experts->w3}) {
+      const std::pair<const char*, at::Tensor*> weights[] = {
+          {"w1", &moe->experts->w1}, {"w2", &moe->experts->w2}, {"w3", &moe->experts->w3}};
+      for (const auto& [name, w] : weights) {
+        const std::string fqn = fmt::format("{}.experts.{}", path, name);
+        TITAN_CHECK_VALUE(w->size(0) == experts,
+                          "[titan::parallel::apply_expert_parallel] expected '{}' to hold all {} experts, got {} "
+                          "rows. Apply expert parallelism once per model.",
+                          fqn, experts, w->size(0));
+        std::vector<int64_t> global = w->sizes().vec();
         w->set_data(w->narrow(0, rank * local, local).clone());  // (E/ep, ...): this rank's experts
+        bind_expert_shard(fqn, *w, std::move(global), rank * local, plan.compute_dtype);
+        bound->params.push_back(*w);
       }
       moe->dispatch = std::make_shared<AllToAllDispatch>(mesh.group("ep"), ep.timer_);
     }
     ep.layers_.push_back(std::move(moe));
   }
+  if (!bound->params.empty()) ep.bindings_ = std::move(bound);
   return ep;
 }
 
@@ -230,6 +306,7 @@ std::vector<at::Tensor> ExpertParallel::expert_parameters() const {
 }
 
 void ExpertParallel::reduce_expert_gradients(double divide_by) const {
+  if (ep_ == 1) return;  // whole experts: data parallelism reduced them with the rest
   const std::vector<at::Tensor> params = expert_parameters();
   for (const dist::ProcessGroup& group : expert_replicas_) all_reduce_grads(params, group);
   if (divide_by == 1.0) return;

@@ -23,6 +23,7 @@
 #include "titan/parallel/activation_checkpoint.hpp"
 #include "titan/parallel/context_parallel.hpp"
 #include "titan/parallel/data_parallel.hpp"
+#include "titan/parallel/expert_parallel.hpp"
 #include "titan/parallel/pipeline.hpp"
 #include "titan/parallel/tensor_parallel.hpp"
 #include "tp_styles.hpp"
@@ -90,6 +91,7 @@ struct ParallelizedState {
   std::unique_ptr<Pipeline> pp;         // null without a pipeline split
   std::unique_ptr<TensorParallel> tp;   // null without tp
   std::unique_ptr<ContextParallel> cp;  // null without cp
+  std::unique_ptr<ExpertParallel> ep;   // null without ep
   std::vector<std::pair<const torch::nn::Module*, std::weak_ptr<const torch::nn::Module>>>
       checkpointed;                        // modules marked for activation checkpointing, with their owners
   bool per_op = false;                     // they keep their op outputs (selective per-operator AC)
@@ -208,6 +210,7 @@ ParallelPlan local_part(const torch::nn::Module& model, const ParallelPlan& plan
   ParallelPlan local = plan;
   std::erase_if(local.tensor_parallel.styles, [&](const auto& entry) { return other_stage(entry.first); });
   std::erase_if(local.context_parallel.attention_modules, other_stage);
+  std::erase_if(local.expert_parallel.moe_modules, other_stage);
   std::erase_if(local.activation_checkpoint.modules, other_stage);
   std::erase_if(local.data_parallel.units, [&](const std::vector<std::string>& unit) {
     size_t away = 0;
@@ -260,6 +263,7 @@ std::string Parallelized::describe() const {
   if (pipeline()) parts.push_back(pipeline()->describe());
   if (tensor_parallel()) parts.push_back(tensor_parallel()->describe());
   if (context_parallel()) parts.push_back(context_parallel()->describe());
+  if (expert_parallel()) parts.push_back(expert_parallel()->describe());
   if (state_ && !state_->checkpointed.empty()) {
     parts.push_back(fmt::format("AC({} modules{})", state_->checkpointed.size(), state_->per_op ? ", per op" : ""));
   }
@@ -271,6 +275,7 @@ parallel::Pipeline* Parallelized::pipeline() const { return state_ ? state_->pp.
 parallel::TensorParallel* Parallelized::tensor_parallel() const { return state_ ? state_->tp.get() : nullptr; }
 parallel::DataParallel* Parallelized::data_parallel() const { return state_ ? state_->dp.get() : nullptr; }
 parallel::ContextParallel* Parallelized::context_parallel() const { return state_ ? state_->cp.get() : nullptr; }
+parallel::ExpertParallel* Parallelized::expert_parallel() const { return state_ ? state_->ep.get() : nullptr; }
 
 parallel::LocalBatch Parallelized::local_batch(const parallel::SequenceBatch& batch) const {
   return context_parallel() ? context_parallel()->shard(batch) : parallel::whole_batch(batch);
@@ -315,12 +320,26 @@ Parallelized parallelize(torch::nn::Module& model, const dist::Mesh& mesh, const
     state->cp = std::make_unique<parallel::ContextParallel>(mesh, plan.context_parallel);
     for (auto* attention : attentions) attention->set_context_parallel_degree(mesh.size("cp"));
   }
+  parallel::DataParallelOptions data_parallel_options = plan.data_parallel.options;
+  if (mesh.size("ep") > 1) {
+    TITAN_CHECK_VALUE(!plan.expert_parallel.moe_modules.empty() || !plan.pipeline.stages.empty(),
+                      "[titan::parallelize] expected plan.expert_parallel to name the MoE layers of {} on a mesh "
+                      "with ep = {}, got none. Name them (parallel::moe_modules(model)), or build the mesh with "
+                      "ep = 1 (parallelism.expert_parallel_degree 1).",
+                      state->model, mesh.size("ep"));
+    state->ep =
+        std::make_unique<parallel::ExpertParallel>(parallel::apply_expert_parallel(model, mesh, plan.expert_parallel));
+    // The sharded experts are reduced over efsdp x dp_replicate by ExpertParallel, not by FSDP.
+    for (const at::Tensor& p : state->ep->expert_parameters()) {
+      if (const auto* binding = d::find_binding(p)) data_parallel_options.ignored_params.push_back(binding->info.fqn);
+    }
+  }
   for (const auto* m : checkpointed) {
     state->checkpointed.emplace_back(m, parallel::detail::mark_checkpointed(m, checkpoint_options));
   }
   state->per_op = checkpoint_options.per_op != nullptr;
   if (data_parallel) {
-    state->dp = d::apply_data_parallel(model, plan.data_parallel.units, mesh, plan.data_parallel.options);
+    state->dp = d::apply_data_parallel(model, plan.data_parallel.units, mesh, data_parallel_options);
   }
   if (state->pp && state->dp) {
     // Under PP the microbatches' gradients accumulate unsharded and are reduced once per step, after
@@ -348,6 +367,9 @@ Parallelized parallelize(torch::nn::Module& model, const dist::Mesh& mesh, const
     for (const auto& unit : state->dp->state().units) {
       for (const auto& p : unit.params) add(p.param);
     }
+  }
+  if (state->ep) {
+    for (const auto& p : state->ep->expert_parameters()) add(p);
   }
   for (const auto& [fqn, p] : contract->params) {
     d::attach_contract(p, contract);

@@ -56,6 +56,9 @@ std::string format_as(const ParallelPlan& plan) {
   if (!plan.context_parallel.attention_modules.empty()) {
     out += fmt::format("context_parallel: {}\n", fmt::join(plan.context_parallel.attention_modules, ", "));
   }
+  if (!plan.expert_parallel.moe_modules.empty()) {
+    out += fmt::format("expert_parallel: {}\n", fmt::join(plan.expert_parallel.moe_modules, ", "));
+  }
   if (!plan.activation_checkpoint.modules.empty()) {
     const ActivationCheckpointPlan& ac = plan.activation_checkpoint;
     out += fmt::format("activation_checkpoint{}: {}\n", ac.per_op ? " (per op)" : "", fmt::join(ac.modules, ", "));

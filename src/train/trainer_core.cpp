@@ -71,11 +71,13 @@ std::filesystem::path tensorboard_folder_of(const JobConfig& config, const dist:
 
 void check_supported_layout(const JobConfig& c) {
   const ParallelismConfig& p = c.parallelism;
-  if (p.expert_parallel_degree > 1) {
-    throw ConfigError("parallelism.expert_parallel_degree",
-                      fmt::format("[titan::Trainer] expected parallelism.expert_parallel_degree = 1, got {}: titan has "
-                                  "no MoE model yet. Use the data, tensor, pipeline or context parallel degrees.",
-                                  p.expert_parallel_degree));
+  // Expert parallelism shards the routed experts over ep and keeps them whole over tp (etp = 1).
+  if (p.expert_tensor_parallel_degree > 1) {
+    throw ConfigError("parallelism.expert_tensor_parallel_degree",
+                      fmt::format("[titan::Trainer] expected parallelism.expert_tensor_parallel_degree = 1, got {}: "
+                                  "titan runs each rank's experts whole (the MoE is replicated over tp). Use "
+                                  "parallelism.expert_parallel_degree to spread the experts.",
+                                  p.expert_tensor_parallel_degree));
   }
   if (p.context_parallel_degree == 1) return;
   if (p.context_parallel_load_balancer == CpLoadBalancer::ptrr) {
@@ -191,9 +193,14 @@ void TrainerCore::convert(torch::nn::Module& model) {
 
 void TrainerCore::parallelize(torch::nn::Module& model, const parallel::ParallelPlan& plan) {
   parallel_ = std::make_unique<Parallelized>(titan::parallelize(model, *mesh_, plan));
-  // Every MoE layer, for the auxiliary-loss-free balancing each step (ep = 1: only recorded).
-  moe_ = std::make_unique<parallel::ExpertParallel>(
-      parallel::apply_expert_parallel(model, *mesh_, {.moe_modules = parallel::moe_modules(model)}));
+  // Every MoE layer, for the auxiliary-loss-free balancing each step: the expert-parallel ones the
+  // plan sharded over ep (their gradients reduced each step), or at ep = 1 only recorded.
+  if (const parallel::ExpertParallel* ep = parallel_->expert_parallel()) {
+    moe_ = std::make_unique<parallel::ExpertParallel>(*ep);
+  } else {
+    moe_ = std::make_unique<parallel::ExpertParallel>(
+        parallel::apply_expert_parallel(model, *mesh_, {.moe_modules = parallel::moe_modules(model)}));
+  }
   for (const auto& item : model.named_buffers(/*recurse=*/true)) {
     if (item.key().ends_with(".expert_bias")) expert_biases_.emplace_back(item.key(), item.value());
   }
@@ -387,6 +394,9 @@ void TrainerCore::run_step() {
   // torchtitan's optimizer pre-step hook: each MoE layer's counts of this step's microbatches summed
   // over dp x cp, then its expert bias moved toward balance (outside autograd) and the counts zeroed.
   const std::vector<at::Tensor> loads = moe_->update_expert_bias();  // (E) each
+  // Expert-parallel experts: their gradients summed once over the ranks holding the same experts
+  // (efsdp x dp_replicate; FSDP left them out), before clipping measures them.
+  moe_->reduce_expert_gradients();
   double norm = 0;
   dist::report_progress(step_, "optimizer step");
   {

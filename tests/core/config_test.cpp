@@ -333,9 +333,9 @@ TEST_CASE("the support table: no note for working features, one per noted key", 
   CHECK(working.empty());
   // Layouts titan cannot build yet are noted here and stop the trainer.
   titan::ConfigNotes cp;
-  parse({"--activation_checkpoint.mode", "none", "--parallelism.expert_parallel_degree", "2"}, &cp);
+  parse({"--activation_checkpoint.mode", "none", "--parallelism.expert_tensor_parallel_degree", "2"}, &cp);
   REQUIRE(cp.size() == 1);
-  CHECK_THAT(cp[0], Contains("parallelism.expert_parallel_degree = 2: is not supported yet"));
+  CHECK_THAT(cp[0], Contains("parallelism.expert_tensor_parallel_degree = 2: is not supported yet"));
 }
 
 TEST_CASE("validate names the offending key", "[cpu][config]") {

@@ -101,6 +101,11 @@ std::vector<std::vector<std::string>> data_parallel_units(const DecoderShape& sh
 parallel::TensorParallelPlan tensor_parallel_plan(const DecoderShape& shape, int64_t degree, bool sequence_parallel,
                                                   bool loss_parallel);
 
+/// Expert parallelism on a mesh with ep > 1 (torchtitan's ExpertParallel): every MoE block's
+/// `layers.N.moe`, its routed experts computing in `compute_dtype` (FSDP's param_dtype); an empty plan
+/// when ep = 1.
+parallel::ExpertParallelPlan expert_parallel_plan(const DecoderShape& shape, int64_t ep, at::ScalarType compute_dtype);
+
 /// Parameters of `model` without duplicates (a tied tensor once), in registration order.
 std::vector<at::Tensor> unique_parameters(const torch::nn::Module& model);
 

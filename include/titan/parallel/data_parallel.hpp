@@ -68,6 +68,9 @@ struct DataParallelOptions {
   /// With float8_all_gather: all their scales in one amax all-reduce per forward (at its first gather) instead of one
   /// per parameter per gather
   bool float8_precompute_scales = false;
+  /// FQNs of parameters left out of every unit (FSDP2's ignored_params): neither sharded nor reduced here, e.g.
+  /// expert-parallel experts, whose gradients ExpertParallel::reduce_expert_gradients sums
+  std::vector<std::string> ignored_params{};
 };
 
 /// One event of the trace: what happened to which unit, in program order.

@@ -18,14 +18,22 @@
 // (reduce_expert_gradients), and the expert-bias counts are summed over the loss ranks (dp x cp)
 // before each bias update (update_expert_bias), so the bias moves as on one device.
 //
+// Each sharded expert weight carries its layout (global shape (E, ...), ep:Shard(0), this rank's
+// offset), as TP and FSDP shards do: the layout-invariant initialiser fills a shard with the values
+// one device gives those experts, clipping sums its squares over ep, and a checkpoint stores it by
+// its global FQN and shape (a save at one ep degree loads at any other). Under titan::parallelize
+// (ParallelPlan::expert_parallel) FSDP leaves the sharded experts alone: they are reduced here.
+//
 //   ExpertParallelPlan plan{.moe_modules = {"layers.0.moe", "layers.1.moe"}};
-//   auto ep = titan::parallel::apply_expert_parallel(model, mesh, plan);  // after init / load
+//   auto ep = titan::parallel::apply_expert_parallel(model, mesh, plan);
+//   model.init_weights();  // or before apply, or a checkpoint load: each rank fills its experts
 //   ... forward, backward;
 //   ep.reduce_expert_gradients();   // expert weights; the rest goes through DDP/FSDP as usual
 //   ep.update_expert_bias();        // before optimizer.step()
 #pragma once
 
 #include <ATen/core/Tensor.h>
+#include <c10/core/ScalarType.h>
 
 #include <atomic>
 #include <cstdint>
@@ -51,6 +59,9 @@ namespace titan::parallel {
 struct ExpertParallelPlan {
   /// Module paths of the MoE layers (each an nn::MoE), e.g. {"layers.1.moe", "layers.2.moe"}.
   std::vector<std::string> moe_modules{};
+  /// dtype the sharded experts compute in (FSDP's param_dtype, which casts the other weights);
+  /// Undefined: as stored.
+  at::ScalarType compute_dtype = at::ScalarType::Undefined;
 };
 
 /// The paths of every nn::MoE in model (named_modules order): the plan of a model whose MoE layers
@@ -95,7 +106,8 @@ class ExpertParallel {
   ExpertParallel() = default;
 
   /// SUM over the ranks that share the experts (efsdp, then dp_replicate) of each sharded expert
-  /// weight's gradient, divided by divide_by. With a loss normalised by the global token count (the
+  /// weight's gradient, divided by divide_by. A no-op at ep = 1 (the experts are whole and data
+  /// parallelism reduces them with the other weights). With a loss normalised by the global token count (the
   /// ranks' losses add up to one device's), divide_by = 1; with a per-rank mean loss, the dp degree.
   void reduce_expert_gradients(double divide_by = 1.0) const;
   /// Each layer's tokens_per_expert summed over the loss ranks (dp x cp, then tp for sequence
@@ -108,6 +120,8 @@ class ExpertParallel {
   std::vector<at::Tensor> expert_parameters() const;
   /// "EP(ep=2, efsdp=2, MoE layers: 2)", or "no EP".
   std::string describe() const;
+  /// The ep degree applied (1: the layers are only recorded).
+  int64_t degree() const { return ep_; }
   /// Times the token all-to-alls of the layers (off by default; off costs one relaxed load per exchange).
   void time_all_to_alls(bool on) const { timer_->on.store(on, std::memory_order_relaxed); }
   /// What they cost since the last reset_all_to_all_stats(), while timing was on.
@@ -122,13 +136,16 @@ class ExpertParallel {
   std::vector<dist::ProcessGroup> expert_replicas_{};  // efsdp, dp_replicate: ranks holding the same experts
   std::vector<dist::ProcessGroup> loss_ranks_{};       // dp_cp, tp: ranks whose counts add up
   std::shared_ptr<detail::AllToAllTimer> timer_ = std::make_shared<detail::AllToAllTimer>();
+  std::shared_ptr<void> bindings_{};  // the sharded experts' layouts, withdrawn with the last copy
 };
 
 /// Shards the routed experts of each planned MoE layer over mesh.group("ep") (keeps this rank's
-/// E/ep experts of w1/w2/w3, in place) and plugs the all-to-all dispatch into the layer. Call it
-/// after the weights hold their values (init_weights on the full model, or a checkpoint load).
-/// Throws, naming the module, when a path is not an nn::MoE or ep does not divide its experts.
-/// Collective only in what it later runs; with ep = 1 it only records the layers.
+/// E/ep experts of w1/w2/w3, in place, with their layout) and plugs the all-to-all dispatch into the
+/// layer. The weights may hold their values already (they are kept) or be initialised afterwards
+/// (init_weights fills each shard as one device would). Apply it after tensor parallelism and before
+/// data parallelism (titan::parallelize does). Throws, naming the module, when a path is not an
+/// nn::MoE, ep does not divide its experts, or its experts are already data-parallel. Collective
+/// only in what it later runs; with ep = 1 it only records the layers.
 ExpertParallel apply_expert_parallel(torch::nn::Module& model, const dist::Mesh& mesh, const ExpertParallelPlan& plan);
 
 }  // namespace titan::parallel

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: BSD-3-Clause
 // titan::parallelize(model, mesh, plan): the one way a model becomes parallel. It validates the
 // whole plan against the model and the mesh before changing anything, applies it in the fixed order
-// (pipeline split, TP, CP, AC, FSDP/HSDP/DDP) and returns the one handle that owns every piece of
+// (pipeline split, TP, CP, EP, AC, FSDP/HSDP/DDP) and returns the one handle that owns every piece of
 // parallel state. The handle is move-only and [[nodiscard]]; the model is usable exactly as long as
 // it lives (afterwards a layer's read of a sharded parameter is an error naming the parameter).
 //
@@ -33,6 +33,7 @@ class Pipeline;
 class TensorParallel;
 class DataParallel;
 class ContextParallel;
+class ExpertParallel;
 struct SequenceBatch;
 struct LocalBatch;
 namespace detail {
@@ -53,7 +54,8 @@ class [[nodiscard]] Parallelized {
   Parallelized(const Parallelized&) = delete;
   Parallelized& operator=(const Parallelized&) = delete;
 
-  /// "PP(pp=2, 1F1B, stages [0] of 2, microbatch size 1) + TP(tp=2, ...) + FSDP(dp_shard=2)", or "one device".
+  /// "PP(pp=2, 1F1B, stages [0] of 2, microbatch size 1) + TP(tp=2, ...) + EP(ep=2, ...) + FSDP(dp_shard=2)", or
+  /// "one device".
   std::string describe() const;
   /// The pipeline runtime of this rank's stages; null when the plan has no pipeline split.
   parallel::Pipeline* pipeline() const;
@@ -63,6 +65,8 @@ class [[nodiscard]] Parallelized {
   parallel::DataParallel* data_parallel() const;
   /// The context-parallel split; null when the mesh has no cp axis.
   parallel::ContextParallel* context_parallel() const;
+  /// The expert-parallel MoE layers; null when the mesh has no ep axis (ep = 1).
+  parallel::ExpertParallel* expert_parallel() const;
   /// This rank's part of a batch of whole sequences (its share of the sequence under context
   /// parallelism, else all of it) and the attention context to run the model's forward under
   /// (nn::AttentionScope): true RoPE positions, documents, the split.

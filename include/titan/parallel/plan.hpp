@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: BSD-3-Clause
 // ParallelPlan: the one declarative description of how a model is parallelized, applied by
-// titan::parallelize(model, mesh, plan) in a fixed order (pipeline split, TP, CP, AC, FSDP/HSDP/DDP).
+// titan::parallelize(model, mesh, plan) in a fixed order (pipeline split, TP, CP, EP, AC, FSDP/HSDP/DDP).
 // A model supplies its plan through TrainableModel's parallel_plan(config, mesh); a custom loop
 // builds one by hand. Every section is a plain value with designated initialisers.
 //
@@ -28,6 +28,7 @@
 #include "titan/core/choices.hpp"
 #include "titan/layout/sharded_param.hpp"
 #include "titan/parallel/data_parallel.hpp"
+#include "titan/parallel/expert_parallel.hpp"
 
 namespace torch::nn {
 class Module;
@@ -146,6 +147,9 @@ struct ParallelPlan {
   TensorParallelPlan tensor_parallel{};
   /// Then shard attention's sequence over cp.
   ContextParallelPlan context_parallel{};
+  /// Then shard the MoE layers' routed experts over ep (a mesh with ep > 1); data parallelism then
+  /// leaves them out (they are reduced over efsdp x dp_replicate by ExpertParallel).
+  ExpertParallelPlan expert_parallel{};
   /// Then wrap modules for recomputation.
   ActivationCheckpointPlan activation_checkpoint{};
   /// Last, FSDP/HSDP/DDP over the data-parallel axes.

@@ -32,6 +32,8 @@ parallel::ParallelPlan parallel_plan(const DeepSeekV3& model, const JobConfig& c
   plan.activation_checkpoint = models::activation_checkpoint_plan(n_layers, config.activation_checkpoint,
                                                                   /*has_moe=*/true, "titan::deepseek_v3");
   plan.data_parallel.options = models::data_parallel_options(model, config, mesh);
+  plan.expert_parallel = models::expert_parallel_plan(decoder_shape(model.args()), mesh.size("ep"),
+                                                      plan.data_parallel.options.param_dtype);
   return plan;
 }
 

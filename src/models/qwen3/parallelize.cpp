@@ -36,6 +36,7 @@ parallel::ParallelPlan parallel_plan(const Qwen3& model, const JobConfig& config
   plan.activation_checkpoint = models::activation_checkpoint_plan(args.n_layers, config.activation_checkpoint,
                                                                   !shape.moe_layers.empty(), "titan::qwen3");
   plan.data_parallel.options = models::data_parallel_options(model, config, mesh);
+  plan.expert_parallel = models::expert_parallel_plan(shape, mesh.size("ep"), plan.data_parallel.options.param_dtype);
   return plan;
 }
 
