@@ -35,17 +35,21 @@ med = lambda xs: statistics.median(xs)
 print(f"\n{t0['model']} {t0['flavor']} ({t0['params'] / 1e6:.2f}M params, {t0['moe_layers']} MoE layers, "
       f"E={t0['experts']} K={t0['top_k']} D={t0['dim']}), global batch {t0['batch']} x {t0['seq_len']} tokens, fp32 CPU, "
       f"{t0['threads']} intra-op thread(s) per rank, medians over {len(titan)} round(s)")
-print("\n| ep (ranks) | tok/s global | tok/s/rank | step (s) | all-to-all s/step | share | a2a MB/step/rank | formula MB "
-      "| measured/formula | Gloo all-to-all MB/s | bytes / bandwidth (s) | loss step 1 |")
-print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+print("\n| ep (ranks) | tok/s global | tok/s/rank | step (s) | all-to-all s/step | share | counts s/step | grad all-reduce s/step "
+      "| a2a MB/step/rank | formula MB | measured/formula | Gloo all-to-all MB/s | bytes / bandwidth (s) | loss step 1 |")
+print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
 for i, run in enumerate(t0["runs"]):
     rs = [t["runs"][i] for t in titan]
     g = lambda k: med([x[k] for x in rs])
     bw = g("gloo_all_to_all_bytes_per_s")
-    print(f"| {run['ep']} | {g('tps_global'):,.0f} | {g('tps_rank'):,.0f} | {g('step_time_median'):.3f} | "
-          f"{g('all_to_all_s'):.4f} | {100 * g('all_to_all_share'):.1f}% | {g('all_to_all_bytes') / 1e6:.2f} | "
-          f"{run['formula_bytes'] / 1e6:.2f} | {g('all_to_all_bytes') / run['formula_bytes'] if run['formula_bytes'] else 0:.3f} | "
-          f"{bw / 1e6:,.0f} | {g('bytes_over_bandwidth_s'):.4f} | {rs[0]['losses'][0]:.4f} |")
+    if run["ep"] == 1:  # no exchanges on one rank
+        comm = " | ".join(["-"] * 9)
+    else:
+        comm = (f"{g('all_to_all_s'):.4f} | {100 * g('all_to_all_share'):.1f}% | {g('count_exchange_s'):.4f} | "
+                f"{g('grad_all_reduce_s'):.4f} | {g('all_to_all_bytes') / 1e6:.2f} | {run['formula_bytes'] / 1e6:.2f} | "
+                f"{g('all_to_all_bytes') / run['formula_bytes']:.3f} | {bw / 1e6:,.0f} | {g('bytes_over_bandwidth_s'):.4f}")
+    print(f"| {run['ep']} | {g('tps_global'):,.0f} | {g('tps_rank'):,.0f} | {g('step_time_median'):.3f} | {comm} | "
+          f"{rs[0]['losses'][0]:.4f} |")
 checks = {t["data_checksum"] for t in titan + loop + peer}
 print(f"\nbatch checksum {'agrees' if len(checks) == 1 else 'DIFFERS: ' + str(checks)} on every side; "
       f"ln(vocab) = {math.log(t0['vocab']):.4f}")
