@@ -115,7 +115,7 @@ class Supervisor {
   std::optional<Clock::time_point> kill_deadline_;  // SIGKILL whoever still runs after this
   bool escalated_ = false;                          // SIGKILL was sent: nothing left to wait for
   HangReport hang_report_{};                        // where a rank names a hung rank
-  std::string hang_{};                              // what it wrote in this attempt; empty when nothing
+  std::string hang_{};                              // what it held when the first rank failed; empty: nothing
   // Elastic (--nnodes MIN:MAX): the rendezvous, this round's store port, and what it asked mid-round.
   std::unique_ptr<Rendezvous> rdzv_;
   int round_port_ = 0;
@@ -194,6 +194,9 @@ void Supervisor::reap() {
       const bool failed = !(WIFEXITED(status) && WEXITSTATUS(status) == 0);
       if (failed && !failed_ && interrupt_ == 0) {
         failed_ = static_cast<int>(i);
+        // A hang reported before this first exit caused it; one written later (the dead rank's heartbeat
+        // going stale during the grace period) would not, so the report is read now.
+        hang_ = hang_report_.read();
         stopped_others_ = running_count();
         stop_ranks(SIGTERM);
       }
@@ -339,7 +342,6 @@ int Supervisor::run_attempt() {
     return false;
   };
   while (running_count() > 0 || streams_open()) poll_once();
-  if (failed_) hang_ = hang_report_.read();
   return exit_status();
 }
 
