@@ -129,6 +129,23 @@ void validate_rest(const JobConfig& c) {
   non_negative("validation.dataloader.num_workers", c.validation.dataloader.num_workers);
 }
 
+// [fault_tolerance]: checked only when on (torchtitan's defaults, group_size 0, load as off).
+void validate_fault_tolerance(const FaultToleranceConfig& ft) {
+  if (!ft.enable) return;
+  positive("fault_tolerance.group_size", ft.group_size);
+  require(ft.replica_id >= 0 && ft.replica_id < ft.group_size, "fault_tolerance.replica_id",
+          fmt::format("in 0 .. fault_tolerance.group_size - 1 = {}", ft.group_size - 1), ft.replica_id);
+  require(ft.min_replica_size >= 1 && ft.min_replica_size <= ft.group_size, "fault_tolerance.min_replica_size",
+          fmt::format("in 1 .. fault_tolerance.group_size = {}", ft.group_size), ft.min_replica_size);
+  require(ft.process_group == "gloo" || ft.process_group == "nccl", "fault_tolerance.process_group",
+          "to be gloo or nccl", ft.process_group);
+  positive("fault_tolerance.process_group_timeout_ms", ft.process_group_timeout_ms);
+  non_negative("fault_tolerance.join_timeout_ms", ft.join_timeout_ms);
+  require(!ft.semi_sync_method.has_value(), "fault_tolerance.semi_sync_method",
+          "to be unset (titan synchronises every step; local_sgd and diloco are not built)",
+          ft.semi_sync_method.value_or(""));
+}
+
 // model.converters and [float8] ([quantize.linear.float8]): names titan knows, and torchtitan's refusals.
 void validate_converters(const ModelConfig& m, const Float8Config& f) {
   for (const std::string& name : m.converters) {
@@ -168,6 +185,7 @@ void validate(const JobConfig& config) {
   validate_parallelism(config.parallelism);
   validate_checkpointing(config.checkpoint, config.activation_checkpoint);
   validate_rest(config);
+  validate_fault_tolerance(config.fault_tolerance);
 }
 
 }  // namespace titan

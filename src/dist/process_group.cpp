@@ -31,6 +31,7 @@ struct GroupImpl {
   std::atomic<int64_t> all_gather_bytes{0}, reduce_scatter_bytes{0}, all_reduce_bytes{0}, other_bytes{0}, calls{0};
   std::atomic<int64_t> wait_ns{0};
   std::atomic<int64_t> seq{0};  // collectives issued (flight recorder's per-group sequence number)
+  bool may_fail = false;        // GroupOptions::may_fail: not traced
 };
 
 }  // namespace detail
@@ -68,7 +69,7 @@ void check_peer(int64_t peer, const char* what, int64_t rank, int64_t size, cons
 // Issues a collective through call(), recorded by the flight recorder when it is on.
 template <class Call>
 Work issue(const std::shared_ptr<detail::GroupImpl>& g, const char* op, const at::Tensor& input, Call&& call) {
-  if (!detail::recorder_enabled()) {
+  if (!detail::recorder_enabled() || g->may_fail) {
     return Work(std::make_shared<detail::WorkImpl>(detail::WorkImpl{.work = call(), .group = g, .trace_id = -1}));
   }
   const detail::TracedGroup traced{.name = g->name, .ranks = g->global_ranks};
@@ -129,6 +130,7 @@ ProcessGroup ProcessGroup::create(std::string name, const Store& store, int64_t 
   impl->rank = rank;
   impl->size = size;
   impl->global_ranks = std::move(global_ranks);
+  impl->may_fail = options.may_fail;
   const Store group_store = store.prefixed("titan/group/" + name);
   try {
     if (options.backend == "nccl") {

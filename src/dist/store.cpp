@@ -32,6 +32,28 @@ Store Store::tcp(const std::string& host, int port, bool is_server, int64_t worl
   return Store(nullptr);  // unreachable
 }
 
+Store Store::serve(int port, std::chrono::milliseconds timeout) {
+  TITAN_CHECK_VALUE(port >= 0 && port < 65536, "[titan::dist::Store] expected a TCP port in 0..65535, got {}.", port);
+  c10d::TCPStoreOptions options;
+  options.port = static_cast<uint16_t>(port);
+  options.isServer = true;
+  options.waitWorkers = false;
+  options.timeout = timeout;
+  try {
+    return Store(std::make_shared<detail::StoreImpl>(
+        detail::StoreImpl{c10::make_intrusive<c10d::TCPStore>("0.0.0.0", options)}));
+  } catch (const std::exception& e) {
+    TITAN_CHECK(false, "[titan::dist::Store] expected to serve a store on port {}, got: {}. Pick a free port.", port,
+                error_message(e));
+  }
+  return Store(nullptr);  // unreachable
+}
+
+int Store::port() const {
+  const auto* tcp = dynamic_cast<const c10d::TCPStore*>(impl_->store.get());
+  return tcp == nullptr ? -1 : static_cast<int>(tcp->getPort());
+}
+
 Store Store::in_memory() {
   return Store(std::make_shared<detail::StoreImpl>(detail::StoreImpl{c10::make_intrusive<c10d::HashStore>()}));
 }

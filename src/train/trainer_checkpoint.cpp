@@ -48,20 +48,31 @@ void TrainerCore::load_checkpoint() {
   checkpoint::State state = checkpoint_state();
   const auto values = checkpointer_->load(state);
   if (!values) return;
+  apply_state(state, *values);
+  if (step_ > 0) {
+    log::info(
+        "Resuming at step {} (global batch {} = local batch {} x {} accumulation steps x data-parallel degree {})",
+        step_ + 1, loader_->global_batch_size(), config_.training.local_batch_size, grad_accum_steps_, dp_degree_);
+  }
+  if (restart_count() > 0 && mesh_->rank() == 0)
+    record_restart(config_.job.dump_folder, step_ + 1, mesh_->world_size());
+}
+
+void TrainerCore::apply_state(const checkpoint::State& state, const nlohmann::json& values) {
   for (const auto& st : state.tensors) {
     for (auto& [name, bias] : expert_biases_) {
       if (st.key == "moe." + name && !st.tensor.is_same(bias)) bias.copy_(st.tensor);
     }
   }
-  if (values->contains("train_state")) {
-    step_ = values->at("train_state").at("step").get<int64_t>();
+  if (values.contains("train_state")) {
+    step_ = values.at("train_state").at("step").get<int64_t>();
     for (const auto& st : state.tensors) {
       at::Generator cpu = at::detail::getDefaultCPUGenerator();
       if (st.key == "train_state.rng_cpu") cpu.set_state(st.tensor);
     }
   }
-  if (values->contains("dataloader")) {
-    const nlohmann::json& loader = values->at("dataloader");
+  if (values.contains("dataloader")) {
+    const nlohmann::json& loader = values.at("dataloader");
     loader_->load_state(loader);
     // The sample sequence continues only with the same global batch; the data-parallel degree and the
     // accumulation split may change (an elastic restart on fewer or more ranks).
@@ -75,13 +86,6 @@ void TrainerCore::load_checkpoint() {
           config_.training.global_batch_size < 0 ? " (unset, it follows the number of ranks)" : "");
     }
   }
-  if (step_ > 0) {
-    log::info(
-        "Resuming at step {} (global batch {} = local batch {} x {} accumulation steps x data-parallel degree {})",
-        step_ + 1, loader_->global_batch_size(), config_.training.local_batch_size, grad_accum_steps_, dp_degree_);
-  }
-  if (restart_count() > 0 && mesh_->rank() == 0)
-    record_restart(config_.job.dump_folder, step_ + 1, mesh_->world_size());
 }
 
 void TrainerCore::maybe_save_checkpoint() {

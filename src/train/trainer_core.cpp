@@ -5,6 +5,8 @@
 #include <ATen/Parallel.h>
 #include <c10/core/GradMode.h>
 
+#include <nlohmann/json.hpp>
+
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -27,6 +29,7 @@
 #include "titan/dist/heartbeat.hpp"
 #include "titan/dist/launch_env.hpp"
 #include "titan/dist/mesh.hpp"
+#include "titan/dist/replica_group.hpp"
 #include "titan/float8/converter.hpp"
 #include "titan/metrics/metrics.hpp"
 #include "titan/metrics/profiler.hpp"
@@ -130,6 +133,10 @@ TrainerCore::TrainerCore(JobConfig config, int64_t model_vocab_size) : config_(s
                                           .timeout = std::chrono::seconds(config_.comm.train_timeout_seconds)}));
   dp_degree_ = shape.dp();
   dp_rank_ = mesh_->coordinate("dp");
+  if (config_.fault_tolerance.enable) {  // every replica group reads its share of each global batch
+    dp_rank_ += config_.fault_tolerance.replica_id * dp_degree_;
+    dp_degree_ *= config_.fault_tolerance.group_size;
+  }
   log::info("Mesh {} ({} launch, {} backend)", shape, env.source, device_.is_cuda() ? "nccl" : "gloo");
   if (config_.training.num_threads > 0) at::set_num_threads(static_cast<int>(config_.training.num_threads));
   if (config_.debug.deterministic) {
@@ -278,6 +285,7 @@ void TrainerCore::attach_model(ModelHandle model) {
       config_.training.local_batch_size, config_.training.local_batch_size * grad_accum_steps_ * dp_degree_,
       grad_accum_steps_, config_.training.seq_len, config_.training.steps, config_.lr_scheduler.warmup_steps);
   load_checkpoint();
+  start_replicas();
 }
 
 template <class T>
@@ -341,6 +349,7 @@ void TrainerCore::train_step() {
 }
 
 void TrainerCore::run_step() {
+  if (replicas_) join_replicas();
   ++step_;
   // The heartbeat (every rank's progress, read through the store) times each phase of the step.
   dist::report_progress(step_, "data loading");
@@ -352,6 +361,8 @@ void TrainerCore::run_step() {
   optimizer_->zero_grad();
   const double lr = config_.optimizer.lr * schedule_->factor(step_ - 1);
 
+  // A step that does not commit across replica groups runs again on the same batch.
+  const nlohmann::json loader_before = replicas_ ? loader_->state() : nlohmann::json();
   // Pull every microbatch first: the loss is normalised by the valid tokens of the whole batch.
   const auto data_start = std::chrono::steady_clock::now();
   std::vector<Microbatch> micro;
@@ -391,6 +402,13 @@ void TrainerCore::run_step() {
               "[titan::Trainer] expected a finite loss, got {} at step {}. Lower optimizer.lr, raise "
               "lr_scheduler.warmup_steps, or check the data; debug.deterministic reproduces the run.",
               fb.loss, step_);
+  if (replicas_ && !commit_over_replicas()) {
+    log::warn("Step {} did not commit across the replica groups (one failed): running it again with the live ones",
+              step_);
+    loader_->load_state(loader_before);
+    --step_;
+    return;
+  }
   // torchtitan's optimizer pre-step hook: each MoE layer's counts of this step's microbatches summed
   // over dp x cp, then its expert bias moved toward balance (outside autograd) and the counts zeroed.
   const std::vector<at::Tensor> loads = moe_->update_expert_bias();  // (E) each
@@ -416,6 +434,7 @@ void TrainerCore::run_step() {
       for (const at::Tensor& load : loads) ratio = std::max(ratio, (load.max() / load.mean()).item<double>());
       metrics_->add_scalar("moe/max_load_ratio", ratio);
     }
+    if (replicas_) metrics_->add_scalar("ft/live_replicas", static_cast<double>(replicas_->live()));
     const StepMetrics logged = metrics_->log(step_, fb.loss, norm, lr);
     if (logged.parts) last_memory_ = *logged.parts;
     if (step_ == 1 && logged.parts) {

@@ -88,7 +88,7 @@ TEST_CASE("for_each_field visits the declared fields in order", "[cpu][config]")
   for_each_field(c, [&](std::string_view name, auto&) { sections.emplace_back(name); });
   CHECK(sections == std::vector<std::string>{"job", "profiling", "metrics", "model", "optimizer", "lr_scheduler",
                                              "training", "parallelism", "checkpoint", "activation_checkpoint",
-                                             "compile", "float8", "comm", "validation", "debug"});
+                                             "compile", "float8", "comm", "fault_tolerance", "validation", "debug"});
   // Writes go through the visitor's references.
   for_each_field(c.training, [](std::string_view name, auto& value) {
     if constexpr (std::is_same_v<std::remove_cvref_t<decltype(value)>, int64_t>) {
@@ -272,14 +272,12 @@ TEST_CASE("file errors name the file and the position", "[cpu][config]") {
 
 TEST_CASE("recognised torchtitan sections load with a note", "[cpu][config]") {
   titan::test::TempDir dir;
-  const std::string toml =
-      write(dir, "ft.toml",
-            "[fault_tolerance]\nenable = true\n[quantize.grouped_mm.float8]\nfqns = [\"experts\"]\n"
-            "[experimental]\n");
+  const std::string toml = write(dir, "ft.toml",
+                                 "[quantize.grouped_mm.float8]\nfqns = [\"experts\"]\n"
+                                 "[experimental]\n");
   titan::ConfigNotes notes;
   CHECK_NOTHROW(parse({"--job.config_file", toml, "--memory_estimation.enable"}, &notes));
   const std::string all = fmt::format("{}", fmt::join(notes, "\n"));
-  CHECK_THAT(all, Contains("fault_tolerance.enable = true"));
   CHECK_THAT(all, Contains("quantize.grouped_mm.float8.fqns"));
   CHECK_THAT(all, Contains("memory_estimation.enable"));
   // A default value is no reason for a note; a non-default switch is.
@@ -424,6 +422,25 @@ TEST_CASE("help lists every key with its default and its doc line", "[cpu][confi
   CHECK(titan::help_requested(2, std::vector<const char*>{"prog", "-h"}.data()));
 }
 
+TEST_CASE("fault_tolerance keys are checked when it is on", "[cpu][config]") {
+  JobConfig c;
+  c.fault_tolerance.group_size = 0;  // torchtitan's default loads while off
+  CHECK_NOTHROW(titan::validate(c));
+  c.fault_tolerance.enable = true;
+  CHECK(error_key([&] { titan::validate(c); }) == "fault_tolerance.group_size");
+  c.fault_tolerance.group_size = 2;
+  c.fault_tolerance.replica_id = 2;
+  CHECK(error_key([&] { titan::validate(c); }) == "fault_tolerance.replica_id");
+  c.fault_tolerance.replica_id = 1;
+  c.fault_tolerance.min_replica_size = 3;
+  CHECK(error_key([&] { titan::validate(c); }) == "fault_tolerance.min_replica_size");
+  c.fault_tolerance.min_replica_size = 1;
+  c.fault_tolerance.semi_sync_method = "diloco";
+  CHECK(error_key([&] { titan::validate(c); }) == "fault_tolerance.semi_sync_method");
+  c.fault_tolerance.semi_sync_method.reset();
+  CHECK_NOTHROW(titan::validate(c));
+}
+
 TEST_CASE("JSON round trip and the atomic config dump", "[cpu][config]") {
   JobConfig c;
   titan::apply_preset(c, "llama3_405b");
@@ -431,7 +448,7 @@ TEST_CASE("JSON round trip and the atomic config dump", "[cpu][config]") {
   c.parallelism.module_fqns_per_model_part = {{"tok_embeddings"}, {"layers.0", "norm"}};
   c.lr_scheduler.decay_ratio = 0.25;
   const nlohmann::json j = titan::to_json(c);
-  CHECK(j.size() == 15);
+  CHECK(j.size() == 16);
   CHECK(j["training"]["dataloader"]["num_workers"] == 0);
   CHECK(nlohmann::json(titan::to_json(JobConfig{}))["debug"]["seed"].is_null());
   CHECK(titan::to_json(titan::from_json(j)).dump() == j.dump());

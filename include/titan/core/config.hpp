@@ -369,6 +369,32 @@ struct CommConfig {
 TITAN_CONFIG(CommConfig, init_timeout_seconds, train_timeout_seconds, trace_buf_size, save_traces_folder,
              save_traces_file_prefix, mode)
 
+// Each replica group is its own job; the groups meet in a quorum through the lighthouse store every step,
+// average gradients over the live ones and heal a replica that (re)joins from a live one.
+/// Replica fault tolerance (TorchFT's idea over HSDP; docs/fault_tolerance.md).
+struct FaultToleranceConfig {
+  /// Train as one replica group of a fault-tolerant job.
+  bool enable = false;
+  /// Backend of the cross-replica groups (gloo; nccl on GPUs).
+  std::string process_group = "gloo";
+  /// Timeout of each cross-replica collective and of the commit vote, in milliseconds.
+  int64_t process_group_timeout_ms = 10000;
+  /// This replica group's id, 0 .. group_size - 1 (its share of the data).
+  int64_t replica_id = 0;
+  /// Replica groups the job is planned with (the data is split into this many shares).
+  int64_t group_size = 0;
+  /// Fewest live replica groups a step may run with.
+  int64_t min_replica_size = 1;
+  /// Semi-synchronous training (local_sgd or diloco; unset = every step synchronous).
+  std::optional<std::string> semi_sync_method{};
+  /// host:port of the lighthouse store (titan-lighthouse); empty = $TITAN_FT_LIGHTHOUSE.
+  std::string lighthouse{};
+  /// How long a quorum waits for the replicas of the previous quorum before going on without them, in ms.
+  int64_t join_timeout_ms = 60000;
+};
+TITAN_CONFIG(FaultToleranceConfig, enable, process_group, process_group_timeout_ms, replica_id, group_size,
+             min_replica_size, semi_sync_method, lighthouse, join_timeout_ms)
+
 /// Periodic evaluation on a held-out dataset.
 struct ValidationConfig {
   /// Run validation every freq steps (and at step 1).
@@ -418,10 +444,11 @@ struct JobConfig {
   CompileConfig compile{};
   Float8Config float8{};
   CommConfig comm{};
+  FaultToleranceConfig fault_tolerance{};
   ValidationConfig validation{};
   DebugConfig debug{};
 };
 TITAN_CONFIG(JobConfig, job, profiling, metrics, model, optimizer, lr_scheduler, training, parallelism, checkpoint,
-             activation_checkpoint, compile, float8, comm, validation, debug)
+             activation_checkpoint, compile, float8, comm, fault_tolerance, validation, debug)
 
 }  // namespace titan

@@ -57,6 +57,9 @@ struct GroupOptions {
   std::chrono::milliseconds timeout{std::chrono::seconds(100)};
   /// "gloo" or "nccl".
   std::string backend = "gloo";
+  /// The caller handles this group's failures (fault tolerance's cross-replica groups): the flight recorder
+  /// neither records nor watches its collectives, and a failed one does not stop the run.
+  bool may_fail = false;
   /// Build a real backend even for a group of one (single-GPU NCCL smoke tests); normally a group
   /// of one does no communication at all.
   bool backend_for_single_rank = false;

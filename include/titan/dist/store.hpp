@@ -21,6 +21,10 @@ class Store {
   /// TCP store: rank 0 serves on host:port, the others connect; waits until world_size joined.
   static Store tcp(const std::string& host, int port, bool is_server, int64_t world_size,
                    std::chrono::milliseconds timeout);
+  /// TCP store server that waits for nobody (the fault-tolerance lighthouse); port 0 picks a free port.
+  static Store serve(int port, std::chrono::milliseconds timeout);
+  /// The port of a TCP store (tcp() or serve()); -1 for any other.
+  int port() const;
   /// In-process store shared by every thread holding a copy (ranks as threads).
   static Store in_memory();
 

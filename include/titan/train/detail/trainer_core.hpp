@@ -5,6 +5,7 @@
 #pragma once
 
 #include <ATen/core/Tensor.h>
+#include <nlohmann/json_fwd.hpp>
 
 #include <functional>
 #include <memory>
@@ -30,7 +31,8 @@ class DataLoader;
 }  // namespace data
 namespace dist {
 class Mesh;
-}
+class ReplicaGroup;
+}  // namespace dist
 class Parallelized;
 namespace parallel {
 struct ParallelPlan;
@@ -129,6 +131,14 @@ class TrainerCore {
   void maybe_save_checkpoint();
   /// Waits for an in-flight async save (end of training).
   void wait_for_checkpoint();
+  /// fault_tolerance.enable: connects this rank to the lighthouse (called by attach_model).
+  void start_replicas();
+  /// The quorum of the coming step; a replica behind the others receives their state first.
+  void join_replicas();
+  /// Averages the gradients over the live replicas; false when the step must be run again.
+  bool commit_over_replicas();
+  /// Applies a loaded or received training state's values (step, data position, RNG, expert biases).
+  void apply_state(const checkpoint::State& state, const nlohmann::json& values);
 
   JobConfig config_;
   at::Device device_ = at::kCPU;
@@ -157,6 +167,7 @@ class TrainerCore {
   std::unique_ptr<PreemptionSignals> preemption_;   // checkpoint.preemption_signals, armed when saving
   int stop_signal_ = 0;                             // the signal every rank agreed to stop on after this step
   std::unique_ptr<checkpoint::Checkpointer> checkpointer_;
+  std::unique_ptr<dist::ReplicaGroup> replicas_;  // fault_tolerance.enable: the quorum across replica groups
   int64_t step_ = 0;
   std::vector<double> losses_;
 };

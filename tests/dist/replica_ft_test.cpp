@@ -1,0 +1,191 @@
+// SPDX-License-Identifier: BSD-3-Clause
+// Replica fault tolerance as real processes: a lighthouse and two replica groups, each its own titan-run
+// job of 2 FSDP ranks (HSDP 2 replicas x 2 shards, CPU fp32, deterministic, tinyshakespeare). One group's
+// rank is SIGKILLed as step 6 starts: the other finishes without a restart, with the losses of a run of
+// that group alone from the step-5 checkpoint; restarted, the killed group rejoins, receives the live
+// group's state and both end with the same weights and optimizer state, bit for bit.
+#include <nlohmann/json.hpp>
+
+#include <regex>
+#include <utility>
+
+#include "dist/launch_test_util.hpp"
+#include "titan/checkpoint/safetensors.hpp"
+
+using titan::test::require_exit;
+using titan::test::Subprocess;
+using titan::test::TempDir;
+namespace fs = std::filesystem;
+
+namespace {
+
+constexpr int64_t kSteps = 20;
+
+// The lighthouse on a free port; its address once it serves.
+struct Lighthouse {
+  Subprocess process{{(titan::test::binary_dir() / "bin" / "titan-lighthouse").string(), "--port", "0"}};
+  std::string address() {
+    REQUIRE(process.read_until([](const std::string& out) { return out.find("serving on port") != std::string::npos; },
+                               60));
+    std::smatch m;
+    const std::string& out = process.output();
+    REQUIRE(std::regex_search(out, m, std::regex("serving on port (\\d+)")));
+    return "127.0.0.1:" + m[1].str();
+  }
+};
+
+// Replica group `replica` of 2: 2 FSDP ranks of the debug model, checkpoints every 5 steps (the last one whole).
+std::vector<std::string> replica_job(const fs::path& dump, int64_t replica, const std::string& lighthouse,
+                                     const std::vector<std::string>& launcher_flags) {
+  std::vector<std::string> args = {titan::test::titan_run_path(), "--nproc-per-node", "2"};
+  args.insert(args.end(), launcher_flags.begin(), launcher_flags.end());
+  const std::vector<std::string> trainer = {"--",
+                                            (titan::test::binary_dir() / "bin" / "train_llama3").string(),
+                                            "--model.flavor",
+                                            "debugmodel",
+                                            "--model.hf_assets_path",
+                                            titan::test::test_tokenizer().string(),
+                                            "--training.dataset",
+                                            "tinyshakespeare",
+                                            "--training.dataset_path",
+                                            titan::test::tinyshakespeare().string(),
+                                            "--training.seq_len",
+                                            "32",
+                                            "--training.local_batch_size",
+                                            "2",
+                                            "--training.steps",
+                                            std::to_string(kSteps),
+                                            "--training.num_threads",
+                                            "1",
+                                            "--parallelism.data_parallel_shard_degree",
+                                            "2",
+                                            "--debug.seed",
+                                            "7",
+                                            "--debug.deterministic",
+                                            "true",
+                                            "--lr_scheduler.warmup_steps",
+                                            "2",
+                                            "--job.dump_folder",
+                                            dump.string(),
+                                            "--metrics.log_freq",
+                                            "1",
+                                            "--checkpoint.enable",
+                                            "true",
+                                            "--checkpoint.interval",
+                                            "5",
+                                            "--checkpoint.last_save_model_only",
+                                            "false",
+                                            "--fault_tolerance.enable",
+                                            "true",
+                                            "--fault_tolerance.replica_id",
+                                            std::to_string(replica),
+                                            "--fault_tolerance.group_size",
+                                            "2",
+                                            "--fault_tolerance.lighthouse",
+                                            lighthouse,
+                                            "--fault_tolerance.join_timeout_ms",
+                                            "1000",
+                                            "--fault_tolerance.process_group_timeout_ms",
+                                            "5000"};
+  args.insert(args.end(), trainer.begin(), trainer.end());
+  return args;
+}
+
+struct Record {
+  double loss = 0;
+  double live = 0;  // ft/live_replicas
+};
+
+// Step -> record of every metrics.jsonl line with a loss; a step logged twice fails the test.
+std::map<int64_t, Record> records(const fs::path& dump) {
+  std::map<int64_t, Record> out;
+  std::istringstream in(titan::test::read_file(dump / "metrics.jsonl"));
+  for (std::string line; std::getline(in, line);) {
+    const auto j = nlohmann::json::parse(line);
+    if (!j.contains("loss_metrics/global_avg_loss")) continue;
+    const int64_t step = j.at("step").get<int64_t>();
+    CHECK(out.count(step) == 0);
+    out[step] = {.loss = j.at("loss_metrics/global_avg_loss").get<double>(), .live = j.value("ft/live_replicas", 0.0)};
+  }
+  return out;
+}
+
+const std::map<std::string, std::optional<std::string>> kKillAtStep6 = {{"TITAN_TEST_KILL_AT_STEP", "0:6"}};
+
+}  // namespace
+
+TEST_CASE("replica fault tolerance: a killed replica group is left out and the other trains on alone",
+          "[dist][launch][train][fault_tolerance][replica]") {
+  TempDir dir;
+  std::map<int64_t, Record> survivor;
+  {
+    Lighthouse lighthouse;
+    const std::string address = lighthouse.address();
+    Subprocess live(replica_job(dir.path / "r0", 0, address, {}));
+    Subprocess killed(replica_job(dir.path / "r1", 1, address, {}), kKillAtStep6);
+    const std::optional<int> killed_status = killed.wait(300);
+    INFO(killed.output());
+    REQUIRE(killed_status.has_value());
+    CHECK(*killed_status != 0);
+    require_exit(live, 0, 300);
+    INFO(live.output());
+    // Killed after it joined step 6's quorum: the live group's first try of step 6 fails and runs again.
+    CHECK_THAT(live.output(), Catch::Matchers::Contains("Step 6 did not commit across the replica groups"));
+    survivor = records(dir.path / "r0");
+  }
+  REQUIRE(survivor.size() == static_cast<size_t>(kSteps));
+  for (int64_t step = 1; step <= 5; ++step) CHECK(survivor.at(step).live == 2);
+  for (int64_t step = 6; step <= kSteps; ++step) CHECK(survivor.at(step).live == 1);
+
+  // Replica group 0 alone from its step-5 checkpoint: the run the survivor must equal from step 6.
+  const fs::path alone = dir.path / "alone";
+  fs::create_directories(alone / "checkpoint");
+  fs::copy(dir.path / "r0" / "checkpoint" / "step-5", alone / "checkpoint" / "step-5", fs::copy_options::recursive);
+  {
+    Lighthouse lighthouse;
+    Subprocess run(replica_job(alone, 0, lighthouse.address(), {}));
+    require_exit(run, 0, 300);
+  }
+  const std::map<int64_t, Record> reference = records(alone);
+  REQUIRE(reference.size() == static_cast<size_t>(kSteps - 5));
+  double worst = 0;
+  for (int64_t step = 6; step <= kSteps; ++step) {
+    const double a = survivor.at(step).loss;
+    const double b = reference.at(step).loss;
+    worst = std::max(worst, std::abs(a - b) / std::abs(b));
+  }
+  INFO("largest relative loss difference, steps 6-20: " << worst);
+  CHECK(worst <= 1e-5);
+}
+
+TEST_CASE("replica fault tolerance: a restarted replica group heals from the live one and both agree bitwise",
+          "[dist][launch][train][fault_tolerance][replica]") {
+  TempDir dir;
+  {
+    Lighthouse lighthouse;
+    const std::string address = lighthouse.address();
+    // The live group's quorum for step 12 waits for both: the restarted group rejoins by then for sure.
+    Subprocess live(replica_job(dir.path / "r0", 0, address, {}), {{"TITAN_TEST_FT_WAIT", "12:2"}});
+    Subprocess restarted(replica_job(dir.path / "r1", 1, address, {"--max-restarts", "1"}), kKillAtStep6);
+    require_exit(restarted, 0, 300);
+    require_exit(live, 0, 300);
+    INFO(restarted.output());
+    CHECK_THAT(restarted.output(), Catch::Matchers::Contains("receiving the training state from replica group 0"));
+    CHECK_THAT(restarted.output(), Catch::Matchers::Contains("healed to step"));
+  }
+  const std::map<int64_t, Record> live = records(dir.path / "r0");
+  REQUIRE(live.size() == static_cast<size_t>(kSteps));
+  CHECK(live.at(kSteps).live == 2);
+  // Every tensor of the final checkpoints (weights, Adam moments and steps, RNG) equal, rank by rank.
+  for (const char* rank_file : {"rank-00000.safetensors", "rank-00001.safetensors"}) {
+    const titan::checkpoint::SafetensorsFile a(dir.path / "r0" / "checkpoint" / "step-20" / rank_file);
+    const titan::checkpoint::SafetensorsFile b(dir.path / "r1" / "checkpoint" / "step-20" / rank_file);
+    REQUIRE(a.entries().size() == b.entries().size());
+    REQUIRE(!a.entries().empty());
+    for (const auto& [name, entry] : a.entries()) {
+      INFO(rank_file << " " << name);
+      REQUIRE(b.contains(name));
+      CHECK(at::equal(a.read(name), b.read(name)));
+    }
+  }
+}
