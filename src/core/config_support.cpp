@@ -61,7 +61,10 @@ const std::vector<Unsupported>& unsupported_table() {
 
 // torchtitan sections titan has no fields for: any key in them loads, with a note.
 constexpr std::string_view kRecognisedSections[] = {
-    "memory_estimation", "experimental", "quantize.linear.mx", "quantize.grouped_mm",
+    "memory_estimation",
+    "experimental",
+    "quantize.linear.mx",
+    "quantize.grouped_mm",
 };
 
 const std::string_view* recognised_section_of(std::string_view canonical) {
