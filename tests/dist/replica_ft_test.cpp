@@ -36,7 +36,8 @@ struct Lighthouse {
 
 // Replica group `replica` of 2: 2 FSDP ranks of the debug model, checkpoints every 5 steps (the last one whole).
 std::vector<std::string> replica_job(const fs::path& dump, int64_t replica, const std::string& lighthouse,
-                                     const std::vector<std::string>& launcher_flags) {
+                                     const std::vector<std::string>& launcher_flags,
+                                     const std::vector<std::string>& trainer_flags = {}) {
   std::vector<std::string> args = {titan::test::titan_run_path(), "--nproc-per-node", "2"};
   args.insert(args.end(), launcher_flags.begin(), launcher_flags.end());
   const std::vector<std::string> trainer = {"--",
@@ -88,6 +89,7 @@ std::vector<std::string> replica_job(const fs::path& dump, int64_t replica, cons
                                             "--fault_tolerance.process_group_timeout_ms",
                                             "5000"};
   args.insert(args.end(), trainer.begin(), trainer.end());
+  args.insert(args.end(), trainer_flags.begin(), trainer_flags.end());
   return args;
 }
 
@@ -166,11 +168,15 @@ TEST_CASE("replica fault tolerance: a restarted replica group heals from the liv
     const std::string address = lighthouse.address();
     // The live group's quorum for step 12 waits for both: the restarted group rejoins by then for sure.
     Subprocess live(replica_job(dir.path / "r0", 0, address, {}), {{"TITAN_TEST_FT_WAIT", "12:2"}});
-    Subprocess restarted(replica_job(dir.path / "r1", 1, address, {"--max-restarts", "1"}), kKillAtStep6);
+    // It saves only its last step: restarted, it starts from nothing and must be healed to the live step.
+    Subprocess restarted(
+        replica_job(dir.path / "r1", 1, address, {"--max-restarts", "1"}, {"--checkpoint.interval", "100"}),
+        kKillAtStep6);
     require_exit(restarted, 0, 300);
     require_exit(live, 0, 300);
     INFO(restarted.output());
     CHECK_THAT(restarted.output(), Catch::Matchers::Contains("receiving the training state from replica group 0"));
+    CHECK_THAT(restarted.output(), Catch::Matchers::Contains("Replica group 1 is at step 0"));
     CHECK_THAT(restarted.output(), Catch::Matchers::Contains("healed to step"));
   }
   const std::map<int64_t, Record> live = records(dir.path / "r0");
