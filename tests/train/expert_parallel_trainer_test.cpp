@@ -169,29 +169,28 @@ const Layout kEp2{
 
 }  // namespace
 
-TEST_CASE("train deepseek_v3 at EP 2 matches one process: 20 losses and the expert biases",
+// One test case: its sections share the one-process reference run (ctest runs each case in a process of its own).
+TEST_CASE("train deepseek_v3 at EP 2 - EP 4 and EP 2 x FSDP 2 match one process: 20 losses and the expert biases",
           "[train][ep][parity][deepseek_v3]") {
-  check_against_one_process("deepseek_v3", "debugmodel", kEp2, "EP(ep=2, efsdp=1, MoE layers: 5) + FSDP(dp_shard=2)");
-}
-
-TEST_CASE("train deepseek_v3 at EP 4 matches one process: 20 losses and the expert biases",
-          "[train][ep][parity][deepseek_v3]") {
-  check_against_one_process(
-      "deepseek_v3", "debugmodel",
-      {.ranks = 4,
-       .tp = 1,
-       .degrees = {"--parallelism.data_parallel_shard_degree", "4", "--parallelism.expert_parallel_degree", "4"}},
-      "EP(ep=4, efsdp=1, MoE layers: 5) + FSDP(dp_shard=4)");
-}
-
-TEST_CASE("train deepseek_v3 at EP 2 x FSDP 2 (dp_shard 4 with ep 2) matches one process",
-          "[train][ep][parity][deepseek_v3]") {
-  check_against_one_process(
-      "deepseek_v3", "debugmodel",
-      {.ranks = 4,
-       .tp = 1,
-       .degrees = {"--parallelism.data_parallel_shard_degree", "4", "--parallelism.expert_parallel_degree", "2"}},
-      "EP(ep=2, efsdp=2, MoE layers: 5) + FSDP(dp_shard=4)");
+  SECTION("EP 2") {
+    check_against_one_process("deepseek_v3", "debugmodel", kEp2, "EP(ep=2, efsdp=1, MoE layers: 5) + FSDP(dp_shard=2)");
+  }
+  SECTION("EP 4") {
+    check_against_one_process(
+        "deepseek_v3", "debugmodel",
+        {.ranks = 4,
+         .tp = 1,
+         .degrees = {"--parallelism.data_parallel_shard_degree", "4", "--parallelism.expert_parallel_degree", "4"}},
+        "EP(ep=4, efsdp=1, MoE layers: 5) + FSDP(dp_shard=4)");
+  }
+  SECTION("EP 2 x FSDP 2 (dp_shard 4 with ep 2)") {
+    check_against_one_process(
+        "deepseek_v3", "debugmodel",
+        {.ranks = 4,
+         .tp = 1,
+         .degrees = {"--parallelism.data_parallel_shard_degree", "4", "--parallelism.expert_parallel_degree", "2"}},
+        "EP(ep=2, efsdp=2, MoE layers: 5) + FSDP(dp_shard=4)");
+  }
 }
 
 TEST_CASE("a checkpoint written at EP 2 resumes bitwise at EP 2 and loads at EP 1 and back",
