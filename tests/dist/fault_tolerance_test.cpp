@@ -28,35 +28,7 @@ std::vector<std::string> fsdp_run(const fs::path& dump, const std::vector<std::s
                                   const std::vector<std::string>& trainer_flags) {
   std::vector<std::string> args = {titan::test::titan_run_path(), "--nproc-per-node", "2"};
   args.insert(args.end(), launcher_flags.begin(), launcher_flags.end());
-  const std::vector<std::string> trainer = {(titan::test::binary_dir() / "bin" / "train_llama3").string(),
-                                            "--model.flavor",
-                                            "debugmodel",
-                                            "--model.hf_assets_path",
-                                            titan::test::test_tokenizer().string(),
-                                            "--training.dataset",
-                                            "tinyshakespeare",
-                                            "--training.dataset_path",
-                                            titan::test::tinyshakespeare().string(),
-                                            "--training.seq_len",
-                                            "32",
-                                            "--training.local_batch_size",
-                                            "2",
-                                            "--training.steps",
-                                            std::to_string(kSteps),
-                                            "--training.num_threads",
-                                            "1",
-                                            "--parallelism.data_parallel_shard_degree",
-                                            "2",
-                                            "--debug.seed",
-                                            "7",
-                                            "--debug.deterministic",
-                                            "true",
-                                            "--lr_scheduler.warmup_steps",
-                                            "2",
-                                            "--job.dump_folder",
-                                            dump.string(),
-                                            "--metrics.log_freq",
-                                            "1"};
+  const std::vector<std::string> trainer = titan::test::tiny_fsdp2_trainer(dump, kSteps);
   args.push_back("--");
   args.insert(args.end(), trainer.begin(), trainer.end());
   args.insert(args.end(), trainer_flags.begin(), trainer_flags.end());

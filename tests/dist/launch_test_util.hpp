@@ -40,6 +40,40 @@ inline std::vector<std::string> fsdp2_debug_job(const std::string& dump, int ste
   return args;
 }
 
+/// train_llama3 and its flags for the deterministic CPU debug job of the fault-tolerance tests: 2 FSDP ranks of
+/// the debug model on tinyshakespeare, `steps` steps of 2 x 2 sequences of 32 tokens, every step logged to `dump`.
+inline std::vector<std::string> tiny_fsdp2_trainer(const fs::path& dump, int64_t steps) {
+  return {(binary_dir() / "bin" / "train_llama3").string(),
+          "--model.flavor",
+          "debugmodel",
+          "--model.hf_assets_path",
+          test_tokenizer().string(),
+          "--training.dataset",
+          "tinyshakespeare",
+          "--training.dataset_path",
+          tinyshakespeare().string(),
+          "--training.seq_len",
+          "32",
+          "--training.local_batch_size",
+          "2",
+          "--training.steps",
+          std::to_string(steps),
+          "--training.num_threads",
+          "1",
+          "--parallelism.data_parallel_shard_degree",
+          "2",
+          "--debug.seed",
+          "7",
+          "--debug.deterministic",
+          "true",
+          "--lr_scheduler.warmup_steps",
+          "2",
+          "--job.dump_folder",
+          dump.string(),
+          "--metrics.log_freq",
+          "1"};
+}
+
 /// One "probe ..." line: its key=value fields, and the "[rank R] " prefix the launcher added (-1: none).
 struct ProbeLine {
   long prefix_rank = -1;
