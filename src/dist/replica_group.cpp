@@ -119,7 +119,8 @@ struct ReplicaGroup::Impl {
   bool ready(const std::map<int64_t, Ticket>& members, const std::optional<Quorum>& previous, Clock::time_point arrived,
              int64_t step) const {
     const auto size = static_cast<int64_t>(members.size());
-    if (step + 1 == options.wait_step && size < options.wait_replicas) return false;
+    if (const auto wait = options.wait_for.find(step + 1); wait != options.wait_for.end() && size < wait->second)
+      return false;
     if (size == options.group_size) return true;
     if (size < options.min_replica_size) return false;
     const bool all_previous = previous && std::all_of(previous->replicas.begin(), previous->replicas.end(),

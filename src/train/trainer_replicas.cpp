@@ -10,6 +10,9 @@
 
 #include <chrono>
 #include <cstdlib>
+#include <map>
+#include <sstream>
+#include <string>
 
 #include "titan/checkpoint/checkpoint.hpp"
 #include "titan/core/error.hpp"
@@ -23,14 +26,20 @@ namespace titan::detail {
 
 namespace {
 
-// TITAN_TEST_FT_WAIT=<step>:<replicas>: the quorum that starts <step> waits for that many replicas (tests
-// make a restarted replica rejoin at a known step).
-std::pair<int64_t, int64_t> wait_hook() {
+// TITAN_TEST_FT_WAIT=<step>:<replicas>[,<step>:<replicas>...]: the quorum that starts <step> waits for that many
+// replicas (tests make the groups start together and a restarted group rejoin by a known step).
+std::map<int64_t, int64_t> wait_hook() {
+  std::map<int64_t, int64_t> waits;
   const char* hook = std::getenv("TITAN_TEST_FT_WAIT");
-  if (hook == nullptr) return {-1, 0};
-  const char* colon = std::strchr(hook, ':');
-  TITAN_CHECK(colon != nullptr, "[titan::Trainer] expected TITAN_TEST_FT_WAIT=<step>:<replicas>, got '{}'.", hook);
-  return {std::atoll(hook), std::atoll(colon + 1)};
+  if (hook == nullptr) return waits;
+  std::istringstream in(hook);
+  for (std::string item; std::getline(in, item, ',');) {
+    const size_t colon = item.find(':');
+    TITAN_CHECK(colon != std::string::npos,
+                "[titan::Trainer] expected TITAN_TEST_FT_WAIT=<step>:<replicas>[,...], got '{}'.", hook);
+    waits[std::stoll(item.substr(0, colon))] = std::stoll(item.substr(colon + 1));
+  }
+  return waits;
 }
 
 }  // namespace
@@ -55,7 +64,6 @@ void TrainerCore::start_replicas() {
                       "[titan::Trainer] expected the lighthouse address (host:port) with fault_tolerance.enable, got "
                       "none. Start titan-lighthouse and set fault_tolerance.lighthouse or TITAN_FT_LIGHTHOUSE.");
   }
-  const auto [wait_step, wait_replicas] = wait_hook();
   replicas_ = std::make_unique<dist::ReplicaGroup>(
       dist::ReplicaOptions{.replica_id = ft.replica_id,
                            .group_size = ft.group_size,
@@ -66,8 +74,7 @@ void TrainerCore::start_replicas() {
                            // The group's other ranks wait for rank 0's quorum in a collective.
                            .quorum_timeout = std::chrono::seconds(config_.comm.train_timeout_seconds) * 9 / 10,
                            .backend = ft.process_group,
-                           .wait_step = wait_step,
-                           .wait_replicas = wait_replicas},
+                           .wait_for = wait_hook()},
       mesh_->group("world"));
   log::info("Fault tolerance: replica group {} of {} (at least {} live), lighthouse {}", ft.replica_id, ft.group_size,
             ft.min_replica_size, lighthouse);

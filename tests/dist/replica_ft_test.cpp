@@ -85,7 +85,10 @@ std::map<int64_t, Record> records(const fs::path& dump) {
   return out;
 }
 
-const std::map<std::string, std::optional<std::string>> kKillAtStep6 = {{"TITAN_TEST_KILL_AT_STEP", "0:6"}};
+// Both groups start step 1 together, however long one takes to start (a busy machine).
+const std::map<std::string, std::optional<std::string>> kTogether = {{"TITAN_TEST_FT_WAIT", "1:2"}};
+const std::map<std::string, std::optional<std::string>> kKillAtStep6 = {{"TITAN_TEST_FT_WAIT", "1:2"},
+                                                                        {"TITAN_TEST_KILL_AT_STEP", "0:6"}};
 
 }  // namespace
 
@@ -93,10 +96,11 @@ TEST_CASE("replica fault tolerance: a killed replica group is left out and the o
           "[dist][launch][train][fault_tolerance][replica]") {
   TempDir dir;
   std::map<int64_t, Record> survivor;
+  std::string outputs;  // both groups' logs, for a failure below
   {
     Lighthouse lighthouse;
     const std::string address = lighthouse.address();
-    Subprocess live(replica_job(dir.path / "r0", 0, address, {}));
+    Subprocess live(replica_job(dir.path / "r0", 0, address, {}), kTogether);
     Subprocess killed(replica_job(dir.path / "r1", 1, address, {}), kKillAtStep6);
     const std::optional<int> killed_status = killed.wait(300);
     INFO(killed.output());
@@ -107,7 +111,9 @@ TEST_CASE("replica fault tolerance: a killed replica group is left out and the o
     // Killed after it joined step 6's quorum: the live group's first try of step 6 fails and runs again.
     CHECK_THAT(live.output(), Catch::Matchers::Contains("Step 6 did not commit across the replica groups"));
     survivor = records(dir.path / "r0");
+    outputs = live.output() + killed.output();
   }
+  INFO(outputs);
   REQUIRE(survivor.size() == static_cast<size_t>(kSteps));
   for (int64_t step = 1; step <= 5; ++step) CHECK(survivor.at(step).live == 2);
   for (int64_t step = 6; step <= kSteps; ++step) CHECK(survivor.at(step).live == 1);
@@ -136,22 +142,25 @@ TEST_CASE("replica fault tolerance: a killed replica group is left out and the o
 TEST_CASE("replica fault tolerance: a restarted replica group heals from the live one and both agree bitwise",
           "[dist][launch][train][fault_tolerance][replica]") {
   TempDir dir;
+  std::string outputs;  // both groups' logs, for a failure below
   {
     Lighthouse lighthouse;
     const std::string address = lighthouse.address();
     // The live group's quorum for step 12 waits for both: the restarted group rejoins by then for sure.
-    Subprocess live(replica_job(dir.path / "r0", 0, address, {}), {{"TITAN_TEST_FT_WAIT", "12:2"}});
+    Subprocess live(replica_job(dir.path / "r0", 0, address, {}), {{"TITAN_TEST_FT_WAIT", "1:2,12:2"}});
     // It saves only its last step: restarted, it starts from nothing and must be healed to the live step.
     Subprocess restarted(
         replica_job(dir.path / "r1", 1, address, {"--max-restarts", "1"}, {"--checkpoint.interval", "100"}),
         kKillAtStep6);
     require_exit(restarted, 0, 300);
     require_exit(live, 0, 300);
+    outputs = live.output() + restarted.output();
     INFO(restarted.output());
     CHECK_THAT(restarted.output(), Catch::Matchers::Contains("receiving the training state from replica group 0"));
     CHECK_THAT(restarted.output(), Catch::Matchers::Contains("Replica group 1 is at step 0"));
     CHECK_THAT(restarted.output(), Catch::Matchers::Contains("healed to step"));
   }
+  INFO(outputs);
   const std::map<int64_t, Record> live = records(dir.path / "r0");
   REQUIRE(live.size() == static_cast<size_t>(kSteps));
   CHECK(live.at(kSteps).live == 2);

@@ -25,6 +25,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -52,10 +53,8 @@ struct ReplicaOptions {
   std::chrono::milliseconds quorum_timeout{90000};
   /// gloo or nccl.
   std::string backend = "gloo";
-  /// Test hook: the round that starts step wait_step waits (without timeout) for wait_replicas.
-  int64_t wait_step = -1;
-  /// See wait_step.
-  int64_t wait_replicas = 0;
+  /// Test hook: step -> how many replicas the quorum that starts that step waits for (no join timeout).
+  std::map<int64_t, int64_t> wait_for{};
 };
 
 /// One decided quorum, as every rank of every member replica sees it.
