@@ -304,7 +304,8 @@ struct Process {
   int64_t skip_n = 0;
   std::atomic<int64_t> issued{0};
 
-  std::mutex mutex{};  // guards pending and store
+  std::mutex mutex{};      // guards pending and store
+  std::mutex store_use{};  // held while the watchdog talks to the store (detach_flight_recorder_store waits)
   std::map<int64_t, Pending> pending{};
   c10::intrusive_ptr<c10d::Store> store{};
 
@@ -525,6 +526,11 @@ void watchdog_loop(Process* p) {
         break;
       }
     }
+    const std::lock_guard use(p->store_use);
+    {
+      std::lock_guard lock(p->mutex);
+      store = p->store;  // detached meanwhile: the run is over
+    }
     if (store && !p->stopped && now - last_beat >= beat_period) {
       last_beat = now;
       try {
@@ -554,6 +560,14 @@ void watchdog_loop(Process* p) {
 Process* process() { return g_process.load(std::memory_order_acquire); }
 
 }  // namespace
+
+void detach_flight_recorder_store() {
+  Process* p = process();
+  if (!p) return;
+  const std::lock_guard use(p->store_use);
+  std::lock_guard lock(p->mutex);
+  p->store.reset();
+}
 
 void enable_flight_recorder(const FlightRecorderOptions& options) {
   g_process.store(nullptr, std::memory_order_release);

@@ -129,11 +129,9 @@ parallel::TensorParallelPlan tensor_parallel_plan(const DecoderShape& shape, int
     if (sp) plan.add(block + ".attention_norm", SequenceParallel{});
     plan.add(block + ".attention",
              PrepareModuleInput{.input_layout = between, .desired_input_layout = Placement::replicate()});
-    for (const char* w : {".attention.wq", ".attention.wk", ".attention.wv"}) plan.add(block + w, ColwiseParallel{});
-    // The q/k norms see this rank's heads: weights replicated, gradients summed over tp.
-    if (shape.qk_norm) {
-      for (const char* n : {".attention.q_norm", ".attention.k_norm"}) plan.add(block + n, SequenceParallel{});
-    }
+    for (const std::string& w : shape.head_projections) plan.add(block + ".attention." + w, ColwiseParallel{});
+    // These see every rank's input (or one head's features): each rank's gradient is its heads' share.
+    for (const std::string& m : shape.replicated_attention) plan.add(block + ".attention." + m, SequenceParallel{});
     plan.add(block + ".attention.wo", RowwiseParallel{.output_layout = between});
     if (sp) plan.add(block + ".ffn_norm", SequenceParallel{});
     if (std::find(shape.moe_layers.begin(), shape.moe_layers.end(), i) != shape.moe_layers.end()) {

@@ -21,19 +21,21 @@ using Kind = Placement::Kind;
 
 // Inputs a PrepareModuleInput has already made replicated for the layers inside its module: their
 // gradient sum is that module's job (a reduce-scatter or all-reduce), so a colwise layer inside
-// must not add its own (DTensor's "input is already a DTensor" case).
-thread_local std::vector<const c10::TensorImpl*> prepared_inputs;
+// must not add its own (DTensor's "input is already a DTensor" case). The same holds for every
+// replicated activation computed inside such a module (MLA's kv_norm output feeding wkv_b): backward
+// is linear in the incoming gradient, so each rank's share flows back to the module's input and is
+// summed there once, while the replicated weights on the way sum theirs (SequenceParallel).
+thread_local int prepared_depth = 0;
 
 struct PreparedScope {
-  explicit PreparedScope(const at::Tensor& x) { prepared_inputs.push_back(x.unsafeGetTensorImpl()); }
-  ~PreparedScope() { prepared_inputs.pop_back(); }
+  PreparedScope() { ++prepared_depth; }
+  ~PreparedScope() { --prepared_depth; }
   PreparedScope(const PreparedScope&) = delete;
   PreparedScope& operator=(const PreparedScope&) = delete;
 };
 
-bool is_prepared(const at::Tensor& x) {
-  return std::find(prepared_inputs.begin(), prepared_inputs.end(), x.unsafeGetTensorImpl()) != prepared_inputs.end();
-}
+// Inside a prepared module's forward (its input, or any replicated activation derived from it).
+bool inside_prepared_module() { return prepared_depth > 0; }
 
 // Replaces param's data by its chunk along dim and records where it lies.
 void shard_param(const std::string& fqn, at::Tensor& param, int64_t dim, const TpContext& ctx) {
@@ -138,7 +140,7 @@ struct ColwiseHook final : ModuleHook {
       return style.output_layout.kind == Kind::kReplicate ? dist::gather_to_replicate(y, ctx.group, -1) : y;
     };
     if (style.input_layout.kind == Kind::kShard) return gather_then(x, style.input_layout.dim, ctx, compute);
-    return compute(is_prepared(x) ? x : dist::copy_to_group(x, ctx.group));
+    return compute(inside_prepared_module() ? x : dist::copy_to_group(x, ctx.group));
   }
 };
 
@@ -176,7 +178,7 @@ struct PrepareInputHook final : ModuleHook {
       return inner(dist::split_to_shard(x, ctx.group, style.desired_input_layout.dim));
     }
     auto run = [&](const at::Tensor& in) {
-      PreparedScope scope(in);
+      const PreparedScope scope;
       return inner(in);
     };
     if (style.input_layout.kind == Kind::kShard) return gather_then(x, style.input_layout.dim, ctx, run);

@@ -303,6 +303,9 @@ void TrainerCore::train() {
   dist::report_progress(step_, "training finished", /*timed=*/false);
   if (profiler_) profiler_->finish(step_);
   wait_for_checkpoint();
+  // Every rank stops reading rank 0's store before rank 0 may exit.
+  dist::detach_flight_recorder_store();
+  mesh_->group("world").barrier();
   if (stop_signal_ != 0 && step_ < config_.training.steps) {
     log::info("Training stopped at step {} on {}; its checkpoint is saved, the same command resumes at step {}", step_,
               signal_name(stop_signal_), step_ + 1);

@@ -1,8 +1,10 @@
 // SPDX-License-Identifier: BSD-3-Clause
 // Expert parallelism through the bundled trainer (build/bin/train), ranks as processes under titan-run on
 // Gloo, CPU fp32, deterministic: DeepSeek-V3 debugmodel (8 routed experts in 5 MoE layers) trained 20 steps
-// at EP 2 (dp_shard 2), EP 4 (dp_shard 4) and EP 2 x FSDP 2 (dp_shard 4 with ep 2: torchtitan's layout,
-// the experts sharded over ep and the other weights over all 4 ranks) reproduces one process on the same
+// at EP 2 (dp_shard 2), EP 4 (dp_shard 4), EP 2 x FSDP 2 (dp_shard 4 with ep 2: torchtitan's layout,
+// the experts sharded over ep and the other weights over all 4 ranks) and EP 2 x TP 2 (dp_shard 2 with
+// ep 2, tp 2: MLA split over heads, the MoE on each tp rank's sequence shard with the experts sharded over
+// the dp ranks) reproduces one process on the same
 // global batch: every step's loss within 1e-5 relative, and every MoE layer's expert bias after step 20
 // (read from the step-20 checkpoint). A checkpoint written at EP 2 resumes bitwise at EP 2, and loads at
 // EP 1 (one process) and the other way round, the experts resharded by their global FQN and shape.
@@ -170,7 +172,7 @@ const Layout kEp2{
 }  // namespace
 
 // One test case: its sections share the one-process reference run (ctest runs each case in a process of its own).
-TEST_CASE("train deepseek_v3 at EP 2 - EP 4 and EP 2 x FSDP 2 match one process: 20 losses and the expert biases",
+TEST_CASE("train deepseek_v3 with expert parallelism: 20 losses and expert biases match one process",
           "[train][ep][parity][deepseek_v3]") {
   SECTION("EP 2") {
     check_against_one_process("deepseek_v3", "debugmodel", kEp2, "EP(ep=2, efsdp=1, MoE layers: 5) + FSDP(dp_shard=2)");
@@ -190,6 +192,15 @@ TEST_CASE("train deepseek_v3 at EP 2 - EP 4 and EP 2 x FSDP 2 match one process:
          .tp = 1,
          .degrees = {"--parallelism.data_parallel_shard_degree", "4", "--parallelism.expert_parallel_degree", "2"}},
         "EP(ep=2, efsdp=2, MoE layers: 5) + FSDP(dp_shard=4)");
+  }
+  SECTION("EP 2 x TP 2 (dp_shard 2 with ep 2, tp 2)") {
+    check_against_one_process(
+        "deepseek_v3", "debugmodel",
+        {.ranks = 4,
+         .tp = 2,
+         .degrees = {"--parallelism.data_parallel_shard_degree", "2", "--parallelism.tensor_parallel_degree", "2",
+                     "--parallelism.expert_parallel_degree", "2"}},
+        "EP(ep=2, efsdp=1, MoE layers: 5)");
   }
 }
 

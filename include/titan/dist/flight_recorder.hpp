@@ -98,4 +98,9 @@ struct FlightRecorderOptions {
 /// the watchdog stops the run.
 void enable_flight_recorder(const FlightRecorderOptions& options);
 
+/// Stops this rank's watchdog reading the store (heartbeats, stop requests) and returns once it is not
+/// reading it. A run's end calls it on every rank before a last barrier: rank 0 serves the store, and a
+/// rank still polling when rank 0 exits gets a failed read (and c10d's warning with a stack trace).
+void detach_flight_recorder_store();
+
 }  // namespace titan::dist

@@ -77,8 +77,11 @@ struct DecoderShape {
   int64_t n_kv_heads = 0;
   /// The output projection is the embedding matrix (no `output` module).
   bool tied = false;
-  /// Blocks' attention has q_norm and k_norm (Qwen3).
-  bool qk_norm = false;
+  /// Attention projections split over heads under TP (ColwiseParallel), by name inside `layers.N.attention`.
+  std::vector<std::string> head_projections{"wq", "wk", "wv"};
+  /// Attention modules that see every head's input or one head's features (Qwen3's q_norm/k_norm, MLA's
+  /// down-projections): under TP their weights stay whole on each rank and their gradients are summed.
+  std::vector<std::string> replicated_attention{};
   /// Blocks whose feed-forward is `layers.N.moe` (an nn::MoE) instead of `layers.N.feed_forward`.
   std::vector<int64_t> moe_layers{};
   /// Those MoE layers have `moe.shared_experts`.
@@ -92,10 +95,10 @@ struct DecoderShape {
 std::vector<std::vector<std::string>> data_parallel_units(const DecoderShape& shape);
 
 /// torchtitan's TP plan (docs/tensor_parallel.md): embedding vocab-parallel; per block attention_norm
-/// and ffn_norm SequenceParallel, wq/wk/wv colwise, wo rowwise, q_norm/k_norm SequenceParallel (weights
-/// replicated over heads, gradients summed), a dense feed_forward's w1/w3 colwise and w2 rowwise; norm
-/// SequenceParallel; output colwise (vocab-sharded logits under loss parallel). An MoE block's moe runs
-/// on its rank's tokens with replicated experts (SequenceParallel: gradients summed over tp) under
+/// and ffn_norm SequenceParallel, the head projections (wq/wk/wv) colwise, wo rowwise, the replicated
+/// attention modules SequenceParallel (weights whole on each rank, gradients summed), a dense feed_forward's w1/w3
+/// colwise and w2 rowwise; norm SequenceParallel; output colwise (vocab-sharded logits under loss parallel). An MoE
+/// block's moe runs on its rank's tokens with replicated experts (SequenceParallel: gradients summed over tp) under
 /// sequence parallelism, replicated without it; expert parallelism is a separate axis. Checks that
 /// `degree` divides the heads and refuses tied embeddings.
 parallel::TensorParallelPlan tensor_parallel_plan(const DecoderShape& shape, int64_t degree, bool sequence_parallel,

@@ -8,13 +8,14 @@
 namespace titan::qwen3 {
 
 models::DecoderShape decoder_shape(const Qwen3Args& args) {
-  models::DecoderShape shape{.n_layers = args.n_layers,
-                             .n_heads = args.n_heads,
-                             .n_kv_heads = args.n_kv_heads,
-                             .tied = args.tie_word_embeddings,
-                             .qk_norm = args.qk_norm,
-                             .shared_experts = args.moe.num_shared_experts > 0,
-                             .where = "titan::qwen3"};
+  models::DecoderShape shape{
+      .n_layers = args.n_layers,
+      .n_heads = args.n_heads,
+      .n_kv_heads = args.n_kv_heads,
+      .tied = args.tie_word_embeddings,
+      .replicated_attention = args.qk_norm ? std::vector<std::string>{"q_norm", "k_norm"} : std::vector<std::string>{},
+      .shared_experts = args.moe.num_shared_experts > 0,
+      .where = "titan::qwen3"};
   for (int64_t i = 0; i < args.n_layers; ++i) {
     if (args.is_moe_layer(i)) shape.moe_layers.push_back(i);
   }

@@ -1,8 +1,11 @@
 // SPDX-License-Identifier: BSD-3-Clause
 // DeepSeek-V3's ParallelPlan: FSDP/HSDP/DDP units (models/decoder.hpp's: the embeddings, each dense
 // block, each MoE block as two units (attention, norms, router and shared experts; then its routed
-// experts), norm + output) and activation checkpointing of blocks. Tensor, context and pipeline
-// parallelism for this model are not built or tested yet: a mesh with tp, cp or pp > 1 is refused.
+// experts), norm + output), activation checkpointing of blocks, expert parallelism of the MoE blocks
+// and torchtitan's tensor parallelism: MLA's up-projections (wq or wq_b, wkv_b) split over heads, its
+// down-projections and their norms (wq_a, q_norm, wkv_a, kv_norm) whole on every tp rank with their
+// gradients summed, wo rowwise, dense feed-forwards as Llama's, the MoE on each rank's sequence shard.
+// Context and pipeline parallelism for this model are not built or tested yet: cp or pp > 1 is refused.
 #pragma once
 
 #include <string>
@@ -26,8 +29,8 @@ struct DeepSeekV3Args;
 /// The blocks' shape the shared decoder plans take (models/decoder.hpp): MoE blocks after the dense ones.
 models::DecoderShape decoder_shape(const DeepSeekV3Args& args);
 
-/// The plan the job config asks for on mesh (see the file comment); throws naming the axis for tp,
-/// cp or pp > 1.
+/// The plan the job config asks for on mesh (see the file comment); throws naming the axis for cp or
+/// pp > 1.
 parallel::ParallelPlan parallel_plan(const DeepSeekV3& model, const JobConfig& config, const dist::Mesh& mesh);
 
 }  // namespace titan::deepseek_v3
