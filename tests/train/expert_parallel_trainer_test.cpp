@@ -5,7 +5,8 @@
 // the experts sharded over ep and the other weights over all 4 ranks) and EP 2 x TP 2 (dp_shard 2 with
 // ep 2, tp 2: MLA split over heads, the MoE on each tp rank's sequence shard with the experts sharded over
 // the dp ranks) reproduces one process on the same
-// global batch: every step's loss within 1e-5 relative, and every MoE layer's expert bias after step 20
+// global batch: every step's loss within 1e-5 relative and its logged expert load (moe/max_load_ratio, from
+// the global token counts behind the bias updates) equal, and every MoE layer's expert bias after step 20
 // (read from the step-20 checkpoint). A checkpoint written at EP 2 resumes bitwise at EP 2, and loads at
 // EP 1 (one process) and the other way round, the experts resharded by their global FQN and shape.
 //
@@ -88,17 +89,18 @@ std::string run(const std::vector<std::string>& args, const Layout& layout) {
   return p.output();
 }
 
-// step -> loss from metrics.jsonl (a resumed run appends; the latest line of a step wins).
-std::map<int64_t, double> logged_losses(const fs::path& dump) {
+// step -> metric `key` from metrics.jsonl (a resumed run appends; the latest line of a step wins).
+std::map<int64_t, double> logged(const fs::path& dump, const char* key) {
   std::map<int64_t, double> out;
   std::istringstream in(read_file(dump / "metrics.jsonl"));
   for (std::string line; std::getline(in, line);) {
     const auto j = nlohmann::json::parse(line);
-    if (j.contains("loss_metrics/global_avg_loss"))
-      out[j.at("step").get<int64_t>()] = j.at("loss_metrics/global_avg_loss").get<double>();
+    if (j.contains(key)) out[j.at("step").get<int64_t>()] = j.at(key).get<double>();
   }
   return out;
 }
+
+std::map<int64_t, double> logged_losses(const fs::path& dump) { return logged(dump, "loss_metrics/global_avg_loss"); }
 
 // Every MoE layer's expert bias in a checkpoint folder (the "moe." group), by key.
 std::map<std::string, at::Tensor> expert_biases(const fs::path& folder) {
@@ -121,6 +123,7 @@ std::map<std::string, at::Tensor> expert_biases(const fs::path& folder) {
 
 struct Run {
   std::map<int64_t, double> losses;
+  std::map<int64_t, double> load_ratios;  // moe/max_load_ratio: the busiest expert's tokens over the mean
   std::map<std::string, at::Tensor> biases;
   std::string output;
 };
@@ -130,6 +133,7 @@ Run train(const std::string& model, const std::string& flavor, const Layout& lay
   Run r;
   r.output = run(job_args(model, flavor, dump.path, layout, steps, steps), layout);
   r.losses = logged_losses(dump.path);
+  r.load_ratios = logged(dump.path, "moe/max_load_ratio");
   r.biases = expert_biases(dump.path / "checkpoint" / fmt::format("step-{}", steps));
   return r;
 }
@@ -152,6 +156,8 @@ void check_against_one_process(const std::string& model, const std::string& flav
   for (int64_t step = 1; step <= 20; ++step) {
     INFO("step " << step << ": " << got.losses.at(step) << " vs one process " << one.losses.at(step));
     CHECK(got.losses.at(step) == Approx(one.losses.at(step)).epsilon(1e-5));
+    // A ratio of global token counts: equal means every step routed the same (the bias follows the counts).
+    CHECK(got.load_ratios.at(step) == one.load_ratios.at(step));
   }
   REQUIRE(!one.biases.empty());
   REQUIRE(got.biases.size() == one.biases.size());
