@@ -507,7 +507,6 @@ void watchdog_loop(Process* p) {
     {
       std::lock_guard lock(p->mutex);
       pending.assign(p->pending.begin(), p->pending.end());
-      store = p->store;
     }
     for (const auto& [id, item] : pending) {
       if (const auto state = finished(item.work)) {
