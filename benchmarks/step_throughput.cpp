@@ -102,10 +102,10 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
 }
 
 // Best-of-5 fp32 GEMM rate at n=2048 on the current threads: the practical peak of this CPU.
-double measured_gemm_flops() {
+double measured_gemm_flops(at::ScalarType dtype) {
   const int64_t n = 2048;
-  const at::Tensor a = at::randn({n, n});
-  const at::Tensor b = at::randn({n, n});
+  const at::Tensor a = at::randn({n, n}).to(dtype);
+  const at::Tensor b = at::randn({n, n}).to(dtype);
   at::Tensor c = at::mm(a, b);
   double best = 1e30;
   for (int i = 0; i < 5; ++i) {
@@ -219,8 +219,10 @@ int main(int argc, char** argv) {
     const double median = sorted[sorted.size() / 2];
     const double tokens = static_cast<double>(o.batch * o.seq_len);  // per rank: torchtitan's tps is per device
     const double flops_per_token = static_cast<double>(whole.num_flops_per_token(o.seq_len));
-    const auto peak = peak_flops(device, at::get_num_threads());
-    const double gemm = device.is_cuda() ? 0.0 : measured_gemm_flops();
+    // The peak of the dtype the GEMMs run in (float8's CPU GEMMs are fp32).
+    const bool bf16_gemms = o.mixed_precision == "bf16" && (device.is_cuda() || o.float8 == "none");
+    const auto peak = peak_flops(device, at::get_num_threads(), 0, bf16_gemms);
+    const double gemm = device.is_cuda() ? 0.0 : measured_gemm_flops(bf16_gemms ? at::kBFloat16 : at::kFloat);
     const double tps = tokens / median;
     const double achieved = flops_per_token * tps;
     if (!rank0) return 0;

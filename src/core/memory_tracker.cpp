@@ -10,6 +10,8 @@
 #include <atomic>
 #include <chrono>
 #include <mutex>
+#include <optional>
+#include <unordered_map>
 #include <unordered_set>
 
 namespace titan {
@@ -87,27 +89,93 @@ struct Booked {
   int64_t bytes = 0;
 };
 
-void release(void* context) {
-  auto* booked = static_cast<Booked*>(context);
+// The bookings, keyed by data pointer. c10's Allocator contract wants a DataPtr whose context is its
+// data pointer (raw_allocate asserts it, raw_deallocate hands the deleter the data pointer): oneDNN's
+// scratchpads and other raw users of the CPU allocator depend on it. So the booking lives here, not in
+// the DataPtr's context. Sharded by address so rank threads rarely meet on one lock.
+class Bookings {
+ public:
+  void insert(void* data, Booked booked) {
+    Shard& s = shard(data);
+    std::lock_guard<std::mutex> lock(s.mutex);
+    s.map.emplace(data, std::move(booked));
+  }
+  std::optional<Booked> take(void* data) {
+    Shard& s = shard(data);
+    std::lock_guard<std::mutex> lock(s.mutex);
+    auto it = s.map.find(data);
+    if (it == s.map.end()) return std::nullopt;
+    Booked booked = std::move(it->second);
+    s.map.erase(it);
+    return booked;
+  }
+  /// Runs `fn(Booked&)` on data's booking under its lock; false when data is not booked.
+  template <class Fn>
+  bool with(void* data, Fn&& fn) {
+    Shard& s = shard(data);
+    std::lock_guard<std::mutex> lock(s.mutex);
+    auto it = s.map.find(data);
+    if (it == s.map.end()) return false;
+    fn(it->second);
+    return true;
+  }
+
+ private:
+  struct Shard {
+    std::mutex mutex;
+    std::unordered_map<void*, Booked> map;
+  };
+  static constexpr size_t kShards = 64;
+  Shard& shard(void* data) { return shards_[(reinterpret_cast<uintptr_t>(data) >> 6) % kShards]; }
+  std::array<Shard, kShards> shards_{};
+};
+
+// Process-lifetime: a tensor may be freed during static destruction.
+Bookings& bookings() {
+  static auto* table = new Bookings();
+  return *table;
+}
+c10::DeleterFnPtr base_raw_deleter = nullptr;
+
+// The deleter of every DataPtr the tracking allocator hands out, and its raw_deleter: `data` is the
+// data pointer, booked or not (allocations on untracked threads, raw_allocate's included, pass through).
+void release(void* data) {
+  std::optional<Booked> booked = bookings().take(data);
+  if (!booked) {
+    base_raw_deleter(data);
+    return;
+  }
   booked->counters->book(booked->category, -booked->bytes);
-  delete booked;  // frees through the wrapped allocator's deleter
+  // booked->inner frees through the wrapped allocator's deleter as it goes out of scope.
 }
 
 class TrackingAllocator final : public c10::Allocator {
  public:
-  explicit TrackingAllocator(c10::Allocator* base) : base_(base) {}
+  explicit TrackingAllocator(c10::Allocator* base) : base_(base) {
+    base_raw_deleter = base->raw_deleter();
+    TORCH_CHECK(base_raw_deleter != nullptr,
+                "[titan::install_memory_tracking] expected the CPU allocator to have a raw deleter, got none. "
+                "Install memory tracking before any other CPU allocator replaces c10's default.");
+  }
 
   c10::DataPtr allocate(size_t n) override {
     c10::DataPtr inner = base_->allocate(n);
-    const ThreadState& state = thread_state();
-    if (!state.counters || inner.get() == nullptr) return inner;
     void* data = inner.get();
+    TORCH_INTERNAL_ASSERT(data == inner.get_context(),
+                          "[titan::TrackingAllocator] expected the base CPU allocator's "
+                          "DataPtr context to be its data pointer");
     const c10::Device device = inner.device();
-    const int category = static_cast<int>(state.category);
-    state.counters->book(category, static_cast<int64_t>(n));
-    auto* booked = new Booked{std::move(inner), state.counters, category, static_cast<int64_t>(n)};
-    return {data, booked, &release, device};
+    const ThreadState& state = thread_state();
+    if (state.counters && data != nullptr) {
+      const int category = static_cast<int>(state.category);
+      state.counters->book(category, static_cast<int64_t>(n));
+      bookings().insert(data, {std::move(inner), state.counters, category, static_cast<int64_t>(n)});
+    } else {
+      (void)inner.release_context();  // freed by release() through the base's raw deleter
+    }
+    return {data, data, &release, device};
   }
+  c10::DeleterFnPtr raw_deleter() const override { return &release; }
   void copy_data(void* dest, const void* src, std::size_t count) const override { base_->copy_data(dest, src, count); }
 
  private:
@@ -201,12 +269,13 @@ void retag_memory(const at::Tensor& tensor, MemoryCategory category) {
   if (!tensor.defined() || !tensor.has_storage()) return;
   const c10::DataPtr& ptr = tensor.storage().data_ptr();
   if (ptr.get_deleter() != &release) return;
-  auto* booked = static_cast<Booked*>(ptr.get_context());
   const int to = static_cast<int>(category);
-  if (booked->category == to) return;
-  booked->counters->book(booked->category, -booked->bytes);
-  booked->counters->book(to, booked->bytes);
-  booked->category = to;
+  bookings().with(ptr.get(), [to](Booked& booked) {
+    if (booked.category == to) return;
+    booked.counters->book(booked.category, -booked.bytes);
+    booked.counters->book(to, booked.bytes);
+    booked.category = to;
+  });
 }
 
 namespace {

@@ -32,6 +32,18 @@ Operand transposed(const Float8Tensor& q, bool rowwise) {
 }
 Operand as_is(const Float8Tensor& q, bool rowwise) { return {.data = q.data, .scale = q.scale, .rowwise = rowwise}; }
 
+/// ATen's CPU _scaled_mm for tensorwise scales, as its emulation computes it: fp32 copies of the data
+/// times the (reciprocal) scales, b made row-major first, one fp32 GEMM. ATen itself sends the same call
+/// to oneDNN's fp8 matmul on CPUs with AMX-INT8, which has no fast kernel for fp8 there (its reference
+/// loop: minutes per debug-model step); on every other CPU it runs this emulation. Computing it here
+/// gives every CPU the same bits and the fast fp32 GEMM.
+at::Tensor cpu_tensorwise_mm(const at::Tensor& a_data, const at::Tensor& b_data, const at::Tensor& a_inv,
+                             const at::Tensor& b_inv, at::ScalarType out_dtype) {
+  const at::Tensor a32 = at::mul(a_data.to(at::kFloat), a_inv.item<float>());               // (M, K)
+  const at::Tensor b32 = at::mul(b_data.contiguous().to(at::kFloat), b_inv.item<float>());  // (K, N) row-major
+  return at::matmul(a32, b32).to(out_dtype);                                                // (M, N)
+}
+
 /// a @ b with float8 operands (torchao's float8_mm / addmm_float8_unwrapped). Emulated: dequantize
 /// (data / scale in float32) and at::mm; else at::_scaled_mm with reciprocal scales, a row-major and b
 /// column-major.
@@ -47,6 +59,7 @@ at::Tensor scaled_mm(const Operand& a, const Operand& b, at::ScalarType out_dtyp
   // torchao: one operand tensorwise and the other rowwise -> repeat the tensorwise scale.
   if (rowwise && !a.rowwise) a_inv = a_inv.expand({a_data.size(0), 1}).contiguous();
   if (rowwise && !b.rowwise) b_inv = b_inv.expand({1, b_data.size(1)}).contiguous();
+  if (!rowwise && a_data.is_cpu()) return cpu_tensorwise_mm(a_data, b_data, a_inv, b_inv, out_dtype);
   at::Tensor post;  // rowwise without fast accumulation: the tensorwise kernel, then the scales
   if (rowwise && !use_fast_accum) {
     post = a_inv * b_inv;

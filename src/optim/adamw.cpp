@@ -37,6 +37,7 @@ void AdamW::step(double lr) {
   if (active.empty()) return;
   switch (config_.implementation) {
     case OptimizerImplementation::fused:
+    case OptimizerImplementation::fused_opt_states_bf16:
       step_fused(lr, active);
       break;
     case OptimizerImplementation::foreach:

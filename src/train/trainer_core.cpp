@@ -31,6 +31,7 @@
 #include "titan/dist/mesh.hpp"
 #include "titan/dist/replica_group.hpp"
 #include "titan/float8/converter.hpp"
+#include "titan/metrics/cpu_info.hpp"
 #include "titan/metrics/metrics.hpp"
 #include "titan/metrics/profiler.hpp"
 #include "titan/metrics/tensorboard.hpp"
@@ -157,6 +158,7 @@ TrainerCore::TrainerCore(JobConfig config, int64_t model_vocab_size) : config_(s
   if (config_.job.print_config) log::info("Effective config:\n{}", to_json(config_).dump(2));
   log::info("Run directory {} (config.json written); device {}, {} intra-op threads, seed {}", run_dir.string(),
             device_.str(), at::get_num_threads(), seed_);
+  if (!device_.is_cuda()) log::info("CPU {}", cpu_info().describe());
 
   // Rank 0 first: a tokenizer trained on first use is written to the cache, which the others read.
   if (mesh_->rank() == 0) tokenizer_ = build_tokenizer(config_, model_vocab_size);
@@ -235,7 +237,14 @@ void TrainerCore::attach_model(ModelHandle model) {
     book_gradients_on_accumulation(model_.parameters);
   }
   schedule_ = std::make_unique<LRSchedule>(config_.lr_scheduler, config_.training.steps);
-  const PeakFlops peak = peak_flops(device_, at::get_num_threads(), config_.metrics.peak_flops);
+  // MFU against the peak of the dtype the GEMMs run in: bf16 under autocast or bf16 parameters; float8's
+  // CPU GEMMs are fp32 (src/float8/linear.cpp).
+  const bool float8 = std::find(config_.model.converters.begin(), config_.model.converters.end(), "float8") !=
+                      config_.model.converters.end();
+  const bool bf16_gemms = (config_.training.dtype == DType::bfloat16 ||
+                           mixed_precision_param(config_.training, device_.is_cuda()) == DType::bfloat16) &&
+                          !(float8 && !device_.is_cuda());
+  const PeakFlops peak = peak_flops(device_, at::get_num_threads(), config_.metrics.peak_flops, bf16_gemms);
   const std::filesystem::path run_dir(config_.job.dump_folder);
   metrics_ = std::make_unique<MetricsProcessor>(MetricsProcessor::Options{
       .flops_per_token = model_.flops_per_token,

@@ -7,6 +7,7 @@
 #include <thread>
 
 #include "test_util.hpp"
+#include "titan/metrics/cpu_info.hpp"
 #include "titan/metrics/metrics.hpp"
 
 TEST_CASE("peak FLOPs: torchtitan's GPU table and the CPU peak", "[metrics]") {
@@ -21,6 +22,27 @@ TEST_CASE("peak FLOPs: torchtitan's GPU table and the CPU peak", "[metrics]") {
   CHECK(one.flops > 1e9);
   CHECK(two.flops == Approx(2 * one.flops));
   CHECK_THAT(two.description, Catch::Contains("2 threads"));
+}
+
+TEST_CASE("CPU info: extensions from the flag list and the peak of each GEMM dtype", "[metrics]") {
+  const std::string head = "processor\t: 0\nmodel name\t: Test CPU\nflags\t\t: fpu sse fma avx2";
+  const auto parse = [&](const std::string& more) { return titan::parse_cpu_info(head + more + "\n", 2e9); };
+  const titan::CpuInfo avx2 = parse("");
+  CHECK(avx2.model == "Test CPU");
+  CHECK((avx2.avx2 && !avx2.avx512 && !avx2.native_bf16()));
+  CHECK(avx2.peak_flops(2, false) == 2 * 32 * 2e9);
+  CHECK(avx2.peak_flops(2, true) == avx2.peak_flops(2, false));  // bf16 widened to fp32
+  const titan::CpuInfo bf16 = parse(" avx512f avx512_bf16");
+  CHECK(bf16.peak_flops(1, false) == 64 * 2e9);
+  CHECK(bf16.peak_flops(1, true) == 128 * 2e9);
+  const titan::CpuInfo amx = parse(" avx512f avx512_bf16 amx_bf16 amx_tile");
+  CHECK(amx.peak_flops(1, true) == 1024 * 2e9);
+  CHECK_FALSE(parse(" avx512f amx_tile").amx_bf16);
+  CHECK_FALSE(parse(" avx512fx").avx512);  // whole flags only
+  CHECK_THAT(amx.describe(), Catch::Contains("AVX512-BF16, AMX-BF16") && Catch::Contains("2.00 GHz"));
+  CHECK_THAT(avx2.describe(), Catch::Contains("no AVX-512"));
+  // This machine's: the trainer's bf16 peak is at least its fp32 one.
+  CHECK(titan::peak_flops(at::kCPU, 2, 0, true).flops >= titan::peak_flops(at::kCPU, 2).flops);
 }
 
 TEST_CASE("CPU memory is the process's resident set", "[metrics]") {

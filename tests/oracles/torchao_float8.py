@@ -18,6 +18,11 @@ from torchao.float8.float8_linear import Float8Linear
 from torchao.float8.float8_scaling_utils import hp_tensor_to_float8_dynamic
 from torchao.float8.float8_training_tensor import LinearMMConfig
 
+# torch's CPU _scaled_mm (tensorwise) is an fp32 emulation, except on CPUs with AMX-INT8 where it calls
+# oneDNN's fp8 matmul instead. titan's CPU float8 GEMM is that emulation on every CPU (src/float8/linear.cpp),
+# so the oracle asks for it too: with oneDNN off, torchao's _scaled_mm computes the same arithmetic everywhere.
+torch.backends.mkldnn.enabled = False
+
 out = {}
 torch.manual_seed(1234)
 

@@ -5,8 +5,12 @@
 // sums its tokens, the collective sums ranks), ~1e-7 relative per reduction, which AdamW's division
 // by sqrt(v) amplifies on elements whose gradient is near rounding level (their update is
 // lr * m / sqrt(v), whatever the gradient's size). We require 1e-5 relative on losses and grad norms
-// and, on the final weights, 1e-4 relative plus 2e-5 absolute (2% of one step's lr; measured max
-// 3e-6 for FSDP 2, 1.2e-5 for HSDP 2x2 whose gradients go through two reductions).
+// and, on the final weights, 1e-4 relative plus 5e-5 absolute (kWeightAtol: 5% of one step's lr). The
+// absolute part is set by the elements whose gradient is near rounding level: AdamW moves them by up to
+// lr per step in a direction the rounding picks, and how a CPU's GEMM kernels round (AVX2 vs AVX-512
+// blocking) changes which elements those are. Measured max: 3e-6 for FSDP 2, 1.2e-5 for HSDP 2x2 (two
+// reductions) on an AVX2 AMD EPYC; 2.5e-5 for CP 2 with documents on an AVX-512 Intel Xeon. A sharding
+// error shows far above it: in the losses and grad norms (1e-5 relative) from the step it happens.
 // TP adds the same kind of reordering (row-parallel partial sums are added by the all-reduce), so
 // it gets the same tolerances.
 #pragma once
@@ -21,6 +25,9 @@
 #include "titan/dist/local_ranks.hpp"
 
 namespace titan::test {
+
+/// The final weights' absolute tolerance: 5% of one AdamW step's largest move (lr).
+inline constexpr double kWeightAtol = 0.05 * kParityLr;
 
 inline const dist::MeshOptions kFast{.init_timeout = std::chrono::seconds(120), .timeout = std::chrono::seconds(120)};
 
@@ -61,7 +68,7 @@ inline void check_parity(const dist::MeshShape& shape, const ParityRun& run = {}
       REQUIRE(it != ref.names.end());
       const at::Tensor& expected = ref.weights[static_cast<size_t>(it - ref.names.begin())];
       INFO("parameter " << r.names[i] << " max abs diff " << (r.weights[i] - expected).abs().max().item<double>());
-      CHECK(at::allclose(r.weights[i], expected, 1e-4, 2e-5));
+      CHECK(at::allclose(r.weights[i], expected, 1e-4, kWeightAtol));
     }
   }
   CHECK(ref.losses.back() < ref.losses.front() - 0.5);  // it really trained

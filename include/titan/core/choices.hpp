@@ -19,12 +19,14 @@ TITAN_CHOICES(OptimizerName, {OptimizerName::adamw, "AdamW"}, {OptimizerName::ad
 
 /// optimizer.implementation: kernels with identical math.
 enum class OptimizerImplementation {
-  for_loop,  ///< plain per-tensor ops (the reference twin)
-  foreach,   ///< ATen _foreach_* multi-tensor ops
-  fused,     ///< one fused kernel for all tensors
+  for_loop,               ///< plain per-tensor ops (the reference twin)
+  foreach,                ///< ATen _foreach_* multi-tensor ops
+  fused,                  ///< one fused kernel for all tensors
+  fused_opt_states_bf16,  ///< fused, with exp_avg / exp_avg_sq kept in bf16 (fp32 parameters and gradients)
 };
 TITAN_CHOICES(OptimizerImplementation, {OptimizerImplementation::for_loop, "for-loop"},
-              {OptimizerImplementation::foreach, "foreach"}, {OptimizerImplementation::fused, "fused"})
+              {OptimizerImplementation::foreach, "foreach"}, {OptimizerImplementation::fused, "fused"},
+              {OptimizerImplementation::fused_opt_states_bf16, "fused_opt_states_bf16"})
 
 /// lr_scheduler.decay_type.
 enum class DecayType { linear, sqrt, cosine };

@@ -109,7 +109,7 @@ struct OptimizerConfig {
   double eps = 1e-8;
   /// Decoupled weight decay coefficient.
   double weight_decay = 0.1;
-  /// Kernel flavor: for-loop, foreach or fused.
+  /// Kernel flavor: for-loop, foreach, fused, or fused_opt_states_bf16 (bf16 exp_avg / exp_avg_sq).
   OptimizerImplementation implementation = OptimizerImplementation::fused;
   /// Step the optimizer inside backward (no gradient clipping then).
   bool early_step_in_backward = false;

@@ -27,12 +27,13 @@ namespace titan {
 class TensorBoardWriter;
 
 /// Peak dense FLOP/s of a device: the bf16 table for GPUs (torchtitan's, matched on the name), and
-/// for CPUs the fp32 FMA peak of the threads in use (cores * FLOP/cycle * clock), or `declared` > 0.
+/// for CPUs the peak of the threads in use in the dtype the GEMMs run in (threads * FLOP/cycle * clock;
+/// bf16_gemms: AVX512-BF16 or AMX where the CPU has them, metrics/cpu_info.hpp), or `declared` > 0.
 struct PeakFlops {
   double flops = 0;         ///< FLOP/s
   std::string description;  ///< how it was determined, for the startup log
 };
-PeakFlops peak_flops(const at::Device& device, int64_t num_threads, double declared = 0);
+PeakFlops peak_flops(const at::Device& device, int64_t num_threads, double declared = 0, bool bf16_gemms = false);
 /// torchtitan's GPU table lookup by device name (e.g. "NVIDIA H200"); nullopt when unknown.
 std::optional<double> gpu_peak_flops(const std::string& device_name);
 /// Memory of a GPU by name (e.g. "H100", "NVIDIA H200"), the vendors' figures in GB (1e9 bytes), for

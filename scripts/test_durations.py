@@ -1,0 +1,67 @@
+#!/usr/bin/env python3
+# SPDX-License-Identifier: BSD-3-Clause
+"""Every test's duration from one ctest run, as a Markdown table (slowest first, the total, the wall time).
+
+  ctest --test-dir build -j2 --output-junit "$PWD/ctest.xml"        # ctest writes JUnit XML
+  scripts/test_durations.py ctest.xml --top 20 --wall 1234 --command "ctest ... -j2" > docs/test_durations.md
+
+`--wall` is the run's elapsed seconds (with -j2 two tests run at once, so the sum of durations is more than
+the wall time). The header says when, on which CPU (lscpu's model name) and with which command.
+"""
+import argparse
+import datetime
+import subprocess
+import sys
+import xml.etree.ElementTree as ET
+
+
+def cpu_model():
+    try:
+        out = subprocess.run(["lscpu"], capture_output=True, text=True, check=True).stdout
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown CPU"
+    for line in out.splitlines():
+        if line.startswith("Model name:"):
+            return line.split(":", 1)[1].strip()
+    return "unknown CPU"
+
+
+def read_junit(path):
+    root = ET.parse(path).getroot()
+    cases = []
+    for case in root.iter("testcase"):
+        status = case.get("status") or ("failed" if case.find("failure") is not None else "run")
+        cases.append((case.get("name"), float(case.get("time") or 0.0), status))
+    if not cases:
+        sys.exit(f"[test_durations] expected <testcase> elements in {path}, got none. Run ctest with --output-junit.")
+    return cases
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("junit", help="ctest --output-junit file")
+    ap.add_argument("--top", type=int, default=20, help="rows in the table")
+    ap.add_argument("--wall", type=float, default=0.0, help="the run's wall-clock seconds")
+    ap.add_argument("--command", default="ctest --test-dir build --output-on-failure -j2",
+                    help="the command that made the file")
+    a = ap.parse_args()
+    cases = read_junit(a.junit)
+    cases.sort(key=lambda c: -c[1])
+    total = sum(c[1] for c in cases)
+    failed = [c for c in cases if c[2] not in ("run", "passed")]
+    date = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    print("# Test durations\n")
+    print(f"Measured {date} on {cpu_model()} (2 cores), `{a.command}`; made by `scripts/test_durations.py`.\n")
+    wall = f", wall {a.wall / 60:.1f} min" if a.wall > 0 else ""
+    print(f"{len(cases)} tests, {len(failed)} not passed; durations sum to {total:.0f} s ({total / 60:.1f} min){wall}.\n")
+    print(f"| # | test | s | share |")
+    print("|---:|---|---:|---:|")
+    for i, (name, t, status) in enumerate(cases[: a.top], 1):
+        mark = "" if status in ("run", "passed") else f" ({status})"
+        print(f"| {i} | {name.replace('|', '/')}{mark} | {t:.1f} | {100 * t / total:.1f}% |")
+    rest = sum(c[1] for c in cases[a.top:])
+    print(f"| | the other {max(0, len(cases) - a.top)} tests | {rest:.1f} | {100 * rest / total:.1f}% |")
+
+
+if __name__ == "__main__":
+    main()
