@@ -102,6 +102,7 @@ TEST_CASE("precision curves: a fresh run reproduces the committed curves' first 
   // products (docs/mixed_precision.md).
   const std::vector<std::pair<std::string, int64_t>> runs = {
       {"fp32", 10}, {"float8_tensorwise", 6}, {"float8_rowwise", 4}, {"float8_rowwise_with_gw_hp", 4}, {"bf16", 2}};
+  std::vector<double> fresh_fp32;  // fp32 runs first
   for (const auto& [mode, steps] : runs) {
     INFO(mode);
     titan::Trainer<titan::llama3::Llama3> trainer(curve_job(dir.path / mode, mode, steps));
@@ -109,17 +110,21 @@ TEST_CASE("precision curves: a fresh run reproduces the committed curves' first 
     const std::vector<double> fresh = trainer.core().loss_history();
     REQUIRE(static_cast<int64_t>(fresh.size()) == steps);
     const std::vector<double>& committed = curves.at(mode);
+    // The same job reproduces bit for bit on one CPU kind (the CSV keeps 6 decimals). Another ISA's fp32
+    // GEMMs round differently (~1e-7 relative), which moves fp32's early losses by ~1e-6. In bf16 and float8
+    // the same difference flips an element to the next bf16 or float8 value wherever it lies near a rounding
+    // boundary, which moves these losses by up to 2.1e-4 (measured: a curve written on an AVX2 AMD EPYC,
+    // rerun on an AVX-512 Intel Xeon). So fp32 is held to 5e-5 and the low-precision modes to 3e-4, and
+    // each mode is also told apart from a fresh fp32 run below.
+    const double tolerance = mode == "fp32" ? 5e-5 : 3e-4;
     for (size_t i = 0; i < fresh.size(); ++i) {
       INFO("step " << i + 1 << ": fresh " << fresh[i] << " committed " << committed[i]);
-      // The same job reproduces bit for bit on one CPU kind (the CSV keeps 6 decimals); another ISA's
-      // GEMM rounding moves these early losses by ~1e-6. 5e-5 is below every mode's distance from fp32
-      // somewhere in these steps (bf16 2e-4 at step 1, float8 1e-3 at step 3), so a curve written by a
-      // different mode or job fails here.
-      CHECK(std::abs(fresh[i] - committed[i]) < 5e-5);
+      CHECK(std::abs(fresh[i] - committed[i]) < tolerance);
     }
-    if (mode != "fp32") {
-      const std::vector<double> fp32(curves.at("fp32").begin(), curves.at("fp32").begin() + steps);
-      CHECK(max_distance(fresh, fp32) > 5e-5);  // the tolerance tells this mode from fp32
-    }
+    if (mode == "fp32") fresh_fp32 = fresh;
+    // Told apart from fp32 on the same CPU, where fp32 reproduces bit for bit: a run that silently fell back
+    // to fp32 fails here. (The low-precision modes' first steps lie within the ISA spread of each other;
+    // scripts/precision_curves.py reruns all 200 steps of every mode.)
+    if (mode != "fp32") CHECK(max_distance(fresh, fresh_fp32) > 5e-5);
   }
 }
