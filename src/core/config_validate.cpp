@@ -72,6 +72,18 @@ void validate_optimizer(const OptimizerConfig& o, const LRSchedulerConfig& s) {
   unit_interval("lr_scheduler.min_lr_factor", s.min_lr_factor);
 }
 
+// fused_opt_states_bf16 keeps fp32 master weights under bf16 moments: bf16 parameters have none.
+void validate_optimizer_dtype(const OptimizerConfig& o, const TrainingConfig& t) {
+  if (o.implementation != OptimizerImplementation::fused_opt_states_bf16 || t.dtype == DType::float32) return;
+  config_detail::fail("optimizer.implementation",
+                      fmt::format("expected training.dtype = \"float32\" with optimizer.implementation = "
+                                  "\"fused_opt_states_bf16\" (fp32 parameters and gradients, bf16 exp_avg and "
+                                  "exp_avg_sq), got training.dtype = \"{}\". Set training.dtype = \"float32\", or "
+                                  "keep it and set optimizer.implementation = \"fused\" (bf16 parameters keep "
+                                  "bf16 moments already).",
+                                  choice_name(t.dtype)));
+}
+
 void validate_parallelism(const ParallelismConfig& p) {
   degree("parallelism.data_parallel_replicate_degree", p.data_parallel_replicate_degree);
   require(p.data_parallel_shard_degree == -1 || p.data_parallel_shard_degree >= 1,
@@ -182,6 +194,7 @@ void validate(const JobConfig& config) {
   validate_converters(config.model, config.float8);
   validate_training(config.training);
   validate_optimizer(config.optimizer, config.lr_scheduler);
+  validate_optimizer_dtype(config.optimizer, config.training);
   validate_parallelism(config.parallelism);
   validate_checkpointing(config.checkpoint, config.activation_checkpoint);
   validate_rest(config);

@@ -4,6 +4,7 @@
 #include "titan/float8/cast.hpp"
 
 #include <ATen/ATen.h>
+#include <ATen/Parallel.h>
 #include <fmt/format.h>
 
 #include "cast_kernels.hpp"
@@ -131,6 +132,28 @@ Float8Tensor cpu_cast(const at::Tensor& x, const CastSpec& spec, bool transposed
 }
 
 }  // namespace detail
+
+at::Tensor to_float(const at::Tensor& data) {
+  TITAN_CHECK_VALUE(is_float8(data.scalar_type()), "[titan::float8::to_float] expected float8 data, got {}.",
+                    c10::toString(data.scalar_type()));
+  if (!data.is_cpu()) return data.to(at::kFloat);
+  // Keep the layout .to() keeps (a GEMM's bits can depend on its operands' layout).
+  if (!data.is_contiguous()) {
+    if (data.dim() == 2 && data.t().is_contiguous()) return to_float(data.t()).t();
+    return data.to(at::kFloat);
+  }
+  // Every float8 value, widened once by ATen: the table is ATen's conversion, so the result is too.
+  const at::Tensor table = at::arange(256, at::kByte).view(data.scalar_type()).to(at::kFloat);  // (256)
+  const at::Tensor bytes = data.view(at::kByte);                                                // data's shape
+  at::Tensor out = at::empty(data.sizes(), data.options().dtype(at::kFloat));                   // data's shape
+  const float* lut = table.const_data_ptr<float>();
+  const uint8_t* in = bytes.const_data_ptr<uint8_t>();
+  float* dst = out.mutable_data_ptr<float>();
+  at::parallel_for(0, data.numel(), 1 << 16, [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) dst[i] = lut[in[i]];
+  });
+  return out;
+}
 
 namespace reference {
 

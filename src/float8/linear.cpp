@@ -39,9 +39,9 @@ Operand as_is(const Float8Tensor& q, bool rowwise) { return {.data = q.data, .sc
 /// gives every CPU the same bits and the fast fp32 GEMM.
 at::Tensor cpu_tensorwise_mm(const at::Tensor& a_data, const at::Tensor& b_data, const at::Tensor& a_inv,
                              const at::Tensor& b_inv, at::ScalarType out_dtype) {
-  const at::Tensor a32 = at::mul(a_data.to(at::kFloat), a_inv.item<float>());               // (M, K)
-  const at::Tensor b32 = at::mul(b_data.contiguous().to(at::kFloat), b_inv.item<float>());  // (K, N) row-major
-  return at::matmul(a32, b32).to(out_dtype);                                                // (M, N)
+  const at::Tensor a32 = at::mul(to_float(a_data), a_inv.item<float>());               // (M, K)
+  const at::Tensor b32 = at::mul(to_float(b_data.contiguous()), b_inv.item<float>());  // (K, N) row-major
+  return at::matmul(a32, b32).to(out_dtype);                                           // (M, N)
 }
 
 /// a @ b with float8 operands (torchao's float8_mm / addmm_float8_unwrapped). Emulated: dequantize
@@ -50,7 +50,7 @@ at::Tensor cpu_tensorwise_mm(const at::Tensor& a_data, const at::Tensor& b_data,
 at::Tensor scaled_mm(const Operand& a, const Operand& b, at::ScalarType out_dtype, bool use_fast_accum, bool emulate) {
   const bool rowwise = a.rowwise || b.rowwise;
   if (emulate || (rowwise && a.data.is_cpu())) {
-    return at::mm(a.data.to(at::kFloat).div(a.scale), b.data.to(at::kFloat).div(b.scale)).to(out_dtype);
+    return at::mm(to_float(a.data).div(a.scale), to_float(b.data).div(b.scale)).to(out_dtype);
   }
   const at::Tensor a_data = a.data.stride(1) == 1 ? a.data : a.data.contiguous();
   const at::Tensor b_data = b.data.stride(0) == 1 ? b.data : b.data.t().contiguous().t();

@@ -7,6 +7,7 @@
 #include <cmath>
 
 #include "titan/core/error.hpp"
+#include "titan/optim/detail/adam_bf16_states.hpp"
 
 namespace titan {
 
@@ -15,9 +16,22 @@ AdamW::AdamW(std::vector<at::Tensor> params, const OptimizerConfig& config)
   TITAN_CHECK_VALUE(config_.lr >= 0 && config_.eps >= 0 && config_.weight_decay >= 0,
                     "[titan::AdamW] expected non-negative optimizer.lr, eps and weight_decay, got {}, {}, {}.",
                     config_.lr, config_.eps, config_.weight_decay);
-  for (const auto& p : params_) {
-    exp_avgs_.push_back(at::zeros_like(p, at::MemoryFormat::Preserve));
-    exp_avg_sqs_.push_back(at::zeros_like(p, at::MemoryFormat::Preserve));
+  const bool bf16_states = config_.implementation == OptimizerImplementation::fused_opt_states_bf16;
+  for (size_t i = 0; i < params_.size(); ++i) {
+    const at::Tensor& p = params_[i];
+    TITAN_CHECK_VALUE(!bf16_states || p.scalar_type() == at::kFloat,
+                      "[titan::AdamW] expected float32 parameters with optimizer.implementation "
+                      "fused_opt_states_bf16 (fp32 master weights, bf16 exp_avg and exp_avg_sq), got {} for "
+                      "parameter {}. Set training.dtype = \"float32\", or keep bf16 parameters with "
+                      "optimizer.implementation \"fused\" (their moments are bf16 already).",
+                      c10::toString(p.scalar_type()), i);
+    // Like the parameter (shape, strides, device); in bf16 under fused_opt_states_bf16.
+    const auto moment = [&] {
+      return bf16_states ? at::zeros_like(p, p.options().dtype(at::kBFloat16), at::MemoryFormat::Preserve)
+                         : at::zeros_like(p, at::MemoryFormat::Preserve);
+    };
+    exp_avgs_.push_back(moment());
+    exp_avg_sqs_.push_back(moment());
     steps_.push_back(at::zeros({}, p.options().dtype(at::kFloat)));
   }
 }
@@ -37,8 +51,10 @@ void AdamW::step(double lr) {
   if (active.empty()) return;
   switch (config_.implementation) {
     case OptimizerImplementation::fused:
-    case OptimizerImplementation::fused_opt_states_bf16:
       step_fused(lr, active);
+      break;
+    case OptimizerImplementation::fused_opt_states_bf16:
+      step_bf16_states(lr, active);
       break;
     case OptimizerImplementation::foreach:
       step_foreach(lr, active);
@@ -124,6 +140,22 @@ void AdamW::step_for_loop(double lr, const std::vector<size_t>& active) {
     const double bc2 = 1.0 - std::pow(c.beta2, t);
     const at::Tensor denom = (exp_avg_sqs_[i].sqrt() / std::sqrt(bc2)).add_(c.eps);
     p.addcdiv_(exp_avgs_[i], denom, -lr / bc1);
+  }
+}
+
+void AdamW::step_bf16_states(double lr, const std::vector<size_t>& active) {
+  const auto& c = config_;
+  for (size_t i : active) {
+    steps_[i].add_(1);
+    detail::adam_step_bf16_states(
+        {.param = params_[i], .grad = params_[i].grad(), .exp_avg = exp_avgs_[i], .exp_avg_sq = exp_avg_sqs_[i]},
+        {.decoupled = c.name == OptimizerName::adamw,
+         .lr = lr,
+         .beta1 = c.beta1,
+         .beta2 = c.beta2,
+         .eps = c.eps,
+         .weight_decay = c.weight_decay,
+         .step = steps_[i].item<double>()});
   }
 }
 

@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: BSD-3-Clause
 // The sharded format on synthetic shards: any grid of rectangles saved, any other grid loaded
 // (bitwise); damaged files rejected naming the file and tensor; the Checkpointer's policy
-// (keep_latest_k, load_step, newest broken checkpoint skipped, async staging, model-only export).
+// (keep_latest_k, load_step, newest broken checkpoint skipped, async staging, model-only export);
+// AdamW's moments load across fp32 and bf16 (optimizer.implementation fused_opt_states_bf16).
 #include <ATen/ATen.h>
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -12,13 +13,16 @@
 #include <cctype>
 #include <fstream>
 #include <map>
+#include <memory>
 #include <random>
+#include <utility>
 
 #include "test_util.hpp"
 #include "titan/checkpoint/checkpoint.hpp"
 #include "titan/checkpoint/checkpointer.hpp"
 #include "titan/checkpoint/safetensors.hpp"
 #include "titan/dist/mesh.hpp"
+#include "titan/optim/adamw.hpp"
 
 using namespace titan;
 namespace fs = std::filesystem;
@@ -570,4 +574,80 @@ TEST_CASE("exclude_from_loading leaves the excluded groups untouched", "[checkpo
   CHECK(at::equal(into.weight, toy.weight));
   CHECK(into.moment.abs().sum().item<float>() == 0.0f);
   CHECK_FALSE(values->contains("dataloader"));
+}
+
+namespace {
+
+// Two parameters (a matrix and a vector) and an AdamW over them after `steps` steps of random gradients.
+struct Trained {
+  std::vector<at::Tensor> params;
+  std::unique_ptr<titan::AdamW> opt;
+};
+
+Trained trained(titan::OptimizerImplementation impl, int steps) {
+  at::manual_seed(7);
+  Trained t;
+  t.params = {at::randn({6, 5}).requires_grad_(), at::randn({33}).requires_grad_()};
+  t.opt = std::make_unique<titan::AdamW>(t.params, titan::OptimizerConfig{.implementation = impl});
+  for (int s = 0; s < steps; ++s) {
+    for (auto& p : t.params) p.mutable_grad() = at::randn_like(p);
+    t.opt->step(1e-2);
+  }
+  return t;
+}
+
+checkpoint::State model_and_optimizer(const Trained& t) {
+  checkpoint::State s;
+  checkpoint::add_model(s, {"w", "b"}, t.params, nullptr);
+  checkpoint::add_optimizer(s, {"w", "b"}, *t.opt, nullptr);
+  return s;
+}
+
+// One process's save, as save_grid does it (no mesh).
+void save_one(const Trained& t, const fs::path& folder) {
+  const fs::path tmp = folder.parent_path() / ".tmp-save";
+  fs::create_directories(tmp);
+  checkpoint::write_rank_part(tmp, 0, checkpoint::stage(model_and_optimizer(t), at::kFloat));
+  REQUIRE(checkpoint::commit(tmp, folder, 1, 3, 10.0));
+}
+
+}  // namespace
+
+TEST_CASE("AdamW moments load across fp32 and bf16 (fused_opt_states_bf16) checkpoints", "[checkpoint][optim]") {
+  using titan::OptimizerImplementation;
+  test::TempDir dir;
+  const Trained fp32 = trained(OptimizerImplementation::fused, 3);
+  const Trained bf16 = trained(OptimizerImplementation::fused_opt_states_bf16, 3);
+  save_one(fp32, dir.path / "fp32");
+  save_one(bf16, dir.path / "bf16");
+  // Each saves its moments in its own dtype.
+  CHECK(index_of(dir.path / "fp32").at("tensors").at("optimizer.w.exp_avg").at("dtype") == "F32");
+  CHECK(index_of(dir.path / "bf16").at("tensors").at("optimizer.w.exp_avg").at("dtype") == "BF16");
+  CHECK(index_of(dir.path / "bf16").at("tensors").at("optimizer.w.step").at("dtype") == "F32");
+  // The loader copies into the optimizer's own tensors, which keep their dtype: fp32 moments round to
+  // nearest even (as Tensor::to), bf16 ones widen exactly.
+  for (const auto& [from, to] : {std::pair{"fp32", OptimizerImplementation::fused_opt_states_bf16},
+                                 std::pair{"bf16", OptimizerImplementation::fused}}) {
+    INFO(fmt::format("{} checkpoint into {}", from, to));
+    const Trained& saved = std::string(from) == "fp32" ? fp32 : bf16;
+    const at::ScalarType moment_dtype = to == OptimizerImplementation::fused ? at::kFloat : at::kBFloat16;
+    Trained into = trained(to, 0);
+    checkpoint::State state = model_and_optimizer(into);
+    checkpoint::load(dir.path / from, state);
+    for (size_t i = 0; i < into.params.size(); ++i) {
+      CHECK(at::equal(into.params[i], saved.params[i]));
+      const auto got = into.opt->state(i);
+      const auto want = saved.opt->state(i);
+      for (size_t k = 0; k < 2; ++k) {
+        CHECK(got[k].tensor.scalar_type() == moment_dtype);
+        CHECK(at::equal(got[k].tensor, want[k].tensor.to(moment_dtype)));
+      }
+      CHECK(got[2].tensor.item<double>() == 3.0);  // the step counter
+    }
+    // Training goes on from the loaded state.
+    for (auto& p : into.params) p.mutable_grad() = at::ones_like(p);
+    into.opt->step(1e-2);
+    CHECK(into.opt->state(0)[2].tensor.item<double>() == 4.0);
+    CHECK(into.opt->state(0)[0].tensor.scalar_type() == moment_dtype);
+  }
 }

@@ -350,6 +350,20 @@ TEST_CASE("validate names the offending key", "[cpu][config]") {
   CHECK(error_key([] { parse({"--lr_scheduler.warmup_steps", "-1"}); }) == "lr_scheduler.warmup_steps");
 }
 
+TEST_CASE("optimizer.implementation fused_opt_states_bf16 needs training.dtype float32", "[cpu][config]") {
+  const JobConfig c = parse({"--optimizer.implementation", "fused_opt_states_bf16"});
+  CHECK(c.optimizer.implementation == titan::OptimizerImplementation::fused_opt_states_bf16);
+  const std::vector<std::string> bf16 = {"--optimizer.implementation", "fused_opt_states_bf16", "--training.dtype",
+                                         "bfloat16"};
+  CHECK_THROWS_WITH(parse(bf16), Contains("[titan::config] expected training.dtype = \"float32\" with "
+                                          "optimizer.implementation = \"fused_opt_states_bf16\"") &&
+                                     Contains("got training.dtype = \"bfloat16\"") &&
+                                     Contains("optimizer.implementation = \"fused\""));
+  CHECK(error_key([&] { parse(bf16); }) == "optimizer.implementation");
+  // bf16 parameters with the other implementations stay valid.
+  CHECK_NOTHROW(parse({"--training.dtype", "bfloat16"}));
+}
+
 TEST_CASE("choices parse from every source by their names and print by format_as", "[cpu][config]") {
   titan::test::TempDir dir;
   const std::string toml =

@@ -60,6 +60,25 @@ TEST_CASE("float8 cast: CPU kernels equal the ATen reference bit for bit", "[flo
   }
 }
 
+TEST_CASE("float8 to_float: the table widening equals ATen's conversion bit for bit, layout kept", "[float8][cpu]") {
+  for (const auto dtype : {at::kFloat8_e4m3fn, at::kFloat8_e5m2}) {
+    INFO(c10::toString(dtype));
+    // Every byte, NaNs and infinities included, in a shape larger than one parallel chunk.
+    const at::Tensor bytes = at::arange(256, at::kInt).repeat({600}).to(at::kByte).reshape({400, 384});  // (400, 384)
+    const at::Tensor data = bytes.view(dtype);
+    const at::Tensor want = data.to(at::kFloat);
+    const at::Tensor got = titan::float8::to_float(data);
+    CHECK(got.sizes() == want.sizes());
+    CHECK(at::equal(got.view(at::kInt), want.view(at::kInt)));
+    // A column-major view widens column-major, as .to() keeps it.
+    const at::Tensor t = titan::float8::to_float(data.t());
+    CHECK(t.strides() == data.t().to(at::kFloat).strides());
+    CHECK(at::equal(t.view(at::kInt), data.t().to(at::kFloat).view(at::kInt)));
+  }
+  CHECK_THAT(titan::test::error_of([] { (void)titan::float8::to_float(at::ones({2})); }),
+             Catch::Contains("expected float8 data"));
+}
+
 TEST_CASE("float8 cast: tensorwise casts keep any shape and an all-zero tensor gets torchao's scale", "[float8][cpu]") {
   const f8::CastSpec spec{};
   const at::Tensor x = at::randn({2, 3, 40});

@@ -4,6 +4,8 @@
 // worked out here from the architecture, totals that fit 80 GB, the search, and the errors.
 #include <catch2/catch.hpp>
 
+#include <regex>
+
 #include "test_util.hpp"
 #include "titan/core/config.hpp"
 #include "titan/core/config_loader.hpp"
@@ -71,6 +73,29 @@ TEST_CASE("memory plan: 70B on 256 GPUs with FSDP 32 and TP 8 pins parameters an
   CHECK(plan.parts.optimizer == 2 * elements * 4 + 4 * (80 * kTensorsPerBlock + 3));
   CHECK(plan.ac == "full");
   CHECK(plan.fits());
+}
+
+TEST_CASE("memory plan: fused_opt_states_bf16 halves exp_avg and exp_avg_sq", "[models][memory_plan]") {
+  JobConfig c = preset("llama3_8b");
+  c.training.local_batch_size = 2;
+  const auto model = Llama3::build(c);
+  const auto fp32 = plan_memory(*model, c, {.world_size = 8, .device_memory = k80GB});
+  c.optimizer.implementation = titan::OptimizerImplementation::fused_opt_states_bf16;
+  const auto bf16 = plan_memory(*model, c, {.world_size = 8, .device_memory = k80GB});
+  // The 8B case above: fp32 parameters over 8 shards; the moments now 2 bytes an element, the step
+  // counters still 4 bytes a tensor.
+  const int64_t D = 4096, V = 128256;
+  const int64_t elements = 32 * block_elements(D, 1024, 14336, 1, 8) + (2 * V * D + D) / 8;
+  const int64_t counters = 4 * (32 * kTensorsPerBlock + 3);
+  CHECK(fp32.parts.optimizer == 2 * elements * 4 + counters);
+  CHECK(bf16.parts.optimizer == 2 * elements * 2 + counters);
+  CHECK(bf16.parts.optimizer - counters == (fp32.parts.optimizer - counters) / 2);
+  // Master weights and gradients stay fp32; nothing else moves.
+  CHECK(bf16.parts.parameters == fp32.parts.parameters);
+  CHECK(bf16.parts.gradients == fp32.parts.gradients);
+  CHECK(bf16.parts.activations == fp32.parts.activations);
+  CHECK(bf16.parts.communication == fp32.parts.communication);
+  CHECK(bf16.parts.total() == fp32.parts.total() - elements * 4);
 }
 
 TEST_CASE("memory plan: 405B on 512 GPUs with FSDP 8 TP 8 and PP 8 pins a middle stage", "[models][memory_plan]") {
@@ -171,4 +196,30 @@ TEST_CASE("titan-plan prints a plan and lists a search", "[models][memory_plan][
       fmt::format("'{}' --config llama3_8b --gpus 8 --device-memory lots > '{}' 2>&1", bin.string(), out.string());
   CHECK(std::system(bad_cmd.c_str()) != 0);
   CHECK_THAT(titan::test::read_file(out), Contains("[titan::parse_memory_size] expected --device-memory"));
+}
+
+TEST_CASE("titan-plan --optimizer.implementation fused_opt_states_bf16 reports half the moment bytes",
+          "[models][memory_plan][tools]") {
+  const auto bin = titan::test::binary_dir() / "bin" / "titan-plan";
+  const auto out = titan::test::binary_dir() / "titan-plan-bf16-states-test.txt";
+  // The "optimizer" line's exact byte count.
+  auto optimizer_bytes = [&](const std::string& flags) -> int64_t {
+    const std::string cmd =
+        fmt::format("'{}' --config llama3_8b --gpus 8 {} > '{}' 2>&1", bin.string(), flags, out.string());
+    REQUIRE(std::system(cmd.c_str()) == 0);
+    const std::string text = titan::test::read_file(out);
+    std::smatch m;
+    REQUIRE(std::regex_search(text, m, std::regex(R"(optimizer +[0-9.]+ GiB +\((\d+) B\))")));
+    return std::stoll(m[1].str());
+  };
+  const int64_t fp32 = optimizer_bytes("");
+  const int64_t bf16 = optimizer_bytes("--optimizer.implementation fused_opt_states_bf16");
+  const int64_t counters = 4 * (32 * kTensorsPerBlock + 3);  // one fp32 step counter per tensor
+  CHECK(bf16 - counters == (fp32 - counters) / 2);
+  const std::string cmd = fmt::format(
+      "'{}' --config llama3_8b --gpus 8 --optimizer.implementation fused_opt_states_bf16 --training.dtype bfloat16 "
+      "> '{}' 2>&1",
+      bin.string(), out.string());
+  CHECK(std::system(cmd.c_str()) != 0);
+  CHECK_THAT(titan::test::read_file(out), Contains("optimizer.implementation") && Contains("training.dtype"));
 }

@@ -59,6 +59,11 @@ at::Tensor tensor_amax(const at::Tensor& x);
 /// what `cast` gives the whole tensor when `scale` is its scale. Any shape; CPU or CUDA.
 Float8Tensor cast_with_scale(const at::Tensor& x, const at::Tensor& scale, at::ScalarType dtype);
 
+/// float8 data (any shape, CPU) -> float32, bit for bit what `data.to(at::kFloat)` gives (NaN payloads
+/// included), by a 256-entry table: ATen's CPU conversion is per element and ~30 M elements/s, which made
+/// the CPU float8 GEMMs' operand widening cost more than the GEMMs. Other devices: `data.to(at::kFloat)`.
+at::Tensor to_float(const at::Tensor& data);
+
 namespace reference {
 /// The plain ATen twin of float8::cast: torchao's ops, one by one.
 Float8Tensor cast(const at::Tensor& x, const CastSpec& spec);

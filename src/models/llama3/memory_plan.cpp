@@ -228,6 +228,8 @@ MemoryPlan evaluate(const Context& c, const Layout& l) {
   const int64_t g_bytes =
       gpu && data_parallel ? elem_bytes(mixed_precision_param(cfg.training, /*cuda=*/true)) : p_bytes;
   const int64_t r_bytes = gpu && data_parallel ? elem_bytes(cfg.training.mixed_precision_reduce) : p_bytes;
+  const int64_t state_bytes =
+      cfg.optimizer.implementation == OptimizerImplementation::fused_opt_states_bf16 ? 2 : p_bytes;
   const int64_t compute_bytes =
       gpu ? (cfg.training.dtype != DType::float32 ? p_bytes
                                                   : elem_bytes(mixed_precision_param(cfg.training, /*cuda=*/true)))
@@ -337,12 +339,14 @@ MemoryPlan evaluate(const Context& c, const Layout& l) {
     const RankModules& rank = ranks[static_cast<size_t>(r)];
     MemoryParts parts;
     int64_t tensors = 0;
+    int64_t elements = 0;   // the rank's parameter elements (FSDP shards padded)
     int64_t unsharded = 0;  // local (TP) numel of the rank's parameters
     for (const auto& p : c.params) {
       if (!rank.modules.contains(p.module)) continue;
       const int64_t rows = p.tp_dim == 0 ? p.rows / m.tp : p.rows;
       const int64_t row_numel = p.tp_dim == 1 ? p.row_numel / m.tp : p.row_numel;
       const int64_t local_rows = fsdp ? ceil_div(rows, shard_n) : rows;  // FSDP pads to equal rows
+      elements += local_rows * row_numel;
       parts.parameters += local_rows * row_numel * p_bytes;
       unsharded += rows * row_numel;
       ++tensors;
@@ -350,7 +354,8 @@ MemoryPlan evaluate(const Context& c, const Layout& l) {
     parts.gradients = parts.parameters;
     // Under PP the microbatches' gradients accumulate unsharded until the step's last backward.
     if (m.pp > 1 && data_parallel) parts.gradients += unsharded * r_bytes;
-    parts.optimizer = 2 * parts.parameters + 4 * tensors;  // exp_avg, exp_avg_sq like the shard; fp32 step
+    // exp_avg, exp_avg_sq like the shard (bf16 under fused_opt_states_bf16); an fp32 step per tensor.
+    parts.optimizer = 2 * elements * state_bytes + 4 * tensors;
     // FSDP: the unit in use and the one prefetched are gathered (the last two of the forward are kept
     // for backward); never resharding after forward (the PP default) keeps every unit of the rank.
     std::vector<int64_t> gathered;
