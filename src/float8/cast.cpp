@@ -9,6 +9,7 @@
 
 #include "cast_kernels.hpp"
 #include "cast_output.hpp"
+#include "titan/core/detail/cpu_dispatch.hpp"
 #include "titan/core/error.hpp"
 #include "titan/float8/detail/cpu_cast.hpp"
 #include "titan/float8/detail/cuda_cast.hpp"
@@ -30,18 +31,10 @@ void check_source(const at::Tensor& x, const CastSpec& spec, bool two_d, const c
                     where, x.dim());
 }
 
-bool cpu_runs_avx2() {
-#if defined(__x86_64__) || defined(_M_X64)
-  return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
-#else
-  return false;
-#endif
-}
-
 /// The widest kernels this CPU runs (ATen's runtime dispatch idea, without its registry).
 const detail::CpuCastKernels& widest_kernels() {
   static const detail::CpuCastKernels& chosen =
-      cpu_runs_avx2() ? detail::cpu_cast_kernels_avx2() : detail::cpu_cast_kernels_default();
+      titan::detail::cpu_runs_avx2() ? detail::cpu_cast_kernels_avx2() : detail::cpu_cast_kernels_default();
   return chosen;
 }
 
@@ -118,16 +111,16 @@ Float8Tensor cast_with_scale(const at::Tensor& x, const at::Tensor& scale, at::S
 namespace detail {
 
 std::vector<std::string> cpu_kernel_builds() {
-  if (cpu_runs_avx2()) return {"avx2", "default"};
+  if (titan::detail::cpu_runs_avx2()) return {"avx2", "default"};
   return {"default"};
 }
 
 Float8Tensor cpu_cast(const at::Tensor& x, const CastSpec& spec, bool transposed, std::string_view build) {
   check_source(x, spec, transposed || spec.scaling == Scaling::kRowwise, "detail::cpu_cast");
   TITAN_CHECK_VALUE(x.is_cpu(), "[titan::float8::detail::cpu_cast] expected a CPU tensor, got {}.", x.device().str());
-  TITAN_CHECK_VALUE(build == "default" || (build == "avx2" && cpu_runs_avx2()),
+  TITAN_CHECK_VALUE(build == "default" || (build == "avx2" && titan::detail::cpu_runs_avx2()),
                     "[titan::float8::detail::cpu_cast] expected a build this CPU runs (default{}), got \"{}\".",
-                    cpu_runs_avx2() ? ", avx2" : "", build);
+                    titan::detail::cpu_runs_avx2() ? ", avx2" : "", build);
   return run_cpu_cast(x, spec, transposed, build == "avx2" ? cpu_cast_kernels_avx2() : cpu_cast_kernels_default());
 }
 

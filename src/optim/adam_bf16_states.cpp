@@ -9,6 +9,7 @@
 #include <cmath>
 
 #include "adam_bf16_states_kernel.hpp"
+#include "titan/core/detail/cpu_dispatch.hpp"
 #include "titan/core/error.hpp"
 
 namespace titan::detail {
@@ -33,19 +34,11 @@ void check(const AdamBf16Tensors& t) {
                     c10::str(t.exp_avg_sq.sizes()));
 }
 
-bool cpu_runs_avx2() {
-#if defined(__x86_64__) || defined(_M_X64)
-  return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
-#else
-  return false;
-#endif
-}
-
 using Kernel = void (*)(const AdamBf16Args&);
 
 /// The widest kernel this CPU runs (ATen's runtime dispatch idea, without its registry).
 Kernel widest_kernel() {
-  static const Kernel chosen = cpu_runs_avx2() ? adam_bf16_step_avx2 : adam_bf16_step_default;
+  static const Kernel chosen = detail::cpu_runs_avx2() ? adam_bf16_step_avx2 : adam_bf16_step_default;
   return chosen;
 }
 
@@ -114,7 +107,7 @@ void adam_step_bf16_states_reference(const AdamBf16Tensors& t, const AdamStepSca
 }
 
 std::vector<std::string> adam_bf16_states_cpu_builds() {
-  if (cpu_runs_avx2()) return {"avx2", "default"};
+  if (detail::cpu_runs_avx2()) return {"avx2", "default"};
   return {"default"};
 }
 
@@ -124,9 +117,9 @@ void adam_step_bf16_states_cpu(const AdamBf16Tensors& t, const AdamStepScalars& 
                     "[titan::adam_step_bf16_states_cpu] expected contiguous CPU tensors, got the parameter on {} "
                     "(contiguous: {}). Use adam_step_bf16_states, which falls back to the ATen twin.",
                     t.param.device().str(), t.param.is_contiguous());
-  TITAN_CHECK_VALUE(build == "default" || (build == "avx2" && cpu_runs_avx2()),
+  TITAN_CHECK_VALUE(build == "default" || (build == "avx2" && detail::cpu_runs_avx2()),
                     "[titan::adam_step_bf16_states_cpu] expected a build this CPU runs (default{}), got '{}'.",
-                    cpu_runs_avx2() ? ", avx2" : "", build);
+                    detail::cpu_runs_avx2() ? ", avx2" : "", build);
   run_cpu(t, s, build == "avx2" ? adam_bf16_step_avx2 : adam_bf16_step_default);
 }
 
