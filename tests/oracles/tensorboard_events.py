@@ -4,8 +4,11 @@ checks it against metrics.jsonl: the same (tag, step) pairs, and every scalar eq
 rounded to float32 (the Summary's simple_value). A later JSONL line of a step wins, as in TensorBoard.
 
 usage: tensorboard_events.py <folder with one events.out.tfevents.* file> <metrics.jsonl> [TAG,...]
+                             [--min-steps=N] [--min-tags=N]
 With TAG,..., only those tags' values are compared (another rank's file: its loss, not its tps);
-the (tag, step) pairs are always compared in full. Exit status 0 when everything matches.
+the (tag, step) pairs are always compared in full. The event file must hold scalars at N distinct steps
+and of N distinct tags at least (default 1 each: two empty files do not match). Exit status 0 when
+everything matches.
 """
 import glob
 import json
@@ -21,8 +24,11 @@ def float32(x):
 
 
 def main():
-    folder, jsonl = sys.argv[1], sys.argv[2]
-    only = set(sys.argv[3].split(",")) if len(sys.argv) > 3 else None
+    flags = dict(a[2:].split("=", 1) for a in sys.argv[1:] if a.startswith("--"))
+    args = [a for a in sys.argv[1:] if not a.startswith("--")]
+    folder, jsonl = args[0], args[1]
+    only = set(args[2].split(",")) if len(args) > 2 else None
+    min_steps, min_tags = int(flags.get("min-steps", 1)), int(flags.get("min-tags", 1))
     files = glob.glob(os.path.join(folder, "events.out.tfevents.*"))
     if len(files) != 1:
         print(f"expected one event file in {folder}, got {files}")
@@ -58,9 +64,14 @@ def main():
         compared += 1
         if got[key] != float32(expected[key]):
             errors.append(f"{key}: event file {got[key]!r}, JSONL {expected[key]!r} (float32 {float32(expected[key])!r})")
+    steps = sorted({step for _, step in got})
+    tags = {tag for tag, _ in got}
+    if len(steps) < min_steps or len(tags) < min_tags:
+        errors.append(f"expected scalars at >= {min_steps} steps of >= {min_tags} tags, got {len(steps)} steps, {len(tags)} tags")
+    if compared == 0:
+        errors.append("no value was compared")
     for e in errors[:20]:
         print(e)
-    steps = sorted({step for _, step in got})
     print(f"{len(got)} scalars of {len({tag for tag, _ in got})} tags at steps {steps}; {compared} values compared")
     return 1 if errors else 0
 
