@@ -55,3 +55,32 @@ TEST_CASE("FSDP 2 with bf16 params and fp32 reduce tracks one device under bf16 
        << run.steps << " steps: " << max_diff << "; one-device autocast vs fp32: " << max_diff_fp32);
   CHECK(one.losses.back() < one.losses.front() - 0.5);
 }
+
+TEST_CASE("FSDP 2 with bf16 params gathers bf16: half the bytes of fp32, fp32 shards and gradients",
+          "[parallel][fsdp][mixed_precision]") {
+  titan::dist::run_local_ranks(2, [&](int64_t rank, const titan::dist::Store& store) {
+    const titan::dist::Mesh mesh(titan::dist::MeshShape{.dp_shard = 2}, rank, store, titan::test::kFast);
+    const titan::llama3::Llama3 meta(titan::test::parity_args(), 32, at::TensorOptions().device(at::kMeta));
+    for (const auto dtype : {at::kFloat, at::kBFloat16}) {
+      titan::nn::manual_init_seed(1);
+      titan::llama3::Llama3 model(titan::test::parity_args(), 32, at::TensorOptions());
+      titan::parallel::ParallelPlan plan = titan::llama3::parallel_plan(model, mesh);
+      // Every unit stays gathered after forward, so the gathered bytes are the whole model's.
+      plan.data_parallel.options.reshard_after_forward = titan::ReshardAfterForward::never;
+      plan.data_parallel.options.param_dtype = dtype;
+      const titan::Parallelized parallel = titan::parallelize(model, mesh, plan);
+      model.init_weights();
+      const at::Tensor tokens = at::randint(512, {2, 32}, at::kLong);  // (B, S)
+      const at::Tensor logits = model.forward(tokens);                 // (B, S, V)
+      const int64_t gathered = parallel.data_parallel()->gathered_bytes();
+      RANK_CHECK_INFO(c10::toString(dtype) << ": " << gathered << " bytes gathered",
+                      gathered == meta.num_params() * static_cast<int64_t>(c10::elementSize(dtype)));
+      RANK_CHECK(logits.scalar_type() == dtype);  // compute ran in the gathered dtype
+      logits.to(at::kFloat).square().mean().backward();
+      for (const auto& p : model.unique_parameters()) {
+        RANK_CHECK(p.scalar_type() == at::kFloat);  // the shard: fp32 master weights
+        RANK_CHECK((p.grad().defined() && p.grad().scalar_type() == at::kFloat));
+      }
+    }
+  });
+}

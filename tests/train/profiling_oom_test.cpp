@@ -2,6 +2,9 @@
 // A step that runs out of memory (the TITAN_TEST_OOM_AT_STEP hook) writes torchtitan's exit snapshot,
 // memory_snapshot/iteration_<step-1>_exit/rank0_memory_snapshot.json, and the rethrown
 // c10::OutOfMemoryError names it; without profiling.enable_memory_snapshot the error says how to get one.
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
 #include <cstdlib>
 
 #include "test_util.hpp"
@@ -43,9 +46,30 @@ TEST_CASE("Memory snapshot: an out-of-memory step writes the exit snapshot and t
   CHECK_THAT(message, Catch::Contains(snapshot.string()));
   REQUIRE(fs::exists(snapshot));
   CHECK(titan::test::run_python("memory_timeline.py", "\"" + snapshot.string() + "\"") == 0);
-  // The failing step's activations were alive when it failed: the timeline's last total is above its base.
-  const std::string json = titan::test::read_file(snapshot);
-  CHECK_THAT(json, Catch::Contains("\"format\":\"titan.memory_timeline\""));
+  // The failing step's activations are in the snapshot: its running total rose above the total where step 2
+  // began (by the unwinding the exception did, they are freed again at the last event).
+  const nlohmann::json timeline = nlohmann::json::parse(titan::test::read_file(snapshot));
+  CHECK(timeline.at("format") == "titan.memory_timeline");
+  const auto& events = timeline.at("events");
+  REQUIRE_FALSE(events.empty());
+  int64_t step2_start = -1;
+  for (const auto& s : timeline.at("steps")) {
+    if (s.at("step") == 2) step2_start = s.at("event").get<int64_t>();
+  }
+  REQUIRE(step2_start >= 0);
+  const int64_t total_at_start = step2_start == 0 ? timeline.at("base_total_bytes").get<int64_t>()
+                                                  : events.at(step2_start - 1).at(3).get<int64_t>();
+  int64_t step2_peak = total_at_start;
+  int64_t step2_activation_bytes = 0;  // allocated in step 2, category activations (3)
+  for (size_t i = static_cast<size_t>(step2_start); i < events.size(); ++i) {
+    step2_peak = std::max(step2_peak, events[i].at(3).get<int64_t>());
+    if (events[i].at(2) == 3 && events[i].at(1).get<int64_t>() > 0)
+      step2_activation_bytes += events[i].at(1).get<int64_t>();
+  }
+  INFO("total bytes where step 2 began " << total_at_start << ", its peak " << step2_peak << ", activations "
+                                         << step2_activation_bytes);
+  CHECK(step2_peak > total_at_start);
+  CHECK(step2_activation_bytes > 0);
 
   titan::test::TempDir plain;
   titan::JobConfig off = c;
