@@ -110,10 +110,7 @@ Float8Tensor cast_with_scale(const at::Tensor& x, const at::Tensor& scale, at::S
 
 namespace detail {
 
-std::vector<std::string> cpu_kernel_builds() {
-  if (titan::detail::cpu_runs_avx2()) return {"avx2", "default"};
-  return {"default"};
-}
+std::vector<std::string> cpu_kernel_builds() { return titan::detail::cpu_runnable_builds(); }
 
 Float8Tensor cpu_cast(const at::Tensor& x, const CastSpec& spec, bool transposed, std::string_view build) {
   check_source(x, spec, transposed || spec.scaling == Scaling::kRowwise, "detail::cpu_cast");

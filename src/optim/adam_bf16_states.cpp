@@ -106,10 +106,7 @@ void adam_step_bf16_states_reference(const AdamBf16Tensors& t, const AdamStepSca
   t.exp_avg_sq.copy_(v);
 }
 
-std::vector<std::string> adam_bf16_states_cpu_builds() {
-  if (detail::cpu_runs_avx2()) return {"avx2", "default"};
-  return {"default"};
-}
+std::vector<std::string> adam_bf16_states_cpu_builds() { return cpu_runnable_builds(); }
 
 void adam_step_bf16_states_cpu(const AdamBf16Tensors& t, const AdamStepScalars& s, std::string_view build) {
   check(t);

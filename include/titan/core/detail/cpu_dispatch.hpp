@@ -4,6 +4,9 @@
 // where the CPU has all three extensions.
 #pragma once
 
+#include <string>
+#include <vector>
+
 namespace titan::detail {
 
 inline bool cpu_runs_avx2() {
@@ -12,6 +15,12 @@ inline bool cpu_runs_avx2() {
 #else
   return false;
 #endif
+}
+
+/// The builds this CPU runs, widest first: {"avx2", "default"} or {"default"}.
+inline std::vector<std::string> cpu_runnable_builds() {
+  if (cpu_runs_avx2()) return {"avx2", "default"};
+  return {"default"};
 }
 
 }  // namespace titan::detail
