@@ -101,7 +101,8 @@ TEST_CASE(
     CHECK(precomputed.ranks[rank].losses == hp.ranks[rank].losses);
     CHECK(flat.ranks[rank].losses == hp.ranks[rank].losses);
   }
-  CHECK(one.losses.back() < one.losses.front() - 0.3);  // it trains
+  // It trains: untrained, the batches alone move the loss by ~0.01; the parity model (dim 64) falls 0.1 in 6 steps.
+  CHECK(one.losses.back() < one.losses.front() - 0.05);
 
   // The wire: float8 weights move 1 byte per element instead of 4. They are ~95% of the debug
   // model's elements, but the units gather unequally often (blocks in forward and again in backward,

@@ -153,9 +153,10 @@ TEST_CASE("a plan is validated against the model before anything is sharded", "[
   parallel::TensorParallelPlan uneven;
   uneven.add("layers.0.feed_forward.w2", parallel::RowwiseParallel{});
   CHECK(error_of(uneven, 7).find("'layers.0.feed_forward.w2' input features") != std::string::npos);
-  // Heads must divide: debugmodel has 16 heads.
+  // Heads must divide: the parity model has 4 heads.
   const llama3::Llama3 meta(test::parity_args(), 32, at::TensorOptions().device(at::kMeta));
-  CHECK_THROWS_WITH(llama3::tensor_parallel_plan(meta, 3), Catch::Contains("n_heads (16)"));
+  CHECK_THROWS_WITH(llama3::tensor_parallel_plan(meta, 3),
+                    Catch::Contains(fmt::format("n_heads ({})", test::parity_args().n_heads)));
 }
 
 TEST_CASE("an invalid plan leaves the model untouched", "[parallel][tp][plan]") {
@@ -172,7 +173,7 @@ TEST_CASE("an invalid plan leaves the model untouched", "[parallel][tp][plan]") 
       threw = true;
     }
     RANK_CHECK(threw);
-    RANK_CHECK(model.layers[0]->attention->wq->weight.size(0) == 16 * 16);  // not sharded
+    RANK_CHECK(model.layers[0]->attention->wq->weight.size(0) == test::parity_args().dim);  // not sharded
     RANK_CHECK(parallel::sharded_param(model.layers[0]->attention->wq->weight) == nullptr);
   });
 }
