@@ -20,6 +20,19 @@ reduce_dtype=fp32) over 2 ranks (apply_fsdp's param_dtype). `--float8 <recipe>` 
 the output head with torchao's `convert_to_float8_training` before sharding (torchtitan's converter does
 the same with filter_fqns=["output"]).
 
+`--compile` is torchtitan's `--compile.enable` with its default components ("model", "loss"): each
+TransformerBlock is wrapped by `torch.compile(block, fullgraph=True)` (inductor) and put back in its place in
+`model.layers`, after the float8 conversion and before FSDP2's `fully_shard`, the order of torchtitan 0.2.2's
+`parallelize_llama` (`apply_compile`); the cross-entropy (token sum) is `torch.compile`d too, as its
+`build_cross_entropy_loss` does. Embeddings, final norm and output head stay eager. Inductor on CPU writes
+and builds C++ at run time: it needs a C++ compiler (g++) on the PATH. Compilation happens in the first
+warm-up step, so `--compile` needs `--warmup` >= 1 and the timed steps exclude it; the JSON and the printed
+lines state `first_step_s` (the first step's wall time) and `compile_s` (its excess over the median timed
+step), and `graphs_timed` (Dynamo graphs compiled during the timed steps: 0 unless something recompiled).
+Inductor's on-disk cache (TORCHINDUCTOR_CACHE_DIR; by default under the temp folder) makes a repeated compile
+cheaper, so compile_s depends on whether the cache was warm; compare.py gives every compiled run a fresh one.
+With `--model eager` it compiles the eager model's blocks the same way.
+
 Memory, next to the process's peak RSS (which counts the Python runtime and its libraries): after the
 timed steps, the bytes of this rank's training state (parameters' local shards, gradients, optimizer
 state) and one more step under `torch.profiler(profile_memory=True)`, whose allocation events give the
@@ -27,6 +40,7 @@ most bytes live at once in that step on top of that state: the same two figures 
 tracker gives (bench_step_throughput's `state_bytes`, `step_peak_bytes`).
 
     torchrun --nproc-per-node 2 benchmarks/peers/peer_step.py --model torchtitan --flavor debugmodel
+    python benchmarks/peers/peer_step.py --model torchtitan --compile --seq-len 128 --batch 2 --threads 2
 """
 import argparse
 import copy
@@ -78,6 +92,15 @@ def convert_float8(model, recipe):
     return sum(isinstance(m, Float8Linear) for m in model.modules())
 
 
+def apply_compile(model):
+    """torchtitan 0.2.2's apply_compile: every block of `model.layers` replaced by its torch.compile'd
+    (inductor, fullgraph) wrapper under the same name, so FSDP2 units, state-dict keys and the block
+    loop see the compiled module where the block was. Identical blocks share one compiled graph (Dynamo
+    inlines nn.Module parameters as inputs), so this compiles one forward and one backward, not one per block."""
+    for name, block in list(model.layers.named_children()):
+        model.layers.register_module(name, torch.compile(block, fullgraph=True))
+
+
 def build(o, device, mesh):
     """The model with its FSDP units applied (when `mesh`), initialised on `device`."""
     # FSDP2's MixedPrecisionPolicy param dtype: bf16 when asked (and always on GPU, as before).
@@ -92,6 +115,8 @@ def build(o, device, mesh):
         n_layers, n_heads, dim = args.n_layers, args.n_heads, args.dim
         if o.float8 != "none":
             converted = convert_float8(model, o.float8)
+        if o.compile:  # after the float8 swap, before fully_shard: torchtitan's order
+            apply_compile(model)
         if mesh is not None:
             from torchtitan.models.llama3.infra.parallelize import apply_fsdp
 
@@ -110,6 +135,8 @@ def build(o, device, mesh):
         n_layers, n_heads, dim = a["n_layers"], a["n_heads"], a["dim"]
         if o.float8 != "none":
             converted = convert_float8(model, o.float8)
+        if o.compile:
+            apply_compile(model)
         if mesh is not None:
             from torch.distributed.fsdp import FSDPModule, MixedPrecisionPolicy, fully_shard
 
@@ -198,8 +225,14 @@ def main():
     p.add_argument("--mixed-precision", default="fp32", choices=["fp32", "bf16"],
                    help="bf16: autocast on one rank, FSDP2 MixedPrecisionPolicy(bf16, fp32) on more")
     p.add_argument("--float8", default="none", choices=["none", "tensorwise", "rowwise", "rowwise_with_gw_hp"])
+    p.add_argument("--compile", action="store_true",
+                   help="torch.compile each block (fullgraph, inductor) and the loss, as torchtitan's --compile.enable;"
+                        " the first warm-up step compiles (needs --warmup >= 1)")
     p.add_argument("--json", default="")
     o = p.parse_args()
+    if o.compile and o.warmup < 1:
+        p.error("--compile compiles in the first step, which must not be timed: pass --warmup 1 or more")
+    name = o.model + ("-compile" if o.compile else "")
     if o.threads > 0:
         torch.set_num_threads(o.threads)
     rank, world = int(os.environ.get("RANK", "0")), int(os.environ.get("WORLD_SIZE", "1"))
@@ -226,50 +259,66 @@ def main():
     # Without FSDP: bf16 autocast, as torchtitan's maybe_enable_amp does (always on GPU, as before).
     amp = mesh is None and (device.type == "cuda" or o.mixed_precision == "bf16")
 
+    def token_sum_loss(pred, labels):  # torchtitan's cross_entropy_loss: the sum, divided by the caller
+        return F.cross_entropy(pred.flatten(0, 1).float(), labels.flatten(0, 1), reduction="sum")
+
+    loss_fn = torch.compile(token_sum_loss) if o.compile else token_sum_loss  # its "loss" compile component
+
     def step():
         opt.zero_grad(set_to_none=True)
         with torch.autocast(device.type, dtype=torch.bfloat16, enabled=amp):
             logits = model(x)
-        loss = F.cross_entropy(logits.flatten(0, 1).float(), y.flatten(0, 1), reduction="sum") / global_tokens
+        loss = loss_fn(logits, y) / global_tokens
         loss.backward()
         clip_grad_norm_(list(model.parameters()), 1.0, foreach=True)
         opt.step()
         return loss.item()  # a sync point on CUDA, as titan's forward_backward reads the loss
 
-    times, losses = [], []
+    from torch._dynamo.utils import counters
+
+    times, warmup_times, losses = [], [], []
+    graphs_warm = 0
     for s in range(o.warmup + o.steps):
-        if s == o.warmup and device.type == "cuda":
-            torch.cuda.reset_peak_memory_stats(device)
+        if s == o.warmup:
+            graphs_warm = counters["stats"]["unique_graphs"]
+            if device.type == "cuda":
+                torch.cuda.reset_peak_memory_stats(device)
         t0 = time.perf_counter()
         losses.append(step())
         if device.type == "cuda":
             torch.cuda.synchronize(device)
-        if s >= o.warmup:
-            times.append(time.perf_counter() - t0)
+        (times if s >= o.warmup else warmup_times).append(time.perf_counter() - t0)
+    graphs = counters["stats"]["unique_graphs"]
     state = state_bytes(model, opt)
     step_peak = state + profiled_peak(step) if device.type == "cpu" else 0
     ordered = sorted(times)
     med = ordered[len(ordered) // 2]
+    first = warmup_times[0] if warmup_times else times[0]
+    compile_s = max(0.0, first - med) if o.compile else 0.0
     tps = o.batch * o.seq_len / med
     peak = 0.0
     if device.type == "cuda":
         from torchtitan.tools.utils import get_peak_flops
 
         peak = get_peak_flops(torch.cuda.get_device_name(device))
-    result = dict(side=o.model, flavor=o.flavor, n_layers=n_layers, params=params, batch=o.batch, seq_len=o.seq_len,
+    result = dict(side=name, model=o.model, compiled=o.compile, flavor=o.flavor, n_layers=n_layers, params=params, batch=o.batch, seq_len=o.seq_len,
                   ranks=world, threads=torch.get_num_threads(), device=o.device, mixed_precision=o.mixed_precision,
-                  float8=o.float8, float8_converted=converted, step_times=times,
+                  float8=o.float8, float8_converted=converted, step_times=times, warmup_times=warmup_times,
+                  first_step_s=first, compile_s=compile_s, graphs_compiled=graphs, graphs_timed=graphs - graphs_warm,
                   step_time_min=ordered[0], step_time_median=med, step_time_max=ordered[-1], tps=tps, losses=losses,
                   flops_per_token=fpt, tflops=fpt * tps / 1e12, mfu_declared=100 * fpt * tps / peak if peak else 0.0,
                   peak_memory_bytes=peak_memory(device), state_bytes=state, step_peak_bytes=step_peak,
                   data_checksum=data_checksum(x, y))
     if rank == 0:
-        print(f"{o.model}: flavor {o.flavor} ({params / 1e6:.1f}M params, {n_layers} layers) B={o.batch} "
+        print(f"{name}: flavor {o.flavor} ({params / 1e6:.1f}M params, {n_layers} layers) B={o.batch} "
               f"S={o.seq_len} ranks={world} threads={torch.get_num_threads()} device={o.device}")
-        print(f"{o.model}: step time min/median/max: {ordered[0]:.3f} / {med:.3f} / {ordered[-1]:.3f} s  "
+        print(f"{name}: step time min/median/max: {ordered[0]:.3f} / {med:.3f} / {ordered[-1]:.3f} s  "
               f"tokens/s/rank: {tps:.0f}  loss {losses[0]:.4f} -> {losses[-1]:.4f}")
-        print(f"{o.model}: precision {o.mixed_precision}" + (f" + float8 {o.float8} ({converted} Linears)" if converted else "")
+        print(f"{name}: precision {o.mixed_precision}" + (f" + float8 {o.float8} ({converted} Linears)" if converted else "")
               + f"  training state {state / 2**30:.3f} GiB, step allocator peak {step_peak / 2**30:.3f} GiB")
+        if o.compile:
+            print(f"{name}: compile (first warm-up step, not timed): {first:.2f} s, {compile_s:.2f} s over a timed "
+                  f"step; {graphs} Dynamo graphs, {graphs - graphs_warm} of them compiled during the timed steps")
         if o.json:
             with open(o.json, "w") as f:
                 json.dump(result, f, indent=2)
