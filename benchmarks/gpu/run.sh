@@ -14,6 +14,8 @@
 # against its peak table: 989 TFLOP/s bf16 for H100/H200 SXM) and peak allocated memory per side and
 # precision, and checks that every side's step-1 loss agrees with titan's. About 10 minutes with the build.
 #   benchmarks/gpu/run.sh [--dry-run]      (results under ${OUT:-build-gpu/results})
+# SIDES=titan,torchtitan,torchtitan-compile,eager adds torchtitan under torch.compile (compare.py's side;
+# each run compiles cold in its warm-up steps, which the budget above does not include).
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh" "$@"
 if ((DRY == 0)) && ! "$PY" -c 'import torchtitan.models.llama3, torchao.float8' 2>/dev/null; then
@@ -27,7 +29,7 @@ run cmake -S "$ROOT" -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DTITAN_ENA
 run cmake --build "$BUILD" --target bench_step_throughput
 PEERS=("$PY" "$ROOT/benchmarks/peers/compare.py" --device cuda --configs "${CONFIGS:-gpu-1B-2048,gpu-8B-8L-2048}"
        --precisions bf16,float8 --rounds "${ROUNDS:-2}" --build "$BUILD" --python "$PY"
-       --json "$RESULTS/peers_gpu.json")
+       --json "$RESULTS/peers_gpu.json" --sides "${SIDES:-titan,torchtitan,eager}")
 if ((DRY)); then
   "${PEERS[@]}" --dry-run  # prints the commands it would run (titan, torchtitan, eager), runs nothing
   exit 0

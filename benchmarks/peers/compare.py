@@ -2,8 +2,11 @@
 """titan vs the Python peers, alternately in one invocation: for each configuration and round it runs
 titan's step (bench_step_throughput; 2 ranks: titan-run processes, FSDP over Gloo), torchtitan's Llama 3
 from the pip package (peer_step.py --model torchtitan; 2 ranks: torchrun processes, torchtitan's
-apply_fsdp = FSDP2 over Gloo) and the plain eager model (peer_step.py --model eager; 2 ranks: FSDP2 with
-the same units). Same flavor, batch per rank, sequence length, precision, AdamW and clipping on every side.
+apply_fsdp = FSDP2 over Gloo), the same model under torch.compile (side `torchtitan-compile`: peer_step.py
+--model torchtitan --compile, each block compiled with fullgraph=True before fully_shard, as torchtitan's
+apply_compile) and the plain eager model (peer_step.py --model eager; 2 ranks: FSDP2 with the same units).
+Same flavor, batch per rank, sequence length, precision, AdamW and clipping on every side. `--sides` picks
+the sides (titan always runs).
 
 Made to compare like with like:
 - FSDP reshard rule: titan runs `--reshard-after-forward always` (embeddings and every block resharded after
@@ -19,6 +22,11 @@ Made to compare like with like:
 - Memory: each side reports its training state's bytes (parameters, gradients, optimizer state of rank 0)
   and the allocator peak of one extra step (titan's allocator tracker; the torch profiler's memory events
   on the Python sides), next to the process's peak RSS.
+- Compile time: the compiled side compiles in its first warm-up step (it gets at least one, also under
+  --smoke), so its timed steps exclude compilation; the table states that first step's excess over a timed
+  step (peer_step.py's compile_s, median over rounds) in its own column. Every compiled run gets a fresh
+  inductor cache folder (TORCHINDUCTOR_CACHE_DIR under the per-run folder), so the figure is a cold compile.
+  Inductor on CPU needs a C++ compiler (g++) at run time.
 - `--ablate-overlap` adds titan with `--overlap 0` (no FSDP prefetch, every reduce-scatter waited where it
   is issued) at 2 ranks: how much of titan's lead is its communication overlap.
 
@@ -29,10 +37,14 @@ OMP_NUM_THREADS and MKL_NUM_THREADS in the environment, and --threads N, which c
 Prints each run, then a table of tokens/s per rank (median over rounds), step time min/median/max over all
 timed steps of all rounds, the ratio titan/peer and titan's model FLOP/s as a share of the fp32 GEMM rate
 measured in the same titan process; writes everything to --json. `--smoke` runs a one-layer model for two
-steps (the ctest: checks that every side trains and the JSON has its fields).
+steps (the ctest: checks that every side trains and the JSON has its fields); it leaves the compiled side
+out unless `--sides` names it (a cold compile costs tens of seconds per run on 2 cores).
 
     benchmarks/peers/run_peers.sh                      # the docs/performance.md table
     benchmarks/peers/run_peers.sh --configs debugmodel-512 --rounds 3
+    benchmarks/peers/run_peers.sh --configs debugmodel-128 --precisions fp32,bf16,float8 \
+        --sides titan,torchtitan,torchtitan-compile    # eager vs compiled torchtitan, compile time stated
+    benchmarks/peers/run_peers.sh --smoke --sides titan,torchtitan-compile   # the compiled side's quick check
 """
 import argparse
 import datetime
@@ -68,21 +80,29 @@ CONFIGS["gpu-1B-2048"] = dict(flavor="1B", n_layers=0, seq_len=2048, batch=4, st
 CONFIGS["gpu-8B-8L-2048"] = dict(flavor="8B", n_layers=8, seq_len=2048, batch=2, steps=20, warmup=3, ranks=[1])
 DEFAULT = ["debugmodel-512", "debugmodel-2048", "100M-512", "1B-8L-512", "1B-shape-2L-512"]
 SMOKE = dict(flavor="debugmodel", n_layers=1, seq_len=32, batch=1, steps=2, warmup=0, ranks=[1, 2])
+SMOKE_SIDES = ["titan", "torchtitan", "eager"]  # --smoke's default: the compiled side only when --sides names it
 # Small shapes for the precision comparison: bf16 GEMMs are 40-140x slower than fp32 on CPUs without
 # AVX512-BF16/AMX (docs/performance.md), so bf16 steps of the configurations above would take minutes.
 CONFIGS["debugmodel-128"] = dict(flavor="debugmodel", n_layers=0, seq_len=128, batch=2, steps=2, warmup=1, ranks=[1, 2])
 CONFIGS["100M-128"] = dict(flavor="100M", n_layers=0, seq_len=128, batch=1, steps=1, warmup=1, ranks=[1, 2])
-SIDES = ["titan", "torchtitan", "eager"]
+SIDES = ["titan", "torchtitan", "torchtitan-compile", "eager"]  # also the order of the table's "a / b / c / d" cells
+PEER_FLAGS = {"torchtitan": ["--model", "torchtitan"], "torchtitan-compile": ["--model", "torchtitan", "--compile"],
+              "eager": ["--model", "eager"]}
 PRECISIONS = {"fp32": [], "bf16": ["--mixed-precision", "bf16"], "float8": ["--float8", "tensorwise"]}
 FIELDS = ["side", "flavor", "n_layers", "params", "batch", "seq_len", "ranks", "threads", "step_times",
           "step_time_min", "step_time_median", "step_time_max", "tps", "losses", "flops_per_token",
           "mfu_declared", "peak_memory_bytes", "state_bytes", "step_peak_bytes"]
 
 
+def warmup(side, cfg):
+    """A compiled side compiles in its first step, which must be a warm-up step."""
+    return max(1, cfg["warmup"]) if side.endswith("-compile") else cfg["warmup"]
+
+
 def command(side, cfg, ranks, build, python, out, device, precision="fp32"):
     threads = 2 // ranks if device == "cpu" else 0
     common = ["--device", device, "--flavor", cfg["flavor"], "--n-layers", str(cfg["n_layers"]), "--seq-len", str(cfg["seq_len"]),
-              "--batch", str(cfg["batch"]), "--steps", str(cfg["steps"]), "--warmup", str(cfg["warmup"]),
+              "--batch", str(cfg["batch"]), "--steps", str(cfg["steps"]), "--warmup", str(warmup(side, cfg)),
               "--threads", str(threads), "--json", out] + PRECISIONS[precision]
     if side.startswith("titan"):
         # torchtitan 0.2.2's apply_fsdp rule (titan's "always"); titan_no_overlap: the overlap ablation.
@@ -93,7 +113,7 @@ def command(side, cfg, ranks, build, python, out, device, precision="fp32"):
         if ranks == 1:
             return program
         return [os.path.join(build, "bin", "titan-run"), "--nproc-per-node", str(ranks)] + program
-    peer = [os.path.join(HERE, "peer_step.py"), "--model", side] + common
+    peer = [os.path.join(HERE, "peer_step.py")] + PEER_FLAGS[side] + common
     if ranks == 1:
         return [python] + peer
     return [python, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(ranks)] + peer
@@ -107,6 +127,8 @@ def run(side, cfg, ranks, o, out, precision):
     print("+ " + " ".join(os.path.relpath(c, ROOT) if c.startswith(ROOT) else c for c in cmd), flush=True)
     if o.dry_run:
         return None
+    if side.endswith("-compile"):  # a cold compile every run: its compile_s does not depend on earlier runs
+        env["TORCHINDUCTOR_CACHE_DIR"] = os.path.splitext(out)[0] + "_inductor"
     p = subprocess.run(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     tag = "titan" if side.startswith("titan") else side
     lines = [l for l in p.stdout.splitlines() if tag + ":" in l]
@@ -116,7 +138,7 @@ def run(side, cfg, ranks, o, out, precision):
     with open(out) as f:
         result = json.load(f)
     missing = [k for k in FIELDS if k not in result]
-    if missing or len(result["losses"]) != cfg["warmup"] + cfg["steps"] or result["ranks"] != ranks:
+    if missing or len(result["losses"]) != warmup(side, cfg) + cfg["steps"] or result["ranks"] != ranks:
         raise SystemExit(f"[compare] expected {side}'s JSON to have {FIELDS} with one loss per step and "
                          f"ranks={ranks}, got missing={missing} losses={result.get('losses')}.")
     return result
@@ -151,7 +173,9 @@ def summarise(name, cfg, ranks, results, precision="fp32"):
                          peak_memory_gib=max(r["peak_memory_bytes"] for r in rs) / 2**30,
                          state_gib=max(r.get("state_bytes", 0) for r in rs) / 2**30,
                          step_peak_gib=max(r.get("step_peak_bytes", 0) for r in rs) / 2**30,
-                         mfu_declared=statistics.median(r["mfu_declared"] for r in rs))
+                         mfu_declared=statistics.median(r["mfu_declared"] for r in rs),
+                         compile_s=statistics.median(r.get("compile_s", 0.0) for r in rs),
+                         first_step_s=statistics.median(r.get("first_step_s", 0.0) for r in rs))
     titan = results["titan"]
     row["titan_mfu_vs_gemm"] = statistics.median(r["mfu_gemm"] for r in titan)
     row["gemm_peak_gflops"] = statistics.median(r["gemm_peak_flops"] for r in titan) / 1e9
@@ -177,21 +201,25 @@ def fmt_row(w):
         return f.format(w[side][key]) if side in sides else "-"
     def ratio(side):
         return f"{w['titan_over_' + side]:.2f}" if side in sides else "-"
-    def three(key, f):
-        return " / ".join(get(s, key, f) for s in ["titan", "torchtitan", "eager"])
+    def every(key, f):  # one value per side of SIDES, in its order
+        return " / ".join(get(s, key, f) for s in SIDES)
+    peers = " | ".join(get(s, "tps", "{:,.0f}") for s in SIDES[1:])
+    ratios = " | ".join(ratio(s) for s in SIDES[1:])
     return (f"| {w['config']} | {w['ranks']} x {w['threads_per_rank']} | {w.get('precision', 'fp32')} | {w['seq_len']} "
-            f"| {w['batch']} | {get('titan', 'tps', '{:,.0f}')} | {get('torchtitan', 'tps', '{:,.0f}')} "
-            f"| {get('eager', 'tps', '{:,.0f}')} | {ratio('torchtitan')} | {ratio('eager')} "
-            f"| {get('titan_no_overlap', 'tps', '{:,.0f}')} "
-            f"| {three('step_median', '{:.2f}')} | {three('mfu_vs_gemm', '{:.0f}%')} of {w['gemm_peak_gflops']:.0f} "
-            f"| {three('loss_first', '{:.4f}')} | {three('state_gib', '{:.3f}')} | {three('step_peak_gib', '{:.3f}')} "
-            f"| {three('peak_memory_gib', '{:.2f}')} |")
+            f"| {w['batch']} | {get('titan', 'tps', '{:,.0f}')} | {peers} | {ratios} "
+            f"| {get('titan_no_overlap', 'tps', '{:,.0f}')} | {get('torchtitan-compile', 'compile_s', '{:.1f}')} "
+            f"| {every('step_median', '{:.2f}')} | {every('mfu_vs_gemm', '{:.0f}%')} of {w['gemm_peak_gflops']:.0f} "
+            f"| {every('loss_first', '{:.4f}')} | {every('state_gib', '{:.3f}')} | {every('step_peak_gib', '{:.3f}')} "
+            f"| {every('peak_memory_gib', '{:.2f}')} |")
 
 
-HEADER = ("| config | ranks x threads | precision | S | B/rank | titan tok/s/rank | torchtitan tok/s/rank | eager tok/s/rank "
-          "| titan/torchtitan | titan/eager | titan no-overlap tok/s/rank | median step s titan / torchtitan / eager "
-          "| MFU vs titan's measured GEMM peak (GFLOP/s) | step-1 loss | training state GiB | step allocator peak GiB "
-          "| peak RSS GiB |\n" + "| --- " * 17 + "|")
+ALL = " / ".join(SIDES)
+HEADER = ("| config | ranks x threads | precision | S | B/rank | titan tok/s/rank | "
+          + " | ".join(f"{s} tok/s/rank" for s in SIDES[1:]) + " | "
+          + " | ".join(f"titan/{s}" for s in SIDES[1:])
+          + f" | titan no-overlap tok/s/rank | torchtitan-compile compile s (first step, untimed) | median step s {ALL} "
+          f"| MFU vs titan's measured GEMM peak (GFLOP/s) {ALL} | step-1 loss {ALL} | training state GiB {ALL} "
+          f"| step allocator peak GiB {ALL} | peak RSS GiB {ALL} |\n" + "| --- " * 20 + "|")
 
 
 def cpu_model():
@@ -214,8 +242,8 @@ def main():
     p.add_argument("--smoke", action="store_true", help="one-layer model, 2 steps, 1 round: a quick check")
     p.add_argument("--dry-run", action="store_true", help="print the commands, run nothing")
     p.add_argument("--precisions", default="fp32", help="comma-separated from: " + ", ".join(PRECISIONS))
-    p.add_argument("--sides", default=",".join(SIDES), help="comma-separated from: " + ", ".join(SIDES) +
-                   " (titan always runs)")
+    p.add_argument("--sides", default="", help="comma-separated from: " + ", ".join(SIDES) +
+                   " (titan always runs; default: all of them, and under --smoke " + ",".join(SMOKE_SIDES) + ")")
     p.add_argument("--ablate-overlap", action="store_true",
                    help="also run titan with --overlap 0 at 2 ranks (no FSDP prefetch, reduce-scatters waited at once)")
     p.add_argument("--loss-tolerance", type=float, default=0.0,
@@ -238,7 +266,8 @@ def main():
     else:
         work = tempfile.mkdtemp(prefix="titan-peers-")
     print(f"per-run results in {work}; {cpu_model()}; load average {os.getloadavg()}", flush=True)
-    sides = ["titan"] + [s for s in o.sides.split(",") if s and s != "titan"]
+    chosen = o.sides or ",".join(SMOKE_SIDES if o.smoke else SIDES)
+    sides = ["titan"] + [s for s in chosen.split(",") if s and s != "titan"]
     if any(s not in SIDES for s in sides):
         raise SystemExit(f"[compare] expected --sides from {SIDES}, got {o.sides}")
     precisions = o.precisions.split(",")
