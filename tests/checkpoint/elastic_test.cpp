@@ -137,7 +137,7 @@ const std::map<std::string, std::optional<std::string>> kEnv = {
 }  // namespace
 
 TEST_CASE("elastic: 4 ranks to step 10 then a restart on 2 ranks to step 20 follow the 4-rank run",
-          "[checkpoint][elastic][launch][train]") {
+          "[checkpoint][elastic][launch][train][full]") {
   // The uninterrupted 4-rank run; its step-10 checkpoint is what a 4-rank run stopped at step 10 leaves
   // (deterministic: the first 10 steps of both are the same operations on the same bits).
   TempDir straight, restarted;

@@ -52,7 +52,7 @@ std::string convert_path() { return (test::binary_dir() / "bin" / "titan-convert
 
 }  // namespace
 
-TEST_CASE("an HF Llama saved by transformers loads into titan with the same logits", "[checkpoint][hf]") {
+TEST_CASE("an HF Llama saved by transformers loads into titan with the same logits", "[checkpoint][hf][full]") {
   test::TempDir dir;
   const bool tied = GENERATE(false, true);
   const bool sharded = !tied;
@@ -92,7 +92,7 @@ TEST_CASE("an HF Llama saved by transformers loads into titan with the same logi
 }
 
 TEST_CASE("a trained titan model exported to HF at the end of training gives transformers its logits",
-          "[checkpoint][hf][train]") {
+          "[checkpoint][hf][train][full]") {
   test::TempDir dir;
   JobConfig c = test::tinyshakespeare_job(dir.path, /*seq_len=*/32, /*local_batch=*/2, /*steps=*/3, /*seed=*/11);
   c.checkpoint.enable = true;

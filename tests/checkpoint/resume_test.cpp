@@ -85,7 +85,8 @@ const std::map<std::string, std::optional<std::string>> kSingle = {
 
 }  // namespace
 
-TEST_CASE("exact resume: 40 steps equal 20 then a new process resuming for 20 bitwise", "[checkpoint][resume][train]") {
+TEST_CASE("exact resume: 40 steps equal 20 then a new process resuming for 20 bitwise",
+          "[checkpoint][resume][train][full]") {
   TempDir straight, resumed;
   Subprocess a(trainer_args(straight.path, 40, 4), kSingle);
   require_exit(a, 0, 600);
@@ -162,7 +163,7 @@ const Layout kSingleLayout{.name = "one process", .nproc = 1, .local_batch = 8, 
 
 }  // namespace
 
-TEST_CASE("an FSDP 4 checkpoint resumes on FSDP 2 and on one process", "[checkpoint][reshard][launch][train]") {
+TEST_CASE("an FSDP 4 checkpoint resumes on FSDP 2 and on one process", "[checkpoint][reshard][launch][train][full]") {
   check_reshard(
       {.name = "FSDP 4", .nproc = 4, .local_batch = 2, .flags = {"--parallelism.data_parallel_shard_degree", "4"}},
       {{.name = "FSDP 2", .nproc = 2, .local_batch = 4, .flags = {"--parallelism.data_parallel_shard_degree", "2"}},
@@ -170,7 +171,7 @@ TEST_CASE("an FSDP 4 checkpoint resumes on FSDP 2 and on one process", "[checkpo
 }
 
 TEST_CASE("an FSDP 2 x TP 2 checkpoint resumes on TP 2 and on one process",
-          "[checkpoint][reshard][tp][launch][train]") {
+          "[checkpoint][reshard][tp][launch][train][full]") {
   check_reshard(
       {.name = "FSDP 2 x TP 2",
        .nproc = 4,
@@ -184,7 +185,7 @@ TEST_CASE("an FSDP 2 x TP 2 checkpoint resumes on TP 2 and on one process",
 }
 
 TEST_CASE("a CP 2 x FSDP 2 checkpoint (sharded over dp_shard_cp) resumes on one process and on CP 2",
-          "[checkpoint][reshard][cp][launch][train]") {
+          "[checkpoint][reshard][cp][launch][train][full]") {
   check_reshard(
       {.name = "CP 2 x FSDP 2",
        .nproc = 4,
@@ -199,7 +200,7 @@ TEST_CASE("a CP 2 x FSDP 2 checkpoint (sharded over dp_shard_cp) resumes on one 
 }
 
 TEST_CASE("a PP 2 x FSDP 2 checkpoint resumes on one process and on PP 4",
-          "[checkpoint][reshard][pipeline][launch][train]") {
+          "[checkpoint][reshard][pipeline][launch][train][full]") {
   check_reshard(
       {.name = "PP 2 x FSDP 2",
        .nproc = 4,
@@ -241,7 +242,7 @@ pid_t child_with_env(pid_t parent, const std::string& entry) {
 }  // namespace
 
 TEST_CASE("a rank killed during an async save leaves the previous checkpoint loadable",
-          "[checkpoint][fault][launch][train]") {
+          "[checkpoint][fault][launch][train][full]") {
   TempDir dump;
   const fs::path root = dump.path / "checkpoint";
   const std::vector<std::string> save = {"--checkpoint.enable",

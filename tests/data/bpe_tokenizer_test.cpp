@@ -55,7 +55,8 @@ void check_against_hf(const Tokenizer& tok, const fs::path& tokenizer_json, cons
 
 }  // namespace
 
-TEST_CASE("BpeTokenizer encodes like HF: the tests' tokenizer (2,048 entries, specials after the merges)", "[data]") {
+TEST_CASE("BpeTokenizer encodes like HF: the tests' tokenizer (2,048 entries, specials after the merges)",
+          "[data][full]") {
   TempDir tmp;
   const fs::path dir = titan::test::test_tokenizer();  // made by tests/oracles/make_tokenizer.py
   const auto tok = titan::data::load_tokenizer(dir);
@@ -71,7 +72,7 @@ TEST_CASE("BpeTokenizer encodes like HF: the tests' tokenizer (2,048 entries, sp
   check_against_hf(*tok, dir / "tokenizer.json", write_corpus(tmp), tmp);
 }
 
-TEST_CASE("BpeTokenizer encodes like HF: HF-trained GPT-2 style BPE with merges", "[data]") {
+TEST_CASE("BpeTokenizer encodes like HF: HF-trained GPT-2 style BPE with merges", "[data][full]") {
   TempDir tmp;
   const fs::path text = write_corpus(tmp), dir = tmp.path / "gpt2";
   REQUIRE(titan::test::run_python("hf_tokenizer.py",
@@ -91,7 +92,7 @@ TEST_CASE("BpeTokenizer encodes like HF: HF-trained GPT-2 style BPE with merges"
   CHECK(tok->encode("<|end_of_text|><|end_of_text|>b") == std::vector<int32_t>{1, 1, *tok->token_to_id("\u0120b")});
 }
 
-TEST_CASE("BpeTokenizer encodes like HF: Llama 3 split regex, ignore_merges, BOS from the template", "[data]") {
+TEST_CASE("BpeTokenizer encodes like HF: Llama 3 split regex, ignore_merges, BOS from the template", "[data][full]") {
   TempDir tmp;
   const fs::path text = write_corpus(tmp), dir = tmp.path / "llama3";
   REQUIRE(titan::test::run_python("hf_tokenizer.py",

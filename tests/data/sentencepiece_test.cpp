@@ -13,7 +13,7 @@
 using Catch::Matchers::Contains;
 namespace fs = std::filesystem;
 
-TEST_CASE("Sentencepiece: ids equal the Python package's on the whole of tinyshakespeare", "[data]") {
+TEST_CASE("Sentencepiece: ids equal the Python package's on the whole of tinyshakespeare", "[data][full]") {
   titan::test::TempDir tmp;
   const fs::path text = titan::test::tinyshakespeare();
   const fs::path model =

@@ -79,7 +79,7 @@ const std::map<std::string, std::optional<std::string>> kInfo = {{"TITAN_LOG_LEV
 }  // namespace
 
 TEST_CASE("preemption: SIGTERM saves the current step on every rank and exits 0 and the rerun resumes bitwise",
-          "[dist][launch][train][fault_tolerance]") {
+          "[dist][launch][train][fault_tolerance][full]") {
   const std::vector<double> want = reference_losses();
   TempDir dump;
   // The interval is never reached: the only mid-run checkpoint is the preemption's.
@@ -120,7 +120,7 @@ TEST_CASE("preemption: SIGTERM saves the current step on every rank and exits 0 
 }
 
 TEST_CASE("restart: --max-restarts starts the job again after a SIGKILLed rank and the losses stay bitwise",
-          "[dist][launch][train][fault_tolerance]") {
+          "[dist][launch][train][fault_tolerance][full]") {
   const std::vector<double> want = reference_losses();
   TempDir dump;
   // Rank 1 dies as step 7 starts (first attempt only); the newest checkpoint is step 4.

@@ -151,7 +151,7 @@ TEST_CASE("The watchdog dumps a late collective and stops the rank's collectives
 }
 
 TEST_CASE("Hang: a rank that skips a collective stops every rank with dumps titan-trace reads",
-          "[dist][launch][train][flight_recorder]") {
+          "[dist][launch][train][flight_recorder][full]") {
   constexpr int kTimeout = 10;  // comm.train_timeout_seconds
   TempDir dump;
   Subprocess run(

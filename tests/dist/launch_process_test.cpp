@@ -7,7 +7,7 @@ using titan::test::probe_lines;
 using titan::test::require_exit;
 using titan::test::Subprocess;
 
-TEST_CASE("torchrun: two probe ranks read torchrun's environment", "[dist][torchrun]") {
+TEST_CASE("torchrun: two probe ranks read torchrun's environment", "[dist][torchrun][full]") {
   // python -m torch.distributed.run is torchrun; --no-python runs our executable as the worker.
   Subprocess run({TITAN_TEST_PYTHON, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--standalone",
                   "--no-python", env_probe_path()},

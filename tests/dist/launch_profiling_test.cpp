@@ -15,7 +15,7 @@ using titan::test::Subprocess;
 using titan::test::TempDir;
 
 TEST_CASE("Profiling: titan-run FSDP ranks write Chrome traces and CPU memory timelines matching the metrics",
-          "[dist][launch][train][profiler]") {
+          "[dist][launch][train][profiler][full]") {
   TempDir dump;
   Subprocess run(titan::test::fsdp2_debug_job(
                      dump.path.string(), 4,

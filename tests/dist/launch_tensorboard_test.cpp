@@ -15,7 +15,7 @@ using titan::test::Subprocess;
 using titan::test::TempDir;
 
 TEST_CASE("TensorBoard: save_for_all_ranks writes rank_0 and rank_1 event files under titan-run",
-          "[dist][launch][train][tensorboard]") {
+          "[dist][launch][train][tensorboard][full]") {
   TempDir dump;
   Subprocess run(titan::test::fsdp2_debug_job(
                      dump.path.string(), 3,

@@ -88,7 +88,7 @@ void check_same_losses(const titan::test::fs::path& one, const titan::test::fs::
 
 }  // namespace
 
-TEST_CASE("titan-run: 4 FSDP processes reproduce the single-process losses", "[dist][launch][train]") {
+TEST_CASE("titan-run: 4 FSDP processes reproduce the single-process losses", "[dist][launch][train][full]") {
   TempDir one, four;
   Subprocess single(trainer_args(one.path.string(), "8"), {{"RANK", std::nullopt}, {"WORLD_SIZE", std::nullopt}});
   require_exit(single, 0, 600);
@@ -105,7 +105,7 @@ TEST_CASE("titan-run: 4 FSDP processes reproduce the single-process losses", "[d
 }
 
 TEST_CASE("titan-run: context parallelism over 2 processes reproduces the single-process losses",
-          "[dist][launch][train][cp]") {
+          "[dist][launch][train][cp][full]") {
   // Concatenated windows, then per-document packing (block-causal attention, per-document positions),
   // with validation (its sequences split over the cp ranks too).
   const std::string packing = GENERATE("concat", "document");
@@ -126,7 +126,7 @@ TEST_CASE("titan-run: context parallelism over 2 processes reproduces the single
 }
 
 TEST_CASE("titan-run: a 1F1B pipeline over 2 processes reproduces the single-process losses",
-          "[dist][launch][train][pipeline]") {
+          "[dist][launch][train][pipeline][full]") {
   TempDir one, two;
   // Validation at step 3 runs forward only through the stages, on sequences shorter than training's.
   const std::vector<std::string> validation = validation_args();
@@ -148,7 +148,7 @@ TEST_CASE("titan-run: a 1F1B pipeline over 2 processes reproduces the single-pro
   CHECK(titan::test::read_file(two.path / "pipeline_timeline.svg").starts_with("<svg"));
 }
 
-TEST_CASE("titan-run: FSDP 2 x TP 2 processes reproduce the single-process losses", "[dist][launch][train][tp]") {
+TEST_CASE("titan-run: FSDP 2 x TP 2 processes reproduce the single-process losses", "[dist][launch][train][tp][full]") {
   TempDir one, four;
   Subprocess single(trainer_args(one.path.string(), "8"), {{"RANK", std::nullopt}, {"WORLD_SIZE", std::nullopt}});
   require_exit(single, 0, 600);
@@ -180,7 +180,8 @@ std::vector<double> printed_losses(const std::string& output) {
 
 }  // namespace
 
-TEST_CASE("examples/tp_custom_model: TP 2 processes reproduce one process's losses", "[dist][launch][tp][example]") {
+TEST_CASE("examples/tp_custom_model: TP 2 processes reproduce one process's losses",
+          "[dist][launch][tp][example][full]") {
   const std::string example = (titan::test::binary_dir() / "bin" / "tp_custom_model").string();
   Subprocess single({example}, {{"RANK", std::nullopt}, {"WORLD_SIZE", std::nullopt}});
   require_exit(single, 0, 300);
@@ -221,7 +222,7 @@ std::vector<std::string> custom_loop_args(const std::string& dump, const std::st
 }  // namespace
 
 TEST_CASE("examples/custom_loop: 2 FSDP processes and a 2-stage pipeline and CP 2 reproduce one process's losses",
-          "[dist][launch][train][example]") {
+          "[dist][launch][train][example][full]") {
   TempDir one;
   // The metric lines are info logs: the test environment's TITAN_LOG_LEVEL=warn would hide them.
   Subprocess single(custom_loop_args(one.path.string(), "4"),
@@ -251,7 +252,7 @@ TEST_CASE("examples/custom_loop: 2 FSDP processes and a 2-stage pipeline and CP 
   }
 }
 
-TEST_CASE("torchrun: 2 DDP processes train", "[dist][torchrun][train]") {
+TEST_CASE("torchrun: 2 DDP processes train", "[dist][torchrun][train][full]") {
   TempDir dump;
   Subprocess run(
       concat({TITAN_TEST_PYTHON, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--standalone", "--no-python"},

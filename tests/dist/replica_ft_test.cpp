@@ -93,7 +93,7 @@ const std::map<std::string, std::optional<std::string>> kKillAtStep6 = {{"TITAN_
 }  // namespace
 
 TEST_CASE("replica fault tolerance: a killed replica group is left out and the other trains on alone",
-          "[dist][launch][train][fault_tolerance][replica]") {
+          "[dist][launch][train][fault_tolerance][replica][full]") {
   TempDir dir;
   std::map<int64_t, Record> survivor;
   std::string outputs;  // both groups' logs, for a failure below
@@ -140,7 +140,7 @@ TEST_CASE("replica fault tolerance: a killed replica group is left out and the o
 }
 
 TEST_CASE("replica fault tolerance: a restarted replica group heals from the live one and both agree bitwise",
-          "[dist][launch][train][fault_tolerance][replica]") {
+          "[dist][launch][train][fault_tolerance][replica][full]") {
   TempDir dir;
   std::string outputs;  // both groups' logs, for a failure below
   {

@@ -96,7 +96,7 @@ TEST_CASE("float8 config: a rowwise recipe with float8 all-gather and an unknown
 }
 
 TEST_CASE("float8 training: the debug model with each recipe stays within 0.02 of the fp32 loss curve",
-          "[train][float8][converter]") {
+          "[train][float8][converter][full]") {
   titan::test::TempDir dir;
   constexpr int64_t kSteps = 20;
   titan::JobConfig config = titan::test::short_precision_job(dir.path / "fp32", kSteps);

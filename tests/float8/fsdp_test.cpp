@@ -48,7 +48,7 @@ Fsdp2Run fsdp2(const ParityRun& run) {
 TEST_CASE(
     "float8 FSDP 2: all-gathering float8 weights gives the one-device float8 losses, with and without "
     "precomputed scales",
-    "[parallel][fsdp][float8]") {
+    "[parallel][fsdp][float8][full]") {
   const ParityRun one_run{.steps = kSteps, .float8 = true};
   // Dynamic scaling casts each forward's activations (and each backward's output gradients) with the
   // amax of what that call sees: a rank's 4 rows under FSDP 2, all 8 rows on one device. The one-device

@@ -37,7 +37,7 @@ std::string describe_difference(const at::Tensor& got, const at::Tensor& want) {
 
 }  // namespace
 
-TEST_CASE("float8 oracle: titan's casts equal torchao's bytes and scales", "[float8][oracle]") {
+TEST_CASE("float8 oracle: titan's casts equal torchao's bytes and scales", "[float8][oracle][full]") {
   const auto& o = oracle();
   for (const std::string tag : {"f32", "bf16"}) {
     const at::Tensor x = o.read("cast." + tag + ".x");  // (40, 80)
@@ -60,7 +60,7 @@ TEST_CASE("float8 oracle: titan's casts equal torchao's bytes and scales", "[flo
   }
 }
 
-TEST_CASE("float8 oracle: Float8Linear output and gradients equal torchao's Float8Linear", "[float8][oracle]") {
+TEST_CASE("float8 oracle: Float8Linear output and gradients equal torchao's Float8Linear", "[float8][oracle][full]") {
   const auto& o = oracle();
   const std::vector<std::pair<f8::Recipe, bool>> cases = {{f8::Recipe::kTensorwise, false},
                                                           {f8::Recipe::kTensorwise, true},

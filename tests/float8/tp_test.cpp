@@ -16,7 +16,7 @@
 #include "titan/dist/local_ranks.hpp"
 #include "titan/float8/linear.hpp"
 
-TEST_CASE("float8 TP 2: whole-tensor scales give the one-device float8 losses", "[parallel][tp][float8]") {
+TEST_CASE("float8 TP 2: whole-tensor scales give the one-device float8 losses", "[parallel][tp][float8][full]") {
   const titan::test::ParityRun run{.steps = 6, .float8 = true};
   const titan::test::ParityResult one = titan::test::train_parity(titan::dist::Mesh(), run);
   std::mutex mutex;
@@ -45,7 +45,7 @@ TEST_CASE("float8 TP 2: whole-tensor scales give the one-device float8 losses", 
     }
   }
   WARN("float8 TP 2 vs one device, max relative loss difference over " << one.losses.size() << " steps: " << max_rel);
-  CHECK(results[0].losses == results[1].losses);  // the loss is all-reduced: every rank reports the same
+  CHECK(results[0].losses == results[1].losses);         // the loss is all-reduced: every rank reports the same
   CHECK(one.losses.back() < one.losses.front() - 0.05);  // it trains (the dim-64 parity model: 0.1 in 6 steps)
 }
 

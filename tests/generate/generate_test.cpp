@@ -105,7 +105,8 @@ nn::CachedForward cached(const llama3::Llama3& model) {
 
 }  // namespace
 
-TEST_CASE("greedy titan-generate on a titan model exported to HF equals transformers' generate", "[generate][hf]") {
+TEST_CASE("greedy titan-generate on a titan model exported to HF equals transformers' generate",
+          "[generate][hf][full]") {
   test::TempDir dir;
   const llama3::Llama3Args args = small_args();
   const auto model = random_model(args, 64, 7);
@@ -192,7 +193,7 @@ TEST_CASE("each KV-cache decoding step's logits equal a full recompute without a
   }
 }
 
-TEST_CASE("titan-generate under titan-run with TP 2 gives one process's tokens", "[generate][tp][launch]") {
+TEST_CASE("titan-generate under titan-run with TP 2 gives one process's tokens", "[generate][tp][launch][full]") {
   test::TempDir dir;
   // A titan checkpoint of the debug model (torchtitan's init) with the tests' 2048-token vocabulary.
   llama3::Llama3Args args = llama3::flavor("debugmodel");
@@ -284,7 +285,7 @@ TEST_CASE("sampling with a seed is reproducible and another seed changes it", "[
   CHECK_THAT(test::error_of([&] { draws({.temperature = 1.0, .top_p = 0.0}, 0); }), Catch::Contains("--top-p"));
 }
 
-TEST_CASE("titan-generate names a bad flag and a missing checkpoint", "[generate][errors]") {
+TEST_CASE("titan-generate names a bad flag and a missing checkpoint", "[generate][errors][full]") {
   test::TempDir dir;
   const fs::path missing = dir.path / "no-such-checkpoint";
   for (const auto& [argv, expected] : std::vector<std::pair<std::vector<std::string>, std::string>>{

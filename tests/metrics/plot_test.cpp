@@ -41,7 +41,7 @@ int run_tool(const std::string& args, const fs::path& log) {
 
 }  // namespace
 
-TEST_CASE("titan-plot draws two runs as a PNG an independent decoder reads", "[metrics][plot][tools]") {
+TEST_CASE("titan-plot draws two runs as a PNG an independent decoder reads", "[metrics][plot][tools][full]") {
   titan::test::TempDir dir;
   write_run(dir.path / "run_a", 30, 1.0);
   write_run(dir.path / "run_b", 20, 1.3);

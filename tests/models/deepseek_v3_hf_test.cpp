@@ -66,7 +66,7 @@ Loaded load_random_hf(const fs::path& dir, const std::string& flags) {
 }  // namespace
 
 TEST_CASE("an HF DeepSeek-V3 with full-rank q and interleaved RoPE without YaRN loads into titan with the same logits",
-          "[models][deepseek_v3][hf]") {
+          "[models][deepseek_v3][hf][full]") {
   test::TempDir dir;
   const Loaded loaded = load_random_hf(dir.path, "--no-yarn");
   CHECK_FALSE(*loaded.model->args().yarn);
@@ -75,7 +75,7 @@ TEST_CASE("an HF DeepSeek-V3 with full-rank q and interleaved RoPE without YaRN 
 }
 
 TEST_CASE("an HF DeepSeek-V3 with low-rank q and rotate-half RoPE and YaRN round-trips through titan",
-          "[models][deepseek_v3][hf]") {
+          "[models][deepseek_v3][hf][full]") {
   test::TempDir dir;
   const Loaded loaded = load_random_hf(dir.path, "--q-lora --half-rope");
   const deepseek_v3::DeepSeekV3Args& args = loaded.model->args();

@@ -25,7 +25,7 @@ std::shared_ptr<DeepSeekV3> meta_model(const std::string& flavor, int64_t seq_le
 }
 }  // namespace
 
-TEST_CASE("deepseek_v3 flavors have torchtitan's parameter counts and FLOPs and names", "[models][deepseek_v3]") {
+TEST_CASE("deepseek_v3 flavors have torchtitan's parameter counts and FLOPs and names", "[models][deepseek_v3][full]") {
   titan::test::TempDir dir;
   const fs::path out = dir.path / "counts.json";
   REQUIRE(titan::test::run_python("torchtitan_deepseek_v3.py", fmt::format("counts \"{}\" 2048", out.string())) == 0);
@@ -47,7 +47,7 @@ TEST_CASE("deepseek_v3 flavors have torchtitan's parameter counts and FLOPs and 
   for (const auto& p : meta_model("671B")->unique_parameters()) REQUIRE(p.device().is_meta());
 }
 
-TEST_CASE("deepseek_v3 YaRN frequencies equal torchtitan's", "[models][deepseek_v3][rope]") {
+TEST_CASE("deepseek_v3 YaRN frequencies equal torchtitan's", "[models][deepseek_v3][rope][full]") {
   titan::test::TempDir dir;
   const fs::path out = dir.path / "freqs.safetensors";
   REQUIRE(titan::test::run_python("torchtitan_deepseek_v3.py", fmt::format("freqs \"{}\"", out.string())) == 0);

@@ -24,7 +24,7 @@ JobConfig deepseek_job(const std::filesystem::path& dump, AcMode ac) {
 }
 }  // namespace
 
-TEST_CASE("deepseek_v3 debugmodel trains through the Trainer", "[models][deepseek_v3][train]") {
+TEST_CASE("deepseek_v3 debugmodel trains through the Trainer", "[models][deepseek_v3][train][full]") {
   test::TempDir dir;
   Trainer<deepseek_v3::DeepSeekV3> trainer(deepseek_job(dir.path / "none", AcMode::none));
   trainer.train();

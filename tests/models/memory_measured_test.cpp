@@ -120,7 +120,8 @@ const std::vector<Case>& cases() {
 
 }  // namespace
 
-TEST_CASE("memory plan: six CPU layouts measured by the tracker within 10 percent", "[models][memory_plan][dist]") {
+TEST_CASE("memory plan: six CPU layouts measured by the tracker within 10 percent",
+          "[models][memory_plan][dist][full]") {
   for (const Case& c : cases()) {
     const JobConfig config = job(c);
     const auto model = llama3::Llama3::build(config);

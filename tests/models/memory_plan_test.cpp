@@ -121,7 +121,8 @@ TEST_CASE("memory plan: 405B on 512 GPUs with FSDP 8 TP 8 and PP 8 pins a middle
 }
 
 // Its time and memory (seconds, under 1 GB) are measured in docs/memory_planner.md, not here.
-TEST_CASE("memory plan: the 405B search over 512 GPUs lists layouts that fit best first", "[models][memory_plan]") {
+TEST_CASE("memory plan: the 405B search over 512 GPUs lists layouts that fit best first",
+          "[models][memory_plan][full]") {
   JobConfig c = preset("llama3_405b");
   const auto model = Llama3::build(c);
   const auto plans = titan::llama3::search_layouts(*model, c, {.device_memory = k80GB, .peak_flops = 989e12},

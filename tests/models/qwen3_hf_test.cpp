@@ -89,17 +89,17 @@ void check_import_export(bool moe, bool tied) {
 }  // namespace
 
 TEST_CASE("an HF Qwen3-MoE saved by transformers loads into titan with the same logits and exports back",
-          "[checkpoint][hf][qwen3]") {
+          "[checkpoint][hf][qwen3][full]") {
   check_import_export(/*moe=*/true, /*tied=*/false);
 }
 
 TEST_CASE("an HF Qwen3 with tied embeddings loads into titan with the same logits and exports back",
-          "[checkpoint][hf][qwen3]") {
+          "[checkpoint][hf][qwen3][full]") {
   check_import_export(/*moe=*/false, /*tied=*/true);
 }
 
 TEST_CASE("a qwen3 debugmodel trained by titan exports to HF and transformers reproduces its loss",
-          "[checkpoint][hf][qwen3][train]") {
+          "[checkpoint][hf][qwen3][train][full]") {
   test::TempDir dir;
   JobConfig c = test::tinyshakespeare_job(dir.path, /*seq_len=*/32, /*local_batch=*/2, /*steps=*/3, /*seed=*/11);
   c.model.name = "qwen3";

@@ -54,7 +54,7 @@ double forward_backward(Qwen3& model, int64_t seq_len) {
 
 }  // namespace
 
-TEST_CASE("qwen3 flavors' parameter counts and FLOPs equal torchtitan's", "[models][qwen3]") {
+TEST_CASE("qwen3 flavors' parameter counts and FLOPs equal torchtitan's", "[models][qwen3][full]") {
   titan::test::TempDir dir;
   const auto out = dir.path / "counts.json";
   constexpr int64_t kSeq = 2048;
@@ -139,7 +139,7 @@ TEST_CASE("qwen3 part init equals the whole model's init", "[models][qwen3]") {
   CHECK(whole.layers[0]->attention->q_norm->weight.eq(1).all().item<bool>());
 }
 
-TEST_CASE("qwen3 debugmodel and debugmodel_moe run forward and backward", "[models][qwen3]") {
+TEST_CASE("qwen3 debugmodel and debugmodel_moe run forward and backward", "[models][qwen3][full]") {
   const std::string flavor = GENERATE("debugmodel", "debugmodel_moe");
   INFO(flavor);
   at::manual_seed(3);

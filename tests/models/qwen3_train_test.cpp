@@ -256,7 +256,7 @@ std::map<int64_t, double> logged_losses(const std::filesystem::path& dump) {
 
 }  // namespace
 
-TEST_CASE("train --model.name qwen3 resumes from its checkpoint bitwise", "[models][qwen3][train][resume]") {
+TEST_CASE("train --model.name qwen3 resumes from its checkpoint bitwise", "[models][qwen3][train][resume][full]") {
   const std::map<std::string, std::optional<std::string>> env = {
       {"RANK", std::nullopt}, {"WORLD_SIZE", std::nullopt}, {"TITAN_LOG_LEVEL", "info"}};
   test::TempDir straight, resumed;

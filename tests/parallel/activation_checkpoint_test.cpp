@@ -97,7 +97,7 @@ TEST_CASE("full and selective AC give the losses and weights of no AC bitwise on
 }
 
 TEST_CASE("AC under FSDP 2 and TP 2 gives the losses and weights of no AC bitwise",
-          "[parallel][ac][fsdp][tp][parity]") {
+          "[parallel][ac][fsdp][tp][parity][full]") {
   for (const dist::MeshShape shape : {dist::MeshShape{.dp_shard = 2}, dist::MeshShape{.tp = 2}}) {
     check_bitwise(shape, {.steps = kBitwiseSteps, .ac_mode = AcMode::full});
     check_bitwise(shape, {.steps = kBitwiseSteps, .ac_mode = AcMode::selective, .ac_option = "1"});
@@ -107,7 +107,7 @@ TEST_CASE("AC under FSDP 2 and TP 2 gives the losses and weights of no AC bitwis
 }
 
 TEST_CASE("AC under PP 2 and CP 2 and with document masks gives the losses and weights of no AC bitwise",
-          "[parallel][ac][pp][cp][parity]") {
+          "[parallel][ac][pp][cp][parity][full]") {
   const ParityRun base{.steps = kBitwiseSteps, .documents = true};
   for (const std::string option : {"op", "2"}) {
     ParityRun selective = base;

@@ -21,28 +21,28 @@ TEST_CASE("CP 2 matches one rank with either K/V exchange and headtail on or off
   check_parity({.cp = 2}, {.load_balance = headtail, .rotate = rotate});
 }
 
-TEST_CASE("CP 4 matches one rank with either K/V exchange and headtail on or off", "[parallel][cp][parity]") {
+TEST_CASE("CP 4 matches one rank with either K/V exchange and headtail on or off", "[parallel][cp][parity][full]") {
   const CpRotateMethod rotate = GENERATE(CpRotateMethod::allgather, CpRotateMethod::alltoall);
   const bool headtail = GENERATE(true, false);
   INFO(fmt::format("rotate {} headtail {}", rotate, headtail));
   check_parity({.cp = 4}, {.load_balance = headtail, .rotate = rotate});
 }
 
-TEST_CASE("CP 2 with two documents per row matches one rank with document masking", "[parallel][cp][parity]") {
+TEST_CASE("CP 2 with two documents per row matches one rank with document masking", "[parallel][cp][parity][full]") {
   check_parity({.cp = 2}, {.rotate = CpRotateMethod::alltoall, .documents = true});
 }
 
-TEST_CASE("FSDP 2 x CP 2 matches one rank (FSDP over dp_shard x cp)", "[parallel][cp][fsdp][parity]") {
+TEST_CASE("FSDP 2 x CP 2 matches one rank (FSDP over dp_shard x cp)", "[parallel][cp][fsdp][parity][full]") {
   check_parity({.dp_shard = 2, .cp = 2});
 }
 
-TEST_CASE("CP 2 x TP 2 matches one rank", "[parallel][cp][tp][parity]") { check_parity({.cp = 2, .tp = 2}); }
+TEST_CASE("CP 2 x TP 2 matches one rank", "[parallel][cp][tp][parity][full]") { check_parity({.cp = 2, .tp = 2}); }
 
-TEST_CASE("CP 2 x PP 2 matches one rank", "[parallel][cp][pipeline][parity]") {
+TEST_CASE("CP 2 x PP 2 matches one rank", "[parallel][cp][pipeline][parity][full]") {
   check_parity({.pp = 2, .cp = 2}, {.schedule = PipelineSchedule::interleaved_1f1b});
 }
 
-TEST_CASE("4-D PP 2 x FSDP 2 x CP 2 x TP 2 matches one rank (16 ranks)", "[parallel][cp][4d][parity]") {
+TEST_CASE("4-D PP 2 x FSDP 2 x CP 2 x TP 2 matches one rank (16 ranks)", "[parallel][cp][4d][parity][full]") {
   check_parity({.pp = 2, .dp_shard = 2, .cp = 2, .tp = 2}, {.rotate = CpRotateMethod::alltoall});
 }
 

@@ -21,23 +21,23 @@ using test::single_rank;
 
 TEST_CASE("FSDP 2 matches one rank for 20 steps", "[parallel][fsdp][parity]") { check_parity({.dp_shard = 2}); }
 
-TEST_CASE("FSDP 4 with reshard always matches one rank", "[parallel][fsdp][parity]") {
+TEST_CASE("FSDP 4 with reshard always matches one rank", "[parallel][fsdp][parity][full]") {
   check_parity({.dp_shard = 4}, {.reshard = ReshardAfterForward::always});
 }
 
 TEST_CASE("HSDP 2x2 matches one rank", "[parallel][hsdp][parity]") { check_parity({.dp_replicate = 2, .dp_shard = 2}); }
 
-TEST_CASE("DDP 2 with 2 accumulation microbatches matches one rank", "[parallel][ddp][parity]") {
+TEST_CASE("DDP 2 with 2 accumulation microbatches matches one rank", "[parallel][ddp][parity][full]") {
   check_parity({.dp_replicate = 2}, {.accumulation = 2});
 }
 
 // 3 ranks: debugmodel's 256-row weights split 86/86/84 rows, so every gather and reduce goes
 // through the padded path.
-TEST_CASE("FSDP 3 with padded shards matches one rank", "[parallel][fsdp][parity]") {
+TEST_CASE("FSDP 3 with padded shards matches one rank", "[parallel][fsdp][parity][full]") {
   check_parity({.dp_shard = 3}, {.global_batch = 6});
 }
 
-TEST_CASE("FSDP 3 with flat collectives matches one rank", "[parallel][fsdp][parity]") {
+TEST_CASE("FSDP 3 with flat collectives matches one rank", "[parallel][fsdp][parity][full]") {
   check_parity({.dp_shard = 3}, {.global_batch = 6, .collectives = parallel::DataParallelCollectives::flat});
 }
 

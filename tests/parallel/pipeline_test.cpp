@@ -58,18 +58,18 @@ TEST_CASE("GPipe and 1F1B on pp 2 match one rank", "[parallel][pipeline][parity]
   for (auto schedule : {PipelineSchedule::gpipe, PipelineSchedule::schedule_1f1b}) check_schedule(2, schedule);
 }
 
-TEST_CASE("GPipe and 1F1B on pp 4 match one rank", "[parallel][pipeline][parity]") {
+TEST_CASE("GPipe and 1F1B on pp 4 match one rank", "[parallel][pipeline][parity][full]") {
   for (auto schedule : {PipelineSchedule::gpipe, PipelineSchedule::schedule_1f1b}) check_schedule(4, schedule);
 }
 
-TEST_CASE("Interleaved 1F1B and Looped BFS on pp 2 and 4 match one rank", "[parallel][pipeline][parity]") {
+TEST_CASE("Interleaved 1F1B and Looped BFS on pp 2 and 4 match one rank", "[parallel][pipeline][parity][full]") {
   for (int64_t pp : {2, 4}) {
     for (auto schedule : {PipelineSchedule::interleaved_1f1b, PipelineSchedule::looped_bfs})
       check_schedule(pp, schedule);
   }
 }
 
-TEST_CASE("zero-bubble schedules on pp 2 and 4 match one rank", "[parallel][pipeline][parity][zb]") {
+TEST_CASE("zero-bubble schedules on pp 2 and 4 match one rank", "[parallel][pipeline][parity][zb][full]") {
   for (int64_t pp : {2, 4}) {
     for (auto schedule :
          {PipelineSchedule::interleaved_zero_bubble, PipelineSchedule::zbv_zero_bubble, PipelineSchedule::dual_pipe_v})
@@ -77,15 +77,15 @@ TEST_CASE("zero-bubble schedules on pp 2 and 4 match one rank", "[parallel][pipe
   }
 }
 
-TEST_CASE("PP 2 x FSDP 2 matches one rank", "[parallel][pipeline][fsdp][parity]") {
+TEST_CASE("PP 2 x FSDP 2 matches one rank", "[parallel][pipeline][fsdp][parity][full]") {
   check_parity({.pp = 2, .dp_shard = 2}, {.schedule = PipelineSchedule::interleaved_1f1b});
 }
 
-TEST_CASE("PP 2 x TP 2 matches one rank", "[parallel][pipeline][tp][parity]") {
+TEST_CASE("PP 2 x TP 2 matches one rank", "[parallel][pipeline][tp][parity][full]") {
   check_parity({.pp = 2, .tp = 2}, {.schedule = PipelineSchedule::schedule_1f1b});
 }
 
-TEST_CASE("PP 2 x FSDP 2 x TP 2 matches one rank", "[parallel][pipeline][fsdp][tp][parity]") {
+TEST_CASE("PP 2 x FSDP 2 x TP 2 matches one rank", "[parallel][pipeline][fsdp][tp][parity][full]") {
   check_parity({.pp = 2, .dp_shard = 2, .tp = 2}, {.schedule = PipelineSchedule::zbv_zero_bubble});
 }
 

@@ -19,11 +19,11 @@ TEST_CASE("TP 2 matches one rank for 20 steps", "[parallel][tp][parity]") {
   check_parity({.tp = 2}, {.sequence_parallel = false, .loss_parallel = false});
 }
 
-TEST_CASE("TP 2 with sequence and loss parallel matches one rank", "[parallel][tp][parity]") {
+TEST_CASE("TP 2 with sequence and loss parallel matches one rank", "[parallel][tp][parity][full]") {
   check_parity({.tp = 2}, {.sequence_parallel = true, .loss_parallel = true});
 }
 
-TEST_CASE("async TP 2 (overlapped batch chunks) matches one rank", "[parallel][tp][async][parity]") {
+TEST_CASE("async TP 2 (overlapped batch chunks) matches one rank", "[parallel][tp][async][parity][full]") {
   check_parity({.tp = 2}, {.async_tp = true});
 }
 
@@ -54,13 +54,15 @@ TEST_CASE("async TP issues the next chunk's collective before computing the curr
   });
 }
 
-TEST_CASE("FSDP 2 x TP 2 matches one rank", "[parallel][tp][fsdp][parity]") { check_parity({.dp_shard = 2, .tp = 2}); }
+TEST_CASE("FSDP 2 x TP 2 matches one rank", "[parallel][tp][fsdp][parity][full]") {
+  check_parity({.dp_shard = 2, .tp = 2});
+}
 
-TEST_CASE("HSDP 2x2 x TP 2 matches one rank", "[parallel][tp][hsdp][parity]") {
+TEST_CASE("HSDP 2x2 x TP 2 matches one rank", "[parallel][tp][hsdp][parity][full]") {
   check_parity({.dp_replicate = 2, .dp_shard = 2, .tp = 2});
 }
 
-TEST_CASE("DDP 2 x TP 2 without sequence parallel matches one rank", "[parallel][tp][ddp][parity]") {
+TEST_CASE("DDP 2 x TP 2 without sequence parallel matches one rank", "[parallel][tp][ddp][parity][full]") {
   check_parity({.dp_replicate = 2, .tp = 2}, {.sequence_parallel = false});
 }
 

@@ -179,7 +179,7 @@ const Layout kEp2{
 
 // One test case: its sections share the one-process reference run (ctest runs each case in a process of its own).
 TEST_CASE("train deepseek_v3 with expert parallelism: 20 losses and expert biases match one process",
-          "[train][ep][parity][deepseek_v3]") {
+          "[train][ep][parity][deepseek_v3][full]") {
   SECTION("EP 2") {
     check_against_one_process("deepseek_v3", "debugmodel", kEp2, "EP(ep=2, efsdp=1, MoE layers: 5) + FSDP(dp_shard=2)");
   }
@@ -211,7 +211,7 @@ TEST_CASE("train deepseek_v3 with expert parallelism: 20 losses and expert biase
 }
 
 TEST_CASE("a checkpoint written at EP 2 resumes bitwise at EP 2 and loads at EP 1 and back",
-          "[train][ep][checkpoint][deepseek_v3]") {
+          "[train][ep][checkpoint][deepseek_v3][full]") {
   const Layout one{};
   TempDir ep2_straight, ep2_resumed, one_straight, one_from_ep2, ep2_from_one;
   run(job_args("deepseek_v3", "debugmodel", ep2_straight.path, kEp2, 4, 2), kEp2);

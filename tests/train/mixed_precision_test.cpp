@@ -26,7 +26,8 @@ std::vector<double> losses_of(const titan::JobConfig& config) {
 
 }  // namespace
 
-TEST_CASE("bf16 autocast on CPU trains within 0.01 of the fp32 loss curve over 20 steps", "[train][mixed_precision]") {
+TEST_CASE("bf16 autocast on CPU trains within 0.01 of the fp32 loss curve over 20 steps",
+          "[train][mixed_precision][full]") {
   titan::test::TempDir dir;
   titan::JobConfig config = titan::test::short_precision_job(dir.path / "fp32", 20);
   REQUIRE_FALSE(config.training.mixed_precision_param.has_value());  // unset: fp32 on CPU
@@ -63,7 +64,7 @@ TEST_CASE("bf16 autocast on CPU trains within 0.01 of the fp32 loss curve over 2
 }
 
 TEST_CASE("bf16 autocast on CPU: full and per-op activation checkpointing give the no-AC losses bitwise",
-          "[train][mixed_precision][ac]") {
+          "[train][mixed_precision][ac][full]") {
   titan::test::TempDir dir;
   titan::JobConfig config = titan::test::short_precision_job(dir.path / "none", 4);
   config.training.mixed_precision_param = titan::DType::bfloat16;

@@ -95,7 +95,7 @@ TEST_CASE("precision curves: the committed 200-step curves hold docs/mixed_preci
 }
 
 TEST_CASE("precision curves: a fresh run reproduces the committed curves' first steps in every mode",
-          "[train][mixed_precision][float8][curves]") {
+          "[train][mixed_precision][float8][curves][full]") {
   const auto curves = read_curves(titan::test::source_dir() / "docs" / "assets" / "precision_curves.csv");
   titan::test::TempDir dir;
   // Steps per mode: few for bf16, whose GEMMs are 40-140x slower than fp32 on CPUs without bf16 dot
@@ -127,4 +127,59 @@ TEST_CASE("precision curves: a fresh run reproduces the committed curves' first 
     // scripts/precision_curves.py reruns all 200 steps of every mode.)
     if (mode != "fp32") CHECK(max_distance(fresh, fresh_fp32) > 5e-5);
   }
+}
+
+// The slow tier (`ctest -L slow`): every mode's whole 200-step curve again, and bf16 optimizer states
+// (`--optimizer.implementation fused_opt_states_bf16`) beside fp32 states over the same 200 steps.
+TEST_CASE(
+    "precision curves: a fresh run reproduces every committed 200-step curve, and bf16 optimizer states "
+    "track fp32 states",
+    "[train][mixed_precision][float8][curves][slow]") {
+  const auto curves = read_curves(titan::test::source_dir() / "docs" / "assets" / "precision_curves.csv");
+  titan::test::TempDir dir;
+  auto run = [&](const std::string& mode, titan::OptimizerImplementation implementation) {
+    titan::JobConfig job =
+        curve_job(dir.path / (mode + "_" + std::string(titan::choice_name(implementation))), mode, kCurveSteps);
+    job.optimizer.implementation = implementation;
+    titan::Trainer<titan::llama3::Llama3> trainer(std::move(job));
+    trainer.train();
+    std::vector<double> losses = trainer.core().loss_history();
+    REQUIRE(static_cast<int64_t>(losses.size()) == kCurveSteps);
+    return losses;
+  };
+  // fp32 reproduces across CPUs to reordering: 1.4e-6 over the 200 steps between the committed curve (an
+  // AVX2 AMD EPYC) and an AVX-512 Intel Xeon (2026-12-03), held to 1e-4. In bf16 and float8 that
+  // difference flips elements to the next representable value and the runs' weights drift apart: measured
+  // 0.0011 (bf16), 0.0055 (float8 tensorwise), 0.0031 (rowwise), 0.0022 (rowwise_with_gw_hp) between the
+  // same two CPUs, held to 0.01, well under the 2+ nats each curve falls. What must hold on every CPU is the
+  // claim docs/mixed_precision.md makes: each mode's distance from fp32 run on the same CPU, within a factor
+  // of 2 of the distance the committed curves show (the exact distance is CPU-specific, as above).
+  const std::map<std::string, double> claimed = {{"bf16", 0.0010},
+                                                 {"float8_tensorwise", 0.0080},
+                                                 {"float8_rowwise", 0.0048},
+                                                 {"float8_rowwise_with_gw_hp", 0.0040}};
+  std::map<std::string, std::vector<double>> fresh;
+  for (const std::string mode : {"fp32", "bf16", "float8_tensorwise", "float8_rowwise", "float8_rowwise_with_gw_hp"}) {
+    INFO(mode);
+    fresh[mode] = run(mode, titan::OptimizerImplementation::fused);
+    const double d = max_distance(fresh[mode], curves.at(mode));
+    WARN(mode << ": fresh 200-step run vs committed curve, max |loss difference|: " << d);
+    CHECK(d < (mode == "fp32" ? 1e-4 : 0.01));
+    CHECK(fresh[mode].back() < fresh[mode].front() - 2.0);
+    if (mode == "fp32") continue;
+    const double from_fp32 = max_distance(fresh[mode], fresh["fp32"]);
+    WARN(mode << ": fresh run vs fresh fp32, max |loss difference|: " << from_fp32
+              << " (committed curves: " << claimed.at(mode) << ")");
+    CHECK(from_fp32 > claimed.at(mode) / 2);
+    CHECK(from_fp32 < claimed.at(mode) * 2);
+  }
+  // bf16 moments round exp_avg and exp_avg_sq to 8 bits of mantissa each step (2^-9 relative), which moves
+  // the update m / sqrt(v) by ~2^-9 relative: measured 1.1e-4 over the 200 steps (2026-12-03, Intel Xeon
+  // AVX512-BF16), a tenth of what bf16 autocast moves the loss. Held to 5e-4.
+  const std::vector<double> bf16_states = run("fp32", titan::OptimizerImplementation::fused_opt_states_bf16);
+  const double d = max_distance(bf16_states, fresh["fp32"]);
+  WARN("fused_opt_states_bf16 vs fp32 states, max |loss difference| over " << kCurveSteps << " steps: " << d);
+  CHECK(d > 0);  // the states really were bf16
+  CHECK(d < 5e-4);
+  CHECK(bf16_states.back() < bf16_states.front() - 2.0);
 }

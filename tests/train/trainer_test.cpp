@@ -5,6 +5,7 @@
 #include <ATen/Parallel.h>
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <fstream>
@@ -57,7 +58,7 @@ std::vector<double> read_golden(const fs::path& path) {
 
 }  // namespace
 
-TEST_CASE("golden loss curve: debug model on tinyshakespeare, first 20 steps", "[train][golden]") {
+TEST_CASE("golden loss curve: debug model on tinyshakespeare, first 20 steps", "[train][golden][full]") {
   titan::test::TempDir dir;
   const auto losses = train_losses(golden_config(dir.path));
   REQUIRE(losses.size() == 20);
@@ -76,27 +77,44 @@ TEST_CASE("golden loss curve: debug model on tinyshakespeare, first 20 steps", "
 }
 
 // Not run by ctest (a hidden tag): rewrites the golden file above after a deliberate change of the math,
-// the data or the tokenizer. The check never writes it. Run by name, then review and commit the diff:
-//   TITAN_WRITE_GOLDEN=1 build/bin/titan_tests "write the golden loss curve"
+// the data or the tokenizer. The check never writes it. Run by name with the reason, then commit the file
+// alone with the printed message (scripts/check_golden_commits.py, a ctest, refuses anything else):
+//   TITAN_WRITE_GOLDEN="<why the curve changes>" build/bin/titan_tests "write the golden loss curve"
 TEST_CASE("write the golden loss curve", "[.write_golden]") {
-  const char* write = std::getenv("TITAN_WRITE_GOLDEN");
-  if (write == nullptr || std::string(write) != "1") {
-    FAIL("set TITAN_WRITE_GOLDEN=1 to rewrite " << kGolden.string());
+  const char* reason = std::getenv("TITAN_WRITE_GOLDEN");
+  if (reason == nullptr || std::string(reason).size() < 8) {
+    FAIL("set TITAN_WRITE_GOLDEN to the reason the curve changes (a few words) to rewrite " << kGolden.string());
   }
   titan::test::TempDir dir;
   const auto losses = train_losses(golden_config(dir.path));
   const fs::path golden = titan::test::test_dir() / kGolden;
-  std::ofstream out(golden);
-  out << "# step loss: tests/train/trainer_test.cpp golden_config (debugmodel, tinyshakespeare, the tests' BPE "
-         "tokenizer from tests/oracles/make_tokenizer.py, B=4 S=64, seed 42, fp32 CPU, 1 thread)\n"
-         "# Checked by the test \"golden loss curve: ...\"; rewritten only by (then review and commit the diff):\n"
-         "#   TITAN_WRITE_GOLDEN=1 build/bin/titan_tests \"write the golden loss curve\"\n";
-  for (size_t i = 0; i < losses.size(); ++i) out << fmt::format("{} {:.6f}\n", i + 1, losses[i]);
-  REQUIRE(out.good());
-  WARN("golden file written: " << golden.string());
+  const std::vector<double> old = fs::exists(golden) ? read_golden(golden) : std::vector<double>{};
+  std::string printout;
+  double max_change = 0;
+  for (size_t i = 0; i < losses.size(); ++i) {
+    const double before = i < old.size() ? old[i] : std::nan("");
+    max_change = std::max(max_change, std::isnan(before) ? INFINITY : std::abs(losses[i] - before));
+    printout += fmt::format("step {}: {:.6f} -> {:.6f}\n", i + 1, before, losses[i]);
+  }
+  printout += fmt::format("max |new - old|: {:.6f}\n", max_change);
+  // Written aside and renamed: an interrupted run leaves the old curve whole.
+  const fs::path tmp = fs::path(golden).concat(".tmp");
+  {
+    std::ofstream out(tmp);
+    out << "# step loss: tests/train/trainer_test.cpp golden_config (debugmodel, tinyshakespeare, the tests' BPE "
+           "tokenizer from tests/oracles/make_tokenizer.py, B=4 S=64, seed 42, fp32 CPU, 1 thread)\n"
+           "# Checked by the test \"golden loss curve: ...\"; rewritten only by (then commit this file alone):\n"
+           "#   TITAN_WRITE_GOLDEN=\"<reason>\" build/bin/titan_tests \"write the golden loss curve\"\n";
+    for (size_t i = 0; i < losses.size(); ++i) out << fmt::format("{} {:.6f}\n", i + 1, losses[i]);
+    REQUIRE(out.good());
+  }
+  fs::rename(tmp, golden);
+  WARN("golden file written: " << golden.string() << "\nCommit it alone, with this message:\n\n"
+                               << "golden loss curve regenerated: " << reason << "\n\n"
+                               << printout);
 }
 
-TEST_CASE("trainer is bitwise reproducible from a seed and writes its run directory", "[train]") {
+TEST_CASE("trainer is bitwise reproducible from a seed and writes its run directory", "[train][full]") {
   titan::test::TempDir dir;
   auto config = golden_config(dir.path / "a");
   config.training.steps = 4;
@@ -119,7 +137,7 @@ TEST_CASE("trainer is bitwise reproducible from a seed and writes its run direct
   CHECK(record["throughput(tps)"].get<double>() > 0);
 }
 
-TEST_CASE("gradient accumulation through the trainer matches the large batch", "[train][grad_accum]") {
+TEST_CASE("gradient accumulation through the trainer matches the large batch", "[train][grad_accum][full]") {
   titan::test::TempDir dir;
   auto config = golden_config(dir.path / "big");
   config.training.steps = 3;
@@ -184,7 +202,8 @@ TEST_CASE("a context-parallel job whose sequence does not split names training.s
                     Catch::Contains("parallelism.context_parallel_load_balancer") && Catch::Contains("Use headtail"));
 }
 
-TEST_CASE("the trainer's full and selective activation checkpointing give the no-AC losses bitwise", "[train][ac]") {
+TEST_CASE("the trainer's full and selective activation checkpointing give the no-AC losses bitwise",
+          "[train][ac][full]") {
   titan::test::TempDir dir;
   auto config = golden_config(dir.path);
   config.training.steps = 4;
