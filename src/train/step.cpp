@@ -9,38 +9,21 @@
 #include "titan/nn/loss.hpp"
 
 namespace titan {
-namespace {
+AutocastScope::AutocastScope(bool enabled, at::DeviceType device) : enabled_(enabled), device_(device) {
+  if (!enabled_) return;
+  was_enabled_ = at::autocast::is_autocast_enabled(device_);
+  dtype_was_ = at::autocast::get_autocast_dtype(device_);
+  at::autocast::set_autocast_dtype(device_, at::kBFloat16);
+  at::autocast::set_autocast_enabled(device_, true);
+  at::autocast::increment_nesting();
+}
 
-// bf16 autocast on `device`'s type (CPU or CUDA) for the forward pass, restored on exit (also when
-// forward throws). As torch.autocast does, the outermost scope clears the cache of casted weights on
-// exit: the optimizer changes the weights before the next forward.
-class AutocastScope {
- public:
-  AutocastScope(bool enabled, at::DeviceType device) : enabled_(enabled), device_(device) {
-    if (!enabled_) return;
-    was_enabled_ = at::autocast::is_autocast_enabled(device_);
-    dtype_was_ = at::autocast::get_autocast_dtype(device_);
-    at::autocast::set_autocast_dtype(device_, at::kBFloat16);
-    at::autocast::set_autocast_enabled(device_, true);
-    at::autocast::increment_nesting();
-  }
-  ~AutocastScope() {
-    if (!enabled_) return;
-    at::autocast::set_autocast_enabled(device_, was_enabled_);
-    at::autocast::set_autocast_dtype(device_, dtype_was_);
-    if (at::autocast::decrement_nesting() == 0) at::autocast::clear_cache();
-  }
-  AutocastScope(const AutocastScope&) = delete;
-  AutocastScope& operator=(const AutocastScope&) = delete;
-
- private:
-  bool enabled_;
-  at::DeviceType device_;
-  bool was_enabled_ = false;
-  at::ScalarType dtype_was_ = at::kBFloat16;
-};
-
-}  // namespace
+AutocastScope::~AutocastScope() {
+  if (!enabled_) return;
+  at::autocast::set_autocast_enabled(device_, was_enabled_);
+  at::autocast::set_autocast_dtype(device_, dtype_was_);
+  if (at::autocast::decrement_nesting() == 0) at::autocast::clear_cache();
+}
 
 ForwardBackwardResult forward_backward(const std::function<at::Tensor(const at::Tensor&)>& forward,
                                        const std::vector<Microbatch>& microbatches, const at::Device& device,

@@ -499,19 +499,23 @@ namespace titan::detail {
 
 ForwardBackwardResult TrainerCore::forward_backward_step(const std::vector<Microbatch>& micro, int64_t global_valid) {
   parallel::Pipeline* pipeline = parallel_->pipeline();
-  if (pipeline == nullptr) {
-    // bf16 autocast on the device when parameters are fp32 and no data parallelism casts them
-    // (torchtitan's single-device mixed precision; on CPU only when asked for, see mixed_precision_param).
-    const bool autocast = !parallel_->data_parallel() && config_.training.dtype == DType::float32 &&
-                          mixed_precision_param(config_.training, device_.is_cuda()) == DType::bfloat16;
-    return forward_backward(model_.forward, micro, device_, global_valid, autocast, loss_);
-  }
+  // bf16 autocast on the device when parameters are fp32 and no data parallelism casts them
+  // (torchtitan's single-device mixed precision; on CPU only when asked for, see mixed_precision_param).
+  // Unlike torchtitan, which turns mixed precision off under TP or PP without FSDP, titan autocasts there.
+  const bool autocast = !parallel_->data_parallel() && config_.training.dtype == DType::float32 &&
+                        mixed_precision_param(config_.training, device_.is_cuda()) == DType::bfloat16;
+  if (pipeline == nullptr) return forward_backward(model_.forward, micro, device_, global_valid, autocast, loss_);
+  // Each stage's forward runs under autocast; the backward replays what it recorded.
+  const parallel::StageForward stage_forward = [&](int64_t stage, const at::Tensor& x) {
+    const AutocastScope scope(autocast, device_.type());
+    return model_.stage_forward(stage, x);
+  };
   // Each accumulation microbatch (the local batch) runs through the pipeline in
   // local_batch_size / pipeline_parallel_microbatch_size pipeline microbatches.
   ForwardBackwardResult fb;
   for (const auto& mb : micro) {
     const nn::AttentionScope scope(mb.attention);
-    fb.loss += pipeline->step(model_.stage_forward, mb.input.to(device_), mb.labels.to(device_), loss_,
+    fb.loss += pipeline->step(stage_forward, mb.input.to(device_), mb.labels.to(device_), loss_,
                               1.0 / static_cast<double>(global_valid));
     fb.valid_tokens += count_valid_tokens(mb.labels);
     fb.tokens += mb.labels.numel();

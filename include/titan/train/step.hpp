@@ -26,6 +26,23 @@ struct ForwardBackwardResult {
   int64_t tokens = 0;        ///< all label positions (torchtitan counts these for tps)
 };
 
+/// bf16 autocast on `device`'s type (CPU or CUDA) while alive, restored on exit (also when the forward
+/// throws); a no-op when not `enabled`. As torch.autocast does, the outermost scope clears the cache of
+/// casted weights on exit: the optimizer changes the weights before the next forward.
+class AutocastScope {
+ public:
+  AutocastScope(bool enabled, at::DeviceType device);
+  ~AutocastScope();
+  AutocastScope(const AutocastScope&) = delete;
+  AutocastScope& operator=(const AutocastScope&) = delete;
+
+ private:
+  bool enabled_;
+  at::DeviceType device_;
+  bool was_enabled_ = false;
+  at::ScalarType dtype_was_ = at::kBFloat16;
+};
+
 /// Runs forward and backward on each microbatch (gradients accumulate in the parameters' .grad).
 /// `global_valid_tokens` <= 0 means "count them here" (single data-parallel rank); `loss` (default
 /// cross_entropy_sum) sums the token losses of one microbatch. `bf16_autocast` runs each forward (and
