@@ -511,7 +511,10 @@ void watchdog_loop(Process* p) {
     for (const auto& [id, item] : pending) {
       if (const auto state = finished(item.work)) {
         p->ring->update(id, *state);
-        detail::collective_done(id);
+        // A failed one keeps the training thread inside it until its wait() throws and stops the run:
+        // cleared here, that rank's heartbeat would read idle since the wait began, and the blame for the
+        // failure (which reads it) would name the rank that merely waited.
+        if (*state == TraceState::kCompleted) detail::collective_done(id);
         std::lock_guard lock(p->mutex);
         p->pending.erase(id);
       } else if (now - item.scheduled > p->options.timeout) {

@@ -154,7 +154,11 @@ void note_progress(int64_t waiting_id) {
 void collective_done(int64_t id) {
   State& s = state();
   std::lock_guard lock(s.mutex);
-  if (s.progress.waiting_id == id) s.progress.waiting_id = -1;
+  if (s.progress.waiting_id != id) return;
+  // Leaving the wait is progress: the rank must not read as idle since the wait began.
+  ++s.progress.count;
+  s.progress.wall_us = wall_now_us();
+  s.progress.waiting_id = -1;
 }
 
 bool take_test_hang() { return state().hang.exchange(false); }

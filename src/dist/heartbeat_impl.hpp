@@ -26,7 +26,8 @@ Progress progress();
 /// One progress event: the training thread reached a collective (waiting_id -1), waits on entry
 /// waiting_id, or saw a collective complete (-1).
 void note_progress(int64_t waiting_id);
-/// The watchdog saw collective `id` complete: the training thread no longer waits on it.
+/// The watchdog saw collective `id` complete: the training thread no longer waits on it (a progress
+/// event). Not for a failed one: the training thread stays inside it until its wait() throws.
 void collective_done(int64_t id);
 /// True once, after hang_in_next_collective_for_test.
 bool take_test_hang();

@@ -1,13 +1,19 @@
 // SPDX-License-Identifier: BSD-3-Clause
-// Hang detection by heartbeat: the finder on hand-made heartbeats, and the bundled trainer under
+// Hang detection by heartbeat: the finder on hand-made heartbeats, the blame a rank whose collective
+// failed reads from them (in one process, through the flight recorder's hooks), and the bundled trainer under
 // titan-run (2 FSDP ranks of the CPU debug model) where TITAN_TEST_HANG_AT_STEP puts rank 1 to sleep
 // inside a collective: every rank names it and exits within comm.train_timeout_seconds + 10 s, and with
 // --max-restarts the job restarts from its checkpoint and completes.
 #include <nlohmann/json.hpp>
+#include <torch/csrc/distributed/c10d/HashStore.hpp>
 
 #include <algorithm>
 #include <chrono>
+#include <thread>
 
+// The flight recorder's private hooks: the in-process test below drives them as ProcessGroup does.
+#include "../../src/dist/flight_recorder_impl.hpp"
+#include "../../src/dist/heartbeat_impl.hpp"
 #include "dist/launch_test_util.hpp"
 #include "titan/dist/flight_recorder.hpp"
 #include "titan/dist/heartbeat.hpp"
@@ -39,6 +45,12 @@ std::vector<std::string> job(const fs::path& dump, int steps, int seconds, const
   flags.insert(flags.end(), extra.begin(), extra.end());
   return titan::test::fsdp2_debug_job(dump.string(), steps, flags);
 }
+
+// A backend's work that the test fails by hand, as Gloo fails one whose receive timed out.
+class FailingWork : public c10d::Work {
+ public:
+  void fail() { finish(std::make_exception_ptr(std::runtime_error("Timed out waiting 5000ms for recv operation"))); }
+};
 
 // True when a line of `output` starts with `prefix` and contains `text`.
 bool has_line(const std::string& output, const std::string& prefix, const std::string& text) {
@@ -86,8 +98,50 @@ TEST_CASE("Heartbeats round-trip and find_hung_ranks names the rank outside a co
   CHECK_FALSE(titan::dist::find_hung_ranks({beats[0]}, 60 * kSecond, seconds(10), seconds(10)));
 }
 
+TEST_CASE("A rank whose collective just timed out still waits in it: the blame names only the rank outside one",
+          "[dist][heartbeat]") {
+  namespace detail = titan::dist::detail;
+  using namespace std::chrono_literals;
+  TempDir dir;
+  // The backend's timeout fires first (the watchdog's own, 100 s, never does), as under load.
+  titan::dist::enable_flight_recorder({.buffer_size = 8, .timeout = 100s, .folder = dir.path, .file_prefix = "rank_"});
+  const auto store = c10::make_intrusive<c10d::HashStore>();
+  detail::attach_store(store, 0, 2);
+  // Rank 1 made no progress for a minute, outside any collective; its dump is in (stop_run waits for it).
+  const int64_t now =
+      std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::system_clock::now().time_since_epoch())
+          .count();
+  const std::string asleep = titan::dist::encode_heartbeat(beat(1, 3, "data loading", now - 60 * kSecond));
+  store->set(detail::heartbeat_key(1), std::vector<uint8_t>(asleep.begin(), asleep.end()));
+  store->add("titan/flight_recorder/dumped", 1);
+
+  // Rank 0 (this process) waits in an all-reduce, as ProcessGroup::issue and Work::wait drive the hooks.
+  titan::dist::report_progress(3, "data loading");
+  const std::string group = "dp_shard";
+  const std::vector<int64_t> ranks = {0, 1};
+  const detail::TracedGroup traced{.name = group, .ranks = ranks};
+  detail::before_collective(traced, "all_reduce");
+  const int64_t id = detail::record_collective(traced, 1, "all_reduce", at::ones({4}));
+  const auto work = c10::make_intrusive<FailingWork>();
+  detail::watch(id, work);
+  detail::mark_started(id);
+  // The blame reads heartbeats idle for the wait less 2 s: wait long enough that rank 0's own is that old.
+  std::this_thread::sleep_for(2500ms);
+  work->fail();
+  // The watchdog (every 100 ms) sees the failed work before the waiting thread reports it, as a loaded
+  // machine orders them.
+  std::this_thread::sleep_for(500ms);
+  const std::string said = detail::mark_failed(id, "Timed out waiting 5000ms for recv operation");
+  titan::dist::enable_flight_recorder({});      // off again for the other tests
+  titan::dist::report_progress(0, "starting");  // and this process's heartbeat out of the collective
+  CHECK_THAT(said, Catch::Contains("rank 1 made no progress for "));
+  CHECK_THAT(said, Catch::Contains("while one rank waits in a collective (rank 0 in all_reduce [4] Float (seq 1 on "
+                                   "group 'dp_shard', ranks 0,1))"));
+  CHECK_THAT(said, !Catch::Contains("rank 0 made no progress"));
+}
+
 TEST_CASE("Hang: a rank asleep in a collective is named by every rank, which all exit within the timeout + 10 s",
-          "[dist][launch][train][heartbeat]") {
+          "[dist][launch][train][heartbeat][full]") {
   constexpr int kTimeout = 5;  // comm.train_timeout_seconds
   TempDir dump;
   Subprocess run(job(dump.path, 4, kTimeout, {}), {{"TITAN_TEST_HANG_AT_STEP", "1:3"}});
@@ -121,7 +175,7 @@ TEST_CASE("Hang: a rank asleep in a collective is named by every rank, which all
 }
 
 TEST_CASE("Hang: with --max-restarts the job restarts from its checkpoint after a hung rank and completes",
-          "[dist][launch][train][heartbeat][fault_tolerance]") {
+          "[dist][launch][train][heartbeat][fault_tolerance][full]") {
   TempDir dump;
   // Checkpoints at step 2; rank 1 falls asleep as step 4 starts (first attempt only).
   std::vector<std::string> args =
