@@ -37,6 +37,8 @@ nice -n 19 ninja -C build-asan -j2 titan_tests titan-run train train_llama3 cust
 
 export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:halt_on_error=1}
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
+# Sanitized code runs a few times slower: the tests' waits and timing slack scale by this (tests/test_util.hpp).
+export TITAN_TEST_TIME_SCALE=${TITAN_TEST_TIME_SCALE:-3}
 args=(--test-dir build-asan --output-on-failure -j2 --timeout 1200)
 if [[ $quick == 1 ]]; then
   # By name, as ctest lists them.

@@ -4,6 +4,7 @@
 
 #include <catch2/catch.hpp>
 
+#include <chrono>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -33,6 +34,33 @@ std::string error_of(F&& f) {
     return error_message(e);
   }
   return "(no error)";
+}
+
+/// TITAN_TEST_TIME_SCALE (default 1), read once: how many times slower than usual this machine runs the
+/// tests (a sanitized build, a busy machine). scripts/sanitized_tests.sh sets 3.
+inline double time_scale() {
+  static const double scale = [] {
+    const char* text = std::getenv("TITAN_TEST_TIME_SCALE");
+    if (text == nullptr || *text == '\0') return 1.0;
+    char* end = nullptr;
+    const double value = std::strtod(text, &end);
+    TITAN_CHECK_VALUE(end != text && *end == '\0' && value > 0,
+                      "[titan::test::time_scale] expected TITAN_TEST_TIME_SCALE to be a number > 0, got '{}'. "
+                      "Set e.g. 3 on a loaded machine, or unset it.",
+                      text);
+    return value;
+  }();
+  return scale;
+}
+
+/// How long a test waits for something that takes real time (a process to print or exit, a rank to reach
+/// a collective): `seconds` times time_scale(). Every wait and the slack of a timing bound ("within the
+/// timeout + 10 s": the 10) scale; the product's own timeouts that a test sets and checks do not.
+/// Subprocess::read_until and Subprocess::wait apply it to their `seconds` themselves.
+inline double patience(double seconds) { return seconds * time_scale(); }
+/// The same for a duration (a Mesh's timeouts, a deadline).
+inline std::chrono::milliseconds patience(std::chrono::milliseconds wait) {
+  return std::chrono::milliseconds(static_cast<int64_t>(static_cast<double>(wait.count()) * time_scale()));
 }
 
 inline fs::path test_dir() { return fs::path(TITAN_TEST_DIR); }

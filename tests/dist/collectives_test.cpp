@@ -12,7 +12,8 @@
 using namespace titan;
 
 namespace {
-const dist::MeshOptions kFast{.init_timeout = std::chrono::seconds(60), .timeout = std::chrono::seconds(60)};
+const dist::MeshOptions kFast{.init_timeout = test::patience(std::chrono::seconds(60)),
+                              .timeout = test::patience(std::chrono::seconds(60))};
 }
 
 TEST_CASE("mesh_shape infers dp_shard and names every factor on a mismatch", "[dist][mesh]") {

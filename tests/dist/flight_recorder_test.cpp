@@ -117,18 +117,22 @@ TEST_CASE("find_first_mismatch names different collectives at one seq and stuck 
 
 TEST_CASE("The watchdog dumps a late collective and stops the rank's collectives", "[dist][flight_recorder]") {
   TempDir dir;
-  // The watchdog (1 s) fires well before Gloo's own timeout (5 s). RANK is unset: the process is rank 0.
+  // The watchdog (1 s) fires well before Gloo's own timeout (5 s, times the tests' patience). RANK is unset: the
+  // process is rank 0.
   titan::dist::enable_flight_recorder(
       {.buffer_size = 8, .timeout = std::chrono::seconds(1), .folder = dir.path, .file_prefix = "rank_"});
   const fs::path dump = dir.path / "rank_0.json";
   std::string stuck, stopped;
   titan::dist::run_local_ranks(2, [&](int64_t rank, const titan::dist::Store& store) {
-    const auto g = titan::dist::ProcessGroup::create(
-        "g", store, rank, 2, {0, 1}, {.init_timeout = std::chrono::seconds(60), .timeout = std::chrono::seconds(5)});
+    const auto g = titan::dist::ProcessGroup::create("g", store, rank, 2, {0, 1},
+                                                     {.init_timeout = titan::test::patience(std::chrono::seconds(60)),
+                                                      .timeout = titan::test::patience(std::chrono::seconds(5))});
     at::Tensor x = at::ones({4});
     try {
       if (rank == 1) {  // late: issues nothing until the dump exists, and then may not
-        for (int i = 0; i < 600 && !fs::exists(dump); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+        const auto deadline = std::chrono::steady_clock::now() + titan::test::patience(std::chrono::seconds(60));
+        while (!fs::exists(dump) && std::chrono::steady_clock::now() < deadline)
+          std::this_thread::sleep_for(std::chrono::milliseconds(100));
         g.all_reduce(x).wait();
       } else {
         g.all_reduce(x).wait();
@@ -165,7 +169,7 @@ TEST_CASE("Hang: a rank that skips a collective stops every rank with dumps tita
   INFO(run.output());
   REQUIRE(status);
   CHECK(titan::test::exit_code(*status) != 0);
-  CHECK(seconds <= kTimeout + 10);
+  CHECK(seconds <= kTimeout + titan::test::patience(10));
   // Both ranks say why they stopped and name the collective.
   CHECK_THAT(run.output(), Catch::Contains("rank 1 stopped at its collective #12"));
   CHECK_THAT(run.output(), Catch::Contains("Rank 0 is stuck in"));

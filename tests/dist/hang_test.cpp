@@ -130,7 +130,7 @@ TEST_CASE("A rank whose collective just timed out still waits in it: the blame n
   work->fail();
   // The watchdog (every 100 ms) sees the failed work before the waiting thread reports it, as a loaded
   // machine orders them.
-  std::this_thread::sleep_for(500ms);
+  std::this_thread::sleep_for(titan::test::patience(500ms));
   const std::string said = detail::mark_failed(id, "Timed out waiting 5000ms for recv operation");
   titan::dist::enable_flight_recorder({});      // off again for the other tests
   titan::dist::report_progress(0, "starting");  // and this process's heartbeat out of the collective
@@ -154,7 +154,7 @@ TEST_CASE("Hang: a rank asleep in a collective is named by every rank, which all
   INFO(run.output());
   REQUIRE(status);
   CHECK(titan::test::exit_code(*status) != 0);
-  CHECK(seconds <= kTimeout + 10);
+  CHECK(seconds <= kTimeout + titan::test::patience(10));
   // Both ranks' logs name rank 1, its step and phase, and say what to do.
   for (const std::string rank : {"[rank 0] ", "[rank 1] "}) {
     INFO(rank);

@@ -19,6 +19,8 @@
 #include <string>
 #include <vector>
 
+#include "test_util.hpp"
+
 extern char** environ;
 
 namespace titan::test {
@@ -66,9 +68,9 @@ class Subprocess {
   pid_t pid() const { return pid_; }
   const std::string& output() const { return output_; }
 
-  /// Reads until `done(output())` holds or the output ends; false when `seconds` pass first.
+  /// Reads until `done(output())` holds or the output ends; false when patience(`seconds`) pass first.
   bool read_until(const std::function<bool(const std::string&)>& done, double seconds) {
-    const auto deadline = Clock::now() + std::chrono::milliseconds(static_cast<int64_t>(seconds * 1000));
+    const auto deadline = Clock::now() + std::chrono::milliseconds(static_cast<int64_t>(patience(seconds) * 1000));
     while (!done(output_)) {
       if (fd_ < 0) return false;
       const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
@@ -87,7 +89,8 @@ class Subprocess {
     return true;
   }
 
-  /// Reads to the end and reaps; the waitpid status, or nullopt (child killed) when `seconds` pass first.
+  /// Reads to the end and reaps; the waitpid status, or nullopt (child killed) when patience(`seconds`)
+  /// pass first.
   std::optional<int> wait(double seconds) {
     const auto start = Clock::now();
     read_until([](const std::string&) { return false; }, seconds);
@@ -95,7 +98,7 @@ class Subprocess {
       int status = 0;
       if (waitpid(pid_, &status, WNOHANG) == pid_) {
         status_ = status;
-      } else if (Clock::now() - start > std::chrono::milliseconds(static_cast<int64_t>(seconds * 1000))) {
+      } else if (Clock::now() - start > std::chrono::milliseconds(static_cast<int64_t>(patience(seconds) * 1000))) {
         return std::nullopt;
       } else {
         usleep(10000);  // the output is closed already; the exit follows within moments

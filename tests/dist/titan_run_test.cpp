@@ -101,7 +101,7 @@ TEST_CASE("titan-run: ranks die with the launcher when it is killed", "[dist][ti
   REQUIRE(kill(run.pid(), SIGKILL) == 0);
   run.wait(60);
   // PR_SET_PDEATHSIG delivers SIGKILL to the ranks as the launcher dies; allow the kernel a moment.
-  const auto deadline = Subprocess::Clock::now() + std::chrono::seconds(30);
+  const auto deadline = Subprocess::Clock::now() + titan::test::patience(std::chrono::seconds(30));
   for (pid_t pid : pids) {
     while (titan::test::process_running(pid) && Subprocess::Clock::now() < deadline) usleep(20000);
     INFO("probe pid " << pid);

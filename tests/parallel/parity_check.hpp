@@ -29,7 +29,8 @@ namespace titan::test {
 /// The final weights' absolute tolerance: 5% of one AdamW step's largest move (lr).
 inline constexpr double kWeightAtol = 0.05 * kParityLr;
 
-inline const dist::MeshOptions kFast{.init_timeout = std::chrono::seconds(120), .timeout = std::chrono::seconds(120)};
+inline const dist::MeshOptions kFast{.init_timeout = patience(std::chrono::seconds(120)),
+                                     .timeout = patience(std::chrono::seconds(120))};
 
 inline const ParityResult& single_rank() {
   static const ParityResult result = train_parity(dist::Mesh(), {});
