@@ -21,6 +21,7 @@ APT_PACKAGES=(
   build-essential cmake ninja-build ccache pkg-config git
   clang-format   # ctest checks the sources against .clang-format
   python3 python3-venv python3-pip
+  python3-dev   # Python.h: torch.compile's CPU backend (inductor) builds C++ kernels that include it (benchmarks/peers --compile)
   nlohmann-json3-dev catch2 libtomlplusplus-dev libsentencepiece-dev
   zlib1g-dev libzstd-dev zstd   # zstd: the data tests compress .zst shards with its CLI
   libgloo-dev   # headers only: the torch wheel ships c10d's ProcessGroupGloo.hpp but not the gloo headers it includes
