@@ -15,25 +15,13 @@
 #include <utility>
 #include <vector>
 
+#include "titan/layout/placement.hpp"
+
 namespace titan::dist {
 class Mesh;
 }
 
 namespace titan::parallel {
-
-/// How a tensor is laid out along one mesh axis.
-struct Placement {
-  enum class Kind { kReplicate, kShard, kPartial };
-  Kind kind = Kind::kReplicate;  ///< replicated, sharded on `dim`, or a partial sum
-  int64_t dim = 0;               ///< the sharded tensor dim (kShard only)
-
-  static Placement replicate() { return {}; }
-  static Placement shard(int64_t dim) { return {.kind = Kind::kShard, .dim = dim}; }
-  static Placement partial() { return {.kind = Kind::kPartial, .dim = 0}; }
-  /// "Shard(0)", "Replicate()", "Partial()"
-  std::string str() const;
-  bool operator==(const Placement&) const = default;
-};
 
 /// Where this rank's block of a tensor lies in the whole tensor: the one layout description that
 /// FSDP, TP, the initialiser, clipping and the checkpoint share.

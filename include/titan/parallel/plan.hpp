@@ -26,7 +26,7 @@
 #include <vector>
 
 #include "titan/core/choices.hpp"
-#include "titan/layout/sharded_param.hpp"
+#include "titan/layout/placement.hpp"
 #include "titan/parallel/data_parallel.hpp"
 #include "titan/parallel/expert_parallel.hpp"
 
