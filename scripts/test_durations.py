@@ -4,11 +4,13 @@
 
   ctest --test-dir build -j2 --output-junit "$PWD/ctest.xml"        # ctest writes JUnit XML
   scripts/test_durations.py ctest.xml --top 20 --wall 1234 --command "ctest ... -j2" > docs/test_durations.md
+  scripts/test_durations.py build/Testing/Temporary/LastTest.log ...   # or ctest's own log of its last run
 
 `--wall` is the run's elapsed seconds (with -j2 two tests run at once, so the sum of durations is more than
 the wall time). The header says when, on which CPU (lscpu's model name) and with which command.
 """
 import argparse
+import re
 import datetime
 import subprocess
 import sys
@@ -26,7 +28,30 @@ def cpu_model():
     return "unknown CPU"
 
 
+def read_last_test_log(path):
+    """ctest's own record of its last run (build/Testing/Temporary/LastTest.log): no --output-junit needed."""
+    cases, name, seconds = [], None, 0.0
+    with open(path, errors="replace") as f:
+        for line in f:
+            m = re.match(r"^\d+/\d+ Testing: (.*)$", line.rstrip("\n"))
+            if m:
+                name = m.group(1)
+                continue
+            m = re.match(r"^Test time =\s*([0-9.]+) sec", line)
+            if m:
+                seconds = float(m.group(1))
+            elif name is not None and line.startswith(("Test Passed", "Test Failed")):
+                cases.append((name, seconds, "passed" if line.startswith("Test Passed") else "failed"))
+                name = None
+    if not cases:
+        sys.exit(f"[test_durations] expected 'N/M Testing:' blocks in {path}, got none. Pass ctest's "
+                 "Testing/Temporary/LastTest.log or an --output-junit file.")
+    return cases
+
+
 def read_junit(path):
+    if not path.endswith(".xml"):
+        return read_last_test_log(path)
     root = ET.parse(path).getroot()
     cases = []
     for case in root.iter("testcase"):
@@ -39,7 +64,7 @@ def read_junit(path):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("junit", help="ctest --output-junit file")
+    ap.add_argument("junit", help="ctest --output-junit file (.xml), or ctest's build/Testing/Temporary/LastTest.log")
     ap.add_argument("--top", type=int, default=20, help="rows in the table")
     ap.add_argument("--wall", type=float, default=0.0, help="the run's wall-clock seconds")
     ap.add_argument("--command", default="ctest --test-dir build --output-on-failure -j2",
