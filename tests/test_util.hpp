@@ -63,14 +63,21 @@ inline std::chrono::milliseconds patience(std::chrono::milliseconds wait) {
   return std::chrono::milliseconds(static_cast<int64_t>(static_cast<double>(wait.count()) * time_scale()));
 }
 
-inline fs::path test_dir() { return fs::path(TITAN_TEST_DIR); }
+// Where this build's folders are: defined in one source the build generates (tests/paths.cpp.in), so no
+// other test object carries an absolute path in its flags and a clone elsewhere hits ccache.
+/// The repo's tests/ folder (with assets/ and oracles/).
+fs::path test_dir();
+/// The Python interpreter that has the oracle packages (HF tokenizers, torch, ...).
+const char* python();
+/// The repo's root folder.
+fs::path source_dir();
+/// The build folder (bin/ holds the programs).
+fs::path binary_dir();
 /// tests/assets/tinyshakespeare/input.txt: 40,000 lines of Shakespeare (see tests/assets/README.md).
 inline fs::path tinyshakespeare() { return test_dir() / "assets" / "tinyshakespeare" / "input.txt"; }
 /// The folder with the tests' tokenizer.json: a 2,048-entry byte-level BPE that HF `tokenizers` trains
 /// on tinyshakespeare during the build (tests/oracles/make_tokenizer.py).
-inline fs::path test_tokenizer() { return fs::path(TITAN_TEST_TOKENIZER_DIR); }
-inline fs::path source_dir() { return fs::path(TITAN_SOURCE_DIR); }
-inline fs::path binary_dir() { return fs::path(TITAN_BINARY_DIR); }
+fs::path test_tokenizer();
 
 /// A fresh temporary directory removed at scope exit.
 struct TempDir {
@@ -91,7 +98,7 @@ struct TempDir {
 /// Runs `python3 <tests/oracles/script> args...`; returns its exit status.
 inline int run_python(const std::string& script, const std::string& args) {
   const std::string cmd =
-      std::string("\"") + TITAN_TEST_PYTHON + "\" \"" + (test_dir() / "oracles" / script).string() + "\" " + args;
+      std::string("\"") + python() + "\" \"" + (test_dir() / "oracles" / script).string() + "\" " + args;
   return std::system(cmd.c_str());
 }
 

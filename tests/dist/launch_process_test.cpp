@@ -9,7 +9,7 @@ using titan::test::Subprocess;
 
 TEST_CASE("torchrun: two probe ranks read torchrun's environment", "[dist][torchrun][full]") {
   // python -m torch.distributed.run is torchrun; --no-python runs our executable as the worker.
-  Subprocess run({TITAN_TEST_PYTHON, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--standalone",
+  Subprocess run({titan::test::python(), "-m", "torch.distributed.run", "--nproc-per-node", "2", "--standalone",
                   "--no-python", env_probe_path()},
                  {{"RANK", std::nullopt}, {"WORLD_SIZE", std::nullopt}, {"OMP_NUM_THREADS", "1"}});
   require_exit(run, 0, 300);
