@@ -9,6 +9,7 @@
 #include <utility>
 
 #include "titan/core/error.hpp"
+#include "titan/nn/bf16_gemm.hpp"
 
 namespace titan::nn {
 namespace {
@@ -35,6 +36,12 @@ std::vector<int64_t> output_shape(const at::Tensor& x, const at::Tensor& w) {
   return shape;
 }
 
+// at::linear(x, w), with a bf16 product on CPU widened where titan widens them (nn/bf16_gemm.hpp).
+at::Tensor plain_linear(const at::Tensor& x, const at::Tensor& w) {
+  if (!widens(x, w)) return at::linear(x, w);
+  return nn::mm(x.reshape({-1, x.size(-1)}), w.t()).view(output_shape(x, w));
+}
+
 // The backward of mm(x2, wt) with the output kept, computed as autograd's own mm backward computes it
 // (the same products, the same operand layouts), so the gradients match the plain op's bitwise.
 struct KeptMatmulBackward : torch::autograd::Node {
@@ -47,11 +54,11 @@ struct KeptMatmulBackward : torch::autograd::Node {
     if (g.defined() && task_should_compute_output(0)) {
       // A column-major input gets a column-major gradient.
       const bool column_major = x2_.stride(0) == 1 && x2_.stride(1) == x2_.size(0);
-      dx = column_major ? wt_.mm(g.t()).t() : g.mm(wt_.t());
+      dx = column_major ? nn::mm(wt_, g.t()).t() : nn::mm(g, wt_.t());
     }
     if (g.defined() && task_should_compute_output(1)) {
       const bool column_major = wt_.stride(0) == 1 && wt_.stride(1) == wt_.size(0);
-      dw = column_major ? g.t().mm(x2_).t() : x2_.t().mm(g);
+      dw = column_major ? nn::mm(g.t(), x2_).t() : nn::mm(x2_.t(), g);
     }
     return {dx, dw};
   }
@@ -121,30 +128,32 @@ void detail::record_entry(SavedOps& ops, const char* op, std::vector<at::Tensor>
 }
 
 at::Tensor linear(const at::Tensor& x_in, const at::Tensor& w_in, const torch::nn::Module* module) {
-  const detail::ActiveOps active = detail::active_ops();
-  if (active.ops == nullptr) return at::linear(x_in, w_in);
-  SavedOps& ops = *active.ops;
-  // Under autocast at::linear computes in the autocast dtype; the kept mm below and its rebuilt graph
-  // must too, so cast first as autocast would (the weight's cast is cached like at::linear's).
+  // Under autocast at::linear computes in the autocast dtype; the kept mm below, its rebuilt graph and a
+  // widened bf16 product must too, so cast first as autocast would (the weight's cast is cached like
+  // at::linear's).
   const at::DeviceType device = x_in.device().type();
+  const detail::ActiveOps active = detail::active_ops();
+  if (active.ops == nullptr && (device != at::kCPU || bf16_gemm() == Bf16Gemm::native)) return at::linear(x_in, w_in);
   const bool autocast = at::autocast::is_autocast_enabled(device);
   const at::ScalarType dtype = at::autocast::get_autocast_dtype(device);
   const at::Tensor x = autocast ? at::autocast::cached_cast(dtype, x_in, device) : x_in;
   const at::Tensor w = autocast ? at::autocast::cached_cast(dtype, w_in, device) : w_in;
+  if (active.ops == nullptr) return plain_linear(x, w);
+  SavedOps& ops = *active.ops;
   if (active.phase == SavedOpsScope::Phase::record) {
     const bool forced = module != nullptr && ops.policy().force_recompute.contains(module);
     // torchtitan's count: forced matmuls are not counted; of the others the 1st, 3rd, ... are kept.
     const bool keep = !forced && ++ops.matmuls % 2 == 1 && folds_as_view(x);
     if (!keep) {
       detail::record_entry(ops, "matmul", {});
-      return at::linear(x, w);
+      return plain_linear(x, w);
     }
-    at::Tensor y2 = at::mm(x.reshape({-1, x.size(-1)}), w.t());  // (M, out)
+    at::Tensor y2 = nn::mm(x.reshape({-1, x.size(-1)}), w.t());  // (M, out)
     detail::record_entry(ops, "matmul", {y2});
     return y2.view(output_shape(x, w));
   }
   SavedOps::Entry& entry = detail::next_entry(ops, "matmul");
-  if (entry.kept.empty()) return at::linear(x, w);
+  if (entry.kept.empty()) return plain_linear(x, w);
   // The graph at::linear builds (w.t(), x folded, mm, unfolded), with the mm's output taken back.
   const at::Tensor wt = w.t();                        // (in, out)
   const at::Tensor x2 = x.reshape({-1, x.size(-1)});  // (M, in)

@@ -10,6 +10,7 @@
 #include "test_util.hpp"
 #include "titan/core/config.hpp"
 #include "titan/models/llama3/model.hpp"
+#include "titan/nn/bf16_gemm.hpp"
 #include "titan/optim/optimizer.hpp"
 #include "titan/train/trainer.hpp"
 #include "train/train_test_util.hpp"
@@ -65,15 +66,23 @@ TEST_CASE("bf16 autocast on CPU trains within 0.01 of the fp32 loss curve over 2
 
 TEST_CASE("bf16 autocast on CPU: full and per-op activation checkpointing give the no-AC losses bitwise",
           "[train][mixed_precision][ac][full]") {
-  titan::test::TempDir dir;
-  titan::JobConfig config = titan::test::short_precision_job(dir.path / "none", 4);
-  config.training.mixed_precision_param = titan::DType::bfloat16;
-  const auto plain = losses_of(config);
-  config.activation_checkpoint.mode = titan::AcMode::full;
-  config.job.dump_folder = (dir.path / "full").string();
-  CHECK(losses_of(config) == plain);  // the recompute ran under CPU autocast too
-  config.activation_checkpoint.mode = titan::AcMode::selective;
-  config.activation_checkpoint.selective_ac_option = "op";
-  config.job.dump_folder = (dir.path / "op").string();
-  CHECK(losses_of(config) == plain);
+  // Both bf16 GEMM paths (nn/bf16_gemm.hpp), whichever this CPU would choose: per-op AC keeps and replays
+  // the widened product through its own backward.
+  const titan::nn::Bf16Gemm was = titan::nn::bf16_gemm();
+  for (const titan::nn::Bf16Gemm choice : {titan::nn::Bf16Gemm::widened, titan::nn::Bf16Gemm::native}) {
+    titan::nn::set_bf16_gemm(choice);
+    INFO((choice == titan::nn::Bf16Gemm::widened ? "widened" : "native") << " bf16 GEMMs");
+    titan::test::TempDir dir;
+    titan::JobConfig config = titan::test::short_precision_job(dir.path / "none", 4);
+    config.training.mixed_precision_param = titan::DType::bfloat16;
+    const auto plain = losses_of(config);
+    config.activation_checkpoint.mode = titan::AcMode::full;
+    config.job.dump_folder = (dir.path / "full").string();
+    CHECK(losses_of(config) == plain);  // the recompute ran under CPU autocast too
+    config.activation_checkpoint.mode = titan::AcMode::selective;
+    config.activation_checkpoint.selective_ac_option = "op";
+    config.job.dump_folder = (dir.path / "op").string();
+    CHECK(losses_of(config) == plain);
+  }
+  titan::nn::set_bf16_gemm(was);
 }

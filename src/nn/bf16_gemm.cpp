@@ -1,0 +1,123 @@
+// SPDX-License-Identifier: BSD-3-Clause
+#include "titan/nn/bf16_gemm.hpp"
+
+#include <ATen/ATen.h>
+#include <c10/core/impl/LocalDispatchKeySet.h>
+#include <fmt/format.h>
+#include <torch/csrc/autograd/function.h>
+#include <torch/csrc/autograd/functions/utils.h>
+
+#include <atomic>
+#include <cstdlib>
+
+#include "titan/core/error.hpp"
+#include "titan/metrics/cpu_info.hpp"
+
+namespace titan::nn {
+namespace {
+
+using torch::autograd::variable_list;
+
+// Inside the widened product the fp32 GEMM must stay fp32: CPU autocast would send at::mm back to bf16.
+struct NoAutocast {
+  c10::impl::ExcludeDispatchKeyGuard guard{c10::DispatchKey::AutocastCPU};
+};
+
+// The fp32 product of bf16 operands, rounded to bf16. Inputs may be strided views (a transposed weight):
+// .to(kFloat) keeps their strides and the GEMM reads them transposed, as it would the bf16 ones.
+at::Tensor widened_product(const at::Tensor& a, const at::Tensor& b) {
+  const NoAutocast no_autocast;
+  return at::mm(a.to(at::kFloat), b.to(at::kFloat)).to(at::kBFloat16);  // (M, N)
+}
+
+// mm's backward with the products widened: the gradients are those of a bf16 mm (fp32 sums of exact
+// products, rounded to bf16), as autograd's mm backward forms them (dA = g B^T, dB = A^T g).
+struct WidenedMmBackward : torch::autograd::Node {
+  WidenedMmBackward(at::Tensor a, at::Tensor b) : a_(std::move(a)), b_(std::move(b)) {}
+
+  variable_list apply(variable_list&& grads) override {
+    const at::Tensor& g = grads[0];  // (M, N)
+    at::Tensor da;                   // (M, K)
+    at::Tensor db;                   // (K, N)
+    if (!g.defined()) return {da, db};
+    const at::Tensor g16 = g.to(at::kBFloat16);  // (M, N): a gradient reaching a bf16 output is bf16
+    if (task_should_compute_output(0)) da = widened_product(g16, b_.t());
+    if (task_should_compute_output(1)) db = widened_product(a_.t(), g16);
+    return {da, db};
+  }
+  std::string name() const override { return "titan::WidenedMmBackward"; }
+  void release_variables() override {
+    a_.reset();
+    b_.reset();
+  }
+
+ private:
+  at::Tensor a_;  // (M, K) bf16, detached
+  at::Tensor b_;  // (K, N) bf16, detached
+};
+
+std::atomic<Bf16Gemm>& choice() {
+  static std::atomic<Bf16Gemm> value = [] {
+    const char* text = std::getenv("TITAN_BF16_GEMM");
+    return choose_bf16_gemm(text == nullptr ? "" : text, cpu_info().amx_bf16);
+  }();
+  return value;
+}
+
+}  // namespace
+
+Bf16Gemm choose_bf16_gemm(const std::string& setting, bool cpu_has_amx_bf16) {
+  if (setting == "native") return Bf16Gemm::native;
+  if (setting == "widened") return Bf16Gemm::widened;
+  TITAN_CHECK_VALUE(setting.empty() || setting == "auto",
+                    "[titan::nn::bf16_gemm] expected TITAN_BF16_GEMM to be auto, native or widened, got '{}'. "
+                    "Unset it to let titan choose by the CPU.",
+                    setting);
+  return cpu_has_amx_bf16 ? Bf16Gemm::native : Bf16Gemm::widened;
+}
+
+Bf16Gemm bf16_gemm() { return choice().load(std::memory_order_relaxed); }
+
+void set_bf16_gemm(Bf16Gemm value) { choice().store(value, std::memory_order_relaxed); }
+
+std::string describe_bf16_gemm() {
+  const char* text = std::getenv("TITAN_BF16_GEMM");
+  const std::string why = text != nullptr && *text != '\0' && std::string(text) != "auto"
+                              ? fmt::format("TITAN_BF16_GEMM={}", text)
+                              : (cpu_info().amx_bf16 ? "the CPU has AMX-BF16" : "the CPU has no AMX-BF16");
+  return bf16_gemm() == Bf16Gemm::native
+             ? fmt::format("bf16 GEMMs on CPU: ATen's bf16 kernel ({})", why)
+             : fmt::format("bf16 GEMMs on CPU: widened, fp32 GEMMs over the bf16 values, rounded to bf16 ({}; "
+                           "TITAN_BF16_GEMM=native to use ATen's bf16 kernel)",
+                           why);
+}
+
+bool widens(const at::Tensor& a, const at::Tensor& b) {
+  return a.scalar_type() == at::kBFloat16 && b.scalar_type() == at::kBFloat16 && a.device().is_cpu() &&
+         b.device().is_cpu() && bf16_gemm() == Bf16Gemm::widened;
+}
+
+at::Tensor mm(const at::Tensor& a, const at::Tensor& b) { return widens(a, b) ? widened_mm(a, b) : at::mm(a, b); }
+
+at::Tensor widened_mm(const at::Tensor& a, const at::Tensor& b) {
+  TITAN_CHECK_VALUE(a.dim() == 2 && b.dim() == 2 && a.size(1) == b.size(0) && a.scalar_type() == at::kBFloat16 &&
+                        b.scalar_type() == at::kBFloat16 && a.device().is_cpu() && b.device().is_cpu(),
+                    "[titan::nn::widened_mm] expected bf16 CPU matrices (M, K) and (K, N), got {} and {}. Call "
+                    "nn::mm, which falls back to at::mm for anything else.",
+                    c10::str(a.scalar_type(), " ", a.sizes(), " on ", a.device()),
+                    c10::str(b.scalar_type(), " ", b.sizes(), " on ", b.device()));
+  at::Tensor out;  // (M, N) bf16
+  {
+    const at::NoGradGuard no_grad;
+    out = widened_product(a.detach(), b.detach());
+  }
+  if (at::GradMode::is_enabled() && (a.requires_grad() || b.requires_grad())) {
+    auto node = std::shared_ptr<WidenedMmBackward>(new WidenedMmBackward(a.detach(), b.detach()),
+                                                   torch::autograd::deleteNode);
+    node->set_next_edges(torch::autograd::collect_next_edges(a, b));
+    torch::autograd::set_history(out, node);
+  }
+  return out;
+}
+
+}  // namespace titan::nn

@@ -1,0 +1,138 @@
+// SPDX-License-Identifier: BSD-3-Clause
+// The widened bf16 GEMM (nn/bf16_gemm.hpp) against its plain reference: the fp64 product of the same bf16
+// values, rounded to bf16. The widened product, its two gradients and ATen's own bf16 mm each agree with
+// that reference to within one bf16 ulp: every product of two bf16 values is exact in
+// fp32, so the only differences left are the order of the fp32 sums (relative ~1e-6 here) deciding a
+// rounding at a tie. The tests set the choice themselves, so they run the widened path on every CPU.
+#include <ATen/ATen.h>
+
+#include <array>
+#include <map>
+
+#include "test_util.hpp"
+#include "titan/nn/bf16_gemm.hpp"
+#include "titan/nn/saved_ops.hpp"
+#include "titan/train/step.hpp"
+
+namespace titan::test {
+namespace {
+
+/// Sets the process's bf16 GEMM choice for a scope and restores the previous one.
+class Bf16GemmScope {
+ public:
+  explicit Bf16GemmScope(nn::Bf16Gemm choice) : was_(nn::bf16_gemm()) { nn::set_bf16_gemm(choice); }
+  ~Bf16GemmScope() { nn::set_bf16_gemm(was_); }
+  Bf16GemmScope(const Bf16GemmScope&) = delete;
+  Bf16GemmScope& operator=(const Bf16GemmScope&) = delete;
+
+ private:
+  nn::Bf16Gemm was_;
+};
+
+/// The reference: the fp64 product of bf16 values, rounded to bf16.
+at::Tensor reference_mm(const at::Tensor& a, const at::Tensor& b) {
+  return at::mm(a.to(at::kDouble), b.to(at::kDouble)).to(at::kBFloat16);
+}
+
+/// Largest |x - ref| in units of 2^-7 |ref|, at least one bf16 ulp of ref (8 significant bits): 1.0 allows
+/// the two to be neighbouring bf16 values, as when a tie rounds the other way.
+double bf16_steps_from(const at::Tensor& x, const at::Tensor& ref) {
+  REQUIRE(x.scalar_type() == at::kBFloat16);
+  REQUIRE(x.sizes() == ref.sizes());
+  const at::Tensor r = ref.to(at::kDouble);
+  const at::Tensor step = r.abs() * (1.0 / 128) + 1e-30;
+  return ((x.to(at::kDouble) - r).abs() / step).max().item<double>();
+}
+
+std::string grad_fn_name(const at::Tensor& t) { return t.grad_fn() ? t.grad_fn()->name() : "(none)"; }
+
+}  // namespace
+
+TEST_CASE("bf16 GEMM choice: AMX keeps ATen's kernel, other CPUs widen, TITAN_BF16_GEMM overrides",
+          "[nn][bf16_gemm]") {
+  CHECK(nn::choose_bf16_gemm("", true) == nn::Bf16Gemm::native);
+  CHECK(nn::choose_bf16_gemm("", false) == nn::Bf16Gemm::widened);
+  CHECK(nn::choose_bf16_gemm("auto", false) == nn::Bf16Gemm::widened);
+  CHECK(nn::choose_bf16_gemm("native", false) == nn::Bf16Gemm::native);
+  CHECK(nn::choose_bf16_gemm("widened", true) == nn::Bf16Gemm::widened);
+  const std::string error = error_of([] { nn::choose_bf16_gemm("fast", false); });
+  CHECK_THAT(error, Catch::Contains("TITAN_BF16_GEMM") && Catch::Contains("'fast'") &&
+                        Catch::Contains("auto, native or widened"));
+  CHECK_THAT(nn::describe_bf16_gemm(), Catch::Contains("bf16 GEMMs on CPU"));
+}
+
+TEST_CASE("widened bf16 mm: product and both gradients within one bf16 rounding of the fp64 reference, as "
+          "ATen's bf16 mm",
+          "[nn][bf16_gemm]") {
+  at::manual_seed(0);
+  // Odd sizes and a transposed right operand (a Linear's w.t()), K long enough for sums to round.
+  const at::Tensor a = at::randn({37, 301}).to(at::kBFloat16).requires_grad_(true);  // (M, K)
+  const at::Tensor w = at::randn({29, 301}).to(at::kBFloat16).requires_grad_(true);  // (N, K)
+  const at::Tensor b = w.t();                                                         // (K, N) view
+  const at::Tensor g = at::randn({37, 29}).to(at::kBFloat16);                         // (M, N)
+
+  const at::Tensor out = nn::widened_mm(a, b);  // (M, N)
+  CHECK(grad_fn_name(out) == "titan::WidenedMmBackward");
+  const at::Tensor ref = reference_mm(a.detach(), b.detach());
+  CHECK(bf16_steps_from(out, ref) <= 1.0);
+  CHECK(bf16_steps_from(at::mm(a.detach(), b.detach()), ref) <= 1.0);  // ATen's bf16 kernel: the same bound
+
+  out.backward(g);
+  REQUIRE(a.grad().defined());
+  REQUIRE(w.grad().defined());
+  CHECK(bf16_steps_from(a.grad(), reference_mm(g, b.detach().t())) <= 1.0);      // dA = g B^T
+  CHECK(bf16_steps_from(w.grad(), reference_mm(g.t(), a.detach())) <= 1.0);      // dW = (A^T g)^T = g^T A
+  CHECK_THAT(error_of([&] { nn::widened_mm(a.detach().to(at::kFloat), b.detach()); }),
+             Catch::Contains("titan::nn::widened_mm") && Catch::Contains("Float"));
+}
+
+TEST_CASE("nn::mm follows the choice: widened or ATen's kernel for bf16, at::mm for everything else",
+          "[nn][bf16_gemm]") {
+  const at::Tensor a = at::randn({8, 16}).to(at::kBFloat16).requires_grad_(true);  // (M, K)
+  const at::Tensor b = at::randn({16, 4}).to(at::kBFloat16).requires_grad_(true);  // (K, N)
+  {
+    const Bf16GemmScope widened(nn::Bf16Gemm::widened);
+    CHECK(nn::widens(a, b));
+    CHECK(grad_fn_name(nn::mm(a, b)) == "titan::WidenedMmBackward");
+    CHECK_FALSE(nn::widens(a.detach().to(at::kFloat), b.detach().to(at::kFloat)));
+    CHECK(grad_fn_name(nn::mm(a.to(at::kFloat), b.to(at::kFloat))) == "MmBackward0");
+  }
+  const Bf16GemmScope native(nn::Bf16Gemm::native);
+  CHECK_FALSE(nn::widens(a, b));
+  CHECK(grad_fn_name(nn::mm(a, b)) == "MmBackward0");
+}
+
+TEST_CASE("nn::linear under CPU bf16 autocast: widened and native give one bf16 linear, fp32 master gradients",
+          "[nn][bf16_gemm]") {
+  at::manual_seed(1);
+  const at::Tensor x = at::randn({2, 5, 64}).requires_grad_(true);  // (B, S, in) fp32
+  const at::Tensor w = at::randn({48, 64}).requires_grad_(true);    // (out, in) fp32 master weight
+  const at::Tensor g = at::randn({2, 5, 48}).to(at::kBFloat16);      // (B, S, out)
+  std::map<nn::Bf16Gemm, std::array<at::Tensor, 3>> runs;            // output, dx, dw per choice
+  for (const nn::Bf16Gemm choice : {nn::Bf16Gemm::widened, nn::Bf16Gemm::native}) {
+    const Bf16GemmScope scope(choice);
+    at::Tensor y;  // (B, S, out)
+    {
+      const AutocastScope autocast(true, at::kCPU);
+      y = nn::linear(x, w, nullptr);
+    }
+    CHECK(y.scalar_type() == at::kBFloat16);
+    y.backward(g);
+    CHECK(x.grad().scalar_type() == at::kFloat);
+    CHECK(w.grad().scalar_type() == at::kFloat);
+    runs[choice] = {y.detach(), x.grad().clone(), w.grad().clone()};
+    x.grad().zero_();
+    w.grad().zero_();
+  }
+  const at::Tensor x16 = x.detach().to(at::kBFloat16).reshape({10, 64});  // (M, in)
+  const at::Tensor w16 = w.detach().to(at::kBFloat16);                    // (out, in)
+  const at::Tensor g2 = g.reshape({10, 48});                              // (M, out)
+  for (const auto& [choice, run] : runs) {
+    INFO((choice == nn::Bf16Gemm::widened ? "widened" : "native"));
+    CHECK(bf16_steps_from(run[0].reshape({10, 48}), reference_mm(x16, w16.t())) <= 1.0);
+    CHECK(bf16_steps_from(run[1].reshape({10, 64}).to(at::kBFloat16), reference_mm(g2, w16)) <= 1.0);
+    CHECK(bf16_steps_from(run[2].to(at::kBFloat16), reference_mm(g2.t(), x16)) <= 1.0);
+  }
+}
+
+}  // namespace titan::test
