@@ -23,8 +23,9 @@ struct NoAutocast {
   c10::impl::ExcludeDispatchKeyGuard guard{c10::DispatchKey::AutocastCPU};
 };
 
-// The fp32 product of bf16 operands, rounded to bf16. Inputs may be strided views (a transposed weight):
-// .to(kFloat) keeps their strides and the GEMM reads them transposed, as it would the bf16 ones.
+// The fp32 product of bf16 operands (or of fp32 ones already widened from bf16), rounded to bf16. Inputs
+// may be strided views (a transposed weight): .to(kFloat) keeps their strides and the GEMM reads them
+// transposed, as it would the bf16 ones.
 at::Tensor widened_product(const at::Tensor& a, const at::Tensor& b) {
   const NoAutocast no_autocast;
   return at::mm(a.to(at::kFloat), b.to(at::kFloat)).to(at::kBFloat16);  // (M, N)
@@ -40,9 +41,10 @@ struct WidenedMmBackward : torch::autograd::Node {
     at::Tensor da;                   // (M, K)
     at::Tensor db;                   // (K, N)
     if (!g.defined()) return {da, db};
-    const at::Tensor g16 = g.to(at::kBFloat16);  // (M, N): a gradient reaching a bf16 output is bf16
-    if (task_should_compute_output(0)) da = widened_product(g16, b_.t());
-    if (task_should_compute_output(1)) db = widened_product(a_.t(), g16);
+    // The output is bf16, so its gradient holds bf16 values: widened once for both products.
+    const at::Tensor g32 = g.to(at::kBFloat16).to(at::kFloat);  // (M, N)
+    if (task_should_compute_output(0)) da = widened_product(g32, b_.t());
+    if (task_should_compute_output(1)) db = widened_product(a_.t(), g32);
     return {da, db};
   }
   std::string name() const override { return "titan::WidenedMmBackward"; }
