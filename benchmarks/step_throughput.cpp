@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: BSD-3-Clause
 // Step-throughput benchmark: full training steps (forward, backward, clipping, fused AdamW) of a Llama 3
 // flavor; prints tokens/s, TFLOPs and MFU (torchtitan's 6N + 12*L*D*S formula) against the declared
-// peak and, on CPU, against a measured fp32 GEMM peak of the same threads. One process is one rank;
+// peak and, on CPU, against a measured GEMM peak of the same threads and dtype. One process is one rank;
 // under a launcher (titan-run, torchrun) with WORLD_SIZE > 1 the ranks shard the model with FSDP
 // (dp_shard = world size, Gloo on CPU), as the Python peer in benchmarks/peers/peer_step.py does.
 // benchmarks/peers/run_peers.sh runs both alternately. Precision: --mixed-precision bf16 (one rank: CPU or
@@ -34,6 +34,7 @@
 #include "titan/metrics/metrics.hpp"
 #include "titan/models/llama3/model.hpp"
 #include "titan/models/llama3/parallelize.hpp"
+#include "titan/nn/bf16_gemm.hpp"
 #include "titan/nn/init.hpp"
 #include "titan/optim/adamw.hpp"
 #include "titan/optim/clip.hpp"
@@ -101,17 +102,18 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
-// Best-of-5 fp32 GEMM rate at n=2048 on the current threads: the practical peak of this CPU.
+// Best-of-5 GEMM rate at n=2048 on the current threads, as the step runs its GEMMs in `dtype` (bf16 through
+// nn::mm: widened where titan widens them): the practical peak of this CPU.
 double measured_gemm_flops(at::ScalarType dtype) {
   const int64_t n = 2048;
-  const at::Tensor a = at::randn({n, n}).to(dtype);
-  const at::Tensor b = at::randn({n, n}).to(dtype);
-  at::Tensor c = at::mm(a, b);
+  const at::Tensor a = at::randn({n, n}).to(dtype);  // (n, n)
+  const at::Tensor b = at::randn({n, n}).to(dtype);  // (n, n)
+  const at::NoGradGuard no_grad;
   double best = 1e30;
-  for (int i = 0; i < 5; ++i) {
+  for (int i = 0; i < 6; ++i) {
     const auto t0 = std::chrono::steady_clock::now();
-    at::mm_out(c, a, b);
-    best = std::min(best, seconds_since(t0));
+    const at::Tensor c = titan::nn::mm(a, b);  // (n, n)
+    if (i > 0) best = std::min(best, seconds_since(t0));
   }
   return 2.0 * n * n * n / best;
 }
@@ -221,7 +223,9 @@ int main(int argc, char** argv) {
     const double flops_per_token = static_cast<double>(whole.num_flops_per_token(o.seq_len));
     // The peak of the dtype the GEMMs run in (float8's CPU GEMMs are fp32).
     const bool bf16_gemms = o.mixed_precision == "bf16" && (device.is_cuda() || o.float8 == "none");
-    const auto peak = peak_flops(device, at::get_num_threads(), 0, bf16_gemms);
+    const bool native_bf16_gemms =
+        bf16_gemms && (device.is_cuda() || titan::nn::bf16_gemm() == titan::nn::Bf16Gemm::native);
+    const auto peak = peak_flops(device, at::get_num_threads(), 0, native_bf16_gemms);
     const double gemm = device.is_cuda() ? 0.0 : measured_gemm_flops(bf16_gemms ? at::kBFloat16 : at::kFloat);
     const double tps = tokens / median;
     const double achieved = flops_per_token * tps;

@@ -14,6 +14,8 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include "titan/core/cpu_block_cache.hpp"
+
 namespace titan {
 
 struct MemoryTracker::Counters {
@@ -248,6 +250,8 @@ MemoryTimeline MemoryTracker::take_timeline() {
 void install_memory_tracking() {
   static std::once_flag once;
   std::call_once(once, [] {
+    // The block cache goes under the tracker, so a cached block counts as freed.
+    install_cpu_block_cache();
     // Lives for the process: tensors allocated through it may be freed at any time, even at exit.
     static auto* allocator = new TrackingAllocator(c10::GetCPUAllocator());
     c10::SetCPUAllocator(allocator, /*priority=*/100);
