@@ -31,6 +31,8 @@ at::Tensor widened_product(const at::Tensor& a, const at::Tensor& b) {
   return at::mm(a.to(at::kFloat), b.to(at::kFloat)).to(at::kBFloat16);  // (M, N)
 }
 
+bool column_major(const at::Tensor& m) { return m.stride(0) == 1 && m.stride(1) == m.size(0); }
+
 // mm's backward with the products widened: the gradients are those of a bf16 mm (fp32 sums of exact
 // products, rounded to bf16), as autograd's mm backward forms them (dA = g B^T, dB = A^T g).
 struct WidenedMmBackward : torch::autograd::Node {
@@ -43,8 +45,14 @@ struct WidenedMmBackward : torch::autograd::Node {
     if (!g.defined()) return {da, db};
     // The output is bf16, so its gradient holds bf16 values: widened once for both products.
     const at::Tensor g32 = g.to(at::kBFloat16).to(at::kFloat);  // (M, N)
-    if (task_should_compute_output(0)) da = widened_product(g32, b_.t());
-    if (task_should_compute_output(1)) db = widened_product(a_.t(), g32);
+    // A column-major operand (a Linear's w.t()) gets a column-major gradient, as ATen's mm backward gives
+    // it: the weight's gradient is then contiguous, and AccumulateGrad takes it instead of copying it.
+    if (task_should_compute_output(0)) {
+      da = column_major(a_) ? widened_product(b_, g32.t()).t() : widened_product(g32, b_.t());
+    }
+    if (task_should_compute_output(1)) {
+      db = column_major(b_) ? widened_product(g32.t(), a_).t() : widened_product(a_.t(), g32);
+    }
     return {da, db};
   }
   std::string name() const override { return "titan::WidenedMmBackward"; }

@@ -77,7 +77,12 @@ TEST_CASE("widened bf16 mm: product and both gradients within one bf16 rounding 
   CHECK(bf16_steps_from(out, ref) <= 1.0);
   CHECK(bf16_steps_from(at::mm(a.detach(), b.detach()), ref) <= 1.0);  // ATen's bf16 kernel: the same bound
 
+  // The gradient reaching the weight is laid out as the weight is (ATen's mm backward does the same), so
+  // AccumulateGrad keeps it without a copy.
+  bool weight_grad_contiguous = false;
+  w.register_hook([&](const at::Tensor& grad) { weight_grad_contiguous = grad.is_contiguous(); });
   out.backward(g);
+  CHECK(weight_grad_contiguous);
   REQUIRE(a.grad().defined());
   REQUIRE(w.grad().defined());
   CHECK(bf16_steps_from(a.grad(), reference_mm(g, b.detach().t())) <= 1.0);      // dA = g B^T
