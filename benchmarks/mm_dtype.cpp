@@ -42,8 +42,9 @@ int main(int argc, char** argv) {
   titan::bench::parse_flags(argc, argv, "bench_mm_dtype", {{"--sizes", &sizes}, {"--iters", &iters}});
   fmt::print("at::mm (n, n) x (n, n), {} threads, median of {}; GFLOP/s = 2 n^3 / time\n", at::get_num_threads(),
              iters);
-  fmt::print("| n | fp32 GFLOP/s | bf16 GFLOP/s | bf16 widened GFLOP/s | bf16 / fp32 | widened / bf16 |\n"
-             "|---:|---:|---:|---:|---:|---:|\n");
+  fmt::print(
+      "| n | fp32 GFLOP/s | bf16 GFLOP/s | bf16 widened GFLOP/s | bf16 / fp32 | widened / bf16 |\n"
+      "|---:|---:|---:|---:|---:|---:|\n");
   const at::NoGradGuard no_grad;
   const auto aten = [](const at::Tensor& a, const at::Tensor& b) { return at::mm(a, b); };
   for (const int64_t n : sizes) {

@@ -120,7 +120,7 @@ class BlockCache final : public c10::Allocator {
   CpuBlockCacheOptions options_;
   std::mutex mutex_;
   std::unordered_map<size_t, std::vector<void*>> free_;  // size -> free blocks of exactly that size
-  std::unordered_map<void*, size_t> handed_out_;          // large blocks in use -> size
+  std::unordered_map<void*, size_t> handed_out_;         // large blocks in use -> size
   int64_t cached_bytes_ = 0;
   int64_t hits_ = 0;
   int64_t misses_ = 0;

@@ -10,8 +10,8 @@
 #include <atomic>
 #include <cstdlib>
 
+#include "titan/core/cpu_info.hpp"
 #include "titan/core/error.hpp"
-#include "titan/metrics/cpu_info.hpp"
 
 namespace titan::nn {
 namespace {
@@ -97,9 +97,10 @@ std::string describe_bf16_gemm() {
                               : (cpu_info().amx_bf16 ? "the CPU has AMX-BF16" : "the CPU has no AMX-BF16");
   return bf16_gemm() == Bf16Gemm::native
              ? fmt::format("bf16 GEMMs on CPU: ATen's bf16 kernel ({})", why)
-             : fmt::format("bf16 GEMMs on CPU: widened, fp32 GEMMs over the bf16 values, rounded to bf16 ({}; "
-                           "TITAN_BF16_GEMM=native to use ATen's bf16 kernel)",
-                           why);
+             : fmt::format(
+                   "bf16 GEMMs on CPU: widened, fp32 GEMMs over the bf16 values, rounded to bf16 ({}; "
+                   "TITAN_BF16_GEMM=native to use ATen's bf16 kernel)",
+                   why);
 }
 
 bool widens(const at::Tensor& a, const at::Tensor& b) {
@@ -122,8 +123,8 @@ at::Tensor widened_mm(const at::Tensor& a, const at::Tensor& b) {
     out = widened_product(a.detach(), b.detach());
   }
   if (at::GradMode::is_enabled() && (a.requires_grad() || b.requires_grad())) {
-    auto node = std::shared_ptr<WidenedMmBackward>(new WidenedMmBackward(a.detach(), b.detach()),
-                                                   torch::autograd::deleteNode);
+    auto node =
+        std::shared_ptr<WidenedMmBackward>(new WidenedMmBackward(a.detach(), b.detach()), torch::autograd::deleteNode);
     node->set_next_edges(torch::autograd::collect_next_edges(a, b));
     torch::autograd::set_history(out, node);
   }

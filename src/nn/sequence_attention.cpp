@@ -2,8 +2,8 @@
 #include "titan/nn/sequence_attention.hpp"
 
 #include <ATen/ATen.h>
-#include <c10/core/impl/LocalDispatchKeySet.h>
 #include <c10/core/GradMode.h>
+#include <c10/core/impl/LocalDispatchKeySet.h>
 #include <torch/csrc/autograd/function.h>
 #include <torch/csrc/autograd/functions/utils.h>
 

@@ -19,6 +19,7 @@
 #include "titan/checkpoint/checkpointer.hpp"
 #include "titan/checkpoint/safetensors.hpp"
 #include "titan/core/config_loader.hpp"
+#include "titan/core/cpu_info.hpp"
 #include "titan/core/error.hpp"
 #include "titan/core/log.hpp"
 #include "titan/core/memory_tracker.hpp"
@@ -31,7 +32,6 @@
 #include "titan/dist/mesh.hpp"
 #include "titan/dist/replica_group.hpp"
 #include "titan/float8/converter.hpp"
-#include "titan/metrics/cpu_info.hpp"
 #include "titan/metrics/metrics.hpp"
 #include "titan/metrics/profiler.hpp"
 #include "titan/metrics/tensorboard.hpp"
@@ -248,8 +248,7 @@ void TrainerCore::attach_model(ModelHandle model) {
   // A widened bf16 GEMM runs at the fp32 rate (nn/bf16_gemm.hpp).
   const bool widened = bf16_gemms && !device_.is_cuda() && nn::bf16_gemm() == nn::Bf16Gemm::widened;
   if (bf16_gemms && !device_.is_cuda()) log::info("{}", nn::describe_bf16_gemm());
-  const PeakFlops peak =
-      peak_flops(device_, at::get_num_threads(), config_.metrics.peak_flops, bf16_gemms && !widened);
+  const PeakFlops peak = peak_flops(device_, at::get_num_threads(), config_.metrics.peak_flops, bf16_gemms && !widened);
   const std::filesystem::path run_dir(config_.job.dump_folder);
   metrics_ = std::make_unique<MetricsProcessor>(MetricsProcessor::Options{
       .flops_per_token = model_.flops_per_token,

@@ -32,7 +32,7 @@ struct FreshCache {
 
 }  // namespace
 
-TEST_CASE("CPU block cache: a freed large block serves the next allocation of its size; small ones pass",
+TEST_CASE("CPU block cache: a freed large block serves the next allocation of its size, small ones pass",
           "[core][memory]") {
   const FreshCache fresh;
   const CpuBlockCacheStats before = cpu_block_cache_stats();

@@ -312,7 +312,8 @@ TEST_CASE("examples/custom_loop: 2 FSDP processes and a 2-stage pipeline and CP 
 TEST_CASE("torchrun: 2 DDP processes train", "[dist][torchrun][train][full]") {
   TempDir dump;
   Subprocess run(
-      concat({titan::test::python(), "-m", "torch.distributed.run", "--nproc-per-node", "2", "--standalone", "--no-python"},
+      concat({titan::test::python(), "-m", "torch.distributed.run", "--nproc-per-node", "2", "--standalone",
+              "--no-python"},
              concat(trainer_args(dump.path.string(), "2"), {"--parallelism.data_parallel_replicate_degree", "2",
                                                             "--parallelism.data_parallel_shard_degree", "1"})),
       {{"RANK", std::nullopt}, {"WORLD_SIZE", std::nullopt}, {"OMP_NUM_THREADS", "1"}});

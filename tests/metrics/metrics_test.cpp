@@ -7,7 +7,7 @@
 #include <thread>
 
 #include "test_util.hpp"
-#include "titan/metrics/cpu_info.hpp"
+#include "titan/core/cpu_info.hpp"
 #include "titan/metrics/metrics.hpp"
 
 TEST_CASE("peak FLOPs: torchtitan's GPU table and the CPU peak", "[metrics]") {

@@ -52,7 +52,8 @@ TEST_CASE("Profiler: 2 FSDP ranks as threads each write a Chrome trace with aten
   std::set<ProfilerBackend> backends;
   dist::run_local_ranks(2, [&](int64_t rank, const dist::Store& store) {
     const dist::Mesh mesh({.dp_shard = 2}, rank, store,
-                          {.init_timeout = std::chrono::seconds(60), .timeout = std::chrono::seconds(60)});
+                          {.init_timeout = titan::test::patience(std::chrono::seconds(60)),
+                           .timeout = titan::test::patience(std::chrono::seconds(60))});
     nn::manual_init_seed(42);
     llama3::Llama3 model(test::parity_args(), 32, at::TensorOptions());
     const Parallelized parallel = parallelize(model, mesh, llama3::parallel_plan(model, mesh));
@@ -93,7 +94,8 @@ TEST_CASE("Profiler: 2 TP ranks as threads record their TP collectives", "[metri
   test::TempDir dump;
   dist::run_local_ranks(2, [&](int64_t rank, const dist::Store& store) {
     const dist::Mesh mesh({.tp = 2}, rank, store,
-                          {.init_timeout = std::chrono::seconds(60), .timeout = std::chrono::seconds(60)});
+                          {.init_timeout = titan::test::patience(std::chrono::seconds(60)),
+                           .timeout = titan::test::patience(std::chrono::seconds(60))});
     nn::manual_init_seed(42);
     llama3::Llama3 model(test::parity_args(), 32, at::TensorOptions());
     const Parallelized parallel = parallelize(model, mesh, llama3::parallel_plan(model, mesh));

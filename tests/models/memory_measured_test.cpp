@@ -94,7 +94,8 @@ std::vector<MemoryParts> measure(const Case& c) {
   std::mutex mutex;
   dist::run_local_ranks(c.shape.world_size(), [&](int64_t rank, const dist::Store& store) {
     const dist::Mesh mesh(c.shape, rank, store,
-                          {.init_timeout = std::chrono::seconds(120), .timeout = std::chrono::seconds(120)});
+                          {.init_timeout = titan::test::patience(std::chrono::seconds(120)),
+                           .timeout = titan::test::patience(std::chrono::seconds(120))});
     const MemoryParts parts = measure_rank(mesh, config);
     std::lock_guard lock(mutex);
     out[static_cast<size_t>(rank)] = parts;

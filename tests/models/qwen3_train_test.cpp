@@ -134,7 +134,8 @@ void check_against_one_rank(const dist::MeshShape& shape) {
   std::vector<Result> results(static_cast<size_t>(shape.world_size()));
   dist::run_local_ranks(shape.world_size(), [&](int64_t rank, const dist::Store& store) {
     const dist::Mesh mesh(shape, rank, store,
-                          {.init_timeout = std::chrono::seconds(120), .timeout = std::chrono::seconds(120)});
+                          {.init_timeout = titan::test::patience(std::chrono::seconds(120)),
+                           .timeout = titan::test::patience(std::chrono::seconds(120))});
     Result r = train(mesh);
     std::lock_guard lock(mutex);
     results[static_cast<size_t>(rank)] = std::move(r);

@@ -48,8 +48,7 @@ std::string grad_fn_name(const at::Tensor& t) { return t.grad_fn() ? t.grad_fn()
 
 }  // namespace
 
-TEST_CASE("bf16 GEMM choice: AMX keeps ATen's kernel, other CPUs widen, TITAN_BF16_GEMM overrides",
-          "[nn][bf16_gemm]") {
+TEST_CASE("bf16 GEMM choice: AMX keeps ATen's kernel, other CPUs widen, TITAN_BF16_GEMM overrides", "[nn][bf16_gemm]") {
   CHECK(nn::choose_bf16_gemm("", true) == nn::Bf16Gemm::native);
   CHECK(nn::choose_bf16_gemm("", false) == nn::Bf16Gemm::widened);
   CHECK(nn::choose_bf16_gemm("auto", false) == nn::Bf16Gemm::widened);
@@ -61,15 +60,16 @@ TEST_CASE("bf16 GEMM choice: AMX keeps ATen's kernel, other CPUs widen, TITAN_BF
   CHECK_THAT(nn::describe_bf16_gemm(), Catch::Contains("bf16 GEMMs on CPU"));
 }
 
-TEST_CASE("widened bf16 mm: product and both gradients within one bf16 rounding of the fp64 reference, as "
-          "ATen's bf16 mm",
-          "[nn][bf16_gemm]") {
+TEST_CASE(
+    "widened bf16 mm: product and both gradients within one bf16 rounding of the fp64 reference, as "
+    "ATen's bf16 mm",
+    "[nn][bf16_gemm]") {
   at::manual_seed(0);
   // Odd sizes and a transposed right operand (a Linear's w.t()), K long enough for sums to round.
   const at::Tensor a = at::randn({37, 301}).to(at::kBFloat16).requires_grad_(true);  // (M, K)
   const at::Tensor w = at::randn({29, 301}).to(at::kBFloat16).requires_grad_(true);  // (N, K)
-  const at::Tensor b = w.t();                                                         // (K, N) view
-  const at::Tensor g = at::randn({37, 29}).to(at::kBFloat16);                         // (M, N)
+  const at::Tensor b = w.t();                                                        // (K, N) view
+  const at::Tensor g = at::randn({37, 29}).to(at::kBFloat16);                        // (M, N)
 
   const at::Tensor out = nn::widened_mm(a, b);  // (M, N)
   CHECK(grad_fn_name(out) == "titan::WidenedMmBackward");
@@ -85,8 +85,8 @@ TEST_CASE("widened bf16 mm: product and both gradients within one bf16 rounding 
   CHECK(weight_grad_contiguous);
   REQUIRE(a.grad().defined());
   REQUIRE(w.grad().defined());
-  CHECK(bf16_steps_from(a.grad(), reference_mm(g, b.detach().t())) <= 1.0);      // dA = g B^T
-  CHECK(bf16_steps_from(w.grad(), reference_mm(g.t(), a.detach())) <= 1.0);      // dW = (A^T g)^T = g^T A
+  CHECK(bf16_steps_from(a.grad(), reference_mm(g, b.detach().t())) <= 1.0);  // dA = g B^T
+  CHECK(bf16_steps_from(w.grad(), reference_mm(g.t(), a.detach())) <= 1.0);  // dW = (A^T g)^T = g^T A
   CHECK_THAT(error_of([&] { nn::widened_mm(a.detach().to(at::kFloat), b.detach()); }),
              Catch::Contains("titan::nn::widened_mm") && Catch::Contains("Float"));
 }
@@ -112,8 +112,8 @@ TEST_CASE("nn::linear under CPU bf16 autocast: widened and native give one bf16 
   at::manual_seed(1);
   const at::Tensor x = at::randn({2, 5, 64}).requires_grad_(true);  // (B, S, in) fp32
   const at::Tensor w = at::randn({48, 64}).requires_grad_(true);    // (out, in) fp32 master weight
-  const at::Tensor g = at::randn({2, 5, 48}).to(at::kBFloat16);      // (B, S, out)
-  std::map<nn::Bf16Gemm, std::array<at::Tensor, 3>> runs;            // output, dx, dw per choice
+  const at::Tensor g = at::randn({2, 5, 48}).to(at::kBFloat16);     // (B, S, out)
+  std::map<nn::Bf16Gemm, std::array<at::Tensor, 3>> runs;           // output, dx, dw per choice
   for (const nn::Bf16Gemm choice : {nn::Bf16Gemm::widened, nn::Bf16Gemm::native}) {
     const Bf16GemmScope scope(choice);
     at::Tensor y;  // (B, S, out)

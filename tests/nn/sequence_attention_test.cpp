@@ -17,7 +17,8 @@ namespace titan::test {
 namespace {
 
 constexpr double kTol = 1e-5;
-const dist::MeshOptions kQuick{.init_timeout = std::chrono::seconds(60), .timeout = std::chrono::seconds(60)};
+const dist::MeshOptions kQuick{.init_timeout = titan::test::patience(std::chrono::seconds(60)),
+                               .timeout = titan::test::patience(std::chrono::seconds(60))};
 
 struct AttentionCase {
   int64_t cp = 2;

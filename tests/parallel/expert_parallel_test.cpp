@@ -37,7 +37,8 @@ constexpr int64_t kSeq = 8;
 constexpr int64_t kSteps = 6;
 constexpr double kLr = 0.5;
 
-const dist::MeshOptions kFastMesh{.init_timeout = std::chrono::seconds(60), .timeout = std::chrono::seconds(60)};
+const dist::MeshOptions kFastMesh{.init_timeout = titan::test::patience(std::chrono::seconds(60)),
+                                  .timeout = titan::test::patience(std::chrono::seconds(60))};
 
 nn::MoEArgs moe_args(int64_t experts) {
   return {.num_experts = experts,

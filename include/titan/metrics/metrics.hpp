@@ -28,7 +28,7 @@ class TensorBoardWriter;
 
 /// Peak dense FLOP/s of a device: the bf16 table for GPUs (torchtitan's, matched on the name), and
 /// for CPUs the peak of the threads in use in the dtype the GEMMs run in (threads * FLOP/cycle * clock;
-/// bf16_gemms: AVX512-BF16 or AMX where the CPU has them, metrics/cpu_info.hpp), or `declared` > 0.
+/// bf16_gemms: AVX512-BF16 or AMX where the CPU has them, core/cpu_info.hpp), or `declared` > 0.
 struct PeakFlops {
   double flops = 0;         ///< FLOP/s
   std::string description;  ///< how it was determined, for the startup log
