@@ -16,7 +16,8 @@ namespace titan {
 namespace {
 
 // Keeps c10's Allocator contract as the memory tracker does: a DataPtr's context is its data pointer, and
-// raw_deleter() frees any pointer this allocator handed out, large or small.
+// raw_deleter() frees any pointer this allocator handed out, large (back to the cache) or small (c10's
+// allocator's, whose DataPtr context is its data pointer too).
 class BlockCache final : public c10::Allocator {
  public:
   BlockCache(c10::Allocator* base, const CpuBlockCacheOptions& options)
@@ -28,7 +29,8 @@ class BlockCache final : public c10::Allocator {
 
   c10::DataPtr allocate(size_t n) override {
     const c10::Device device(c10::DeviceType::CPU);
-    if (static_cast<int64_t>(n) < options_.min_bytes) return take_raw(base_->allocate(n));
+    // A small block is c10's own DataPtr: its free never takes this cache's lock.
+    if (static_cast<int64_t>(n) < options_.min_bytes) return base_->allocate(n);
     {
       std::lock_guard<std::mutex> lock(mutex_);
       auto it = free_.find(n);
@@ -97,14 +99,6 @@ class BlockCache final : public c10::Allocator {
   static void release_cached(void* data);
 
  private:
-  // A small block passes through, its context dropped so raw_deleter() frees it by pointer alone.
-  c10::DataPtr take_raw(c10::DataPtr inner) {
-    void* data = inner.get();
-    TORCH_INTERNAL_ASSERT(data == inner.get_context(),
-                          "[titan::BlockCache] expected c10's CPU allocator's DataPtr context to be its data pointer");
-    (void)inner.release_context();
-    return {data, data, &release_cached, inner.device()};
-  }
   // When memory runs out, the cached blocks are the first to go.
   c10::DataPtr allocate_or_empty(size_t n) {
     try {
