@@ -223,9 +223,8 @@ int main(int argc, char** argv) {
     const double flops_per_token = static_cast<double>(whole.num_flops_per_token(o.seq_len));
     // The peak of the dtype the GEMMs run in (float8's CPU GEMMs are fp32).
     const bool bf16_gemms = o.mixed_precision == "bf16" && (device.is_cuda() || o.float8 == "none");
-    const bool native_bf16_gemms =
-        bf16_gemms && (device.is_cuda() || titan::nn::bf16_gemm() == titan::nn::Bf16Gemm::native);
-    const auto peak = peak_flops(device, at::get_num_threads(), 0, native_bf16_gemms);
+    const auto peak =
+        peak_flops(device, at::get_num_threads(), 0, bf16_gemms && titan::nn::bf16_gemms_at_bf16_rate(device));
     const double gemm = device.is_cuda() ? 0.0 : measured_gemm_flops(bf16_gemms ? at::kBFloat16 : at::kFloat);
     const double tps = tokens / median;
     const double achieved = flops_per_token * tps;

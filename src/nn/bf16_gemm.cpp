@@ -66,11 +66,13 @@ struct WidenedMmBackward : torch::autograd::Node {
   at::Tensor b_;  // (K, N) bf16, detached
 };
 
+std::string setting() {
+  const char* text = std::getenv("TITAN_BF16_GEMM");
+  return text == nullptr ? "" : text;
+}
+
 std::atomic<Bf16Gemm>& choice() {
-  static std::atomic<Bf16Gemm> value = [] {
-    const char* text = std::getenv("TITAN_BF16_GEMM");
-    return choose_bf16_gemm(text == nullptr ? "" : text, cpu_info().amx_bf16);
-  }();
+  static std::atomic<Bf16Gemm> value = choose_bf16_gemm(setting(), cpu_info().amx_bf16);
   return value;
 }
 
@@ -91,8 +93,8 @@ Bf16Gemm bf16_gemm() { return choice().load(std::memory_order_relaxed); }
 void set_bf16_gemm(Bf16Gemm value) { choice().store(value, std::memory_order_relaxed); }
 
 std::string describe_bf16_gemm() {
-  const char* text = std::getenv("TITAN_BF16_GEMM");
-  const std::string why = text != nullptr && *text != '\0' && std::string(text) != "auto"
+  const std::string text = setting();
+  const std::string why = !text.empty() && text != "auto"
                               ? fmt::format("TITAN_BF16_GEMM={}", text)
                               : (cpu_info().amx_bf16 ? "the CPU has AMX-BF16" : "the CPU has no AMX-BF16");
   return bf16_gemm() == Bf16Gemm::native
@@ -102,6 +104,8 @@ std::string describe_bf16_gemm() {
                    "TITAN_BF16_GEMM=native to use ATen's bf16 kernel)",
                    why);
 }
+
+bool bf16_gemms_at_bf16_rate(const at::Device& device) { return !device.is_cpu() || bf16_gemm() == Bf16Gemm::native; }
 
 bool widens(const at::Tensor& a, const at::Tensor& b) {
   return a.scalar_type() == at::kBFloat16 && b.scalar_type() == at::kBFloat16 && a.device().is_cpu() &&

@@ -245,10 +245,9 @@ void TrainerCore::attach_model(ModelHandle model) {
   const bool bf16_gemms = (config_.training.dtype == DType::bfloat16 ||
                            mixed_precision_param(config_.training, device_.is_cuda()) == DType::bfloat16) &&
                           !(float8 && !device_.is_cuda());
-  // A widened bf16 GEMM runs at the fp32 rate (nn/bf16_gemm.hpp).
-  const bool widened = bf16_gemms && !device_.is_cuda() && nn::bf16_gemm() == nn::Bf16Gemm::widened;
   if (bf16_gemms && !device_.is_cuda()) log::info("{}", nn::describe_bf16_gemm());
-  const PeakFlops peak = peak_flops(device_, at::get_num_threads(), config_.metrics.peak_flops, bf16_gemms && !widened);
+  const PeakFlops peak = peak_flops(device_, at::get_num_threads(), config_.metrics.peak_flops,
+                                    bf16_gemms && nn::bf16_gemms_at_bf16_rate(device_));
   const std::filesystem::path run_dir(config_.job.dump_folder);
   metrics_ = std::make_unique<MetricsProcessor>(MetricsProcessor::Options{
       .flops_per_token = model_.flops_per_token,

@@ -98,12 +98,14 @@ TEST_CASE("nn::mm follows the choice: widened or ATen's kernel for bf16, at::mm 
   {
     const Bf16GemmScope widened(nn::Bf16Gemm::widened);
     CHECK(nn::widens(a, b));
+    CHECK_FALSE(nn::bf16_gemms_at_bf16_rate(at::Device(at::kCPU)));  // MFU against the fp32 peak
     CHECK(grad_fn_name(nn::mm(a, b)) == "titan::WidenedMmBackward");
     CHECK_FALSE(nn::widens(a.detach().to(at::kFloat), b.detach().to(at::kFloat)));
     CHECK(grad_fn_name(nn::mm(a.to(at::kFloat), b.to(at::kFloat))) == "MmBackward0");
   }
   const Bf16GemmScope native(nn::Bf16Gemm::native);
   CHECK_FALSE(nn::widens(a, b));
+  CHECK(nn::bf16_gemms_at_bf16_rate(at::Device(at::kCPU)));
   CHECK(grad_fn_name(nn::mm(a, b)) == "MmBackward0");
 }
 

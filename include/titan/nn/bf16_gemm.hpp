@@ -28,6 +28,9 @@ enum class Bf16Gemm { native, widened };
 Bf16Gemm bf16_gemm();
 /// Overrides the choice for the whole process (tests and benchmarks compare both; set it before a run).
 void set_bf16_gemm(Bf16Gemm choice);
+/// Whether bf16 GEMMs on `device` run at its bf16 rate (CUDA, or ATen's CPU kernel), not the fp32 rate of a
+/// widened one: which peak MFU is measured against.
+bool bf16_gemms_at_bf16_rate(const at::Device& device);
 /// One line for the trainer's start-up log: the choice and why.
 std::string describe_bf16_gemm();
 /// The rule behind bf16_gemm() for a TITAN_BF16_GEMM value ("" = unset) and a CPU (for tests).
