@@ -3,7 +3,7 @@
 // their ATen reference (torchao's eager op sequence) and a plain copy of the same tensor (the memory
 // bandwidth ceiling a cast could reach: x copied into a buffer allocated once). GB/s counts the bytes a
 // cast must move at least: the input read once and the float8 output written once (each cast allocates
-// its output, as in training). Run:
+// its output, as in training); for the "values" rows (float8::cast_values) the output is float32. Run:
 //   OMP_NUM_THREADS=2 build/bin/bench_float8_cast --rows 4096 --cols 4096 --iters 20
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
@@ -80,6 +80,19 @@ int main(int argc, char** argv) {
       });
       fmt::print("| {} | {} | {:.1f} | {:.1f} | {:.1f} | {:.1f} |\n", c10::toString(source), c.name,
                  (2 * in_bytes) / copy_s / 1e9, gbps(widest), gbps(portable), gbps(reference));
+    }
+    // cast_values: the float32 operand of a CPU float8 GEMM straight from x; its output is 4 bytes a value.
+    for (bool transposed : {false, true}) {
+      const f8::CastSpec spec{.dtype = transposed ? at::kFloat8_e5m2 : at::kFloat8_e4m3fn};
+      auto gbps = [&](double seconds) { return (in_bytes + 4 * out_bytes) / seconds / 1e9; };
+      const double widest =
+          median_seconds(iters, [&] { (void)f8::detail::cpu_cast_values(x, spec, transposed, builds.front()); });
+      const double portable =
+          median_seconds(iters, [&] { (void)f8::detail::cpu_cast_values(x, spec, transposed, "default"); });
+      const double reference = median_seconds(iters, [&] { (void)f8::reference::cast_values(x, spec, transposed); });
+      fmt::print("| {} | {} | {:.1f} | {:.1f} | {:.1f} | {:.1f} |\n", c10::toString(source),
+                 transposed ? "values e5m2, transposed" : "values e4m3", (2 * in_bytes) / copy_s / 1e9, gbps(widest),
+                 gbps(portable), gbps(reference));
     }
   }
   return 0;

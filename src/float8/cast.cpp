@@ -50,6 +50,41 @@ Float8Tensor run_cpu_cast(const at::Tensor& x_in, const CastSpec& spec, bool tra
   return {.data = o.data, .scale = o.scale};
 }
 
+void check_scale(const at::Tensor& scale, const char* where) {
+  TITAN_CHECK_VALUE(scale.defined() && scale.numel() == 1 && scale.scalar_type() == at::kFloat,
+                    "[titan::float8::{}] expected a one-element float32 scale, got {}.", where,
+                    scale.defined()
+                        ? fmt::format("{} elements of {}", scale.numel(), c10::toString(scale.scalar_type()))
+                        : std::string("an undefined tensor"));
+}
+
+Float8Values run_cpu_cast_values(const at::Tensor& x_in, const CastSpec& spec, bool transposed,
+                                 const detail::CpuCastKernels& k, const at::Tensor& scale) {
+  TITAN_CHECK_VALUE(spec.scaling == Scaling::kTensorwise,
+                    "[titan::float8::cast_values] expected tensorwise scaling, got rowwise. Use cast() and "
+                    "dequantize() for rowwise scales.");
+  TITAN_CHECK_VALUE(x_in.is_cpu(), "[titan::float8::cast_values] expected a CPU tensor, got {}.", x_in.device().str());
+  detail::CastOutput o = detail::prepare_cast(x_in, spec, transposed, /*codes=*/false);
+  const at::Tensor values = at::empty(transposed ? at::IntArrayRef{o.x.size(1), o.x.size(0)} : x_in.sizes(),
+                                      o.x.options().dtype(at::kFloat));  // x's shape or (C, R)
+  if (scale.defined()) {
+    check_scale(scale, "cast_values");
+    o.scale.fill_(scale.reshape({}).cpu());
+    o.args.scale_given = true;
+  }
+  if (o.x.numel() == 0) return {.values = values, .scale = o.scale};
+  o.args.values = values.mutable_data_ptr<float>();
+  (transposed ? k.tensorwise_values_transposed : k.tensorwise_values)(o.args);
+  return {.values = values, .scale = o.scale};
+}
+
+const detail::CpuCastKernels& kernels_named(std::string_view build, const char* where) {
+  TITAN_CHECK_VALUE(build == "default" || (build == "avx2" && titan::detail::cpu_runs_avx2()),
+                    "[titan::float8::detail::{}] expected a build this CPU runs (default{}), got \"{}\".", where,
+                    titan::detail::cpu_runs_avx2() ? ", avx2" : "", build);
+  return build == "avx2" ? detail::cpu_cast_kernels_avx2() : detail::cpu_cast_kernels_default();
+}
+
 }  // namespace
 
 double float8_max(at::ScalarType dtype) {
@@ -81,6 +116,11 @@ Float8Tensor cast(const at::Tensor& x, const CastSpec& spec) {
   return run_cpu_cast(x, spec, /*transposed=*/false, widest_kernels());
 }
 
+Float8Values cast_values(const at::Tensor& x, const CastSpec& spec, bool transposed, const at::Tensor& scale) {
+  check_source(x, spec, transposed, "cast_values");
+  return run_cpu_cast_values(x, spec, transposed, widest_kernels(), scale);
+}
+
 Float8Tensor cast_transposed(const at::Tensor& x, const CastSpec& spec) {
   check_source(x, spec, true, "cast_transposed");
   if (x.is_cuda()) return detail::cuda_cast(x, spec, /*transposed=*/true);
@@ -97,11 +137,7 @@ at::Tensor tensor_amax(const at::Tensor& x) {
 
 Float8Tensor cast_with_scale(const at::Tensor& x, const at::Tensor& scale, at::ScalarType dtype) {
   check_source(x, {.dtype = dtype}, false, "cast_with_scale");
-  TITAN_CHECK_VALUE(scale.defined() && scale.numel() == 1 && scale.scalar_type() == at::kFloat,
-                    "[titan::float8::cast_with_scale] expected a one-element float32 scale, got {}.",
-                    scale.defined()
-                        ? fmt::format("{} elements of {}", scale.numel(), c10::toString(scale.scalar_type()))
-                        : std::string("an undefined tensor"));
+  check_scale(scale, "cast_with_scale");
   // The ops of reference::cast after its scale, which the fused kernels match bit for bit.
   const double max = float8_max(dtype);
   const at::Tensor s = scale.reshape({}).to(x.device());  // ()
@@ -115,10 +151,13 @@ std::vector<std::string> cpu_kernel_builds() { return titan::detail::cpu_runnabl
 Float8Tensor cpu_cast(const at::Tensor& x, const CastSpec& spec, bool transposed, std::string_view build) {
   check_source(x, spec, transposed || spec.scaling == Scaling::kRowwise, "detail::cpu_cast");
   TITAN_CHECK_VALUE(x.is_cpu(), "[titan::float8::detail::cpu_cast] expected a CPU tensor, got {}.", x.device().str());
-  TITAN_CHECK_VALUE(build == "default" || (build == "avx2" && titan::detail::cpu_runs_avx2()),
-                    "[titan::float8::detail::cpu_cast] expected a build this CPU runs (default{}), got \"{}\".",
-                    titan::detail::cpu_runs_avx2() ? ", avx2" : "", build);
-  return run_cpu_cast(x, spec, transposed, build == "avx2" ? cpu_cast_kernels_avx2() : cpu_cast_kernels_default());
+  return run_cpu_cast(x, spec, transposed, kernels_named(build, "cpu_cast"));
+}
+
+Float8Values cpu_cast_values(const at::Tensor& x, const CastSpec& spec, bool transposed, std::string_view build,
+                             const at::Tensor& scale) {
+  check_source(x, spec, transposed, "detail::cpu_cast_values");
+  return run_cpu_cast_values(x, spec, transposed, kernels_named(build, "cpu_cast_values"), scale);
 }
 
 }  // namespace detail
@@ -155,6 +194,15 @@ Float8Tensor cast(const at::Tensor& x, const CastSpec& spec) {
   const double max = float8_max(spec.dtype);
   const at::Tensor data = x.to(at::kFloat).mul(scale).clamp(-max, max).to(spec.dtype);
   return {.data = data.contiguous(), .scale = scale};
+}
+
+Float8Values cast_values(const at::Tensor& x, const CastSpec& spec, bool transposed, const at::Tensor& scale) {
+  check_source(x, spec, transposed, "reference::cast_values");
+  TITAN_CHECK_VALUE(spec.scaling == Scaling::kTensorwise,
+                    "[titan::float8::reference::cast_values] expected tensorwise scaling, got rowwise.");
+  const at::Tensor source = transposed ? x.t() : x;
+  const Float8Tensor q = scale.defined() ? cast_with_scale(source, scale, spec.dtype) : reference::cast(source, spec);
+  return {.values = q.data.to(at::kFloat).mul(q.scale.reciprocal().item<float>()).contiguous(), .scale = q.scale};
 }
 
 Float8Tensor cast_transposed(const at::Tensor& x, const CastSpec& spec) {

@@ -25,7 +25,15 @@ struct Operand {
   at::Tensor data{};   // (rows, cols) float8
   at::Tensor scale{};  // () or broadcastable to (rows, cols)
   bool rowwise = false;
+  at::Tensor values{};  // (rows, cols) float32 row-major, data / scale as the CPU GEMM reads it; instead of data
 };
+
+/// The operand of a CPU tensorwise GEMM made from t in one pass (float8::cast_values): the values
+/// cpu_tensorwise_mm would widen from the bytes, in the row-major layout it would give them.
+Operand values_of(const at::Tensor& t, const CastSpec& spec, bool transposed, const at::Tensor& scale = {}) {
+  Float8Values v = cast_values(t, spec, transposed, scale);
+  return {.scale = std::move(v.scale), .values = std::move(v.values)};
+}
 
 Operand transposed(const Float8Tensor& q, bool rowwise) {
   return {.data = q.data.t(), .scale = rowwise ? q.scale.t() : q.scale, .rowwise = rowwise};
@@ -37,11 +45,12 @@ Operand as_is(const Float8Tensor& q, bool rowwise) { return {.data = q.data, .sc
 /// to oneDNN's fp8 matmul on CPUs with AMX-INT8, which has no fast kernel for fp8 there (its reference
 /// loop: minutes per debug-model step); on every other CPU it runs this emulation. Computing it here
 /// gives every CPU the same bits and the fast fp32 GEMM.
-at::Tensor cpu_tensorwise_mm(const at::Tensor& a_data, const at::Tensor& b_data, const at::Tensor& a_inv,
-                             const at::Tensor& b_inv, at::ScalarType out_dtype) {
-  const at::Tensor a32 = at::mul(to_float(a_data), a_inv.item<float>());               // (M, K)
-  const at::Tensor b32 = at::mul(to_float(b_data.contiguous()), b_inv.item<float>());  // (K, N) row-major
-  return at::matmul(a32, b32).to(out_dtype);                                           // (M, N)
+at::Tensor cpu_tensorwise_mm(const Operand& a, const Operand& b, at::ScalarType out_dtype) {
+  const auto widened = [](const Operand& o) {  // (rows, cols) float32 row-major
+    if (o.values.defined()) return o.values;
+    return at::mul(to_float(o.data.contiguous()), o.scale.reciprocal().item<float>());
+  };
+  return at::matmul(widened(a), widened(b)).to(out_dtype);  // (M, N)
 }
 
 /// a @ b with float8 operands (torchao's float8_mm / addmm_float8_unwrapped). Emulated: dequantize
@@ -49,6 +58,10 @@ at::Tensor cpu_tensorwise_mm(const at::Tensor& a_data, const at::Tensor& b_data,
 /// column-major.
 at::Tensor scaled_mm(const Operand& a, const Operand& b, at::ScalarType out_dtype, bool use_fast_accum, bool emulate) {
   const bool rowwise = a.rowwise || b.rowwise;
+  if (a.values.defined() || b.values.defined()) {
+    TORCH_INTERNAL_ASSERT(!rowwise && !emulate, "float8 values operands are for CPU tensorwise GEMMs");
+    return cpu_tensorwise_mm(a, b, out_dtype);
+  }
   if (emulate || (rowwise && a.data.is_cpu())) {
     return at::mm(to_float(a.data).div(a.scale), to_float(b.data).div(b.scale)).to(out_dtype);
   }
@@ -59,7 +72,9 @@ at::Tensor scaled_mm(const Operand& a, const Operand& b, at::ScalarType out_dtyp
   // torchao: one operand tensorwise and the other rowwise -> repeat the tensorwise scale.
   if (rowwise && !a.rowwise) a_inv = a_inv.expand({a_data.size(0), 1}).contiguous();
   if (rowwise && !b.rowwise) b_inv = b_inv.expand({1, b_data.size(1)}).contiguous();
-  if (!rowwise && a_data.is_cpu()) return cpu_tensorwise_mm(a_data, b_data, a_inv, b_inv, out_dtype);
+  if (!rowwise && a_data.is_cpu()) {
+    return cpu_tensorwise_mm({.data = a_data, .scale = a.scale}, {.data = b_data, .scale = b.scale}, out_dtype);
+  }
   at::Tensor post;  // rowwise without fast accumulation: the tensorwise kernel, then the scales
   if (rowwise && !use_fast_accum) {
     post = a_inv * b_inv;
@@ -108,6 +123,11 @@ RecipeCasts casts_of(Recipe recipe) {
 
 bool is_rowwise(const CastSpec& spec) { return spec.scaling == Scaling::kRowwise; }
 
+/// Whether two casts of one tensor give the same scale and values.
+bool same_cast(const CastSpec& a, const CastSpec& b) {
+  return a.dtype == b.dtype && a.scaling == b.scaling && a.power_of_2_scales == b.power_of_2_scales;
+}
+
 // The tensor-parallel group whose shards' amaxes tensorwise casts reduce (WholeTensorScales).
 thread_local const dist::ProcessGroup* whole_tensor_group = nullptr;
 
@@ -120,6 +140,14 @@ struct GroupRef : torch::CustomClassHolder {
 // all-reduced (MAX) over it, so a shard gets the whole tensor's scale and bytes (torchao's float8 TP).
 struct Caster {
   const dist::ProcessGroup* group = nullptr;
+  bool emulate = false;
+
+  /// Whether a GEMM over t cast under spec and another operand cast under `other` can skip the float8
+  /// bytes: a CPU GEMM with both operands tensorwise, which reads float32 values anyway, with scales from
+  /// the tensors alone.
+  bool skips_bytes(const at::Tensor& t, const CastSpec& spec, const CastSpec& other) const {
+    return t.is_cpu() && !emulate && !is_rowwise(spec) && !is_rowwise(other) && group == nullptr;
+  }
 
   Float8Tensor whole(const at::Tensor& t, const CastSpec& spec) const {
     at::Tensor a = tensor_amax(t).reshape({1});  // (1)
@@ -138,7 +166,8 @@ struct Caster {
 
 Caster caster_of(AutogradContext* ctx) {
   const c10::IValue& g = ctx->saved_data["group"];
-  return {.group = g.isCapsule() ? &c10::static_intrusive_pointer_cast<GroupRef>(g.toCapsule())->group : nullptr};
+  return {.group = g.isCapsule() ? &c10::static_intrusive_pointer_cast<GroupRef>(g.toCapsule())->group : nullptr,
+          .emulate = ctx->saved_data["emulate"].toBool()};
 }
 
 class Float8Matmul : public torch::autograd::Function<Float8Matmul> {
@@ -164,9 +193,20 @@ class Float8Matmul : public torch::autograd::Function<Float8Matmul> {
     const RecipeCasts c = casts_of(static_cast<Recipe>(recipe));
     const at::Tensor x2 = x.reshape({-1, x.size(-1)});  // (M, K)
     // output = x (M, K) @ w^T (K, N): w is cast along K for each of its N rows.
-    const Operand a = as_is(cast(x2, c.input), is_rowwise(c.input));
-    const Operand b = w8.defined() ? transposed({.data = w8, .scale = w8_scale}, false)
-                                   : transposed(cast(w, c.weight), is_rowwise(c.weight));
+    const Operand a = cast.skips_bytes(x2, c.input, c.weight) ? values_of(x2, c.input, false)
+                                                              : as_is(cast(x2, c.input), is_rowwise(c.input));
+    // The backward casts x and w again under the same specs: their scales are kept (a tensorwise scale is
+    // a function of the tensor, which autograd's version check keeps unchanged), sparing two amax passes.
+    if (a.values.defined()) ctx->saved_data["x_scale"] = a.scale;
+    Operand b;  // (K, N)
+    if (w8.defined()) {
+      b = transposed({.data = w8, .scale = w8_scale}, false);
+    } else if (cast.skips_bytes(w, c.weight, c.input)) {
+      b = values_of(w, c.weight, /*transposed=*/true);
+      ctx->saved_data["w_scale"] = b.scale;
+    } else {
+      b = transposed(cast(w, c.weight), is_rowwise(c.weight));
+    }
     const at::Tensor y = scaled_mm(a, b, x.scalar_type(), /*use_fast_accum=*/true, emulate);  // (M, N)
     auto shape = x.sizes().vec();
     shape.back() = w.size(0);
@@ -196,7 +236,9 @@ class Float8Matmul : public torch::autograd::Function<Float8Matmul> {
 
     // grad_input (M, K) = grad_output (M, N) @ w (N, K): grad_output cast along N for each row; w along
     // N for each of its K columns (rowwise) or as a whole.
-    const Operand go_rows = as_is(cast(go, c.grad_output), is_rowwise(c.grad_output));
+    const Operand go_rows = cast.skips_bytes(go, c.grad_output, c.weight_for_grad_input)
+                                ? values_of(go, c.grad_output, false)
+                                : as_is(cast(go, c.grad_output), is_rowwise(c.grad_output));
     const CastSpec& wg = c.weight_for_grad_input;
     Operand w_cols;
     if (is_rowwise(wg)) {
@@ -206,6 +248,9 @@ class Float8Matmul : public torch::autograd::Function<Float8Matmul> {
     } else if (w8.defined()) {
       // Tensorwise: the same scale and bytes as the forward's weight cast.
       w_cols = {.data = emulate ? w8 : w8.t().contiguous().t(), .scale = w8_scale, .rowwise = false};
+    } else if (cast.skips_bytes(w, wg, c.grad_output)) {
+      // (N, K) row-major, as cpu_tensorwise_mm widens the column-major bytes.
+      w_cols = values_of(w, wg, false, same_cast(wg, c.weight) ? tensor_of("w_scale") : at::Tensor());
     } else if (emulate) {
       w_cols = as_is(cast(w, wg), false);  // (N, K) row-major, as torchao's emulated mm reads it
     } else {
@@ -224,6 +269,11 @@ class Float8Matmul : public torch::autograd::Function<Float8Matmul> {
       const Operand a{.data = got.data.t().contiguous().t(), .scale = got.scale, .rowwise = true};
       const Operand b{.data = xt.data.t().contiguous(), .scale = xt.scale.t(), .rowwise = true};
       grad_w = scaled_mm(a, b, dtype, /*use_fast_accum=*/false, emulate);
+    } else if (cast.skips_bytes(go, c.grad_output, c.input)) {
+      // torchao's operands, (N, M) and (M, K) row-major once cpu_tensorwise_mm widens them.
+      const at::Tensor go_scale = go_rows.values.defined() ? go_rows.scale : at::Tensor();
+      grad_w = scaled_mm(values_of(go, c.grad_output, true, go_scale),
+                         values_of(x2, c.input, false, tensor_of("x_scale")), dtype, false, emulate);
     } else if (emulate) {
       const Operand a = transposed(cast(go, c.grad_output), false);  // (N, M) column-major view
       const Operand b = as_is(cast(x2, c.input), false);             // (M, K) row-major

@@ -140,3 +140,88 @@ TEST_CASE("float8 cast: NaN in gives NaN out, and bad input is refused with the 
   CHECK_THAT(error_of([] { f8::cast_transposed(at::ones({4}), {}); }),
              Catch::Contains("expected a 2-D tensor (rows, cols), got 1 dims"));
 }
+
+namespace {
+
+/// Float32 values that sit on the float8 rounding decisions of `target` with scale 1: every float8
+/// value, each midpoint between neighbours (the ties), one float32 ulp either side of each, both signs,
+/// and the format's max as the amax (so the scale is exactly 1 and no value saturates).
+at::Tensor rounding_boundaries(at::ScalarType target) {
+  const at::Tensor grid = at::arange(256, at::kInt).to(at::kByte).view(target).to(at::kFloat);  // (256)
+  const at::Tensor finite = std::get<0>(at::sort(grid.masked_select(grid.isfinite() & (grid >= 0))));
+  const at::Tensor mid = (finite.slice(0, 0, -1) + finite.slice(0, 1)) / 2;  // exact in float32
+  const at::Tensor up = at::nextafter(mid, at::full_like(mid, 1e9));
+  const at::Tensor down = at::nextafter(mid, at::zeros_like(mid));
+  const at::Tensor positive = at::cat({finite, mid, up, down});
+  return at::cat({positive, -positive});
+}
+
+/// Same layout and bits; NaN matches any NaN (which payload comes out is not part of the contract, as for
+/// the codes, where every NaN is one code).
+bool same_values(const at::Tensor& a, const at::Tensor& b) {
+  if (a.sizes() != b.sizes() || a.strides() != b.strides()) return false;
+  const at::Tensor both_nan = a.isnan() & b.isnan();
+  return at::equal(a.view(at::kInt).masked_fill(both_nan, 0), b.view(at::kInt).masked_fill(both_nan, 0));
+}
+
+}  // namespace
+
+TEST_CASE("float8 cast_values: the float32 values of a cast equal widened bytes over the scale, bit for bit",
+          "[float8][cpu]") {
+  const std::vector<std::pair<int64_t, int64_t>> shapes = {{1, 1}, {3, 17}, {65, 130}, {200, 33}, {2, 4099}};
+  for (const std::string& build : f8::detail::cpu_kernel_builds()) {
+    for (auto source : {at::kFloat, at::kBFloat16, at::kHalf}) {
+      for (auto target : {at::kFloat8_e4m3fn, at::kFloat8_e5m2}) {
+        for (bool pow2 : {false, true}) {
+          for (bool transposed : {false, true}) {
+            for (const auto& [R, C] : shapes) {
+              const f8::CastSpec spec{.dtype = target, .power_of_2_scales = pow2};
+              const at::Tensor x = spread(R, C, source, static_cast<uint64_t>(R * 1000 + C + 7));
+              const auto got = f8::detail::cpu_cast_values(x, spec, transposed, build);
+              const auto want = f8::reference::cast_values(x, spec, transposed);
+              INFO(build << " " << c10::toString(source) << " -> " << c10::toString(target) << (pow2 ? " pow2" : "")
+                         << (transposed ? " transposed" : "") << " (" << R << ", " << C << ")");
+              REQUIRE(got.values.scalar_type() == at::kFloat);
+              REQUIRE(same_bytes(got.scale, want.scale));
+              REQUIRE(same_values(got.values, want.values));
+              // A given scale skips the amax: twice x's own, so values past half the amax saturate.
+              const at::Tensor twice = want.scale * 2;
+              const auto given = f8::detail::cpu_cast_values(x, spec, transposed, build, twice);
+              REQUIRE(same_bytes(given.scale, twice));
+              REQUIRE(same_values(given.values, f8::reference::cast_values(x, spec, transposed, twice).values));
+            }
+          }
+        }
+      }
+    }
+  }
+  // Every rounding decision of both formats, ties included, in a vector body and a scalar tail.
+  for (const std::string& build : f8::detail::cpu_kernel_builds()) {
+    for (auto target : {at::kFloat8_e4m3fn, at::kFloat8_e5m2}) {
+      INFO(build << " " << c10::toString(target));
+      const at::Tensor x = rounding_boundaries(target).view({1, -1});  // (1, n)
+      const f8::CastSpec spec{.dtype = target};
+      REQUIRE(f8::reference::cast(x, spec).scale.item<float>() == 1.0f);
+      const auto got = f8::detail::cpu_cast_values(x, spec, false, build);
+      CHECK(same_values(got.values, f8::reference::cast_values(x, spec).values));
+      CHECK(same_values(got.values, x.to(target).to(at::kFloat)));  // scale 1: ATen's own rounding
+    }
+  }
+}
+
+TEST_CASE("float8 cast_values: N-d shapes, NaN, empty tensors and rowwise refused", "[float8][cpu]") {
+  const at::Tensor x = at::randn({2, 3, 40});
+  const auto got = f8::cast_values(x, {});
+  CHECK(got.values.sizes() == x.sizes());
+  CHECK(same_values(got.values, f8::reference::cast_values(x, {}).values));
+  at::Tensor nan = at::randn({8, 32});
+  nan[3][5] = std::numeric_limits<float>::quiet_NaN();
+  CHECK(f8::cast_values(nan, {}).values.isnan().all().item<bool>());
+  const auto empty = f8::cast_values(at::empty({0, 16}), {}, /*transposed=*/true);
+  CHECK(empty.values.sizes() == at::IntArrayRef{16, 0});
+  CHECK(empty.scale.item<float>() == f8::cast(at::empty({0, 16}), {}).scale.item<float>());
+  CHECK_THAT(titan::test::error_of([] {
+               (void)f8::cast_values(at::ones({4, 4}), {.scaling = f8::Scaling::kRowwise});
+             }),
+             Catch::Contains("expected tensorwise scaling, got rowwise"));
+}

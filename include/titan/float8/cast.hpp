@@ -64,7 +64,26 @@ Float8Tensor cast_with_scale(const at::Tensor& x, const at::Tensor& scale, at::S
 /// the CPU float8 GEMMs' operand widening cost more than the GEMMs. Other devices: `data.to(at::kFloat)`.
 at::Tensor to_float(const at::Tensor& data);
 
+/// A tensorwise float8 cast seen as the float32 values a GEMM reads: values = float(data) * (1 / scale).
+struct Float8Values {
+  at::Tensor values{};  ///< float32: x's shape, or (C, R) row-major when transposed
+  at::Tensor scale{};   ///< () float32, the scale `cast` gives x
+};
+
+/// Bit for bit `to_float(cast(x).data) * reciprocal(scale)` (or of cast_transposed), in one amax pass and
+/// one pass over x with no float8 bytes in between: the operand of a float8 GEMM on a CPU, where ATen's
+/// `_scaled_mm` widens each operand so and runs a float32 GEMM. Tensorwise scaling only; x: float32,
+/// bfloat16 or float16 on CPU, 2-D when transposed. `scale`, a () float32 tensor, replaces x's own and
+/// skips the amax pass (the values are then those of cast_with_scale): e.g. the scale an earlier cast of
+/// the same x computed.
+Float8Values cast_values(const at::Tensor& x, const CastSpec& spec, bool transposed = false,
+                         const at::Tensor& scale = {});
+
 namespace reference {
+/// The plain ATen twin of float8::cast_values: reference::cast (or cast_transposed), widened, times
+/// the reciprocal scale.
+Float8Values cast_values(const at::Tensor& x, const CastSpec& spec, bool transposed = false,
+                         const at::Tensor& scale = {});
 /// The plain ATen twin of float8::cast: torchao's ops, one by one.
 Float8Tensor cast(const at::Tensor& x, const CastSpec& spec);
 /// The plain ATen twin of float8::cast_transposed: reference::cast(x^T), made contiguous.

@@ -17,4 +17,8 @@ std::vector<std::string> cpu_kernel_builds();
 /// float8::cast (transposed = false) or float8::cast_transposed (true) with the named build.
 Float8Tensor cpu_cast(const at::Tensor& x, const CastSpec& spec, bool transposed, std::string_view build);
 
+/// float8::cast_values with the named build.
+Float8Values cpu_cast_values(const at::Tensor& x, const CastSpec& spec, bool transposed, std::string_view build,
+                             const at::Tensor& scale = {});
+
 }  // namespace titan::float8::detail
