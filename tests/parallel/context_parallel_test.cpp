@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: BSD-3-Clause
-// Context parallelism against one rank: debugmodel (vocab 512, seq 64), 20 steps, fp32, Gloo, ranks
+// Context parallelism against one rank: the parity model (vocab 512, seq 64), 8 steps, fp32, Gloo, ranks
 // as threads, same tolerances as the other layouts (parity_check.hpp; the attention merge adds
 // log-sum-exp reordering, ~1e-6 relative). CP 2 and CP 4 with both K/V exchanges and headtail on and
 // off, document masking, FSDP 2 x CP 2, CP 2 x TP 2, CP 2 x PP 2, and the 4-D PP 2 x FSDP 2 x CP 2 x TP 2

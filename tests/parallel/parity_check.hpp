@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: BSD-3-Clause
 // Parallel layouts (FSDP, HSDP, DDP, TP, 2-D) against one rank: same seed (layout-invariant init),
-// same global batches, 20 steps of the parity model (parity_args) on Gloo with ranks as threads. Tolerance: fp32 sums
+// same global batches, 8 steps of the parity model (parity_args) on Gloo with ranks as threads (a sharding
+// error shows at step 1-2; 8 steps cover AdamW's first moments and warm state). Tolerance: fp32 sums
 // are reordered (each rank
 // sums its tokens, the collective sums ranks), ~1e-7 relative per reduction, which AdamW's division
 // by sqrt(v) amplifies on elements whose gradient is near rounding level (their update is
@@ -72,7 +73,8 @@ inline void check_parity(const dist::MeshShape& shape, const ParityRun& run = {}
       CHECK(at::allclose(r.weights[i], expected, 1e-4, kWeightAtol));
     }
   }
-  CHECK(ref.losses.back() < ref.losses.front() - 0.2);  // it really trained (dim 64: 6.74 -> 6.44 in 20 steps)
+  // It really trained: 6.748 -> 6.629 in 8 steps (2026-12-03), each step's loss also on a new batch.
+  CHECK(ref.losses.back() < ref.losses.front() - 0.05);
 }
 
 }  // namespace titan::test

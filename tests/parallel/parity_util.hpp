@@ -29,7 +29,7 @@ namespace titan::test {
 inline constexpr double kParityLr = 1e-3;
 
 struct ParityRun {
-  int64_t steps = 20;                                           ///< optimizer steps
+  int64_t steps = 8;                                            ///< optimizer steps
   int64_t global_batch = 8;                                     ///< sequences per step, split over dp ranks
   int64_t seq_len = 64;                                         ///< tokens per sequence
   int64_t accumulation = 1;                                     ///< microbatches per rank per step

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: BSD-3-Clause
 // Pipeline parallelism against one rank: every schedule at pp 2 and pp 4, and PP composed with FSDP
-// and TP, 20 steps of debugmodel (6 blocks; vocab 512) with ranks as threads; tolerances as in
+// and TP, 8 steps of the parity model (6 blocks; vocab 512) with ranks as threads; tolerances as in
 // parity_check.hpp (a microbatch of one sequence sums its tokens in another order than the whole batch).
 // Also: a part builds and initialises exactly the whole model's weights, and the plan's bad input.
 #include <ATen/ATen.h>

@@ -15,7 +15,7 @@ using namespace titan;
 using test::check_parity;
 using test::kFast;
 
-TEST_CASE("TP 2 matches one rank for 20 steps", "[parallel][tp][parity]") {
+TEST_CASE("TP 2 matches one rank for 8 steps", "[parallel][tp][parity]") {
   check_parity({.tp = 2}, {.sequence_parallel = false, .loss_parallel = false});
 }
 
