@@ -58,24 +58,69 @@ void check_scale(const at::Tensor& scale, const char* where) {
                         : std::string("an undefined tensor"));
 }
 
-Float8Values run_cpu_cast_values(const at::Tensor& x_in, const CastSpec& spec, bool transposed,
-                                 const detail::CpuCastKernels& k, const at::Tensor& scale) {
-  TITAN_CHECK_VALUE(spec.scaling == Scaling::kTensorwise,
-                    "[titan::float8::cast_values] expected tensorwise scaling, got rowwise. Use cast() and "
-                    "dequantize() for rowwise scales.");
-  TITAN_CHECK_VALUE(x_in.is_cpu(), "[titan::float8::cast_values] expected a CPU tensor, got {}.", x_in.device().str());
-  detail::CastOutput o = detail::prepare_cast(x_in, spec, transposed, /*codes=*/false);
-  const at::Tensor values = at::empty(transposed ? at::IntArrayRef{o.x.size(1), o.x.size(0)} : x_in.sizes(),
-                                      o.x.options().dtype(at::kFloat));  // x's shape or (C, R)
-  if (scale.defined()) {
-    check_scale(scale, "cast_values");
-    o.scale.fill_(scale.reshape({}).cpu());
-    o.args.scale_given = true;
+/// One request for the values of a cast.
+struct ValuesRequest {
+  ValuesLayout layout = ValuesLayout::kRows;
+  bool divide = false;  // float(code) / scale (dequantized_values), not times 1 / scale (cast_values)
+  at::Tensor scale{};   // a given tensorwise scale, or undefined
+};
+
+Float8Values run_cpu_values(const at::Tensor& x_in, const CastSpec& spec, const ValuesRequest& r,
+                            const detail::CpuCastKernels& k, const char* where) {
+  TITAN_CHECK_VALUE(x_in.is_cpu(), "[titan::float8::{}] expected a CPU tensor, got {}.", where, x_in.device().str());
+  const bool rowwise = spec.scaling == Scaling::kRowwise;
+  const at::Tensor x = x_in.dim() == 2 ? x_in.contiguous() : x_in.contiguous().view({1, -1});  // (R, C)
+  const int64_t R = x.size(0);
+  const int64_t C = x.size(1);
+  const bool transposed = r.layout == ValuesLayout::kTransposed;
+  const at::Tensor values = at::empty(transposed ? at::IntArrayRef{C, R} : x_in.sizes(),
+                                      x.options().dtype(at::kFloat));  // x's shape or (C, R)
+  detail::ValuesScales scales = detail::ValuesScales::kTensor;
+  at::Tensor scale = at::empty({}, x.options().dtype(at::kFloat));  // (), (R, 1), (C, 1) or (1, C)
+  if (rowwise && r.layout == ValuesLayout::kRows) {
+    scales = detail::ValuesScales::kRow;
+    scale = at::empty({R, 1}, x.options().dtype(at::kFloat));
+  } else if (rowwise) {
+    scales = detail::ValuesScales::kColumn;
+    scale = at::empty(transposed ? at::IntArrayRef{C, 1} : at::IntArrayRef{1, C}, x.options().dtype(at::kFloat));
   }
-  if (o.x.numel() == 0) return {.values = values, .scale = o.scale};
-  o.args.values = values.mutable_data_ptr<float>();
-  (transposed ? k.tensorwise_values_transposed : k.tensorwise_values)(o.args);
-  return {.values = values, .scale = o.scale};
+  if (r.scale.defined()) {
+    TITAN_CHECK_VALUE(!rowwise, "[titan::float8::{}] expected no given scale with rowwise scaling, got one.", where);
+    check_scale(r.scale, where);
+    scale.fill_(r.scale.reshape({}).cpu());
+  }
+  if (x.numel() == 0) {
+    if (!r.scale.defined()) scale.fill_(detail::scale_of_amax(0.0f, float8_max(spec.dtype), spec.power_of_2_scales));
+    return {.values = values, .scale = scale};
+  }
+  const detail::CastArgs args{
+      .x = x.data_ptr(),
+      .rows = R,
+      .cols = C,
+      .source = detail::source_of(x.scalar_type()),
+      .target = spec.dtype == at::kFloat8_e5m2 ? detail::Target::kE5M2 : detail::Target::kE4M3FN,
+      .power_of_2 = spec.power_of_2_scales,
+      .scale = scale.mutable_data_ptr<float>(),
+      .values = values.mutable_data_ptr<float>(),
+      .values_scales = scales,
+      .values_transposed = transposed,
+      .divide = r.divide,
+      .scale_given = r.scale.defined()};
+  k.values(args);
+  return {.values = values, .scale = scale};
+}
+
+void check_values_source(const at::Tensor& x, const CastSpec& spec, ValuesLayout layout, const char* where) {
+  check_source(x, spec, layout != ValuesLayout::kRows || spec.scaling == Scaling::kRowwise, where);
+}
+
+ValuesLayout layout_of(bool transposed) { return transposed ? ValuesLayout::kTransposed : ValuesLayout::kRows; }
+
+void check_tensorwise(const CastSpec& spec, const char* where) {
+  TITAN_CHECK_VALUE(spec.scaling == Scaling::kTensorwise,
+                    "[titan::float8::{}] expected tensorwise scaling, got rowwise. Use dequantized_values() for "
+                    "rowwise scales.",
+                    where);
 }
 
 const detail::CpuCastKernels& kernels_named(std::string_view build, const char* where) {
@@ -117,8 +162,14 @@ Float8Tensor cast(const at::Tensor& x, const CastSpec& spec) {
 }
 
 Float8Values cast_values(const at::Tensor& x, const CastSpec& spec, bool transposed, const at::Tensor& scale) {
-  check_source(x, spec, transposed, "cast_values");
-  return run_cpu_cast_values(x, spec, transposed, widest_kernels(), scale);
+  check_values_source(x, spec, layout_of(transposed), "cast_values");
+  check_tensorwise(spec, "cast_values");
+  return run_cpu_values(x, spec, {.layout = layout_of(transposed), .scale = scale}, widest_kernels(), "cast_values");
+}
+
+Float8Values dequantized_values(const at::Tensor& x, const CastSpec& spec, ValuesLayout layout) {
+  check_values_source(x, spec, layout, "dequantized_values");
+  return run_cpu_values(x, spec, {.layout = layout, .divide = true}, widest_kernels(), "dequantized_values");
 }
 
 Float8Tensor cast_transposed(const at::Tensor& x, const CastSpec& spec) {
@@ -156,8 +207,17 @@ Float8Tensor cpu_cast(const at::Tensor& x, const CastSpec& spec, bool transposed
 
 Float8Values cpu_cast_values(const at::Tensor& x, const CastSpec& spec, bool transposed, std::string_view build,
                              const at::Tensor& scale) {
-  check_source(x, spec, transposed, "detail::cpu_cast_values");
-  return run_cpu_cast_values(x, spec, transposed, kernels_named(build, "cpu_cast_values"), scale);
+  check_values_source(x, spec, layout_of(transposed), "detail::cpu_cast_values");
+  check_tensorwise(spec, "detail::cpu_cast_values");
+  return run_cpu_values(x, spec, {.layout = layout_of(transposed), .scale = scale},
+                        kernels_named(build, "cpu_cast_values"), "detail::cpu_cast_values");
+}
+
+Float8Values cpu_dequantized_values(const at::Tensor& x, const CastSpec& spec, ValuesLayout layout,
+                                    std::string_view build) {
+  check_values_source(x, spec, layout, "detail::cpu_dequantized_values");
+  return run_cpu_values(x, spec, {.layout = layout, .divide = true}, kernels_named(build, "cpu_dequantized_values"),
+                        "detail::cpu_dequantized_values");
 }
 
 }  // namespace detail
@@ -196,10 +256,22 @@ Float8Tensor cast(const at::Tensor& x, const CastSpec& spec) {
   return {.data = data.contiguous(), .scale = scale};
 }
 
+Float8Values dequantized_values(const at::Tensor& x, const CastSpec& spec, ValuesLayout layout) {
+  check_values_source(x, spec, layout, "reference::dequantized_values");
+  if (layout == ValuesLayout::kRows) {
+    const Float8Tensor q = reference::cast(x, spec);
+    return {.values = q.data.to(at::kFloat).div(q.scale), .scale = q.scale};
+  }
+  const Float8Tensor q = reference::cast_transposed(x, spec);  // (C, R), scales () or (C, 1)
+  if (layout == ValuesLayout::kTransposed) return {.values = q.data.to(at::kFloat).div(q.scale), .scale = q.scale};
+  // x's layout: the bytes made row-major (R, C) first, the scales a row (1, C), as the emulated GEMMs read them.
+  const at::Tensor scale = spec.scaling == Scaling::kRowwise ? q.scale.t() : q.scale;
+  return {.values = q.data.t().contiguous().to(at::kFloat).div(scale), .scale = scale};
+}
+
 Float8Values cast_values(const at::Tensor& x, const CastSpec& spec, bool transposed, const at::Tensor& scale) {
-  check_source(x, spec, transposed, "reference::cast_values");
-  TITAN_CHECK_VALUE(spec.scaling == Scaling::kTensorwise,
-                    "[titan::float8::reference::cast_values] expected tensorwise scaling, got rowwise.");
+  check_values_source(x, spec, layout_of(transposed), "reference::cast_values");
+  check_tensorwise(spec, "reference::cast_values");
   const at::Tensor source = transposed ? x.t() : x;
   const Float8Tensor q = scale.defined() ? cast_with_scale(source, scale, spec.dtype) : reference::cast(source, spec);
   return {.values = q.data.to(at::kFloat).mul(q.scale.reciprocal().item<float>()).contiguous(), .scale = q.scale};

@@ -29,14 +29,13 @@ inline Source source_of(at::ScalarType t) {
 
 /// Allocates the result of casting x_in (checked by the caller) under spec. An empty source gets the
 /// scale of amax 0 here, as the kernels would give, and nothing is left to run (`x.numel() == 0`).
-/// With codes = false no float8 buffer is allocated (`data` stays undefined, `args.out` null).
-inline CastOutput prepare_cast(const at::Tensor& x_in, const CastSpec& spec, bool transposed, bool codes = true) {
+inline CastOutput prepare_cast(const at::Tensor& x_in, const CastSpec& spec, bool transposed) {
   CastOutput o;
   o.x = x_in.dim() == 2 ? x_in.contiguous() : x_in.contiguous().view({1, -1});  // (R, C)
   const int64_t R = o.x.size(0);
   const int64_t C = o.x.size(1);
   o.rowwise = spec.scaling == Scaling::kRowwise;
-  if (codes) o.data = at::empty(transposed ? at::IntArrayRef{C, R} : x_in.sizes(), o.x.options().dtype(spec.dtype));
+  o.data = at::empty(transposed ? at::IntArrayRef{C, R} : x_in.sizes(), o.x.options().dtype(spec.dtype));
   const int64_t scales = o.rowwise ? (transposed ? C : R) : 1;
   o.scale = at::empty(o.rowwise ? at::IntArrayRef{scales, 1} : at::IntArrayRef{}, o.x.options().dtype(at::kFloat));
   o.args = {.x = o.x.data_ptr(),
@@ -45,7 +44,7 @@ inline CastOutput prepare_cast(const at::Tensor& x_in, const CastSpec& spec, boo
             .source = source_of(o.x.scalar_type()),
             .target = spec.dtype == at::kFloat8_e5m2 ? Target::kE5M2 : Target::kE4M3FN,
             .power_of_2 = spec.power_of_2_scales,
-            .out = codes ? static_cast<uint8_t*>(o.data.data_ptr()) : nullptr,
+            .out = static_cast<uint8_t*>(o.data.data_ptr()),
             .scale = o.scale.data_ptr<float>()};
   if (o.x.numel() == 0) o.scale.fill_(scale_of_amax(0.0f, float8_max(spec.dtype), spec.power_of_2_scales));
   return o;

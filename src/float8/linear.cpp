@@ -35,6 +35,16 @@ Operand values_of(const at::Tensor& t, const CastSpec& spec, bool transposed, co
   return {.scale = std::move(v.scale), .values = std::move(v.values)};
 }
 
+/// The operand of an emulated CPU GEMM made from t in one pass (float8::dequantized_values): what
+/// to_float(data).div(scale) gives the emulation, in its layout; `view_t` hands it over as its transpose
+/// (a column-major view, as the emulation's transposed operands are).
+Operand dequantized_of(const at::Tensor& t, const CastSpec& spec, ValuesLayout layout, bool view_t = false) {
+  Float8Values v = dequantized_values(t, spec, layout);
+  return {.scale = std::move(v.scale),
+          .rowwise = spec.scaling == Scaling::kRowwise,
+          .values = view_t ? v.values.t() : std::move(v.values)};
+}
+
 Operand transposed(const Float8Tensor& q, bool rowwise) {
   return {.data = q.data.t(), .scale = rowwise ? q.scale.t() : q.scale, .rowwise = rowwise};
 }
@@ -58,13 +68,14 @@ at::Tensor cpu_tensorwise_mm(const Operand& a, const Operand& b, at::ScalarType 
 /// column-major.
 at::Tensor scaled_mm(const Operand& a, const Operand& b, at::ScalarType out_dtype, bool use_fast_accum, bool emulate) {
   const bool rowwise = a.rowwise || b.rowwise;
-  if (a.values.defined() || b.values.defined()) {
-    TORCH_INTERNAL_ASSERT(!rowwise && !emulate, "float8 values operands are for CPU tensorwise GEMMs");
-    return cpu_tensorwise_mm(a, b, out_dtype);
+  const bool cpu = a.values.defined() || b.values.defined() || a.data.is_cpu();
+  if (emulate || (rowwise && cpu)) {
+    const auto dequantized = [](const Operand& o) {
+      return o.values.defined() ? o.values : to_float(o.data).div(o.scale);
+    };
+    return at::mm(dequantized(a), dequantized(b)).to(out_dtype);
   }
-  if (emulate || (rowwise && a.data.is_cpu())) {
-    return at::mm(to_float(a.data).div(a.scale), to_float(b.data).div(b.scale)).to(out_dtype);
-  }
+  if (a.values.defined() || b.values.defined()) return cpu_tensorwise_mm(a, b, out_dtype);
   const at::Tensor a_data = a.data.stride(1) == 1 ? a.data : a.data.contiguous();
   const at::Tensor b_data = b.data.stride(0) == 1 ? b.data : b.data.t().contiguous().t();
   at::Tensor a_inv = a.scale.reciprocal();
@@ -148,6 +159,11 @@ struct Caster {
   bool skips_bytes(const at::Tensor& t, const CastSpec& spec, const CastSpec& other) const {
     return t.is_cpu() && !emulate && !is_rowwise(spec) && !is_rowwise(other) && group == nullptr;
   }
+  /// The same for an emulated GEMM (emulate, or rowwise scales on CPU): its operands are dequantized
+  /// values, which dequantized_values makes straight from the tensors.
+  bool dequantizes(const at::Tensor& t, const CastSpec& spec, const CastSpec& other) const {
+    return t.is_cpu() && (emulate || is_rowwise(spec) || is_rowwise(other)) && group == nullptr;
+  }
 
   Float8Tensor whole(const at::Tensor& t, const CastSpec& spec) const {
     at::Tensor a = tensor_amax(t).reshape({1});  // (1)
@@ -193,17 +209,25 @@ class Float8Matmul : public torch::autograd::Function<Float8Matmul> {
     const RecipeCasts c = casts_of(static_cast<Recipe>(recipe));
     const at::Tensor x2 = x.reshape({-1, x.size(-1)});  // (M, K)
     // output = x (M, K) @ w^T (K, N): w is cast along K for each of its N rows.
-    const Operand a = cast.skips_bytes(x2, c.input, c.weight) ? values_of(x2, c.input, false)
-                                                              : as_is(cast(x2, c.input), is_rowwise(c.input));
-    // The backward casts x and w again under the same specs: their scales are kept (a tensorwise scale is
-    // a function of the tensor, which autograd's version check keeps unchanged), sparing two amax passes.
-    if (a.values.defined()) ctx->saved_data["x_scale"] = a.scale;
+    Operand a;  // (M, K)
+    if (cast.skips_bytes(x2, c.input, c.weight)) {
+      a = values_of(x2, c.input, false);
+      // The backward casts x and w again under the same specs: their scales are kept (a tensorwise scale
+      // is a function of the tensor, which autograd's version check keeps unchanged), sparing two amax passes.
+      ctx->saved_data["x_scale"] = a.scale;
+    } else if (cast.dequantizes(x2, c.input, c.weight)) {
+      a = dequantized_of(x2, c.input, ValuesLayout::kRows);
+    } else {
+      a = as_is(cast(x2, c.input), is_rowwise(c.input));
+    }
     Operand b;  // (K, N)
     if (w8.defined()) {
       b = transposed({.data = w8, .scale = w8_scale}, false);
     } else if (cast.skips_bytes(w, c.weight, c.input)) {
       b = values_of(w, c.weight, /*transposed=*/true);
       ctx->saved_data["w_scale"] = b.scale;
+    } else if (cast.dequantizes(w, c.weight, c.input)) {
+      b = dequantized_of(w, c.weight, ValuesLayout::kRows, /*view_t=*/true);  // the (K, N) view of w's values
     } else {
       b = transposed(cast(w, c.weight), is_rowwise(c.weight));
     }
@@ -236,12 +260,27 @@ class Float8Matmul : public torch::autograd::Function<Float8Matmul> {
 
     // grad_input (M, K) = grad_output (M, N) @ w (N, K): grad_output cast along N for each row; w along
     // N for each of its K columns (rowwise) or as a whole.
-    const Operand go_rows = cast.skips_bytes(go, c.grad_output, c.weight_for_grad_input)
-                                ? values_of(go, c.grad_output, false)
-                                : as_is(cast(go, c.grad_output), is_rowwise(c.grad_output));
     const CastSpec& wg = c.weight_for_grad_input;
-    Operand w_cols;
-    if (is_rowwise(wg)) {
+    Operand go_rows;  // (M, N)
+    if (cast.skips_bytes(go, c.grad_output, wg)) {
+      go_rows = values_of(go, c.grad_output, false);
+    } else if (cast.dequantizes(go, c.grad_output, wg)) {
+      go_rows = dequantized_of(go, c.grad_output, ValuesLayout::kRows);
+    } else {
+      go_rows = as_is(cast(go, c.grad_output), is_rowwise(c.grad_output));
+    }
+    Operand w_cols;  // (N, K)
+    if (!w8.defined() && cast.dequantizes(w, wg, c.grad_output)) {
+      // The layouts of the branches below: w's bytes cast per column made row-major (rowwise), w row-major
+      // (emulated tensorwise), or w^T's bytes seen as (N, K) (tensorwise beside a rowwise grad_output).
+      if (is_rowwise(wg)) {
+        w_cols = dequantized_of(w, wg, ValuesLayout::kColumns);
+      } else if (emulate) {
+        w_cols = dequantized_of(w, wg, ValuesLayout::kRows);
+      } else {
+        w_cols = dequantized_of(w, wg, ValuesLayout::kTransposed, /*view_t=*/true);
+      }
+    } else if (is_rowwise(wg)) {
       // torchao's operand is (N, K) row-major with one scale per column.
       const Float8Tensor wt = cast_transposed(w, wg);  // (K, N), scales (K, 1)
       w_cols = {.data = wt.data.t().contiguous(), .scale = wt.scale.t(), .rowwise = true};
@@ -269,6 +308,12 @@ class Float8Matmul : public torch::autograd::Function<Float8Matmul> {
       const Operand a{.data = got.data.t().contiguous().t(), .scale = got.scale, .rowwise = true};
       const Operand b{.data = xt.data.t().contiguous(), .scale = xt.scale.t(), .rowwise = true};
       grad_w = scaled_mm(a, b, dtype, /*use_fast_accum=*/false, emulate);
+    } else if (cast.dequantizes(go, c.grad_output, c.input)) {
+      // torchao's operands: grad_output^T column-major and x row-major, with per-column scales (rowwise)
+      // or one scale (emulated tensorwise).
+      const ValuesLayout cols = is_rowwise(c.grad_output) ? ValuesLayout::kColumns : ValuesLayout::kRows;
+      grad_w = scaled_mm(dequantized_of(go, c.grad_output, cols, /*view_t=*/true), dequantized_of(x2, c.input, cols),
+                         dtype, false, emulate);
     } else if (cast.skips_bytes(go, c.grad_output, c.input)) {
       // torchao's operands, (N, M) and (M, K) row-major once cpu_tensorwise_mm widens them.
       const at::Tensor go_scale = go_rows.values.defined() ? go_rows.scale : at::Tensor();

@@ -225,3 +225,43 @@ TEST_CASE("float8 cast_values: N-d shapes, NaN, empty tensors and rowwise refuse
              }),
              Catch::Contains("expected tensorwise scaling, got rowwise"));
 }
+
+TEST_CASE("float8 dequantized_values: the emulated GEMMs' operands, per tensor, row or column, bit for bit",
+          "[float8][cpu]") {
+  const std::vector<std::pair<int64_t, int64_t>> shapes = {{1, 1}, {3, 17}, {65, 130}, {200, 33}, {2, 4099}};
+  const std::vector<std::pair<f8::ValuesLayout, const char*>> layouts = {{f8::ValuesLayout::kRows, "rows"},
+                                                                         {f8::ValuesLayout::kTransposed, "transposed"},
+                                                                         {f8::ValuesLayout::kColumns, "columns"}};
+  for (const std::string& build : f8::detail::cpu_kernel_builds()) {
+    for (auto source : {at::kFloat, at::kBFloat16, at::kHalf}) {
+      for (auto target : {at::kFloat8_e4m3fn, at::kFloat8_e5m2}) {
+        for (auto scaling : {f8::Scaling::kTensorwise, f8::Scaling::kRowwise}) {
+          for (bool pow2 : {false, true}) {
+            for (const auto& [layout, name] : layouts) {
+              for (const auto& [R, C] : shapes) {
+                const f8::CastSpec spec{.dtype = target, .scaling = scaling, .power_of_2_scales = pow2};
+                const at::Tensor x = spread(R, C, source, static_cast<uint64_t>(R * 1000 + C + 11));
+                const auto got = f8::detail::cpu_dequantized_values(x, spec, layout, build);
+                const auto want = f8::reference::dequantized_values(x, spec, layout);
+                INFO(build << " " << c10::toString(source) << " -> " << c10::toString(target)
+                           << (scaling == f8::Scaling::kRowwise ? " rowwise" : " tensorwise") << (pow2 ? " pow2" : "")
+                           << " " << name << " (" << R << ", " << C << ")");
+                REQUIRE(got.scale.sizes() == want.scale.sizes());
+                REQUIRE(same_bytes(got.scale.contiguous(), want.scale.contiguous()));
+                REQUIRE(same_values(got.values, want.values));
+              }
+            }
+          }
+        }
+      }
+    }
+  }
+  // Every rounding decision of both formats, divided by a scale of exactly 1.
+  for (const std::string& build : f8::detail::cpu_kernel_builds()) {
+    for (auto target : {at::kFloat8_e4m3fn, at::kFloat8_e5m2}) {
+      const at::Tensor x = rounding_boundaries(target).view({1, -1});  // (1, n)
+      const auto got = f8::detail::cpu_dequantized_values(x, {.dtype = target}, f8::ValuesLayout::kRows, build);
+      CHECK(same_values(got.values, x.to(target).to(at::kFloat)));
+    }
+  }
+}

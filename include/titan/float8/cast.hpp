@@ -79,7 +79,23 @@ struct Float8Values {
 Float8Values cast_values(const at::Tensor& x, const CastSpec& spec, bool transposed = false,
                          const at::Tensor& scale = {});
 
+/// Which cast dequantized_values takes the values of, and their layout.
+enum class ValuesLayout {
+  kRows,        ///< of cast(x, spec): (R, C); one scale, or one per row of x
+  kTransposed,  ///< of cast_transposed(x, spec): (C, R); one scale, or one per column of x
+  kColumns,     ///< of cast_transposed(x, spec), laid out as x: (R, C) row-major; one scale, or (1, C)
+};
+
+/// Bit for bit `to_float(q.data).div(q.scale)` for q the cast `layout` names, the kColumns bytes made
+/// row-major first and their scales a row: the operands of the emulated float8 GEMMs (torchao's
+/// emulation, and rowwise scales on CPU), in the layouts those GEMMs read, from x in one pass per scale
+/// kind (an amax pass for tensorwise and per-column scales; a row's amax while it is in cache). x:
+/// float32, bfloat16 or float16 on CPU; 2-D unless tensorwise kRows.
+Float8Values dequantized_values(const at::Tensor& x, const CastSpec& spec, ValuesLayout layout = ValuesLayout::kRows);
+
 namespace reference {
+/// The plain ATen twin of float8::dequantized_values.
+Float8Values dequantized_values(const at::Tensor& x, const CastSpec& spec, ValuesLayout layout = ValuesLayout::kRows);
 /// The plain ATen twin of float8::cast_values: reference::cast (or cast_transposed), widened, times
 /// the reciprocal scale.
 Float8Values cast_values(const at::Tensor& x, const CastSpec& spec, bool transposed = false,

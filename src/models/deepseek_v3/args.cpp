@@ -13,6 +13,17 @@ double DeepSeekV3Args::softmax_mscale(int64_t seq_len) const {
 }
 
 namespace {
+// debugmodel's routing, which tiny keeps: 8 experts (2 shared), softmax scores, top 3. A function, not a
+// global: the flavor table may be built during another file's static initialisation.
+nn::MoEArgs debug_routing() {
+  return {.num_experts = 8,
+          .num_shared_experts = 2,
+          .score_func = "softmax",
+          .route_norm = false,
+          .score_before_experts = false,
+          .top_k = 3};
+}
+
 const models::FlavorTable<DeepSeekV3Args>& flavors() {
   // torchtitan 0.2.2's deepseekv3_args; its MLA dims (kv_lora_rank 512, qk 128 + 64, v 128) are the defaults.
   static const models::FlavorTable<DeepSeekV3Args> table = {
@@ -24,12 +35,7 @@ const models::FlavorTable<DeepSeekV3Args>& flavors() {
         .vocab_size = 2048,
         .inter_dim = 1024,
         .moe_inter_dim = 256,
-        .moe = {.num_experts = 8,
-                .num_shared_experts = 2,
-                .score_func = "softmax",
-                .route_norm = false,
-                .score_before_experts = false,
-                .top_k = 3},
+        .moe = debug_routing(),
         .mscale = 0.70}},
       // titan's own: the smallest model on every DeepSeek-V3 path (a dense layer, MoE layers with shared
       // experts, MLA with a latent and a rope part), for parity tests on small machines.
@@ -41,12 +47,7 @@ const models::FlavorTable<DeepSeekV3Args>& flavors() {
         .vocab_size = 2048,
         .inter_dim = 128,
         .moe_inter_dim = 64,
-        .moe = {.num_experts = 8,
-                .num_shared_experts = 2,
-                .score_func = "softmax",
-                .route_norm = false,
-                .score_before_experts = false,
-                .top_k = 3},
+        .moe = debug_routing(),
         .kv_lora_rank = 32,
         .qk_nope_head_dim = 16,
         .qk_rope_head_dim = 8,

@@ -21,4 +21,8 @@ Float8Tensor cpu_cast(const at::Tensor& x, const CastSpec& spec, bool transposed
 Float8Values cpu_cast_values(const at::Tensor& x, const CastSpec& spec, bool transposed, std::string_view build,
                              const at::Tensor& scale = {});
 
+/// float8::dequantized_values with the named build.
+Float8Values cpu_dequantized_values(const at::Tensor& x, const CastSpec& spec, ValuesLayout layout,
+                                    std::string_view build);
+
 }  // namespace titan::float8::detail
