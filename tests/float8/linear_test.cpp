@@ -4,6 +4,7 @@
 #include <ATen/ATen.h>
 
 #include "test_util.hpp"
+#include "titan/float8/cast.hpp"
 #include "titan/float8/linear.hpp"
 
 namespace f8 = titan::float8;
@@ -66,4 +67,41 @@ TEST_CASE("Float8Linear: a Linear with a dim not divisible by 16 or a filtered n
         "its name contains filter_fqns entry \"output\"");
   CHECK(f8::should_convert_to_float8("layers.1.attention.wo", 256, 256, {"output"}));
   CHECK_FALSE(f8::should_convert_to_float8("layers.1.attention.wo", 250, 256));
+}
+
+TEST_CASE("Float8Linear on CPU: rowwise GEMMs are the emulated ones whatever emulate says, bit for bit",
+          "[float8][cpu]") {
+  // The oracle test covers the emulated rowwise recipes against torchao; on CPU, where _scaled_mm takes no
+  // rowwise scales, emulate = false must run the same arithmetic in the same operand layouts.
+  at::manual_seed(11);
+  const at::Tensor x0 = at::randn({3, 16, 64});
+  const at::Tensor w0 = at::randn({48, 64}) / 8.0;
+  const at::Tensor go = at::randn({3, 16, 48});
+  for (auto recipe : {f8::Recipe::kRowwise, f8::Recipe::kRowwiseWithGwHp}) {
+    std::vector<at::Tensor> results[2];  // y, grad_x, grad_w, for emulate false and true
+    for (bool emulate : {false, true}) {
+      const at::Tensor x = x0.clone().requires_grad_(true);
+      const at::Tensor w = w0.clone().requires_grad_(true);
+      const at::Tensor y = f8::float8_linear(x, w, {.recipe = recipe, .emulate = emulate});
+      y.backward(go);
+      results[emulate ? 1 : 0] = {y.detach(), x.grad(), w.grad()};
+    }
+    INFO(f8::recipe_name(recipe));
+    // The forward from float8 bytes, as the emulation computes it: x per row, w per output row (its
+    // transpose a column-major view), each widened and divided by its scales.
+    const f8::CastSpec rows{.scaling = f8::Scaling::kRowwise, .power_of_2_scales = true};
+    const f8::Float8Tensor qx = f8::cast(x0.reshape({-1, 64}), rows);  // (48, 64), scales (48, 1)
+    const f8::Float8Tensor qw = f8::cast(w0, rows);                    // (48, 64), scales (48, 1)
+    const at::Tensor y_bytes = at::mm(f8::to_float(qx.data).div(qx.scale), f8::to_float(qw.data.t()).div(qw.scale.t()));
+    CHECK(at::equal(results[0][0].reshape({-1, 48}), y_bytes));
+    CHECK(at::equal(results[0][0], results[1][0]));
+    CHECK(at::equal(results[0][2], results[1][2]));
+    if (recipe == f8::Recipe::kRowwise) {
+      CHECK(at::equal(results[0][1], results[1][1]));
+    } else {
+      // rowwise_with_gw_hp's tensorwise weight reaches the grad_input GEMM column-major without emulate
+      // (torchao's _scaled_mm layout) and row-major with it: the same values, summed in another order.
+      CHECK(at::allclose(results[0][1], results[1][1], 1e-5, 1e-6));
+    }
+  }
 }
