@@ -2,13 +2,18 @@
 #include "titan/nn/bf16_gemm.hpp"
 
 #include <ATen/ATen.h>
+#include <ATen/CPUGeneratorImpl.h>
 #include <c10/core/impl/LocalDispatchKeySet.h>
 #include <fmt/format.h>
 #include <torch/csrc/autograd/function.h>
 #include <torch/csrc/autograd/functions/utils.h>
 
+#include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cstdlib>
+#include <optional>
+#include <vector>
 
 #include "titan/core/cpu_info.hpp"
 #include "titan/core/error.hpp"
@@ -71,21 +76,60 @@ std::string setting() {
   return text == nullptr ? "" : text;
 }
 
+// The timing the auto choice made, if it made one (for the start-up line).
+std::optional<Bf16GemmTiming>& measured() {
+  static std::optional<Bf16GemmTiming> timing;
+  return timing;
+}
+
 std::atomic<Bf16Gemm>& choice() {
-  static std::atomic<Bf16Gemm> value = choose_bf16_gemm(setting(), cpu_info().amx_bf16);
+  static std::atomic<Bf16Gemm> value = choose_bf16_gemm(setting(), cpu_info(), [] {
+    measured() = time_bf16_gemms();
+    return *measured();
+  });
   return value;
+}
+
+template <class Mm>
+double median_seconds(const at::Tensor& a, const at::Tensor& b, Mm&& mm) {
+  constexpr int kRuns = 3;
+  (void)mm(a, b);  // warm-up: oneDNN creates its primitive, the pages of the output are touched
+  std::vector<double> seconds;
+  for (int i = 0; i < kRuns; ++i) {
+    const auto start = std::chrono::steady_clock::now();
+    (void)mm(a, b);
+    seconds.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+  }
+  std::sort(seconds.begin(), seconds.end());
+  return seconds[kRuns / 2];
 }
 
 }  // namespace
 
-Bf16Gemm choose_bf16_gemm(const std::string& setting, bool cpu_has_amx_bf16) {
+Bf16GemmTiming time_bf16_gemms(int64_t n) {
+  const at::NoGradGuard no_grad;
+  const NoAutocast no_autocast;
+  // A generator of its own: the choice is made at a moment no run controls, and must not move the
+  // training's random stream (checkpointed, and equal across replicas).
+  const at::Generator gen = at::make_generator<at::CPUGeneratorImpl>(/*seed=*/0);
+  const at::Tensor a = at::randn({n, n}, gen).to(at::kBFloat16);  // (n, n)
+  const at::Tensor b = at::randn({n, n}, gen).to(at::kBFloat16);  // (n, n)
+  return {.n = n,
+          .native_s = median_seconds(a, b, [](const at::Tensor& x, const at::Tensor& y) { return at::mm(x, y); }),
+          .widened_s = median_seconds(a, b, widened_product)};
+}
+
+Bf16Gemm choose_bf16_gemm(const std::string& setting, const CpuInfo& cpu, const std::function<Bf16GemmTiming()>& time) {
   if (setting == "native") return Bf16Gemm::native;
   if (setting == "widened") return Bf16Gemm::widened;
   TITAN_CHECK_VALUE(setting.empty() || setting == "auto",
                     "[titan::nn::bf16_gemm] expected TITAN_BF16_GEMM to be auto, native or widened, got '{}'. "
                     "Unset it to let titan choose by the CPU.",
                     setting);
-  return cpu_has_amx_bf16 ? Bf16Gemm::native : Bf16Gemm::widened;
+  if (cpu.amx_bf16) return Bf16Gemm::native;
+  if (!cpu.avx512_bf16) return Bf16Gemm::widened;
+  const Bf16GemmTiming t = time();
+  return t.native_s <= t.widened_s ? Bf16Gemm::native : Bf16Gemm::widened;
 }
 
 Bf16Gemm bf16_gemm() { return choice().load(std::memory_order_relaxed); }
@@ -94,11 +138,18 @@ void set_bf16_gemm(Bf16Gemm value) { choice().store(value, std::memory_order_rel
 
 std::string describe_bf16_gemm() {
   const std::string text = setting();
-  const std::string why = !text.empty() && text != "auto"
-                              ? fmt::format("TITAN_BF16_GEMM={}", text)
-                              : (cpu_info().amx_bf16 ? "the CPU has AMX-BF16" : "the CPU has no AMX-BF16");
-  return bf16_gemm() == Bf16Gemm::native
-             ? fmt::format("bf16 GEMMs on CPU: ATen's bf16 kernel ({})", why)
+  const Bf16Gemm chosen = bf16_gemm();  // makes the choice (and its timing) first
+  std::string why;
+  if (!text.empty() && text != "auto") {
+    why = fmt::format("TITAN_BF16_GEMM={}", text);
+  } else if (const auto& t = measured()) {
+    why = fmt::format("AVX512-BF16 without AMX, timed at ({0}, {0}): ATen's bf16 kernel {1:.2f} ms, widened {2:.2f} ms",
+                      t->n, 1e3 * t->native_s, 1e3 * t->widened_s);
+  } else {
+    why = cpu_info().amx_bf16 ? "the CPU has AMX-BF16" : "the CPU has no AVX512-BF16 or AMX-BF16";
+  }
+  return chosen == Bf16Gemm::native
+             ? fmt::format("bf16 GEMMs on CPU: ATen's bf16 kernel ({}; TITAN_BF16_GEMM=widened to widen them)", why)
              : fmt::format(
                    "bf16 GEMMs on CPU: widened, fp32 GEMMs over the bf16 values, rounded to bf16 ({}; "
                    "TITAN_BF16_GEMM=native to use ATen's bf16 kernel)",

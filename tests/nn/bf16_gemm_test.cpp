@@ -5,11 +5,13 @@
 // fp32, so the only differences left are the order of the fp32 sums (relative ~1e-6 here) deciding a
 // rounding at a tie. The tests set the choice themselves, so they run the widened path on every CPU.
 #include <ATen/ATen.h>
+#include <ATen/CPUGeneratorImpl.h>
 
 #include <array>
 #include <map>
 
 #include "test_util.hpp"
+#include "titan/core/cpu_info.hpp"
 #include "titan/nn/bf16_gemm.hpp"
 #include "titan/nn/saved_ops.hpp"
 #include "titan/train/step.hpp"
@@ -48,16 +50,43 @@ std::string grad_fn_name(const at::Tensor& t) { return t.grad_fn() ? t.grad_fn()
 
 }  // namespace
 
-TEST_CASE("bf16 GEMM choice: AMX keeps ATen's kernel, other CPUs widen, TITAN_BF16_GEMM overrides", "[nn][bf16_gemm]") {
-  CHECK(nn::choose_bf16_gemm("", true) == nn::Bf16Gemm::native);
-  CHECK(nn::choose_bf16_gemm("", false) == nn::Bf16Gemm::widened);
-  CHECK(nn::choose_bf16_gemm("auto", false) == nn::Bf16Gemm::widened);
-  CHECK(nn::choose_bf16_gemm("native", false) == nn::Bf16Gemm::native);
-  CHECK(nn::choose_bf16_gemm("widened", true) == nn::Bf16Gemm::widened);
-  const std::string error = error_of([] { nn::choose_bf16_gemm("fast", false); });
+TEST_CASE(
+    "bf16 GEMM choice: AMX keeps ATen's kernel, no AVX512-BF16 widens, AVX512-BF16 alone takes the faster, "
+    "TITAN_BF16_GEMM overrides",
+    "[nn][bf16_gemm]") {
+  const CpuInfo amx{.avx2 = true, .avx512 = true, .avx512_bf16 = true, .amx_bf16 = true};
+  const CpuInfo avx512_bf16{.avx2 = true, .avx512 = true, .avx512_bf16 = true};
+  const CpuInfo avx2{.avx2 = true};
+  int timed = 0;
+  const auto timing = [&timed](double native_s, double widened_s) {
+    return [&timed, native_s, widened_s] {
+      ++timed;
+      return nn::Bf16GemmTiming{.native_s = native_s, .widened_s = widened_s};
+    };
+  };
+  CHECK(nn::choose_bf16_gemm("", amx, timing(2, 1)) == nn::Bf16Gemm::native);
+  CHECK(nn::choose_bf16_gemm("", avx2, timing(1, 2)) == nn::Bf16Gemm::widened);
+  CHECK(nn::choose_bf16_gemm("auto", avx2, timing(1, 2)) == nn::Bf16Gemm::widened);
+  CHECK(timed == 0);  // neither CPU is timed: the flags decide
+  CHECK(nn::choose_bf16_gemm("", avx512_bf16, timing(1, 2.4)) == nn::Bf16Gemm::native);       // Zen 4 measured
+  CHECK(nn::choose_bf16_gemm("auto", avx512_bf16, timing(1.7, 1)) == nn::Bf16Gemm::widened);  // Xeon measured
+  CHECK(timed == 2);
+  CHECK(nn::choose_bf16_gemm("native", avx2, timing(2, 1)) == nn::Bf16Gemm::native);
+  CHECK(nn::choose_bf16_gemm("widened", amx, timing(1, 2)) == nn::Bf16Gemm::widened);
+  CHECK(timed == 2);  // an explicit setting times nothing
+  const std::string error = error_of([&] { nn::choose_bf16_gemm("fast", avx2, timing(1, 1)); });
   CHECK_THAT(error, Catch::Contains("TITAN_BF16_GEMM") && Catch::Contains("'fast'") &&
                         Catch::Contains("auto, native or widened"));
   CHECK_THAT(nn::describe_bf16_gemm(), Catch::Contains("bf16 GEMMs on CPU"));
+  // The timing itself: both forms of a real product, each a positive time, and the training's random
+  // stream untouched (it is checkpointed and must match across replicas whenever the choice is made).
+  at::manual_seed(5);
+  const at::Tensor before = at::detail::getDefaultCPUGenerator().get_state();
+  const nn::Bf16GemmTiming measured = nn::time_bf16_gemms(64);
+  CHECK(at::equal(at::detail::getDefaultCPUGenerator().get_state(), before));
+  CHECK(measured.n == 64);
+  CHECK(measured.native_s > 0);
+  CHECK(measured.widened_s > 0);
 }
 
 TEST_CASE(

@@ -113,11 +113,16 @@ TEST_CASE("precision curves: a fresh run reproduces the committed curves' first 
     // GEMMs round differently (~1e-7 relative), which moves fp32's early losses by ~1e-6. In bf16 and float8
     // the same difference flips an element to the next bf16 or float8 value wherever it lies near a rounding
     // boundary, which moves these losses by up to 2.1e-4 (measured: a curve written on an AVX2 AMD EPYC,
-    // rerun on an AVX-512 Intel Xeon). So fp32 is held to 5e-5 and the low-precision modes to 3e-4, and
-    // each mode is also told apart from a fresh fp32 run below.
-    const double tolerance = mode == "fp32" ? 5e-5 : 3e-4;
+    // rerun on an AVX-512 Intel Xeon; 3.2e-4 at float8 tensorwise's step 6 on an AVX-512 AMD EPYC, Zen 4,
+    // whose loss gradients also came from the fused cross-entropy, a few fp32 ulps from ATen's).
+    // Which elements flip depends on the CPU, but how far the mode moves the loss is its own quantisation
+    // effect: its distance from fp32 at that step (1.7e-3 for tensorwise at step 6). So fp32 is held to 5e-5
+    // and the low-precision modes to 3e-4 or a quarter of their committed distance from fp32, whichever is
+    // larger, and each mode is also told apart from a fresh fp32 run below.
     for (size_t i = 0; i < fresh.size(); ++i) {
-      INFO("step " << i + 1 << ": fresh " << fresh[i] << " committed " << committed[i]);
+      const double own_effect = std::abs(committed[i] - curves.at("fp32")[i]);
+      const double tolerance = mode == "fp32" ? 5e-5 : std::max(3e-4, 0.25 * own_effect);
+      INFO("step " << i + 1 << ": fresh " << fresh[i] << " committed " << committed[i] << " tolerance " << tolerance);
       CHECK(std::abs(fresh[i] - committed[i]) < tolerance);
     }
     if (mode == "fp32") fresh_fp32 = fresh;

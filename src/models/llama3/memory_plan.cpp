@@ -101,6 +101,7 @@ struct Shapes {
   int64_t cp = 1;           // cp
   int64_t a = 4;            // bytes per activation element (compute dtype)
   bool fused_norm = false;  // CUDA's fused RMSNorm (saves input + rstd); CPU's composite saves more
+  bool fused_loss = false;  // CPU's fused cross-entropy (keeps the logits + two floats per token), not under TP
   int64_t D = 0, Dq = 0, Dkv = 0, F = 0, V = 0, H = 0;  // per tp rank: Dq, Dkv, F, V, H
   int64_t T() const { return b * s; }
   int64_t Tn() const { return t > 1 ? T() / t : T(); }  // tokens at the norms (sequence parallel)
@@ -157,8 +158,21 @@ int64_t block_saved(const Shapes& x, BlockAc ac) {
 int64_t block_backward_transient(const Shapes& x) { return x.Tn() * x.D * x.a + 3 * x.T() * x.F * x.a; }
 
 // The head (final norm, output projection, loss): the norm, its output as the output projection reads
-// it, and log_softmax's fp32 output (cross_entropy on fp32 logits).
-int64_t head_saved(const Shapes& x) { return norm_saved(x) + x.T() * x.D * x.a + x.T() * x.V * 4; }
+// it, and what the loss keeps: the fused CPU cross-entropy the logits in their dtype and each token's
+// log-sum-exp, ATen's cross_entropy on fp32 logits log_softmax's fp32 output.
+int64_t head_saved(const Shapes& x) {
+  const int64_t loss = x.fused_loss ? x.T() * x.V * x.a + x.T() * 8 : x.T() * x.V * 4;
+  return norm_saved(x) + x.T() * x.D * x.a + loss;
+}
+
+// What the loss adds at its worst moment on top of what the head keeps. Fused: the backward's one (T, V)
+// gradient in the logits' dtype. ATen's: the logits and their fp32 copy while the loss is computed, then
+// two (T, V) fp32 gradients in backward (of log_softmax's output and of its input).
+int64_t loss_transient(const Shapes& x) {
+  if (x.fused_loss) return x.T() * x.V * x.a;
+  const int64_t logits = x.T() * x.V * x.a + (x.a == 4 ? 0 : x.T() * x.V * 4);
+  return std::max(logits, 2 * x.T() * x.V * 4);
+}
 
 struct RankModules {
   std::set<std::string> modules;
@@ -242,6 +256,7 @@ MemoryPlan evaluate(const Context& c, const Layout& l) {
                  .cp = m.cp,
                  .a = compute_bytes,
                  .fused_norm = gpu,
+                 .fused_loss = !gpu && m.tp == 1,
                  .D = args.dim,
                  .Dq = args.n_heads * args.head_dim() / m.tp,
                  .Dkv = args.kv_heads() * args.head_dim() / m.tp,
@@ -316,10 +331,7 @@ MemoryPlan evaluate(const Context& c, const Layout& l) {
     const int64_t head_keep = head ? head_saved(x) : 0;
     if (head) {
       live += head_keep;
-      // The logits (and their fp32 copy) exist while the loss is computed; backward then holds two
-      // (T, V) fp32 gradients (of log_softmax's output and of its input).
-      const int64_t logits = x.T() * x.V * x.a + (x.a == 4 ? 0 : x.T() * x.V * 4);
-      peak = std::max(peak, live + std::max(logits, 2 * x.T() * x.V * 4));
+      peak = std::max(peak, live + loss_transient(x));
       live -= head_keep;
     }
     saved = live + head_keep;
