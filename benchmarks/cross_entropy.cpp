@@ -7,33 +7,9 @@
 #include <ATen/Parallel.h>
 #include <fmt/format.h>
 
-#include <algorithm>
-#include <chrono>
-#include <vector>
-
 #include "bench_flags.hpp"
+#include "bench_timing.hpp"
 #include "titan/nn/loss.hpp"
-
-namespace {
-
-using Clock = std::chrono::steady_clock;
-
-/// Median milliseconds of `iters` forward + backward passes of `loss_fn` after one warm-up.
-template <class LossFn>
-double median_ms(const at::Tensor& logits, const at::Tensor& labels, int64_t iters, LossFn&& loss_fn) {
-  std::vector<double> times;
-  for (int64_t i = 0; i <= iters; ++i) {
-    const at::Tensor leaf = logits.detach().requires_grad_();  // (1, N, V)
-    const auto start = Clock::now();
-    loss_fn(leaf, labels).backward();
-    const double ms = std::chrono::duration<double, std::milli>(Clock::now() - start).count();
-    if (i > 0) times.push_back(ms);
-  }
-  std::sort(times.begin(), times.end());
-  return times[times.size() / 2];
-}
-
-}  // namespace
 
 int main(int argc, char** argv) {
   int64_t tokens = 1024;
@@ -49,8 +25,12 @@ int main(int argc, char** argv) {
   const at::Tensor labels = at::randint(vocab, {1, tokens}, at::kLong);  // (1, N)
   for (const auto dtype : {at::kFloat, at::kBFloat16}) {
     const at::Tensor logits = (at::randn({1, tokens, vocab}) * 3).to(dtype);  // (1, N, V)
-    const double twin = median_ms(logits, labels, iters, titan::cross_entropy_sum_reference);
-    const double fused = median_ms(logits, labels, iters, titan::cross_entropy_sum);
+    // Each pass differentiates a fresh leaf, so the gradient is written anew, never accumulated.
+    const auto pass = [&](auto loss_fn) {
+      return [&, loss_fn] { loss_fn(logits.detach().requires_grad_(), labels).backward(); };
+    };
+    const double twin = 1e3 * titan::bench::median_seconds(iters, pass(titan::cross_entropy_sum_reference));
+    const double fused = 1e3 * titan::bench::median_seconds(iters, pass(titan::cross_entropy_sum));
     const double mib = static_cast<double>(tokens * vocab) / (1 << 20);
     // The twin keeps log_softmax's fp32 output; the kernel the logits and two floats per token.
     fmt::print("| {} | {:.1f} | {:.1f} | {:.2f} | {:.0f} MiB | {:.0f} MiB |\n", c10::toString(dtype), twin, fused,

@@ -11,32 +11,19 @@
 #include <fmt/ranges.h>
 
 #include <algorithm>
-#include <chrono>
 #include <functional>
 #include <string>
 #include <vector>
 
 #include "bench_flags.hpp"
+#include "bench_timing.hpp"
 #include "titan/float8/cast.hpp"
 #include "titan/float8/detail/cpu_cast.hpp"
 
 namespace {
 
 namespace f8 = titan::float8;
-using Clock = std::chrono::steady_clock;
-
-/// Median seconds of `iters` runs of f (after one warm-up run).
-double median_seconds(int64_t iters, const std::function<void()>& f) {
-  f();
-  std::vector<double> times;
-  for (int64_t i = 0; i < iters; ++i) {
-    const auto start = Clock::now();
-    f();
-    times.push_back(std::chrono::duration<double>(Clock::now() - start).count());
-  }
-  std::sort(times.begin(), times.end());
-  return times[times.size() / 2];
-}
+using titan::bench::median_seconds;
 
 }  // namespace
 

@@ -10,31 +10,11 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <chrono>
 #include <vector>
 
 #include "bench_flags.hpp"
+#include "bench_timing.hpp"
 #include "titan/nn/bf16_gemm.hpp"
-
-namespace {
-
-using Clock = std::chrono::steady_clock;
-
-/// Median seconds of `iters` calls of mm(a, b) after one warm-up.
-template <class Mm>
-double median_mm_seconds(const at::Tensor& a, const at::Tensor& b, int64_t iters, Mm&& mm) {
-  at::Tensor out = mm(a, b);
-  std::vector<double> times;
-  for (int64_t i = 0; i < iters; ++i) {
-    const auto start = Clock::now();
-    out = mm(a, b);
-    times.push_back(std::chrono::duration<double>(Clock::now() - start).count());
-  }
-  std::sort(times.begin(), times.end());
-  return times[times.size() / 2];
-}
-
-}  // namespace
 
 int main(int argc, char** argv) {
   std::vector<int64_t> sizes = {256, 512, 1024, 2048};
@@ -53,9 +33,10 @@ int main(int argc, char** argv) {
     const double flops = 2.0 * static_cast<double>(n) * static_cast<double>(n) * static_cast<double>(n);
     const at::Tensor a16 = a.to(at::kBFloat16);  // (n, n)
     const at::Tensor b16 = b.to(at::kBFloat16);  // (n, n)
-    const double fp32 = flops / median_mm_seconds(a, b, iters, aten) / 1e9;
-    const double bf16 = flops / median_mm_seconds(a16, b16, iters, aten) / 1e9;
-    const double widened = flops / median_mm_seconds(a16, b16, iters, titan::nn::widened_mm) / 1e9;
+    const double fp32 = flops / titan::bench::median_seconds(iters, [&] { (void)aten(a, b); }) / 1e9;
+    const double bf16 = flops / titan::bench::median_seconds(iters, [&] { (void)aten(a16, b16); }) / 1e9;
+    const double widened =
+        flops / titan::bench::median_seconds(iters, [&] { (void)titan::nn::widened_mm(a16, b16); }) / 1e9;
     fmt::print("| {} | {:.1f} | {:.1f} | {:.1f} | {:.2f} | {:.2f} |\n", n, fp32, bf16, widened, bf16 / fp32,
                widened / bf16);
   }
