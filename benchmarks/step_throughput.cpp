@@ -168,6 +168,9 @@ int main(int argc, char** argv) {
     // Without FSDP, autocast (torchtitan's maybe_enable_amp); the CUDA path has always used it.
     const bool autocast = device.is_cuda() || (bf16 && env.world_size == 1);
     const Parallelized parallel = parallelize(model, *mesh, plan);
+    // One bf16 GEMM form on every rank, rank 0's, as the trainer does.
+    if (bf16 && !device.is_cuda())
+      titan::nn::set_bf16_gemm(titan::nn::agree_bf16_gemm(mesh->group("world"), titan::nn::bf16_gemm()));
     model.init_weights();
     // Counted on an unsharded meta twin: under FSDP `model` holds only this rank's shards.
     const llama3::Llama3 whole(args, o.seq_len, at::TensorOptions().device(at::kMeta));
@@ -228,6 +231,8 @@ int main(int argc, char** argv) {
     const double gemm = device.is_cuda() ? 0.0 : measured_gemm_flops(bf16_gemms ? at::kBFloat16 : at::kFloat);
     const double tps = tokens / median;
     const double achieved = flops_per_token * tps;
+    // Every rank says how it ran its bf16 GEMMs: a rank that chose otherwise would hold the others back.
+    if (bf16_gemms && !device.is_cuda()) fmt::print("titan: rank {}: {}\n", env.rank, titan::nn::describe_bf16_gemm());
     if (!rank0) return 0;
     fmt::print(
         "titan: flavor {} ({:.1f}M params, {} layers)  B={} S={}  ranks={}  threads={}  device={}  precision {}{}\n",

@@ -245,7 +245,17 @@ void TrainerCore::attach_model(ModelHandle model) {
   const bool bf16_gemms = (config_.training.dtype == DType::bfloat16 ||
                            mixed_precision_param(config_.training, device_.is_cuda()) == DType::bfloat16) &&
                           !(float8 && !device_.is_cuda());
-  if (bf16_gemms && !device_.is_cuda()) log::info("{}", nn::describe_bf16_gemm());
+  if (bf16_gemms && !device_.is_cuda()) {
+    log::info("{}", nn::describe_bf16_gemm());
+    // One form on every rank, rank 0's: each rank's own timing could differ under load, and the slow form
+    // would set the pace of every collective.
+    const nn::Bf16Gemm own = nn::bf16_gemm();
+    const nn::Bf16Gemm agreed = nn::agree_bf16_gemm(mesh_->group("world"), own);
+    if (agreed != own) {
+      nn::set_bf16_gemm(agreed);
+      log::warn("bf16 GEMMs on CPU: this rank timed the other form faster; it runs rank 0's choice");
+    }
+  }
   const PeakFlops peak = peak_flops(device_, at::get_num_threads(), config_.metrics.peak_flops,
                                     bf16_gemms && nn::bf16_gemms_at_bf16_rate(device_));
   const std::filesystem::path run_dir(config_.job.dump_folder);

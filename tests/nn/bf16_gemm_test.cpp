@@ -12,6 +12,8 @@
 
 #include "test_util.hpp"
 #include "titan/core/cpu_info.hpp"
+#include "titan/dist/local_ranks.hpp"
+#include "titan/dist/mesh.hpp"
 #include "titan/nn/bf16_gemm.hpp"
 #include "titan/nn/saved_ops.hpp"
 #include "titan/train/step.hpp"
@@ -169,6 +171,24 @@ TEST_CASE("nn::linear under CPU bf16 autocast: widened and native give one bf16 
     CHECK(bf16_steps_from(run[1].reshape({10, 64}).to(at::kBFloat16), reference_mm(g2, w16)) <= 1.0);
     CHECK(bf16_steps_from(run[2].to(at::kBFloat16), reference_mm(g2.t(), x16)) <= 1.0);
   }
+}
+
+}  // namespace titan::test
+
+namespace titan::test {
+
+TEST_CASE("bf16 GEMM choice: every rank takes rank 0's, whatever its own timing said", "[nn][bf16_gemm][dist]") {
+  const dist::MeshOptions options{.init_timeout = patience(std::chrono::seconds(60)),
+                                  .timeout = patience(std::chrono::seconds(60))};
+  for (const auto rank0 : {nn::Bf16Gemm::native, nn::Bf16Gemm::widened}) {
+    const auto other = rank0 == nn::Bf16Gemm::native ? nn::Bf16Gemm::widened : nn::Bf16Gemm::native;
+    dist::run_local_ranks(3, [&](int64_t rank, const dist::Store& store) {
+      const dist::Mesh mesh({.dp_shard = 3}, rank, store, options);
+      const nn::Bf16Gemm agreed = nn::agree_bf16_gemm(mesh.group("world"), rank == 0 ? rank0 : other);
+      RANK_CHECK(agreed == rank0);
+    });
+  }
+  CHECK(nn::agree_bf16_gemm(dist::Mesh().group("world"), nn::Bf16Gemm::widened) == nn::Bf16Gemm::widened);
 }
 
 }  // namespace titan::test

@@ -13,8 +13,10 @@
 //   TITAN_BF16_GEMM=native   ATen's bf16 GEMM
 //   TITAN_BF16_GEMM=widened  always widened
 //
-// Only CPUs with AVX512-BF16 and no AMX are timed, and there the two forms are 2x or more apart, so every
-// process of a run on one kind of CPU makes the same choice; TITAN_BF16_GEMM pins it.
+// Only CPUs with AVX512-BF16 and no AMX are timed, and there the two forms are 2x or more apart; the fastest
+// of several runs is compared, so a rank timed while another computes still sees the gap. A multi-rank run
+// then takes rank 0's choice everywhere (agree_bf16_gemm, called by the trainer), so no rank runs the slow
+// form and holds the others back. TITAN_BF16_GEMM pins it.
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -24,6 +26,9 @@
 
 namespace titan {
 struct CpuInfo;
+}
+namespace titan::dist {
+class ProcessGroup;
 }
 
 namespace titan::nn {
@@ -36,6 +41,8 @@ enum class Bf16Gemm { native, widened };
 Bf16Gemm bf16_gemm();
 /// Overrides the choice for the whole process (tests and benchmarks compare both; set it before a run).
 void set_bf16_gemm(Bf16Gemm choice);
+/// Rank 0's `own` choice, on every rank of `group` (collective; CPU groups). Callers set_bf16_gemm it.
+Bf16Gemm agree_bf16_gemm(const dist::ProcessGroup& group, Bf16Gemm own);
 /// Whether bf16 GEMMs on `device` run at its bf16 rate (CUDA, or ATen's CPU kernel), not the fp32 rate of a
 /// widened one: which peak MFU is measured against.
 bool bf16_gemms_at_bf16_rate(const at::Device& device);
@@ -44,7 +51,7 @@ std::string describe_bf16_gemm();
 /// Seconds of one bf16 (n, n) x (n, n) product each way: what the auto choice compares.
 struct Bf16GemmTiming {
   int64_t n = 512;       ///< the product's size
-  double native_s = 0;   ///< ATen's bf16 GEMM, median of a few after a warm-up
+  double native_s = 0;   ///< ATen's bf16 GEMM, the fastest of a few after a warm-up
   double widened_s = 0;  ///< widened_mm, the same way
 };
 /// Times both forms on this CPU with the current intra-op threads (about 20 ms).
