@@ -4,11 +4,22 @@
 #include <ATen/ATen.h>
 #include <ATen/autocast_mode.h>
 
+#include <cstdlib>
+
+#include "titan/core/config.hpp"
 #include "titan/core/error.hpp"
 #include "titan/core/profile_scope.hpp"
 #include "titan/nn/loss.hpp"
 
 namespace titan {
+
+void use_deterministic_algorithms(const DebugConfig& debug) {
+  if (!debug.deterministic) return;
+  at::globalContext().setDeterministicAlgorithms(true, debug.deterministic_warn_only);
+  // cuBLAS reads it once, at its first handle: a user's own value wins (overwrite = 0).
+  setenv("CUBLAS_WORKSPACE_CONFIG", ":4096:8", /*overwrite=*/0);
+}
+
 AutocastScope::AutocastScope(bool enabled, at::DeviceType device) : enabled_(enabled), device_(device) {
   if (!enabled_) return;
   was_enabled_ = at::autocast::is_autocast_enabled(device_);

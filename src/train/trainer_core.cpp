@@ -141,9 +141,7 @@ TrainerCore::TrainerCore(JobConfig config, int64_t model_vocab_size) : config_(s
   }
   log::info("Mesh {} ({} launch, {} backend)", shape, env.source, device_.is_cuda() ? "nccl" : "gloo");
   if (config_.training.num_threads > 0) at::set_num_threads(static_cast<int>(config_.training.num_threads));
-  if (config_.debug.deterministic) {
-    at::globalContext().setDeterministicAlgorithms(true, config_.debug.deterministic_warn_only);
-  }
+  use_deterministic_algorithms(config_.debug);
   seed_ = config_.debug.seed.value_or(static_cast<int64_t>(std::random_device{}() & 0x7fffffff));
   if (env.world_size > 1 && !config_.debug.seed) {  // every rank must init the same weights: rank 0's draw wins
     at::Tensor seed = at::full({1}, env.rank == 0 ? seed_ : 0, at::TensorOptions().dtype(at::kLong).device(device_));

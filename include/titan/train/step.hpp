@@ -14,6 +14,14 @@
 
 namespace titan {
 
+struct DebugConfig;
+
+/// debug.deterministic: ATen's deterministic algorithms (warn-only with debug.deterministic_warn_only) and
+/// CUBLAS_WORKSPACE_CONFIG=:4096:8 unless the environment sets it (without it the first cuBLAS GEMM under
+/// deterministic algorithms throws), as torchtitan's set_determinism does. Before any CUDA work; a no-op
+/// when debug.deterministic is false.
+void use_deterministic_algorithms(const DebugConfig& debug);
+
 struct Microbatch {
   at::Tensor input;                  // (B, S) int64 (S/cp tokens per row under context parallelism)
   at::Tensor labels;                 // (B, S) int64, -100 = ignore
