@@ -62,6 +62,15 @@ def read_junit(path):
     return cases
 
 
+def run_date(path):
+    """When the run started (the JUnit file's timestamp, ctest's local time, UTC here), else now."""
+    if path.endswith(".xml"):
+        stamp = ET.parse(path).getroot().get("timestamp")
+        if stamp:
+            return stamp.replace("T", " ")[:16] + " UTC"
+    return datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("junit", help="ctest --output-junit file (.xml), or ctest's build/Testing/Temporary/LastTest.log")
@@ -71,14 +80,16 @@ def main():
                     help="the command that made the file")
     a = ap.parse_args()
     cases = read_junit(a.junit)
+    # ctest's JUnit marks a test that exited with its SKIP_RETURN_CODE "notrun" (the CUDA tests without a GPU).
+    skipped = [c for c in cases if c[2] == "notrun"]
     cases.sort(key=lambda c: -c[1])
     total = sum(c[1] for c in cases)
-    failed = [c for c in cases if c[2] not in ("run", "passed")]
-    date = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    failed = [c for c in cases if c[2] not in ("run", "passed", "notrun")]
+    date = run_date(a.junit)
     print("# Test durations\n")
     print(f"Measured {date} on {cpu_model()} (2 cores), `{a.command}`; made by `scripts/test_durations.py`.\n")
     wall = f", wall {a.wall / 60:.1f} min" if a.wall > 0 else ""
-    print(f"{len(cases)} tests, {len(failed)} not passed; durations sum to {total:.0f} s ({total / 60:.1f} min){wall}.\n")
+    print(f"{len(cases)} tests, {len(failed)} not passed, {len(skipped)} skipped; durations sum to {total:.0f} s ({total / 60:.1f} min){wall}.\n")
     print(f"| # | test | s | share |")
     print("|---:|---|---:|---:|")
     for i, (name, t, status) in enumerate(cases[: a.top], 1):
