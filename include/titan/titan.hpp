@@ -12,6 +12,7 @@
 #include "titan/core/memory_tracker.hpp"
 #include "titan/data/dataloader.hpp"
 #include "titan/data/tokenizer.hpp"
+#include "titan/dist/device.hpp"
 #include "titan/dist/flight_recorder.hpp"
 #include "titan/dist/functional.hpp"
 #include "titan/dist/launch_env.hpp"

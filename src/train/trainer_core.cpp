@@ -26,6 +26,7 @@
 #include "titan/core/profile_scope.hpp"
 #include "titan/data/dataloader.hpp"
 #include "titan/data/tokenizer.hpp"
+#include "titan/dist/device.hpp"
 #include "titan/dist/flight_recorder.hpp"
 #include "titan/dist/heartbeat.hpp"
 #include "titan/dist/launch_env.hpp"
@@ -105,12 +106,6 @@ void check_supported_layout(const JobConfig& c) {
   }
 }
 
-// One GPU per rank, picked by LOCAL_RANK (torchrun/srun/titan-run all set it).
-at::Device pick_device(int64_t local_rank) {
-  if (!at::hasCUDA()) return at::Device(at::kCPU);
-  return at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(local_rank % at::getNumGPUs()));
-}
-
 }  // namespace
 
 TrainerCore::TrainerCore(JobConfig config, int64_t model_vocab_size) : config_(std::move(config)) {
@@ -120,7 +115,7 @@ TrainerCore::TrainerCore(JobConfig config, int64_t model_vocab_size) : config_(s
   const dist::LaunchEnv env = dist::read_launch_env();
   log::set_rank(static_cast<int>(env.rank));
   const dist::MeshShape shape = dist::mesh_shape(config_.parallelism, env.world_size);
-  device_ = pick_device(env.local_rank);
+  device_ = dist::select_rank_device(env.local_rank);  // before any CUDA work
   // c10d's flight recorder (comm.trace_buf_size entries; torchtitan sets the same variable).
   if (env.world_size > 1) setenv("TORCH_FR_BUFFER_SIZE", std::to_string(config_.comm.trace_buf_size).c_str(), 0);
   // titan's own flight recorder and watchdog over every collective (docs/observability.md).
