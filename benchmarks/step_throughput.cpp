@@ -169,8 +169,7 @@ int main(int argc, char** argv) {
     const bool autocast = device.is_cuda() || (bf16 && env.world_size == 1);
     const Parallelized parallel = parallelize(model, *mesh, plan);
     // One bf16 GEMM form on every rank, rank 0's, as the trainer does.
-    if (bf16 && !device.is_cuda())
-      titan::nn::set_bf16_gemm(titan::nn::agree_bf16_gemm(mesh->group("world"), titan::nn::bf16_gemm()));
+    if (bf16 && !device.is_cuda()) (void)titan::nn::use_rank0_bf16_gemm(mesh->group("world"));
     model.init_weights();
     // Counted on an unsharded meta twin: under FSDP `model` holds only this rank's shards.
     const llama3::Llama3 whole(args, o.seq_len, at::TensorOptions().device(at::kMeta));

@@ -147,6 +147,13 @@ Bf16Gemm agree_bf16_gemm(const dist::ProcessGroup& group, Bf16Gemm own) {
   return native.item<int>() > 0 ? Bf16Gemm::native : Bf16Gemm::widened;
 }
 
+bool use_rank0_bf16_gemm(const dist::ProcessGroup& group) {
+  const Bf16Gemm own = bf16_gemm();
+  const Bf16Gemm agreed = agree_bf16_gemm(group, own);
+  set_bf16_gemm(agreed);
+  return agreed != own;
+}
+
 std::string describe_bf16_gemm() {
   const std::string text = setting();
   const Bf16Gemm chosen = bf16_gemm();  // makes the choice (and its timing) first

@@ -242,12 +242,8 @@ void TrainerCore::attach_model(ModelHandle model) {
     log::info("{}", nn::describe_bf16_gemm());
     // One form on every rank, rank 0's: each rank's own timing could differ under load, and the slow form
     // would set the pace of every collective.
-    const nn::Bf16Gemm own = nn::bf16_gemm();
-    const nn::Bf16Gemm agreed = nn::agree_bf16_gemm(mesh_->group("world"), own);
-    if (agreed != own) {
-      nn::set_bf16_gemm(agreed);
+    if (nn::use_rank0_bf16_gemm(mesh_->group("world")))
       log::warn("bf16 GEMMs on CPU: this rank timed the other form faster; it runs rank 0's choice");
-    }
   }
   const PeakFlops peak = peak_flops(device_, at::get_num_threads(), config_.metrics.peak_flops,
                                     bf16_gemms && nn::bf16_gemms_at_bf16_rate(device_));

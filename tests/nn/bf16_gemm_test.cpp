@@ -189,6 +189,10 @@ TEST_CASE("bf16 GEMM choice: every rank takes rank 0's, whatever its own timing 
     });
   }
   CHECK(nn::agree_bf16_gemm(dist::Mesh().group("world"), nn::Bf16Gemm::widened) == nn::Bf16Gemm::widened);
+  // One process: nothing to agree on, the choice stays.
+  const nn::Bf16Gemm before = nn::bf16_gemm();
+  CHECK_FALSE(nn::use_rank0_bf16_gemm(dist::Mesh().group("world")));
+  CHECK(nn::bf16_gemm() == before);
 }
 
 }  // namespace titan::test

@@ -41,8 +41,11 @@ enum class Bf16Gemm { native, widened };
 Bf16Gemm bf16_gemm();
 /// Overrides the choice for the whole process (tests and benchmarks compare both; set it before a run).
 void set_bf16_gemm(Bf16Gemm choice);
-/// Rank 0's `own` choice, on every rank of `group` (collective; CPU groups). Callers set_bf16_gemm it.
+/// Rank 0's `own` choice, on every rank of `group` (collective; CPU groups).
 Bf16Gemm agree_bf16_gemm(const dist::ProcessGroup& group, Bf16Gemm own);
+/// Makes this process run rank 0's choice (agree_bf16_gemm over `group` of bf16_gemm(), then set_bf16_gemm);
+/// true when this rank's own choice was overruled. Collective: the trainer and the benchmarks call it at start.
+bool use_rank0_bf16_gemm(const dist::ProcessGroup& group);
 /// Whether bf16 GEMMs on `device` run at its bf16 rate (CUDA, or ATen's CPU kernel), not the fp32 rate of a
 /// widened one: which peak MFU is measured against.
 bool bf16_gemms_at_bf16_rate(const at::Device& device);
