@@ -41,7 +41,12 @@ if(LibTorch_FOUND AND NOT TARGET LibTorch::cpu)
     INTERFACE_SYSTEM_INCLUDE_DIRECTORIES "${LibTorch_INCLUDE_DIR};${LibTorch_INCLUDE_DIR}/torch/csrc/api/include"
     # The wheels are built with the C++11 ABI and with c10d + Gloo; every TU must agree (ODR).
     INTERFACE_COMPILE_DEFINITIONS "_GLIBCXX_USE_CXX11_ABI=1;USE_DISTRIBUTED;USE_C10D_GLOO"
-    INTERFACE_LINK_LIBRARIES "LibTorch::c10;Threads::Threads")
+    INTERFACE_LINK_LIBRARIES "LibTorch::c10;Threads::Threads"
+    # The wheels are built by GCC. Clang 18 changed how it mangles templates whose constrained
+    # parameters use enable_if (at::TensorBase::const_data_ptr<T>), so its calls into LibTorch would not
+    # link; Clang 17's mangling is GCC's.
+    INTERFACE_COMPILE_OPTIONS
+      "$<$<AND:$<COMPILE_LANG_AND_ID:CXX,Clang>,$<VERSION_GREATER_EQUAL:$<CXX_COMPILER_VERSION>,18>>:-fclang-abi-compat=17>")
   find_package(Threads REQUIRED)
   if(LibTorch_CUDA_LIBRARY AND LibTorch_C10_CUDA_LIBRARY)
     add_library(LibTorch::cuda INTERFACE IMPORTED)

@@ -4,7 +4,8 @@
 #   scripts/setup.sh            install + build into build/
 #   scripts/setup.sh --no-build install only
 # Env: TITAN_HOME (default ~/.cache/titan) holds the Python venv whose torch wheel is our LibTorch;
-#      BUILD_DIR (default build); CI=true turns warnings into errors.
+#      BUILD_DIR (default build); TITAN_CXX (default clang++-19) the C++ compiler of a new build dir;
+#      CI=true turns warnings into errors.
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -19,6 +20,7 @@ log() { printf '[setup] %s\n' "$*"; }
 # --- Debian packages ({fmt} comes with the torch wheel: its include dir shadows a system copy) -------------------------------------------------------------------------
 APT_PACKAGES=(
   build-essential cmake ninja-build ccache pkg-config git
+  clang-19   # the compiler: builds titan in under half GCC 12's time (docs/getting-started.md)
   clang-format   # ctest checks the sources against .clang-format
   python3 python3-venv python3-pip
   python3-dev   # Python.h: torch.compile's CPU backend (inductor) builds C++ kernels that include it (benchmarks/peers --compile)
@@ -60,10 +62,16 @@ export CCACHE_DIR="${CCACHE_DIR:-$HOME/.cache/ccache}"
 ccache --max-size=8G >/dev/null 2>&1 || true
 WERROR=OFF
 [[ "${CI:-}" == "true" ]] && WERROR=ON
+CXX_COMPILER="${TITAN_CXX:-clang++-19}"
 if [[ ! -f "$BUILD_DIR/build.ninja" ]]; then
-  log "configuring $BUILD_DIR"
-  cmake -S "$ROOT" -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=Release \
+  log "configuring $BUILD_DIR with $CXX_COMPILER"
+  cmake -S "$ROOT" -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CXX_COMPILER="$CXX_COMPILER" \
     -DPython3_EXECUTABLE="$VENV/bin/python" -DTITAN_WERROR="$WERROR" >/dev/null
+else
+  # CMake cannot change the compiler of a configured tree; say so rather than build with the other one.
+  configured="$(sed -n 's/^CMAKE_CXX_COMPILER:[A-Z]*=//p' "$BUILD_DIR/CMakeCache.txt")"
+  [[ "$(basename "$configured")" == "$(basename "$CXX_COMPILER")" ]] ||
+    log "note: $BUILD_DIR was configured with $configured, not $CXX_COMPILER; remove $BUILD_DIR to switch"
 fi
 log "building ($(nproc) jobs)"
 cmake --build "$BUILD_DIR" -j"$(nproc)"

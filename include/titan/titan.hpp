@@ -48,6 +48,8 @@
 #include "titan/optim/lr_schedule.hpp"
 #include "titan/parallel/context_parallel.hpp"
 #include "titan/parallel/data_parallel.hpp"
+#include "titan/parallel/data_parallel_options.hpp"
+#include "titan/parallel/expert_parallel_plan.hpp"
 #include "titan/parallel/parallelize.hpp"
 #include "titan/parallel/pipeline.hpp"
 #include "titan/parallel/pipeline_schedule.hpp"

@@ -9,6 +9,7 @@
 #include <mutex>
 
 #include "parity_check.hpp"
+#include "titan/parallel/data_parallel.hpp"
 
 namespace {
 

@@ -42,6 +42,7 @@
 #include <vector>
 
 #include "titan/dist/process_group.hpp"
+#include "titan/parallel/expert_parallel_plan.hpp"
 
 namespace torch::nn {
 class Module;
@@ -54,15 +55,6 @@ class MoE;
 }
 
 namespace titan::parallel {
-
-/// Expert parallelism over the mesh's ep axis: the model's MoE layers by module path.
-struct ExpertParallelPlan {
-  /// Module paths of the MoE layers (each an nn::MoE), e.g. {"layers.1.moe", "layers.2.moe"}.
-  std::vector<std::string> moe_modules{};
-  /// dtype the sharded experts compute in (FSDP's param_dtype, which casts the other weights);
-  /// Undefined: as stored.
-  at::ScalarType compute_dtype = at::ScalarType::Undefined;
-};
 
 /// The paths of every nn::MoE in model (named_modules order): the plan of a model whose MoE layers
 /// all go expert-parallel, e.g. `ExpertParallelPlan{.moe_modules = moe_modules(model)}`.

@@ -27,8 +27,8 @@
 
 #include "titan/core/choices.hpp"
 #include "titan/layout/placement.hpp"
-#include "titan/parallel/data_parallel.hpp"
-#include "titan/parallel/expert_parallel.hpp"
+#include "titan/parallel/data_parallel_options.hpp"
+#include "titan/parallel/expert_parallel_plan.hpp"
 
 namespace torch::nn {
 class Module;
