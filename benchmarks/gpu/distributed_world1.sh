@@ -7,8 +7,7 @@
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh" "$@"
 run mkdir -p "$RESULTS"
-run cmake -S "$ROOT" -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DTITAN_ENABLE_CUDA=ON \
-    -DLIBTORCH_ROOT="$TORCH_DIR" -DTITAN_BUILD_TESTS=OFF
+configure_cuda_build -DTITAN_BUILD_TESTS=OFF
 run cmake --build "$BUILD" --target nccl_world1 train_llama3 titan-run
 run_logged "$RESULTS/nccl_world1.txt" "$BUILD/bin/nccl_world1"
 run_logged "$RESULTS/train_world1.txt" "$BUILD/bin/titan-run" --nproc-per-node 1 "$BUILD/bin/train_llama3" \

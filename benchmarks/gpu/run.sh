@@ -24,8 +24,7 @@ if ((DRY == 0)) && ! "$PY" -c 'import torchtitan.models.llama3, torchao.float8' 
   exit 1
 fi
 run mkdir -p "$RESULTS"
-run cmake -S "$ROOT" -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DTITAN_ENABLE_CUDA=ON \
-    -DLIBTORCH_ROOT="$TORCH_DIR" -DTITAN_BUILD_TESTS=OFF -DTITAN_BUILD_EXAMPLES=OFF
+configure_cuda_build -DTITAN_BUILD_TESTS=OFF -DTITAN_BUILD_EXAMPLES=OFF
 run cmake --build "$BUILD" --target bench_step_throughput
 PEERS=("$PY" "$ROOT/benchmarks/peers/compare.py" --device cuda --configs "${CONFIGS:-gpu-1B-2048,gpu-8B-8L-2048}"
        --precisions bf16,float8 --rounds "${ROUNDS:-2}" --build "$BUILD" --python "$PY"
