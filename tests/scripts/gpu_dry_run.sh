@@ -17,7 +17,7 @@ case "$name" in
     exec "$here/expect_output.sh" \
       --contains "-B $build -G Ninja -DCMAKE_BUILD_TYPE=Release -DTITAN_ENABLE_CUDA=ON -DLIBTORCH_ROOT=$torch " \
       --line "+ $build/bin/nccl_world1 2>&1 | tee $build/results/nccl_world1.txt" \
-      --line "+ $build/bin/titan-run --nproc-per-node 1 $build/bin/train_llama3 --config llama3_debugmodel --training.steps 30 --metrics.log_freq 10 --job.dump_folder $build/results/train_world1 2>&1 | tee $build/results/train_world1.txt" \
+      --line "+ $build/bin/titan-run --nproc-per-node 1 $build/bin/train_llama3 --config llama3_debugmodel --training.dataset tinyshakespeare --training.dataset_path $root/tests/assets/tinyshakespeare/input.txt --training.steps 30 --metrics.log_freq 10 --job.dump_folder $build/results/train_world1 2>&1 | tee $build/results/train_world1.txt" \
       -- "${run_dry[@]}" ;;
   run)
     # compare.py prints paths under the repository relative to it.
