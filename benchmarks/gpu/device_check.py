@@ -3,20 +3,22 @@
 """The stages of benchmarks/gpu/device_check.sh that train the debug model, generate and compare, and its summary.
 
 Every run is scripts/precision_curves.py's job (the debug model on tinyshakespeare with the tests' BPE tokenizer,
-B 4 x S 64, seed 42, deterministic, no activation checkpointing, 20 steps) with its mode's flags, and names its
+B 4 x S 64, seed 42, deterministic, no activation checkpointing, 20 or 200 steps) with its mode's flags, and names its
 compute dtype (training.mixed_precision_param), whose default differs between CPU (fp32) and GPU (bf16). A run
 without CUDA_VISIBLE_DEVICES="" trains on the GPU when one is visible.
 
-    device_check.py curves   --build B --results R   fp32 vs the golden CPU curve (tests/assets/losses, 2e-4
-                                                     relative: the golden test's bound); bf16 and float8 tensorwise
-                                                     vs the committed CPU curves (docs/assets/precision_curves.csv,
-                                                     0.01: precision_curves_test's bound between two CPUs), each
-                                                     also told apart from this device's fp32 (> 5e-5)
+    device_check.py curves   --build B --results R   fp32, 20 steps, vs the golden CPU curve (tests/assets/losses,
+                                                     2e-4 relative: the golden test's bound); fp32, bf16 and
+                                                     float8 tensorwise, 200 steps, vs the committed CPU curves
+                                                     (docs/assets/precision_curves.csv; 1e-4 for fp32, 0.01 for
+                                                     the others: precision_curves_test's bounds between two
+                                                     CPUs), and each low-precision mode's distance from this
+                                                     device's fp32 within a factor of 2 of the committed one
     device_check.py ac_doc   --build B --results R   per-op activation checkpointing = no AC, bitwise (as on CPU);
                                                      document-masked attention (training.packing document) on the
                                                      device vs the same job on this machine's CPU (2e-4 relative)
-    device_check.py generate --build B --results R   titan-generate (greedy) from the fp32 run's checkpoint: the
-                                                     same token ids on the device and on the CPU
+    device_check.py generate --build B --results R   titan-generate (greedy) from the 200-step fp32 run's
+                                                     checkpoint: the same token ids on the device and on the CPU
     device_check.py snapshot --build B --results R   a CUDA memory snapshot (profiling.enable_memory_snapshot):
                                                      the allocator's pickle, with segments and a trace
     device_check.py summary  --results R --out FILE  the summary: one row per stage (R/stages.tsv, the last
@@ -41,7 +43,8 @@ ROOT = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, os.path.join(ROOT, "scripts"))
 import precision_curves  # noqa: E402  (the job and the modes' flags, one source of truth)
 
-STEPS = 20
+STEPS = 20  # the golden curve's
+CURVE_STEPS = 200  # docs/assets/precision_curves.csv's
 GOLDEN = os.path.join(ROOT, "tests/assets/losses/llama3_debugmodel_cpu.txt")
 CURVES_CSV = os.path.join(ROOT, "docs/assets/precision_curves.csv")
 FP32 = ["--training.mixed_precision_param", "float32"]
@@ -135,21 +138,31 @@ def within(what, got, ref, bound, relative=False):
 
 
 def stage_curves(r):
-    losses = {mode: r.train(f"curves/{mode}", flags + (["--checkpoint.enable", "true"] if mode == "fp32" else []))
+    golden = r.train("curves/fp32_20", MODES["fp32"])
+    # The committed curves are 200-step runs: the learning rate's decay depends on training.steps. fp32's last
+    # step is saved for the generate stage.
+    saved = {"fp32": ["--checkpoint.enable", "true"]}
+    losses = {mode: r.train(f"curves/{mode}", flags + saved.get(mode, []), steps=CURVE_STEPS)
               for mode, flags in MODES.items()}
     if r.o.dry_run:
         return "dry run"
-    notes = [within("fp32 vs golden CPU curve", losses["fp32"], golden_curve(), 2e-4, relative=True)]
+    notes = [within("fp32 (20 steps) vs golden CPU curve", golden, golden_curve(), 2e-4, relative=True),
+             within("fp32 vs committed CPU curve", losses["fp32"], committed_curve("fp32"), 1e-4)]
     for mode in ("bf16", "float8_tensorwise"):
         notes.append(within(f"{mode} vs committed CPU curve", losses[mode], committed_curve(mode), 0.01))
-        apart, _ = max_distance(losses[mode], losses["fp32"])
-        if apart <= 5e-5:
-            raise Failure(f"{mode} is {apart:.3g} from fp32 on this device: expected a different program (> 5e-5)")
+        # What the docs claim of the mode: its distance from fp32 on one machine, within a factor of 2 of
+        # the committed curves' (precision_curves_test's check); a run that silently fell back fails here.
+        claimed, _ = max_distance(committed_curve(mode), committed_curve("fp32"))
+        here, at = max_distance(losses[mode], losses["fp32"])
+        text = f"{mode} vs this device's fp32: max difference {here:.3g} at step {at} (committed {claimed:.3g})"
+        print(text, flush=True)
+        if not claimed / 2 < here < claimed * 2:
+            raise Failure(text + ": expected within a factor of 2 of the committed distance")
     return ", ".join(notes)
 
 
 def stage_ac_doc(r):
-    fp32 = os.path.join(r.results, "curves/fp32")
+    fp32 = os.path.join(r.results, "curves/fp32_20")
     if not r.o.dry_run and not os.path.isfile(os.path.join(fp32, "metrics.jsonl")):
         raise Failure(f"expected the curves stage's fp32 run in {fp32}, got none: run the curves stage first")
     per_op = ["--activation_checkpoint.mode", "selective", "--activation_checkpoint.selective_ac_option", "op"]

@@ -11,8 +11,8 @@
 #   cuda_tests        titan_cuda_tests: the float8 cast kernels bit-exact against their ATen reference
 #   nccl              nccl_world1: a one-rank NCCL group over every collective titan uses (all-reduce,
 #                     all-gather, reduce-scatter, all-to-all, broadcast; p2p needs a second rank)
-#   curves            the debug model's 20-step fp32 curve vs the CPU golden; bf16 and float8 vs the committed
-#                     CPU curves (benchmarks/gpu/device_check.py says how close)
+#   curves            the debug model's 20-step fp32 curve vs the CPU golden; 200-step fp32, bf16 and float8
+#                     curves vs the committed CPU ones (benchmarks/gpu/device_check.py says how close)
 #   ac_doc            per-op activation checkpointing = no AC bitwise; document-masked attention = the CPU's
 #   generate          titan-generate (greedy) on CUDA gives the CPU's token ids
 #   snapshot          a CUDA memory snapshot (the allocator's pickle) written and read back
@@ -136,7 +136,14 @@ if ((DRY)); then
   echo "[device_check] stages: ${STAGES_RUN[*]}"
   exit 0
 fi
-[[ -f "$WORK/memory_snapshot.pickle" ]] && cp "$WORK/memory_snapshot.pickle" "$DEST/"
+# The snapshot comes back whole when it is small (what returns from a lent machine is at most 16 MiB a file).
+if [[ -f "$WORK/memory_snapshot.pickle" ]]; then
+  if (($(stat -c %s "$WORK/memory_snapshot.pickle") < 15 << 20)); then
+    cp "$WORK/memory_snapshot.pickle" "$DEST/"
+  else
+    gzip -c "$WORK/memory_snapshot.pickle" >"$DEST/memory_snapshot.pickle.gz"
+  fi
+fi
 failed="$(awk -F'\t' '$2 != "PASS" {print $1}' "$WORK/stages.tsv" | tr '\n' ' ')"
 if [[ -n "$failed" ]]; then
   echo "[device_check] failed stages: $failed(see $DEST/summary.md)"

@@ -1,7 +1,9 @@
 // SPDX-License-Identifier: BSD-3-Clause
 // NCCL smoke test for a machine with one GPU (NCCL refuses two ranks on one device, so multi-rank
 // correctness is proven on CPU/Gloo; this proves titan's NCCL path): a one-rank NCCL group runs every
-// collective titan uses on CUDA tensors and checks the results. Exit 0 = all good. Run:
+// collective titan uses on CUDA tensors (all-reduce in fp32 and bf16, all-gather, reduce-scatter, all-to-all
+// with even and with explicit splits, broadcast) and checks the results. Point-to-point needs a second rank
+// (titan refuses a send to oneself), so it is not run here. Exit 0 = all good. Run:
 //   build/bin/nccl_world1
 #include <ATen/ATen.h>
 #include <fmt/format.h>
@@ -25,10 +27,21 @@ int main() {
     group.reduce_scatter(scattered, gathered).wait();
     at::Tensor bf16 = at::ones({4}, cuda.dtype(at::kBFloat16));
     group.all_reduce(bf16, dist::ReduceOp::kAvg).wait();
+    const at::Tensor rows = at::arange(12, cuda).reshape({6, 2});  // (6, 2): expert parallelism's token rows
+    at::Tensor exchanged = at::empty({6, 2}, cuda);
+    group.all_to_all(exchanged, rows).wait();
+    at::Tensor exchanged_splits = at::empty({6, 2}, cuda);
+    group.all_to_all(exchanged_splits, rows, /*out_splits=*/{6}, /*in_splits=*/{6}).wait();
+    at::Tensor broadcast = at::full({5}, 3.0, cuda);
+    group.broadcast(broadcast, /*root=*/0).wait();
     const bool ok = at::equal(x.cpu(), at::arange(8, at::kFloat)) && at::equal(gathered.cpu(), x.cpu()) &&
-                    at::equal(scattered.cpu(), x.cpu()) && at::equal(bf16.cpu().to(at::kFloat), at::ones({4}));
-    fmt::print("nccl_world1: all_reduce, all_gather, reduce_scatter, bf16 avg on {}: {} ({} bytes counted)\n",
-               at::Device(at::kCUDA, 0).str(), ok ? "OK" : "MISMATCH", group.stats().total());
+                    at::equal(scattered.cpu(), x.cpu()) && at::equal(bf16.cpu().to(at::kFloat), at::ones({4})) &&
+                    at::equal(exchanged.cpu(), rows.cpu()) && at::equal(exchanged_splits.cpu(), rows.cpu()) &&
+                    at::equal(broadcast.cpu(), at::full({5}, 3.0));
+    fmt::print(
+        "nccl_world1: all_reduce, all_gather, reduce_scatter, bf16 avg, all_to_all (even and split), broadcast on {}: "
+        "{} ({} bytes counted)\n",
+        at::Device(at::kCUDA, 0).str(), ok ? "OK" : "MISMATCH", group.stats().total());
     return ok ? 0 : 1;
   } catch (const std::exception& e) {
     fmt::print(stderr, "nccl_world1: {}\n", error_message(e));

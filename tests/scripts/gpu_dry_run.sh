@@ -45,7 +45,7 @@ case "$name" in
     touch "$carry/tokenizer/tokenizer.json" "$carry/tokenizer/tokenizer_config.json"
     install -m 755 /dev/null "$carry/bin/pkg-config"
     out="$build/device-check-out" work="$build/device-check" train="$build/bin/train_llama3"
-    job="--training.seq_len 64 --training.local_batch_size 4 --training.steps 20 "
+    job="--training.seq_len 64 --training.local_batch_size 4 --training.steps"
     fp32="--training.mixed_precision_param float32"
     bench="timeout 150 $build/bin/bench_step_throughput --device cuda"
     "$here/expect_output.sh" \
@@ -57,10 +57,12 @@ case "$name" in
       --next "+ timeout 120 $build/bin/titan_cuda_tests 2>&1 | tee $work/cuda_tests.log" \
       --next "+ timeout 120 $build/bin/nccl_world1 2>&1 | tee $work/nccl.log" \
       --next "+ $train --model.flavor debugmodel --model.hf_assets_path $build/tests/assets/tokenizer" \
-      --next "$job" --next "--job.dump_folder $work/curves/fp32 $fp32 --checkpoint.enable true" \
-      --next "--job.dump_folder $work/curves/bf16 --training.mixed_precision_param bfloat16" \
+      --next "$job 20 " --next "--job.dump_folder $work/curves/fp32_20 $fp32 >" \
+      --next "$job 200 " --next "--job.dump_folder $work/curves/fp32 $fp32 --checkpoint.enable true" \
+      --next "$job 200 " --next "--job.dump_folder $work/curves/bf16 --training.mixed_precision_param bfloat16" \
+      --next "$job 200 " \
       --next "--job.dump_folder $work/curves/float8_tensorwise --model.converters float8 --float8.recipe_name tensorwise" \
-      --next "$fp32 --activation_checkpoint.mode selective --activation_checkpoint.selective_ac_option op" \
+      --next "$job 20 " --next "$fp32 --activation_checkpoint.mode selective --activation_checkpoint.selective_ac_option op" \
       --next "+ $train " --next "$fp32 --training.packing document" \
       --next "+ CUDA_VISIBLE_DEVICES=\"\" $train " --next "$fp32 --training.packing document" \
       --next "+ $build/bin/titan-generate --checkpoint $work/curves/fp32/checkpoint --model.flavor debugmodel" \
@@ -73,7 +75,7 @@ case "$name" in
       --next "+ $py $root/benchmarks/gpu/device_check.py summary --results $work --out $out/summary.md" \
       --next "+ tar -czf $out/results.tar.gz -C $work " \
       --line "[device_check] stages: build cuda_tests nccl curves ac_doc generate snapshot throughput_1B_bf16 throughput_1B_float8 throughput_8B_bf16 throughput_8B_float8" \
-      --lines 6 "+ $train " --lines 2 "+ CUDA_VISIBLE_DEVICES=\"\" " --lines 4 "+ $bench " \
+      --lines 7 "+ $train " --lines 2 "+ CUDA_VISIBLE_DEVICES=\"\" " --lines 4 "+ $bench " \
       -- env OUT="$out" BUILD="$build" CARRY="$carry" PYTHON="$py" bash "$root/benchmarks/gpu/device_check.sh" --dry-run
     # A dry run makes nothing: no results folder, no summary.
     for made in "$work" "$out"; do
