@@ -2,12 +2,15 @@
 #include "titan/dist/process_group.hpp"
 
 #include <ATen/ATen.h>
+#include <c10/util/accumulate.h>
+#include <fmt/format.h>
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 
 #include <atomic>
 
 #include "flight_recorder_impl.hpp"
 #include "store_impl.hpp"
+#include "strict_backend.hpp"
 #include "titan/core/error.hpp"
 #include "titan/dist/store.hpp"
 
@@ -19,7 +22,9 @@ struct GroupImpl;
 struct WorkImpl {
   c10::intrusive_ptr<c10d::Work> work;
   std::shared_ptr<GroupImpl> group;
-  int64_t trace_id = -1;  // flight-recorder entry, -1 when the recorder is off
+  int64_t trace_id = -1;   // flight-recorder entry, -1 when the recorder is off
+  int64_t strict_seq = 0;  // strict groups: the collective's number, checked against another rank's at wait()
+  std::string strict_signature{};
 };
 
 struct GroupImpl {
@@ -32,6 +37,8 @@ struct GroupImpl {
   std::atomic<int64_t> wait_ns{0};
   std::atomic<int64_t> seq{0};  // collectives issued (flight recorder's per-group sequence number)
   bool may_fail = false;        // GroupOptions::may_fail: not traced
+  c10::Device device = at::kCPU;
+  std::shared_ptr<StrictRules> strict;  // the "strict" backend's rule keeper, else null
 };
 
 }  // namespace detail
@@ -51,6 +58,19 @@ c10d::ReduceOp to_c10d(ReduceOp op) {
   }
 }
 
+const char* op_name(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::kMax:
+      return "max";
+    case ReduceOp::kMin:
+      return "min";
+    case ReduceOp::kAvg:
+      return "avg";
+    default:
+      return "sum";
+  }
+}
+
 void check_contiguous(const at::Tensor& t, const char* what, const std::string& group) {
   TITAN_CHECK_VALUE(t.is_contiguous(),
                     "[titan::dist::ProcessGroup] expected a contiguous {} tensor for group '{}', got "
@@ -66,20 +86,55 @@ void check_peer(int64_t peer, const char* what, int64_t rank, int64_t size, cons
                     what, group, size, peer, rank);
 }
 
+// A strict group checks its tensors' device, and a collective's place in every rank's order (signature
+// non-empty; point-to-point has its own rules).
+struct StrictCheck {
+  std::initializer_list<const at::Tensor*> tensors;
+  std::string signature{};
+};
+
 // Issues a collective through call(), recorded by the flight recorder when it is on.
 template <class Call>
-Work issue(const std::shared_ptr<detail::GroupImpl>& g, const char* op, const at::Tensor& input, Call&& call) {
-  if (!detail::recorder_enabled() || g->may_fail) {
-    return Work(std::make_shared<detail::WorkImpl>(detail::WorkImpl{.work = call(), .group = g, .trace_id = -1}));
+Work issue(const std::shared_ptr<detail::GroupImpl>& g, const char* op, const at::Tensor& input, Call&& call,
+           const StrictCheck& strict = {}) {
+  int64_t strict_seq = 0;
+  if (g->strict) {
+    for (const at::Tensor* t : strict.tensors) g->strict->check_device(*t, op);
+    if (!strict.signature.empty()) strict_seq = g->strict->publish_collective(strict.signature);
   }
+  auto make = [&](c10::intrusive_ptr<c10d::Work> work, int64_t id) {
+    return Work(std::make_shared<detail::WorkImpl>(detail::WorkImpl{.work = std::move(work),
+                                                                    .group = g,
+                                                                    .trace_id = id,
+                                                                    .strict_seq = strict_seq,
+                                                                    .strict_signature = strict.signature}));
+  };
+  if (!detail::recorder_enabled() || g->may_fail) return make(call(), -1);
   const detail::TracedGroup traced{.name = g->name, .ranks = g->global_ranks};
   detail::before_collective(traced, op);
   const int64_t id = detail::record_collective(traced, ++g->seq, op, input);
   c10::intrusive_ptr<c10d::Work> work = call();
   detail::watch(id, work);
-  return Work(
-      std::make_shared<detail::WorkImpl>(detail::WorkImpl{.work = std::move(work), .group = g, .trace_id = id}));
+  return make(std::move(work), id);
 }
+
+// Several backend works as one (a Gloo batch of sends and receives).
+class WorkList : public c10d::Work {
+ public:
+  explicit WorkList(std::vector<c10::intrusive_ptr<c10d::Work>> works) : works_(std::move(works)) {}
+  bool wait(std::chrono::milliseconds timeout) override {
+    for (auto& w : works_) w->wait(timeout);
+    return true;
+  }
+  bool isCompleted() override {
+    for (auto& w : works_)
+      if (!w->isCompleted()) return false;
+    return true;
+  }
+
+ private:
+  std::vector<c10::intrusive_ptr<c10d::Work>> works_;
+};
 
 }  // namespace
 
@@ -88,6 +143,7 @@ void Work::wait() {
   const auto start = std::chrono::steady_clock::now();
   detail::mark_started(impl_->trace_id);
   try {
+    if (impl_->strict_seq > 0) impl_->group->strict->verify_collective(impl_->strict_seq, impl_->strict_signature);
     impl_->work->wait();
     // NCCL's wait() only orders the current stream after the kernel: the watchdog sees it complete. On
     // Gloo wait() returns once it completed (its reduce-scatter's isCompleted() stays false for good).
@@ -123,6 +179,7 @@ ProcessGroup ProcessGroup::create(std::string name, const Store& store, int64_t 
   if (size == 1 && !options.backend_for_single_rank) {
     ProcessGroup g = single(std::move(name));
     g.impl_->global_ranks = std::move(global_ranks);
+    if (options.device) g.impl_->device = *options.device;
     return g;
   }
   auto impl = std::make_shared<detail::GroupImpl>();
@@ -135,16 +192,24 @@ ProcessGroup ProcessGroup::create(std::string name, const Store& store, int64_t 
   try {
     if (options.backend == "nccl") {
       impl->backend = detail::make_nccl_backend(group_store.impl()->store, rank, size, options.timeout);
+      impl->device = impl->backend->getBoundDeviceId().value_or(at::Device(at::kCUDA));
     } else {
-      TITAN_CHECK_VALUE(options.backend == "gloo",
-                        "[titan::dist::ProcessGroup] expected backend gloo or nccl, got '{}'.", options.backend);
+      TITAN_CHECK_VALUE(options.backend == "gloo" || options.backend == "strict",
+                        "[titan::dist::ProcessGroup] expected backend gloo, nccl or strict, got '{}'.",
+                        options.backend);
       auto gloo_options = c10d::ProcessGroupGloo::Options::create(options.init_timeout);
       gloo_options->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1"));
       gloo_options->threads = 2;  // one collective in flight per direction is all FSDP overlaps
       impl->backend = c10::make_intrusive<c10d::ProcessGroupGloo>(group_store.impl()->store, static_cast<int>(rank),
                                                                   static_cast<int>(size), gloo_options);
       impl->backend->setTimeout(options.timeout);
+      if (options.backend == "strict") {
+        impl->strict = std::make_shared<detail::StrictRules>(
+            name, rank, impl->global_ranks, group_store.prefixed("strict").impl()->store, impl->backend,
+            options.timeout, options.device.value_or(at::Device(at::kCPU)));
+      }
     }
+    if (options.device) impl->device = *options.device;
   } catch (const c10::ValueError&) {
     throw;
   } catch (const std::exception& e) {
@@ -160,6 +225,7 @@ int64_t ProcessGroup::rank() const { return impl_->rank; }
 int64_t ProcessGroup::size() const { return impl_->size; }
 const std::string& ProcessGroup::name() const { return impl_->name; }
 const std::vector<int64_t>& ProcessGroup::global_ranks() const { return impl_->global_ranks; }
+c10::Device ProcessGroup::device() const { return impl_->device; }
 
 Work ProcessGroup::all_reduce(at::Tensor& tensor, ReduceOp op) const {
   if (!impl_->backend) return {};
@@ -170,7 +236,8 @@ Work ProcessGroup::all_reduce(at::Tensor& tensor, ReduceOp op) const {
   std::vector<at::Tensor> tensors{tensor};
   c10d::AllreduceOptions options;
   options.reduceOp = to_c10d(op);
-  return issue(impl_, "all_reduce", tensor, [&] { return impl_->backend->allreduce(tensors, options); });
+  return issue(impl_, "all_reduce", tensor, [&] { return impl_->backend->allreduce(tensors, options); },
+               {.tensors = {&tensor}, .signature = detail::collective_signature("all_reduce", tensor, op_name(op))});
 }
 
 Work ProcessGroup::all_gather(at::Tensor& out, const at::Tensor& in) const {
@@ -188,7 +255,8 @@ Work ProcessGroup::all_gather(at::Tensor& out, const at::Tensor& in) const {
   ++impl_->calls;
   at::Tensor flat_out = out.view({-1});
   at::Tensor flat_in = in.view({-1});
-  return issue(impl_, "all_gather", in, [&] { return impl_->backend->_allgather_base(flat_out, flat_in); });
+  return issue(impl_, "all_gather", in, [&] { return impl_->backend->_allgather_base(flat_out, flat_in); },
+               {.tensors = {&out, &in}, .signature = detail::collective_signature("all_gather", in)});
 }
 
 Work ProcessGroup::reduce_scatter(at::Tensor& out, const at::Tensor& in, ReduceOp op) const {
@@ -212,7 +280,8 @@ Work ProcessGroup::reduce_scatter(at::Tensor& out, const at::Tensor& in, ReduceO
   c10d::ReduceScatterOptions options;
   options.reduceOp = c10d::ReduceOp::SUM;
   return issue(impl_, "reduce_scatter", in,
-               [&] { return impl_->backend->_reduce_scatter_base(flat_out, flat_in, options); });
+               [&] { return impl_->backend->_reduce_scatter_base(flat_out, flat_in, options); },
+               {.tensors = {&out, &in}, .signature = detail::collective_signature("reduce_scatter", out)});
 }
 
 Work ProcessGroup::all_to_all(at::Tensor& out, const at::Tensor& in) const {
@@ -230,7 +299,8 @@ Work ProcessGroup::all_to_all(at::Tensor& out, const at::Tensor& in) const {
   ++impl_->calls;
   std::vector<int64_t> even_split;
   return issue(impl_, "all_to_all", in,
-               [&] { return impl_->backend->alltoall_base(out, contiguous_in, even_split, even_split); });
+               [&] { return impl_->backend->alltoall_base(out, contiguous_in, even_split, even_split); },
+               {.tensors = {&out, &in}, .signature = detail::collective_signature("all_to_all", in)});
 }
 
 Work ProcessGroup::all_to_all(at::Tensor& out, const at::Tensor& in, const std::vector<int64_t>& out_splits,
@@ -258,7 +328,11 @@ Work ProcessGroup::all_to_all(at::Tensor& out, const at::Tensor& in, const std::
   impl_->other_bytes += (in_rows - in_splits[static_cast<size_t>(impl_->rank)]) * row_bytes;
   ++impl_->calls;
   std::vector<int64_t> out_s = out_splits, in_s = in_splits;
-  return issue(impl_, "all_to_all", in, [&] { return impl_->backend->alltoall_base(out, contiguous_in, out_s, in_s); });
+  // Ranks send different row counts: what they must agree on is the row's width and dtype.
+  const int64_t row = c10::multiply_integers(in.sizes().slice(1));  // known even when this rank sends no row
+  return issue(impl_, "all_to_all", in, [&] { return impl_->backend->alltoall_base(out, contiguous_in, out_s, in_s); },
+               {.tensors = {&out, &in},
+                .signature = fmt::format("all_to_all_v rows of {} x {}", row, c10::toString(in.scalar_type()))});
 }
 
 Work ProcessGroup::broadcast(at::Tensor& tensor, int64_t root) const {
@@ -269,31 +343,58 @@ Work ProcessGroup::broadcast(at::Tensor& tensor, int64_t root) const {
   std::vector<at::Tensor> tensors{tensor};
   c10d::BroadcastOptions options;
   options.rootRank = root;
-  return issue(impl_, "broadcast", tensor, [&] { return impl_->backend->broadcast(tensors, options); });
+  return issue(impl_, "broadcast", tensor, [&] { return impl_->backend->broadcast(tensors, options); },
+               {.tensors = {&tensor},
+                .signature = detail::collective_signature("broadcast", tensor, fmt::format("root {}", root))});
 }
 
 Work ProcessGroup::send(const at::Tensor& tensor, int64_t dst, int64_t tag) const {
-  check_peer(dst, "send to", impl_->rank, impl_->size, impl_->name);
-  check_contiguous(tensor, "send", impl_->name);
-  impl_->other_bytes += nbytes(tensor);
-  ++impl_->calls;
-  std::vector<at::Tensor> tensors{tensor};
-  return issue(impl_, "send", tensor,
-               [&] { return impl_->backend->send(tensors, static_cast<int>(dst), static_cast<int>(tag)); });
+  return batch_isend_irecv({P2POp{.send = true, .tensor = tensor, .peer = dst, .tag = tag}});
 }
 
 Work ProcessGroup::recv(at::Tensor& tensor, int64_t src, int64_t tag) const {
-  check_peer(src, "receive from", impl_->rank, impl_->size, impl_->name);
-  check_contiguous(tensor, "recv", impl_->name);
+  return batch_isend_irecv({P2POp{.send = false, .tensor = tensor, .peer = src, .tag = tag}});
+}
+
+Work ProcessGroup::batch_isend_irecv(const std::vector<P2POp>& ops) const {
+  if (ops.empty()) return {};
+  for (const P2POp& op : ops) {
+    check_peer(op.peer, op.send ? "send to" : "receive from", impl_->rank, impl_->size, impl_->name);
+    check_contiguous(op.tensor, op.send ? "send" : "recv", impl_->name);
+    if (op.send) impl_->other_bytes += nbytes(op.tensor);
+  }
   ++impl_->calls;
-  std::vector<at::Tensor> tensors{tensor};
-  return issue(impl_, "recv", tensor,
-               [&] { return impl_->backend->recv(tensors, static_cast<int>(src), static_cast<int>(tag)); });
+  const char* name = ops.size() > 1 ? "batch_isend_irecv" : ops[0].send ? "send" : "recv";
+  c10d::Backend& backend = *impl_->backend;
+  auto post = [&](const P2POp& op) {
+    std::vector<at::Tensor> tensors{op.tensor};
+    return op.send ? backend.send(tensors, static_cast<int>(op.peer), static_cast<int>(op.tag))
+                   : backend.recv(tensors, static_cast<int>(op.peer), static_cast<int>(op.tag));
+  };
+  return issue(impl_, name, ops[0].tensor, [&]() -> c10::intrusive_ptr<c10d::Work> {
+    if (impl_->strict) {
+      std::vector<detail::StrictOp> strict_ops;
+      for (const P2POp& op : ops)
+        strict_ops.push_back({.send = op.send, .tensor = op.tensor, .peer = op.peer, .tag = op.tag});
+      return impl_->strict->post(std::move(strict_ops));
+    }
+    if (ops.size() == 1) return post(ops[0]);
+    if (backend.supportsCoalescing()) {  // NCCL: one group start/end around them
+      backend.startCoalescing();
+      for (const P2POp& op : ops) post(op);
+      return backend.endCoalescing();
+    }
+    std::vector<c10::intrusive_ptr<c10d::Work>> works;  // Gloo: tagged and asynchronous, no grouping needed
+    for (const P2POp& op : ops) works.push_back(post(op));
+    return c10::make_intrusive<WorkList>(std::move(works));
+  });
 }
 
 void ProcessGroup::barrier() const {
   if (!impl_->backend) return;
-  issue(impl_, "barrier", at::Tensor(), [&] { return impl_->backend->barrier(); }).wait();
+  issue(impl_, "barrier", at::Tensor(), [&] { return impl_->backend->barrier(); },
+        {.tensors = {}, .signature = "barrier"})
+      .wait();
 }
 
 CommStats ProcessGroup::stats() const {

@@ -42,6 +42,10 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
+// The group's collectives take tensors on its device (NCCL: the rank's GPU); small control values are made
+// on the host and moved there, then read back on the host.
+at::Tensor on_device(const at::Tensor& host, const ProcessGroup& group) { return host.to(group.device()); }
+
 struct Ticket {
   int64_t replica = 0;
   int64_t step = 0;
@@ -199,7 +203,9 @@ struct ReplicaGroup::Impl {
         p[4 + n_max + static_cast<int64_t>(i)] = q.steps[i];
       }
     }
-    world->broadcast(t, 0).wait();
+    at::Tensor shared = on_device(t, *world);
+    world->broadcast(shared, 0).wait();
+    t = shared.cpu();
     const auto* p = t.data_ptr<int64_t>();
     Quorum out{.round = p[0], .id = p[1], .replicas = {}, .steps = {}, .me = p[2], .source = -1};
     for (int64_t i = 0; i < p[3]; ++i) {
@@ -297,16 +303,19 @@ bool ReplicaGroup::heal(const std::vector<at::Tensor>& tensors, std::string& val
           s.replicas->send(data, peer, tag++).wait();
         }
       }
-      at::Tensor size = at::full({1}, static_cast<int64_t>(values.size()), at::kLong);  // (1,)
+      at::Tensor size = on_device(at::full({1}, static_cast<int64_t>(values.size()), at::kLong), *s.replicas);  // (1,)
       if (q.behind()) {
         s.replicas->recv(size, peer, tag++).wait();
-        at::Tensor bytes = at::empty({size.item<int64_t>()}, at::kByte);  // (n,)
+        at::Tensor bytes =
+            at::empty({size.item<int64_t>()}, at::TensorOptions(at::kByte).device(size.device()));  // (n,)
         s.replicas->recv(bytes, peer, tag++).wait();
+        bytes = bytes.cpu();
         values.assign(reinterpret_cast<const char*>(bytes.data_ptr<uint8_t>()), static_cast<size_t>(bytes.numel()));
       } else {
         s.replicas->send(size, peer, tag++).wait();
         at::Tensor bytes = at::empty({static_cast<int64_t>(values.size())}, at::kByte);  // (n,)
         std::copy(values.begin(), values.end(), reinterpret_cast<char*>(bytes.data_ptr<uint8_t>()));
+        bytes = on_device(bytes, *s.replicas);
         s.replicas->send(bytes, peer, tag++).wait();
       }
     }
@@ -346,9 +355,9 @@ void ReplicaGroup::average(const std::vector<at::Tensor>& tensors) {
 
 bool ReplicaGroup::commit() {
   Impl& s = *impl_;
-  at::Tensor ok = at::full({1}, s.failed ? 0 : 1, at::kInt);  // (1,)
+  at::Tensor ok = on_device(at::full({1}, s.failed ? 0 : 1, at::kInt), *s.world);  // (1,)
   s.world->all_reduce(ok, ReduceOp::kMin).wait();
-  at::Tensor verdict = at::zeros({1}, at::kInt);  // (1,)
+  at::Tensor verdict = on_device(at::zeros({1}, at::kInt), *s.world);  // (1,)
   if (s.leader()) verdict.fill_(s.vote(ok.item<int>() == 1) ? 1 : 0);
   s.world->broadcast(verdict, 0).wait();
   const bool committed = verdict.item<int>() == 1;

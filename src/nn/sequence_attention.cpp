@@ -111,6 +111,14 @@ struct Problem {
   const dist::ProcessGroup& group() const { return *sharding.group; }
 };
 
+// Receives `in` from the previous rank of the ring while sending `out` to the next, as one batch: at cp 2
+// both are the same peer, and under NCCL two ranks that each post their receive first wait for ever.
+dist::Work ring_exchange(const Problem& pb, const at::Tensor& out, at::Tensor& in, int64_t tag) {
+  const int64_t n = pb.degree(), r = pb.rank();
+  return pb.group().batch_isend_irecv({{.send = false, .tensor = in, .peer = (r - 1 + n) % n, .tag = tag},
+                                       {.send = true, .tensor = out, .peer = (r + 1) % n, .tag = tag}});
+}
+
 // Calls visit(source, kv) for every source rank's (K, V) stacked as (2, B, KVH, L, HD): gathered all at
 // once (allgather), or passed around the ring with the next transfer in flight during the visit.
 void for_each_source(const Problem& pb, const at::Tensor& kv,
@@ -128,16 +136,14 @@ void for_each_source(const Problem& pb, const at::Tensor& kv,
   at::Tensor current = kv;
   for (int64_t i = 0; i < n; ++i) {
     at::Tensor next;
-    dist::Work recv, send;
+    dist::Work exchange;
     if (i + 1 < n) {
       next = at::empty_like(current);
-      recv = pb.group().recv(next, (r - 1 + n) % n, kTagKv);
-      send = pb.group().send(current, (r + 1) % n, kTagKv);
+      exchange = ring_exchange(pb, current, next, kTagKv);
     }
     visit((r - i + n) % n, current);
     if (i + 1 < n) {
-      recv.wait();
-      send.wait();
+      exchange.wait();
       current = next;
     }
   }
@@ -175,7 +181,7 @@ Forward forward_impl(const Problem& pb, const at::Tensor& q, const at::Tensor& k
 
 std::array<at::Tensor, 3> backward_impl(const Problem& pb, const at::Tensor& grad, const at::Tensor& q,
                                         const at::Tensor& k, const at::Tensor& v, const Forward& fwd) {
-  const int64_t n = pb.degree(), r = pb.rank(), C = pb.chunk();
+  const int64_t n = pb.degree(), C = pb.chunk();
   at::Tensor dq = at::zeros(q.sizes(), q.options().dtype(at::kFloat));  // (B, H, L, HD)
   const at::Tensor kv = at::stack({k, v});                              // (2, B, KVH, L, HD)
   // Key/value gradients of every source (allgather: reduce-scattered after), or of the source in
@@ -203,10 +209,7 @@ std::array<at::Tensor, 3> backward_impl(const Problem& pb, const at::Tensor& gra
     }
     if (!ring) return;
     at::Tensor next = at::empty_like(dkv);
-    dist::Work recv = pb.group().recv(next, (r - 1 + n) % n, kTagKvGrad);
-    dist::Work send = pb.group().send(dkv, (r + 1) % n, kTagKvGrad);
-    recv.wait();
-    send.wait();
+    ring_exchange(pb, dkv, next, kTagKvGrad).wait();
     dkv = next;
   });
   if (!ring) dkv = n == 1 ? dkv_all : dist::detail::scatter_sum_along(dkv_all, pb.group(), 0);  // (2, ...)

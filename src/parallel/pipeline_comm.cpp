@@ -5,10 +5,18 @@
 // messages between two ranks are matched in the order they are posted (NCCL has no tags), so every
 // rank receives in the order its peer sends. Those extra receives never wait longer than the one
 // needed, since the sender posted them first.
+//
+// Last, the two ranks of a pair are made to post their sends and receives to each other in one order:
+// NCCL matches a pair's operations in posting order and a send waits for its receive, so one rank sending
+// while the other first receives something else hangs. The order is the order of the sends in a simulation
+// of the program, and only receives move (earlier), so no send waits for data and no compute moves.
 #include <algorithm>
 #include <optional>
 #include <set>
 #include <tuple>
+
+#include <cmath>
+#include <map>
 
 #include "pipeline_internal.hpp"
 
@@ -58,6 +66,117 @@ struct Less {
   }
 };
 using ActionSet = std::set<PipelineAction, Less>;
+
+bool is_send(Op op) { return op == Op::kSendForward || op == Op::kSendBackward; }
+bool is_recv(Op op) { return op == Op::kRecvForward || op == Op::kRecvBackward; }
+
+/// Where a communication action of a rank goes: the peer rank, and the message as its send names it.
+struct Message {
+  int64_t peer;
+  PipelineAction send;
+};
+
+/// Reorders every rank's communication so that each pair of ranks posts it in the same order (above).
+/// Leaves a program it cannot simulate as it is, for the validator to report.
+void order_for_nccl(PipelineProgram& program) {
+  const Links links{program};
+  std::vector<double> sent;
+  try {
+    sent = detail::send_times(program);
+  } catch (const c10::Error&) {
+    return;
+  }
+  const auto ranks = static_cast<size_t>(program.num_ranks);
+  const auto message_of = [&](size_t rank, const PipelineAction& a) {
+    const PipelineAction send =
+        is_send(a.op) ? a
+        : a.op == Op::kRecvForward
+            ? PipelineAction{.op = Op::kSendForward, .stage = a.stage - 1, .microbatch = a.microbatch}
+            : PipelineAction{.op = Op::kSendBackward, .stage = a.stage + 1, .microbatch = a.microbatch};
+    const PipelineAction recv = links.recv_of(send);
+    const int64_t peer =
+        static_cast<size_t>(links.rank_of(send.stage)) == rank ? links.rank_of(recv.stage) : links.rank_of(send.stage);
+    return Message{.peer = peer, .send = send};
+  };
+  const auto time_of = [&](const PipelineAction& send) {
+    return sent[static_cast<size_t>(detail::action_index(send, program.num_microbatches))];
+  };
+  // Per rank and peer: the messages in program order, and which are this rank's sends.
+  std::vector<std::map<int64_t, std::vector<PipelineAction>>> posts(ranks);
+  for (size_t r = 0; r < ranks; ++r) {
+    for (const PipelineAction& a : program.actions[r]) {
+      if (!is_send(a.op) && !is_recv(a.op)) continue;
+      const Message m = message_of(r, a);
+      posts[r][m.peer].push_back(m.send);
+    }
+  }
+  // Per pair: merge the two directions by send time. A message may go next once its sender has placed every
+  // receive it posts before that send (receives only move earlier); a valid program always has one.
+  std::vector<std::map<int64_t, std::vector<PipelineAction>>> order(ranks);
+  for (size_t a = 0; a < ranks; ++a) {
+    for (const auto& [peer, mine] : posts[a]) {
+      const auto b = static_cast<size_t>(peer);
+      if (b < a) continue;
+      const auto& theirs = posts[b][static_cast<int64_t>(a)];
+      std::set<std::tuple<int64_t, int64_t, int64_t>> placed;  // (op, stage, microbatch) of placed messages
+      const auto key = [](const PipelineAction& s) {
+        return std::tuple(static_cast<int64_t>(s.op), s.stage, s.microbatch);
+      };
+      // The next send of `side` and whether all receives before it in side's program are placed.
+      const auto next_send = [&](const std::vector<PipelineAction>& side,
+                                 size_t sender) -> std::optional<PipelineAction> {
+        for (const PipelineAction& s : side) {
+          if (placed.contains(key(s))) continue;
+          const bool own = static_cast<size_t>(links.rank_of(s.stage)) == sender;
+          if (own) return s;
+          return std::nullopt;  // a receive not placed yet comes first in side's program
+        }
+        return std::nullopt;
+      };
+      std::vector<PipelineAction> merged;
+      const size_t total = mine.size();
+      while (merged.size() < total) {
+        const std::optional<PipelineAction> x = next_send(mine, a), y = next_send(theirs, b);
+        if (!x && !y) return;  // cannot happen for a program the simulation ran through
+        const bool take_x = x && (!y || std::pair(time_of(*x), a) <= std::pair(time_of(*y), b));
+        const PipelineAction pick = take_x ? *x : *y;
+        placed.insert(key(pick));
+        merged.push_back(pick);
+        // A receive that now has its message placed is placed with it.
+      }
+      order[a][peer] = merged;
+      order[b][static_cast<int64_t>(a)] = merged;
+    }
+  }
+  // Rebuild each rank's program: computes stay; a communication action brings every earlier message of its
+  // pair's order first (all receives, by construction).
+  for (size_t r = 0; r < ranks; ++r) {
+    std::map<int64_t, size_t> cursor;
+    std::set<std::tuple<int64_t, int64_t, int64_t>> done;
+    std::vector<PipelineAction> out;
+    const auto action_for = [&](const PipelineAction& send) {
+      return static_cast<size_t>(links.rank_of(send.stage)) == r ? send : links.recv_of(send);
+    };
+    for (const PipelineAction& a : program.actions[r]) {
+      if (!is_send(a.op) && !is_recv(a.op)) {
+        out.push_back(a);
+        continue;
+      }
+      const Message m = message_of(r, a);
+      const auto k = std::tuple(static_cast<int64_t>(m.send.op), m.send.stage, m.send.microbatch);
+      if (done.contains(k)) continue;
+      const auto& merged = order[r][m.peer];
+      size_t& c = cursor[m.peer];
+      while (c < merged.size()) {
+        const PipelineAction& next = merged[c++];
+        done.insert(std::tuple(static_cast<int64_t>(next.op), next.stage, next.microbatch));
+        out.push_back(action_for(next));
+        if (next == m.send) break;
+      }
+    }
+    program.actions[r] = std::move(out);
+  }
+}
 
 }  // namespace
 
@@ -116,6 +235,7 @@ void add_pipeline_communication(PipelineProgram& program) {
     }
     actions = std::move(out);
   }
+  order_for_nccl(program);
 }
 
 }  // namespace titan::parallel

@@ -40,6 +40,10 @@ inline int64_t action_index(const PipelineAction& a, int64_t microbatches) {
 /// between stages on different ranks. Everything else may assume these.
 void check_structure(const PipelineProgram& program);
 
+/// When each send is posted in a simulation of a valid program (by action_index; NaN for absent actions),
+/// without requiring NCCL's posting order yet. Throws what validate_pipeline_program would.
+std::vector<double> send_times(const PipelineProgram& program);
+
 /// The message prefix naming the program: "[titan::pipeline] 1F1B: ".
 std::string where(const PipelineProgram& program);
 

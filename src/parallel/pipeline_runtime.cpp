@@ -1,8 +1,10 @@
 // SPDX-License-Identifier: BSD-3-Clause
 // Executes one rank's program for one batch. Each (stage, microbatch) pair keeps its input, output
-// and gradients until its backward is done. A receive is posted when its action comes (or, before
-// the boundary's shape is known, when the compute that needs it waits); a send is posted and waited
-// for at the end of the step, so a rank never blocks on its own sends.
+// and gradients until its backward is done. Sends and receives are posted when their actions come, in
+// the program's order, which add_pipeline_communication made the same on both ranks of a pair (NCCL's
+// rule); a send is waited for at the end of the step, so a rank never blocks on its own sends. The first
+// receive across a boundary learns its shape from a small message the sender posts right before the
+// tensor, so it blocks there until the sender has computed it.
 #include <ATen/ATen.h>
 #include <c10/core/GradMode.h>
 #include <fmt/format.h>
@@ -39,7 +41,6 @@ struct Slot {
 struct PendingRecv {
   at::Tensor buffer;
   dist::Work work;
-  bool posted = false;
 };
 
 class StepRunner {
@@ -169,27 +170,27 @@ class StepRunner {
     send(sl.output, dst, tag(Channel::kActivation, a.stage + 1, a.microbatch));
   }
 
-  // The buffer a receive lands in, if its shape is known yet.
-  std::optional<at::Tensor> recv_buffer(Op op, int64_t stage, int64_t microbatch) {
+  // The buffer a receive lands in.
+  at::Tensor recv_buffer(Op op, int64_t stage, int64_t microbatch) {
     if (op == Op::kRecvBackward) {
       const Slot& sl = slot(stage, microbatch);
-      if (!sl.output.defined()) return std::nullopt;
+      TITAN_CHECK(sl.output.defined(),
+                  "[titan::pipeline] expected stage {} microbatch {}'s forward before the receive of its output's "
+                  "gradient, got the receive first. Reorder the program.",
+                  stage, microbatch);
       return at::empty_like(sl.output, at::MemoryFormat::Contiguous);
     }
-    auto it = s_.input_meta.find(boundary(stage));
-    if (it == s_.input_meta.end()) return std::nullopt;
-    return at::empty(it->second.sizes, at::TensorOptions().dtype(it->second.dtype).device(device_));
+    learn_input_shape(stage);
+    const detail::BoundaryMeta& meta = s_.input_meta.at(boundary(stage));
+    return at::empty(meta.sizes, at::TensorOptions().dtype(meta.dtype).device(device_));
   }
 
   void post_recv(const PipelineAction& a) {
     PendingRecv& r = recvs_[key(a.op, a.stage, a.microbatch)];
-    auto buffer = recv_buffer(a.op, a.stage, a.microbatch);
-    if (!buffer) return;  // posted by the compute that waits for it
-    r.buffer = std::move(*buffer);
+    r.buffer = recv_buffer(a.op, a.stage, a.microbatch);
     const bool fwd = a.op == Op::kRecvForward;
     r.work = s_.group.recv(r.buffer, rank_of(fwd ? a.stage - 1 : a.stage + 1),
                            tag(fwd ? Channel::kActivation : Channel::kGradient, a.stage, a.microbatch));
-    r.posted = true;
   }
 
   void learn_input_shape(int64_t stage) {
@@ -209,10 +210,6 @@ class StepRunner {
                 "Add the receive to the program.",
                 op == Op::kRecvForward ? "RECV_F" : "RECV_B", stage, microbatch);
     const auto begin = Clock::now();
-    if (!it->second.posted) {
-      if (op == Op::kRecvForward) learn_input_shape(stage);
-      post_recv({.op = op, .stage = stage, .microbatch = microbatch});
-    }
     it->second.work.wait();
     s_.stats.wait_seconds += static_cast<double>(seconds_ns(Clock::now() - begin)) * 1e-9;
     s_.stats.bytes_moved += it->second.buffer.nbytes();

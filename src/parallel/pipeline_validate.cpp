@@ -207,6 +207,8 @@ struct Checker {
   /// Between two ranks, the receiver takes messages in the order the sender posts them: p2p
   /// messages carry no tag, so an out-of-order receive would silently take the wrong tensor (every
   /// stage boundary has the same activation shape).
+  void channel_mirror() const;
+
   void channel_order() {
     const auto ranks = static_cast<size_t>(p.num_ranks);
     std::vector<std::vector<std::vector<PipelineAction>>> sent(ranks, std::vector<std::vector<PipelineAction>>(ranks));
@@ -235,9 +237,50 @@ struct Checker {
   }
 };
 
+/// NCCL matches the operations of two ranks in the order each posts them, whatever they are, and a send
+/// waits until its receive is posted: both ranks must post their sends and receives to each other in the
+/// same order (one's send where the other receives), or each waits for the other.
+void Checker::channel_mirror() const {
+  const auto ranks = static_cast<size_t>(p.num_ranks);
+  // Per ordered pair (me, peer): the messages in me's posting order, a message named by its send.
+  std::vector<std::vector<std::vector<std::pair<PipelineAction, int64_t>>>> posts(
+      ranks, std::vector<std::vector<std::pair<PipelineAction, int64_t>>>(ranks));
+  for (size_t r = 0; r < ranks; ++r) {
+    const auto& actions = p.actions[r];
+    for (int64_t step = 0; step < static_cast<int64_t>(actions.size()); ++step) {
+      const PipelineAction& a = actions[static_cast<size_t>(step)];
+      if (!is_send(a.op) && !is_recv(a.op)) continue;
+      const PipelineAction message = is_send(a.op) ? a : send_of(a);
+      const PipelineAction other = is_send(a.op) ? recv_of(a) : send_of(a);
+      posts[r][static_cast<size_t>(rank_of(other.stage))].emplace_back(message, step);
+    }
+  }
+  for (size_t a = 0; a < ranks; ++a) {
+    for (size_t b = a + 1; b < ranks; ++b) {
+      const auto& mine = posts[a][b];
+      const auto& theirs = posts[b][a];
+      for (size_t n = 0; n < std::min(mine.size(), theirs.size()); ++n) {
+        if (mine[n].first == theirs[n].first) continue;
+        const auto post = [&](size_t rank, const std::pair<PipelineAction, int64_t>& m) {
+          const PipelineAction& action = p.actions[rank][static_cast<size_t>(m.second)];
+          return fmt::format("{} (step {})", format_as(action), m.second);
+        };
+        TITAN_CHECK_VALUE(false,
+                          "{} expected ranks {} and {} to post their sends and receives to each other in the same "
+                          "order (NCCL matches them in posting order and a send waits for its receive), got rank {}'s "
+                          "operation #{} {} against rank {}'s {}: on GPUs the two would wait for each other. Let "
+                          "add_pipeline_communication place them, or reorder them by hand.",
+                          where, a, b, a, n, post(a, mine[n]), b, post(b, theirs[n]));
+      }
+    }
+  }
+}
+
 /// Runs the program: each rank in order, a receive blocking until its send is posted. Records the
-/// compute times into `timeline` when given; throws naming every blocked rank on a deadlock.
-void run(const PipelineProgram& p, const PipelineCosts& costs, PipelineTimeline* timeline) {
+/// compute times into `timeline` and each send's time into `sent` (by action index) when given; throws
+/// naming every blocked rank on a deadlock. `mirrored`: also require NCCL's posting order.
+void run(const PipelineProgram& p, const PipelineCosts& costs, PipelineTimeline* timeline,
+         std::vector<double>* sent = nullptr, bool mirrored = true) {
   Checker checker{p};
   checker.duplicates_and_completeness();
   checker.pairs();
@@ -302,11 +345,21 @@ void run(const PipelineProgram& p, const PipelineCosts& costs, PipelineTimeline*
                     "{} expected every rank to finish, got a deadlock: {}. Reorder the programs so "
                     "that each send comes before anything its sender waits for that depends on the receiver.",
                     checker.where, fmt::join(blocked, "; "));
+  // Last: a program that deadlocks even with Gloo's tagged sends is reported as the deadlock it is.
+  if (mirrored) checker.channel_mirror();
+  if (sent) *sent = std::move(posted);
 }
 
 }  // namespace
 
 namespace detail {
+
+std::vector<double> send_times(const PipelineProgram& program) {
+  check_structure(program);
+  std::vector<double> sent;
+  run(program, PipelineCosts{}, nullptr, &sent, /*mirrored=*/false);
+  return sent;
+}
 
 void check_structure(const PipelineProgram& p) {
   const std::string where = detail::where(p);

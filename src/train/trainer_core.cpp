@@ -59,6 +59,18 @@ namespace {
 
 constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
 
+// comm.backend resolved for the rank's device.
+std::string comm_backend(const std::string& key, const at::Device& device) {
+  if (key == "auto") return device.is_cuda() ? "nccl" : "gloo";
+  if (key == "gloo" || key == "strict" || (key == "nccl" && device.is_cuda())) return key;
+  throw ConfigError("comm.backend",
+                    key == "nccl" ? "[titan::Trainer] expected a GPU for comm.backend nccl, got none visible. Use "
+                                    "auto, gloo, or strict (Gloo with NCCL's rules) on CPUs."
+                                  : fmt::format("[titan::Trainer] expected comm.backend auto, gloo, nccl or strict, "
+                                                "got '{}'.",
+                                                key));
+}
+
 // torchtitan's TensorBoard folder, <dump>/<save_tb_folder>/<YYYYmmdd-HHMM>[/rank_<r>]: rank 0 writes, or
 // with metrics.save_for_all_ranks every rank below one timestamp (the latest clock, agreed by all ranks).
 std::filesystem::path tensorboard_folder_of(const JobConfig& config, const dist::Mesh& mesh, const at::Device& device) {
@@ -124,8 +136,9 @@ TrainerCore::TrainerCore(JobConfig config, int64_t model_vocab_size) : config_(s
        .timeout = std::chrono::seconds(config_.comm.train_timeout_seconds),
        .folder = std::filesystem::path(config_.job.dump_folder) / config_.comm.save_traces_folder,
        .file_prefix = config_.comm.save_traces_file_prefix});
+  const std::string backend = comm_backend(config_.comm.backend, device_);
   mesh_ = std::make_unique<dist::Mesh>(
-      dist::Mesh::from_launch_env(shape, {.backend = device_.is_cuda() ? "nccl" : "gloo",
+      dist::Mesh::from_launch_env(shape, {.backend = backend,
                                           .init_timeout = std::chrono::seconds(config_.comm.init_timeout_seconds),
                                           .timeout = std::chrono::seconds(config_.comm.train_timeout_seconds)}));
   dp_degree_ = shape.dp();
@@ -134,7 +147,7 @@ TrainerCore::TrainerCore(JobConfig config, int64_t model_vocab_size) : config_(s
     dp_rank_ += config_.fault_tolerance.replica_id * dp_degree_;
     dp_degree_ *= config_.fault_tolerance.group_size;
   }
-  log::info("Mesh {} ({} launch, {} backend)", shape, env.source, device_.is_cuda() ? "nccl" : "gloo");
+  log::info("Mesh {} ({} launch, {} backend)", shape, env.source, backend);
   if (config_.training.num_threads > 0) at::set_num_threads(static_cast<int>(config_.training.num_threads));
   use_deterministic_algorithms(config_.debug);
   seed_ = config_.debug.seed.value_or(static_cast<int64_t>(std::random_device{}() & 0x7fffffff));

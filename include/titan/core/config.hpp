@@ -365,9 +365,12 @@ struct CommConfig {
   std::string save_traces_file_prefix = "rank_";
   /// default, fake_backend (dry run without collectives) or local_tensor.
   CommMode mode = CommMode::default_;
+  /// Process-group backend (titan's key): auto (NCCL on GPUs, Gloo on CPUs), gloo, nccl, or strict (Gloo with NCCL's
+  /// rules).
+  std::string backend = "auto";
 };
 TITAN_CONFIG(CommConfig, init_timeout_seconds, train_timeout_seconds, trace_buf_size, save_traces_folder,
-             save_traces_file_prefix, mode)
+             save_traces_file_prefix, mode, backend)
 
 // Each replica group is its own job; the groups meet in a quorum through the lighthouse store every step,
 // average gradients over the live ones and heal a replica that (re)joins from a live one.

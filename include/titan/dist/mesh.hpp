@@ -47,7 +47,7 @@ MeshShape mesh_shape(const ParallelismConfig& parallelism, int64_t world_size);
 
 /// How to build the groups.
 struct MeshOptions {
-  /// "gloo" (CPU) or "nccl" (CUDA).
+  /// "gloo" (CPU), "nccl" (CUDA) or "strict" (Gloo with NCCL's rules enforced: tests on CPU).
   std::string backend = "gloo";
   /// Rendezvous timeout (comm.init_timeout_seconds).
   std::chrono::milliseconds init_timeout{std::chrono::seconds(300)};

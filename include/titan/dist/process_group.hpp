@@ -10,6 +10,7 @@
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -55,14 +56,31 @@ struct GroupOptions {
   std::chrono::milliseconds init_timeout{std::chrono::seconds(300)};
   /// Timeout of each collective.
   std::chrono::milliseconds timeout{std::chrono::seconds(100)};
-  /// "gloo" or "nccl".
+  /// "gloo", "nccl", or "strict": Gloo that enforces NCCL's rules, for tests on CPU (point-to-point matched
+  /// in posting order with tags ignored and a send waiting for its receive, collectives in the same order on
+  /// every rank, tensors on the group's device); a break is an error naming the ranks and calls.
   std::string backend = "gloo";
+  /// Where the group's tensors live: unset, the backend's (the CPU for Gloo, the bound GPU for NCCL). A strict
+  /// group refuses tensors elsewhere, so a device set here checks that code asks the group for it.
+  std::optional<c10::Device> device{};
   /// The caller handles this group's failures (fault tolerance's cross-replica groups): the flight recorder
   /// neither records nor watches its collectives, and a failed one does not stop the run.
   bool may_fail = false;
   /// Build a real backend even for a group of one (single-GPU NCCL smoke tests); normally a group
   /// of one does no communication at all.
   bool backend_for_single_rank = false;
+};
+
+/// One send or receive of a batch (ProcessGroup::batch_isend_irecv).
+struct P2POp {
+  /// Send tensor to peer, or receive into it from peer.
+  bool send = true;
+  /// Contiguous; alive and, for a send, unchanged until the batch's wait().
+  at::Tensor tensor{};
+  /// Group rank of the other side.
+  int64_t peer = 0;
+  /// Gloo matches a send with the receive of the same tag; NCCL ignores tags and matches in posting order.
+  int64_t tag = 0;
 };
 
 /// One communicator over a subset of the world's ranks. Copies share the communicator.
@@ -79,6 +97,8 @@ class ProcessGroup {
   const std::string& name() const;
   /// The world ranks of the members, in group-rank order.
   const std::vector<int64_t>& global_ranks() const;
+  /// Where its tensors must live (GroupOptions::device): make communication buffers here.
+  c10::Device device() const;
 
   /// In-place all-reduce of a contiguous tensor.
   Work all_reduce(at::Tensor& tensor, ReduceOp op = ReduceOp::kSum) const;
@@ -98,6 +118,10 @@ class ProcessGroup {
   Work send(const at::Tensor& tensor, int64_t dst, int64_t tag) const;
   /// Receives into a contiguous tensor from group rank src (the send with the same tag).
   Work recv(at::Tensor& tensor, int64_t src, int64_t tag) const;
+  /// Posts sends and receives as one group (NCCL's group start/end, PyTorch's batch_isend_irecv): none waits
+  /// for another to be matched, so two ranks may each send to and receive from the other without either
+  /// posting order hanging under NCCL. One Work for all of them; an empty batch does nothing.
+  Work batch_isend_irecv(const std::vector<P2POp>& ops) const;
   void barrier() const;
 
   /// Bytes sent so far by this rank through this group.
