@@ -146,6 +146,10 @@ def stage_curves(r):
               for mode, flags in MODES.items()}
     if r.o.dry_run:
         return "dry run"
+    with open(os.path.join(r.results, "curves.csv"), "w") as f:  # this device's curves, as the committed CSV
+        f.write("step," + ",".join(losses) + "\n")
+        for s in range(CURVE_STEPS):
+            f.write(f"{s + 1}," + ",".join(f"{losses[m][s]:.6f}" for m in losses) + "\n")
     notes = [within("fp32 (20 steps) vs golden CPU curve", golden, golden_curve(), 2e-4, relative=True),
              within("fp32 vs committed CPU curve", losses["fp32"], committed_curve("fp32"), 1e-4)]
     for mode in ("bf16", "float8_tensorwise"):

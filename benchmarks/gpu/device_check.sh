@@ -49,8 +49,12 @@ stage() {
   local name="$1" limit="$2"; shift 2
   echo "== stage $name"
   STAGES_RUN+=("$name")
-  local start=$SECONDS status=PASS
-  run_logged "$WORK/$name.log" timeout "$limit" "$@" || status=FAIL
+  local start=$SECONDS status=PASS rc=0
+  run_logged "$WORK/$name.log" timeout "$limit" "$@" || rc=$?
+  if ((rc != 0)); then
+    status=FAIL
+    ((rc == 124)) && echo "[device_check] stage $name: stopped after its $limit s" | tee -a "$WORK/$name.log"
+  fi
   if ((DRY == 0)); then printf '%s\t%s\t%s\n' "$name" "$status" $((SECONDS - start)) >>"$WORK/stages.tsv"; fi
 }
 
