@@ -5,6 +5,8 @@
 #include "titan/float8/linear.hpp"
 
 #include <ATen/ATen.h>
+#include <ATen/autocast_mode.h>
+#include <c10/core/impl/LocalDispatchKeySet.h>
 #include <torch/autograd.h>
 
 #include "titan/core/error.hpp"
@@ -67,6 +69,9 @@ at::Tensor cpu_tensorwise_mm(const Operand& a, const Operand& b, at::ScalarType 
 /// (data / scale in float32) and at::mm; else at::_scaled_mm with reciprocal scales, a row-major and b
 /// column-major.
 at::Tensor scaled_mm(const Operand& a, const Operand& b, at::ScalarType out_dtype, bool use_fast_accum, bool emulate) {
+  // torchao's float8 GEMMs are untouched by autocast (the oracle test under CPU autocast); the at::mm /
+  // at::matmul here must be too, or CPU autocast would round their fp32 operands to bf16.
+  const c10::impl::ExcludeDispatchKeyGuard no_autocast(c10::autocast_dispatch_keyset);
   const bool rowwise = a.rowwise || b.rowwise;
   const bool cpu = a.values.defined() || b.values.defined() || a.data.is_cpu();
   if (emulate || (rowwise && cpu)) {
@@ -369,7 +374,13 @@ at::Tensor float8_linear(const at::Tensor& x, const at::Tensor& w, const Float8L
                       recipe_name(config.recipe));
     w8 = {.data = std::move(gathered->data), .scale = std::move(gathered->scale)};
   }
-  return Float8Matmul::apply(x, w, w8, static_cast<int64_t>(config.recipe), config.emulate);
+  // As torchao's Float8Linear.forward (and F.linear under autocast): the input is cast to the autocast dtype
+  // before its float8 cast, so its scale comes from the bf16 values and the output is bf16; the weight is
+  // cast from its own dtype. torchao reads CUDA's autocast only; here it is the autocast of x's device.
+  const at::DeviceType device = x.device().type();
+  const bool autocast = at::autocast::is_autocast_available(device) && at::autocast::is_autocast_enabled(device);
+  const at::Tensor input = autocast ? x.to(at::autocast::get_autocast_dtype(device)) : x;  // (..., K)
+  return Float8Matmul::apply(input, w, w8, static_cast<int64_t>(config.recipe), config.emulate);
 }
 
 WholeTensorScales::WholeTensorScales(const dist::ProcessGroup& group) : previous_(whole_tensor_group) {

@@ -1,13 +1,14 @@
 // SPDX-License-Identifier: BSD-3-Clause
 // titan's float8 against torchao 0.18 (the oracle, tests/oracles/torchao_float8.py): the same inputs
 // through both, and titan's casts, Float8Linear output, input gradient and weight gradient must equal
-// torchao's bit for bit (see docs/float8.md for why the arithmetic is the same).
+// torchao's bit for bit, also under CPU bf16 autocast (see docs/float8.md for why the arithmetic is the same).
 #include <ATen/ATen.h>
 
 #include "test_util.hpp"
 #include "titan/checkpoint/safetensors.hpp"
 #include "titan/float8/cast.hpp"
 #include "titan/float8/linear.hpp"
+#include "titan/train/step.hpp"
 
 namespace f8 = titan::float8;
 
@@ -79,6 +80,34 @@ TEST_CASE("float8 oracle: Float8Linear output and gradients equal torchao's Floa
         INFO(name << " " << what << ": " << describe_difference(got, want));
         CHECK(same_bits(got, want));
       }
+    }
+  }
+}
+
+TEST_CASE("float8 oracle: Float8Linear under CPU bf16 autocast equals torchao's", "[float8][oracle][full]") {
+  // fp32 input and weight, the forward under autocast: the input reaches its float8 cast in bf16, the
+  // weight in fp32, and the output is bf16 (torchao's Float8Linear.forward as it runs under GPU autocast).
+  const auto& o = oracle();
+  const std::vector<std::pair<f8::Recipe, bool>> cases = {{f8::Recipe::kTensorwise, false},
+                                                          {f8::Recipe::kTensorwise, true},
+                                                          {f8::Recipe::kRowwise, true},
+                                                          {f8::Recipe::kRowwiseWithGwHp, true}};
+  for (const auto& [recipe, emulate] : cases) {
+    const std::string name =
+        std::string(f8::recipe_name(recipe)) + (emulate ? ".emulate" : ".scaled_mm") + ".autocast_bf16";
+    const at::Tensor x = o.read(name + ".x").requires_grad_(true);  // (B, S, K) fp32
+    const at::Tensor w = o.read(name + ".w").requires_grad_(true);  // (N, K) fp32
+    at::Tensor y;                                                   // (B, S, N) bf16
+    {
+      const titan::AutocastScope autocast(true, at::kCPU);
+      y = f8::float8_linear(x, w, {.recipe = recipe, .emulate = emulate});
+    }
+    y.backward(o.read(name + ".grad_out"));  // outside autocast, as a training step runs it
+    for (const auto& [what, got] :
+         {std::pair{"y", y.detach()}, std::pair{"grad_x", x.grad()}, std::pair{"grad_w", w.grad()}}) {
+      const at::Tensor want = o.read(name + "." + what);
+      INFO(name << " " << what << ": " << describe_difference(got, want));
+      CHECK(same_bits(got, want));
     }
   }
 }

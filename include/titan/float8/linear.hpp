@@ -46,7 +46,8 @@ struct Float8LinearConfig {
 
 /// y = x w^T with float8 GEMMs in forward and backward (differentiable in x and w).
 /// x (..., K), w (N, K) -> (..., N). Tensorwise GEMMs go through at::_scaled_mm unless emulated;
-/// rowwise ones are emulated on CPU (at::_scaled_mm supports only tensorwise scales there).
+/// rowwise ones are emulated on CPU (at::_scaled_mm supports only tensorwise scales there). Under autocast
+/// on x's device, x is cast to the autocast dtype first and the output is in that dtype (torchao's).
 at::Tensor float8_linear(const at::Tensor& x, const at::Tensor& w, const Float8LinearConfig& config);
 
 /// While alive, tensorwise float8_linear calls on this thread scale each operand (input, weight, and
