@@ -5,6 +5,7 @@
 #include <c10/core/GradMode.h>
 
 #include <limits>
+#include <optional>
 #include <vector>
 
 #include "titan/core/error.hpp"
@@ -38,13 +39,29 @@ at::Tensor limit_to_groups(const at::Tensor& scores, const MoEArgs& args) {  // 
       .view({-1, args.num_experts});
 }
 
-void check_grouped_mm_rows(const at::Tensor& x, int64_t hidden_dim) {
-  const int64_t align = 16 / static_cast<int64_t>(x.element_size());
-  TITAN_CHECK_VALUE(x.size(-1) % align == 0 && hidden_dim % align == 0,
+// at::_grouped_mm's operands: every row, and every group's first row, starts at a multiple of 16 bytes.
+constexpr int64_t kGroupedMmAlignBytes = 16;
+
+int64_t aligned_elements(at::ScalarType dtype) {
+  return kGroupedMmAlignBytes / static_cast<int64_t>(c10::elementSize(dtype));
+}
+
+// dim and hidden_dim as row lengths of `dtype` operands.
+void check_grouped_mm_rows(at::ScalarType dtype, int64_t dim, int64_t hidden_dim) {
+  const int64_t align = aligned_elements(dtype);
+  TITAN_CHECK_VALUE(dim % align == 0 && hidden_dim % align == 0,
                     "[titan::nn::MoE] expected dim and hidden_dim to be multiples of {} for at::_grouped_mm ({} rows "
                     "must be 16-byte aligned), got dim {} and hidden_dim {}. Pick multiples of {} or set "
                     "use_grouped_mm = false.",
-                    align, c10::toString(x.scalar_type()), x.size(-1), hidden_dim, align);
+                    align, c10::toString(dtype), dim, hidden_dim, align);
+}
+
+// The routed SwiGLU over tokens grouped by expert; offsets (E) int32 is the end row of each group.
+at::Tensor grouped_swiglu(const at::Tensor& x, const at::Tensor& w1, const at::Tensor& w2, const at::Tensor& w3,
+                          const at::Tensor& offsets) {  // x (N, D) -> (N, D)
+  at::Tensor h = at::silu(at::_grouped_mm(x, w1.transpose(-2, -1), offsets)) *
+                 at::_grouped_mm(x, w3.transpose(-2, -1), offsets);  // (N, F)
+  return at::_grouped_mm(h, w2.transpose(-2, -1), offsets);          // (N, D)
 }
 }  // namespace
 
@@ -125,13 +142,56 @@ void TokenChoiceTopKRouter::init_weights(double init_std) {
 
 // ---- experts -------------------------------------------------------------------------------------
 
+namespace detail {
+
+PaddedExpertGroups pad_expert_groups(const at::Tensor& tokens_per_expert, int64_t num_tokens, int64_t align) {
+  TITAN_CHECK_VALUE(align >= 1, "[titan::nn::MoE] expected a group alignment >= 1 row, got {}.", align);
+  TITAN_CHECK_VALUE(tokens_per_expert.dim() == 1 && num_tokens >= 0,
+                    "[titan::nn::MoE] expected tokens_per_expert (E) and num_tokens >= 0, got {} dims and {} tokens.",
+                    tokens_per_expert.dim(), num_tokens);
+  at::NoGradGuard no_grad;
+  const at::Tensor counts = tokens_per_expert.to(at::kLong);  // (E)
+  const int64_t experts = counts.size(0);
+  // An empty expert still gets one aligned group, all padding, as torchtitan's generate_permute_indices
+  // gives it: no group the kernel sees is empty, and that expert's weight gradient is a GEMM over zeros.
+  at::Tensor padded = at::floor_divide(counts.clamp_min(align) + (align - 1), align) * align;  // (E)
+  at::Tensor padded_ends = at::cumsum(padded, 0);                                              // (E)
+  at::Tensor shift = (padded_ends - padded) - (at::cumsum(counts, 0) - counts);  // (E): padding before each group
+  // The expert of each token; output_size spares a device-to-host sync for the size of the result.
+  at::Tensor expert_of_token = at::repeat_interleave(counts, std::optional<int64_t>(num_tokens));       // (N)
+  at::Tensor rows = at::arange(num_tokens, counts.options()) + shift.index_select(0, expert_of_token);  // (N)
+  // Every group's padded size is at most its count + align, so this bound holds without reading the counts.
+  const int64_t bound = num_tokens + experts * align;
+  return {.rows = rows, .offsets = padded_ends.to(at::kInt), .padded_rows = (bound + align - 1) / align * align};
+}
+
+at::Tensor pad_expert_rows(const at::Tensor& x, const PaddedExpertGroups& groups) {
+  return at::zeros({groups.padded_rows, x.size(1)}, x.options()).index_copy(0, groups.rows, x);  // (P, D)
+}
+
+at::Tensor unpad_expert_rows(const at::Tensor& y, const PaddedExpertGroups& groups) {
+  return y.index_select(0, groups.rows);  // (N, D)
+}
+
+at::Tensor experts_grouped_mm_padded(const at::Tensor& x, const at::Tensor& w1, const at::Tensor& w2,
+                                     const at::Tensor& w3, const at::Tensor& tokens_per_expert, at::ScalarType dtype) {
+  check_grouped_mm_rows(dtype, x.size(-1), w1.size(1));
+  const PaddedExpertGroups groups =
+      pad_expert_groups(tokens_per_expert.to(x.device()), x.size(0), aligned_elements(dtype));
+  at::Tensor padded = pad_expert_rows(x.to(dtype), groups);                                           // (P, D)
+  at::Tensor out = grouped_swiglu(padded, w1.to(dtype), w2.to(dtype), w3.to(dtype), groups.offsets);  // (P, D)
+  return unpad_expert_rows(out, groups).to(x.scalar_type());                                          // (N, D)
+}
+
+}  // namespace detail
+
 at::Tensor experts_grouped_mm(const at::Tensor& x, const at::Tensor& w1, const at::Tensor& w2, const at::Tensor& w3,
                               const at::Tensor& tokens_per_expert) {
-  check_grouped_mm_rows(x, w1.size(1));
-  at::Tensor offsets = at::cumsum(tokens_per_expert, 0, at::kInt);  // (E) int32: end row of each expert
-  at::Tensor h = at::silu(at::_grouped_mm(x, w1.transpose(-2, -1), offsets)) *
-                 at::_grouped_mm(x, w3.transpose(-2, -1), offsets);  // (N, F)
-  return at::_grouped_mm(h, w2.transpose(-2, -1), offsets);          // (N, D)
+  // CUDA's grouped GEMM kernels take bf16 operands whose groups start 16-byte aligned (torchtitan's
+  // _run_experts_grouped_mm under indices_padding_wrapper); the CPU one has neither requirement.
+  if (x.is_cuda()) return detail::experts_grouped_mm_padded(x, w1, w2, w3, tokens_per_expert, at::kBFloat16);
+  check_grouped_mm_rows(x.scalar_type(), x.size(-1), w1.size(1));
+  return grouped_swiglu(x, w1, w2, w3, at::cumsum(tokens_per_expert, 0, at::kInt));  // (N, D)
 }
 
 at::Tensor experts_loop(const at::Tensor& x, const at::Tensor& w1, const at::Tensor& w2, const at::Tensor& w3,

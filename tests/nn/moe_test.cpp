@@ -1,11 +1,13 @@
 // SPDX-License-Identifier: BSD-3-Clause
 // The MoE layer: the grouped GEMM against its per-expert loop twin (bitwise in fp32 on CPU, values and
-// gradients), routing (hand-computed sigmoid/softmax scores, deterministic ties, the expert bias
-// steering selection only, node-limited groups), the whole layer against a token-by-token dense
-// reference, the aux-loss-free bias update, and config errors.
+// gradients), the padded bf16 layout CUDA's grouped GEMM runs on (on CPU, against the loop), routing
+// (hand-computed sigmoid/softmax scores, deterministic ties, the expert bias steering selection only,
+// node-limited groups), the whole layer against a token-by-token dense reference, the aux-loss-free
+// bias update, and config errors.
 #include <ATen/ATen.h>
 #include <torch/csrc/autograd/autograd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <vector>
 
@@ -65,6 +67,113 @@ TEST_CASE("moe: grouped GEMM equals the per-expert loop bitwise in fp32 (values 
   CHECK_THROWS_WITH(nn::experts_grouped_mm(x_odd, w_odd, w_odd.transpose(1, 2), w_odd, at::tensor({4}, at::kLong)),
                     Catch::Contains("[titan::nn::MoE] expected dim and hidden_dim to be multiples of 4") &&
                         Catch::Contains("use_grouped_mm = false"));
+}
+
+TEST_CASE("moe: pad_expert_groups starts every group at a multiple of the alignment", "[nn][moe]") {
+  {
+    // By hand: groups of 3, 0 and 9 tokens at 4-row alignment take 4, 4 (all padding) and 12 rows.
+    nn::detail::PaddedExpertGroups g = nn::detail::pad_expert_groups(at::tensor({3, 0, 9}, at::kLong), 12, 4);
+    CHECK(g.offsets.equal(at::tensor({4, 8, 20}, at::kInt)));
+    CHECK(g.rows.equal(at::tensor({0, 1, 2, 8, 9, 10, 11, 12, 13, 14, 15, 16}, at::kLong)));
+    CHECK(g.padded_rows == 24);  // 12 + 3 * 4, a bound known without reading the counts
+  }
+  const std::vector<std::vector<int64_t>> cases = {
+      {7, 0, 12, 3, 15}, {0, 37, 0, 0, 0}, {37, 0, 0, 0, 0}, {0, 0, 0, 0, 37}, {8, 16, 0, 1}, {0, 0, 0}, {5}};
+  for (const auto& c : cases) {
+    for (int64_t align : {1, 8, 16, 32}) {
+      at::Tensor counts = at::tensor(c, at::kLong);  // (E)
+      const int64_t n = counts.sum().item<int64_t>();
+      INFO("counts " << counts << " align " << align);
+      nn::detail::PaddedExpertGroups g = nn::detail::pad_expert_groups(counts, n, align);
+      REQUIRE(g.offsets.scalar_type() == at::kInt);
+      REQUIRE(g.rows.size(0) == n);
+      CHECK(g.padded_rows % align == 0);
+      int64_t start = 0, token = 0;
+      for (size_t e = 0; e < c.size(); ++e) {
+        const int64_t end = g.offsets[static_cast<int64_t>(e)].item<int64_t>();
+        CHECK(start % align == 0);
+        CHECK(end - start == std::max(align, (c[e] + align - 1) / align * align));
+        for (int64_t i = 0; i < c[e]; ++i, ++token) CHECK(g.rows[token].item<int64_t>() == start + i);  // in order
+        start = end;
+      }
+      CHECK(start <= g.padded_rows);
+
+      at::Tensor x = at::randn({n, 8}) + 10.f;                // (N, D): no zero entries
+      at::Tensor padded = nn::detail::pad_expert_rows(x, g);  // (P, D)
+      REQUIRE(padded.size(0) == g.padded_rows);
+      at::Tensor is_token = at::zeros({g.padded_rows}, at::kBool).index_fill_(0, g.rows, true);  // (P)
+      CHECK(padded.index_select(0, g.rows).equal(x));
+      CHECK(padded.index({is_token.logical_not()}).eq(0).all().item<bool>());  // every padding row is zero
+      CHECK(nn::detail::unpad_expert_rows(padded, g).equal(x));
+    }
+  }
+}
+
+TEST_CASE("moe: the padded grouped GEMM (the CUDA path) equals a per-expert loop bitwise", "[nn][moe]") {
+  at::manual_seed(6);
+  const int64_t E = 5, D = 16, F = 32;
+  // The reference: per expert, its tokens and zero rows up to the padded group size (a multiple of align,
+  // align rows when it has none), one matmul chain, its token rows kept. The GEMMs run at the padded row
+  // count because a CPU GEMM may round a row differently at another one (MKL's fp32 GEMM does for 3 rows
+  // against 8); the unpadded loop is compared within rounding below.
+  const auto padded_groups_loop = [&](const at::Tensor& x, const at::Tensor& w1, const at::Tensor& w2,
+                                      const at::Tensor& w3, const std::vector<int64_t>& c, int64_t align) {
+    std::vector<at::Tensor> outs;
+    int64_t start = 0;
+    for (int64_t e = 0; e < E; ++e) {
+      const int64_t n = c[static_cast<size_t>(e)];
+      const int64_t rows = std::max(align, (n + align - 1) / align * align);
+      at::Tensor xe = at::constant_pad_nd(x.narrow(0, start, n), {0, 0, 0, rows - n});  // (rows, D)
+      at::Tensor h = at::silu(at::matmul(xe, w1[e].t())) * at::matmul(xe, w3[e].t());   // (rows, F)
+      outs.push_back(at::matmul(h, w2[e].t()).narrow(0, 0, n));                         // (n, D)
+      start += n;
+    }
+    return at::cat(outs, 0);  // (N, D)
+  };
+  const std::vector<std::vector<int64_t>> cases = {{7, 0, 12, 3, 15}, {0, 37, 0, 0, 0}, {37, 0, 0, 0, 0}};
+  for (const auto& c : cases) {
+    for (at::ScalarType dtype : {at::kFloat, at::kBFloat16}) {
+      const int64_t align = 16 / static_cast<int64_t>(c10::elementSize(dtype));                 // rows of 16 bytes
+      at::Tensor counts = at::tensor(c, at::kLong);                                             // (E)
+      at::Tensor x = at::randn({37, D}).requires_grad_(true);                                   // (N, D) fp32
+      at::Tensor w1 = at::randn({E, F, D}).requires_grad_(true);                                // (E, F, D)
+      at::Tensor w2 = at::randn({E, D, F}).requires_grad_(true);                                // (E, D, F)
+      at::Tensor w3 = at::randn({E, F, D}).requires_grad_(true);                                // (E, F, D)
+      at::Tensor padded = nn::detail::experts_grouped_mm_padded(x, w1, w2, w3, counts, dtype);  // (N, D) fp32
+      at::Tensor reference =
+          padded_groups_loop(x.to(dtype), w1.to(dtype), w2.to(dtype), w3.to(dtype), c, align).to(at::kFloat);  // (N, D)
+      at::Tensor loop =
+          nn::experts_loop(x.to(dtype), w1.to(dtype), w2.to(dtype), w3.to(dtype), counts).to(at::kFloat);  // (N, D)
+      INFO("counts " << counts << " dtype " << dtype);
+      REQUIRE(padded.scalar_type() == at::kFloat);
+      CHECK(at::equal(padded, reference));
+      const double tol = dtype == at::kFloat ? 1e-5 : 2e-2;
+      CHECK(at::allclose(padded, loop, tol, tol));
+      at::Tensor dy = at::randn_like(reference);
+      auto g = grads(padded, {x, w1, w2, w3}, dy);
+      auto r = grads(reference, {x, w1, w2, w3}, dy);
+      for (size_t i = 0; i < g.size(); ++i) {
+        INFO("gradient " << i);
+        CHECK(at::equal(g[i], r[i]));
+      }
+      for (int64_t e = 0; e < E; ++e) {
+        if (c[static_cast<size_t>(e)] == 0) CHECK(g[1][e].abs().max().item<float>() == 0.f);  // empty: zero gradient
+      }
+    }
+  }
+  // No tokens at all: every group is padding, and the result is empty.
+  at::Tensor none =
+      nn::detail::experts_grouped_mm_padded(at::zeros({0, D}), at::randn({E, F, D}), at::randn({E, D, F}),
+                                            at::randn({E, F, D}), at::zeros({E}, at::kLong), at::kBFloat16);
+  CHECK(none.sizes() == at::IntArrayRef({0, D}));
+
+  // Rows aligned for fp32 (multiples of 4) but not for the bf16 GEMM (multiples of 8) are refused.
+  at::Tensor x12 = at::randn({4, 12});
+  at::Tensor w12 = at::randn({1, 8, 12});
+  CHECK_THROWS_WITH(nn::detail::experts_grouped_mm_padded(x12, w12, w12.transpose(1, 2), w12,
+                                                          at::tensor({4}, at::kLong), at::kBFloat16),
+                    Catch::Contains("[titan::nn::MoE] expected dim and hidden_dim to be multiples of 8") &&
+                        Catch::Contains("BFloat16"));
 }
 
 TEST_CASE("moe: the layer through grouped GEMM equals the layer through the loop bitwise", "[nn][moe]") {

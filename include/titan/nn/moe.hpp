@@ -96,13 +96,38 @@ class GroupedExperts : public torch::nn::Module {
 
 /// Routed experts through at::_grouped_mm with offsets = cumsum(tokens_per_expert); x (N, D),
 /// w1/w3 (E, F, D), w2 (E, D, F) -> (N, D). Rows must be 16-byte aligned (D, F multiples of 4 in
-/// fp32, 8 in bf16): a clear error otherwise.
+/// fp32, 8 in bf16 and on CUDA): a clear error otherwise. On CUDA the GEMMs run in bf16 on expert groups
+/// padded to aligned rows (detail::experts_grouped_mm_padded), as torchtitan's; the result is in x's dtype.
 at::Tensor experts_grouped_mm(const at::Tensor& x, const at::Tensor& w1, const at::Tensor& w2, const at::Tensor& w3,
                               const at::Tensor& tokens_per_expert);
 /// The plain ATen reference twin: one matmul chain per expert (syncs the counts to the host).
 /// Same arguments and result; bitwise equal to experts_grouped_mm in fp32 on CPU.
 at::Tensor experts_loop(const at::Tensor& x, const at::Tensor& w1, const at::Tensor& w2, const at::Tensor& w3,
                         const at::Tensor& tokens_per_expert);
+
+namespace detail {
+
+/// Where the tokens of each expert go in a buffer whose expert groups start at multiples of `align` rows
+/// (torchtitan's generate_permute_indices, without its device kernel).
+struct PaddedExpertGroups {
+  at::Tensor rows;          // (N) int64: the padded-buffer row of each token (tokens sorted by expert)
+  at::Tensor offsets;       // (E) int32: end row of each expert's padded group (at::_grouped_mm's offs)
+  int64_t padded_rows = 0;  // buffer rows P: a bound, N + E * align rounded up to align, so no device sync
+};
+
+/// The padded layout of num_tokens tokens sorted by expert; tokens_per_expert (E) must sum to num_tokens.
+/// Each group is rounded up to a multiple of align rows; an empty one gets align rows of padding.
+PaddedExpertGroups pad_expert_groups(const at::Tensor& tokens_per_expert, int64_t num_tokens, int64_t align);
+/// x (N, D) -> (P, D): each token at its padded row, zeros in every other row (differentiable in x).
+at::Tensor pad_expert_rows(const at::Tensor& x, const PaddedExpertGroups& groups);
+/// The inverse of pad_expert_rows: y (P, D) -> (N, D), the padding rows dropped (differentiable in y).
+at::Tensor unpad_expert_rows(const at::Tensor& y, const PaddedExpertGroups& groups);
+/// experts_grouped_mm's CUDA path on any device: operands cast to dtype, groups padded to 16-byte aligned
+/// rows (8 in bf16), the GEMMs on the padded buffer, the padding dropped, the result cast to x's dtype.
+at::Tensor experts_grouped_mm_padded(const at::Tensor& x, const at::Tensor& w1, const at::Tensor& w2,
+                                     const at::Tensor& w3, const at::Tensor& tokens_per_expert, at::ScalarType dtype);
+
+}  // namespace detail
 
 /// Runs the routed experts somewhere else: what expert parallelism plugs into an MoE layer
 /// (titan::parallel::apply_expert_parallel). run() gets the slots sorted by *global* expert and
