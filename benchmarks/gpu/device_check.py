@@ -3,9 +3,9 @@
 """The stages of benchmarks/gpu/device_check.sh that train the debug model, generate and compare, and its summary.
 
 Every run is scripts/precision_curves.py's job (the debug model on tinyshakespeare with the tests' BPE tokenizer,
-B 4 x S 64, seed 42, deterministic, no activation checkpointing, 20 or 200 steps) with its mode's flags, and names its
-compute dtype (training.mixed_precision_param), whose default differs between CPU (fp32) and GPU (bf16). A run
-without CUDA_VISIBLE_DEVICES="" trains on the GPU when one is visible.
+B 4 x S 64, seed 42, deterministic, no activation checkpointing, 20 or 200 steps) with its mode's flags, and names
+its compute dtype (training.mixed_precision_param), whose default differs between CPU (fp32) and GPU (bf16). A
+run without CUDA_VISIBLE_DEVICES="" trains on the GPU when one is visible.
 
     device_check.py curves   --build B --results R   fp32, 20 steps, vs the golden CPU curve (tests/assets/losses,
                                                      2e-4 relative: the golden test's bound); fp32, bf16 and
@@ -215,7 +215,8 @@ def stage_snapshot(r):
         raise Failure(f"expected segments and trace events in {found[-1]}, got {len(segments)} and {events}")
     shutil.copy(found[-1], os.path.join(r.results, "memory_snapshot.pickle"))
     reserved = sum(s.get("total_size", 0) for s in segments) / 2**30
-    return f"{len(segments)} segments ({reserved:.2f} GiB reserved), {events} trace events ({os.path.basename(os.path.dirname(found[-1]))})"
+    step = os.path.basename(os.path.dirname(found[-1]))
+    return f"{len(segments)} segments ({reserved:.2f} GiB reserved), {events} trace events ({step})"
 
 
 def summary(o):
@@ -244,8 +245,8 @@ def summary(o):
                     f"{j['batch']} x {j['seq_len']} | {j['tps']:.0f} | {j['tflops']:.1f} | {j['mfu_declared']:.1f}% | "
                     f"{j['peak_memory_bytes'] / 2**30:.1f} | {j['step_time_median']:.3f} |")
     if rows:
-        lines += ["", "| model | precision | B x S | tokens/s | TFLOP/s | MFU (declared peak) | peak GiB | median step s |",
-                  "| --- | --- | --- | --- | --- | --- | --- | --- |"] + rows
+        lines += ["", "| model | precision | B x S | tokens/s | TFLOP/s | MFU (declared peak) | peak GiB | "
+                  "median step s |", "| --- | --- | --- | --- | --- | --- | --- | --- |"] + rows
     text = "\n".join(lines) + "\n"
     with open(o.out, "w") as f:
         f.write(text)

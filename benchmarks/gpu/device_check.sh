@@ -1,14 +1,15 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: BSD-3-Clause
 # The device check: what titan claims about NVIDIA GPUs, run on a machine with one (H100/H200), in order of
-# evidence, in under 8 minutes with the build. From the repository root, with torch importable by python3:
+# evidence; sized to finish within 8 minutes with the build (not yet run on a GPU). From the repository root,
+# with torch importable by python3:
 #   benchmarks/gpu/prepare_carry.sh           # once, on a Debian machine with the -dev packages (setup.sh's)
 #   benchmarks/gpu/device_check.sh            # on the GPU machine: the tree plus build-gpu-deps/ carried
 #   benchmarks/gpu/device_check.sh --dry-run  # prints every command it would run, runs nothing
 # Stages (each logged to $BUILD/device-check/<stage>.log; a failed stage does not stop the later ones):
 #   build             configure $BUILD (only when it has no build.ninja) for sm_90 only, then build only the
 #                     targets below that are missing or out of date
-#   cuda_tests        titan_cuda_tests: the float8 cast kernels bit-exact against their ATen reference
+#   cuda_tests        titan_cuda_tests: the float8 cast kernels bit-exact against the CPU ones
 #   nccl              nccl_world1: a one-rank NCCL group over every collective titan uses (all-reduce,
 #                     all-gather, reduce-scatter, all-to-all, broadcast; p2p needs a second rank)
 #   curves            the debug model's 20-step fp32 curve vs the CPU golden; 200-step fp32, bf16 and float8
@@ -55,8 +56,12 @@ stage() {
     status=FAIL
     ((rc == 124)) && echo "[device_check] stage $name: stopped after its $limit s" | tee -a "$WORK/$name.log"
   fi
-  if ((DRY == 0)); then printf '%s\t%s\t%s\n' "$name" "$status" $((SECONDS - start)) >>"$WORK/stages.tsv"; fi
+  if ((DRY == 0)); then
+    printf '%s\t%s\t%s\n' "$name" "$status" $((SECONDS - start)) >>"$WORK/stages.tsv"
+    write_summary >/dev/null || true  # so far: a run stopped from outside still leaves a summary
+  fi
 }
+write_summary() { "$PY" "$ROOT/benchmarks/gpu/device_check.py" summary --results "$WORK" --out "$DEST/summary.md"; }
 
 if ((DRY == 0)); then
   mkdir -p "$WORK" "$DEST"
@@ -108,6 +113,7 @@ else
   start=$SECONDS
   if build 2>&1 | tee "$WORK/build.log"; then
     printf 'build\tPASS\t%s\n' $((SECONDS - start)) >>"$WORK/stages.tsv"
+    write_summary >/dev/null || true
   else
     printf 'build\tFAIL\t%s\n' $((SECONDS - start)) >>"$WORK/stages.tsv"
     summarise

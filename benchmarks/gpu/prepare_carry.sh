@@ -18,7 +18,7 @@ LIBDIR=/usr/lib/x86_64-linux-gnu
 
 for p in "${HEADERS[@]}" pkgconf-bin libpkgconf3; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" ||
-    { echo "[prepare_carry] expected the Debian package $p installed (scripts/setup.sh installs it), got none."; exit 1; }
+    { echo "[prepare_carry] expected the Debian package $p (scripts/setup.sh installs it), got none."; exit 1; }
 done
 if [[ ! -f "$BUILD/tests/assets/tokenizer/tokenizer.json" ]]; then
   echo "[prepare_carry] building the tests' tokenizer in $BUILD"
