@@ -9,7 +9,8 @@
 # Stages (each logged to $BUILD/device-check/<stage>.log; a failed stage does not stop the later ones):
 #   build             configure $BUILD (only when it has no build.ninja) for sm_90 only, then build only the
 #                     targets below that are missing or out of date
-#   cuda_tests        titan_cuda_tests: the float8 cast kernels bit-exact against the CPU ones
+#   cuda_tests        titan_cuda_tests: the float8 cast kernels bit-exact against the CPU ones, and the MoE
+#                     grouped GEMM's CUDA path against the CPU's per-expert loop
 #   nccl              nccl_world1: a one-rank NCCL group over every collective titan uses (all-reduce,
 #                     all-gather, reduce-scatter, all-to-all, broadcast; p2p needs a second rank)
 #   curves            the debug model's 20-step fp32 curve vs the CPU golden; 200-step fp32, bf16 and float8
