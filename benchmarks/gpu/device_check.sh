@@ -32,6 +32,13 @@ TARGETS=(titan_cuda_tests nccl_world1 train_llama3 titan-generate bench_step_thr
 TOKENIZER="$BUILD/tests/assets/tokenizer"
 STAGES_RUN=()
 
+# Everything printed from here on is also in $DEST/device_check.log.
+if ((DRY == 0)); then
+  mkdir -p "$WORK" "$DEST"
+  rm -f "$WORK/stages.tsv"
+  exec > >(tee "$DEST/device_check.log") 2>&1
+fi
+
 # What the build needs from the machine itself; the rest comes from $CARRY or the system's -dev packages.
 missing=()
 for tool in cmake ninja c++ nvidia-smi; do command -v "$tool" >/dev/null || missing+=("$tool"); done
@@ -64,11 +71,6 @@ stage() {
 }
 write_summary() { "$PY" "$ROOT/benchmarks/gpu/device_check.py" summary --results "$WORK" --out "$DEST/summary.md"; }
 
-if ((DRY == 0)); then
-  mkdir -p "$WORK" "$DEST"
-  rm -f "$WORK/stages.tsv"
-  exec > >(tee "$DEST/device_check.log") 2>&1
-fi
 echo "[device_check] build $BUILD, results $WORK, summary $DEST/summary.md"
 run mkdir -p "$WORK" "$DEST"
 # The machine, for the summary: GPU, driver, torch, CUDA compiler, date and the tree's commit.
