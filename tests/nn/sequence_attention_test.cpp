@@ -17,7 +17,9 @@ namespace titan::test {
 namespace {
 
 constexpr double kTol = 1e-5;
-const dist::MeshOptions kQuick{.init_timeout = titan::test::patience(std::chrono::seconds(60)),
+// On the strict backend: both K/V exchanges held to NCCL's rules (tests/dist/nccl_rules_test.cpp).
+const dist::MeshOptions kQuick{.backend = "strict",
+                               .init_timeout = titan::test::patience(std::chrono::seconds(60)),
                                .timeout = titan::test::patience(std::chrono::seconds(60))};
 
 struct AttentionCase {

@@ -37,7 +37,9 @@ constexpr int64_t kSeq = 8;
 constexpr int64_t kSteps = 6;
 constexpr double kLr = 0.5;
 
-const dist::MeshOptions kFastMesh{.init_timeout = titan::test::patience(std::chrono::seconds(60)),
+// On the strict backend: expert parallelism's all-to-alls held to NCCL's rules (tests/dist/nccl_rules_test.cpp).
+const dist::MeshOptions kFastMesh{.backend = "strict",
+                                  .init_timeout = titan::test::patience(std::chrono::seconds(60)),
                                   .timeout = titan::test::patience(std::chrono::seconds(60))};
 
 nn::MoEArgs moe_args(int64_t experts) {

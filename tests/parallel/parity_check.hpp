@@ -1,9 +1,10 @@
 // SPDX-License-Identifier: BSD-3-Clause
 // Parallel layouts (FSDP, HSDP, DDP, TP, 2-D) against one rank: same seed (layout-invariant init),
-// same global batches, 8 steps of the parity model (parity_args) on Gloo with ranks as threads (a sharding
-// error shows at step 1-2; 8 steps cover AdamW's first moments and warm state). Tolerance: fp32 sums
-// are reordered (each rank
-// sums its tokens, the collective sums ranks), ~1e-7 relative per reduction, which AdamW's division
+// same global batches, 8 steps of the parity model (parity_args) with ranks as threads (a sharding error
+// shows at step 1-2; 8 steps cover AdamW's first moments and warm state). The meshes use the strict
+// backend: Gloo with NCCL's rules enforced (point-to-point in posting order, the same collectives on every
+// rank; tests/dist/nccl_rules_test.cpp), so each layout is also shown not to hang under NCCL.
+// Tolerance: fp32 sums are reordered (each rank sums its tokens, the collective sums ranks), ~1e-7 relative per reduction, which AdamW's division
 // by sqrt(v) amplifies on elements whose gradient is near rounding level (their update is
 // lr * m / sqrt(v), whatever the gradient's size). We require 1e-5 relative on losses and grad norms
 // and, on the final weights, 1e-4 relative plus 5e-5 absolute (kWeightAtol: 5% of one step's lr). The
@@ -30,7 +31,8 @@ namespace titan::test {
 /// The final weights' absolute tolerance: 5% of one AdamW step's largest move (lr).
 inline constexpr double kWeightAtol = 0.05 * kParityLr;
 
-inline const dist::MeshOptions kFast{.init_timeout = patience(std::chrono::seconds(120)),
+inline const dist::MeshOptions kFast{.backend = "strict",
+                                     .init_timeout = patience(std::chrono::seconds(120)),
                                      .timeout = patience(std::chrono::seconds(120))};
 
 inline const ParityResult& single_rank() {
