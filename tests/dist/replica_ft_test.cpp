@@ -3,7 +3,7 @@
 // job of 2 FSDP ranks (HSDP 2 replicas x 2 shards, CPU fp32, deterministic, tinyshakespeare). One group's
 // rank is SIGKILLed as step 6 starts: the other finishes without a restart, with the losses of a run of
 // that group alone from the step-5 checkpoint; restarted, the killed group rejoins, receives the live
-// group's state and both end with the same weights and optimizer state, bit for bit.
+// group's state and both end with the same weights and optimizer state, bit for bit, on the strict backend.
 #include <nlohmann/json.hpp>
 
 #include <regex>
@@ -147,11 +147,15 @@ TEST_CASE("replica fault tolerance: a restarted replica group heals from the liv
     Lighthouse lighthouse;
     const std::string address = lighthouse.address();
     // The live group's quorum for step 12 waits for both: the restarted group rejoins by then for sure.
-    Subprocess live(replica_job(dir.path / "r0", 0, address, {}), {{"TITAN_TEST_FT_WAIT", "1:2,12:2"}});
+    // Both groups on the strict backend: the quorum broadcast, the commit vote and the healing sends are held
+    // to NCCL's rules (tensors on the group's device, the same collectives on every rank, sends met in order).
+    const std::vector<std::string> strict = {"--comm.backend", "strict", "--fault_tolerance.process_group", "strict"};
+    Subprocess live(replica_job(dir.path / "r0", 0, address, {}, strict), {{"TITAN_TEST_FT_WAIT", "1:2,12:2"}});
     // It saves only its last step: restarted, it starts from nothing and must be healed to the live step.
-    Subprocess restarted(
-        replica_job(dir.path / "r1", 1, address, {"--max-restarts", "1"}, {"--checkpoint.interval", "100"}),
-        kKillAtStep6);
+    std::vector<std::string> restarted_flags = strict;
+    restarted_flags.insert(restarted_flags.end(), {"--checkpoint.interval", "100"});
+    Subprocess restarted(replica_job(dir.path / "r1", 1, address, {"--max-restarts", "1"}, restarted_flags),
+                         kKillAtStep6);
     require_exit(restarted, 0, 300);
     require_exit(live, 0, 300);
     outputs = live.output() + restarted.output();
@@ -159,6 +163,7 @@ TEST_CASE("replica fault tolerance: a restarted replica group heals from the liv
     CHECK_THAT(restarted.output(), Catch::Matchers::Contains("receiving the training state from replica group 0"));
     CHECK_THAT(restarted.output(), Catch::Matchers::Contains("Replica group 1 is at step 0"));
     CHECK_THAT(restarted.output(), Catch::Matchers::Contains("healed to step"));
+    CHECK_THAT(live.output(), Catch::Matchers::Contains("strict backend"));
   }
   INFO(outputs);
   const std::map<int64_t, Record> live = records(dir.path / "r0");
