@@ -61,7 +61,8 @@ void receive_then_send(const dist::ProcessGroup& g, bool batched) {
 
 }  // namespace
 
-TEST_CASE("strict: two ranks that both receive first are a named deadlock; batched, they exchange", "[dist][strict]") {
+TEST_CASE("strict: two ranks that both receive first are a named deadlock, and batched they exchange",
+          "[dist][strict]") {
   // Gloo forgives it (tagged, asynchronous point-to-point).
   for (const auto& e : on_two_ranks(
            [](int64_t rank, const dist::Store&store) { receive_then_send(pair_group("gloo", rank, store), false); }))
@@ -116,7 +117,7 @@ TEST_CASE("strict: sends meet receives in posting order whatever the tags, and s
                             Catch::Contains("as many elements"));
 }
 
-TEST_CASE("strict: a collective-order mismatch names both calls and ranks; a missing one names the rank",
+TEST_CASE("strict: a collective-order mismatch names both calls and ranks, and a missing one names the rank",
           "[dist][strict]") {
   const auto mismatch = on_two_ranks([](int64_t rank, const dist::Store& store) {
     const dist::ProcessGroup g = pair_group("strict", rank, store);
@@ -200,7 +201,7 @@ parallel::PipelineProgram one_f_one_b_unordered() {
 
 }  // namespace
 
-TEST_CASE("strict: 1F1B's sends and receives in Gloo's order hang under NCCL's rules; in the mirrored order they run",
+TEST_CASE("strict: 1F1B's sends and receives in Gloo's order hang under NCCL's rules, in the mirrored order they run",
           "[dist][strict][pipeline]") {
   const parallel::PipelineProgram unordered = one_f_one_b_unordered();
   // The validator knows the rule: rank 0 sends microbatch 1's activation while rank 1 sends microbatch 0's

@@ -4,17 +4,16 @@
 // shows at step 1-2; 8 steps cover AdamW's first moments and warm state). The meshes use the strict
 // backend: Gloo with NCCL's rules enforced (point-to-point in posting order, the same collectives on every
 // rank; tests/dist/nccl_rules_test.cpp), so each layout is also shown not to hang under NCCL.
-// Tolerance: fp32 sums are reordered (each rank sums its tokens, the collective sums ranks), ~1e-7 relative per reduction, which AdamW's division
-// by sqrt(v) amplifies on elements whose gradient is near rounding level (their update is
-// lr * m / sqrt(v), whatever the gradient's size). We require 1e-5 relative on losses and grad norms
-// and, on the final weights, 1e-4 relative plus 5e-5 absolute (kWeightAtol: 5% of one step's lr). The
-// absolute part is set by the elements whose gradient is near rounding level: AdamW moves them by up to
-// lr per step in a direction the rounding picks, and how a CPU's GEMM kernels round (AVX2 vs AVX-512
-// blocking) changes which elements those are. Measured max: 3e-6 for FSDP 2, 1.2e-5 for HSDP 2x2 (two
-// reductions) on an AVX2 AMD EPYC; 2.5e-5 for CP 2 with documents on an AVX-512 Intel Xeon. A sharding
-// error shows far above it: in the losses and grad norms (1e-5 relative) from the step it happens.
-// TP adds the same kind of reordering (row-parallel partial sums are added by the all-reduce), so
-// it gets the same tolerances.
+// Tolerance: fp32 sums are reordered (each rank sums its tokens, the collective sums ranks), ~1e-7 relative per
+// reduction, which AdamW's division by sqrt(v) amplifies on elements whose gradient is near rounding level (their
+// update is lr * m / sqrt(v), whatever the gradient's size). We require 1e-5 relative on losses and grad norms and, on
+// the final weights, 1e-4 relative plus 5e-5 absolute (kWeightAtol: 5% of one step's lr). The absolute part is set by
+// the elements whose gradient is near rounding level: AdamW moves them by up to lr per step in a direction the rounding
+// picks, and how a CPU's GEMM kernels round (AVX2 vs AVX-512 blocking) changes which elements those are. Measured max:
+// 3e-6 for FSDP 2, 1.2e-5 for HSDP 2x2 (two reductions) on an AVX2 AMD EPYC; 2.5e-5 for CP 2 with documents on an
+// AVX-512 Intel Xeon. A sharding error shows far above it: in the losses and grad norms (1e-5 relative) from the step
+// it happens. TP adds the same kind of reordering (row-parallel partial sums are added by the all-reduce), so it gets
+// the same tolerances.
 #pragma once
 
 #include <fmt/format.h>

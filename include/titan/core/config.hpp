@@ -365,8 +365,7 @@ struct CommConfig {
   std::string save_traces_file_prefix = "rank_";
   /// default, fake_backend (dry run without collectives) or local_tensor.
   CommMode mode = CommMode::default_;
-  /// Process-group backend (titan's key): auto (NCCL on GPUs, Gloo on CPUs), gloo, nccl, or strict (Gloo with NCCL's
-  /// rules).
+  /// Process-group backend (titan's): auto (NCCL on GPU, else Gloo), gloo, nccl, strict (Gloo + NCCL's rules).
   std::string backend = "auto";
 };
 TITAN_CONFIG(CommConfig, init_timeout_seconds, train_timeout_seconds, trace_buf_size, save_traces_folder,
