@@ -12,7 +12,7 @@
 #   cuda_tests        titan_cuda_tests: the float8 cast kernels bit-exact against the CPU ones, and the MoE
 #                     grouped GEMM's CUDA path against the CPU's per-expert loop
 #   nccl              nccl_world1: a one-rank NCCL group over every collective titan uses (all-reduce,
-#                     all-gather, reduce-scatter, all-to-all, broadcast; p2p needs a second rank)
+#                     all-gather, reduce-scatter, all-to-all, broadcast, a send to itself and its receive)
 #   curves            the debug model's 20-step fp32 curve vs the CPU golden; 200-step fp32, bf16 and float8
 #                     curves vs the committed CPU ones (benchmarks/gpu/device_check.py says how close)
 #   ac_doc            per-op activation checkpointing = no AC bitwise; document-masked attention = the CPU's

@@ -2,8 +2,8 @@
 // NCCL smoke test for a machine with one GPU (NCCL refuses two ranks on one device, so multi-rank
 // correctness is proven on CPU/Gloo; this proves titan's NCCL path): a one-rank NCCL group runs every
 // collective titan uses on CUDA tensors (all-reduce in fp32 and bf16, all-gather, reduce-scatter, all-to-all
-// with even and with explicit splits, broadcast) and checks the results. Point-to-point needs a second rank
-// (titan refuses a send to oneself), so it is not run here. Exit 0 = all good. Run:
+// with even and with explicit splits, broadcast, and point-to-point as a batch of a send to itself and the
+// receive of it, which NCCL allows inside one group) and checks the results. Exit 0 = all good. Run:
 //   build/bin/nccl_world1
 #include <ATen/ATen.h>
 #include <fmt/format.h>
@@ -34,12 +34,20 @@ int main() {
     group.all_to_all(exchanged_splits, rows, /*out_splits=*/{6}, /*in_splits=*/{6}).wait();
     at::Tensor broadcast = at::full({5}, 3.0, cuda);
     group.broadcast(broadcast, /*root=*/0).wait();
+    const at::Tensor message = at::arange(16, cuda);  // (16)
+    at::Tensor received = at::zeros({16}, cuda);      // (16)
+    group
+        .batch_isend_irecv(
+            {{.send = true, .tensor = message, .peer = 0}, {.send = false, .tensor = received, .peer = 0}})
+        .wait();
     const bool ok = at::equal(x.cpu(), at::arange(8, at::kFloat)) && at::equal(gathered.cpu(), x.cpu()) &&
                     at::equal(scattered.cpu(), x.cpu()) && at::equal(bf16.cpu().to(at::kFloat), at::ones({4})) &&
                     at::equal(exchanged.cpu(), rows.cpu()) && at::equal(exchanged_splits.cpu(), rows.cpu()) &&
-                    at::equal(broadcast.cpu(), at::full({5}, 3.0));
+                    at::equal(broadcast.cpu(), at::full({5}, 3.0)) && at::equal(received.cpu(), message.cpu()) &&
+                    group.device() == at::Device(at::kCUDA, 0);
     fmt::print(
-        "nccl_world1: all_reduce, all_gather, reduce_scatter, bf16 avg, all_to_all (even and split), broadcast on {}: "
+        "nccl_world1: all_reduce, all_gather, reduce_scatter, bf16 avg, all_to_all (even and split), broadcast, "
+        "batch_isend_irecv on {}: "
         "{} ({} bytes counted)\n",
         at::Device(at::kCUDA, 0).str(), ok ? "OK" : "MISMATCH", group.stats().total());
     return ok ? 0 : 1;
