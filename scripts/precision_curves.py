@@ -45,13 +45,8 @@ def job(build, steps, dump):
             "--metrics.disable_color_printing", "true", "--checkpoint.enable", "false", "--job.dump_folder", dump]
 
 
-def train(build, steps, mode, work):
-    dump = os.path.join(work, mode)
-    cmd = [os.path.join(build, "bin", "train_llama3")] + job(build, steps, dump) + MODES[mode]
-    env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
-    p = subprocess.run(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    if p.returncode != 0:
-        raise SystemExit(f"[precision_curves] expected {mode} to train, got exit {p.returncode}:\n{p.stdout[-3000:]}")
+def read_losses(dump, steps):
+    """Step 1..steps -> loss from <dump>/metrics.jsonl; ValueError unless every step has exactly its line."""
     losses = {}
     with open(os.path.join(dump, "metrics.jsonl")) as f:
         for line in f:
@@ -59,9 +54,23 @@ def train(build, steps, mode, work):
             if "loss_metrics/global_avg_loss" in r:
                 losses[r["step"]] = r["loss_metrics/global_avg_loss"]
     if sorted(losses) != list(range(1, steps + 1)):
-        raise SystemExit(f"[precision_curves] expected one loss per step 1..{steps} for {mode}, got {sorted(losses)}")
-    print(f"{mode}: {losses[1]:.5f} -> {losses[steps]:.5f}", flush=True)
+        raise ValueError(f"expected one loss per step 1..{steps} in {dump}/metrics.jsonl, got steps {sorted(losses)}")
     return [losses[s] for s in range(1, steps + 1)]
+
+
+def train(build, steps, mode, work):
+    dump = os.path.join(work, mode)
+    cmd = [os.path.join(build, "bin", "train_llama3")] + job(build, steps, dump) + MODES[mode]
+    env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
+    p = subprocess.run(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    if p.returncode != 0:
+        raise SystemExit(f"[precision_curves] expected {mode} to train, got exit {p.returncode}:\n{p.stdout[-3000:]}")
+    try:
+        losses = read_losses(dump, steps)
+    except ValueError as e:
+        raise SystemExit(f"[precision_curves] {mode}: {e}")
+    print(f"{mode}: {losses[0]:.5f} -> {losses[-1]:.5f}", flush=True)
+    return losses
 
 
 def main():

@@ -97,15 +97,10 @@ class Failure(Exception):
 
 
 def losses_of(dump, steps):
-    losses = {}
-    with open(os.path.join(dump, "metrics.jsonl")) as f:
-        for line in f:
-            r = json.loads(line)
-            if "loss_metrics/global_avg_loss" in r:
-                losses[r["step"]] = r["loss_metrics/global_avg_loss"]
-    if sorted(losses) != list(range(1, steps + 1)):
-        raise Failure(f"expected one loss per step 1..{steps} in {dump}/metrics.jsonl, got steps {sorted(losses)}")
-    return [losses[s] for s in range(1, steps + 1)]
+    try:
+        return precision_curves.read_losses(dump, steps)
+    except ValueError as e:
+        raise Failure(str(e))
 
 
 def golden_curve():
