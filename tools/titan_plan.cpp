@@ -1,13 +1,16 @@
 // SPDX-License-Identifier: BSD-3-Clause
 // titan-plan: what one rank of a Llama 3 job holds (parameters, gradients, optimizer state,
-// activations, communication buffers) against the device memory, and the step time at a stated MFU,
+// activations, communication buffers), the caching allocator's reserved peak against the device
+// memory, and the step time from a cost model (compute plus the communication the layout cannot hide),
 // from the model built on the meta device: nothing is allocated. With --search, the layouts of
-// --gpus devices that fit, best first. See docs/memory_planner.md.
+// --gpus devices that fit, fastest first. See docs/memory_planner.md.
 //   titan-plan --config llama3_70b --gpus 256 --parallelism.tensor_parallel_degree 8 --device-memory H100
-//   titan-plan --config llama3_405b --search --gpus 512 --device-memory 80GB
+//   titan-plan --config llama3_405b --search --gpus 512 --device-memory 80GB --emit-config best.toml
 // Every other flag is the trainer's (--job.config_file, --section.key value).
 #include <fmt/format.h>
 
+#include <cctype>
+#include <fstream>
 #include <string>
 #include <vector>
 
@@ -21,19 +24,29 @@ namespace {
 
 constexpr const char* kUsage =
     "usage: titan-plan [--config PRESET] [--job.config_file FILE] [--section.key VALUE ...]\n"
-    "                  [--gpus N] [--device-memory 80GB|H100] [--peak-flops F] [--mfu 40%] [--cpu]\n"
-    "                  [--search [--limit N]]\n"
+    "                  [--gpus N] [--gpu NAME] [--device-memory 80GB|H100] [--peak-flops F] [--mfu 40%]\n"
+    "                  [--gpus-per-node 8] [--intra-node-bw 450GB] [--inter-node-bw 50GB] [--cpu]\n"
+    "                  [--search [--limit N]] [--json] [--emit-config FILE]\n"
     "  --gpus N            devices in the job (default: the product of the parallel degrees)\n"
+    "  --gpu NAME          the GPU (H100, H200, B200, ...): its memory and peak FLOP/s\n"
     "  --device-memory M   memory per device: a size (80GB, 80GiB) or a GPU name (H100, H200, B200, ...)\n"
     "  --peak-flops F      peak dense FLOP/s per device (default: the GPU's from the table, else H100's)\n"
-    "  --mfu X             model FLOPs utilisation for the step time (default 40%)\n"
+    "  --mfu X             fraction of peak the compute reaches, recompute included (default: calibrated\n"
+    "                      on torchtitan's published H100 runs, with torch.compile and float8 if on)\n"
+    "  --gpus-per-node N   GPUs per node on NVLink (default 8)\n"
+    "  --intra-node-bw B   bytes/s a GPU sends inside a node (default 450GB: NVLink 4 one way)\n"
+    "  --inter-node-bw B   bytes/s a GPU sends between nodes (default 50GB: 400 Gb/s RDMA per GPU)\n"
     "  --cpu               plan a CPU run (fp32 compute, CPU kernels) instead of a GPU run\n"
-    "  --search            list the layouts of --gpus devices that fit --device-memory, best first\n";
+    "  --search            list the layouts of --gpus devices that fit --device-memory, fastest first\n"
+    "  --json              print the plan (or the search) as JSON\n"
+    "  --emit-config FILE  write the plan's (the search's best) layout as a TOML overlay for --job.config_file\n";
 
 struct Flags {
   titan::llama3::PlanOptions plan{};
   titan::llama3::SearchOptions search{};
   bool do_search = false;
+  bool json = false;
+  std::string emit_config{};
   std::string device = "H100";  // the GPU whose peak FLOP/s the step time uses
 };
 
@@ -47,6 +60,25 @@ double parse_fraction(const std::string& text) {
   }
   if (percent || v > 1) v /= 100;
   TITAN_CHECK_VALUE(v > 0 && v <= 1, "[titan-plan] expected --mfu in (0, 100%] (0.4 or 40%), got '{}'.", text);
+  return v;
+}
+
+// "450GB" or "450e9" (bytes/s); "400Gb" is bits. Zero or less is an error.
+double parse_bandwidth(const std::string& flag, const std::string& text) {
+  double v = 0;
+  try {
+    size_t end = 0;
+    v = std::stod(text, &end);
+    const std::string unit = text.substr(end);
+    if (unit == "GB" || unit == "GB/s") v *= 1e9;
+    else if (unit == "Gb" || unit == "Gb/s" || unit == "Gbps") v *= 1e9 / 8;
+    else if (unit == "TB" || unit == "TB/s") v *= 1e12;
+    else if (!unit.empty()) v = 0;
+  } catch (const std::exception&) {
+    v = 0;
+  }
+  TITAN_CHECK_VALUE(v > 0, "[titan-plan] expected {} as a bandwidth > 0 (450GB, 400Gb or 450e9 bytes/s), got '{}'.",
+                    flag, text);
   return v;
 }
 
@@ -76,6 +108,25 @@ Flags take_flags(int argc, char** argv, std::vector<const char*>* rest) {
     };
     if (key == "--search") {
       f.do_search = true;
+    } else if (key == "--json") {
+      f.json = true;
+    } else if (key == "--emit-config") {
+      f.emit_config = value();
+    } else if (key == "--gpus-per-node") {
+      f.plan.gpus_per_node = parse_count(key, value());
+    } else if (key == "--intra-node-bw") {
+      f.plan.intra_node_bw = parse_bandwidth(key, value());
+    } else if (key == "--inter-node-bw") {
+      f.plan.inter_node_bw = parse_bandwidth(key, value());
+    } else if (key == "--gpu") {
+      const std::string text = value();
+      const auto bytes = titan::gpu_memory_bytes(text);
+      TITAN_CHECK_VALUE(bytes.has_value() && titan::gpu_peak_flops(text).has_value(),
+                        "[titan-plan] expected --gpu to name a GPU of the peak table (H100, H200, B200, A100, "
+                        "MI300X, ...), got '{}'. Pass --device-memory and --peak-flops for another device.",
+                        text);
+      f.plan.device_memory = *bytes;
+      f.device = text;
     } else if (key == "--cpu") {
       f.plan.gpu = false;
     } else if (key == "--gpus") {
@@ -100,6 +151,11 @@ Flags take_flags(int argc, char** argv, std::vector<const char*>* rest) {
         f.plan.device_memory = *bytes;
         f.device = text;
       } else {
+        // A word that is no size is meant as a GPU name: say so rather than "not a size".
+        TITAN_CHECK_VALUE(text.empty() || !std::isalpha(static_cast<unsigned char>(text[0])),
+                          "[titan-plan] expected --device-memory as a size (80GB, 80GiB) or a known GPU name "
+                          "(H100, H200, B200, A100, MI300X, ...), got '{}': unknown GPU name.",
+                          text);
         f.plan.device_memory = titan::parse_memory_size(text, "--device-memory");
       }
     } else {
@@ -126,23 +182,49 @@ int main(int argc, char** argv) {
     TITAN_CHECK_VALUE(!flags.do_search || flags.plan.world_size > 0,
                       "[titan-plan] expected --gpus N with --search, got none. Say how many devices to fill.");
     const auto model = titan::llama3::Llama3::build(config);  // meta device: shapes only
+    auto emit = [&](const titan::llama3::MemoryPlan& plan) {
+      if (flags.emit_config.empty()) return;
+      std::ofstream file(flags.emit_config);
+      file << titan::llama3::plan_toml(plan);
+      TITAN_CHECK_VALUE(file.good(), "[titan-plan] expected to write --emit-config {}, got a write error. Check the "
+                        "path.", flags.emit_config);
+    };
+    if (flags.json) {
+      if (flags.do_search) {
+        const auto plans = titan::llama3::search_layouts(*model, config, flags.plan, flags.search);
+        std::string out = "[";
+        for (size_t i = 0; i < plans.size(); ++i) out += (i ? ",\n " : "") + titan::llama3::plan_json(plans[i]);
+        fmt::print("{}]\n", out);
+        if (!plans.empty()) emit(plans.front());
+        return plans.empty() ? 2 : 0;
+      }
+      const auto plan = titan::llama3::plan_memory(*model, config, flags.plan);
+      fmt::print("{}\n", titan::llama3::plan_json(plan));
+      emit(plan);
+      return plan.fits() ? 0 : 2;
+    }
     fmt::print("model         llama3 {} ({} parameters), seq_len {}, local batch {}, {}\n", config.model.flavor,
                model->num_params(), config.training.seq_len, config.training.local_batch_size,
                flags.plan.gpu
                    ? fmt::format("GPU run ({} mixed precision)",
                                  titan::choice_name(titan::mixed_precision_param(config.training, /*cuda=*/true)))
                    : std::string("CPU run (training.dtype compute)"));
-    fmt::print("step time at {:.0f}% MFU of {:.4g} FLOP/s ({})\n", 100 * flags.plan.mfu, flags.plan.peak_flops,
-               flags.device);
+    fmt::print("machine       {} ({:.4g} FLOP/s peak), {} per node, {:.4g} B/s in a node, {:.4g} B/s between\n",
+               flags.device, flags.plan.peak_flops, flags.plan.gpus_per_node, flags.plan.intra_node_bw,
+               flags.plan.inter_node_bw);
     if (flags.do_search) {
       const auto plans = titan::llama3::search_layouts(*model, config, flags.plan, flags.search);
-      fmt::print("layouts of {} devices that fit {} per device, best first:\n{}", flags.search.gpus,
+      fmt::print("layouts of {} devices that fit {} per device, fastest first:\n{}", flags.search.gpus,
                  titan::llama3::format_bytes(flags.plan.device_memory), titan::llama3::format_search(plans));
-      if (!plans.empty()) fmt::print("\nbest:\n{}", titan::llama3::format_plan(plans.front()));
+      if (!plans.empty()) {
+        fmt::print("\nbest:\n{}", titan::llama3::format_plan(plans.front()));
+        emit(plans.front());
+      }
       return plans.empty() ? 2 : 0;
     }
     const auto plan = titan::llama3::plan_memory(*model, config, flags.plan);
     fmt::print("{}", titan::llama3::format_plan(plan));
+    emit(plan);
     return plan.fits() ? 0 : 2;
   } catch (const std::exception& e) {
     fmt::print(stderr, "{}\n", titan::error_message(e));

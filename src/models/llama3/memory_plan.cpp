@@ -24,12 +24,41 @@ namespace titan::llama3 {
 namespace {
 
 constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
+constexpr int64_t kMiB = 1024 * 1024;
+
+// The terms below make the plan predict torchtitan's published H100 runs (benchmarks/
+// llama3_h100_202412_torchtitan.md); docs/memory_planner.md compares every row. One set serves all rows.
+
+// The published memory is torch.cuda.memory_stats' reserved_bytes.all.peak: the segments the caching
+// allocator took from cudaMalloc, not the live tensors. Parameters, gradients and optimizer state are
+// allocated once, each in a block of its own size (rounded to 2 MiB: under 0.1% here). The step's
+// transient tensors (activations, gathered weights, collective buffers) are freed and allocated again
+// in other sizes every microbatch; the allocator splits cached blocks for smaller requests and keeps
+// them, so its segments outgrow the live bytes. One fraction for every job, fitted on Table 1 and
+// Table 3's eager 8B rows (82.4 and 67.0 GiB), which differ only in their sharded states.
+constexpr double kTransientFragmentation = 0.12;
+// A process's CUDA context, kernel images and libraries (cuBLAS, NCCL): about 600 MiB on an H100 with
+// torch loaded, outside the allocator.
+constexpr int64_t kCudaContext = 600 * kMiB;
+// NCCL's own buffers per communicator, cudaMalloc'd by NCCL and so outside the allocator too: per
+// channel a 4 MiB Simple, ~4.5 MiB LL128 and 256 KiB LL buffer for each of the ring's two peers, with
+// 32 channels on NVLink.
+constexpr int64_t kNcclPerCommunicator = 32 * 2 * (8 * kMiB + kMiB * 3 / 4);
+
+// Compute efficiency (hardware FLOPs, recompute included, over peak) of an eager bf16 step, fitted on
+// Table 1's eager row: 5,762 tokens/s x 57.9 GFLOP/token x 1.122 (op AC's recompute) / 989 TFLOP/s.
+constexpr double kEagerEfficiency = 0.378;
+// torch.compile of the blocks: Table 1's compiled row over its eager row (6,667 / 5,762 tokens/s).
+constexpr double kCompileSpeedup = 1.157;
+// Float8 linears (tensorwise): Table 1's compile + float8 row over the compiled one (8,532 / 6,667).
+constexpr double kFloat8Speedup = 1.280;
 
 int64_t elem_bytes(DType d) { return d == DType::float32 ? 4 : 2; }
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 // One parameter as the plan shards it: TP splits dim 0 (colwise, vocab-parallel) or dim 1 (rowwise).
 struct ParamShape {
+  std::string name;
   std::string module;  // top-level module path: tok_embeddings, layers.N, norm, output
   int64_t rows = 0;    // dim 0
   int64_t row_numel = 1;
@@ -42,6 +71,7 @@ std::vector<ParamShape> param_shapes(const Llama3& model) {
     const std::string& name = item.key();
     const at::Tensor& p = item.value();
     ParamShape s;
+    s.name = name;
     const size_t dot = name.find('.');
     s.module = name.substr(0, dot);
     if (s.module == "layers") s.module = name.substr(0, name.find('.', dot + 1));
@@ -102,6 +132,8 @@ struct Shapes {
   int64_t a = 4;            // bytes per activation element (compute dtype)
   bool fused_norm = false;  // CUDA's fused RMSNorm (saves input + rstd); CPU's composite saves more
   bool fused_loss = false;  // CPU's fused cross-entropy (keeps the logits + two floats per token), not under TP
+  bool compiled = false;    // torch.compile of the blocks: inductor fuses the SwiGLU's elementwise ops
+  bool loss_parallel = false;  // GPU, TP > 1 and parallelism.disable_loss_parallel false
   int64_t D = 0, Dq = 0, Dkv = 0, F = 0, V = 0, H = 0;  // per tp rank: Dq, Dkv, F, V, H
   int64_t T() const { return b * s; }
   int64_t Tn() const { return t > 1 ? T() / t : T(); }  // tokens at the norms (sequence parallel)
@@ -130,6 +162,9 @@ int64_t block_full(const Shapes& x) {
   bytes += T * x.Dkv * x.a;                           // v
   bytes += T * x.Dq * x.a + x.b * x.H * x.s * 4;      // SDPA out + logsumexp
   bytes += 4 * T * x.F * x.a;                         // w1 out, silu out, w3 out, product
+  // Compiled, silu(w1 out) and the product are recomputed inside the fused backward kernel from the
+  // w1 and w3 outputs instead of being stored (inductor's min-cut partitioner saves the matmul outputs).
+  if (x.compiled) bytes -= 2 * T * x.F * x.a;
   if (x.cp > 1) bytes += 2 * T * x.cp * x.Dkv * x.a;  // all-gathered K and V of the whole sequence
   return bytes;
 }
@@ -170,6 +205,11 @@ int64_t head_saved(const Shapes& x) {
 // two (T, V) fp32 gradients in backward (of log_softmax's output and of its input).
 int64_t loss_transient(const Shapes& x) {
   if (x.fused_loss) return x.T() * x.V * x.a;
+  // GPU with loss parallelism as the published runs computed it (DTensor's loss_parallel: its
+  // _log_softmax on the local vocab shard): while the result is formed, the bf16 logits (the train step
+  // holds them until the loss returns), their fp32 copy, the shifted logits and their exponentials are
+  // all alive. Its backward (exp(out) times the summed gradient, subtracted from the gradient) holds three.
+  if (x.loss_parallel) return x.T() * x.V * (x.a + 3 * 4);
   const int64_t logits = x.T() * x.V * x.a + (x.a == 4 ? 0 : x.T() * x.V * 4);
   return std::max(logits, 2 * x.T() * x.V * 4);
 }
@@ -249,7 +289,26 @@ MemoryPlan evaluate(const Context& c, const Layout& l) {
                                                   : elem_bytes(mixed_precision_param(cfg.training, /*cuda=*/true)))
           : p_bytes;
 
-  MemoryPlan plan{.mesh = m, .ac = l.ac.name, .microbatch = l.microbatch, .device_memory = c.options.device_memory};
+  const bool compiled =
+      cfg.compile.enable && std::find(cfg.compile.components.begin(), cfg.compile.components.end(), "model") !=
+                                cfg.compile.components.end();
+  const bool float8 = gpu && std::any_of(cfg.model.converters.begin(), cfg.model.converters.end(),
+                                         [](const std::string& n) { return is_float8_converter(n); });
+  // FSDP all-gathers float8 linear weights (1 byte) with enable_fsdp_float8_all_gather, except the
+  // filtered ones (the output projection), which stay in the param dtype.
+  const bool fp8_gather = float8 && cfg.float8.enable_fsdp_float8_all_gather;
+  auto float8_weight = [&](const ParamShape& p) {
+    if (!fp8_gather || p.row_numel <= 1 || p.module == "tok_embeddings") return false;
+    return std::none_of(cfg.float8.filter_fqns.begin(), cfg.float8.filter_fqns.end(),
+                        [&](const std::string& fqn) { return p.name.find(fqn) != std::string::npos; });
+  };
+
+  MemoryPlan plan{.mesh = m,
+                  .ac = l.ac.name,
+                  .microbatch = l.microbatch,
+                  .local_batch = l.local_batch,
+                  .global_batch = l.local_batch * l.accumulation * m.dp(),
+                  .device_memory = c.options.device_memory};
   const Shapes x{.b = l.microbatch,
                  .s = cfg.training.seq_len / m.cp,
                  .t = m.tp,
@@ -257,6 +316,8 @@ MemoryPlan evaluate(const Context& c, const Layout& l) {
                  .a = compute_bytes,
                  .fused_norm = gpu,
                  .fused_loss = !gpu && m.tp == 1,
+                 .compiled = gpu && compiled,
+                 .loss_parallel = gpu && m.tp > 1 && !cfg.parallelism.disable_loss_parallel,
                  .D = args.dim,
                  .Dq = args.n_heads * args.head_dim() / m.tp,
                  .Dkv = args.kv_heads() * args.head_dim() / m.tp,
@@ -300,7 +361,7 @@ MemoryPlan evaluate(const Context& c, const Layout& l) {
   for (const auto& p : c.params) {
     const int64_t numel = p.rows * p.row_numel / (p.tp_dim >= 0 ? m.tp : 1);
     const int64_t u = c.unit_of.at(p.module);
-    unit_gathered[static_cast<size_t>(u)] += numel * g_bytes;
+    unit_gathered[static_cast<size_t>(u)] += numel * (float8_weight(p) ? 1 : g_bytes);
     unit_grad[static_cast<size_t>(u)] += numel * g_bytes;
     if (p.module.starts_with("layers.")) largest_param = std::max(largest_param, numel * r_bytes);
   }
@@ -346,7 +407,13 @@ MemoryPlan evaluate(const Context& c, const Layout& l) {
     return StageActivations{.saved = saved, .peak = peak};
   };
 
+  // Under PP a stage's output and the gradient sent back for it are one (sequence-parallel) block output.
+  const int64_t boundary = x.Tn() * x.D * x.a;
+  const int64_t num_stages = m.pp > 1 ? static_cast<int64_t>(stages.size()) : 1;
   MemoryParts worst;
+  int64_t worst_gathered = 0;  // the shown rank's FSDP-gathered bytes (one all-gather of all its units)
+  int64_t worst_reduced = 0;   // and the bytes its reduce-scatters take in
+  int64_t worst_units = 1;
   for (int64_t r = 0; r < m.pp; ++r) {
     const RankModules& rank = ranks[static_cast<size_t>(r)];
     MemoryParts parts;
@@ -393,7 +460,13 @@ MemoryPlan evaluate(const Context& c, const Layout& l) {
       if (!gpu) parts.communication += largest_param;
       if (gpu) {
         const int64_t largest = *std::max_element(gathered.begin(), gathered.end());
-        parts.communication += largest + largest / std::max<int64_t>(g_bytes, 1) * r_bytes;
+        int64_t largest_grad = 0;  // unsharded gradient bytes (param dtype) of the rank's largest unit
+        for (size_t u = 0; u < gathered.size(); ++u) {
+          if (gathered[u] > 0) largest_grad = std::max(largest_grad, unit_grad[u]);
+        }
+        // FSDP2 frees a unit's reduce-scatter input only in the next unit's post-backward, after waiting
+        // on it: two are alive at once.
+        parts.communication += largest + 2 * (largest_grad / std::max<int64_t>(g_bytes, 1) * r_bytes);
       }
     } else if (m.dp_replicate > 1 && gpu) {
       parts.communication = *std::max_element(gathered.begin(), gathered.end()) / g_bytes * r_bytes;
@@ -404,7 +477,8 @@ MemoryPlan evaluate(const Context& c, const Layout& l) {
     int64_t one_saved = 0;
     for (int64_t s : rank.stages) {
       const StageActivations a = stage_activations(s);
-      stage_saved[s] = a.saved;
+      // The pipeline keeps each microbatch's stage output until its backward (autograd's root).
+      stage_saved[s] = a.saved + (m.pp > 1 && s + 1 < num_stages ? boundary : 0);
       if (a.peak - a.saved > one_peak - one_saved) {
         one_peak = a.peak;
         one_saved = a.saved;
@@ -420,8 +494,27 @@ MemoryPlan evaluate(const Context& c, const Layout& l) {
     } else {
       parts.activations = one_peak;
     }
+    if (m.pp > 1) {
+      // torch.distributed.pipelining allocates at setup, and keeps, a receive buffer for every
+      // microbatch of every local stage: its input (but on the first stage) and its output's gradient
+      // (but on the last).
+      for (int64_t s : rank.stages) {
+        const int64_t buffers = (s > 0 ? 1 : 0) + (s + 1 < num_stages ? 1 : 0);
+        parts.communication += buffers * pp_microbatches * boundary;
+      }
+    }
     if (r == 0 || parts.total() > worst.total()) {
       worst = parts;
+      worst_gathered = 0;
+      worst_reduced = 0;
+      worst_units = 0;
+      for (size_t u = 0; u < gathered.size(); ++u) {
+        if (gathered[u] == 0) continue;
+        worst_gathered += gathered[u];
+        worst_reduced += unit_grad[u] / std::max<int64_t>(g_bytes, 1) * r_bytes;
+        ++worst_units;
+      }
+      worst_units = std::max<int64_t>(worst_units, 1);
       plan.pp_rank = r;
       plan.in_flight = in_flight;
       plan.activations_per_microbatch = per_mb;
@@ -430,8 +523,28 @@ MemoryPlan evaluate(const Context& c, const Layout& l) {
   plan.parts = worst;
   plan.microbatches = m.pp > 1 ? pp_microbatches * l.accumulation : l.accumulation;
 
-  // Speed: model FLOPs per device at the assumed MFU, slowed by recompute (hardware FLOPs above the
-  // model's) and the pipeline bubble.
+  // The caching allocator's reserved peak and what lives outside it (see the constants above).
+  const int64_t states = worst.parameters + worst.gradients + worst.optimizer;
+  const int64_t transient = worst.activations + worst.communication;
+  if (gpu) {
+    // One communicator per process group the step uses: FSDP's shard group, HSDP's replicate group,
+    // TP, CP, PP's two neighbours (a send/recv pair gets its own) and the loss and grad-norm reductions.
+    int64_t communicators = m.world_size() > 1 ? 1 : 0;
+    communicators += (fsdp ? 1 : 0) + (m.dp_replicate > 1 ? 1 : 0) + (m.tp > 1 ? 1 : 0) + (m.cp > 1 ? 1 : 0);
+    communicators += m.pp > 1 ? 2 : 0;
+    plan.outside_allocator = kCudaContext + communicators * kNcclPerCommunicator;
+    plan.reserved = states + static_cast<int64_t>(static_cast<double>(transient) * (1 + kTransientFragmentation));
+    // Near the device's capacity the allocator frees its cached blocks and retries instead of failing,
+    // so the reserved peak stops at what the device has left (the tensors themselves must still fit).
+    if (plan.device_memory > 0) {
+      plan.reserved = std::max(worst.total(),
+                               std::min(plan.reserved, plan.device_memory - plan.outside_allocator));
+    }
+  } else {
+    plan.reserved = worst.total();  // CPU: the tracker counts tensors; no caching allocator
+  }
+
+  // Speed: model FLOPs per device at the compute efficiency, plus what the layout cannot hide.
   const double per_token = static_cast<double>(c.model.num_flops_per_token(cfg.training.seq_len));
   const double tokens =
       static_cast<double>(l.local_batch * l.accumulation * cfg.training.seq_len) / (m.tp * m.cp * m.pp);
@@ -445,15 +558,88 @@ MemoryPlan evaluate(const Context& c, const Layout& l) {
                  F = static_cast<double>(args.ffn_hidden_dim());
     recompute += (D * kv + D * D + D * F) / (2 * D * D + 2 * D * kv + 3 * D * F) / 3.0;
   }
-  double bubble = 0;
+  double efficiency = c.options.mfu;
+  if (efficiency <= 0) {
+    efficiency = kEagerEfficiency * (gpu && compiled ? kCompileSpeedup : 1.0) * (float8 ? kFloat8Speedup : 1.0);
+  }
+  plan.compute_efficiency = efficiency;
+  if (c.options.peak_flops <= 0) return plan;
+  StepTerms& t = plan.time;
+  t.compute = plan.flops_per_step / (c.options.peak_flops * efficiency);
+  t.recompute = t.compute * (recompute - 1.0);
+
+  // Links: the mesh is laid out pp, dp_replicate, dp_shard, cp, tp from outermost to innermost, so a
+  // group stays inside one node while the degrees inside it multiply to at most gpus_per_node.
+  const int64_t node = std::max<int64_t>(c.options.gpus_per_node, 1);
+  auto bandwidth = [&](int64_t span) { return span <= node ? c.options.intra_node_bw : c.options.inter_node_bw; };
+  const double blocks = static_cast<double>(args.n_layers) / static_cast<double>(m.pp);
+  const double forwards = static_cast<double>(plan.microbatches);  // microbatches this rank runs per step
+  // Forward passes of a block's collectives per microbatch: forward and backward, plus the recompute
+  // (full AC redoes them; op AC keeps the reduce-scatters' outputs and redoes the all-gathers).
+  double passes = 2.0;
+  if (l.ac.mode == AcMode::full) passes += 1.0;
+  if (l.ac.mode == AcMode::selective) passes += l.ac.op ? 0.5 : 1.0 / static_cast<double>(l.ac.every);
+
+  // TP with sequence parallelism: per block two all-gathers and two reduce-scatters of the (T, D)
+  // activations, each (t-1)/t of them through a GPU's link, on the critical path. Async TP splits each
+  // into t chunks that overlap the matmul over the previous chunk: only the first chunk is exposed.
+  if (m.tp > 1) {
+    const double bytes = 4.0 * static_cast<double>(x.T() * x.D * x.a) * static_cast<double>(m.tp - 1) /
+                         static_cast<double>(m.tp) * passes * blocks * forwards;
+    t.tp = bytes / bandwidth(m.tp);
+    if (cfg.parallelism.enable_async_tensor_parallel) t.tp /= static_cast<double>(m.tp);
+  }
+  // CP (allgather rotation): each block gathers the whole sequence's K and V before attention and
+  // reduce-scatters their gradients in backward, blocking.
+  if (m.cp > 1) {
+    const double bytes = 2.0 * static_cast<double>(x.T() * x.Dkv * x.a) * static_cast<double>(m.cp - 1) * passes *
+                         blocks * forwards;
+    t.cp = bytes / bandwidth(m.cp * m.tp);
+  }
+  // FSDP: all-gather every unit in forward, again in backward when resharded after forward, and
+  // reduce-scatter the gradients (reduce dtype); each (n-1)/n of the bytes through a GPU's link. Under
+  // PP units stay gathered and reduce once per step; otherwise every microbatch of gradient
+  // accumulation gathers and reduces again. Prefetch hides it behind compute but for the first unit's
+  // gather and the last one's reduce-scatter of each pass.
+  if (fsdp || m.dp_replicate > 1) {
+    ReshardAfterForward policy = cfg.parallelism.fsdp_reshard_after_forward;
+    if (m.pp > 1 && policy == ReshardAfterForward::default_) policy = ReshardAfterForward::never;
+    const double rounds = m.pp > 1 ? 1.0 : static_cast<double>(l.accumulation);
+    double seconds = 0;
+    if (fsdp) {
+      const double share = static_cast<double>(shard_n - 1) / static_cast<double>(shard_n);
+      const double gathers = policy == ReshardAfterForward::never ? 1.0 : 2.0;
+      const double bytes =
+          (gathers * static_cast<double>(worst_gathered) + static_cast<double>(worst_reduced)) * share * rounds;
+      seconds += bytes / bandwidth(shard_n * m.tp);
+    }
+    if (m.dp_replicate > 1) {
+      // HSDP / DDP: an all-reduce of the (sharded) gradients across the replicas, 2 (r-1)/r of them.
+      const double r = static_cast<double>(m.dp_replicate);
+      const double grads = static_cast<double>(worst_reduced) / static_cast<double>(std::max<int64_t>(shard_n, 1));
+      seconds += 2.0 * (r - 1) / r * grads * rounds / bandwidth(m.world_size() / m.pp);
+    }
+    const double hidden_by = t.compute + t.recompute;
+    t.fsdp = std::max(0.0, seconds - hidden_by) + 2.0 * seconds / (static_cast<double>(worst_units) * rounds);
+  }
+  // PP: the schedule's own program simulated with a forward of 1, a backward of 2 (+1 under full AC)
+  // and each stage-to-stage transfer in those units; its idle fraction is the bubble.
   if (m.pp > 1) {
-    bubble = parallel::theoretical_bubble(cfg.parallelism.pipeline_parallel_schedule, m.pp, pp_microbatches,
-                                          static_cast<int64_t>(stages.size()) / m.pp);
+    const double busy = t.compute + t.recompute + t.tp + t.cp;
+    const double backward = 2.0 + 3.0 * (recompute - 1.0);
+    const double units = forwards * static_cast<double>(ranks[0].stages.size()) * (1.0 + backward);
+    const double forward_seconds = busy / units;
+    const double transfer = static_cast<double>(boundary) / bandwidth(m.world_size() / m.pp);
+    parallel::PipelineCosts costs{.forward = 1.0,
+                                  .backward = backward,
+                                  .backward_input = backward / 2,
+                                  .backward_weight = backward / 2,
+                                  .transfer = transfer / forward_seconds};
+    const double bubble = parallel::bubble_fraction(parallel::simulate_pipeline(program, costs));
+    t.pp = busy * bubble / (1.0 - bubble);
   }
-  if (c.options.peak_flops > 0 && c.options.mfu > 0) {
-    plan.step_seconds = plan.flops_per_step * recompute / (c.options.peak_flops * c.options.mfu) / (1.0 - bubble);
-    plan.tokens_per_second = tokens / plan.step_seconds;
-  }
+  plan.step_seconds = t.total();
+  plan.tokens_per_second = tokens / plan.step_seconds;
   return plan;
 }
 
@@ -486,6 +672,24 @@ void check_layout(const Llama3Args& args, const JobConfig& cfg, const dist::Mesh
   }
 }
 
+void check_options(const PlanOptions& o, int64_t world, const char* where) {
+  TITAN_CHECK_VALUE(o.mfu >= 0 && o.mfu <= 1,
+                    "[titan::llama3::{}] expected an MFU in (0, 1] (0: the calibrated default), got {}. Pass e.g. "
+                    "--mfu 40%.",
+                    where, o.mfu);
+  TITAN_CHECK_VALUE(o.gpus_per_node >= 1, "[titan::llama3::{}] expected --gpus-per-node >= 1, got {}.", where,
+                    o.gpus_per_node);
+  TITAN_CHECK_VALUE(o.intra_node_bw > 0 && o.inter_node_bw > 0,
+                    "[titan::llama3::{}] expected bandwidths > 0 bytes/s, got --intra-node-bw {} and "
+                    "--inter-node-bw {}. Pass e.g. --intra-node-bw 450GB --inter-node-bw 50GB.",
+                    where, o.intra_node_bw, o.inter_node_bw);
+  // A job of several nodes fills each; one smaller than a node is a part of one.
+  TITAN_CHECK_VALUE(!o.gpu || world <= o.gpus_per_node || world % o.gpus_per_node == 0,
+                    "[titan::llama3::{}] expected --gpus to be a multiple of --gpus-per-node ({}) when it spans "
+                    "nodes, got {}. Use whole nodes or set --gpus-per-node.",
+                    where, o.gpus_per_node, world);
+}
+
 }  // namespace
 
 MemoryPlan plan_memory(const Llama3& model, const JobConfig& config, const PlanOptions& options) {
@@ -498,9 +702,7 @@ MemoryPlan plan_memory(const Llama3& model, const JobConfig& config, const PlanO
   }
   TITAN_CHECK_VALUE(world >= 1, "[titan::llama3::plan_memory] expected a world size >= 1, got {}. Pass --gpus N.",
                     world);
-  TITAN_CHECK_VALUE(options.mfu > 0 && options.mfu <= 1,
-                    "[titan::llama3::plan_memory] expected an MFU in (0, 1], got {}. Pass e.g. --mfu 40%.",
-                    options.mfu);
+  check_options(options, world, "plan_memory");
   const dist::MeshShape mesh = dist::mesh_shape(p, world);
   check_layout(args, config, mesh);
   TITAN_CHECK_NOT_IMPLEMENTED(p.expert_parallel_degree == 1,
@@ -539,6 +741,7 @@ std::vector<MemoryPlan> search_layouts(const Llama3& model, const JobConfig& con
   TITAN_CHECK_VALUE(options.device_memory > 0,
                     "[titan::llama3::search_layouts] expected a device memory, got none. Pass --device-memory 80GB "
                     "or a GPU name (H100).");
+  check_options(options, search.gpus, "search_layouts");
   const Llama3Args& args = model.args();
   const Context c = make_context(model, config, options);
   // The global batch stays the config's: its global_batch_size, or local_batch_size x the data-parallel
@@ -595,17 +798,30 @@ std::vector<MemoryPlan> search_layouts(const Llama3& model, const JobConfig& con
       }
     }
   }
-  auto parallel_degree = [](const MemoryPlan& p) { return p.mesh.tp * p.mesh.pp * p.mesh.cp; };
+  // Fastest first; among equal speeds the one with more memory left at its reserved peak.
   std::sort(fits.begin(), fits.end(), [&](const MemoryPlan& a, const MemoryPlan& b) {
     if (a.tokens_per_second != b.tokens_per_second) return a.tokens_per_second > b.tokens_per_second;
-    if (parallel_degree(a) != parallel_degree(b)) return parallel_degree(a) < parallel_degree(b);
-    return a.parts.total() < b.parts.total();
+    return a.headroom() > b.headroom();
   });
   if (static_cast<int64_t>(fits.size()) > search.limit) fits.resize(static_cast<size_t>(search.limit));
   return fits;
 }
 
 std::string format_bytes(int64_t bytes) { return fmt::format("{:.2f} GiB", static_cast<double>(bytes) / kGiB); }
+
+std::string largest_terms(const MemoryPlan& p) {
+  const StepTerms& t = p.time;
+  std::vector<std::pair<double, const char*>> terms{{t.compute, "compute"}, {t.recompute, "recompute"},
+                                                    {t.fsdp, "FSDP comm"},  {t.tp, "TP comm"},
+                                                    {t.cp, "CP comm"},      {t.pp, "PP bubble"}};
+  std::sort(terms.begin(), terms.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
+  std::string out;
+  const double total = std::max(t.total(), 1e-30);
+  for (size_t i = 0; i < 3 && terms[i].first > 0; ++i) {
+    out += fmt::format("{}{} {:.0f}%", out.empty() ? "" : ", ", terms[i].second, 100 * terms[i].first / total);
+  }
+  return out;
+}
 
 std::string format_plan(const MemoryPlan& p) {
   const MemoryParts& m = p.parts;
@@ -618,36 +834,92 @@ std::string format_plan(const MemoryPlan& p) {
       "  optimizer      {:>12}  ({} B)\n"
       "  activations    {:>12}  ({} per microbatch kept for backward)\n"
       "  communication  {:>12}\n"
-      "  total          {:>12}",
+      "  total          {:>12}  (tensors at their peak)\n"
+      "  reserved       {:>12}  (the caching allocator's peak: what torchtitan logs as memory)\n"
+      "  outside        {:>12}  (CUDA context, NCCL buffers)",
       p.mesh, p.ac, p.microbatch, p.microbatches, p.in_flight, p.pp_rank, p.pp_rank, format_bytes(m.parameters),
       m.parameters, format_bytes(m.gradients), m.gradients, format_bytes(m.optimizer), m.optimizer,
       format_bytes(m.activations), format_bytes(p.activations_per_microbatch), format_bytes(m.communication),
-      format_bytes(m.total()));
+      format_bytes(m.total()), format_bytes(p.reserved), format_bytes(p.outside_allocator));
   if (p.device_memory > 0) {
-    out += fmt::format("  of {} ({:.1f}%): {}\n", format_bytes(p.device_memory),
-                       100.0 * static_cast<double>(m.total()) / static_cast<double>(p.device_memory),
+    out += fmt::format("\n  needs          {:>12}  of {} ({:.1f}%): {}\n", format_bytes(p.needed()),
+                       format_bytes(p.device_memory),
+                       100.0 * static_cast<double>(p.needed()) / static_cast<double>(p.device_memory),
                        p.fits() ? "fits" : "DOES NOT FIT");
   } else {
     out += "\n";
   }
   out += fmt::format("FLOPs         {:.3e} per device per step", p.flops_per_step);
   if (p.step_seconds > 0) {
-    out += fmt::format("; step {:.2f} s, {:.0f} tokens/s per device", p.step_seconds, p.tokens_per_second);
+    const StepTerms& t = p.time;
+    out += fmt::format(
+        "; step {:.2f} s, {:.0f} tokens/s per device\n"
+        "step time     compute {:.2f} s at {:.1f}% of peak, recompute {:.2f}, FSDP {:.2f}, TP {:.2f}, CP {:.2f}, "
+        "PP bubble {:.2f} (largest: {})",
+        p.step_seconds, p.tokens_per_second, t.compute, 100 * p.compute_efficiency, t.recompute, t.fsdp, t.tp, t.cp,
+        t.pp, largest_terms(p));
   }
   return out + "\n";
 }
 
 std::string format_search(const std::vector<MemoryPlan>& plans) {
-  std::string out = fmt::format("{:>4} {:>8} {:>3} {:>3} {:>3} {:>12} {:>3} {:>11} {:>11} {:>9}\n", "#", "dp_shard",
-                                "tp", "pp", "cp", "AC", "mb", "total GiB", "tokens/s", "step s");
+  std::string out =
+      fmt::format("{:>4} {:>8} {:>3} {:>3} {:>3} {:>12} {:>3} {:>12} {:>10} {:>9} {:>8}  {}\n", "#", "dp_shard", "tp",
+                  "pp", "cp", "AC", "mb", "reserved GiB", "tokens/s", "step s", "free GiB", "largest time terms");
   int64_t i = 0;
   for (const auto& p : plans) {
-    out += fmt::format("{:>4} {:>8} {:>3} {:>3} {:>3} {:>12} {:>3} {:>11.2f} {:>11.0f} {:>9.2f}\n", ++i,
+    out += fmt::format("{:>4} {:>8} {:>3} {:>3} {:>3} {:>12} {:>3} {:>12.2f} {:>10.1f} {:>9.2f} {:>8.2f}  {}\n", ++i,
                        p.mesh.dp_shard, p.mesh.tp, p.mesh.pp, p.mesh.cp, p.ac, p.microbatch,
-                       static_cast<double>(p.parts.total()) / kGiB, p.tokens_per_second, p.step_seconds);
+                       static_cast<double>(p.reserved) / kGiB, p.tokens_per_second, p.step_seconds,
+                       static_cast<double>(p.headroom()) / kGiB, largest_terms(p));
   }
   if (plans.empty()) out += "no layout fits\n";
   return out;
+}
+
+std::string plan_json(const MemoryPlan& p) {
+  const MemoryParts& m = p.parts;
+  const StepTerms& t = p.time;
+  return fmt::format(
+      "{{\"mesh\": {{\"pp\": {}, \"dp_replicate\": {}, \"dp_shard\": {}, \"cp\": {}, \"tp\": {}}}, "
+      "\"ac\": \"{}\", \"microbatch\": {}, \"microbatches\": {}, \"local_batch\": {}, \"global_batch\": {}, "
+      "\"pp_rank\": {}, \"in_flight\": {}, "
+      "\"bytes\": {{\"parameters\": {}, \"gradients\": {}, \"optimizer\": {}, \"activations\": {}, "
+      "\"communication\": {}, \"total\": {}, \"reserved\": {}, \"outside_allocator\": {}, \"needed\": {}, "
+      "\"device_memory\": {}}}, \"fits\": {}, "
+      "\"flops_per_step\": {:.6e}, \"compute_efficiency\": {:.4f}, "
+      "\"seconds\": {{\"compute\": {:.6g}, \"recompute\": {:.6g}, \"fsdp\": {:.6g}, \"tp\": {:.6g}, "
+      "\"cp\": {:.6g}, \"pp\": {:.6g}, \"step\": {:.6g}}}, \"tokens_per_second\": {:.6g}}}",
+      p.mesh.pp, p.mesh.dp_replicate, p.mesh.dp_shard, p.mesh.cp, p.mesh.tp, p.ac, p.microbatch, p.microbatches,
+      p.local_batch, p.global_batch, p.pp_rank, p.in_flight, m.parameters, m.gradients, m.optimizer, m.activations,
+      m.communication, m.total(), p.reserved, p.outside_allocator, p.needed(), p.device_memory,
+      p.fits() ? "true" : "false", p.flops_per_step, p.compute_efficiency, t.compute, t.recompute, t.fsdp, t.tp, t.cp,
+      t.pp, p.step_seconds, p.tokens_per_second);
+}
+
+std::string plan_toml(const MemoryPlan& p) {
+  std::string ac = "mode = \"none\"";
+  if (p.ac == "full") ac = "mode = \"full\"";
+  if (p.ac == "op") ac = "mode = \"selective\"\nselective_ac_option = \"op\"";
+  if (p.ac.starts_with("selective ")) {
+    ac = fmt::format("mode = \"selective\"\nselective_ac_option = \"{}\"", p.ac.substr(10));
+  }
+  return fmt::format(
+      "# titan-plan's layout: {:.0f} tokens/s per device predicted, {} reserved of {} per device.\n"
+      "[parallelism]\n"
+      "data_parallel_replicate_degree = {}\n"
+      "data_parallel_shard_degree = {}\n"
+      "tensor_parallel_degree = {}\n"
+      "pipeline_parallel_degree = {}\n"
+      "pipeline_parallel_microbatch_size = {}\n"
+      "context_parallel_degree = {}\n\n"
+      "[training]\n"
+      "local_batch_size = {}\n"
+      "global_batch_size = {}\n\n"
+      "[activation_checkpoint]\n"
+      "{}\n",
+      p.tokens_per_second, format_bytes(p.reserved), format_bytes(p.device_memory), p.mesh.dp_replicate,
+      p.mesh.dp_shard, p.mesh.tp, p.mesh.pp, p.microbatch, p.mesh.cp, p.local_batch, p.global_batch, ac);
 }
 
 }  // namespace titan::llama3

@@ -33,12 +33,29 @@ struct PlanOptions {
   int64_t device_memory = 0;
   /// Peak dense FLOP/s of one device, for the step time (0: no step time).
   double peak_flops = 0;
-  /// Model FLOPs utilisation the step time assumes (0.4 = 40%).
-  double mfu = 0.4;
+  /// Fraction of peak the compute reaches on the hardware's FLOPs, recompute included (0: calibrated default).
+  double mfu = 0;
+  /// GPUs per node: a TP, CP or FSDP group inside one node talks over intra_node_bw, else inter_node_bw.
+  int64_t gpus_per_node = 8;
+  /// Bytes/s one GPU sends inside a node (H100/H200 NVLink 4: 450 GB/s each way).
+  double intra_node_bw = 450e9;
+  /// Bytes/s one GPU sends between nodes (400 Gb/s RDMA per GPU).
+  double inter_node_bw = 50e9;
   /// A CUDA run: FSDP's mixed precision (training.mixed_precision_*), bf16 autocast on one device,
   /// fused RMSNorm, flat collectives. false: a CPU run (compute in training.dtype), as the CPU tests
   /// measure it.
   bool gpu = true;
+};
+
+/// Seconds of one step by cause: what the layout cannot hide (docs/memory_planner.md, "Speed").
+struct StepTerms {
+  double compute = 0;    ///< model FLOPs at the compute efficiency
+  double recompute = 0;  ///< AC's forward again
+  double fsdp = 0;       ///< FSDP all-gathers and reduce-scatters (and HSDP's all-reduce) not hidden by compute
+  double tp = 0;         ///< TP's all-gathers and reduce-scatters on the critical path
+  double cp = 0;         ///< CP's key/value exchange
+  double pp = 0;         ///< the schedule's bubble and its point-to-point transfers
+  double total() const { return compute + recompute + fsdp + tp + cp + pp; }
 };
 
 /// One rank's predicted memory and speed for one layout.
@@ -47,16 +64,26 @@ struct MemoryPlan {
   std::string ac{};                        ///< activation checkpointing: none, full, selective N, op
   int64_t microbatch = 0;                  ///< sequences per forward (under PP: pipeline_parallel_microbatch_size)
   int64_t microbatches = 0;                ///< forwards per step on a rank (gradient accumulation or PP microbatches)
+  int64_t local_batch = 0;                 ///< sequences per dp rank per forward-backward (training.local_batch_size)
+  int64_t global_batch = 0;                ///< sequences per step over all dp ranks (training.global_batch_size)
   int64_t in_flight = 1;                   ///< microbatches whose activations the shown rank holds at once (PP)
   int64_t pp_rank = 0;                     ///< the pp rank shown: the one with the largest total
   MemoryParts parts{};                     ///< that rank's bytes by part
   int64_t activations_per_microbatch = 0;  ///< bytes one microbatch keeps for backward on that rank
   int64_t device_memory = 0;               ///< PlanOptions::device_memory
+  int64_t reserved = 0;                    ///< the caching allocator's reserved peak (torchtitan's logged memory)
+  int64_t outside_allocator = 0;           ///< CUDA context and NCCL buffers, which the allocator never sees
   double flops_per_step = 0;               ///< model FLOPs (6N + 12LDS per token) of one device per step
-  double step_seconds = 0;                 ///< at the assumed MFU, slowed by recompute and the pipeline bubble
-  double tokens_per_second = 0;            ///< per device
-  /// True when no device memory was given or the total fits in it.
-  bool fits() const { return device_memory <= 0 || parts.total() <= device_memory; }
+  double compute_efficiency = 0;           ///< the fraction of peak the step time assumed (--mfu or the default)
+  StepTerms time{};                        ///< the step's seconds by cause
+  double step_seconds = 0;                 ///< time.total()
+  double tokens_per_second = 0;            ///< per device, torchtitan's tps (tokens / (tp x cp x pp) / step)
+  /// Bytes the device must hold: the tensors at their peak plus what lives outside the allocator.
+  int64_t needed() const { return parts.total() + outside_allocator; }
+  /// True when no device memory was given or the tensors and the outside-allocator memory fit in it.
+  bool fits() const { return device_memory <= 0 || needed() <= device_memory; }
+  /// Device memory left over at the allocator's predicted reserved peak.
+  int64_t headroom() const { return device_memory - reserved - outside_allocator; }
 };
 
 /// Plans `config`'s layout for `model` (built on any device; only shapes are read). Errors name the
@@ -82,7 +109,14 @@ std::vector<MemoryPlan> search_layouts(const Llama3& model, const JobConfig& con
 std::string format_bytes(int64_t bytes);
 /// The plan as the table titan-plan prints.
 std::string format_plan(const MemoryPlan& plan);
-/// One line per layout, best first.
+/// One line per layout, best first, with the largest time terms (why it wins or loses).
 std::string format_search(const std::vector<MemoryPlan>& plans);
+/// The largest time terms with their shares of the step, e.g. "compute 71%, bubble 18%".
+std::string largest_terms(const MemoryPlan& plan);
+/// The plan as one JSON object (bytes, seconds, tokens/s), for scripts.
+std::string plan_json(const MemoryPlan& plan);
+/// The plan's layout as a TOML overlay the trainer loads with --job.config_file: the parallel degrees,
+/// the batch and the AC mode.
+std::string plan_toml(const MemoryPlan& plan);
 
 }  // namespace titan::llama3
