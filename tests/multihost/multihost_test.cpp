@@ -1,0 +1,359 @@
+// SPDX-License-Identifier: BSD-3-Clause
+// Several hosts on one machine: tests/multihost/netns.sh gives each "host" a network namespace of its own
+// (its own interfaces, addresses, ports and routes) on a private bridge, and a titan-run per host runs
+// the job there over real interfaces instead of loopback. FSDP 4 and HSDP 2 x FSDP 2 over 2 hosts x 2
+// ranks reproduce one process's losses, a checkpoint written on 2 hosts resumes on one and back, the
+// errors a user meets first (a wrong GLOO_SOCKET_IFNAME, an unreachable master, a taken port) come
+// within a minute naming the culprit, and torchrun's multi-node rendezvous runs the same job. After each
+// test no namespace, link or process of it remains. Needs root: without it the tests fail saying so.
+#include <nlohmann/json.hpp>
+
+#include <signal.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <map>
+
+#include "dist/launch_test_util.hpp"
+
+using Catch::Matchers::Contains;
+using titan::test::exit_code;
+using titan::test::require_exit;
+using titan::test::Subprocess;
+using titan::test::TempDir;
+namespace fs = std::filesystem;
+
+namespace {
+
+std::string netns_script() { return (titan::test::test_dir() / "multihost" / "netns.sh").string(); }
+
+std::string ip_path() {
+  for (const char* p : {"/usr/sbin/ip", "/sbin/ip", "/usr/bin/ip", "/bin/ip"}) {
+    if (access(p, X_OK) == 0) return p;
+  }
+  FAIL("the multi-host tests need iproute2's `ip` (apt-get install iproute2); found none in /usr/sbin, /sbin, "
+       "/usr/bin or /bin");
+  return "";
+}
+
+std::vector<std::string> concat(std::vector<std::string> a, const std::vector<std::string>& b) {
+  a.insert(a.end(), b.begin(), b.end());
+  return a;
+}
+
+// Hosts 0..n-1 of a private network, held by `netns.sh hold` for the test's life; host k has address
+// 198.18.0.(k+1) on interface tn0. close() takes them down and checks that nothing of them remains.
+class Hosts {
+ public:
+  explicit Hosts(int n)
+      : holder_({"/bin/bash", netns_script(), "hold", std::to_string(n)}, {{"TMPDIR", state_.path.string()}}) {
+    const bool up = holder_.read_until([](const std::string& out) { return out.find("ready ") != std::string::npos; },
+                                       30);
+    INFO("netns.sh hold " << n << ":\n" << holder_.output());
+    REQUIRE(up);  // its output says why (no root, no namespaces in this container, ...)
+    const std::size_t at = holder_.output().find("ready ") + 6;
+    tag_ = holder_.output().substr(at, holder_.output().find('\n', at) - at);
+  }
+  ~Hosts() {
+    if (!closed_) stop();
+  }
+  Hosts(const Hosts&) = delete;
+  Hosts& operator=(const Hosts&) = delete;
+
+  static std::string address(int k) { return "198.18.0." + std::to_string(k + 1); }
+  std::string name(int k) const { return "titan-mh-" + tag_ + "-" + std::to_string(k); }
+
+  // `argv` run on host k.
+  std::vector<std::string> on(int k, const std::vector<std::string>& argv) const {
+    return concat({ip_path(), "netns", "exec", name(k)}, argv);
+  }
+
+  // Takes the hosts down (their processes killed) and checks that no namespace, link or process is left.
+  void close() {
+    closed_ = true;
+    const auto status = stop();
+    INFO(holder_.output());
+    REQUIRE(status);
+    CHECK(exit_code(*status) == 143);  // the trap's exit on SIGTERM, after the teardown
+    Subprocess check({"/bin/bash", netns_script(), "check", tag_}, {{"TMPDIR", state_.path.string()}});
+    require_exit(check, 0, 30);
+    CHECK_THAT(check.output(), Contains("clean " + tag_));
+  }
+
+ private:
+  std::optional<int> stop() {
+    kill(holder_.pid(), SIGTERM);
+    auto status = holder_.wait(30);
+    if (!status) {  // a holder that cannot stop: take its namespaces down anyway
+      Subprocess down({"/bin/bash", netns_script(), "down", tag_}, {{"TMPDIR", state_.path.string()}});
+      down.wait(30);
+    }
+    return status;
+  }
+
+  TempDir state_;
+  Subprocess holder_;
+  std::string tag_;
+  bool closed_ = false;
+};
+
+// The debug model on tinyshakespeare (the tests' BPE tokenizer), deterministic, one thread per rank,
+// `steps` steps of 8 sequences of 32 tokens in all (`local_batch` per rank).
+std::vector<std::string> trainer(const fs::path& dump, int steps, int local_batch) {
+  return {(titan::test::binary_dir() / "bin" / "train_llama3").string(),
+          "--model.flavor",
+          "debugmodel",
+          "--model.hf_assets_path",
+          titan::test::test_tokenizer().string(),
+          "--training.dataset",
+          "tinyshakespeare",
+          "--training.dataset_path",
+          titan::test::tinyshakespeare().string(),
+          "--training.seq_len",
+          "32",
+          "--training.local_batch_size",
+          std::to_string(local_batch),
+          "--training.steps",
+          std::to_string(steps),
+          "--training.num_threads",
+          "1",
+          "--debug.seed",
+          "7",
+          "--debug.deterministic",
+          "true",
+          "--lr_scheduler.warmup_steps",
+          "2",
+          "--job.dump_folder",
+          dump.string(),
+          "--metrics.log_freq",
+          "1"};
+}
+
+const std::vector<std::string> kFsdp4 = {"--parallelism.data_parallel_shard_degree", "4"};
+const std::vector<std::string> kSave = {"--checkpoint.enable",
+                                        "true",
+                                        "--checkpoint.interval",
+                                        "2",
+                                        "--checkpoint.last_save_model_only",
+                                        "false",
+                                        "--checkpoint.keep_latest_k",
+                                        "0"};
+const std::map<std::string, std::optional<std::string>> kSingle = {{"RANK", std::nullopt},
+                                                                   {"WORLD_SIZE", std::nullopt}};
+
+// Resuming from `step_folder` (the trainer's own checkpoint format, model and optimizer and loader).
+std::vector<std::string> resume_from(const fs::path& step_folder) {
+  return {"--checkpoint.initial_load_path", step_folder.string(), "--checkpoint.initial_load_model_only", "false"};
+}
+
+// Host k's titan-run for a static job of 2 hosts x 2 ranks, rank 0 on host 0 at port 29500 (each host
+// has its own port space: no clash with the machine's or another test's).
+std::vector<std::string> static_node(const Hosts& hosts, int k, const std::vector<std::string>& job) {
+  return hosts.on(k, concat({titan::test::titan_run_path(), "--nnodes", "2", "--node-rank", std::to_string(k),
+                             "--nproc-per-node", "2", "--master-addr", Hosts::address(0), "--master-port", "29500",
+                             "--failure-grace-seconds", "1", "--"},
+                            job));
+}
+
+// Runs `job` on 2 hosts x 2 ranks; both must exit 0. Returns host 0's output.
+std::string run_two_hosts(const Hosts& hosts, const std::vector<std::string>& job,
+                          const std::map<std::string, std::optional<std::string>>& env = {}) {
+  Subprocess node0(static_node(hosts, 0, job), env), node1(static_node(hosts, 1, job), env);
+  require_exit(node0, 0, 300);
+  require_exit(node1, 0, 300);
+  return node0.output();
+}
+
+// step -> loss from metrics.jsonl (a resumed run appends; the latest line of a step wins).
+std::map<int64_t, double> losses(const fs::path& dump) {
+  std::map<int64_t, double> out;
+  std::istringstream in(titan::test::read_file(dump / "metrics.jsonl"));
+  for (std::string line; std::getline(in, line);) {
+    const auto j = nlohmann::json::parse(line);
+    if (j.contains("loss_metrics/global_avg_loss")) {
+      out[j.at("step").get<int64_t>()] = j.at("loss_metrics/global_avg_loss").get<double>();
+    }
+  }
+  return out;
+}
+
+// Steps first..last of `got` match `want` within 1e-5 relative: the same 8 sequences per step, reduced in
+// another order over the network (fp32 differences of ~1e-7 carried through a few Adam steps).
+void check_losses(const fs::path& want_dump, const fs::path& got_dump, int64_t first, int64_t last) {
+  const auto want = losses(want_dump), got = losses(got_dump);
+  for (int64_t step = first; step <= last; ++step) {
+    INFO("step " << step);
+    REQUIRE(want.count(step) == 1);
+    REQUIRE(got.count(step) == 1);
+    CHECK(got.at(step) == Approx(want.at(step)).epsilon(1e-5));
+  }
+}
+
+double seconds_since(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+}  // namespace
+
+TEST_CASE("netns hosts: each has its own stack and reaches the others and nothing of them outlives the test",
+          "[multihost][netns]") {
+  Hosts hosts(2);
+  // Host 1 reaches host 0 over tn0 from its own address (the route Gloo's default follows).
+  Subprocess route(hosts.on(1, {ip_path(), "route", "get", Hosts::address(0)}));
+  require_exit(route, 0, 30);
+  CHECK_THAT(route.output(), Contains("dev tn0 src " + Hosts::address(1)));
+  Subprocess loopback(hosts.on(0, {ip_path(), "-o", "link", "show", "lo"}));
+  require_exit(loopback, 0, 30);
+  CHECK_THAT(loopback.output(), Contains("UP"));
+  hosts.close();
+
+  // The holder also cleans up when the test dies without a word (its parent gone): here a shell that
+  // starts it and is killed with SIGKILL.
+  TempDir state;
+  Subprocess parent({"/bin/bash", "-c", "bash \"$0\" hold 2 & wait", netns_script()}, {{"TMPDIR", state.path.string()}});
+  REQUIRE(parent.read_until([](const std::string& out) { return out.find("ready ") != std::string::npos; }, 30));
+  const std::size_t at = parent.output().find("ready ") + 6;
+  const std::string tag = parent.output().substr(at, parent.output().find('\n', at) - at);
+  kill(parent.pid(), SIGKILL);
+  parent.wait(30);
+  bool clean = false;
+  std::string report;
+  for (int i = 0; i < 100 && !clean; ++i) {  // the holder notices within 0.2 s, then tears down
+    usleep(100000);
+    Subprocess check({"/bin/bash", netns_script(), "check", tag}, {{"TMPDIR", state.path.string()}});
+    check.wait(30);
+    report = check.output();
+    clean = report.find("clean " + tag) != std::string::npos;
+  }
+  INFO(report);
+  CHECK(clean);
+}
+
+TEST_CASE("two hosts: FSDP 4 over 2 hosts x 2 ranks matches one process and its checkpoint resumes on one host",
+          "[multihost][launch][train]") {
+  TempDir single, two;
+  Subprocess one(concat(trainer(single.path, 4, 8), kSave), kSingle);
+  require_exit(one, 0, 300);
+  Hosts hosts(2);
+  // Both hosts write to one dump folder, as the hosts of a cluster share a file system.
+  const std::string output = run_two_hosts(hosts, concat(concat(trainer(two.path, 4, 2), kFsdp4), kSave));
+  CHECK_THAT(output, Contains("FSDP(dp_shard=4) to the model"));
+  check_losses(single.path, two.path, 1, 4);
+
+  // The 2 hosts' step-2 checkpoint resumes in one process on one host; steps 3-4 follow the single run.
+  TempDir resumed;
+  Subprocess back(concat(trainer(resumed.path, 4, 8), resume_from(two.path / "checkpoint" / "step-2")), kSingle);
+  require_exit(back, 0, 300);
+  CHECK_THAT(back.output(), Contains("Resuming at step 3"));
+  check_losses(single.path, resumed.path, 3, 4);
+  hosts.close();
+}
+
+TEST_CASE("two hosts: one process's checkpoint resumes on 2 hosts x 2 ranks", "[multihost][launch][train][full]") {
+  TempDir single, two;
+  Subprocess one(concat(trainer(single.path, 4, 8), kSave), kSingle);
+  require_exit(one, 0, 300);
+  Hosts hosts(2);
+  const std::string output = run_two_hosts(
+      hosts, concat(concat(trainer(two.path, 4, 2), kFsdp4), resume_from(single.path / "checkpoint" / "step-2")));
+  CHECK_THAT(output, Contains("Resuming at step 3"));
+  check_losses(single.path, two.path, 3, 4);
+  hosts.close();
+}
+
+TEST_CASE("two hosts: HSDP with one replica per host x FSDP 2 within it matches one process",
+          "[multihost][launch][train][full]") {
+  TempDir single, two;
+  Subprocess one(trainer(single.path, 3, 8), kSingle);
+  require_exit(one, 0, 300);
+  Hosts hosts(2);
+  // dp_replicate is the outer axis: ranks 0-1 (host 0) and 2-3 (host 1) shard, 0+2 and 1+3 replicate.
+  const std::string output =
+      run_two_hosts(hosts, concat(trainer(two.path, 3, 2), {"--parallelism.data_parallel_replicate_degree", "2",
+                                                            "--parallelism.data_parallel_shard_degree", "2"}));
+  CHECK_THAT(output, Contains("HSDP(dp_replicate=2, dp_shard=2) to the model"));
+  check_losses(single.path, two.path, 1, 3);
+  hosts.close();
+}
+
+TEST_CASE("two hosts: GLOO_SOCKET_IFNAME picks the interface and a wrong one is named with those that exist",
+          "[multihost][launch]") {
+  Hosts hosts(2);
+  TempDir good, bad;
+  // The right interface: the job trains.
+  run_two_hosts(hosts, concat(trainer(good.path, 1, 2), kFsdp4), {{"GLOO_SOCKET_IFNAME", "tn0"}});
+  CHECK(losses(good.path).size() == 1);
+  // A wrong one: every rank stops within a minute naming it and the interfaces of its host.
+  const auto start = std::chrono::steady_clock::now();
+  Subprocess node0(static_node(hosts, 0, concat(trainer(bad.path, 1, 2), kFsdp4)), {{"GLOO_SOCKET_IFNAME", "eth7"}});
+  Subprocess node1(static_node(hosts, 1, concat(trainer(bad.path, 1, 2), kFsdp4)), {{"GLOO_SOCKET_IFNAME", "eth7"}});
+  require_exit(node0, 1, 60);
+  require_exit(node1, 1, 60);
+  CHECK(seconds_since(start) < 60);
+  for (const Subprocess* node : {&node0, &node1}) {
+    CHECK_THAT(node->output(), Contains("expected GLOO_SOCKET_IFNAME to name network interfaces of this host, got "
+                                        "'eth7', which does not exist. Interfaces here: lo (127.0.0.1"));
+    CHECK_THAT(node->output(), Contains("tn0 (198.18.0."));
+  }
+  hosts.close();
+}
+
+TEST_CASE("two hosts: an unreachable master address and a master port in use are named within a minute",
+          "[multihost][launch]") {
+  Hosts hosts(2);
+  TempDir dump;
+  const std::vector<std::string> job =
+      concat(concat(trainer(dump.path, 1, 2), kFsdp4), {"--comm.init_timeout_seconds", "5"});
+  {
+    // No host has 198.18.0.99: host 1's ranks give up after comm.init_timeout_seconds naming host and port.
+    const auto start = std::chrono::steady_clock::now();
+    Subprocess node1(hosts.on(1, concat({titan::test::titan_run_path(), "--nnodes", "2", "--node-rank", "1",
+                                         "--nproc-per-node", "2", "--master-addr", "198.18.0.99", "--master-port",
+                                         "29500", "--failure-grace-seconds", "1", "--"},
+                                        job)));
+    require_exit(node1, 1, 60);
+    CHECK(seconds_since(start) < 60);
+    CHECK_THAT(node1.output(), Contains("expected to reach the rendezvous store at 198.18.0.99:29500"));
+  }
+  {
+    // Another program holds port 29500 on host 0: rank 0 cannot serve the store there and says which port.
+    Subprocess squatter(hosts.on(0, {std::string(titan::test::python()), "-c",
+                                     "import socket, time\n"
+                                     "s = socket.socket()\n"
+                                     "s.bind(('0.0.0.0', 29500))\n"
+                                     "s.listen()\n"
+                                     "print('listening', flush=True)\n"
+                                     "time.sleep(600)\n"}));
+    REQUIRE(squatter.read_until([](const std::string& out) { return out.find("listening") != std::string::npos; },
+                                30));
+    const auto start = std::chrono::steady_clock::now();
+    Subprocess node0(static_node(hosts, 0, job));
+    require_exit(node0, 1, 60);
+    CHECK(seconds_since(start) < 60);
+    CHECK_THAT(node0.output(), Contains("expected to serve the rendezvous store at 198.18.0.1:29500"));
+    CHECK_THAT(node0.output(), Contains("EADDRINUSE"));
+    kill(squatter.pid(), SIGKILL);
+    squatter.wait(30);
+  }
+  hosts.close();
+}
+
+TEST_CASE("two hosts: torchrun's c10d rendezvous runs the FSDP 4 job over 2 hosts x 2 ranks",
+          "[multihost][torchrun][train][full]") {
+  const fs::path torchrun = fs::path(std::string(titan::test::python())).parent_path() / "torchrun";
+  REQUIRE(fs::exists(torchrun));
+  TempDir single, two;
+  Subprocess one(trainer(single.path, 3, 8), kSingle);
+  require_exit(one, 0, 300);
+  Hosts hosts(2);
+  auto node = [&](int k) {
+    return hosts.on(k, concat({torchrun.string(), "--nnodes", "2", "--nproc-per-node", "2", "--rdzv-backend", "c10d",
+                               "--rdzv-endpoint", Hosts::address(0) + ":29400", "--rdzv-id", "titan-multihost", "--"},
+                              concat(trainer(two.path, 3, 2), kFsdp4)));
+  };
+  Subprocess node0(node(0)), node1(node(1));
+  require_exit(node0, 0, 300);
+  require_exit(node1, 0, 300);
+  check_losses(single.path, two.path, 1, 3);
+  hosts.close();
+}
