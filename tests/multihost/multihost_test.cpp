@@ -347,8 +347,13 @@ TEST_CASE("two hosts: torchrun's c10d rendezvous runs the FSDP 4 job over 2 host
   require_exit(one, 0, 300);
   Hosts hosts(2);
   auto node = [&](int k) {
+    // The hosts share this machine's hostname, which resolves to none of their addresses: host 0 is told it
+    // hosts the rendezvous (is_host), and each host which address its ranks are reached at (--local-addr).
+    // On real hosts, whose names resolve to their own addresses, torchrun works both out.
     return hosts.on(k, concat({torchrun.string(), "--nnodes", "2", "--nproc-per-node", "2", "--rdzv-backend", "c10d",
-                               "--rdzv-endpoint", Hosts::address(0) + ":29400", "--rdzv-id", "titan-multihost", "--"},
+                               "--rdzv-endpoint", Hosts::address(0) + ":29400", "--rdzv-id", "titan-multihost",
+                               "--rdzv-conf", k == 0 ? "is_host=1" : "is_host=0", "--local-addr", Hosts::address(k),
+                               "--no-python", "--"},
                               concat(trainer(two.path, 3, 2), kFsdp4)));
   };
   Subprocess node0(node(0)), node1(node(1));
