@@ -1,10 +1,13 @@
 // SPDX-License-Identifier: BSD-3-Clause
 // The memory planner on torchtitan's published layouts (8B on 8 GPUs FSDP; 70B on 256 GPUs FSDP 32 x
 // TP 8; 405B on 512 GPUs FSDP 8 x TP 8 x PP 8, 1F1B): parameter and optimizer bytes pinned to counts
-// worked out here from the architecture, totals that fit 80 GB, the search, and the errors.
+// worked out here from the architecture, the published rows' memory and tokens/s, the search, the
+// JSON and TOML outputs, and the errors.
 #include <catch2/catch.hpp>
 
+#include <filesystem>
 #include <regex>
+#include <vector>
 
 #include "test_util.hpp"
 #include "titan/core/config.hpp"
@@ -28,6 +31,8 @@ JobConfig preset(const std::string& name) {
 }
 
 constexpr int64_t k80GB = 80'000'000'000;
+constexpr int64_t k96GB = 96'000'000'000;  // the published runs' H100s (HBM2e, 96 GB)
+constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
 
 // Per-rank parameter elements of one Llama 3 block: each matrix split over tp (heads, hidden) and then
 // over the FSDP shards, the two norm weights only over the FSDP shards. Every dimension of the 8B,
@@ -44,7 +49,7 @@ TEST_CASE("memory plan: 8B on 8 GPUs with FSDP pins parameters and optimizer sta
   JobConfig c = preset("llama3_8b");
   c.training.local_batch_size = 2;  // torchtitan's published run: lbs 2, seq 8192, selective op AC
   const auto model = Llama3::build(c);
-  const auto plan = plan_memory(*model, c, {.world_size = 8, .device_memory = k80GB});
+  const auto plan = plan_memory(*model, c, {.world_size = 8, .device_memory = k96GB});
   // D 4096, 32 blocks, kv dim 8 x 128 = 1024, FFN 14336, vocab 128256; fp32 parameters over 8 shards.
   const int64_t D = 4096, V = 128256;
   const int64_t elements = 32 * block_elements(D, 1024, 14336, 1, 8) + (2 * V * D + D) / 8;
@@ -55,7 +60,9 @@ TEST_CASE("memory plan: 8B on 8 GPUs with FSDP pins parameters and optimizer sta
   CHECK(plan.parts.optimizer == 2 * elements * 4 + 4 * tensors);  // exp_avg, exp_avg_sq + fp32 step counters
   CHECK(plan.ac == "op");
   CHECK(plan.fits());
-  CHECK(plan.parts.total() < k80GB);
+  CHECK(plan.parts.total() < k96GB);
+  // torchtitan reserved 82.4 GiB of the 96 GB part for this job: the allocator's peak does not fit 80 GB.
+  CHECK(!plan_memory(*model, c, {.world_size = 8, .device_memory = k80GB}).fits());
 }
 
 TEST_CASE("memory plan: 70B on 256 GPUs with FSDP 32 and TP 8 pins parameters and optimizer state",
@@ -63,7 +70,7 @@ TEST_CASE("memory plan: 70B on 256 GPUs with FSDP 32 and TP 8 pins parameters an
   JobConfig c = preset("llama3_70b");  // tp 8, full AC, lbs 8 in the TOML; the published run used lbs 16
   c.training.local_batch_size = 16;
   const auto model = Llama3::build(c);
-  const auto plan = plan_memory(*model, c, {.world_size = 256, .device_memory = k80GB});
+  const auto plan = plan_memory(*model, c, {.world_size = 256, .device_memory = k96GB});
   CHECK(plan.mesh.dp_shard == 32);
   CHECK(plan.mesh.tp == 8);
   const int64_t D = 8192, V = 128256;
@@ -104,7 +111,7 @@ TEST_CASE("memory plan: 405B on 512 GPUs with FSDP 8 TP 8 and PP 8 pins a middle
   c.parallelism.pipeline_parallel_schedule = titan::PipelineSchedule::schedule_1f1b;
   c.training.local_batch_size = 32;  // torchtitan's run: lbs 32, gbs 256, microbatch 1
   const auto model = Llama3::build(c);
-  const auto plan = plan_memory(*model, c, {.world_size = 512, .device_memory = k80GB});
+  const auto plan = plan_memory(*model, c, {.world_size = 512, .device_memory = k96GB});
   CHECK(plan.mesh.dp_shard == 8);
   // 126 blocks + embeddings + head count as 128 layers: 16 per stage; the embeddings and the head each
   // take a block's place on the first and last stage, so the middle stages hold 16 blocks and the
@@ -118,6 +125,136 @@ TEST_CASE("memory plan: 405B on 512 GPUs with FSDP 8 TP 8 and PP 8 pins a middle
   // The microbatches' gradients accumulate unsharded (TP-local, fp32) until the step's last backward.
   CHECK(plan.parts.gradients == elements * 4 + 16 * block_elements(16384, 1024, 53248, 8, 1) * 4);
   CHECK(plan.fits());
+}
+
+// torchtitan's published H100 runs (pytorch/torchtitan benchmarks/llama3_h100_202412_torchtitan.md,
+// Dec 2024: Grand Teton, 8 x H100 96 GB HBM2e per host on NVLink, 400 Gb/s RDMA per GPU, seq 8192
+// unless noted). Memory is torch's reserved_bytes.all.peak in GiB, the maximum over GPUs; tokens/s is
+// per GPU at step 90. Each row is its table's job as a config: the techniques the table names on
+// (compile, float8, async TP), and under PP as many microbatches as stages, torchtitan's default then.
+// The plan must land within 10% of the memory and 25% of the tokens/s with one set of terms for all.
+struct PublishedRow {
+  const char* name;
+  double gib;
+  double tokens_per_second;
+  JobConfig config;
+  int64_t gpus;
+};
+
+std::vector<PublishedRow> published_rows() {
+  std::vector<PublishedRow> rows;
+  JobConfig t1 = preset("llama3_8b");  // selective AC (op), eager bf16
+  t1.training.local_batch_size = 2;
+  rows.push_back({"Table 1: 8B FSDP 8, lbs 2, selective AC", 82.4, 5762, t1, 8});
+  rows.push_back({"Table 3: 8B FSDP 128, lbs 2, selective AC", 67.0, 5605, t1, 128});
+  JobConfig t2 = preset("llama3_8b");
+  t2.training.local_batch_size = 1;
+  t2.training.seq_len = 32768;
+  t2.activation_checkpoint.mode = titan::AcMode::full;
+  t2.compile.enable = true;
+  t2.model.converters = {"float8"};
+  rows.push_back({"Table 2: 8B FSDP 8, seq 32768, lbs 1, full AC, compile, float8", 83.9, 3890, t2, 8});
+  JobConfig t4 = preset("llama3_70b");  // TP 8, full AC
+  t4.training.local_batch_size = 16;
+  t4.compile.enable = true;
+  t4.model.converters = {"float8"};
+  rows.push_back({"Table 4: 70B FSDP 32 x TP 8, lbs 16, full AC, compile, float8", 71.9, 829, t4, 256});
+  JobConfig t5 = preset("llama3_405b");  // TP 8, full AC, compile, float8 (fp8 all-gather), async TP
+  t5.parallelism.pipeline_parallel_degree = 8;
+  t5.training.local_batch_size = 32;
+  t5.parallelism.pipeline_parallel_microbatch_size = 4;  // 8 microbatches for 8 stages
+  rows.push_back({"Table 5: 405B FSDP 8 x TP 8 x PP 8, 1F1B, lbs 32", 82.5, 100, t5, 512});
+  t5.parallelism.pipeline_parallel_schedule = titan::PipelineSchedule::interleaved_1f1b;
+  t5.parallelism.pipeline_parallel_microbatch_size = 2;  // 16 microbatches for 16 stages
+  rows.push_back({"Table 5: 405B FSDP 8 x TP 8 x PP 8, Interleaved 1F1B, lbs 32", 72.7, 128, t5, 512});
+  return rows;
+}
+
+TEST_CASE("memory plan: torchtitan's published H100 rows within 10 percent of memory and 25 percent of tokens/s",
+          "[models][memory_plan]") {
+  for (const PublishedRow& row : published_rows()) {
+    INFO(row.name);
+    const auto model = Llama3::build(row.config);
+    const auto plan =
+        plan_memory(*model, row.config, {.world_size = row.gpus, .device_memory = k96GB, .peak_flops = 989e12});
+    const double gib = static_cast<double>(plan.reserved) / kGiB;
+    INFO(fmt::format("reserved {:.1f} GiB (published {:.1f}), {:.0f} tokens/s (published {:.0f})", gib, row.gib,
+                     plan.tokens_per_second, row.tokens_per_second));
+    CHECK(gib / row.gib == Approx(1.0).margin(0.10));
+    CHECK(plan.tokens_per_second / row.tokens_per_second == Approx(1.0).margin(0.25));
+    CHECK(plan.fits());
+  }
+}
+
+TEST_CASE("memory plan: the 8B search over 8 GPUs ranks FSDP 8 in its top 3 and says why",
+          "[models][memory_plan]") {
+  JobConfig c = preset("llama3_8b");
+  c.training.local_batch_size = 2;  // the published batch: 16 sequences over 8 GPUs
+  const auto model = Llama3::build(c);
+  const auto plans = titan::llama3::search_layouts(*model, c, {.device_memory = k96GB, .peak_flops = 989e12},
+                                                   {.gpus = 8, .limit = 3});
+  REQUIRE(plans.size() == 3);
+  bool fsdp8 = false;
+  for (const auto& p : plans) {
+    fsdp8 |= p.mesh.dp_shard == 8 && p.mesh.tp == 1 && p.mesh.pp == 1 && p.mesh.cp == 1;
+    CHECK(p.global_batch == 16);
+    CHECK(p.headroom() >= 0);
+  }
+  CHECK(fsdp8);
+  CHECK_THAT(titan::llama3::format_search(plans), Contains("compute"));
+  for (size_t i = 1; i < plans.size(); ++i) CHECK(plans[i - 1].tokens_per_second >= plans[i].tokens_per_second);
+}
+
+TEST_CASE("memory plan: the step time adds the communication the layout cannot hide", "[models][memory_plan]") {
+  JobConfig c = preset("llama3_70b");
+  c.training.local_batch_size = 16;
+  const auto model = Llama3::build(c);
+  const titan::llama3::PlanOptions h100{.world_size = 256, .device_memory = k96GB, .peak_flops = 989e12};
+  const auto plan = plan_memory(*model, c, h100);
+  // TP 8 inside a node: four (T, D) bf16 collectives per block, forward, backward and full AC's recompute.
+  const double T = 16 * 8192, D = 8192;
+  const double bytes = 4 * T * D * 2 * 7.0 / 8.0 * 3 * 80;
+  CHECK(plan.time.tp == Approx(bytes / 450e9).epsilon(1e-6));
+  CHECK(plan.step_seconds == Approx(plan.time.total()));
+  // Async TP hides all but the first of tp chunks; a slower NVLink shows in the TP term only.
+  c.parallelism.enable_async_tensor_parallel = true;
+  CHECK(plan_memory(*model, c, h100).time.tp == Approx(plan.time.tp / 8));
+  c.parallelism.enable_async_tensor_parallel = false;
+  auto slow = h100;
+  slow.intra_node_bw = 225e9;
+  const auto slower = plan_memory(*model, c, slow);
+  CHECK(slower.time.tp == Approx(2 * plan.time.tp));
+  CHECK(slower.time.compute == Approx(plan.time.compute));
+  // A stated MFU replaces the calibrated compute efficiency.
+  auto stated = h100;
+  stated.mfu = 0.5;
+  CHECK(plan_memory(*model, c, stated).time.compute == Approx(plan.flops_per_step / (989e12 * 0.5)));
+}
+
+TEST_CASE("titan-plan --json and --emit-config write the plan for scripts and the trainer",
+          "[models][memory_plan][tools]") {
+  const auto bin = titan::test::binary_dir() / "bin" / "titan-plan";
+  const auto out = titan::test::binary_dir() / "titan-plan-json-test.txt";
+  const auto toml = titan::test::binary_dir() / "titan-plan-emit-test.toml";
+  std::filesystem::remove(toml);
+  const std::string cmd = fmt::format(
+      "'{}' --config llama3_8b --gpus 8 --training.local_batch_size 2 --device-memory 96GB --json --emit-config '{}' "
+      "> '{}' 2>&1",
+      bin.string(), toml.string(), out.string());
+  REQUIRE(std::system(cmd.c_str()) == 0);
+  const std::string json = titan::test::read_file(out);
+  CHECK_THAT(json, Contains("\"reserved\": ") && Contains("\"tokens_per_second\": ") &&
+                       Contains("\"dp_shard\": 8") && Contains("\"fits\": true"));
+  const std::string overlay = titan::test::read_file(toml);
+  CHECK_THAT(overlay, Contains("[parallelism]") && Contains("data_parallel_shard_degree = 8") &&
+                          Contains("local_batch_size = 2") && Contains("selective_ac_option = \"op\""));
+  // The trainer's own loader reads it back to the same job.
+  JobConfig loaded = preset("llama3_8b");
+  titan::apply_json(loaded, titan::read_config_file(toml), "titan-plan --emit-config");
+  CHECK(loaded.parallelism.data_parallel_shard_degree == 8);
+  CHECK(loaded.training.local_batch_size == 2);
+  CHECK(loaded.activation_checkpoint.mode == titan::AcMode::selective);
+  CHECK(loaded.activation_checkpoint.selective_ac_option == "op");
 }
 
 // Its time and memory (seconds, under 1 GB) are measured in docs/memory_planner.md, not here.
@@ -166,7 +303,7 @@ TEST_CASE("memory plan: bad input gives errors that name the fix", "[models][mem
   CHECK_THAT(plan_error(bad), Contains("activation_checkpoint.mode"));
   bad = c;
   bad.parallelism.tensor_parallel_degree = 3;
-  CHECK_THAT(plan_error(bad, {.world_size = 9}), Contains("divisible by") && Contains("got 3"));
+  CHECK_THAT(plan_error(bad, {.world_size = 6}), Contains("divisible by") && Contains("got 3"));
   bad = c;
   bad.parallelism.data_parallel_shard_degree = 3;
   CHECK_THAT(plan_error(bad), Contains("WORLD_SIZE(8)"));
@@ -178,6 +315,10 @@ TEST_CASE("memory plan: bad input gives errors that name the fix", "[models][mem
   bad.training.global_batch_size = 3;
   CHECK_THAT(plan_error(bad), Contains("global_batch_size"));
   CHECK_THAT(plan_error(c, {.world_size = 8, .mfu = 1.5}), Contains("MFU"));
+  bad = c;
+  bad.parallelism.data_parallel_shard_degree = -1;
+  CHECK_THAT(plan_error(bad, {.world_size = 12}), Contains("multiple of --gpus-per-node (8)") && Contains("got 12"));
+  CHECK_THAT(plan_error(c, {.world_size = 8, .inter_node_bw = 0}), Contains("bandwidths > 0"));
   CHECK_THAT(error_of([] { titan::parse_memory_size("eighty", "--device-memory"); }),
              Contains("--device-memory") && Contains("got 'eighty'"));
   CHECK(titan::parse_memory_size("80GB") == 80'000'000'000);
@@ -196,7 +337,18 @@ TEST_CASE("titan-plan prints a plan and lists a search", "[models][memory_plan][
   const std::string bad_cmd =
       fmt::format("'{}' --config llama3_8b --gpus 8 --device-memory lots > '{}' 2>&1", bin.string(), out.string());
   CHECK(std::system(bad_cmd.c_str()) != 0);
-  CHECK_THAT(titan::test::read_file(out), Contains("[titan::parse_memory_size] expected --device-memory"));
+  CHECK_THAT(titan::test::read_file(out), Contains("[titan-plan] expected --device-memory") &&
+                                              Contains("unknown GPU name"));
+  // Bad input: a GPU name not in the table, a bandwidth of 0, GPUs that do not fill whole nodes.
+  for (const char* flags : {"--gpus 8 --gpu H999", "--gpus 8 --inter-node-bw 0", "--gpus 12 --device-memory H100",
+                            "--gpus 8 --intra-node-bw fast"}) {
+    const std::string cmd = fmt::format("'{}' --config llama3_8b {} > '{}' 2>&1", bin.string(), flags, out.string());
+    CHECK(std::system(cmd.c_str()) != 0);
+    const std::string text = titan::test::read_file(out);
+    CHECK_THAT(text, Contains("expected"));
+    CHECK_THAT(text, !Contains("terminate"));
+  }
+  CHECK_THAT(titan::test::read_file(out), Contains("--intra-node-bw") && Contains("got 'fast'"));
 }
 
 TEST_CASE("titan-plan --optimizer.implementation fused_opt_states_bf16 reports half the moment bytes",

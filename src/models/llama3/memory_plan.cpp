@@ -34,9 +34,9 @@ constexpr int64_t kMiB = 1024 * 1024;
 // allocated once, each in a block of its own size (rounded to 2 MiB: under 0.1% here). The step's
 // transient tensors (activations, gathered weights, collective buffers) are freed and allocated again
 // in other sizes every microbatch; the allocator splits cached blocks for smaller requests and keeps
-// them, so its segments outgrow the live bytes. One fraction for every job, fitted on Table 1 and
-// Table 3's eager 8B rows (82.4 and 67.0 GiB), which differ only in their sharded states.
-constexpr double kTransientFragmentation = 0.12;
+// them, so its segments outgrow the live bytes. One fraction for every job, fitted on the table's rows
+// as a whole (docs/memory_planner.md).
+constexpr double kTransientFragmentation = 0.16;
 // A process's CUDA context, kernel images and libraries (cuBLAS, NCCL): about 600 MiB on an H100 with
 // torch loaded, outside the allocator.
 constexpr int64_t kCudaContext = 600 * kMiB;
@@ -52,6 +52,14 @@ constexpr double kEagerEfficiency = 0.378;
 constexpr double kCompileSpeedup = 1.157;
 // Float8 linears (tensorwise): Table 1's compile + float8 row over the compiled one (8,532 / 6,667).
 constexpr double kFloat8Speedup = 1.280;
+// Context parallelism's compute efficiency by degree, from Table 2, where every rank holds 32k tokens
+// whatever the degree: model FLOP/s 376 (CP 1), 376 (CP 2), 269 (CP 4), 251 (CP 8) TFLOP/s. The ring
+// splits each attention into cp pieces with a log-sum-exp merge, and more pieces run less efficiently.
+double cp_efficiency(int64_t cp) {
+  if (cp <= 2) return 1.0;
+  if (cp <= 4) return 269.0 / 376.0;
+  return 251.0 / 376.0;
+}
 
 int64_t elem_bytes(DType d) { return d == DType::float32 ? 4 : 2; }
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
@@ -524,8 +532,11 @@ MemoryPlan evaluate(const Context& c, const Layout& l) {
   plan.microbatches = m.pp > 1 ? pp_microbatches * l.accumulation : l.accumulation;
 
   // The caching allocator's reserved peak and what lives outside it (see the constants above).
-  const int64_t states = worst.parameters + worst.gradients + worst.optimizer;
-  const int64_t transient = worst.activations + worst.communication;
+  // What lives across steps: parameters, their sharded gradients and the optimizer state. Everything
+  // else is allocated and freed within a step, PP's unsharded gradient accumulators included (made in
+  // the first microbatch's backward, freed after the step's reduce-scatter).
+  const int64_t states = 2 * worst.parameters + worst.optimizer;
+  const int64_t transient = worst.total() - states;
   if (gpu) {
     // One communicator per process group the step uses: FSDP's shard group, HSDP's replicate group,
     // TP, CP, PP's two neighbours (a send/recv pair gets its own) and the loss and grad-norm reductions.
@@ -534,12 +545,6 @@ MemoryPlan evaluate(const Context& c, const Layout& l) {
     communicators += m.pp > 1 ? 2 : 0;
     plan.outside_allocator = kCudaContext + communicators * kNcclPerCommunicator;
     plan.reserved = states + static_cast<int64_t>(static_cast<double>(transient) * (1 + kTransientFragmentation));
-    // Near the device's capacity the allocator frees its cached blocks and retries instead of failing,
-    // so the reserved peak stops at what the device has left (the tensors themselves must still fit).
-    if (plan.device_memory > 0) {
-      plan.reserved = std::max(worst.total(),
-                               std::min(plan.reserved, plan.device_memory - plan.outside_allocator));
-    }
   } else {
     plan.reserved = worst.total();  // CPU: the tracker counts tensors; no caching allocator
   }
@@ -561,6 +566,7 @@ MemoryPlan evaluate(const Context& c, const Layout& l) {
   double efficiency = c.options.mfu;
   if (efficiency <= 0) {
     efficiency = kEagerEfficiency * (gpu && compiled ? kCompileSpeedup : 1.0) * (float8 ? kFloat8Speedup : 1.0);
+    efficiency *= cp_efficiency(m.cp);
   }
   plan.compute_efficiency = efficiency;
   if (c.options.peak_flops <= 0) return plan;

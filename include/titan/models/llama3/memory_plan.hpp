@@ -78,9 +78,11 @@ struct MemoryPlan {
   StepTerms time{};                        ///< the step's seconds by cause
   double step_seconds = 0;                 ///< time.total()
   double tokens_per_second = 0;            ///< per device, torchtitan's tps (tokens / (tp x cp x pp) / step)
-  /// Bytes the device must hold: the tensors at their peak plus what lives outside the allocator.
-  int64_t needed() const { return parts.total() + outside_allocator; }
-  /// True when no device memory was given or the tensors and the outside-allocator memory fit in it.
+  /// Bytes the device must hold: the allocator's reserved peak plus what lives outside the allocator.
+  /// A job whose tensors fit but whose reserved peak does not runs only by flushing the allocator's
+  /// cache and retrying (torchtitan's num_alloc_retries), which costs more than any term here.
+  int64_t needed() const { return reserved + outside_allocator; }
+  /// True when no device memory was given or needed() fits in it.
   bool fits() const { return device_memory <= 0 || needed() <= device_memory; }
   /// Device memory left over at the allocator's predicted reserved peak.
   int64_t headroom() const { return device_memory - reserved - outside_allocator; }
