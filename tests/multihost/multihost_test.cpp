@@ -4,8 +4,9 @@
 // the job there over real interfaces instead of loopback. FSDP 4 and HSDP 2 x FSDP 2 over 2 hosts x 2
 // ranks reproduce one process's losses, a checkpoint written on 2 hosts resumes on one and back, the
 // errors a user meets first (a wrong GLOO_SOCKET_IFNAME, an unreachable master, a taken port) come
-// within a minute naming the culprit, and torchrun's multi-node rendezvous runs the same job. After each
-// test no namespace, link or process of it remains. Needs root: without it the tests fail saying so.
+// within a minute naming the culprit, torchrun's multi-node rendezvous runs the same job, and elastic
+// titan-run that loses one of 3 hosts goes on with 2 from the checkpoint. After each test no namespace,
+// link or process of it remains. Needs root: without it the tests fail saying so.
 #include <nlohmann/json.hpp>
 
 #include <signal.h>
@@ -360,5 +361,54 @@ TEST_CASE("two hosts: torchrun's c10d rendezvous runs the FSDP 4 job over 2 host
   require_exit(node0, 0, 300);
   require_exit(node1, 0, 300);
   check_losses(single.path, two.path, 1, 3);
+  hosts.close();
+}
+
+TEST_CASE("three hosts: elastic titan-run loses a host mid-run and the job resumes on the two left from the checkpoint",
+          "[multihost][elastic][train][full]") {
+  // One rank per host (3 ranks on 2 cores), FSDP over every rank, global batch 6 of 1-sequence microbatches:
+  // 2 per rank on 3 hosts, 3 per rank on 2. Checkpoints every 2 steps.
+  auto job = [](const fs::path& dump) {
+    return concat(trainer(dump, 8, 1), {"--training.global_batch_size", "6", "--parallelism.data_parallel_shard_degree",
+                                        "-1", "--parallelism.fsdp_reshard_after_forward", "never", "--checkpoint.enable",
+                                        "true", "--checkpoint.interval", "2", "--checkpoint.keep_latest_k", "0",
+                                        "--checkpoint.last_save_model_only", "false"});
+  };
+  TempDir single, elastic;
+  Subprocess one(concat(trainer(single.path, 8, 6), {"--training.global_batch_size", "6"}), kSingle);
+  require_exit(one, 0, 300);
+
+  Hosts hosts(3);
+  auto agent = [&](int k) {
+    return hosts.on(k, concat({titan::test::titan_run_path(), "--nnodes", "2:3", "--nproc-per-node", "1",
+                               "--rdzv-endpoint", Hosts::address(0) + ":29400", "--rdzv-conf",
+                               "join_timeout=60,last_call_timeout=1", "--max-restarts", "1",
+                               "--failure-grace-seconds", "1", "--"},
+                              job(elastic.path)));
+  };
+  Subprocess node0(agent(0));  // first: the agent that can bind 198.18.0.1 hosts the rendezvous
+  REQUIRE(node0.read_until([](const std::string& out) { return out.find("hosting the elastic rendezvous") !=
+                                                                std::string::npos; },
+                           30));
+  Subprocess node1(agent(1)), node2(agent(2));
+  // Host 2 goes away after the step-2 checkpoint: every process in its namespace gets SIGKILL.
+  const bool mid_run = node0.read_until(
+      [](const std::string& out) { return out.find("Saved checkpoint step 2") != std::string::npos; }, 120);
+  INFO(node0.output());
+  REQUIRE(mid_run);
+  Subprocess pids({ip_path(), "netns", "pids", hosts.name(2)});
+  require_exit(pids, 0, 30);
+  std::istringstream in(pids.output());
+  int killed = 0;
+  for (pid_t pid = 0; in >> pid;) killed += kill(pid, SIGKILL) == 0 ? 1 : 0;
+  CHECK(killed >= 2);  // the agent and its rank
+  require_exit(node0, 0, 300);
+  require_exit(node1, 0, 300);
+  CHECK(node2.wait(30));
+  CHECK_THAT(node0.output(), Contains("restarting the job (restart 1) on 2 node(s), world size 2"));
+  CHECK_THAT(node0.output(), Contains("Resuming at step"));
+  CHECK_THAT(node0.output(), Contains("data-parallel degree 2"));
+  // Every step, before the loss and after it, follows the one-process run.
+  check_losses(single.path, elastic.path, 1, 8);
   hosts.close();
 }
