@@ -641,7 +641,13 @@ MemoryPlan evaluate(const Context& c, const Layout& l) {
                                   .backward_input = backward / 2,
                                   .backward_weight = backward / 2,
                                   .transfer = transfer / forward_seconds};
-    const double bubble = parallel::bubble_fraction(parallel::simulate_pipeline(program, costs));
+    // Long programs (a search's thousands of microbatches) take the schedule's closed form instead: the
+    // simulation's cost grows with the actions while the two agree ever more closely.
+    const bool simulate = pp_microbatches * num_stages <= 1024;
+    const double bubble =
+        simulate ? parallel::bubble_fraction(parallel::simulate_pipeline(program, costs))
+                 : parallel::theoretical_bubble(cfg.parallelism.pipeline_parallel_schedule, m.pp, pp_microbatches,
+                                                num_stages / m.pp, costs);
     t.pp = busy * bubble / (1.0 - bubble);
   }
   plan.step_seconds = t.total();
