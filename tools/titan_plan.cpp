@@ -70,10 +70,14 @@ double parse_bandwidth(const std::string& flag, const std::string& text) {
     size_t end = 0;
     v = std::stod(text, &end);
     const std::string unit = text.substr(end);
-    if (unit == "GB" || unit == "GB/s") v *= 1e9;
-    else if (unit == "Gb" || unit == "Gb/s" || unit == "Gbps") v *= 1e9 / 8;
-    else if (unit == "TB" || unit == "TB/s") v *= 1e12;
-    else if (!unit.empty()) v = 0;
+    if (unit == "GB" || unit == "GB/s")
+      v *= 1e9;
+    else if (unit == "Gb" || unit == "Gb/s" || unit == "Gbps")
+      v *= 1e9 / 8;
+    else if (unit == "TB" || unit == "TB/s")
+      v *= 1e12;
+    else if (!unit.empty())
+      v = 0;
   } catch (const std::exception&) {
     v = 0;
   }
@@ -186,8 +190,10 @@ int main(int argc, char** argv) {
       if (flags.emit_config.empty()) return;
       std::ofstream file(flags.emit_config);
       file << titan::llama3::plan_toml(plan);
-      TITAN_CHECK_VALUE(file.good(), "[titan-plan] expected to write --emit-config {}, got a write error. Check the "
-                        "path.", flags.emit_config);
+      TITAN_CHECK_VALUE(file.good(),
+                        "[titan-plan] expected to write --emit-config {}, got a write error. Check the "
+                        "path.",
+                        flags.emit_config);
     };
     if (flags.json) {
       if (flags.do_search) {

@@ -186,13 +186,12 @@ TEST_CASE("memory plan: torchtitan's published H100 rows within 10 percent of me
   }
 }
 
-TEST_CASE("memory plan: the 8B search over 8 GPUs ranks FSDP 8 in its top 3 and says why",
-          "[models][memory_plan]") {
+TEST_CASE("memory plan: the 8B search over 8 GPUs ranks FSDP 8 in its top 3 and says why", "[models][memory_plan]") {
   JobConfig c = preset("llama3_8b");
   c.training.local_batch_size = 2;  // the published batch: 16 sequences over 8 GPUs
   const auto model = Llama3::build(c);
-  const auto plans = titan::llama3::search_layouts(*model, c, {.device_memory = k96GB, .peak_flops = 989e12},
-                                                   {.gpus = 8, .limit = 3});
+  const auto plans =
+      titan::llama3::search_layouts(*model, c, {.device_memory = k96GB, .peak_flops = 989e12}, {.gpus = 8, .limit = 3});
   REQUIRE(plans.size() == 3);
   bool fsdp8 = false;
   for (const auto& p : plans) {
@@ -243,8 +242,8 @@ TEST_CASE("titan-plan --json and --emit-config write the plan for scripts and th
       bin.string(), toml.string(), out.string());
   REQUIRE(std::system(cmd.c_str()) == 0);
   const std::string json = titan::test::read_file(out);
-  CHECK_THAT(json, Contains("\"reserved\": ") && Contains("\"tokens_per_second\": ") &&
-                       Contains("\"dp_shard\": 8") && Contains("\"fits\": true"));
+  CHECK_THAT(json, Contains("\"reserved\": ") && Contains("\"tokens_per_second\": ") && Contains("\"dp_shard\": 8") &&
+                       Contains("\"fits\": true"));
   const std::string overlay = titan::test::read_file(toml);
   CHECK_THAT(overlay, Contains("[parallelism]") && Contains("data_parallel_shard_degree = 8") &&
                           Contains("local_batch_size = 2") && Contains("selective_ac_option = \"op\""));
@@ -337,8 +336,8 @@ TEST_CASE("titan-plan prints a plan and lists a search", "[models][memory_plan][
   const std::string bad_cmd =
       fmt::format("'{}' --config llama3_8b --gpus 8 --device-memory lots > '{}' 2>&1", bin.string(), out.string());
   CHECK(std::system(bad_cmd.c_str()) != 0);
-  CHECK_THAT(titan::test::read_file(out), Contains("[titan-plan] expected --device-memory") &&
-                                              Contains("unknown GPU name"));
+  CHECK_THAT(titan::test::read_file(out),
+             Contains("[titan-plan] expected --device-memory") && Contains("unknown GPU name"));
   // Bad input: a GPU name not in the table, a bandwidth of 0, GPUs that do not fill whole nodes.
   for (const char* flags : {"--gpus 8 --gpu H999", "--gpus 8 --inter-node-bw 0", "--gpus 12 --device-memory H100",
                             "--gpus 8 --intra-node-bw fast"}) {

@@ -3,7 +3,9 @@
 // tensors titan keeps (TP shards, then FSDP's dim-0 shards padded to equal rows); activations follow
 // what autograd keeps of each op titan's Llama 3 runs (one term per saved tensor, below), played over
 // one microbatch's forward and backward to find its peak, and over the pipeline schedule's program
-// for the microbatches in flight; communication is the gathered FSDP units in flight.
+// for the microbatches in flight; communication is the gathered FSDP units in flight. On GPU the
+// terms that make it predict torchtitan's published runs follow (allocator, NCCL, float8, compile,
+// loss parallelism, pipelining buffers), and the step time adds up compute and unhidden communication.
 #include "titan/models/llama3/memory_plan.hpp"
 
 #include <fmt/format.h>
@@ -133,14 +135,14 @@ AcPolicy ac_policy(const ActivationCheckpointConfig& ac, const Llama3Args& args)
 
 // What the activation model needs of one layout.
 struct Shapes {
-  int64_t b = 1;            // sequences per microbatch
-  int64_t s = 1;            // tokens per sequence on this rank (seq_len / cp)
-  int64_t t = 1;            // tp
-  int64_t cp = 1;           // cp
-  int64_t a = 4;            // bytes per activation element (compute dtype)
-  bool fused_norm = false;  // CUDA's fused RMSNorm (saves input + rstd); CPU's composite saves more
-  bool fused_loss = false;  // CPU's fused cross-entropy (keeps the logits + two floats per token), not under TP
-  bool compiled = false;    // torch.compile of the blocks: inductor fuses the SwiGLU's elementwise ops
+  int64_t b = 1;               // sequences per microbatch
+  int64_t s = 1;               // tokens per sequence on this rank (seq_len / cp)
+  int64_t t = 1;               // tp
+  int64_t cp = 1;              // cp
+  int64_t a = 4;               // bytes per activation element (compute dtype)
+  bool fused_norm = false;     // CUDA's fused RMSNorm (saves input + rstd); CPU's composite saves more
+  bool fused_loss = false;     // CPU's fused cross-entropy (keeps the logits + two floats per token), not under TP
+  bool compiled = false;       // torch.compile of the blocks: inductor fuses the SwiGLU's elementwise ops
   bool loss_parallel = false;  // GPU, TP > 1 and parallelism.disable_loss_parallel false
   int64_t D = 0, Dq = 0, Dkv = 0, F = 0, V = 0, H = 0;  // per tp rank: Dq, Dkv, F, V, H
   int64_t T() const { return b * s; }
@@ -164,12 +166,12 @@ int64_t norm_saved(const Shapes& x) {
 // of the same ops (docs/memory_planner.md).
 int64_t block_full(const Shapes& x) {
   const int64_t T = x.T();
-  int64_t bytes = 2 * norm_saved(x);                  // attention_norm (block input), ffn_norm (residual h)
-  bytes += 2 * T * x.D * x.a;                         // n1 and n2 as the projections read them
-  bytes += T * (x.Dq + x.Dkv) * x.a;                  // rotated q and k (SDPA keeps them)
-  bytes += T * x.Dkv * x.a;                           // v
-  bytes += T * x.Dq * x.a + x.b * x.H * x.s * 4;      // SDPA out + logsumexp
-  bytes += 4 * T * x.F * x.a;                         // w1 out, silu out, w3 out, product
+  int64_t bytes = 2 * norm_saved(x);              // attention_norm (block input), ffn_norm (residual h)
+  bytes += 2 * T * x.D * x.a;                     // n1 and n2 as the projections read them
+  bytes += T * (x.Dq + x.Dkv) * x.a;              // rotated q and k (SDPA keeps them)
+  bytes += T * x.Dkv * x.a;                       // v
+  bytes += T * x.Dq * x.a + x.b * x.H * x.s * 4;  // SDPA out + logsumexp
+  bytes += 4 * T * x.F * x.a;                     // w1 out, silu out, w3 out, product
   // Compiled, silu(w1 out) and the product are recomputed inside the fused backward kernel from the
   // w1 and w3 outputs instead of being stored (inductor's min-cut partitioner saves the matmul outputs).
   if (x.compiled) bytes -= 2 * T * x.F * x.a;
@@ -297,9 +299,8 @@ MemoryPlan evaluate(const Context& c, const Layout& l) {
                                                   : elem_bytes(mixed_precision_param(cfg.training, /*cuda=*/true)))
           : p_bytes;
 
-  const bool compiled =
-      cfg.compile.enable && std::find(cfg.compile.components.begin(), cfg.compile.components.end(), "model") !=
-                                cfg.compile.components.end();
+  const bool compiled = cfg.compile.enable && std::find(cfg.compile.components.begin(), cfg.compile.components.end(),
+                                                        "model") != cfg.compile.components.end();
   const bool float8 = gpu && std::any_of(cfg.model.converters.begin(), cfg.model.converters.end(),
                                          [](const std::string& n) { return is_float8_converter(n); });
   // FSDP all-gathers float8 linear weights (1 byte) with enable_fsdp_float8_all_gather, except the
@@ -598,8 +599,8 @@ MemoryPlan evaluate(const Context& c, const Layout& l) {
   // CP (allgather rotation): each block gathers the whole sequence's K and V before attention and
   // reduce-scatters their gradients in backward, blocking.
   if (m.cp > 1) {
-    const double bytes = 2.0 * static_cast<double>(x.T() * x.Dkv * x.a) * static_cast<double>(m.cp - 1) * passes *
-                         blocks * forwards;
+    const double bytes =
+        2.0 * static_cast<double>(x.T() * x.Dkv * x.a) * static_cast<double>(m.cp - 1) * passes * blocks * forwards;
     t.cp = bytes / bandwidth(m.cp * m.tp);
   }
   // FSDP: all-gather every unit in forward, again in backward when resharded after forward, and
@@ -644,10 +645,9 @@ MemoryPlan evaluate(const Context& c, const Layout& l) {
     // Long programs (a search's thousands of microbatches) take the schedule's closed form instead: the
     // simulation's cost grows with the actions while the two agree ever more closely.
     const bool simulate = pp_microbatches * num_stages <= 1024;
-    const double bubble =
-        simulate ? parallel::bubble_fraction(parallel::simulate_pipeline(program, costs))
-                 : parallel::theoretical_bubble(cfg.parallelism.pipeline_parallel_schedule, m.pp, pp_microbatches,
-                                                num_stages / m.pp, costs);
+    const double bubble = simulate ? parallel::bubble_fraction(parallel::simulate_pipeline(program, costs))
+                                   : parallel::theoretical_bubble(cfg.parallelism.pipeline_parallel_schedule, m.pp,
+                                                                  pp_microbatches, num_stages / m.pp, costs);
     t.pp = busy * bubble / (1.0 - bubble);
   }
   plan.step_seconds = t.total();

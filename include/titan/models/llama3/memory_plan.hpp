@@ -1,8 +1,9 @@
 // SPDX-License-Identifier: BSD-3-Clause
 // The memory planner: what one rank of a Llama 3 job holds, by part (parameters, gradients, optimizer
 // state, activations, communication buffers), from the model built on the meta device and the job's
-// layout, without allocating anything; FLOPs per step and the step time at a stated MFU; and a search
-// over layouts that fit a number of GPUs. `titan-plan` prints it; the trainer's measured figures
+// layout, without allocating anything; on GPU the caching allocator's reserved peak and what lives
+// outside it; the step time from a cost model (compute plus the communication the layout cannot hide);
+// and a search over layouts that fit a number of GPUs. `titan-plan` prints it; the trainer's measured figures
 // (core/memory_tracker.hpp) are the same parts. What it models and how well: docs/memory_planner.md.
 //
 //   auto model = titan::llama3::Llama3::build(config);                 // meta: no memory
@@ -102,8 +103,8 @@ struct SearchOptions {
 };
 
 /// Every layout of `search.gpus` devices (dp_shard x tp x pp x cp, tp <= 8, AC none / selective 2 /
-/// op / full, microbatch size) that fits options.device_memory at the config's global batch, best
-/// first by estimated tokens/s per device (ties: less memory first).
+/// op / full, microbatch size) that fits options.device_memory at the config's global batch, fastest
+/// first by predicted tokens/s per device (ties: more memory left at the reserved peak first).
 std::vector<MemoryPlan> search_layouts(const Llama3& model, const JobConfig& config, const PlanOptions& options,
                                        const SearchOptions& search);
 
