@@ -38,7 +38,7 @@ TEST_CASE("GLOO_SOCKET_IFNAME: one name or a comma-separated list with blanks dr
   CHECK(split_ifnames(" , ").empty());
 }
 
-TEST_CASE("Gloo's endpoint: the named interfaces, else the address towards the store's host", "[dist][interface]") {
+TEST_CASE("Gloo's endpoint: the named interfaces or else the address towards the store's host", "[dist][interface]") {
   // Named interfaces are used as named.
   CHECK(gloo_endpoints("eth0", "10.1.2.1", kHost) == std::pair<bool, std::vector<std::string>>{true, {"eth0"}});
   CHECK(gloo_endpoints("eth0,lo", "", kHost) == std::pair<bool, std::vector<std::string>>{true, {"eth0", "lo"}});
@@ -68,7 +68,7 @@ TEST_CASE("a rendezvous host that does not resolve is named", "[dist][interface]
              Contains("expected the rendezvous host 'no-such-host.invalid' (MASTER_ADDR) to resolve"));
 }
 
-TEST_CASE("the store's host is found through prefixes; a store in memory has none", "[dist][interface]") {
+TEST_CASE("the store's host is found through prefixes and a store in memory has none", "[dist][interface]") {
   c10d::TCPStoreOptions options;
   options.port = 0;  // any free port
   options.isServer = true;

@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: BSD-3-Clause
 // Several hosts on one machine: tests/multihost/netns.sh gives each "host" a network namespace of its own
 // (its own interfaces, addresses, ports and routes) on a private bridge, and a titan-run per host runs
-// the job there over real interfaces instead of loopback. FSDP 4 and HSDP 2 x FSDP 2 over 2 hosts x 2
-// ranks reproduce one process's losses, a checkpoint written on 2 hosts resumes on one and back, the
+// the job there over real interfaces instead of loopback. FSDP 4 (over IPv4 and IPv6) and HSDP 2 x FSDP 2
+// over 2 hosts x 2 ranks reproduce one process's losses, a checkpoint written on 2 hosts resumes on one and back, the
 // errors a user meets first (a wrong GLOO_SOCKET_IFNAME, an unreachable master, a taken port) come
 // within a minute naming the culprit, torchrun's multi-node rendezvous runs the same job, and elastic
 // titan-run that loses one of 3 hosts goes on with 2 from the checkpoint. After each test no namespace,
@@ -42,8 +42,8 @@ std::vector<std::string> concat(std::vector<std::string> a, const std::vector<st
   return a;
 }
 
-// Hosts 0..n-1 of a private network, held by `netns.sh hold` for the test's life; host k has address
-// 198.18.0.(k+1) on interface tn0. close() takes them down and checks that nothing of them remains.
+// Hosts 0..n-1 of a private network, held by `netns.sh hold` for the test's life; host k has addresses
+// 198.18.0.(k+1) and fd00:7e57::(k+1) on interface tn0. close() takes them down and checks that nothing of them remains.
 class Hosts {
  public:
   explicit Hosts(int n)
@@ -203,6 +203,9 @@ TEST_CASE("netns hosts: each has its own stack and reaches the others and nothin
   Subprocess route(hosts.on(1, {ip_path(), "route", "get", Hosts::address(0)}));
   require_exit(route, 0, 30);
   CHECK_THAT(route.output(), Contains("dev tn0 src " + Hosts::address(1)));
+  Subprocess route6(hosts.on(1, {ip_path(), "route", "get", "fd00:7e57::1"}));
+  require_exit(route6, 0, 30);
+  CHECK_THAT(route6.output(), Contains("dev tn0 proto kernel src fd00:7e57::2"));
   Subprocess loopback(hosts.on(0, {ip_path(), "-o", "link", "show", "lo"}));
   require_exit(loopback, 0, 30);
   CHECK_THAT(loopback.output(), Contains("UP"));
@@ -247,6 +250,25 @@ TEST_CASE("two hosts: FSDP 4 over 2 hosts x 2 ranks matches one process and its 
   require_exit(back, 0, 300);
   CHECK_THAT(back.output(), Contains("Resuming at step 3"));
   check_losses(single.path, resumed.path, 3, 4);
+  hosts.close();
+}
+
+TEST_CASE("two hosts: FSDP 4 over IPv6 matches one process", "[multihost][launch][train]") {
+  TempDir single, two;
+  Subprocess one(trainer(single.path, 2, 8), kSingle);
+  require_exit(one, 0, 300);
+  Hosts hosts(2);
+  // Host 0 is fd00:7e57::1; Gloo picks each host's fd00:7e57:: address, the one that routes there.
+  auto node = [&](int k) {
+    return hosts.on(k, concat({titan::test::titan_run_path(), "--nnodes", "2", "--node-rank", std::to_string(k),
+                               "--nproc-per-node", "2", "--master-addr", "fd00:7e57::1", "--master-port", "29500",
+                               "--failure-grace-seconds", "1", "--"},
+                              concat(trainer(two.path, 2, 2), kFsdp4)));
+  };
+  Subprocess node0(node(0)), node1(node(1));
+  require_exit(node0, 0, 300);
+  require_exit(node1, 0, 300);
+  check_losses(single.path, two.path, 1, 2);
   hosts.close();
 }
 

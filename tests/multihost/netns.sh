@@ -11,10 +11,12 @@
 # State (the namespaces' inodes, to find their processes) lives in $TMPDIR/titan-mh-TAG.inodes until a
 # clean check removes it; the tests point TMPDIR at a folder of their own.
 #
-# Host k (0-based) is namespace titan-mh-TAG-k with interface tn0 at 198.18.0.(k+1)/24 and loopback up.
+# Host k (0-based) is namespace titan-mh-TAG-k with interface tn0 at 198.18.0.(k+1)/24 and
+# fd00:7e57::(k+1)/64, and loopback up.
 # The bridge and every veth end sit in a namespace of their own (titan-mh-TAG-sw): the machine's own
 # network namespace gets no link, route or address, so no packet can leave for a real network. The
-# addresses come from 198.18.0.0/15, the range set aside for benchmarking networks (RFC 2544). TAG is the
+# addresses come from 198.18.0.0/15, the range set aside for benchmarking networks (RFC 2544), and from
+# the unique local range fd00::/8 (RFC 4193). TAG is the
 # holder's PID, so two runs never clash. Needs root (CAP_SYS_ADMIN and CAP_NET_ADMIN).
 set -u
 
@@ -78,6 +80,7 @@ hold() {
     ip -n "$sw" link add "p$k" type veth peer name tn0 netns "$host" || die "expected a veth pair between $sw and $host"
     ip -n "$sw" link set "p$k" master br0 up
     ip -n "$host" addr add "198.18.0.$((k + 1))/24" dev tn0
+    ip -n "$host" addr add "fd00:7e57::$((k + 1))/64" dev tn0 nodad  # usable at once: no duplicate detection
     ip -n "$host" link set tn0 up
   done
   # A veth end carries traffic once both ends are up (operstate UP); the bridge forwards at once (no STP).
