@@ -846,13 +846,17 @@ std::string format_plan(const MemoryPlan& p) {
       "  optimizer      {:>12}  ({} B)\n"
       "  activations    {:>12}  ({} per microbatch kept for backward)\n"
       "  communication  {:>12}\n"
-      "  total          {:>12}  (tensors at their peak)\n"
-      "  reserved       {:>12}  (the caching allocator's peak: what torchtitan logs as memory)\n"
-      "  outside        {:>12}  (CUDA context, NCCL buffers)",
+      "  total          {:>12}  (tensors at their peak)",
       p.mesh, p.ac, p.microbatch, p.microbatches, p.in_flight, p.pp_rank, p.pp_rank, format_bytes(m.parameters),
       m.parameters, format_bytes(m.gradients), m.gradients, format_bytes(m.optimizer), m.optimizer,
       format_bytes(m.activations), format_bytes(p.activations_per_microbatch), format_bytes(m.communication),
-      format_bytes(m.total()), format_bytes(p.reserved), format_bytes(p.outside_allocator));
+      format_bytes(m.total()));
+  if (p.outside_allocator > 0) {  // a GPU plan: a CPU run has no caching allocator, context or NCCL
+    out += fmt::format(
+        "\n  reserved       {:>12}  (the caching allocator's peak: what torchtitan logs as memory)"
+        "\n  outside        {:>12}  (CUDA context, NCCL buffers)",
+        format_bytes(p.reserved), format_bytes(p.outside_allocator));
+  }
   if (p.device_memory > 0) {
     out += fmt::format("\n  needs          {:>12}  of {} ({:.1f}%): {}\n", format_bytes(p.needed()),
                        format_bytes(p.device_memory),
