@@ -183,7 +183,11 @@ int64_t block_full(const Shapes& x) {
 // SDPA's output and logsumexp; the rest is recomputed.
 int64_t block_op(const Shapes& x) {
   const int64_t T = x.T();
-  return x.Tn() * x.D * x.a + T * (x.Dq + x.Dkv + x.F + x.D) * x.a + T * x.Dq * x.a + x.b * x.H * x.s * 4;
+  const int64_t bytes =
+      x.Tn() * x.D * x.a + T * (x.Dq + x.Dkv + x.F + x.D) * x.a + T * x.Dq * x.a + x.b * x.H * x.s * 4;
+  // Eager SAC stores every output the policy marks; compiled, the partitioner keeps only what the
+  // backward reads, and no backward reads w2's output (the residual add's gradient needs no input).
+  return x.compiled ? bytes - T * x.D * x.a : bytes;
 }
 
 int64_t block_saved(const Shapes& x, BlockAc ac) {
