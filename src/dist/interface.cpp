@@ -93,7 +93,8 @@ std::string local_address_towards(const std::string& host) {
     if (fd < 0) continue;
     sockaddr_storage mine{};
     socklen_t length = sizeof(mine);
-    if (connect(fd, r->ai_addr, r->ai_addrlen) == 0 && getsockname(fd, reinterpret_cast<sockaddr*>(&mine), &length) == 0) {
+    if (connect(fd, r->ai_addr, r->ai_addrlen) == 0 &&
+        getsockname(fd, reinterpret_cast<sockaddr*>(&mine), &length) == 0) {
       local = address_text(reinterpret_cast<const sockaddr*>(&mine));
     } else {
       error = std::strerror(errno);
@@ -123,8 +124,8 @@ std::pair<bool, std::vector<std::string>> gloo_endpoints(const std::string& ifna
     return {false, {store_host.empty() ? std::string("127.0.0.1") : local_address_towards(store_host)}};
   }
   for (const std::string& name : names) {
-    const auto it = std::find_if(interfaces.begin(), interfaces.end(),
-                                 [&](const NetInterface& i) { return i.name == name; });
+    const auto it =
+        std::find_if(interfaces.begin(), interfaces.end(), [&](const NetInterface& i) { return i.name == name; });
     TITAN_CHECK_VALUE(it != interfaces.end(),
                       "[titan::dist] expected GLOO_SOCKET_IFNAME to name network interfaces of this host, got '{}', "
                       "which does not exist. Interfaces here: {}. Set GLOO_SOCKET_IFNAME to one that reaches the "

@@ -32,8 +32,9 @@ std::string ip_path() {
   for (const char* p : {"/usr/sbin/ip", "/sbin/ip", "/usr/bin/ip", "/bin/ip"}) {
     if (access(p, X_OK) == 0) return p;
   }
-  FAIL("the multi-host tests need iproute2's `ip` (apt-get install iproute2); found none in /usr/sbin, /sbin, "
-       "/usr/bin or /bin");
+  FAIL(
+      "the multi-host tests need iproute2's `ip` (apt-get install iproute2); found none in /usr/sbin, /sbin, "
+      "/usr/bin or /bin");
   return "";
 }
 
@@ -43,13 +44,14 @@ std::vector<std::string> concat(std::vector<std::string> a, const std::vector<st
 }
 
 // Hosts 0..n-1 of a private network, held by `netns.sh hold` for the test's life; host k has addresses
-// 198.18.0.(k+1) and fd00:7e57::(k+1) on interface tn0. close() takes them down and checks that nothing of them remains.
+// 198.18.0.(k+1) and fd00:7e57::(k+1) on interface tn0. close() takes them down and checks that nothing of them
+// remains.
 class Hosts {
  public:
   explicit Hosts(int n)
       : holder_({"/bin/bash", netns_script(), "hold", std::to_string(n)}, {{"TMPDIR", state_.path.string()}}) {
-    const bool up = holder_.read_until([](const std::string& out) { return out.find("ready ") != std::string::npos; },
-                                       30);
+    const bool up =
+        holder_.read_until([](const std::string& out) { return out.find("ready ") != std::string::npos; }, 30);
     INFO("netns.sh hold " << n << ":\n" << holder_.output());
     REQUIRE(up);  // its output says why (no root, no namespaces in this container, ...)
     const std::size_t at = holder_.output().find("ready ") + 6;
@@ -131,14 +133,9 @@ std::vector<std::string> trainer(const fs::path& dump, int steps, int local_batc
 }
 
 const std::vector<std::string> kFsdp4 = {"--parallelism.data_parallel_shard_degree", "4"};
-const std::vector<std::string> kSave = {"--checkpoint.enable",
-                                        "true",
-                                        "--checkpoint.interval",
-                                        "2",
-                                        "--checkpoint.last_save_model_only",
-                                        "false",
-                                        "--checkpoint.keep_latest_k",
-                                        "0"};
+const std::vector<std::string> kSave = {
+    "--checkpoint.enable",        "true", "--checkpoint.interval", "2", "--checkpoint.last_save_model_only", "false",
+    "--checkpoint.keep_latest_k", "0"};
 const std::map<std::string, std::optional<std::string>> kSingle = {{"RANK", std::nullopt},
                                                                    {"WORLD_SIZE", std::nullopt}};
 
@@ -214,7 +211,8 @@ TEST_CASE("netns hosts: each has its own stack and reaches the others and nothin
   // The holder also cleans up when the test dies without a word (its parent gone): here a shell that
   // starts it and is killed with SIGKILL.
   TempDir state;
-  Subprocess parent({"/bin/bash", "-c", "bash \"$0\" hold 2 & wait", netns_script()}, {{"TMPDIR", state.path.string()}});
+  Subprocess parent({"/bin/bash", "-c", "bash \"$0\" hold 2 & wait", netns_script()},
+                    {{"TMPDIR", state.path.string()}});
   REQUIRE(parent.read_until([](const std::string& out) { return out.find("ready ") != std::string::npos; }, 30));
   const std::size_t at = parent.output().find("ready ") + 6;
   const std::string tag = parent.output().substr(at, parent.output().find('\n', at) - at);
@@ -330,10 +328,10 @@ TEST_CASE("two hosts: an unreachable master address and a master port in use are
   {
     // No host has 198.18.0.99: host 1's ranks give up after comm.init_timeout_seconds naming host and port.
     const auto start = std::chrono::steady_clock::now();
-    Subprocess node1(hosts.on(1, concat({titan::test::titan_run_path(), "--nnodes", "2", "--node-rank", "1",
-                                         "--nproc-per-node", "2", "--master-addr", "198.18.0.99", "--master-port",
-                                         "29500", "--failure-grace-seconds", "1", "--"},
-                                        job)));
+    Subprocess node1(hosts.on(
+        1, concat({titan::test::titan_run_path(), "--nnodes", "2", "--node-rank", "1", "--nproc-per-node", "2",
+                   "--master-addr", "198.18.0.99", "--master-port", "29500", "--failure-grace-seconds", "1", "--"},
+                  job)));
     require_exit(node1, 1, 60);
     CHECK(seconds_since(start) < 60);
     CHECK_THAT(node1.output(), Contains("expected to reach the rendezvous store at 198.18.0.99:29500"));
@@ -347,8 +345,7 @@ TEST_CASE("two hosts: an unreachable master address and a master port in use are
                                      "s.listen()\n"
                                      "print('listening', flush=True)\n"
                                      "time.sleep(600)\n"}));
-    REQUIRE(squatter.read_until([](const std::string& out) { return out.find("listening") != std::string::npos; },
-                                30));
+    REQUIRE(squatter.read_until([](const std::string& out) { return out.find("listening") != std::string::npos; }, 30));
     const auto start = std::chrono::steady_clock::now();
     Subprocess node0(static_node(hosts, 0, job));
     require_exit(node0, 1, 60);
@@ -373,11 +370,11 @@ TEST_CASE("two hosts: torchrun's c10d rendezvous runs the FSDP 4 job over 2 host
     // The hosts share this machine's hostname, which resolves to none of their addresses: host 0 is told it
     // hosts the rendezvous (is_host), and each host which address its ranks are reached at (--local-addr).
     // On real hosts, whose names resolve to their own addresses, torchrun works both out.
-    return hosts.on(k, concat({torchrun.string(), "--nnodes", "2", "--nproc-per-node", "2", "--rdzv-backend", "c10d",
-                               "--rdzv-endpoint", Hosts::address(0) + ":29400", "--rdzv-id", "titan-multihost",
-                               "--rdzv-conf", k == 0 ? "is_host=1" : "is_host=0", "--local-addr", Hosts::address(k),
-                               "--no-python", "--"},
-                              concat(trainer(two.path, 3, 2), kFsdp4)));
+    return hosts.on(
+        k, concat({torchrun.string(), "--nnodes", "2", "--nproc-per-node", "2", "--rdzv-backend", "c10d",
+                   "--rdzv-endpoint", Hosts::address(0) + ":29400", "--rdzv-id", "titan-multihost", "--rdzv-conf",
+                   k == 0 ? "is_host=1" : "is_host=0", "--local-addr", Hosts::address(k), "--no-python", "--"},
+                  concat(trainer(two.path, 3, 2), kFsdp4)));
   };
   Subprocess node0(node(0)), node1(node(1));
   require_exit(node0, 0, 300);
@@ -391,10 +388,11 @@ TEST_CASE("three hosts: elastic titan-run loses a host mid-run and the job resum
   // One rank per host (3 ranks on 2 cores), FSDP over every rank, global batch 6 of 1-sequence microbatches:
   // 2 per rank on 3 hosts, 3 per rank on 2. Checkpoints every 2 steps.
   auto job = [](const fs::path& dump) {
-    return concat(trainer(dump, 8, 1), {"--training.global_batch_size", "6", "--parallelism.data_parallel_shard_degree",
-                                        "-1", "--parallelism.fsdp_reshard_after_forward", "never", "--checkpoint.enable",
-                                        "true", "--checkpoint.interval", "2", "--checkpoint.keep_latest_k", "0",
-                                        "--checkpoint.last_save_model_only", "false"});
+    return concat(
+        trainer(dump, 8, 1),
+        {"--training.global_batch_size", "6", "--parallelism.data_parallel_shard_degree", "-1",
+         "--parallelism.fsdp_reshard_after_forward", "never", "--checkpoint.enable", "true", "--checkpoint.interval",
+         "2", "--checkpoint.keep_latest_k", "0", "--checkpoint.last_save_model_only", "false"});
   };
   TempDir single, elastic;
   Subprocess one(concat(trainer(single.path, 8, 6), {"--training.global_batch_size", "6"}), kSingle);
@@ -402,16 +400,15 @@ TEST_CASE("three hosts: elastic titan-run loses a host mid-run and the job resum
 
   Hosts hosts(3);
   auto agent = [&](int k) {
-    return hosts.on(k, concat({titan::test::titan_run_path(), "--nnodes", "2:3", "--nproc-per-node", "1",
-                               "--rdzv-endpoint", Hosts::address(0) + ":29400", "--rdzv-conf",
-                               "join_timeout=60,last_call_timeout=1", "--max-restarts", "1",
-                               "--failure-grace-seconds", "1", "--"},
-                              job(elastic.path)));
+    return hosts.on(
+        k, concat({titan::test::titan_run_path(), "--nnodes", "2:3", "--nproc-per-node", "1", "--rdzv-endpoint",
+                   Hosts::address(0) + ":29400", "--rdzv-conf", "join_timeout=60,last_call_timeout=1", "--max-restarts",
+                   "1", "--failure-grace-seconds", "1", "--"},
+                  job(elastic.path)));
   };
   Subprocess node0(agent(0));  // first: the agent that can bind 198.18.0.1 hosts the rendezvous
-  REQUIRE(node0.read_until([](const std::string& out) { return out.find("hosting the elastic rendezvous") !=
-                                                                std::string::npos; },
-                           30));
+  REQUIRE(node0.read_until(
+      [](const std::string& out) { return out.find("hosting the elastic rendezvous") != std::string::npos; }, 30));
   Subprocess node1(agent(1)), node2(agent(2));
   // Host 2 goes away after the step-2 checkpoint: every process in its namespace gets SIGKILL.
   const bool mid_run = node0.read_until(
