@@ -21,6 +21,7 @@
 #include <cstring>
 
 #include "titan/core/error.hpp"
+#include "titan/dist/launch_env.hpp"
 
 namespace titan::dist::detail {
 namespace {
@@ -116,12 +117,30 @@ std::string store_host(const c10::intrusive_ptr<c10d::Store>& store) {
   return tcp == nullptr ? "" : tcp->getHost();
 }
 
+bool is_loopback_address(const std::string& address) {
+  in_addr v4{};
+  if (inet_pton(AF_INET, address.c_str(), &v4) == 1) return (ntohl(v4.s_addr) >> 24) == 127;
+  in6_addr v6{};
+  if (inet_pton(AF_INET6, address.c_str(), &v6) != 1) return false;
+  if (IN6_IS_ADDR_LOOPBACK(&v6)) return true;
+  return IN6_IS_ADDR_V4MAPPED(&v6) && v6.s6_addr[12] == 127;
+}
+
 std::pair<bool, std::vector<std::string>> gloo_endpoints(const std::string& ifname_env, const std::string& store_host,
-                                                         const std::vector<NetInterface>& interfaces) {
+                                                         const std::vector<NetInterface>& interfaces,
+                                                         bool spans_hosts) {
   const std::vector<std::string> names = split_ifnames(ifname_env);
   if (names.empty()) {
     // A store in memory means one process: loopback, as a store on 127.0.0.1 gives.
-    return {false, {store_host.empty() ? std::string("127.0.0.1") : local_address_towards(store_host)}};
+    if (store_host.empty()) return {false, {"127.0.0.1"}};
+    const std::string local = local_address_towards(store_host);
+    TITAN_CHECK_VALUE(!spans_hosts || !is_loopback_address(local) || is_loopback_address(store_host),
+                      "[titan::dist] expected MASTER_ADDR '{}' to lead to an address the other hosts of the job reach, "
+                      "got {} (loopback) on this host, so Gloo here would be out of their reach. Set MASTER_ADDR to "
+                      "this host's address on the network the hosts share (a name that resolves to it everywhere), "
+                      "or name that network's interface with GLOO_SOCKET_IFNAME.",
+                      store_host, local);
+    return {false, {local}};
   }
   for (const std::string& name : names) {
     const auto it =
@@ -141,7 +160,15 @@ std::pair<bool, std::vector<std::string>> gloo_endpoints(const std::string& ifna
 
 std::vector<std::shared_ptr<::gloo::transport::Device>> gloo_devices(const c10::intrusive_ptr<c10d::Store>& store) {
   const char* env = std::getenv("GLOO_SOCKET_IFNAME");
-  const auto [by_interface, endpoints] = gloo_endpoints(env == nullptr ? "" : env, store_host(store), net_interfaces());
+  bool spans_hosts = false;
+  try {
+    const LaunchEnv launch = read_launch_env();
+    spans_hosts = launch.local_world_size < launch.world_size;
+  } catch (const c10::ValueError&) {
+    // A group built without the launch contract (a test's, a tool's): nothing says the job spans hosts.
+  }
+  const auto [by_interface, endpoints] =
+      gloo_endpoints(env == nullptr ? "" : env, store_host(store), net_interfaces(), spans_hosts);
   std::vector<std::shared_ptr<::gloo::transport::Device>> devices;
   for (const std::string& endpoint : endpoints) {
     // Several devices: ProcessGroupGloo spreads its collectives over them, as PyTorch does for a list.

@@ -38,12 +38,19 @@ std::string local_address_towards(const std::string& host);
 /// The host of the TCP store under `store` (through prefixes); "" for a store in memory.
 std::string store_host(const c10::intrusive_ptr<c10d::Store>& store);
 
+/// True for a loopback address literal (127.0.0.0/8, ::1, ::ffff:127.x.y.z); false for names.
+bool is_loopback_address(const std::string& address);
+
 /// How Gloo connects: the interfaces named by `ifname_env` (GLOO_SOCKET_IFNAME's value; checked
 /// against `interfaces`, an unknown name throws c10::ValueError listing those that exist), else the
 /// local address towards `store_host` ("127.0.0.1" when there is no TCP store). `.first` is true for
-/// interface names, false for one address.
+/// interface names, false for one address. When the job `spans_hosts` (fewer local ranks than ranks), a
+/// host name that leads to loopback here (Debian maps a machine's own name to 127.0.1.1) throws: the
+/// other hosts could not reach Gloo on this one. A loopback literal is taken as meant (hosts simulated
+/// on one machine).
 std::pair<bool, std::vector<std::string>> gloo_endpoints(const std::string& ifname_env, const std::string& store_host,
-                                                         const std::vector<NetInterface>& interfaces);
+                                                         const std::vector<NetInterface>& interfaces,
+                                                         bool spans_hosts = false);
 
 /// The Gloo devices for a group whose store is `store`, by gloo_endpoints with this process's
 /// GLOO_SOCKET_IFNAME and interfaces.

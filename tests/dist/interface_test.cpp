@@ -1,10 +1,13 @@
 // SPDX-License-Identifier: BSD-3-Clause
 // Which address Gloo connects through (src/dist/interface.cpp): GLOO_SOCKET_IFNAME's interfaces, checked
-// against the host's, else the local address that routes to the store's host, loopback for one host.
+// against the host's, else the local address that routes to the store's host, loopback for one host; a
+// host name that leads to loopback when the job spans hosts is refused.
 // The multi-host runs themselves are in tests/multihost/.
 #include <torch/csrc/distributed/c10d/HashStore.hpp>
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
+
+#include <fmt/format.h>
 
 #include "../../src/dist/interface.hpp"
 #include "test_util.hpp"
@@ -61,6 +64,29 @@ TEST_CASE("a wrong GLOO_SOCKET_IFNAME is named with the interfaces that exist", 
   // This machine's own list has loopback at least.
   const auto here = titan::dist::detail::net_interfaces();
   CHECK(std::any_of(here.begin(), here.end(), [](const NetInterface& i) { return i.name == "lo"; }));
+}
+
+TEST_CASE("a host name that leads to loopback is refused once the job spans hosts", "[dist][interface]") {
+  using titan::dist::detail::is_loopback_address;
+  CHECK(is_loopback_address("127.0.0.1"));
+  CHECK(is_loopback_address("127.0.1.1"));
+  CHECK(is_loopback_address("::1"));
+  CHECK(is_loopback_address("::ffff:127.0.0.1"));
+  CHECK_FALSE(is_loopback_address("198.18.0.1"));
+  CHECK_FALSE(is_loopback_address("fd00:7e57::1"));
+  CHECK_FALSE(is_loopback_address("localhost"));
+  // One host: fine. Several: the name is refused, a loopback literal is taken as meant, and a named
+  // interface needs no guess.
+  CHECK(gloo_endpoints("", "localhost", kHost, false).first == false);
+  CHECK(error_of([] { gloo_endpoints("", "localhost", kHost, true); }) ==
+        fmt::format("[titan::dist] expected MASTER_ADDR 'localhost' to lead to an address the other hosts of the job "
+                    "reach, got {} (loopback) on this host, so Gloo here would be out of their reach. Set MASTER_ADDR "
+                    "to this host's address on the network the hosts share (a name that resolves to it everywhere), "
+                    "or name that network's interface with GLOO_SOCKET_IFNAME.",
+                    titan::dist::detail::local_address_towards("localhost")));
+  CHECK(gloo_endpoints("", "127.0.0.1", kHost, true) ==
+        std::pair<bool, std::vector<std::string>>{false, {"127.0.0.1"}});
+  CHECK(gloo_endpoints("lo", "localhost", kHost, true) == std::pair<bool, std::vector<std::string>>{true, {"lo"}});
 }
 
 TEST_CASE("a rendezvous host that does not resolve is named", "[dist][interface]") {

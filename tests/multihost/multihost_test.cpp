@@ -319,7 +319,7 @@ TEST_CASE("two hosts: GLOO_SOCKET_IFNAME picks the interface and a wrong one is 
   hosts.close();
 }
 
-TEST_CASE("two hosts: an unreachable master address and a master port in use are named within a minute",
+TEST_CASE("two hosts: an unreachable master address and a taken port and a loopback name are named within a minute",
           "[multihost][launch]") {
   Hosts hosts(2);
   TempDir dump;
@@ -354,6 +354,24 @@ TEST_CASE("two hosts: an unreachable master address and a master port in use are
     CHECK_THAT(node0.output(), Contains("EADDRINUSE"));
     kill(squatter.pid(), SIGKILL);
     squatter.wait(30);
+  }
+  {
+    // Host 0 names itself "localhost" (a cluster's hosts file often maps a host's own name to 127.0.1.1):
+    // the store serves every interface, but Gloo would bind loopback there, so host 0's ranks refuse.
+    const auto start = std::chrono::steady_clock::now();
+    Subprocess node0(hosts.on(
+        0, concat({titan::test::titan_run_path(), "--nnodes", "2", "--node-rank", "0", "--nproc-per-node", "2",
+                   "--master-addr", "localhost", "--master-port", "29501", "--failure-grace-seconds", "1", "--"},
+                  job)));
+    Subprocess node1(hosts.on(
+        1, concat({titan::test::titan_run_path(), "--nnodes", "2", "--node-rank", "1", "--nproc-per-node", "2",
+                   "--master-addr", Hosts::address(0), "--master-port", "29501", "--failure-grace-seconds", "1", "--"},
+                  job)));
+    require_exit(node0, 1, 60);
+    require_exit(node1, 1, 60);
+    CHECK(seconds_since(start) < 60);
+    CHECK_THAT(node0.output(), Contains("expected MASTER_ADDR 'localhost' to lead to an address the other hosts of "
+                                        "the job reach, got 127.0.0.1 (loopback) on this host"));
   }
   hosts.close();
 }
