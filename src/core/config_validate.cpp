@@ -133,6 +133,9 @@ void validate_rest(const JobConfig& c) {
   positive("comm.init_timeout_seconds", c.comm.init_timeout_seconds);
   positive("comm.train_timeout_seconds", c.comm.train_timeout_seconds);
   non_negative("comm.trace_buf_size", c.comm.trace_buf_size);
+  require(
+      c.comm.backend == "auto" || c.comm.backend == "gloo" || c.comm.backend == "nccl" || c.comm.backend == "strict",
+      "comm.backend", "to be auto, gloo, nccl or strict (Gloo with NCCL's rules)", c.comm.backend);
   positive("validation.local_batch_size", c.validation.local_batch_size);
   positive("validation.seq_len", c.validation.seq_len);
   positive("validation.freq", c.validation.freq);
@@ -149,8 +152,8 @@ void validate_fault_tolerance(const FaultToleranceConfig& ft) {
           fmt::format("in 0 .. fault_tolerance.group_size - 1 = {}", ft.group_size - 1), ft.replica_id);
   require(ft.min_replica_size >= 1 && ft.min_replica_size <= ft.group_size, "fault_tolerance.min_replica_size",
           fmt::format("in 1 .. fault_tolerance.group_size = {}", ft.group_size), ft.min_replica_size);
-  require(ft.process_group == "gloo" || ft.process_group == "nccl", "fault_tolerance.process_group",
-          "to be gloo or nccl", ft.process_group);
+  require(ft.process_group == "gloo" || ft.process_group == "nccl" || ft.process_group == "strict",
+          "fault_tolerance.process_group", "to be gloo, nccl or strict (Gloo with NCCL's rules)", ft.process_group);
   positive("fault_tolerance.process_group_timeout_ms", ft.process_group_timeout_ms);
   non_negative("fault_tolerance.join_timeout_ms", ft.join_timeout_ms);
   require(!ft.semi_sync_method.has_value(), "fault_tolerance.semi_sync_method",

@@ -59,16 +59,15 @@ namespace {
 
 constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
 
-// comm.backend resolved for the rank's device.
+// comm.backend (validated with the config) resolved for the rank's device.
 std::string comm_backend(const std::string& key, const at::Device& device) {
   if (key == "auto") return device.is_cuda() ? "nccl" : "gloo";
-  if (key == "gloo" || key == "strict" || (key == "nccl" && device.is_cuda())) return key;
-  throw ConfigError("comm.backend",
-                    key == "nccl" ? "[titan::Trainer] expected a GPU for comm.backend nccl, got none visible. Use "
-                                    "auto, gloo, or strict (Gloo with NCCL's rules) on CPUs."
-                                  : fmt::format("[titan::Trainer] expected comm.backend auto, gloo, nccl or strict, "
-                                                "got '{}'.",
-                                                key));
+  if (key == "nccl" && !device.is_cuda()) {
+    throw ConfigError("comm.backend",
+                      "[titan::Trainer] expected a GPU for comm.backend nccl, got none visible. Use auto, gloo, or "
+                      "strict (Gloo with NCCL's rules) on CPUs.");
+  }
+  return key;
 }
 
 // torchtitan's TensorBoard folder, <dump>/<save_tb_folder>/<YYYYmmdd-HHMM>[/rank_<r>]: rank 0 writes, or

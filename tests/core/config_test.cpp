@@ -348,6 +348,17 @@ TEST_CASE("validate names the offending key", "[cpu][config]") {
   CHECK_THROWS_WITH(parse({"--activation_checkpoint.selective_ac_option", "x"}), Contains("selective_ac_option"));
   CHECK(error_key([] { parse({"--optimizer.lr", "-1"}); }) == "optimizer.lr");
   CHECK(error_key([] { parse({"--lr_scheduler.warmup_steps", "-1"}); }) == "lr_scheduler.warmup_steps");
+  CHECK_THROWS_WITH(parse({"--comm.backend", "mpi"}), Contains("comm.backend to be auto, gloo, nccl or strict"));
+  CHECK(parse({"--comm.backend", "strict"}).comm.backend == "strict");
+  const std::vector<std::string> ft = {"--fault_tolerance.enable", "true", "--fault_tolerance.group_size", "2",
+                                       "--fault_tolerance.process_group"};
+  auto with = [&](const std::string& backend) {
+    std::vector<std::string> args = ft;
+    args.push_back(backend);
+    return parse(args);
+  };
+  CHECK(with("strict").fault_tolerance.process_group == "strict");
+  CHECK_THROWS_WITH(with("mpi"), Contains("fault_tolerance.process_group to be gloo, nccl or strict"));
 }
 
 TEST_CASE("optimizer.implementation fused_opt_states_bf16 needs training.dtype float32", "[cpu][config]") {
