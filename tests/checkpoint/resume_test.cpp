@@ -23,43 +23,8 @@ namespace fs = std::filesystem;
 
 namespace {
 
-std::string trainer_path() { return (titan::test::binary_dir() / "bin" / "train_llama3").string(); }
-
-// The debug model on tinyshakespeare (the tests' BPE tokenizer), deterministic, one thread per rank.
-std::vector<std::string> trainer_args(const fs::path& dump, int64_t steps, int64_t local_batch) {
-  return {trainer_path(),
-          "--model.flavor",
-          "debugmodel",
-          "--model.hf_assets_path",
-          titan::test::test_tokenizer().string(),
-          "--training.dataset",
-          "tinyshakespeare",
-          "--training.dataset_path",
-          titan::test::tinyshakespeare().string(),
-          "--training.seq_len",
-          "32",
-          "--training.local_batch_size",
-          std::to_string(local_batch),
-          "--training.steps",
-          std::to_string(steps),
-          "--training.num_threads",
-          "1",
-          "--debug.seed",
-          "7",
-          "--debug.deterministic",
-          "true",
-          "--lr_scheduler.warmup_steps",
-          "2",
-          "--job.dump_folder",
-          dump.string(),
-          "--metrics.log_freq",
-          "1"};
-}
-
-std::vector<std::string> concat(std::vector<std::string> a, const std::vector<std::string>& b) {
-  a.insert(a.end(), b.begin(), b.end());
-  return a;
-}
+using titan::test::concat;
+const auto& trainer_args = titan::test::debug_trainer;
 
 std::vector<std::string> titan_run(int64_t nproc, const std::vector<std::string>& args) {
   return concat({titan::test::titan_run_path(), "--nproc-per-node", std::to_string(nproc), "--"}, args);

@@ -40,9 +40,16 @@ inline std::vector<std::string> fsdp2_debug_job(const std::string& dump, int ste
   return args;
 }
 
-/// train_llama3 and its flags for the deterministic CPU debug job of the fault-tolerance tests: 2 FSDP ranks of
-/// the debug model on tinyshakespeare, `steps` steps of 2 x 2 sequences of 32 tokens, every step logged to `dump`.
-inline std::vector<std::string> tiny_fsdp2_trainer(const fs::path& dump, int64_t steps) {
+/// a followed by b.
+inline std::vector<std::string> concat(std::vector<std::string> a, const std::vector<std::string>& b) {
+  a.insert(a.end(), b.begin(), b.end());
+  return a;
+}
+
+/// train_llama3 and its flags for the deterministic CPU debug job: the debug model on tinyshakespeare (the tests'
+/// BPE tokenizer), one thread per rank, `steps` steps of `local_batch` sequences of 32 tokens per rank, every step
+/// logged to `dump`.
+inline std::vector<std::string> debug_trainer(const fs::path& dump, int64_t steps, int64_t local_batch) {
   return {(binary_dir() / "bin" / "train_llama3").string(),
           "--model.flavor",
           "debugmodel",
@@ -55,13 +62,11 @@ inline std::vector<std::string> tiny_fsdp2_trainer(const fs::path& dump, int64_t
           "--training.seq_len",
           "32",
           "--training.local_batch_size",
-          "2",
+          std::to_string(local_batch),
           "--training.steps",
           std::to_string(steps),
           "--training.num_threads",
           "1",
-          "--parallelism.data_parallel_shard_degree",
-          "2",
           "--debug.seed",
           "7",
           "--debug.deterministic",
@@ -72,6 +77,11 @@ inline std::vector<std::string> tiny_fsdp2_trainer(const fs::path& dump, int64_t
           dump.string(),
           "--metrics.log_freq",
           "1"};
+}
+
+/// The fault-tolerance tests' job: debug_trainer with 2 FSDP ranks of 2 sequences each.
+inline std::vector<std::string> tiny_fsdp2_trainer(const fs::path& dump, int64_t steps) {
+  return concat(debug_trainer(dump, steps, 2), {"--parallelism.data_parallel_shard_degree", "2"});
 }
 
 /// One "probe ..." line: its key=value fields, and the "[rank R] " prefix the launcher added (-1: none).

@@ -38,10 +38,7 @@ std::string ip_path() {
   return "";
 }
 
-std::vector<std::string> concat(std::vector<std::string> a, const std::vector<std::string>& b) {
-  a.insert(a.end(), b.begin(), b.end());
-  return a;
-}
+using titan::test::concat;
 
 // Hosts 0..n-1 of a private network, held by `netns.sh hold` for the test's life; host k has addresses
 // 198.18.0.(k+1) and fd00:7e57::(k+1) on interface tn0. close() takes them down and checks that nothing of them
@@ -100,37 +97,7 @@ class Hosts {
   bool closed_ = false;
 };
 
-// The debug model on tinyshakespeare (the tests' BPE tokenizer), deterministic, one thread per rank,
-// `steps` steps of 8 sequences of 32 tokens in all (`local_batch` per rank).
-std::vector<std::string> trainer(const fs::path& dump, int steps, int local_batch) {
-  return {(titan::test::binary_dir() / "bin" / "train_llama3").string(),
-          "--model.flavor",
-          "debugmodel",
-          "--model.hf_assets_path",
-          titan::test::test_tokenizer().string(),
-          "--training.dataset",
-          "tinyshakespeare",
-          "--training.dataset_path",
-          titan::test::tinyshakespeare().string(),
-          "--training.seq_len",
-          "32",
-          "--training.local_batch_size",
-          std::to_string(local_batch),
-          "--training.steps",
-          std::to_string(steps),
-          "--training.num_threads",
-          "1",
-          "--debug.seed",
-          "7",
-          "--debug.deterministic",
-          "true",
-          "--lr_scheduler.warmup_steps",
-          "2",
-          "--job.dump_folder",
-          dump.string(),
-          "--metrics.log_freq",
-          "1"};
-}
+const auto& trainer = titan::test::debug_trainer;
 
 const std::vector<std::string> kFsdp4 = {"--parallelism.data_parallel_shard_degree", "4"};
 const std::vector<std::string> kSave = {
