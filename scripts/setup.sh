@@ -26,6 +26,7 @@ APT_PACKAGES=(
   python3-dev   # Python.h: torch.compile's CPU backend (inductor) builds C++ kernels that include it (benchmarks/peers --compile)
   nlohmann-json3-dev catch2 libtomlplusplus-dev libsentencepiece-dev
   zlib1g-dev libzstd-dev zstd   # zstd: the data tests compress .zst shards with its CLI
+  iproute2 procps   # ip netns / veth: the multi-host tests' hosts; pgrep: their teardown finds what is left
   libgloo-dev   # headers only: the torch wheel ships c10d's ProcessGroupGloo.hpp but not the gloo headers it includes
   fortunes fortunes-min   # the default training corpus: real English quotations
 )
