@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <functional>
 #include <map>
 
 #include "dist/launch_test_util.hpp"
@@ -113,20 +114,29 @@ std::vector<std::string> resume_from(const fs::path& step_folder) {
 
 // Host k's titan-run for a static job of 2 hosts x 2 ranks, rank 0 on host 0 at port 29500 (each host
 // has its own port space: no clash with the machine's or another test's).
-std::vector<std::string> static_node(const Hosts& hosts, int k, const std::vector<std::string>& job) {
-  return hosts.on(k, concat({titan::test::titan_run_path(), "--nnodes", "2", "--node-rank", std::to_string(k),
-                             "--nproc-per-node", "2", "--master-addr", Hosts::address(0), "--master-port", "29500",
-                             "--failure-grace-seconds", "1", "--"},
-                            job));
+std::vector<std::string> static_node(const Hosts& hosts, int k, const std::vector<std::string>& job,
+                                     const std::string& master = Hosts::address(0)) {
+  return hosts.on(
+      k, concat({titan::test::titan_run_path(), "--nnodes", "2", "--node-rank", std::to_string(k), "--nproc-per-node",
+                 "2", "--master-addr", master, "--master-port", "29500", "--failure-grace-seconds", "1", "--"},
+                job));
 }
 
-// Runs `job` on 2 hosts x 2 ranks; both must exit 0. Returns host 0's output.
-std::string run_two_hosts(const Hosts& hosts, const std::vector<std::string>& job,
-                          const std::map<std::string, std::optional<std::string>>& env = {}) {
-  Subprocess node0(static_node(hosts, 0, job), env), node1(static_node(hosts, 1, job), env);
+// Runs node(0) and node(1), the two hosts' launchers; both must exit 0. Returns host 0's output.
+std::string run_nodes(const std::function<std::vector<std::string>(int)>& node,
+                      const std::map<std::string, std::optional<std::string>>& env = {}) {
+  Subprocess node0(node(0), env), node1(node(1), env);
   require_exit(node0, 0, 300);
   require_exit(node1, 0, 300);
   return node0.output();
+}
+
+// Runs `job` on 2 hosts x 2 ranks under titan-run, rank 0's host reached at `master`; both must exit 0.
+// Returns host 0's output.
+std::string run_two_hosts(const Hosts& hosts, const std::vector<std::string>& job,
+                          const std::map<std::string, std::optional<std::string>>& env = {},
+                          const std::string& master = Hosts::address(0)) {
+  return run_nodes([&](int k) { return static_node(hosts, k, job, master); }, env);
 }
 
 // step -> loss from metrics.jsonl (a resumed run appends; the latest line of a step wins).
@@ -224,15 +234,7 @@ TEST_CASE("two hosts: FSDP 4 over IPv6 matches one process", "[multihost][launch
   require_exit(one, 0, 300);
   Hosts hosts(2);
   // Host 0 is fd00:7e57::1; Gloo picks each host's fd00:7e57:: address, the one that routes there.
-  auto node = [&](int k) {
-    return hosts.on(k, concat({titan::test::titan_run_path(), "--nnodes", "2", "--node-rank", std::to_string(k),
-                               "--nproc-per-node", "2", "--master-addr", "fd00:7e57::1", "--master-port", "29500",
-                               "--failure-grace-seconds", "1", "--"},
-                              concat(trainer(two.path, 2, 2), kFsdp4)));
-  };
-  Subprocess node0(node(0)), node1(node(1));
-  require_exit(node0, 0, 300);
-  require_exit(node1, 0, 300);
+  run_two_hosts(hosts, concat(trainer(two.path, 2, 2), kFsdp4), {}, "fd00:7e57::1");
   check_losses(single.path, two.path, 1, 2);
   hosts.close();
 }
@@ -361,9 +363,7 @@ TEST_CASE("two hosts: torchrun's c10d rendezvous runs the FSDP 4 job over 2 host
                    k == 0 ? "is_host=1" : "is_host=0", "--local-addr", Hosts::address(k), "--no-python", "--"},
                   concat(trainer(two.path, 3, 2), kFsdp4)));
   };
-  Subprocess node0(node(0)), node1(node(1));
-  require_exit(node0, 0, 300);
-  require_exit(node1, 0, 300);
+  run_nodes(node);
   check_losses(single.path, two.path, 1, 3);
   hosts.close();
 }
