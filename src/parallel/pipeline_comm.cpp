@@ -11,12 +11,10 @@
 // while the other first receives something else hangs. The order is the order of the sends in a simulation
 // of the program, and only receives move (earlier), so no send waits for data and no compute moves.
 #include <algorithm>
+#include <map>
 #include <optional>
 #include <set>
 #include <tuple>
-
-#include <cmath>
-#include <map>
 
 #include "pipeline_internal.hpp"
 
@@ -98,6 +96,9 @@ void order_for_nccl(PipelineProgram& program) {
         static_cast<size_t>(links.rank_of(send.stage)) == rank ? links.rank_of(recv.stage) : links.rank_of(send.stage);
     return Message{.peer = peer, .send = send};
   };
+  const auto key = [](const PipelineAction& s) {
+    return std::tuple(static_cast<int64_t>(s.op), s.stage, s.microbatch);
+  };
   const auto time_of = [&](const PipelineAction& send) {
     return sent[static_cast<size_t>(detail::action_index(send, program.num_microbatches))];
   };
@@ -119,10 +120,7 @@ void order_for_nccl(PipelineProgram& program) {
       if (b < a) continue;
       const auto& theirs = posts[b][static_cast<int64_t>(a)];
       std::set<std::tuple<int64_t, int64_t, int64_t>> placed;  // (op, stage, microbatch) of placed messages
-      const auto key = [](const PipelineAction& s) {
-        return std::tuple(static_cast<int64_t>(s.op), s.stage, s.microbatch);
-      };
-      // The next send of `side` and whether all receives before it in side's program are placed.
+      // The next send of `side`, once every receive before it in side's program is placed.
       const auto next_send = [&](const std::vector<PipelineAction>& side,
                                  size_t sender) -> std::optional<PipelineAction> {
         for (const PipelineAction& s : side) {
@@ -142,7 +140,6 @@ void order_for_nccl(PipelineProgram& program) {
         const PipelineAction pick = take_x ? *x : *y;
         placed.insert(key(pick));
         merged.push_back(pick);
-        // A receive that now has its message placed is placed with it.
       }
       order[a][peer] = merged;
       order[b][static_cast<int64_t>(a)] = merged;
@@ -163,13 +160,12 @@ void order_for_nccl(PipelineProgram& program) {
         continue;
       }
       const Message m = message_of(r, a);
-      const auto k = std::tuple(static_cast<int64_t>(m.send.op), m.send.stage, m.send.microbatch);
-      if (done.contains(k)) continue;
+      if (done.contains(key(m.send))) continue;
       const auto& merged = order[r][m.peer];
       size_t& c = cursor[m.peer];
       while (c < merged.size()) {
         const PipelineAction& next = merged[c++];
-        done.insert(std::tuple(static_cast<int64_t>(next.op), next.stage, next.microbatch));
+        done.insert(key(next));
         out.push_back(action_for(next));
         if (next == m.send) break;
       }
