@@ -81,7 +81,7 @@ RankResult run_rank(const Options& o, int64_t seq, int64_t cp, titan::CpRotateMe
   const titan::dist::Mesh mesh({.cp = cp}, rank, store);
   titan::nn::manual_init_seed(1);
   titan::nn::Attention attention(o.dim, o.heads, o.kv_heads, at::TensorOptions());
-  attention.init_weights(0.02);
+  attention.init_weights(titan::nn::InitSite::current() / "attention", 0.02);
   attention.set_context_parallel_degree(cp);
   const titan::nn::RopeTables rope =
       titan::nn::make_rope_tables({.head_dim = o.dim / o.heads, .max_positions = seq}, at::kCPU);
@@ -92,8 +92,8 @@ RankResult run_rank(const Options& o, int64_t seq, int64_t cp, titan::CpRotateMe
   auto gen = at::make_generator<at::CPUGeneratorImpl>(3);
   const at::Tensor whole = at::randn({o.batch, seq, o.dim}, gen);  // (B, S, D)
   const at::Tensor x = sharding->layout.shard(whole, 1);           // (B, S/cp, D)
-  const titan::nn::AttentionScope scope(
-      {.positions = sharding->layout.token_index(at::kCPU), .sharding = cp > 1 ? sharding : nullptr});
+  const titan::nn::AttentionContext context{.positions = sharding->layout.token_index(at::kCPU),
+                                            .sharding = cp > 1 ? sharding : nullptr};
   RankResult r;
   std::vector<double> times;
   for (int64_t i = 0; i < o.iters; ++i) {
@@ -105,7 +105,7 @@ RankResult run_rank(const Options& o, int64_t seq, int64_t cp, titan::CpRotateMe
     {
       const int64_t before = memory.live(static_cast<int>(rank));
       memory.reset_peak(static_cast<int>(rank));
-      y = attention.forward(input, rope);
+      y = attention.forward(input, rope, context);
       mesh.group("cp").barrier();  // every rank's exchange buffers released
       kept = memory.live(static_cast<int>(rank)) - before;
       peak = memory.peak(static_cast<int>(rank)) - before;

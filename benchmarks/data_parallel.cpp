@@ -90,7 +90,7 @@ RankResult run_rank(const Options& o, const titan::dist::Mesh& mesh) {
     const at::Tensor tokens = at::randint(args.vocab_size, {o.batch, o.seq_len + 1}, at::kLong);  // (B, S+1)
     const auto start = std::chrono::steady_clock::now();
     optimizer.zero_grad();
-    forward_backward([&](const at::Tensor& t) { return model.forward(t); },
+    forward_backward([&](const at::Tensor& t, const titan::nn::AttentionContext& c) { return model.forward(t, c); },
                      {{tokens.narrow(1, 0, o.seq_len), tokens.narrow(1, 1, o.seq_len)}}, at::kCPU,
                      o.batch * o.seq_len * mesh.size("dp"));
     clip_grad_norm_(params, 1.0, &mesh);

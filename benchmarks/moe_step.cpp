@@ -158,7 +158,7 @@ RankResult run_rank(const Options& o, const Args& args, const titan::dist::Mesh&
   const at::Tensor my_input = input.narrow(0, first, rows);    // (B/ep, S)
   const at::Tensor my_labels = labels.narrow(0, first, rows);  // (B/ep, S)
   const int64_t global_tokens = o.batch * o.seq_len;
-  const auto forward = [&](const at::Tensor& t) { return model.forward(t); };
+  const auto forward = [&](const at::Tensor& t, const titan::nn::AttentionContext& c) { return model.forward(t, c); };
 
   RankResult result;
   if (ep_group.size() > 1) {

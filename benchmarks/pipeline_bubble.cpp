@@ -240,9 +240,10 @@ RunResult run_config(const Options& o, int64_t pp, PipelineSchedule schedule, in
       l.register_hook(on_backward(last_stage));
       return l;
     };
-    const auto stage = [&](int64_t s, const at::Tensor& x) {
+    const auto stage = [&](int64_t s, const at::Tensor& x, const titan::nn::AttentionContext& context) {
       const double begin = now();
-      at::Tensor y = model.forward_part(x, plan.pipeline.stages[static_cast<size_t>(s)]);  // (mb, S, D) or logits
+      at::Tensor y =
+          model.forward_part(x, plan.pipeline.stages[static_cast<size_t>(s)], context);  // (mb, S, D) or logits
       clock.forwards[s].push_back({begin, now()});
       if (s != last_stage) y.register_hook(on_backward(s));
       return y;

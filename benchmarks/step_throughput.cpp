@@ -175,7 +175,7 @@ int main(int argc, char** argv) {
     const llama3::Llama3 whole(args, o.seq_len, at::TensorOptions().device(at::kMeta));
     const auto params = model.unique_parameters();
     AdamW optimizer(params, {});  // torchtitan's defaults: betas (0.9, 0.95), eps 1e-8, wd 0.1, fused
-    const auto forward = [&](const at::Tensor& t) { return model.forward(t); };
+    const auto forward = [&](const at::Tensor& t, const titan::nn::AttentionContext& c) { return model.forward(t, c); };
     const at::Tensor input = at::randint(0, args.vocab_size, {o.batch, o.seq_len}, at::kLong).to(device);   // (B, S)
     const at::Tensor labels = at::randint(0, args.vocab_size, {o.batch, o.seq_len}, at::kLong).to(device);  // (B, S)
     const int64_t global_tokens = o.batch * o.seq_len * env.world_size;

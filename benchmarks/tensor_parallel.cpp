@@ -88,7 +88,7 @@ RankResult run_rank(const Options& o, const titan::dist::Mesh& mesh, int64_t n_l
     const at::Tensor tokens = at::randint(args.vocab_size, {o.batch, o.seq_len + 1}, gen, at::kLong);  // (B, S+1)
     const auto start = std::chrono::steady_clock::now();
     optimizer.zero_grad();
-    forward_backward([&](const at::Tensor& t) { return model.forward(t); },
+    forward_backward([&](const at::Tensor& t, const titan::nn::AttentionContext& c) { return model.forward(t, c); },
                      {{tokens.narrow(1, 0, o.seq_len), tokens.narrow(1, 1, o.seq_len)}}, at::kCPU, 0, false, loss);
     clip_grad_norm_(params, 1.0, &mesh);
     optimizer.step(1e-4);

@@ -41,12 +41,11 @@ int main(int argc, char** argv) {
     for (int64_t step = 1; step <= cfg.training.steps; ++step) {
       const data::Batch batch = loader->next();  // this rank's slice: input, labels (B, S) int64
       // Under context parallelism the rank keeps its part of each sequence (else all of it), and its
-      // forward runs under the part's attention context (true positions, documents, the split).
+      // forward takes the part's attention context (true positions, documents, the split).
       const parallel::LocalBatch local = parallel.local_batch({.tokens = batch.input,
                                                                .labels = batch.labels,
                                                                .positions = batch.positions,
                                                                .document_ids = batch.document_ids});
-      const nn::AttentionScope scope(local.attention);
       at::Tensor valid = at::full({1}, static_cast<double>(count_valid_tokens(local.labels)), at::kDouble);
       mesh.group("dp_cp").all_reduce(valid).wait();  // tokens of the whole global batch
       optimizer.zero_grad();
@@ -56,12 +55,13 @@ int main(int argc, char** argv) {
       };
       if (parallel::Pipeline* pp = parallel.pipeline()) {
         // The schedule runs the microbatches through the stages; every pp rank gets the loss.
-        const auto stage = [&](int64_t s, const at::Tensor& x) {
-          return model->forward_part(x, plan.pipeline.stages[s]);
+        const auto stage = [&](int64_t s, const at::Tensor& x, const nn::AttentionContext& context) {
+          return model->forward_part(x, plan.pipeline.stages[s], context);
         };
-        local_loss = pp->step(stage, local.tokens, local.labels, loss_fn, 1.0 / valid.item<double>());
+        local_loss = pp->step(stage, local.tokens, local.labels, loss_fn, 1.0 / valid.item<double>(), local.attention);
       } else {
-        const at::Tensor loss = loss_fn(model->forward(local.tokens), local.labels) / valid.item<double>();  // ()
+        const at::Tensor logits = model->forward(local.tokens, local.attention);       // (B, S, V or V/tp)
+        const at::Tensor loss = loss_fn(logits, local.labels) / valid.item<double>();  // ()
         loss.backward();
         local_loss = loss.item<double>();
       }

@@ -37,14 +37,17 @@ struct TinyLM : torch::nn::Module {
     return head->forward(norm->forward(h));
   }
   void init_weights() {
-    nn::normal_(embed->weight, 0.0, 1.0);
-    for (const auto& b : blocks) {
-      b->norm->reset_parameters();
-      nn::trunc_normal_(b->up->weight, 0.0, 0.02, -2.0, 2.0);
-      nn::trunc_normal_(b->down->weight, 0.0, 0.02, -2.0, 2.0);
+    // Each parameter draws by its name, so every layout (sharded or not) gets the same values.
+    const nn::InitSite root = nn::InitSite::current();
+    nn::normal_(embed->weight, root / "embed.weight", 0.0, 1.0);
+    for (size_t i = 0; i < blocks.size(); ++i) {
+      const nn::InitSite block = root / fmt::format("block{}", i);
+      blocks[i]->norm->reset_parameters();
+      nn::trunc_normal_(blocks[i]->up->weight, block / "up.weight", 0.0, 0.02, -2.0, 2.0);
+      nn::trunc_normal_(blocks[i]->down->weight, block / "down.weight", 0.0, 0.02, -2.0, 2.0);
     }
     norm->reset_parameters();
-    nn::trunc_normal_(head->weight, 0.0, 0.02, -2.0, 2.0);
+    nn::trunc_normal_(head->weight, root / "head.weight", 0.0, 0.02, -2.0, 2.0);
   }
   std::shared_ptr<nn::Embedding> embed;
   std::vector<std::shared_ptr<MlpBlock>> blocks;

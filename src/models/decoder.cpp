@@ -1,254 +1,211 @@
 // SPDX-License-Identifier: BSD-3-Clause
 #include "titan/models/decoder.hpp"
 
-#include <fmt/format.h>
-#include <fmt/ranges.h>
+#include <ATen/ATen.h>
 
 #include <algorithm>
-#include <unordered_set>
+#include <cmath>
 
-#include "titan/core/config.hpp"
 #include "titan/core/error.hpp"
-#include "titan/dist/mesh.hpp"
-#include "titan/float8/converter.hpp"
-#include "titan/parallel/pipeline_schedule.hpp"
+#include "titan/layout/sharded_param.hpp"
+#include "titan/models/decoder_plan.hpp"
+#include "titan/nn/kv_cache.hpp"
+#include "titan/parallel/activation_checkpoint.hpp"
 
 namespace titan::models {
 
-void unknown_flavor(const std::vector<std::string>& known, std::string_view name, const char* where) {
-  throw ConfigError("model.flavor", fmt::format("[{}] expected model.flavor to be one of {}, got '{}'. Pick one of "
-                                                "these flavors.",
-                                                where, known, name));
-}
+// ---- block ---------------------------------------------------------------------------------------
 
-ModelParts::ModelParts(const std::vector<std::string>& modules, int64_t n_layers, bool tied, const char* where)
-    : modules_(modules) {
-  for (const auto& path : modules) {
-    const bool known = path == "tok_embeddings" || path == "norm" || path == "output" ||
-                       (layer_index(path) >= 0 && layer_index(path) < n_layers);
-    TITAN_CHECK_VALUE(known && !(path == "output" && tied),
-                      "[{}] expected model parts named tok_embeddings, layers.0 .. layers.{}, norm{}, got '{}'. Fix "
-                      "the pipeline split (module_fqns_per_model_part).",
-                      where, n_layers - 1, tied ? "" : ", output", path);
-  }
-  TITAN_CHECK_NOT_IMPLEMENTED(modules.empty() || !tied,
-                              "[{}] expected untied embeddings in a model part, got tie_word_embeddings = true: the "
-                              "first and last stage would share a weight. Pipeline parallelism needs a flavor with "
-                              "its own output layer.",
-                              where);
-}
-
-bool ModelParts::holds(const std::string& path) const {
-  return modules_.empty() || std::find(modules_.begin(), modules_.end(), path) != modules_.end();
-}
-
-int64_t ModelParts::layer_index(const std::string& path) {
-  if (!path.starts_with("layers.")) return -1;
-  const std::string digits = path.substr(std::string("layers.").size());
-  if (digits.empty() || digits.size() > 9 || digits.find_first_not_of("0123456789") != std::string::npos) return -1;
-  return std::stoll(digits);
-}
-
-std::vector<at::Tensor> unique_parameters(const torch::nn::Module& model) {
-  std::vector<at::Tensor> unique;
-  std::unordered_set<const void*> seen;
-  for (const auto& p : model.parameters(/*recurse=*/true)) {
-    if (seen.insert(p.unsafeGetTensorImpl()).second) unique.push_back(p);
-  }
-  return unique;
-}
-
-ParameterGroups parameter_groups(const torch::nn::Module& model) {
-  ParameterGroups g;
-  for (const auto& item : model.named_parameters(/*recurse=*/true)) {
-    const std::string& name = item.key();
-    const int64_t n = item.value().numel();
-    if (name.find("embedding") != std::string::npos) {
-      g.embedding += n;
-    } else if (name.find("moe.shared_experts") != std::string::npos) {
-      g.shared_experts += n;
-    } else if (name.find("moe.router") != std::string::npos) {
-      g.router += n;
-    } else if (name.find("moe.experts") != std::string::npos) {
-      g.routed_experts += n;
-    } else {
-      g.dense += n;
-    }
-  }
-  return g;
-}
-
-std::vector<std::vector<std::string>> data_parallel_units(const DecoderShape& shape) {
-  std::vector<std::vector<std::string>> units{{"tok_embeddings"}};
-  for (int64_t i = 0; i < shape.n_layers; ++i) {
-    const std::string block = "layers." + std::to_string(i);
-    if (std::find(shape.moe_layers.begin(), shape.moe_layers.end(), i) == shape.moe_layers.end()) {
-      units.push_back({block});
-      continue;
-    }
-    // The routed experts hold most of an MoE block's weights: a unit of their own, gathered after
-    // the attention has run.
-    std::vector<std::string> dense{block + ".attention_norm", block + ".attention", block + ".ffn_norm",
-                                   block + ".moe.router"};
-    if (shape.shared_experts) dense.push_back(block + ".moe.shared_experts");
-    units.push_back(std::move(dense));
-    units.push_back({block + ".moe.experts"});
-  }
-  // Norm and output run back to back and start backward: one unit, one collective.
-  if (!shape.tied) {
-    units.push_back({"norm", "output"});
+DecoderBlock::DecoderBlock(int64_t layer_id_, Parts parts, const DecoderShape& shape, const at::TensorOptions& options)
+    : layer_id(layer_id_), init_std(parts.init_std) {
+  TITAN_CHECK_VALUE(parts.attention && ((parts.feed_forward == nullptr) != (parts.moe == nullptr)),
+                    "[{}] expected block {} built with an attention and exactly one of feed_forward or moe, got "
+                    "attention {}, feed_forward {}, moe {}. Fix the family's block factory.",
+                    shape.where, layer_id_, parts.attention != nullptr, parts.feed_forward != nullptr,
+                    parts.moe != nullptr);
+  attention_norm = register_module("attention_norm", std::make_shared<nn::RMSNorm>(shape.dim, shape.norm_eps, options));
+  attention = register_module("attention", std::move(parts.attention));
+  ffn_norm = register_module("ffn_norm", std::make_shared<nn::RMSNorm>(shape.dim, shape.norm_eps, options));
+  if (parts.moe) {
+    moe = register_module("moe", std::move(parts.moe));
   } else {
-    units.push_back({"norm"});
+    feed_forward = register_module("feed_forward", std::move(parts.feed_forward));
   }
-  return units;
 }
 
-parallel::TensorParallelPlan tensor_parallel_plan(const DecoderShape& shape, int64_t degree, bool sequence_parallel,
-                                                  bool loss_parallel) {
-  using parallel::ColwiseParallel;
-  using parallel::Placement;
-  using parallel::PrepareModuleInput;
-  using parallel::RowwiseParallel;
-  using parallel::SequenceParallel;
-  TITAN_CHECK_VALUE(shape.n_heads % degree == 0 && shape.n_kv_heads % degree == 0,
-                    "[{}::tensor_parallel_plan] expected n_heads ({}) and n_kv_heads ({}) divisible by the "
-                    "tensor-parallel degree {} (path layers.*.attention). Choose a degree that divides both.",
-                    shape.where, shape.n_heads, shape.n_kv_heads, degree);
-  TITAN_CHECK_NOT_IMPLEMENTED(!shape.tied,
-                              "[{}::tensor_parallel_plan] expected an untied output layer, got tie_word_embeddings = "
-                              "true. Tied embeddings under TP are not supported yet.",
-                              shape.where);
-  const bool sp = sequence_parallel;
-  // Between blocks activations are sequence-sharded (SP) or replicated; inside attention and the
-  // feed-forward they are replicated over the sequence and sharded over heads / hidden features.
-  const Placement between = sp ? Placement::shard(1) : Placement::replicate();
-  parallel::TensorParallelPlan plan;
-  plan.add("tok_embeddings", RowwiseParallel{.input_layout = Placement::replicate(), .output_layout = between});
-  for (int64_t i = 0; i < shape.n_layers; ++i) {
-    const std::string block = "layers." + std::to_string(i);
-    if (sp) plan.add(block + ".attention_norm", SequenceParallel{});
-    plan.add(block + ".attention",
-             PrepareModuleInput{.input_layout = between, .desired_input_layout = Placement::replicate()});
-    for (const std::string& w : shape.head_projections) plan.add(block + ".attention." + w, ColwiseParallel{});
-    // These see every rank's input (or one head's features): each rank's gradient is its heads' share.
-    for (const std::string& m : shape.replicated_attention) plan.add(block + ".attention." + m, SequenceParallel{});
-    plan.add(block + ".attention.wo", RowwiseParallel{.output_layout = between});
-    if (sp) plan.add(block + ".ffn_norm", SequenceParallel{});
-    if (std::find(shape.moe_layers.begin(), shape.moe_layers.end(), i) != shape.moe_layers.end()) {
-      // Routing is per token: this rank's sequence shard through replicated experts.
-      if (sp) plan.add(block + ".moe", SequenceParallel{});
-      continue;
-    }
-    plan.add(block + ".feed_forward",
-             PrepareModuleInput{.input_layout = between, .desired_input_layout = Placement::replicate()});
-    for (const char* w : {".feed_forward.w1", ".feed_forward.w3"}) plan.add(block + w, ColwiseParallel{});
-    plan.add(block + ".feed_forward.w2", RowwiseParallel{.output_layout = between});
+at::Tensor DecoderBlock::forward(const at::Tensor& x, const nn::RopeTables& rope,
+                                 const nn::AttentionContext& context) const {
+  // Recomputed in backward when the plan checkpoints this block: the closure owns what it needs.
+  return parallel::checkpoint_call(*this, x, [this, rope, context](const at::Tensor& in) {
+    const at::Tensor h = in + attention->forward(attention_norm->forward(in), rope, context);  // (B, S, D)
+    const at::Tensor normed = ffn_norm->forward(h);                                            // (B, S, D)
+    return h + (moe ? moe->forward(normed) : feed_forward->forward(normed));                   // (B, S, D)
+  });
+}
+
+at::Tensor DecoderBlock::forward_cached(const at::Tensor& x, const nn::RopeTables& rope, const at::Tensor& positions,
+                                        const at::Tensor& mask, nn::KVCache& cache) const {
+  const at::Tensor h =
+      x + attention->forward_cached(attention_norm->forward(x), rope, positions, mask, cache, layer_id);  // (B, S, D)
+  const at::Tensor normed = ffn_norm->forward(h);                                                         // (B, S, D)
+  return h + (moe ? moe->forward(normed) : feed_forward->forward(normed));                                // (B, S, D)
+}
+
+void DecoderBlock::init_weights(const nn::InitSite& site) {
+  attention_norm->reset_parameters();
+  ffn_norm->reset_parameters();
+  attention->init_weights(site / "attention", init_std);
+  if (moe) {
+    moe->init_weights(site / "moe", init_std);
+  } else {
+    feed_forward->init_weights(site / "feed_forward", init_std);
   }
-  if (sp) plan.add("norm", SequenceParallel{});
-  plan.add("output", ColwiseParallel{.input_layout = between,
-                                     .output_layout = loss_parallel ? Placement::shard(-1) : Placement::replicate(),
-                                     .loss_parallel = loss_parallel});
-  return plan;
 }
 
-parallel::ExpertParallelPlan expert_parallel_plan(const DecoderShape& shape, int64_t ep, at::ScalarType compute_dtype) {
-  parallel::ExpertParallelPlan plan;
-  if (ep == 1) return plan;
-  for (int64_t i : shape.moe_layers) plan.moe_modules.push_back(fmt::format("layers.{}.moe", i));
-  plan.compute_dtype = compute_dtype;
-  return plan;
-}
+// ---- decoder -------------------------------------------------------------------------------------
 
-parallel::PipelinePlan pipeline_plan(int64_t n_layers, int64_t pp, const ParallelismConfig& p) {
-  parallel::PipelinePlan plan{.schedule = p.pipeline_parallel_schedule,
-                              .schedule_csv = p.pipeline_parallel_schedule_csv,
-                              .microbatch_size = p.pipeline_parallel_microbatch_size};
-  if (p.module_fqns_per_model_part) {
-    plan.stages = *p.module_fqns_per_model_part;
-    return plan;
+Decoder::Decoder(DecoderShape shape, int64_t seq_len, const at::TensorOptions& options,
+                 const std::vector<std::string>& modules, const BlockFactory& make_block)
+    : shape_(std::move(shape)), seq_len_(seq_len) {
+  TITAN_CHECK_VALUE(seq_len > 0 && seq_len <= shape_.max_seq_len,
+                    "[{}] expected training.seq_len in [1, {}] (the model's max_seq_len), got {}. "
+                    "Lower training.seq_len.",
+                    shape_.where, shape_.max_seq_len, seq_len);
+  const ModelParts part(modules, shape_.n_layers, shape_.tied, shape_.where);
+  if (part.holds("tok_embeddings")) {
+    tok_embeddings =
+        register_module("tok_embeddings", std::make_shared<nn::Embedding>(shape_.vocab_size, shape_.dim, options));
   }
-  // A CSV program runs several stages per rank, as torchtitan's CSV runtime does.
-  const PipelineSchedule shape =
-      p.pipeline_parallel_schedule_csv.empty() ? p.pipeline_parallel_schedule : PipelineSchedule::interleaved_1f1b;
-  const int64_t stages = parallel::num_pipeline_stages(
-      shape, pp, n_layers, p.pipeline_parallel_layers_per_stage.value_or(0),
-      p.pipeline_parallel_first_stage_less_layers, p.pipeline_parallel_last_stage_less_layers);
-  parallel::PipelineSplit split{.input_modules = {"tok_embeddings"},
-                                .output_modules = {"norm", "output"},
-                                .first_stage_less_layers = p.pipeline_parallel_first_stage_less_layers,
-                                .last_stage_less_layers = p.pipeline_parallel_last_stage_less_layers};
-  for (int64_t i = 0; i < n_layers; ++i) split.layer_modules.push_back("layers." + std::to_string(i));
-  plan.stages = parallel::split_pipeline_stages(split, stages);
-  return plan;
-}
-
-parallel::ContextParallelPlan context_parallel_plan(int64_t n_layers, const ParallelismConfig& p) {
-  parallel::ContextParallelPlan plan{.load_balance = p.context_parallel_load_balancer.has_value(),
-                                     .rotate = p.context_parallel_rotate_method};
-  for (int64_t i = 0; i < n_layers; ++i) plan.attention_modules.push_back(fmt::format("layers.{}.attention", i));
-  return plan;
-}
-
-parallel::ActivationCheckpointPlan activation_checkpoint_plan(int64_t n_layers, const ActivationCheckpointConfig& ac,
-                                                              bool has_moe, const char* where) {
-  parallel::ActivationCheckpointPlan plan{.preserve_rng_state = ac.preserve_rng_state};
-  if (ac.mode == AcMode::none) return plan;
-  if (ac.mode == AcMode::memory_budget) {
-    throw ConfigError("activation_checkpoint.mode",
-                      fmt::format("[{}] expected activation_checkpoint.mode none, full or selective, got "
-                                  "memory_budget (torchtitan's compiler-driven policy; titan has no graph compiler). "
-                                  "Use full or selective.",
-                                  where));
+  auto container = register_module("layers", std::make_shared<torch::nn::Module>());
+  for (int64_t i = 0; i < shape_.n_layers; ++i) {
+    if (!part.holds("layers." + std::to_string(i))) continue;
+    layers.push_back(container->register_module(std::to_string(i),
+                                                std::make_shared<DecoderBlock>(i, make_block(i), shape_, options)));
   }
-  int64_t every = 1;  // full: every block
-  if (ac.mode == AcMode::selective) {
-    std::string option = ac.selective_ac_option;
-    if (option == "op") {
-      option = "1";
-      plan.per_op = true;
-      // torchtitan's default targets MoE routers; a dense model has none, so only other entries are checked.
-      for (const std::string& fqn : ac.per_op_sac_force_recompute_mm_shapes_by_fqns) {
-        if (has_moe || fqn != "moe.router.gate") plan.force_recompute_mm.push_back(fqn);
-      }
-    }
-    const bool digits = !option.empty() && option.size() < 10 &&
-                        std::all_of(option.begin(), option.end(), [](char c) { return c >= '0' && c <= '9'; });
-    every = digits ? std::stoll(option) : 0;
-    if (every < 1) {
-      throw ConfigError("activation_checkpoint.selective_ac_option",
-                        fmt::format("[{}] expected activation_checkpoint.selective_ac_option to be an integer N >= 1 "
-                                    "(checkpoint every N-th block) or op, got '{}'.",
-                                    where, ac.selective_ac_option));
+  if (part.holds("norm"))
+    norm = register_module("norm", std::make_shared<nn::RMSNorm>(shape_.dim, shape_.norm_eps, options));
+  if (!shape_.tied && part.holds("output")) {
+    output = register_module("output", std::make_shared<nn::Linear>(shape_.dim, shape_.vocab_size, options));
+  }
+}
+
+at::Tensor Decoder::forward(const at::Tensor& tokens, const nn::AttentionContext& context) const {
+  TITAN_CHECK_VALUE(tokens.dim() == 2 && tokens.size(1) <= seq_len_,
+                    "[{}] expected tokens of shape (B, S<={}), got {}.", shape_.where, seq_len_,
+                    c10::str(tokens.sizes()));
+  TITAN_CHECK(tok_embeddings && norm && static_cast<int64_t>(layers.size()) == shape_.n_layers,
+              "[{}] expected the whole model in forward(), got a part of {} blocks. Run a part with "
+              "forward_part(x, modules).",
+              shape_.where, layers.size());
+  std::vector<std::string> all{"tok_embeddings"};
+  for (const auto& layer : layers) all.push_back("layers." + std::to_string(layer->layer_id));
+  all.insert(all.end(), {"norm", "output"});
+  return forward_part(tokens, all, context);
+}
+
+const DecoderBlock& Decoder::block(const std::string& path) const {
+  const int64_t index = ModelParts::layer_index(path);
+  const auto it = std::find_if(layers.begin(), layers.end(), [&](const auto& l) { return l->layer_id == index; });
+  TITAN_CHECK_VALUE(index >= 0 && it != layers.end(),
+                    "[{}] expected forward_part modules held by this part, got '{}'. Build the part with the "
+                    "stage's modules.",
+                    shape_.where, path);
+  return **it;
+}
+
+at::Tensor Decoder::forward_part(const at::Tensor& x, const std::vector<std::string>& modules,
+                                 const nn::AttentionContext& context) const {
+  TITAN_CHECK(rope_.freqs_cis.defined(),
+              "[{}] expected a model on a real device, got one on meta. Build it with a device and call "
+              "init_weights().",
+              shape_.where);
+  at::Tensor h = x;  // tokens (B, S), then (B, S, D), logits (B, S, V) after "output"
+  for (const auto& path : modules) {
+    if (path == "tok_embeddings" && tok_embeddings) {
+      h = tok_embeddings->forward(h);
+    } else if (path == "norm" && norm) {
+      h = norm->forward(h);
+    } else if (path == "output" && output) {
+      h = output->forward(h);  // (B, S, V), or (B, S, V/tp) under loss parallel
+    } else if (path == "output" && shape_.tied && tok_embeddings) {
+      h = parallel::with_param(tok_embeddings->weight, [&](const at::Tensor& w) { return at::linear(h, w); });
+    } else {
+      h = block(path).forward(h, rope_, context);
     }
   }
-  // torchtitan counts blocks from 1 and wraps the N-th, 2N-th, ...
-  for (int64_t i = 0; i < n_layers; ++i) {
-    if ((i + 1) % every == 0) plan.modules.push_back(fmt::format("layers.{}", i));
-  }
-  return plan;
+  return h;
 }
 
-parallel::DataParallelOptions data_parallel_options(const torch::nn::Module& model, const JobConfig& config,
-                                                    const dist::Mesh& mesh) {
-  const ParallelismConfig& p = config.parallelism;
-  parallel::DataParallelOptions dp;
-  dp.reshard_after_forward = p.fsdp_reshard_after_forward;
-  // torchtitan's default under PP: keep units gathered after forward (no all-gather per microbatch).
-  if (mesh.size("pp") > 1 && dp.reshard_after_forward == ReshardAfterForward::default_) {
-    dp.reshard_after_forward = ReshardAfterForward::never;
+at::Tensor Decoder::forward_cached(const at::Tensor& tokens, nn::KVCache& cache) const {
+  TITAN_CHECK_VALUE(tokens.dim() == 2 && cache.length() + tokens.size(1) <= seq_len_,
+                    "[{}::forward_cached] expected tokens (B, S) with {} cached + S <= {} (the RoPE tables' length), "
+                    "got {}. Build the model with a seq_len covering prompt and new tokens.",
+                    shape_.where, cache.length(), seq_len_, c10::str(tokens.sizes()));
+  TITAN_CHECK(tok_embeddings && norm && static_cast<int64_t>(layers.size()) == shape_.n_layers,
+              "[{}::forward_cached] expected the whole model, got a part of {} blocks. Decoding runs without "
+              "pipeline parallelism.",
+              shape_.where, layers.size());
+  TITAN_CHECK(rope_.freqs_cis.defined(),
+              "[{}::forward_cached] expected a model on a real device, got one on meta. Build it with a device and "
+              "load its weights.",
+              shape_.where);
+  at::NoGradGuard no_grad;
+  const int64_t count = tokens.size(1);
+  const at::Tensor positions = cache.positions(count, tokens.device());  // (B, S) or (S) int64
+  const at::Tensor mask = cache.mask(count, tokens.device());            // (B or 1, 1, S, T) bool
+  at::Tensor h = tok_embeddings->forward(tokens);                        // (B, S, D)
+  for (const auto& layer : layers) h = layer->forward_cached(h, rope_, positions, mask, cache);
+  cache.advance(count);
+  h = norm->forward(h);                   // (B, S, D)
+  if (output) return output->forward(h);  // (B, S, V)
+  return parallel::with_param(tok_embeddings->weight,
+                              [&](const at::Tensor& w) { return at::linear(h, w); });  // (B, S, V)
+}
+
+void Decoder::init_weights() { init_weights(nn::InitSite::current()); }
+
+void Decoder::init_weights(const nn::InitSite& root) {
+  // Every parameter draws from its own name's stream: a part fills exactly the whole model's values.
+  const double out_std = 1.0 / std::sqrt(static_cast<double>(shape_.dim));
+  if (tok_embeddings && shape_.tied) {
+    // A tied matrix is also the output projection: N(0, 1) rows would give logits of std sqrt(D),
+    // so it takes the output layer's init instead.
+    nn::trunc_normal_(tok_embeddings->weight, root / "tok_embeddings.weight", 0.0, out_std, -3 * out_std, 3 * out_std);
+  } else if (tok_embeddings) {
+    nn::normal_(tok_embeddings->weight, root / "tok_embeddings.weight", 0.0, 1.0);
   }
-  // FSDP's mixed precision (bf16 gathers and compute, fp32 reduction): by default on GPU; on CPU when
-  // training.mixed_precision_param says bfloat16. Without data parallelism the trainer autocasts instead.
-  const auto params = model.parameters();
-  const bool cuda = !params.empty() && params.front().device().is_cuda();
-  dp.param_dtype = scalar_type(mixed_precision_param(config.training, cuda));
-  dp.reduce_dtype = scalar_type(config.training.mixed_precision_reduce);
-  // torchao's float8 all-gather: the weights of the float8 Linears the converter made (run before this).
-  if (config.float8.enable_fsdp_float8_all_gather) {
-    dp.float8_all_gather = float8::fsdp_float8_weights(model);
-    dp.float8_precompute_scales = config.float8.precompute_float8_dynamic_scale_for_fsdp;
+  for (const auto& layer : layers) layer->init_weights(root / ("layers." + std::to_string(layer->layer_id)));
+  if (norm) norm->reset_parameters();
+  if (output) {
+    nn::trunc_normal_(output->weight, root / "output.weight", 0.0, out_std, -3 * out_std, 3 * out_std);
   }
-  return dp;
+}
+
+std::vector<at::Tensor> Decoder::unique_parameters() const { return models::unique_parameters(*this); }
+
+int64_t Decoder::num_params() const {
+  int64_t n = 0;
+  for (const auto& p : unique_parameters()) n += p.numel();
+  return n;
+}
+
+int64_t Decoder::num_flops_per_token(int64_t seq_len) const {
+  // torchtitan's get_moe_model_nparams_and_flops, by parameter name (its dense formula when no MoE).
+  const ParameterGroups g = parameter_groups(*this);
+  const int64_t active_experts =
+      shape_.moe_num_experts > 0 ? g.routed_experts * shape_.moe_top_k / shape_.moe_num_experts : 0;
+  // The embedding lookup is not a matmul, unless the same matrix is also the output head.
+  const int64_t head = shape_.tied ? g.embedding : 0;
+  return 6 * (g.dense + head + g.router + g.shared_experts + active_experts) +
+         6 * shape_.n_layers * shape_.n_heads * (shape_.head_dim + shape_.v_head_dim) * seq_len;
+}
+
+std::vector<std::shared_ptr<nn::MoE>> Decoder::moe_layers() const {
+  std::vector<std::shared_ptr<nn::MoE>> out;
+  for (const auto& layer : layers) {
+    if (layer->moe) out.push_back(layer->moe);
+  }
+  return out;
 }
 
 }  // namespace titan::models

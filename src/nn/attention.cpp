@@ -6,6 +6,7 @@
 #include "titan/core/error.hpp"
 #include "titan/layout/module_hooks.hpp"
 #include "titan/nn/init.hpp"
+#include "titan/nn/kv_cache.hpp"
 #include "titan/nn/sequence_attention.hpp"
 
 namespace titan::nn {
@@ -37,8 +38,8 @@ Attention::Attention(int64_t dim, int64_t n_heads_, int64_t n_kv_heads_, const a
   }
 }
 
-at::Tensor Attention::forward(const at::Tensor& x, const RopeTables& rope) const {
-  check_attention_context("titan::nn::Attention");
+at::Tensor Attention::forward(const at::Tensor& x, const RopeTables& rope, const AttentionContext& context) const {
+  check_attention_context(context, "titan::nn::Attention");
   return parallel::module_call(*this, x, [&](const at::Tensor& in) {
     const int64_t bsz = in.size(0);
     const int64_t seq = in.size(1);
@@ -50,19 +51,48 @@ at::Tensor Attention::forward(const at::Tensor& x, const RopeTables& rope) const
       q = q_norm->forward(q);  // (B, S, H, HD)
       k = k_norm->forward(k);  // (B, S, KVH, HD)
     }
-    // Positions, documents and the cp split of these tokens come from the forward's caller.
-    const at::Tensor& positions = attention_context().positions;
-    q = apply_rope(q, rope, positions).transpose(1, 2);  // (B, H, S, HD)
-    k = apply_rope(k, rope, positions).transpose(1, 2);  // (B, KVH, S, HD)
-    v = v.transpose(1, 2);                               // (B, KVH, S, HD)
-    const at::Tensor out = causal_attention(q, k, v);    // (B, H, S, HD)
+    q = apply_rope(q, rope, context.positions).transpose(1, 2);  // (B, H, S, HD)
+    k = apply_rope(k, rope, context.positions).transpose(1, 2);  // (B, KVH, S, HD)
+    v = v.transpose(1, 2);                                       // (B, KVH, S, HD)
+    const at::Tensor out = causal_attention(q, k, v, context);   // (B, H, S, HD)
     return wo->forward(out.transpose(1, 2).reshape({bsz, seq, -1}));
   });
 }
 
-void Attention::init_weights(double out_std) {
-  for (auto* w : {&wq->weight, &wk->weight, &wv->weight}) trunc_normal_(*w, 0.0, kInStd, kCutLow, kCutHigh);
-  trunc_normal_(wo->weight, 0.0, out_std, kCutLow, kCutHigh);
+at::Tensor AttentionLayer::forward_cached(const at::Tensor&, const RopeTables&, const at::Tensor&, const at::Tensor&,
+                                          KVCache&, int64_t) const {
+  TITAN_CHECK_NOT_IMPLEMENTED(false,
+                              "[titan::nn::AttentionLayer] expected an attention layer with a KV-cache forward, "
+                              "got a {} without one. Implement forward_cached for it to generate.",
+                              name());
+}
+
+at::Tensor Attention::forward_cached(const at::Tensor& x, const RopeTables& rope, const at::Tensor& positions,
+                                     const at::Tensor& mask, KVCache& cache, int64_t layer) const {
+  return parallel::module_call(*this, x, [&](const at::Tensor& in) {
+    const int64_t bsz = in.size(0);
+    const int64_t count = in.size(1);
+    // -1 heads: a tensor-parallel rank holds its share of the heads (and caches only those).
+    at::Tensor q = wq->forward(in).view({bsz, count, -1, head_dim});  // (B, S, H, HD)
+    at::Tensor k = wk->forward(in).view({bsz, count, -1, head_dim});  // (B, S, KVH, HD)
+    at::Tensor v = wv->forward(in).view({bsz, count, -1, head_dim});  // (B, S, KVH, HD)
+    if (q_norm) {
+      q = q_norm->forward(q);  // (B, S, H, HD)
+      k = k_norm->forward(k);  // (B, S, KVH, HD)
+    }
+    q = apply_rope(q, rope, positions).transpose(1, 2);                     // (B, H, S, HD)
+    k = apply_rope(k, rope, positions).transpose(1, 2);                     // (B, KVH, S, HD)
+    const auto [keys, values] = cache.append(layer, k, v.transpose(1, 2));  // (B, KVH, T, HD)
+    const at::Tensor out = cached_attention(q, keys, values, mask);         // (B, H, S, HD)
+    return wo->forward(out.transpose(1, 2).reshape({bsz, count, -1}));      // (B, S, D)
+  });
+}
+
+void Attention::init_weights(const InitSite& site, double out_std) {
+  trunc_normal_(wq->weight, site / "wq.weight", 0.0, kInStd, kCutLow, kCutHigh);
+  trunc_normal_(wk->weight, site / "wk.weight", 0.0, kInStd, kCutLow, kCutHigh);
+  trunc_normal_(wv->weight, site / "wv.weight", 0.0, kInStd, kCutLow, kCutHigh);
+  trunc_normal_(wo->weight, site / "wo.weight", 0.0, out_std, kCutLow, kCutHigh);
   if (q_norm) q_norm->reset_parameters();
   if (k_norm) k_norm->reset_parameters();
 }
@@ -78,10 +108,10 @@ at::Tensor FeedForward::forward(const at::Tensor& x) const {
       *this, x, [&](const at::Tensor& in) { return w2->forward(at::silu(w1->forward(in)) * w3->forward(in)); });
 }
 
-void FeedForward::init_weights(double out_std) {
-  trunc_normal_(w1->weight, 0.0, kInStd, kCutLow, kCutHigh);
-  trunc_normal_(w2->weight, 0.0, out_std, kCutLow, kCutHigh);
-  trunc_normal_(w3->weight, 0.0, out_std, kCutLow, kCutHigh);
+void FeedForward::init_weights(const InitSite& site, double out_std) {
+  trunc_normal_(w1->weight, site / "w1.weight", 0.0, kInStd, kCutLow, kCutHigh);
+  trunc_normal_(w2->weight, site / "w2.weight", 0.0, out_std, kCutLow, kCutHigh);
+  trunc_normal_(w3->weight, site / "w3.weight", 0.0, out_std, kCutLow, kCutHigh);
 }
 
 }  // namespace titan::nn

@@ -9,8 +9,6 @@
 
 namespace titan::nn {
 namespace {
-thread_local AttentionContext current;
-
 at::Tensor rows_of(const at::Tensor& t, int64_t begin, int64_t count) {
   return t.defined() && t.dim() == 2 ? t.narrow(0, begin, count) : t;
 }
@@ -55,18 +53,14 @@ AttentionContext AttentionContext::rows(int64_t begin, int64_t count) const {
           .sharding = sharding};
 }
 
-const AttentionContext& attention_context() { return current; }
-
-void ContextParallelCapable::check_attention_context(const char* where) const {
-  const int64_t running = current.sharding ? current.sharding->layout.degree : 1;
-  TITAN_CHECK_VALUE(running == cp_degree_,
-                    "[{}] expected the forward to run on a sequence sharded over {} context-parallel rank(s), got {}. "
-                    "Run it under the attention context of the batch's local part: "
-                    "auto local = parallel.local_batch({{tokens, labels}}); nn::AttentionScope scope(local.attention).",
-                    where, cp_degree_, running);
+void ContextParallelCapable::check_attention_context(const AttentionContext& context, const char* where) const {
+  const int64_t running = context.sharding ? context.sharding->layout.degree : 1;
+  TITAN_CHECK_VALUE(
+      running == cp_degree_,
+      "[{}] expected the forward to run on a sequence sharded over {} context-parallel rank(s), got {}. "
+      "Pass the attention context of the batch's local part to the forward: "
+      "auto local = parallel.local_batch({{tokens, labels}}); model.forward(local.tokens, local.attention).",
+      where, cp_degree_, running);
 }
-
-AttentionScope::AttentionScope(AttentionContext context) : previous_(std::exchange(current, std::move(context))) {}
-AttentionScope::~AttentionScope() { current = std::move(previous_); }
 
 }  // namespace titan::nn

@@ -13,8 +13,7 @@
 namespace titan::nn {
 namespace {
 
-thread_local uint64_t init_seed = 0;
-thread_local uint64_t init_stream = 0;
+thread_local uint64_t thread_seed = 0;
 
 constexpr uint64_t kGolden = 0x9E3779B97F4A7C15ULL;
 
@@ -41,24 +40,31 @@ Region region_of(const at::Tensor& t) {
 
 }  // namespace
 
-void manual_init_seed(uint64_t seed) {
-  init_seed = seed;
-  init_stream = 0;
+void manual_init_seed(uint64_t seed) { thread_seed = seed; }
+
+uint64_t init_seed() { return thread_seed; }
+
+InitSite InitSite::operator/(std::string_view child) const {
+  return InitSite(seed_, name_.empty() ? std::string(child) : name_ + "." + std::string(child));
 }
 
-void skip_init_streams(int64_t n) { init_stream += static_cast<uint64_t>(n); }
+uint64_t InitSite::stream() const {
+  // FNV-1a over the name, then mixed: names that differ in one character get unrelated streams.
+  uint64_t h = 0xCBF29CE484222325ULL;
+  for (const char c : name_) h = (h ^ static_cast<unsigned char>(c)) * 0x100000001B3ULL;
+  return mix(h);
+}
 
 namespace detail {
 
-uint64_t next_init_stream() { return init_stream++; }
-
-at::Tensor counter_uniform(const at::Tensor& t, uint64_t stream, int64_t draws, int64_t row_begin, int64_t row_count) {
+at::Tensor counter_uniform(const at::Tensor& t, uint64_t seed, uint64_t stream, int64_t draws, int64_t row_begin,
+                           int64_t row_count) {
   Region r = region_of(t);
   if (!r.local_shape.empty() && row_count >= 0) {
     r.offset[0] += row_begin;
     r.local_shape[0] = row_count;
   }
-  const uint64_t key = mix(init_seed ^ mix(stream * kGolden + 1));
+  const uint64_t key = mix(seed ^ mix(stream * kGolden + 1));
   std::vector<int64_t> with_draws = r.local_shape;
   with_draws.push_back(draws);
   at::Tensor out = at::empty(with_draws, at::TensorOptions().dtype(at::kDouble));  // (local region..., draws)
@@ -110,31 +116,32 @@ namespace {
 // embedding would otherwise take ~10 GB of them). Every element's value depends only on its global
 // position, so slabs give the same bits as one piece.
 template <typename Transform>
-void fill_local(at::Tensor& t, int64_t draws, Transform transform) {
+void fill_local(at::Tensor& t, const InitSite& site, int64_t draws, Transform transform) {
   constexpr int64_t kSlabElements = int64_t{1} << 20;
   at::NoGradGuard no_grad;
-  const uint64_t stream = detail::next_init_stream();
+  const uint64_t seed = site.seed();
+  const uint64_t stream = site.stream();
   const Region r = region_of(t);
   const int64_t rows = r.local_shape.empty() ? 0 : r.local_shape[0];
   const int64_t row_numel = rows == 0 ? 0 : c10::multiply_integers(r.local_shape) / rows;
   const int64_t slab = std::max<int64_t>(1, kSlabElements / std::max<int64_t>(1, row_numel * draws));
   if (rows <= slab) {
-    detail::write_local(t, transform(detail::counter_uniform(t, stream, draws)));
+    detail::write_local(t, transform(detail::counter_uniform(t, seed, stream, draws)));
     return;
   }
   if (t.size(0) > rows) t.narrow(0, rows, t.size(0) - rows).zero_();  // padding rows of a dim-0 shard
   for (int64_t begin = 0; begin < rows; begin += slab) {
     const int64_t count = std::min(slab, rows - begin);
-    t.narrow(0, begin, count).copy_(transform(detail::counter_uniform(t, stream, draws, begin, count)));
+    t.narrow(0, begin, count).copy_(transform(detail::counter_uniform(t, seed, stream, draws, begin, count)));
   }
 }
 
 }  // namespace
 
-void trunc_normal_(at::Tensor& t, double mean, double std, double a, double b) {
+void trunc_normal_(at::Tensor& t, const InitSite& site, double mean, double std, double a, double b) {
   const double l = norm_cdf((a - mean) / std);
   const double u = norm_cdf((b - mean) / std);
-  fill_local(t, 1, [&](const at::Tensor& uniform) {  // uniform: (rows..., 1)
+  fill_local(t, site, 1, [&](const at::Tensor& uniform) {  // uniform: (rows..., 1)
     at::Tensor v = uniform.squeeze(-1);
     // PyTorch's recipe: uniform on [2l-1, 2u-1], erfinv, scale, shift, clamp.
     v.mul_(2 * u - 2 * l).add_(2 * l - 1);
@@ -142,8 +149,8 @@ void trunc_normal_(at::Tensor& t, double mean, double std, double a, double b) {
   });
 }
 
-void normal_(at::Tensor& t, double mean, double std) {
-  fill_local(t, 2, [&](const at::Tensor& uv) {  // uv: (rows..., 2)
+void normal_(at::Tensor& t, const InitSite& site, double mean, double std) {
+  fill_local(t, site, 2, [&](const at::Tensor& uv) {  // uv: (rows..., 2)
     const at::Tensor radius = at::sqrt(-2.0 * at::log1p(-uv.select(-1, 0)));
     const at::Tensor angle = uv.select(-1, 1) * (2.0 * std::numbers::pi);
     return radius * at::cos(angle) * std + mean;

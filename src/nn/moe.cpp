@@ -136,8 +136,8 @@ Routing TokenChoiceTopKRouter::forward(const at::Tensor& x, const at::Tensor& ex
   return {top_scores, selected, counts};
 }
 
-void TokenChoiceTopKRouter::init_weights(double init_std) {
-  trunc_normal_(gate->weight, 0.0, init_std, kCutLow, kCutHigh);
+void TokenChoiceTopKRouter::init_weights(const InitSite& site, double init_std) {
+  trunc_normal_(gate->weight, site / "gate.weight", 0.0, init_std, kCutLow, kCutHigh);
 }
 
 // ---- experts -------------------------------------------------------------------------------------
@@ -230,10 +230,10 @@ at::Tensor GroupedExperts::forward(const at::Tensor& x, const at::Tensor& tokens
   });
 }
 
-void GroupedExperts::init_weights(double init_std) {
-  trunc_normal_(w1, 0.0, kInStd, kCutLow, kCutHigh);
-  trunc_normal_(w2, 0.0, init_std, kCutLow, kCutHigh);
-  trunc_normal_(w3, 0.0, init_std, kCutLow, kCutHigh);
+void GroupedExperts::init_weights(const InitSite& site, double init_std) {
+  trunc_normal_(w1, site / "w1", 0.0, kInStd, kCutLow, kCutHigh);
+  trunc_normal_(w2, site / "w2", 0.0, init_std, kCutLow, kCutHigh);
+  trunc_normal_(w3, site / "w3", 0.0, init_std, kCutLow, kCutHigh);
 }
 
 // ---- MoE -----------------------------------------------------------------------------------------
@@ -283,10 +283,10 @@ at::Tensor MoE::forward(const at::Tensor& x) const {
   return shared_experts ? shared_experts->forward(x) + out : out;
 }
 
-void MoE::init_weights(double init_std) {
-  experts->init_weights(init_std);
-  router->init_weights(init_std);
-  if (shared_experts) shared_experts->init_weights(init_std);
+void MoE::init_weights(const InitSite& site, double init_std) {
+  experts->init_weights(site / "experts", init_std);
+  router->init_weights(site / "router", init_std);
+  if (shared_experts) shared_experts->init_weights(site / "shared_experts", init_std);
   at::NoGradGuard no_grad;
   if (expert_bias.defined()) expert_bias.zero_();
   tokens_per_expert.zero_();

@@ -384,8 +384,8 @@ at::Tensor kept_attention(SavedOps& ops, SavedOpsScope::Phase phase, const at::T
 
 }  // namespace
 
-at::Tensor causal_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
-  const AttentionContext& context = attention_context();
+at::Tensor causal_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                            const AttentionContext& context) {
   if (context.sharding) return context_parallel_attention(q, k, v, *context.sharding, context.document_ids);
   // Where bf16 GEMMs run widened (nn/bf16_gemm.hpp), so does attention: ATen's CPU flash kernel in fp32
   // over the bf16 q, k, v, its output rounded to bf16 (about twice as fast as its bf16 form without AMX).
@@ -393,7 +393,7 @@ at::Tensor causal_attention(const at::Tensor& q, const at::Tensor& k, const at::
   // to bf16 before multiplying them by v, which this form does not.
   if (widens(q, k) && v.scalar_type() == at::kBFloat16) {
     const c10::impl::ExcludeDispatchKeyGuard no_autocast(c10::DispatchKey::AutocastCPU);  // CPU autocast lists SDPA
-    return causal_attention(q.to(at::kFloat), k.to(at::kFloat), v.to(at::kFloat)).to(at::kBFloat16);
+    return causal_attention(q.to(at::kFloat), k.to(at::kFloat), v.to(at::kFloat), context).to(at::kBFloat16);
   }
   if (const nn::detail::ActiveOps active = nn::detail::active_ops(); active.ops != nullptr) {
     return kept_attention(*active.ops, active.phase, q, k, v, context.document_ids);

@@ -22,7 +22,6 @@
 
 #include "titan/core/error.hpp"
 #include "titan/layout/module_hooks.hpp"
-#include "titan/nn/attention_context.hpp"
 #include "titan/nn/saved_ops.hpp"
 
 namespace titan::parallel {
@@ -89,11 +88,10 @@ constexpr at::DeviceType kAutocastDevices[] = {at::kCPU, at::kCUDA};
 // What the forward ran under, re-established for the recompute.
 struct ForwardState {
   std::optional<at::Tensor> cpu_rng{};  // the default CPU generator's state (preserve_rng_state)
-  nn::AttentionContext attention{};     // positions, documents, the cp split
   AutocastState autocast[2]{};          // per kAutocastDevices: single-device mixed precision
 
   static ForwardState capture(bool preserve_rng) {
-    ForwardState s{.attention = nn::attention_context()};
+    ForwardState s;
     for (size_t i = 0; i < std::size(kAutocastDevices); ++i) s.autocast[i] = AutocastState::of(kAutocastDevices[i]);
     if (preserve_rng) {
       at::Generator gen = at::detail::getDefaultCPUGenerator();
@@ -110,7 +108,7 @@ struct ForwardState {
 // would read casts of weights the optimizer has since changed).
 class Replay {
  public:
-  explicit Replay(const ForwardState& s) : scope_(s.attention) {
+  explicit Replay(const ForwardState& s) {
     if (s.cpu_rng) {
       at::Generator gen = at::detail::getDefaultCPUGenerator();
       std::lock_guard lock(gen.mutex());
@@ -136,7 +134,6 @@ class Replay {
   Replay& operator=(const Replay&) = delete;
 
  private:
-  nn::AttentionScope scope_;
   std::optional<at::Tensor> saved_rng_;
   AutocastState autocast_was_[2]{};
 };

@@ -49,13 +49,13 @@ class StepRunner {
              double scale, bool train)
       : s_(state), program_(program), forward_(forward), loss_(std::move(loss)), scale_(scale), train_(train) {}
 
-  double run(const at::Tensor& tokens, const at::Tensor& labels) {
+  double run(const at::Tensor& tokens, const at::Tensor& labels, const nn::AttentionContext& context) {
     const int64_t micro = program_.num_microbatches;
     if (s_.is_local(0)) tokens_ = tokens.chunk(micro, 0);
     if (s_.is_local(s_.num_stages() - 1)) labels_ = labels.chunk(micro, 0);
     device_ = s_.device = tokens.device();
     rows_ = tokens.size(0) / micro;
-    context_ = nn::attention_context();  // the caller's batch; each microbatch runs under its rows
+    context_ = context;  // the caller's batch; each microbatch runs with its rows
     tokens_per_row_ = tokens.numel() / std::max<int64_t>(tokens.size(0), 1);
     s_.timeline.assign(static_cast<size_t>(program_.num_ranks), {});
     s_.stats = {};
@@ -233,8 +233,7 @@ class StepRunner {
     TITAN_CHECK(!sl.forward_done, "[titan::pipeline] expected one forward of stage {} microbatch {}, got two.", stage,
                 microbatch);
     c10::AutoGradMode grad_mode(train_);
-    const nn::AttentionScope scope(context_.rows(microbatch * rows_, rows_));
-    at::Tensor y = forward_(stage, sl.input);
+    at::Tensor y = forward_(stage, sl.input, context_.rows(microbatch * rows_, rows_));
     if (stage == s_.num_stages() - 1) {
       const at::Tensor loss = loss_(y, labels_[static_cast<size_t>(microbatch)].to(y.device())) * scale_;  // ()
       loss_sum_ += loss.detach().item<double>();
@@ -335,19 +334,19 @@ double sum_over_pp(const dist::ProcessGroup& group, double value, const at::Devi
 }  // namespace
 
 double Pipeline::step(const StageForward& forward, const at::Tensor& tokens, const at::Tensor& labels,
-                      const LossFn& loss, double loss_scale) {
+                      const LossFn& loss, double loss_scale, const nn::AttentionContext& context) {
   const PipelineProgram& prog = program(microbatches_of(tokens, state_->plan));
   StepRunner runner(*state_, prog, forward, loss ? loss : LossFn(cross_entropy_sum), loss_scale, /*train=*/true);
-  const double local = runner.run(tokens, labels);
+  const double local = runner.run(tokens, labels, context);
   if (state_->step_end) state_->step_end();
   return sum_over_pp(state_->group, local, tokens.device());
 }
 
 double Pipeline::evaluate(const StageForward& forward, const at::Tensor& tokens, const at::Tensor& labels,
-                          const LossFn& loss) {
+                          const LossFn& loss, const nn::AttentionContext& context) {
   const PipelineProgram prog = detail::forward_only_program(*state_, microbatches_of(tokens, state_->plan));
   StepRunner runner(*state_, prog, forward, loss ? loss : LossFn(cross_entropy_sum), 1.0, /*train=*/false);
-  return sum_over_pp(state_->group, runner.run(tokens, labels), tokens.device());
+  return sum_over_pp(state_->group, runner.run(tokens, labels, context), tokens.device());
 }
 
 PipelineTimeline Pipeline::gather_timeline() const {

@@ -36,9 +36,9 @@ AutocastScope::~AutocastScope() {
   if (at::autocast::decrement_nesting() == 0) at::autocast::clear_cache();
 }
 
-ForwardBackwardResult forward_backward(const std::function<at::Tensor(const at::Tensor&)>& forward,
-                                       const std::vector<Microbatch>& microbatches, const at::Device& device,
-                                       int64_t global_valid_tokens, bool bf16_autocast, const LossFn& loss_fn) {
+ForwardBackwardResult forward_backward(const ModelForward& forward, const std::vector<Microbatch>& microbatches,
+                                       const at::Device& device, int64_t global_valid_tokens, bool bf16_autocast,
+                                       const LossFn& loss_fn) {
   ForwardBackwardResult result;
   for (const auto& mb : microbatches) {
     result.valid_tokens += count_valid_tokens(mb.labels);
@@ -57,8 +57,7 @@ ForwardBackwardResult forward_backward(const std::function<at::Tensor(const at::
     {
       const ProfileScope profile("titan::forward");
       const AutocastScope autocast(bf16_autocast, device.type());
-      const nn::AttentionScope attention(mb.attention);
-      const at::Tensor logits = forward(input);  // (B, S, V), or (B, S, V/tp) under loss parallel
+      const at::Tensor logits = forward(input, mb.attention);  // (B, S, V), or (B, S, V/tp) under loss parallel
       loss = (loss_fn ? loss_fn(logits, labels) : cross_entropy_sum(logits, labels)) / static_cast<double>(denom);
     }
     {

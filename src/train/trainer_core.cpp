@@ -479,10 +479,10 @@ void TrainerCore::run_step() {
     ValidationResult r = validator_->run(
         [this](const at::Tensor& tokens, const at::Tensor& labels) {
           const parallel::LocalBatch local = parallel_->local_batch({.tokens = tokens, .labels = labels});
-          const nn::AttentionScope scope(local.attention);
           if (parallel_->pipeline())
-            return parallel_->pipeline()->evaluate(model_.stage_forward, local.tokens, local.labels, loss_);
-          const at::Tensor logits = model_.forward(local.tokens);  // (B, S/cp, V)
+            return parallel_->pipeline()->evaluate(model_.stage_forward, local.tokens, local.labels, loss_,
+                                                   local.attention);
+          const at::Tensor logits = model_.forward(local.tokens, local.attention);  // (B, S/cp, V)
           return (loss_ ? loss_(logits, local.labels) : cross_entropy_sum(logits, local.labels)).item<double>();
         },
         device_);
@@ -520,17 +520,17 @@ ForwardBackwardResult TrainerCore::forward_backward_step(const std::vector<Micro
                         mixed_precision_param(config_.training, device_.is_cuda()) == DType::bfloat16;
   if (pipeline == nullptr) return forward_backward(model_.forward, micro, device_, global_valid, autocast, loss_);
   // Each stage's forward runs under autocast; the backward replays what it recorded.
-  const parallel::StageForward stage_forward = [&](int64_t stage, const at::Tensor& x) {
+  const parallel::StageForward stage_forward = [&](int64_t stage, const at::Tensor& x,
+                                                   const nn::AttentionContext& context) {
     const AutocastScope scope(autocast, device_.type());
-    return model_.stage_forward(stage, x);
+    return model_.stage_forward(stage, x, context);
   };
   // Each accumulation microbatch (the local batch) runs through the pipeline in
   // local_batch_size / pipeline_parallel_microbatch_size pipeline microbatches.
   ForwardBackwardResult fb;
   for (const auto& mb : micro) {
-    const nn::AttentionScope scope(mb.attention);
     fb.loss += pipeline->step(stage_forward, mb.input.to(device_), mb.labels.to(device_), loss_,
-                              1.0 / static_cast<double>(global_valid));
+                              1.0 / static_cast<double>(global_valid), mb.attention);
     fb.valid_tokens += count_valid_tokens(mb.labels);
     fb.tokens += mb.labels.numel();
   }

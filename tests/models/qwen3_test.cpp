@@ -136,7 +136,7 @@ TEST_CASE("qwen3 part init equals the whole model's init", "[models][qwen3]") {
   }
   // Routed experts draw trunc-normal(0.02) / the block's init std; the expert bias starts at zero.
   CHECK(whole.layers[2]->moe->expert_bias.eq(0).all().item<bool>());
-  CHECK(whole.layers[0]->attention->q_norm->weight.eq(1).all().item<bool>());
+  CHECK(whole.layers[0]->attention_as<titan::nn::Attention>()->q_norm->weight.eq(1).all().item<bool>());
 }
 
 TEST_CASE("qwen3 debugmodel and debugmodel_moe run forward and backward", "[models][qwen3][full]") {

@@ -181,7 +181,7 @@ TEST_CASE("moe: the layer through grouped GEMM equals the layer through the loop
   for (bool before : {true, false}) {
     MoE moe(MoEArgs{.num_experts = 6, .score_func = "softmax", .score_before_experts = before, .top_k = 2}, 16, 32,
             kF32);
-    moe.init_weights(0.1);
+    moe.init_weights(nn::InitSite::current() / "moe", 0.1);
     at::manual_seed(2);
     at::Tensor x = at::randn({2, 9, 16}).requires_grad_(true);  // (B, S, D)
     std::vector<at::Tensor> inputs{x};
@@ -211,7 +211,7 @@ TEST_CASE("moe: the layer equals a token-by-token dense reference", "[nn][moe]")
                  .score_before_experts = before,
                  .top_k = 2};
     MoE moe(args, 8, 16, kF32);
-    moe.init_weights(0.1);
+    moe.init_weights(nn::InitSite::current() / "moe", 0.1);
     at::manual_seed(4);
     at::Tensor x = at::randn({1, 5, 8});  // (B, S, D)
     at::Tensor y = moe.forward(x);        // (B, S, D)
@@ -313,7 +313,7 @@ TEST_CASE("moe: update_expert_bias moves the bias toward balance", "[nn][moe]") 
   const double c = 1e-3;
   {
     MoE moe(MoEArgs{.num_experts = 4, .num_shared_experts = 0, .load_balance_coeff = c}, 4, 8, kF32);
-    moe.init_weights(0.02);
+    moe.init_weights(nn::InitSite::current() / "moe", 0.02);
     moe.tokens_per_expert.copy_(at::tensor({10.f, 0.f, 2.f, 4.f}));  // mean 4
     moe.update_expert_bias(c);
     // d = c * sign(4 - load) = c * (-1, 1, 1, 0); bias += d - mean(d) = c * (-1.25, 0.75, 0.75, -0.25)
@@ -324,7 +324,7 @@ TEST_CASE("moe: update_expert_bias moves the bias toward balance", "[nn][moe]") 
   {
     // A constant gate sends every token to expert 0 (a tie); one update steers them elsewhere.
     MoE moe(MoEArgs{.num_experts = 4, .num_shared_experts = 0, .top_k = 1, .load_balance_coeff = c}, 4, 8, kF32);
-    moe.init_weights(0.02);
+    moe.init_weights(nn::InitSite::current() / "moe", 0.02);
     {
       at::NoGradGuard no_grad;
       moe.router->gate->weight.zero_();

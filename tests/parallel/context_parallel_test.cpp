@@ -52,7 +52,8 @@ TEST_CASE("FSDP under CP shards over dp_shard_cp and says so", "[parallel][cp]")
     llama3::Llama3 model(parity_args(), 32, at::TensorOptions());
     const Parallelized applied = parallelize(model, mesh, llama3::parallel_plan(model, mesh));
     RANK_CHECK_INFO(applied.describe(), applied.describe() == "CP(cp=2, headtail, allgather) + FSDP(dp_shard_cp=2)");
-    const parallel::ShardedParam* sp = parallel::sharded_param(model.layers[0]->attention->wq->weight);
+    const parallel::ShardedParam* sp =
+        parallel::sharded_param(model.layers[0]->attention_as<nn::Attention>()->wq->weight);
     RANK_CHECK(sp != nullptr && sp->placements.at(0).first == "dp_shard_cp");
   });
 }

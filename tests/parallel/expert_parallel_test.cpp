@@ -85,8 +85,8 @@ Run train(const dist::Mesh& mesh, bool skewed = false) {
   const int64_t experts = 8;
   nn::manual_init_seed(7);
   TwoMoE model(experts);
-  model.moe0->init_weights(0.02);
-  model.moe1->init_weights(0.02);
+  model.moe0->init_weights(nn::InitSite::current() / "moe0", 0.02);
+  model.moe1->init_weights(nn::InitSite::current() / "moe1", 0.02);
   {
     at::NoGradGuard no_grad;  // spread the router scores so the top-2 choice is far from ties
     model.moe0->router->gate->weight.mul_(25.0);

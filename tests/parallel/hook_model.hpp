@@ -17,8 +17,11 @@ struct HookModel : torch::nn::Module {
                                           const std::vector<std::string>& = {}) {
     return nullptr;
   }
-  at::Tensor forward(const at::Tensor& tokens) const { return tokens; }
-  at::Tensor forward_part(const at::Tensor& x, const std::vector<std::string>&) const { return x; }
+  at::Tensor forward(const at::Tensor& tokens, const nn::AttentionContext& = {}) const { return tokens; }
+  at::Tensor forward_part(const at::Tensor& x, const std::vector<std::string>&,
+                          const nn::AttentionContext& = {}) const {
+    return x;
+  }
   void init_weights() {}
   std::vector<at::Tensor> unique_parameters() const { return {}; }
   int64_t vocab_size() const { return 0; }

@@ -52,7 +52,8 @@ TEST_CASE("parallelize applies TP and FSDP in one call and the handle describes 
     RANK_CHECK_INFO(parallel.describe(), parallel.describe().find("TP(tp=2") == 0);
     RANK_CHECK_INFO(parallel.describe(), parallel.describe().find("+ FSDP(dp_shard=2)") != std::string::npos);
     // TP shards the rows of wq, FSDP those rows again: a quarter of wq lives here.
-    const parallel::ShardedParam* wq = parallel::sharded_param(model.layers[0]->attention->wq->weight);
+    const parallel::ShardedParam* wq =
+        parallel::sharded_param(model.layers[0]->attention_as<nn::Attention>()->wq->weight);
     RANK_CHECK(wq != nullptr && wq->placements.size() == 2);
     RANK_CHECK(parallel.loss_parallel());
     model.init_weights();

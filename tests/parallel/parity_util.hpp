@@ -164,15 +164,18 @@ inline ParityResult train_parity(const dist::Mesh& mesh, const ParityRun& run) {
     }
     double step_loss = 0;
     if (applied.pipeline()) {
-      const auto stage = [&](int64_t s, const at::Tensor& x) { return model.forward_part(x, plan.pipeline.stages[s]); };
+      const auto stage = [&](int64_t s, const at::Tensor& x, const nn::AttentionContext& context) {
+        return model.forward_part(x, plan.pipeline.stages[s], context);
+      };
       for (const auto& mb : micro) {
-        const nn::AttentionScope scope(mb.attention);
-        step_loss += applied.pipeline()->step(stage, mb.input, mb.labels, loss, 1.0 / count_valid_tokens(labels));
+        step_loss +=
+            applied.pipeline()->step(stage, mb.input, mb.labels, loss, 1.0 / count_valid_tokens(labels), mb.attention);
       }
     } else {
-      step_loss = forward_backward([&](const at::Tensor& t) { return model.forward(t); }, micro, at::kCPU,
-                                   count_valid_tokens(labels), run.bf16 && mesh.size("dp") == 1, loss)
-                      .loss;
+      step_loss =
+          forward_backward([&](const at::Tensor& t, const nn::AttentionContext& c) { return model.forward(t, c); },
+                           micro, at::kCPU, count_valid_tokens(labels), run.bf16 && mesh.size("dp") == 1, loss)
+              .loss;
     }
     at::Tensor loss = at::full({1}, step_loss, at::kDouble);
     mesh.group("dp_cp").all_reduce(loss).wait();  // each dp rank's rows, each cp rank's part of them

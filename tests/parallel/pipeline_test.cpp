@@ -51,6 +51,16 @@ TEST_CASE("pipeline parts initialise and compute exactly what the whole model do
   }
   CHECK(tensors == static_cast<int64_t>(reference.size()));
   CHECK(at::allclose(h, whole.forward(tokens), 1e-5, 1e-6));
+  // A split no schedule makes (blocks out of order, apart, with the head): each parameter draws by its
+  // name, so any part holds the whole model's values.
+  nn::manual_init_seed(7);
+  llama3::Llama3 odd(args, 16, at::TensorOptions(), {"layers.5", "layers.1", "output"});
+  odd.init_weights();
+  CHECK(odd.named_parameters(/*recurse=*/true).size() == 1 + 2 * 9);
+  for (const auto& item : odd.named_parameters(/*recurse=*/true)) {
+    INFO(item.key());
+    CHECK(at::equal(item.value(), reference[item.key()]));
+  }
   CHECK_THROWS_WITH(llama3::Llama3(args, 16, at::TensorOptions(), {"layers.6"}), Catch::Contains("got 'layers.6'"));
 }
 
@@ -127,8 +137,10 @@ TEST_CASE("pipeline plans that cannot run are clear errors", "[parallel][pipelin
     std::string error;
     try {
       (void)applied.pipeline()->step(
-          [&](int64_t s, const at::Tensor& x) { return model.forward_part(x, pipeline.stages[s]); }, tokens, tokens, {},
-          1.0);
+          [&](int64_t s, const at::Tensor& x, const nn::AttentionContext& c) {
+            return model.forward_part(x, pipeline.stages[s], c);
+          },
+          tokens, tokens, {}, 1.0);
     } catch (const c10::Error& e) {
       error = e.what();
     }

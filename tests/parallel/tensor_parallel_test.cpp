@@ -175,7 +175,8 @@ TEST_CASE("an invalid plan leaves the model untouched", "[parallel][tp][plan]") 
       threw = true;
     }
     RANK_CHECK(threw);
-    RANK_CHECK(model.layers[0]->attention->wq->weight.size(0) == test::parity_args().dim);  // not sharded
-    RANK_CHECK(parallel::sharded_param(model.layers[0]->attention->wq->weight) == nullptr);
+    RANK_CHECK(model.layers[0]->attention_as<nn::Attention>()->wq->weight.size(0) ==
+               test::parity_args().dim);  // not sharded
+    RANK_CHECK(parallel::sharded_param(model.layers[0]->attention_as<nn::Attention>()->wq->weight) == nullptr);
   });
 }

@@ -21,7 +21,8 @@ std::vector<at::Tensor> grads_for(const std::vector<titan::Microbatch>& micro, d
                                .rope_theta = 500000},
                               16, at::TensorOptions());
   model.init_weights();
-  const auto result = titan::forward_backward([&](const at::Tensor& t) { return model.forward(t); }, micro, at::kCPU);
+  const auto result = titan::forward_backward(
+      [&](const at::Tensor& t, const titan::nn::AttentionContext& c) { return model.forward(t, c); }, micro, at::kCPU);
   *loss = result.loss;
   std::vector<at::Tensor> grads;
   for (const auto& p : model.unique_parameters()) grads.push_back(p.grad().clone());

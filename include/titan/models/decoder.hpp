@@ -1,152 +1,136 @@
 // SPDX-License-Identifier: BSD-3-Clause
-// What every bundled decoder-only model (Llama 3, Qwen3, ...) shares around its blocks: the model
-// parts a pipeline rank builds (top-level paths tok_embeddings, layers.N, norm, output), parameters
-// without duplicates, and the plan pieces that depend only on the number of blocks (pipeline split,
-// context parallelism, activation checkpointing) or on the job config alone (data-parallel options).
-// A model's own parallelize.cpp adds what depends on its layers (TP styles, FSDP units).
+// The decoder skeleton every bundled family shares, written once: token embeddings, blocks (pre-norm
+// attention and feed-forward with residuals), the final norm, the output projection (or the tied
+// embedding), RoPE tables, pipeline parts (`forward_part`), init, parameter and FLOP counts, and the
+// KV-cache forward. A family supplies its shape (models/decoder_shape.hpp), each block's attention and
+// feed-forward, and its RoPE tables:
+//
+//   class MyModel : public models::Decoder {
+//     MyModel(const MyArgs& a, int64_t seq_len, const at::TensorOptions& o, const std::vector<std::string>& parts)
+//         : Decoder(shape_of(a), seq_len, o, parts, [&](int64_t layer) {
+//             return DecoderBlock::Parts{.attention = std::make_shared<nn::Attention>(...),
+//                                        .feed_forward = std::make_shared<nn::FeedForward>(...),
+//                                        .init_std = 0.02};
+//           }) { if (o.device().type() != at::kMeta) set_rope(nn::make_rope_tables(...)); }
+//   };
+//
+// Parameter names are torchtitan's: tok_embeddings.weight, layers.N.{attention_norm, attention, ffn_norm,
+// feed_forward | moe}.*, norm.weight, output.weight. Each parameter's initial values depend only on
+// the init seed and that name (nn/init.hpp), so a model split any way initialises as the whole model.
 #pragma once
 
 #include <torch/nn/module.h>
 
-#include <cstdint>
 #include <functional>
-#include <map>
+#include <memory>
 #include <string>
-#include <string_view>
 #include <vector>
 
-#include "titan/parallel/plan.hpp"
+#include "titan/models/decoder_shape.hpp"
+#include "titan/nn/attention.hpp"
+#include "titan/nn/attention_context.hpp"
+#include "titan/nn/init.hpp"
+#include "titan/nn/layers.hpp"
+#include "titan/nn/moe.hpp"
+#include "titan/nn/rope.hpp"
 
-namespace titan {
-struct JobConfig;
-struct ParallelismConfig;
-struct ActivationCheckpointConfig;
-}  // namespace titan
-namespace titan::dist {
-class Mesh;
+namespace titan::nn {
+class KVCache;
 }
 
 namespace titan::models {
 
-/// A model's named flavors (torchtitan's table: name -> arguments), in name order.
-template <class Args>
-using FlavorTable = std::map<std::string, Args, std::less<>>;
-
-/// The names in a flavor table, sorted.
-template <class Args>
-std::vector<std::string> flavor_names(const FlavorTable<Args>& table) {
-  std::vector<std::string> names;
-  for (const auto& entry : table) names.push_back(entry.first);
-  return names;
-}
-
-/// Throws ConfigError on model.flavor: "[where] expected model.flavor to be one of [known], got 'name'".
-[[noreturn]] void unknown_flavor(const std::vector<std::string>& known, std::string_view name, const char* where);
-
-/// The arguments of flavor `name`, or unknown_flavor's error.
-template <class Args>
-Args find_flavor(const FlavorTable<Args>& table, std::string_view name, const char* where) {
-  const auto it = table.find(name);
-  if (it == table.end()) unknown_flavor(flavor_names(table), name, where);
-  return it->second;
-}
-
-/// Which top-level modules a model part holds; an empty list means the whole model. The constructor
-/// checks the names (tok_embeddings, layers.0 .. layers.{n_layers-1}, norm, output unless tied) and
-/// refuses a part of a tied model (the first and last stage would share a weight).
-class ModelParts {
+/// One block: h = x + attention(attention_norm(x)); out = h + ffn(ffn_norm(h)), ffn dense or MoE.
+class DecoderBlock : public torch::nn::Module {
  public:
-  /// `where` prefixes the errors ("titan::llama3").
-  ModelParts(const std::vector<std::string>& modules, int64_t n_layers, bool tied, const char* where);
-  /// Whether the part holds the top-level module `path`.
-  bool holds(const std::string& path) const;
-  /// N of "layers.N", or -1 for any other path.
-  static int64_t layer_index(const std::string& path);
+  /// What a family builds for block `layer_id`: its attention and exactly one of feed_forward / moe.
+  struct Parts {
+    /// The attention sublayer (registered as `attention`).
+    std::shared_ptr<nn::AttentionLayer> attention{};
+    /// A dense feed-forward (registered as `feed_forward`), or null.
+    std::shared_ptr<nn::FeedForward> feed_forward{};
+    /// An MoE feed-forward (registered as `moe`), or null.
+    std::shared_ptr<nn::MoE> moe{};
+    /// Std of the block's output projections (wo, w2, w3, the router gate).
+    double init_std = 0.02;
+  };
+  DecoderBlock(int64_t layer_id, Parts parts, const DecoderShape& shape, const at::TensorOptions& options);
+  /// x (B, S, D) -> (B, S, D); checkpointed when the plan marks the block (the recompute keeps `context`).
+  at::Tensor forward(const at::Tensor& x, const nn::RopeTables& rope, const nn::AttentionContext& context) const;
+  /// Inference over a KV cache (see Decoder::forward_cached).
+  at::Tensor forward_cached(const at::Tensor& x, const nn::RopeTables& rope, const at::Tensor& positions,
+                            const at::Tensor& mask, nn::KVCache& cache) const;
+  /// Fills the block's weights; `site` names the block ("layers.N").
+  void init_weights(const nn::InitSite& site);
+  /// The attention as the family's type (nullptr if it is another).
+  template <class A>
+  std::shared_ptr<A> attention_as() const {
+    return std::dynamic_pointer_cast<A>(attention);
+  }
+
+  int64_t layer_id;
+  double init_std;
+  std::shared_ptr<nn::RMSNorm> attention_norm;    // weight (D)
+  std::shared_ptr<nn::AttentionLayer> attention;  // the family's
+  std::shared_ptr<nn::RMSNorm> ffn_norm;          // weight (D)
+  std::shared_ptr<nn::FeedForward> feed_forward;  // dense blocks; null in an MoE block
+  std::shared_ptr<nn::MoE> moe;                   // MoE blocks; null in a dense block
+};
+
+class Decoder : public torch::nn::Module {
+ public:
+  using BlockFactory = std::function<DecoderBlock::Parts(int64_t layer_id)>;
+  /// Builds the model with uninitialised parameters; `seq_len` must not exceed shape.max_seq_len.
+  /// With `modules` (top-level paths: "tok_embeddings", "layers.N", "norm", "output") only those
+  /// are built: a pipeline rank's part, with the whole model's names.
+  Decoder(DecoderShape shape, int64_t seq_len, const at::TensorOptions& options,
+          const std::vector<std::string>& modules, const BlockFactory& make_block);
+
+  /// tokens (B, S) int64 -> logits (B, S, V) in the parameter dtype. `context`: the tokens' positions,
+  /// documents and context-parallel split; none = causal attention over positions 0..S-1.
+  at::Tensor forward(const at::Tensor& tokens, const nn::AttentionContext& context = {}) const;
+  /// Runs `modules` in order on x: tokens (B, S) before "tok_embeddings", hidden states (B, S, D)
+  /// after it; "output" returns the logits (B, S, V). One pipeline stage's forward.
+  at::Tensor forward_part(const at::Tensor& x, const std::vector<std::string>& modules,
+                          const nn::AttentionContext& context = {}) const;
+  /// Inference with a KV cache (nn/kv_cache.hpp): tokens (B, S) are the next S columns of `cache`
+  /// (the left-padded prompts, then one token per step); returns their logits (B, S, V), replicated
+  /// under tensor parallelism without loss parallel. No autograd.
+  at::Tensor forward_cached(const at::Tensor& tokens, nn::KVCache& cache) const;
+  /// torchtitan's init scheme from the calling thread's init seed (nn::manual_init_seed).
+  void init_weights();
+  /// The same from `root` (its seed; its name prefixes every parameter's).
+  void init_weights(const nn::InitSite& root);
+  /// Parameters without duplicates (tied weights once), in registration order.
+  std::vector<at::Tensor> unique_parameters() const;
+  /// Number of parameters, every expert included (tied weights counted once).
+  int64_t num_params() const;
+  /// torchtitan's training FLOPs per token: 6 * (non-embedding parameters, of the routed experts the
+  /// top_k / num_experts active share; a tied embedding counts as the output matmul it also is) +
+  /// 6 * L * H * (head_dim + v_head_dim) * S.
+  int64_t num_flops_per_token(int64_t seq_len) const;
+  /// The MoE layers this part holds, in block order (for expert-bias updates and load logging).
+  std::vector<std::shared_ptr<nn::MoE>> moe_layers() const;
+
+  int64_t vocab_size() const { return shape_.vocab_size; }
+  int64_t seq_len() const { return seq_len_; }
+  const DecoderShape& shape() const { return shape_; }
+
+  std::shared_ptr<nn::Embedding> tok_embeddings;      // weight (V, D); null in a part without it
+  std::vector<std::shared_ptr<DecoderBlock>> layers;  // registered as layers.<layer_id>; a part's only
+  std::shared_ptr<nn::RMSNorm> norm;                  // weight (D); null in a part without it
+  std::shared_ptr<nn::Linear> output;                 // weight (V, D); null when tied or not in the part
+
+ protected:
+  /// The RoPE tables of the family (derived, not parameters): set on a real device, never on meta.
+  void set_rope(nn::RopeTables rope) { rope_ = std::move(rope); }
 
  private:
-  std::vector<std::string> modules_;
+  const DecoderBlock& block(const std::string& path) const;
+
+  DecoderShape shape_;
+  int64_t seq_len_;
+  nn::RopeTables rope_;  // freqs_cis (S, rope dims / 2)
 };
-
-/// What the plan pieces below need to know about a decoder's blocks.
-struct DecoderShape {
-  /// Number of blocks (layers.0 .. layers.{n_layers-1}).
-  int64_t n_layers = 0;
-  /// Query heads per block.
-  int64_t n_heads = 0;
-  /// Key/value heads per block.
-  int64_t n_kv_heads = 0;
-  /// The output projection is the embedding matrix (no `output` module).
-  bool tied = false;
-  /// Attention projections split over heads under TP (ColwiseParallel), by name inside `layers.N.attention`.
-  std::vector<std::string> head_projections{"wq", "wk", "wv"};
-  /// Attention modules that see every head's input or one head's features (Qwen3's q_norm/k_norm, MLA's
-  /// down-projections): under TP their weights stay whole on each rank and their gradients are summed.
-  std::vector<std::string> replicated_attention{};
-  /// Blocks whose feed-forward is `layers.N.moe` (an nn::MoE) instead of `layers.N.feed_forward`.
-  std::vector<int64_t> moe_layers{};
-  /// Those MoE layers have `moe.shared_experts`.
-  bool shared_experts = false;
-  /// Prefix of errors ("titan::llama3").
-  const char* where = "titan::models";
-};
-
-/// FSDP units in forward order: tok_embeddings; each block (an MoE block as two: its attention, norms,
-/// router and shared experts, then its routed experts `layers.N.moe.experts`); norm (+ output).
-std::vector<std::vector<std::string>> data_parallel_units(const DecoderShape& shape);
-
-/// torchtitan's TP plan (docs/tensor_parallel.md): embedding vocab-parallel; per block attention_norm
-/// and ffn_norm SequenceParallel, the head projections (wq/wk/wv) colwise, wo rowwise, the replicated
-/// attention modules SequenceParallel (weights whole on each rank, gradients summed), a dense feed_forward's w1/w3
-/// colwise and w2 rowwise; norm SequenceParallel; output colwise (vocab-sharded logits under loss parallel). An MoE
-/// block's moe runs on its rank's tokens with replicated experts (SequenceParallel: gradients summed over tp) under
-/// sequence parallelism, replicated without it; expert parallelism is a separate axis. Checks that
-/// `degree` divides the heads and refuses tied embeddings.
-parallel::TensorParallelPlan tensor_parallel_plan(const DecoderShape& shape, int64_t degree, bool sequence_parallel,
-                                                  bool loss_parallel);
-
-/// Expert parallelism on a mesh with ep > 1 (torchtitan's ExpertParallel): every MoE block's
-/// `layers.N.moe`, its routed experts computing in `compute_dtype` (FSDP's param_dtype); an empty plan
-/// when ep = 1.
-parallel::ExpertParallelPlan expert_parallel_plan(const DecoderShape& shape, int64_t ep, at::ScalarType compute_dtype);
-
-/// Parameters of `model` without duplicates (a tied tensor once), in registration order.
-std::vector<at::Tensor> unique_parameters(const torch::nn::Module& model);
-
-/// Parameter counts by role, as torchtitan's get_moe_model_nparams_and_flops groups them by name.
-struct ParameterGroups {
-  /// Names containing "embedding" (tok_embeddings).
-  int64_t embedding = 0;
-  /// Names containing "moe.shared_experts".
-  int64_t shared_experts = 0;
-  /// Names containing "moe.router".
-  int64_t router = 0;
-  /// Names containing "moe.experts" (the routed experts).
-  int64_t routed_experts = 0;
-  /// Every other parameter.
-  int64_t dense = 0;
-};
-ParameterGroups parameter_groups(const torch::nn::Module& model);
-
-/// torchtitan's pipeline split of n_layers blocks over pp ranks from the parallelism.pipeline_parallel_*
-/// keys: the embeddings count as first_stage_less_layers layers, norm + output as last_stage_less_layers;
-/// stages per rank from the schedule or layers_per_stage; or module_fqns_per_model_part verbatim.
-parallel::PipelinePlan pipeline_plan(int64_t n_layers, int64_t pp, const ParallelismConfig& parallelism);
-
-/// Context parallelism from the parallelism.context_parallel_* keys: every block's attention
-/// (layers.N.attention) attends across the cp split.
-parallel::ContextParallelPlan context_parallel_plan(int64_t n_layers, const ParallelismConfig& parallelism);
-
-/// Activation checkpointing of layers.N from the activation_checkpoint.* keys (torchtitan's): none;
-/// full; selective N (blocks N, 2N, ... counting from 1) or op. Under op, per_op_sac_force_recompute_mm_
-/// shapes_by_fqns become force_recompute_mm, except torchtitan's default "moe.router.gate" when the
-/// model has no MoE router (`has_moe` false). Errors (prefixed `where`) name the key.
-parallel::ActivationCheckpointPlan activation_checkpoint_plan(int64_t n_layers, const ActivationCheckpointConfig& ac,
-                                                              bool has_moe, const char* where);
-
-/// The data-parallel options the job config asks for: fsdp_reshard_after_forward (never under PP by
-/// default, as torchtitan), FSDP mixed precision (training.mixed_precision_*: bf16 by default on GPU,
-/// fp32 on CPU), and float8 all-gather of the float8 Linears of `model`.
-parallel::DataParallelOptions data_parallel_options(const torch::nn::Module& model, const JobConfig& config,
-                                                    const dist::Mesh& mesh);
 
 }  // namespace titan::models

@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "titan/nn/attention_context.hpp"
 #include "titan/parallel/plan.hpp"
 
 namespace titan {
@@ -28,18 +29,20 @@ class HfAdapter;
 template <class M>
 concept TrainableModel = std::derived_from<M, torch::nn::Module> &&
     requires(M& m, const M& cm, const at::Tensor& tokens, const JobConfig& config, const dist::Mesh& mesh,
-             const at::Device& device, int64_t n, const std::vector<std::string>& modules) {
+             const at::Device& device, int64_t n, const std::vector<std::string>& modules,
+             const nn::AttentionContext& context) {
   // Builds the model from the job config on `device` (meta: count and plan without memory);
   // n > 0 overrides the vocab size.
   { M::build(config, n, device) } -> std::same_as<std::shared_ptr<M>>;
   // The same, holding only the top-level module paths in `modules` (a pipeline rank's stages; empty:
   // all). Parameter names stay those of the whole model.
   { M::build(config, n, device, modules) } -> std::same_as<std::shared_ptr<M>>;
-  // tokens (B, S) int64 -> logits (B, S, V).
-  { cm.forward(tokens) } -> std::same_as<at::Tensor>;
+  // tokens (B, S) int64 and their attention context (positions, documents, the cp split; an empty
+  // one: causal over 0..S-1) -> logits (B, S, V).
+  { cm.forward(tokens, context) } -> std::same_as<at::Tensor>;
   // Runs only `modules` (one pipeline stage, in order) on x: tokens for the first stage, hidden
   // states after it; the last stage returns the logits.
-  { cm.forward_part(tokens, modules) } -> std::same_as<at::Tensor>;
+  { cm.forward_part(tokens, modules, context) } -> std::same_as<at::Tensor>;
   // Initialises weights from the current RNG state.
   {m.init_weights()};
   // Every trainable tensor once (tied weights once).

@@ -1,17 +1,35 @@
 // SPDX-License-Identifier: BSD-3-Clause
 // Causal grouped-query self-attention through the SDPA kernels (flash on CPU and CUDA), with RoPE on
 // q and k and no biases; optionally a head_dim independent of dim and an RMSNorm on each q and k head
-// before RoPE (Qwen3's q/k norm). The running nn::AttentionContext supplies per-document positions and masks
-// and, under context parallelism, the sequence's split over the cp ranks (see sequence_attention.hpp).
+// before RoPE (Qwen3's q/k norm). The forward's nn::AttentionContext supplies per-document positions and
+// masks and, under context parallelism, the sequence's split over the cp ranks (see sequence_attention.hpp).
 #pragma once
 
 #include <memory>
 
 #include "titan/nn/attention_context.hpp"
+#include "titan/nn/init.hpp"
 #include "titan/nn/layers.hpp"
 #include "titan/nn/rope.hpp"
 
 namespace titan::nn {
+
+class KVCache;
+
+/// A decoder block's attention sublayer: nn::Attention, DeepSeek-V3's latent attention, or a user's.
+/// models::DecoderBlock calls it through this interface, so a family changes only its attention.
+class AttentionLayer : public torch::nn::Module, public ContextParallelCapable {
+ public:
+  /// x (B, S, D) -> (B, S, D): causal attention of the tokens `context` describes, RoPE from `rope`.
+  virtual at::Tensor forward(const at::Tensor& x, const RopeTables& rope, const AttentionContext& context) const = 0;
+  /// Inference over a KV cache (nn/kv_cache.hpp): x (B, S, D) are the next S columns of `cache` at
+  /// `positions` (B, S) or (S); the layer appends its keys and values under `layer` and attends with
+  /// `mask` (B or 1, 1, S, T). Throws where the layer has no cached form.
+  virtual at::Tensor forward_cached(const at::Tensor& x, const RopeTables& rope, const at::Tensor& positions,
+                                    const at::Tensor& mask, KVCache& cache, int64_t layer) const;
+  /// Fills the weights; `site` names this layer, `out_std` is the std of the output projection.
+  virtual void init_weights(const InitSite& site, double out_std) = 0;
+};
 
 /// What Attention adds to Llama's shape.
 struct AttentionOptions {
@@ -23,14 +41,16 @@ struct AttentionOptions {
   double qk_norm_eps = 1e-6;
 };
 
-class Attention : public torch::nn::Module, public ContextParallelCapable {
+class Attention : public AttentionLayer {
  public:
   Attention(int64_t dim, int64_t n_heads, int64_t n_kv_heads, const at::TensorOptions& options,
             const AttentionOptions& extra = {});
-  /// x (B, S, D) -> (B, S, D), causal over the whole window.
-  at::Tensor forward(const at::Tensor& x, const RopeTables& rope) const;
+  /// x (B, S, D) -> (B, S, D), causal over the whole window; `context` as in nn::causal_attention.
+  at::Tensor forward(const at::Tensor& x, const RopeTables& rope, const AttentionContext& context = {}) const override;
+  at::Tensor forward_cached(const at::Tensor& x, const RopeTables& rope, const at::Tensor& positions,
+                            const at::Tensor& mask, KVCache& cache, int64_t layer) const override;
   /// torchtitan's init: wq/wk/wv trunc-normal(0.02), wo trunc-normal(out_std); q/k norms to ones.
-  void init_weights(double out_std);
+  void init_weights(const InitSite& site, double out_std) override;
 
   int64_t n_heads;
   int64_t n_kv_heads;
@@ -48,8 +68,8 @@ class FeedForward : public torch::nn::Module {
  public:
   FeedForward(int64_t dim, int64_t hidden_dim, const at::TensorOptions& options);
   at::Tensor forward(const at::Tensor& x) const;  // (B, S, D) -> (B, S, D)
-  /// torchtitan's init: w1 trunc-normal(0.02); w2, w3 trunc-normal(out_std).
-  void init_weights(double out_std);
+  /// torchtitan's init: w1 trunc-normal(0.02); w2, w3 trunc-normal(out_std); `site` names this layer.
+  void init_weights(const InitSite& site, double out_std);
 
   std::shared_ptr<Linear> w1;  // weight (F, D)
   std::shared_ptr<Linear> w2;  // weight (D, F)

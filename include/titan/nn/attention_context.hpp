@@ -1,14 +1,12 @@
 // SPDX-License-Identifier: BSD-3-Clause
-// What attention needs to know about the tokens of the forward that is running, beyond their
-// activations: their RoPE positions, the documents they belong to (block-causal masking under
-// per-document packing) and, under context parallelism, how the sequence is split over the cp ranks.
-// The caller of a model's forward installs it for the forward's duration (AttentionScope); every
-// nn::Attention inside reads it. It is per thread (ranks as threads each have their own), and the
-// context-parallel attention keeps what it needs for backward in its autograd node, so backward needs
-// no scope.
+// What attention needs to know about the tokens of a forward, beyond their activations: their RoPE
+// positions, the documents they belong to (block-causal masking under per-document packing) and, under
+// context parallelism, how the sequence is split over the cp ranks. It is an argument of every forward
+// down to the attention kernel, never ambient state: a forward given no context is ordinary causal
+// attention over 0..S-1 by construction. The context-parallel attention keeps what it needs for
+// backward in its autograd node, and a checkpointed block's recompute holds the context it ran with.
 //
-//   nn::AttentionScope scope({.positions = positions, .document_ids = document_ids});
-//   at::Tensor logits = model.forward(tokens);
+//   at::Tensor logits = model.forward(tokens, {.positions = positions, .document_ids = document_ids});
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -78,8 +76,8 @@ struct AttentionContext {
   AttentionContext rows(int64_t begin, int64_t count) const;
 };
 
-/// An attention module that computes through nn::causal_attention, so it follows the running
-/// AttentionContext. parallelize() accepts only such modules in plan.context_parallel and tells them
+/// An attention module that computes through nn::causal_attention, so it follows the AttentionContext
+/// its forward is given. parallelize() accepts only such modules in plan.context_parallel and tells them
 /// the cp degree: a forward under context parallelism without the batch's sharded context is then an
 /// error, not a silently local attention.
 class ContextParallelCapable {
@@ -90,26 +88,11 @@ class ContextParallelCapable {
   int64_t context_parallel_degree() const { return cp_degree_; }
 
  protected:
-  /// Throws unless the running context shards the sequence over context_parallel_degree() ranks.
-  void check_attention_context(const char* where) const;
+  /// Throws unless `context` shards the sequence over context_parallel_degree() ranks.
+  void check_attention_context(const AttentionContext& context, const char* where) const;
 
  private:
   int64_t cp_degree_ = 1;
-};
-
-/// The context installed on this thread (an empty one when none is).
-const AttentionContext& attention_context();
-
-/// Installs a context for its lifetime, restoring the previous one after.
-class AttentionScope {
- public:
-  explicit AttentionScope(AttentionContext context);
-  ~AttentionScope();
-  AttentionScope(const AttentionScope&) = delete;
-  AttentionScope& operator=(const AttentionScope&) = delete;
-
- private:
-  AttentionContext previous_;
 };
 
 }  // namespace titan::nn

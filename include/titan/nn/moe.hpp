@@ -19,6 +19,7 @@
 #include <string>
 
 #include "titan/nn/attention.hpp"
+#include "titan/nn/init.hpp"
 #include "titan/nn/layers.hpp"
 
 namespace titan::nn {
@@ -70,8 +71,8 @@ class TokenChoiceTopKRouter : public torch::nn::Module {
   TokenChoiceTopKRouter(int64_t dim, const MoEArgs& args, const at::TensorOptions& options);
   /// x (T, D); expert_bias (E) fp32 or undefined.
   Routing forward(const at::Tensor& x, const at::Tensor& expert_bias = {}) const;
-  /// gate trunc-normal(init_std).
-  void init_weights(double init_std);
+  /// gate trunc-normal(init_std); `site` names this router.
+  void init_weights(const InitSite& site, double init_std);
 
   MoEArgs args;
   std::shared_ptr<Linear> gate;  // weight (E, D)
@@ -84,8 +85,8 @@ class GroupedExperts : public torch::nn::Module {
                  const at::TensorOptions& options);
   /// x (N, D): tokens sorted by expert, tokens_per_expert (E) summing to N -> (N, D).
   at::Tensor forward(const at::Tensor& x, const at::Tensor& tokens_per_expert) const;
-  /// w1 trunc-normal(0.02); w2, w3 trunc-normal(init_std) (torchtitan's scheme).
-  void init_weights(double init_std);
+  /// w1 trunc-normal(0.02); w2, w3 trunc-normal(init_std) (torchtitan's scheme); `site` names these experts.
+  void init_weights(const InitSite& site, double init_std);
 
   int64_t num_experts;
   bool use_grouped_mm;
@@ -148,8 +149,8 @@ class MoE : public torch::nn::Module {
   /// activation checkpoint counts twice; the sign in update_expert_bias does not mind).
   at::Tensor forward(const at::Tensor& x) const;
   /// torchtitan's init: experts, router gate (trunc-normal(init_std)), shared experts; zeroes the
-  /// expert bias and the counts.
-  void init_weights(double init_std);
+  /// expert bias and the counts. `site` names this layer (each parameter draws by its own name).
+  void init_weights(const InitSite& site, double init_std);
   /// Aux-loss-free balancing step (torchtitan's optimizer pre-step hook), outside autograd:
   /// expert_bias += d - mean(d) with d = coeff * sign(mean(load) - load), load = tokens_per_expert;
   /// then zeroes tokens_per_expert. Under data parallelism, all-reduce tokens_per_expert (SUM over

@@ -16,9 +16,10 @@
 
 namespace titan::nn {
 
-/// Attention under the running AttentionContext: causal over the whole sequence, within documents when
+/// Attention of the tokens `context` describes: causal over the whole sequence, within documents when
 /// the context has document ids, across the cp ranks when it has a sharding.
-at::Tensor causal_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v);
+at::Tensor causal_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                            const AttentionContext& context = {});
 
 /// This rank's queries against the whole sharded sequence (exact; differentiable). `document_ids`
 /// (B, S_whole) int64 or undefined.

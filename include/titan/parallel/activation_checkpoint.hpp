@@ -10,8 +10,8 @@
 //     return titan::parallel::checkpoint_call(*this, x, [this](const at::Tensor& in) { return mlp->forward(in); });
 //   }
 //
-// The recompute sees what the forward saw: the same RNG state (preserve_rng_state), the same
-// attention context (positions, documents, the context-parallel split), CPU and CUDA autocast as they were. It
+// The recompute sees what the forward saw: the same RNG state (preserve_rng_state), the arguments the
+// closure captured (the attention context among them), CPU and CUDA autocast as they were. It
 // gathers FSDP units and runs TP collectives again, as the forward did. Under a pipeline schedule
 // that splits backward into input and weight passes (zero-bubble), checkpointing is refused: the
 // recompute would run twice.

@@ -8,8 +8,8 @@
 //
 //   auto parallel = titan::parallelize(model, mesh, plan);            // plan.context_parallel names the attentions
 //   parallel::LocalBatch local = parallel.local_batch({.tokens = tokens, .labels = labels});
-//   nn::AttentionScope scope(local.attention);                        // RoPE positions, documents, the split
-//   at::Tensor loss = parallel.cross_entropy_sum(model.forward(local.tokens), local.labels) / global_valid;
+//   at::Tensor logits = model.forward(local.tokens, local.attention);   // RoPE positions, documents, the split
+//   at::Tensor loss = parallel.cross_entropy_sum(logits, local.labels) / global_valid;
 #pragma once
 
 #include <ATen/core/Tensor.h>

@@ -68,8 +68,8 @@ class [[nodiscard]] Parallelized {
   /// The expert-parallel MoE layers; null when the mesh has no ep axis (ep = 1).
   parallel::ExpertParallel* expert_parallel() const;
   /// This rank's part of a batch of whole sequences (its share of the sequence under context
-  /// parallelism, else all of it) and the attention context to run the model's forward under
-  /// (nn::AttentionScope): true RoPE positions, documents, the split.
+  /// parallelism, else all of it) and the attention context to pass to the model's forward: true
+  /// RoPE positions, documents, the split.
   parallel::LocalBatch local_batch(const parallel::SequenceBatch& batch) const;
   /// Whether the model's logits come out vocab-sharded (loss parallel).
   bool loss_parallel() const;

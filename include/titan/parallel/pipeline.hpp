@@ -10,9 +10,10 @@
 //   auto modules = parallel::pipeline_modules(plan.pipeline, mesh);   // build only these
 //   auto applied = titan::parallelize(*model, mesh, plan);
 //   parallel::Pipeline& pp = *applied.pipeline();
-//   double loss = pp.step([&](int64_t s, const at::Tensor& x) { return model->forward_part(x, plan.pipeline.stages[s]);
-//   },
-//                         tokens, labels, loss_fn, 1.0 / global_valid_tokens);
+//   auto stage = [&](int64_t s, const at::Tensor& x, const nn::AttentionContext& context) {
+//     return model->forward_part(x, plan.pipeline.stages[s], context);
+//   };
+//   double loss = pp.step(stage, tokens, labels, loss_fn, 1.0 / global_valid_tokens, local.attention);
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -22,6 +23,7 @@
 #include <string>
 #include <vector>
 
+#include "titan/nn/attention_context.hpp"
 #include "titan/nn/loss.hpp"
 #include "titan/parallel/pipeline_schedule.hpp"
 #include "titan/parallel/plan.hpp"
@@ -45,9 +47,11 @@ std::vector<int64_t> pipeline_stages(const PipelinePlan& plan, const dist::Mesh&
 /// allocated on it).
 std::vector<std::string> pipeline_modules(const PipelinePlan& plan, const dist::Mesh& mesh);
 
-/// One stage's forward: (global stage index, input) -> output. Stage 0 receives the batch's tokens
-/// (B, S); the others the previous stage's output; the last stage returns the logits.
-using StageForward = std::function<at::Tensor(int64_t stage, const at::Tensor& input)>;
+/// One stage's forward: (global stage index, input, the microbatch's attention context) -> output.
+/// Stage 0 receives the batch's tokens (B, S); the others the previous stage's output; the last stage
+/// returns the logits.
+using StageForward =
+    std::function<at::Tensor(int64_t stage, const at::Tensor& input, const nn::AttentionContext& context)>;
 
 /// Per-step statistics of this rank.
 struct PipelineStats {
@@ -81,10 +85,12 @@ class Pipeline {
   /// the schedule. Gradients accumulate in the parameters. On the last stage each microbatch's
   /// loss is loss(logits, labels) * loss_scale. Returns the batch's scaled loss summed over the
   /// microbatches, the same on every pp rank. Every rank of the pp group calls it with the same batch.
+  /// `context` describes the batch's tokens; each microbatch's forward gets its rows.
   double step(const StageForward& forward, const at::Tensor& tokens, const at::Tensor& labels, const LossFn& loss,
-              double loss_scale);
+              double loss_scale, const nn::AttentionContext& context = {});
   /// Forward only (validation), microbatch by microbatch: the summed unscaled loss, on every pp rank.
-  double evaluate(const StageForward& forward, const at::Tensor& tokens, const at::Tensor& labels, const LossFn& loss);
+  double evaluate(const StageForward& forward, const at::Tensor& tokens, const at::Tensor& labels, const LossFn& loss,
+                  const nn::AttentionContext& context = {});
 
   /// Called once per step after the last backward (FSDP's deferred gradient reduction under PP).
   void set_step_end_hook(std::function<void()> hook);

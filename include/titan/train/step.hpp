@@ -25,8 +25,11 @@ void use_deterministic_algorithms(const DebugConfig& debug);
 struct Microbatch {
   at::Tensor input;                  // (B, S) int64 (S/cp tokens per row under context parallelism)
   at::Tensor labels;                 // (B, S) int64, -100 = ignore
-  nn::AttentionContext attention{};  // positions, documents, the cp split: installed around its forward
+  nn::AttentionContext attention{};  // positions, documents, the cp split: passed to its forward
 };
+
+/// A model's forward: tokens (B, S) and their attention context -> logits (B, S, V).
+using ModelForward = std::function<at::Tensor(const at::Tensor& tokens, const nn::AttentionContext& context)>;
 
 struct ForwardBackwardResult {
   double loss = 0;           ///< sum over microbatches of CE_sum / global_valid_tokens
@@ -51,13 +54,12 @@ class AutocastScope {
   at::ScalarType dtype_was_ = at::kBFloat16;
 };
 
-/// Runs forward and backward on each microbatch (gradients accumulate in the parameters' .grad).
-/// `global_valid_tokens` <= 0 means "count them here" (single data-parallel rank); `loss` (default
+/// Runs forward (with the microbatch's attention context) and backward on each microbatch (gradients accumulate in the
+/// parameters' .grad). `global_valid_tokens` <= 0 means "count them here" (single data-parallel rank); `loss` (default
 /// cross_entropy_sum) sums the token losses of one microbatch. `bf16_autocast` runs each forward (and
 /// the loss) under bf16 autocast on `device`'s type, CPU or CUDA: mixed precision without FSDP.
-ForwardBackwardResult forward_backward(const std::function<at::Tensor(const at::Tensor&)>& forward,
-                                       const std::vector<Microbatch>& microbatches, const at::Device& device,
-                                       int64_t global_valid_tokens = 0, bool bf16_autocast = false,
-                                       const LossFn& loss = {});
+ForwardBackwardResult forward_backward(const ModelForward& forward, const std::vector<Microbatch>& microbatches,
+                                       const at::Device& device, int64_t global_valid_tokens = 0,
+                                       bool bf16_autocast = false, const LossFn& loss = {});
 
 }  // namespace titan

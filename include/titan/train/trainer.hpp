@@ -66,10 +66,12 @@ class Trainer {
     std::vector<at::Tensor> params = model_->unique_parameters();
     core_->attach_model({
         .description = fmt::format("{} {}", core_->config().model.name, core_->config().model.flavor),
-        .forward = [raw](const at::Tensor& tokens) { return raw->forward(tokens); },
-        .stage_forward = [raw, stages = pipeline.stages](
-                             int64_t stage,
-                             const at::Tensor& x) { return raw->forward_part(x, stages[static_cast<size_t>(stage)]); },
+        .forward = [raw](const at::Tensor& tokens,
+                         const nn::AttentionContext& context) { return raw->forward(tokens, context); },
+        .stage_forward =
+            [raw, stages = pipeline.stages](int64_t stage, const at::Tensor& x, const nn::AttentionContext& context) {
+              return raw->forward_part(x, stages[static_cast<size_t>(stage)], context);
+            },
         .parameters = params,
         .parameter_names = parameter_names(*model_, params),
         .hf_adapter = model_->hf_adapter(),

@@ -211,7 +211,7 @@ std::shared_ptr<const checkpoint::HfAdapter> hf_adapter(const DeepSeekV3Args& ar
 }
 
 std::shared_ptr<const checkpoint::HfAdapter> DeepSeekV3::hf_adapter() const {
-  return deepseek_v3::hf_adapter(args_, args_.uses_yarn(seq_len_));
+  return deepseek_v3::hf_adapter(args_, args_.uses_yarn(seq_len()));
 }
 
 DeepSeekV3Args args_from_hf_config(const nlohmann::json& c) {

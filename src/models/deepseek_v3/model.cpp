@@ -3,15 +3,13 @@
 
 #include <ATen/ATen.h>
 
-#include <algorithm>
 #include <cmath>
 
 #include "titan/core/error.hpp"
 #include "titan/layout/module_hooks.hpp"
-#include "titan/models/decoder.hpp"
+#include "titan/models/decoder_plan.hpp"
 #include "titan/nn/init.hpp"
 #include "titan/nn/sequence_attention.hpp"
-#include "titan/parallel/activation_checkpoint.hpp"
 
 namespace titan::deepseek_v3 {
 namespace {
@@ -54,13 +52,14 @@ MultiLatentAttention::MultiLatentAttention(const DeepSeekV3Args& args, double so
   wo = register_module("wo", std::make_shared<nn::Linear>(h * args.v_head_dim, args.dim, options));
 }
 
-at::Tensor MultiLatentAttention::forward(const at::Tensor& x, const nn::RopeTables& rope) const {
-  check_attention_context("titan::deepseek_v3::MultiLatentAttention");
+at::Tensor MultiLatentAttention::forward(const at::Tensor& x, const nn::RopeTables& rope,
+                                         const nn::AttentionContext& context) const {
+  check_attention_context(context, "titan::deepseek_v3::MultiLatentAttention");
   return parallel::module_call(*this, x, [&](const at::Tensor& in) {
     const int64_t bsz = in.size(0);
     const int64_t seq = in.size(1);
     const int64_t qk_head_dim = qk_nope_head_dim + qk_rope_head_dim;
-    const at::Tensor& positions = nn::attention_context().positions;
+    const at::Tensor& positions = context.positions;
     // -1 heads: a tensor-parallel rank holds a slice of them.
     const at::Tensor q_flat = wq ? wq->forward(in) : wq_b->forward(q_norm->forward(wq_a->forward(in)));
     at::Tensor q = q_flat.view({bsz, seq, -1, qk_head_dim});  // (B, S, H, NOPE+ROPE)
@@ -83,85 +82,71 @@ at::Tensor MultiLatentAttention::forward(const at::Tensor& x, const nn::RopeTabl
     if (v_head_dim < qk_head_dim) v = at::constant_pad_nd(v, {0, qk_head_dim - v_head_dim});  // (B, S, H, NOPE+ROPE)
 
     const at::Tensor out =
-        nn::causal_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2));          // (B, H, S, NOPE+ROPE)
-    return wo->forward(out.narrow(-1, 0, v_head_dim).transpose(1, 2).reshape({bsz, seq, -1}));  // (B, S, D)
+        nn::causal_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), context);  // (B, H, S, NOPE+ROPE)
+    return wo->forward(out.narrow(-1, 0, v_head_dim).transpose(1, 2).reshape({bsz, seq, -1}));   // (B, S, D)
   });
 }
 
-void MultiLatentAttention::init_weights(double out_std) {
-  for (const auto& linear : {wkv_a, wkv_b, wq_a, wq_b, wq}) {
-    if (linear) nn::trunc_normal_(linear->weight, 0.0, kInStd, kCutLow, kCutHigh);
+void MultiLatentAttention::init_weights(const nn::InitSite& site, double out_std) {
+  for (const auto& [name, linear] :
+       {std::pair{"wkv_a", wkv_a}, {"wkv_b", wkv_b}, {"wq_a", wq_a}, {"wq_b", wq_b}, {"wq", wq}}) {
+    if (linear) nn::trunc_normal_(linear->weight, site / name / "weight", 0.0, kInStd, kCutLow, kCutHigh);
   }
-  nn::trunc_normal_(wo->weight, 0.0, out_std, kCutLow, kCutHigh);
+  nn::trunc_normal_(wo->weight, site / "wo.weight", 0.0, out_std, kCutLow, kCutHigh);
   kv_norm->reset_parameters();
   if (q_norm) q_norm->reset_parameters();
 }
 
-// ---- block ---------------------------------------------------------------------------------------
-
-TransformerBlock::TransformerBlock(int64_t layer_id_, const DeepSeekV3Args& args, double softmax_mscale,
-                                   const at::TensorOptions& options)
-    : layer_id(layer_id_), init_std(0.02 / std::sqrt(2.0 * static_cast<double>(layer_id_ + 1))) {
-  attention_norm = register_module("attention_norm", std::make_shared<nn::RMSNorm>(args.dim, args.norm_eps, options));
-  attention = register_module("attention", std::make_shared<MultiLatentAttention>(args, softmax_mscale, options));
-  ffn_norm = register_module("ffn_norm", std::make_shared<nn::RMSNorm>(args.dim, args.norm_eps, options));
-  if (layer_id < args.n_dense_layers) {
-    feed_forward =
-        register_module("feed_forward", std::make_shared<nn::FeedForward>(args.dim, args.inter_dim, options));
-  } else {
-    moe = register_module("moe", std::make_shared<nn::MoE>(args.moe, args.dim, args.moe_inter_dim, options));
-  }
-}
-
-at::Tensor TransformerBlock::forward(const at::Tensor& x, const nn::RopeTables& rope) const {
-  // Recomputed in backward when the plan checkpoints this block (the closure owns what it needs).
-  return parallel::checkpoint_call(*this, x, [this, rope](const at::Tensor& in) {
-    const at::Tensor h = in + attention->forward(attention_norm->forward(in), rope);  // (B, S, D)
-    const at::Tensor normed = ffn_norm->forward(h);                                   // (B, S, D)
-    return h + (moe ? moe->forward(normed) : feed_forward->forward(normed));          // (B, S, D)
-  });
-}
-
-void TransformerBlock::init_weights() {
-  attention_norm->reset_parameters();
-  ffn_norm->reset_parameters();
-  attention->init_weights(init_std);
-  if (moe) {
-    moe->init_weights(init_std);
-  } else {
-    feed_forward->init_weights(init_std);
-  }
-}
-
 // ---- model ---------------------------------------------------------------------------------------
 
-DeepSeekV3::DeepSeekV3(const DeepSeekV3Args& args, int64_t seq_len, const at::TensorOptions& options,
-                       const std::vector<std::string>& modules)
-    : args_(args), seq_len_(seq_len) {
-  TITAN_CHECK_VALUE(seq_len > 0 && seq_len <= args.max_seq_len,
-                    "[titan::deepseek_v3] expected training.seq_len in [1, {}] (the model's max_seq_len), got {}. "
-                    "Lower training.seq_len.",
-                    args.max_seq_len, seq_len);
+models::DecoderShape decoder_shape(const DeepSeekV3Args& args) {
+  const bool q_lora = args.q_lora_rank > 0;
+  models::DecoderShape shape{
+      .where = "titan::deepseek_v3",
+      .vocab_size = args.vocab_size,
+      .dim = args.dim,
+      .n_layers = args.n_layers,
+      .n_heads = args.n_heads,
+      .n_kv_heads = args.n_heads,
+      .head_dim = args.qk_head_dim(),
+      .v_head_dim = args.v_head_dim,
+      .norm_eps = args.norm_eps,
+      .max_seq_len = args.max_seq_len,
+      .head_projections = {q_lora ? "wq_b" : "wq", "wkv_b"},
+      .replicated_attention = q_lora ? std::vector<std::string>{"wq_a", "q_norm", "wkv_a", "kv_norm"}
+                                     : std::vector<std::string>{"wkv_a", "kv_norm"},
+      .shared_experts = args.moe.num_shared_experts > 0,
+      .moe_top_k = args.moe.top_k,
+      .moe_num_experts = args.moe.num_experts,
+      .pipeline_and_context_parallel = false};
+  for (int64_t i = args.n_dense_layers; i < args.n_layers; ++i) shape.moe_layers.push_back(i);
+  return shape;
+}
+
+namespace {
+const DeepSeekV3Args& validated(const DeepSeekV3Args& args) {
   TITAN_CHECK_VALUE(args.n_dense_layers >= 0 && args.n_dense_layers <= args.n_layers,
                     "[titan::deepseek_v3] expected 0 <= n_dense_layers <= n_layers ({}), got {}. Fix the model args.",
                     args.n_layers, args.n_dense_layers);
-  const models::ModelParts part(modules, args.n_layers, /*tied=*/false, "titan::deepseek_v3");
-  if (part.holds("tok_embeddings")) {
-    tok_embeddings =
-        register_module("tok_embeddings", std::make_shared<nn::Embedding>(args.vocab_size, args.dim, options));
-  }
-  const double mscale = args.softmax_mscale(seq_len);
-  auto container = register_module("layers", std::make_shared<torch::nn::Module>());
-  for (int64_t i = 0; i < args.n_layers; ++i) {
-    if (!part.holds("layers." + std::to_string(i))) continue;
-    layers.push_back(
-        container->register_module(std::to_string(i), std::make_shared<TransformerBlock>(i, args, mscale, options)));
-  }
-  if (part.holds("norm"))
-    norm = register_module("norm", std::make_shared<nn::RMSNorm>(args.dim, args.norm_eps, options));
-  if (part.holds("output")) {
-    output = register_module("output", std::make_shared<nn::Linear>(args.dim, args.vocab_size, options));
-  }
+  return args;
+}
+}  // namespace
+
+DeepSeekV3::DeepSeekV3(const DeepSeekV3Args& args, int64_t seq_len, const at::TensorOptions& options,
+                       const std::vector<std::string>& modules)
+    : Decoder(decoder_shape(validated(args)), seq_len, options, modules,
+              [&](int64_t layer) {
+                models::DecoderBlock::Parts parts{
+                    .attention = std::make_shared<MultiLatentAttention>(args, args.softmax_mscale(seq_len), options),
+                    .init_std = 0.02 / std::sqrt(2.0 * static_cast<double>(layer + 1))};
+                if (layer < args.n_dense_layers) {
+                  parts.feed_forward = std::make_shared<nn::FeedForward>(args.dim, args.inter_dim, options);
+                } else {
+                  parts.moe = std::make_shared<nn::MoE>(args.moe, args.dim, args.moe_inter_dim, options);
+                }
+                return parts;
+              }),
+      args_(args) {
   if (options.device().type() != at::kMeta) {
     // Derived, not parameters: rebuilt on the model's device, never checkpointed.
     const bool yarn = args.uses_yarn(seq_len);
@@ -174,96 +159,12 @@ DeepSeekV3::DeepSeekV3(const DeepSeekV3Args& args, int64_t seq_len, const at::Te
                                      .beta_slow = args.beta_slow})
              : nn::rope_frequencies(
                    {.head_dim = args.qk_rope_head_dim, .theta = args.rope_theta, .llama3_scaling = false});  // (ROPE/2)
-    rope_ = nn::make_rope_tables(freqs, seq_len, options.device(), yarn ? args.yarn_attention_factor : 1.0);
+    set_rope(nn::make_rope_tables(freqs, seq_len, options.device(), yarn ? args.yarn_attention_factor : 1.0));
   }
 }
 
-at::Tensor DeepSeekV3::forward(const at::Tensor& tokens) const {
-  TITAN_CHECK_VALUE(tokens.dim() == 2 && tokens.size(1) <= seq_len_,
-                    "[titan::deepseek_v3] expected tokens of shape (B, S<={}), got {}.", seq_len_,
-                    c10::str(tokens.sizes()));
-  TITAN_CHECK(tok_embeddings && norm && output && static_cast<int64_t>(layers.size()) == args_.n_layers,
-              "[titan::deepseek_v3] expected the whole model in forward(), got a part of {} blocks. Run a part "
-              "with forward_part(x, modules).",
-              layers.size());
-  std::vector<std::string> all{"tok_embeddings"};
-  for (const auto& layer : layers) all.push_back("layers." + std::to_string(layer->layer_id));
-  all.insert(all.end(), {"norm", "output"});
-  return forward_part(tokens, all);
-}
-
-at::Tensor DeepSeekV3::forward_part(const at::Tensor& x, const std::vector<std::string>& modules) const {
-  TITAN_CHECK(rope_.freqs_cis.defined(),
-              "[titan::deepseek_v3] expected a model on a real device, got one on meta. Build it with a device "
-              "(DeepSeekV3::build(config, 0, device)) and call init_weights().");
-  at::Tensor h = x;  // tokens (B, S), then (B, S, D), logits (B, S, V) after "output"
-  for (const auto& path : modules) {
-    if (path == "tok_embeddings" && tok_embeddings) {
-      h = tok_embeddings->forward(h);
-    } else if (path == "norm" && norm) {
-      h = norm->forward(h);
-    } else if (path == "output" && output) {
-      h = output->forward(h);
-    } else {
-      const int64_t index = models::ModelParts::layer_index(path);
-      auto it = std::find_if(layers.begin(), layers.end(), [&](const auto& l) { return l->layer_id == index; });
-      TITAN_CHECK_VALUE(index >= 0 && it != layers.end(),
-                        "[titan::deepseek_v3] expected forward_part modules held by this part, got '{}'. Build "
-                        "the part with the stage's modules.",
-                        path);
-      h = (*it)->forward(h, rope_);
-    }
-  }
-  return h;
-}
-
-void DeepSeekV3::init_weights() {
-  // A part skips the init streams of the modules it lacks, so its weights are the whole model's.
-  // Stream counts of a missing block: attention (wkv_a, wkv_b, wq or wq_a + wq_b, wo), then a dense
-  // SwiGLU (w1, w2, w3) or an MoE (experts w1, w2, w3, router gate, shared w1, w2, w3).
-  const int64_t attention_streams = args_.q_lora_rank == 0 ? 4 : 5;
-  const int64_t moe_streams = 4 + (args_.moe.num_shared_experts > 0 ? 3 : 0);
-  if (tok_embeddings) {
-    nn::normal_(tok_embeddings->weight, 0.0, 1.0);
-  } else {
-    nn::skip_init_streams(1);
-  }
-  auto next = layers.begin();
-  for (int64_t i = 0; i < args_.n_layers; ++i) {
-    if (next != layers.end() && (*next)->layer_id == i) {
-      (*next++)->init_weights();
-    } else {
-      nn::skip_init_streams(attention_streams + (i < args_.n_dense_layers ? 3 : moe_streams));
-    }
-  }
-  if (norm) norm->reset_parameters();
-  const double out_std = 1.0 / std::sqrt(static_cast<double>(args_.dim));
-  if (output) nn::trunc_normal_(output->weight, 0.0, out_std, -3 * out_std, 3 * out_std);
-}
-
-std::vector<at::Tensor> DeepSeekV3::unique_parameters() const { return models::unique_parameters(*this); }
-
-int64_t DeepSeekV3::num_params() const {
-  int64_t n = 0;
-  for (const auto& p : unique_parameters()) n += p.numel();
-  return n;
-}
-
-int64_t DeepSeekV3::num_flops_per_token(int64_t seq_len) const {
-  // torchtitan's get_moe_model_nparams_and_flops: the embedding lookup is no matmul.
-  const models::ParameterGroups g = models::parameter_groups(*this);
-  const int64_t active =
-      g.dense + g.router + g.shared_experts + g.routed_experts * args_.moe.top_k / args_.moe.num_experts;
-  const int64_t head_dims = args_.qk_head_dim() + args_.v_head_dim;
-  return 6 * active + 6 * args_.n_layers * args_.n_heads * head_dims * seq_len;
-}
-
-std::vector<std::shared_ptr<nn::MoE>> DeepSeekV3::moe_layers() const {
-  std::vector<std::shared_ptr<nn::MoE>> out;
-  for (const auto& layer : layers) {
-    if (layer->moe) out.push_back(layer->moe);
-  }
-  return out;
+parallel::ParallelPlan DeepSeekV3::parallel_plan(const JobConfig& config, const dist::Mesh& mesh) const {
+  return models::decoder_parallel_plan(*this, config, mesh);
 }
 
 }  // namespace titan::deepseek_v3

@@ -1,33 +1,20 @@
 // SPDX-License-Identifier: BSD-3-Clause
 #include "titan/models/llama3/parallelize.hpp"
 
-#include <fmt/format.h>
-
 #include "titan/core/config.hpp"
-#include "titan/core/error.hpp"
 #include "titan/dist/mesh.hpp"
-#include "titan/models/decoder.hpp"
+#include "titan/models/decoder_plan.hpp"
 #include "titan/models/llama3/model.hpp"
 
 namespace titan::llama3 {
 
-namespace {
-models::DecoderShape shape_of(const Llama3Args& args) {
-  return {.n_layers = args.n_layers,
-          .n_heads = args.n_heads,
-          .n_kv_heads = args.kv_heads(),
-          .tied = args.tie_word_embeddings,
-          .where = "titan::llama3"};
-}
-}  // namespace
-
 std::vector<std::vector<std::string>> data_parallel_units(const Llama3& model) {
-  return models::data_parallel_units(shape_of(model.args()));
+  return models::data_parallel_units(model.shape());
 }
 
 parallel::TensorParallelPlan tensor_parallel_plan(const Llama3& model, int64_t degree,
                                                   const TensorParallelOptions& options) {
-  return models::tensor_parallel_plan(shape_of(model.args()), degree, options.sequence_parallel, options.loss_parallel);
+  return models::tensor_parallel_plan(model.shape(), degree, options.sequence_parallel, options.loss_parallel);
 }
 
 parallel::PipelinePlan pipeline_plan(const Llama3Args& args, int64_t pp, const ParallelismConfig& p) {
@@ -52,21 +39,11 @@ parallel::ParallelPlan parallel_plan(const Llama3& model, const dist::Mesh& mesh
 }
 
 parallel::ParallelPlan parallel_plan(const Llama3& model, const JobConfig& config, const dist::Mesh& mesh) {
-  const ParallelismConfig& p = config.parallelism;
-  parallel::ParallelPlan plan{.data_parallel = {.units = data_parallel_units(model)}};
-  if (mesh.size("tp") > 1) {
-    plan.tensor_parallel = tensor_parallel_plan(model, mesh.size("tp"), {.loss_parallel = !p.disable_loss_parallel});
-    plan.tensor_parallel.async = p.enable_async_tensor_parallel;
-  }
-  if (mesh.size("pp") > 1) plan.pipeline = pipeline_plan(model.args(), mesh.size("pp"), p);
-  if (mesh.size("cp") > 1) plan.context_parallel = context_parallel_plan(model.args(), p);
-  plan.activation_checkpoint = activation_checkpoint_plan(model.args(), config.activation_checkpoint);
-  plan.data_parallel.options = models::data_parallel_options(model, config, mesh);
-  return plan;
+  return models::decoder_parallel_plan(model, config, mesh);
 }
 
 parallel::ParallelPlan Llama3::parallel_plan(const JobConfig& config, const dist::Mesh& mesh) const {
-  return llama3::parallel_plan(*this, config, mesh);
+  return models::decoder_parallel_plan(*this, config, mesh);
 }
 
 }  // namespace titan::llama3

@@ -16,6 +16,7 @@
 #include "titan/core/config.hpp"
 #include "titan/core/memory_tracker.hpp"
 #include "titan/nn/loss.hpp"
+#include "titan/parallel/pipeline.hpp"
 #include "titan/train/step.hpp"
 
 namespace titan {
@@ -54,10 +55,10 @@ class PreemptionSignals;
 
 /// What the core needs of a model, type-erased.
 struct ModelHandle {
-  std::string description{};                                              ///< e.g. "llama3 debugmodel"
-  std::function<at::Tensor(const at::Tensor&)> forward{};                 ///< tokens (B, S) -> logits (B, S, V)
-  std::function<at::Tensor(int64_t, const at::Tensor&)> stage_forward{};  ///< pipeline stage s: input -> output
-  std::vector<at::Tensor> parameters{};                                   ///< trainable tensors, each once
+  std::string description{};                                  ///< e.g. "llama3 debugmodel"
+  ModelForward forward{};                                     ///< tokens (B, S) and their context -> logits (B, S, V)
+  parallel::StageForward stage_forward{};                     ///< pipeline stage s: input and context -> output
+  std::vector<at::Tensor> parameters{};                       ///< trainable tensors, each once
   std::vector<std::string> parameter_names{};                 ///< FQN of each of parameters (checkpoint keys)
   std::shared_ptr<const checkpoint::HfAdapter> hf_adapter{};  ///< HF import/export; null = none
   int64_t num_params = 0;
