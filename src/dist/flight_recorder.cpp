@@ -19,8 +19,10 @@
 #include <nlohmann/json.hpp>
 #include <thread>
 
+#include "deadline_store.hpp"
 #include "flight_recorder_impl.hpp"
 #include "heartbeat_impl.hpp"
+#include "interface.hpp"
 #include "titan/core/error.hpp"
 #include "titan/core/log.hpp"
 #include "titan/dist/heartbeat.hpp"
@@ -307,7 +309,9 @@ struct Process {
   std::mutex mutex{};      // guards pending and store
   std::mutex store_use{};  // held while the watchdog talks to the store (detach_flight_recorder_store waits)
   std::map<int64_t, Pending> pending{};
-  c10::intrusive_ptr<c10d::Store> store{};
+  // A connection of the recorder's own whose every call waits at most a few seconds (deadline_store.hpp):
+  // the failure path must not hang on a store this host no longer reaches.
+  detail::DeadlineStore store{};
 
   std::mutex stop_mutex{};  // guards reason
   std::condition_variable stop_cv{};
@@ -318,10 +322,11 @@ struct Process {
   std::atomic<bool> quit{false};
   std::thread watchdog{};
 
-  // heartbeat (watchdog thread only)
-  int64_t published = -1;  // progress count of the last published heartbeat
+  // heartbeat (watchdog thread only, but for the last one, which stop_run and detach publish)
   int64_t pid = 0;
   std::string host{};
+  std::string addr{};              // the address this host reaches the store from
+  bool store_unreachable = false;  // the watchdog said so; said again once it answers
 
   ~Process() {
     quit = true;
@@ -352,8 +357,8 @@ std::string label(const Process& p, int64_t id) {
 Heartbeat own_heartbeat(Process& p) {
   const detail::Progress now = detail::progress();
   std::string waiting = now.waiting_id >= 0 ? label(p, now.waiting_id) : std::string();
+  std::lock_guard lock(p.mutex);
   if (waiting.empty()) {
-    std::lock_guard lock(p.mutex);
     const auto cutoff = std::chrono::steady_clock::now() - std::chrono::seconds(1);
     for (const auto& [id, item] : p.pending) {  // oldest first
       if (item.scheduled < cutoff) {
@@ -370,64 +375,97 @@ Heartbeat own_heartbeat(Process& p) {
                    .waiting = waiting,
                    .timed = now.timed,
                    .pid = p.pid,
-                   .host = p.host};
+                   .host = p.host,
+                   .addr = p.addr,
+                   .beat_us = now_us(),
+                   .stopped = false};
 }
 
-// Sets this rank's heartbeat key when it made progress since the last time.
-void publish_heartbeat(Process& p, const c10::intrusive_ptr<c10d::Store>& store) {
-  const Heartbeat beat = own_heartbeat(p);
-  if (beat.progress == p.published) return;
-  const std::string text = encode_heartbeat(beat);
-  store->set(detail::heartbeat_key(p.rank), std::vector<uint8_t>(text.begin(), text.end()));
-  p.published = beat.progress;
+// Sets this rank's heartbeat key, progress or not: its publishing time (beat_us) tells rank 0 that this
+// rank still reaches the store. `last`: it stops publishing (its run stopped or ended), so its silence
+// from now on means nothing.
+void publish_heartbeat(Process& p, const detail::DeadlineStore& store, bool last = false) {
+  Heartbeat beat = own_heartbeat(p);
+  beat.stopped = last;
+  store.set(detail::heartbeat_key(p.rank), encode_heartbeat(beat));
 }
 
 // Every rank's heartbeat in the store (this rank's as it is now); a rank that never published is left out.
-std::vector<Heartbeat> read_heartbeats(Process& p, const c10::intrusive_ptr<c10d::Store>& store) {
+std::vector<Heartbeat> read_heartbeats(Process& p, const detail::DeadlineStore& store) {
   std::vector<std::string> keys;
   for (int64_t r = 0; r < p.world_size; ++r) {
     if (r != p.rank) keys.push_back(detail::heartbeat_key(r));
   }
-  std::vector<std::vector<uint8_t>> values;
-  if (store->check(keys)) {
-    values = store->multiGet(keys);
+  std::vector<std::string> values;
+  if (store.check(keys)) {
+    values = store.multi_get(keys);
   } else {
     for (const std::string& key : keys) {
-      if (store->check({key})) values.push_back(store->get(key));
+      if (store.check({key})) values.push_back(store.get(key));
     }
   }
   std::vector<Heartbeat> beats{own_heartbeat(p)};
-  for (const auto& v : values) beats.push_back(decode_heartbeat(std::string(v.begin(), v.end())));
+  for (const auto& v : values) beats.push_back(decode_heartbeat(v));
   std::sort(beats.begin(), beats.end(), [](const Heartbeat& a, const Heartbeat& b) { return a.rank < b.rank; });
   return beats;
 }
 
-// The hung rank(s) the heartbeats name, when one made no progress for `stale`; nullopt when none or the
-// store cannot be read.
-std::optional<std::string> find_hang(Process& p, std::chrono::milliseconds stale) {
-  c10::intrusive_ptr<c10d::Store> store;
-  {
-    std::lock_guard lock(p.mutex);
-    store = p.store;
-  }
-  if (!store || stale <= std::chrono::milliseconds(0)) return std::nullopt;
+detail::DeadlineStore recorder_store(Process& p) {
+  std::lock_guard lock(p.mutex);
+  return p.store;
+}
+
+// What the heartbeats show: the ranks silent for `silent` (their host cut off, or their process gone),
+// then the ranks that made no progress for `stale`; or why the store could not say.
+struct HeartbeatFinding {
+  std::optional<std::string> culprits{};
+  std::string store_error{};  // the store did not answer in time (this host may be the one cut off)
+};
+
+HeartbeatFinding find_hang(Process& p, std::chrono::milliseconds stale, std::chrono::milliseconds silent) {
+  const detail::DeadlineStore store = recorder_store(p);
+  if (!store) return {};
   try {
     const std::vector<Heartbeat> beats = read_heartbeats(p, store);
     const int64_t now = now_us();
-    auto hang = find_hung_ranks(beats, now, stale, p.options.timeout);
-    if (hang) detail::tell_launcher_of_hang(detail::hang_summary(beats, now, stale, p.rank));
-    return hang;
+    auto lost = find_silent_ranks(beats, now, silent, p.options.timeout, store.where());
+    // A silent rank's last heartbeat reads as no progress too: it is named once, as silent.
+    std::vector<Heartbeat> heard;
+    const int64_t silent_us = std::chrono::duration_cast<std::chrono::microseconds>(silent).count();
+    for (const Heartbeat& b : beats) {
+      if (b.beat_us <= 0 || b.stopped || now - b.beat_us < silent_us) heard.push_back(b);
+    }
+    auto hang =
+        stale > std::chrono::milliseconds(0) ? find_hung_ranks(heard, now, stale, p.options.timeout) : std::nullopt;
+    if (!lost && !hang) return {};
+    std::vector<std::string> summary;
+    if (lost) summary.push_back(detail::silent_summary(beats, now, silent, p.rank));
+    if (hang) summary.push_back(detail::hang_summary(heard, now, stale, p.rank));
+    detail::tell_launcher_of_hang(fmt::format("{}", fmt::join(summary, "; ")));
+    return {.culprits = lost && hang ? fmt::format("{} Also: {}", *lost, *hang)
+                        : lost       ? *lost
+                                     : *hang,
+            .store_error = {}};
+  } catch (const detail::StoreUnreachable& e) {
+    return {.culprits = std::nullopt, .store_error = e.what()};
   } catch (const std::exception& e) {
     log::warn("heartbeat: rank {} could not read the other ranks' heartbeats: {}", p.rank, error_message(e));
-    return std::nullopt;
+    return {};
   }
 }
 
-// A collective that waited `waited` failed or timed out: when the heartbeats show a rank that made no
-// progress for about as long (2 s for the once-a-second publishing), the reason names it first.
+// After a failed collective, a rank whose heartbeat has not reached the store for this long is cut off or
+// gone: it publishes about once a second, so 3 s of silence is no accident of load.
+constexpr std::chrono::milliseconds kSilentAfterFailure = std::chrono::seconds(3);
+
+// A collective that waited `waited` failed or timed out: when the heartbeats show a rank silent for a few
+// seconds, or one that made no progress for about as long as the wait (2 s for the once-a-second
+// publishing), the reason names it first. When this rank cannot reach the store either, the reason says so.
 std::string blame(Process& p, std::chrono::milliseconds waited, const std::string& reason) {
-  const auto hang = find_hang(p, waited - std::chrono::seconds(2));
-  return hang ? fmt::format("{} (seen when {})", *hang, reason) : reason;
+  const HeartbeatFinding found = find_hang(p, waited - std::chrono::seconds(2), kSilentAfterFailure);
+  if (found.culprits) return fmt::format("{} (seen when {})", *found.culprits, reason);
+  if (!found.store_error.empty()) return fmt::format("{}; {}", reason, found.store_error);
+  return reason;
 }
 
 // Dumps this rank's ring once. The rank that detected the failure (local) then tells the others
@@ -440,11 +478,7 @@ void stop_run(Process& p, const std::string& reason, bool local) {
       std::lock_guard lock(p.stop_mutex);
       p.reason = reason;
     }
-    c10::intrusive_ptr<c10d::Store> store;
-    {
-      std::lock_guard lock(p.mutex);
-      store = p.store;
-    }
+    const detail::DeadlineStore store = recorder_store(p);
     try {
       write_trace({.rank = p.rank, .world_size = p.world_size, .reason = reason, .entries = p.ring->entries()},
                   trace_file(p));
@@ -455,19 +489,21 @@ void stop_run(Process& p, const std::string& reason, bool local) {
     }
     if (local && store) {
       try {
-        store->set(kStopKey, std::vector<uint8_t>(reason.begin(), reason.end()));
+        store.set(kStopKey, reason);
       } catch (const std::exception& e) {
         log::error("flight recorder: could not ask the other ranks to dump: {}", error_message(e));
       }
     }
     if (store) {
       try {
-        store->add(kDumpedKey, 1);
+        // This rank's silence from now on is no news: it stopped.
+        publish_heartbeat(p, store, /*last=*/true);
+        store.add(kDumpedKey, 1);
         const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
-        while (local && store->add(kDumpedKey, 0) < p.world_size && std::chrono::steady_clock::now() < deadline)
+        while (local && store.add(kDumpedKey, 0) < p.world_size && std::chrono::steady_clock::now() < deadline)
           std::this_thread::sleep_for(std::chrono::milliseconds(100));
       } catch (const std::exception&) {
-        // the store's server (rank 0) is gone: nobody left to wait for
+        // the store's server (rank 0) is gone, or out of reach: nobody left to wait for
       }
     }
     p.stopped = true;
@@ -503,7 +539,6 @@ void watchdog_loop(Process* p) {
     if (p->stopped) continue;
     const auto now = std::chrono::steady_clock::now();
     std::vector<std::pair<int64_t, Pending>> pending;
-    c10::intrusive_ptr<c10d::Store> store;
     {
       std::lock_guard lock(p->mutex);
       pending.assign(p->pending.begin(), p->pending.end());
@@ -529,31 +564,45 @@ void watchdog_loop(Process* p) {
       }
     }
     const std::lock_guard use(p->store_use);
-    {
-      std::lock_guard lock(p->mutex);
-      store = p->store;  // detached meanwhile: the run is over
-    }
+    const detail::DeadlineStore store = recorder_store(*p);  // detached meanwhile: the run is over
+    // A store this host no longer reaches is said once (and again should it come back); the rank goes on:
+    // its next collective with a rank out of reach fails within the timeout, and the failure path, whose
+    // store calls wait no longer than these, names the store.
+    auto unreachable = [&](const std::exception& e) {
+      if (dynamic_cast<const detail::StoreUnreachable*>(&e) == nullptr || p->store_unreachable) return;
+      p->store_unreachable = true;
+      log::error(
+          "flight recorder: rank {}: {} Its collectives with the other hosts fail within comm.train_timeout_seconds "
+          "({} s).",
+          p->rank, e.what(), std::chrono::duration_cast<std::chrono::seconds>(p->options.timeout).count());
+    };
+    auto reachable = [&] {
+      if (!p->store_unreachable) return;
+      p->store_unreachable = false;
+      log::warn("flight recorder: rank {} reaches the store at {} again", p->rank, store.where());
+    };
     if (store && !p->stopped && now - last_beat >= beat_period) {
       last_beat = now;
       try {
         publish_heartbeat(*p, store);
-      } catch (const std::exception&) {
-        // the store's server is gone: this rank's own collectives fail on their own
+        reachable();
+      } catch (const std::exception& e) {
+        unreachable(e);  // else the store's server is gone: this rank's own collectives fail on their own
       }
-      // Rank 0 (whose process serves the store) reads every rank's heartbeat.
-      if (p->rank == 0) {
-        if (auto hang = find_hang(*p, p->options.timeout)) stop_run(*p, *hang, true);
+      // Rank 0 (whose process serves the store) reads every rank's heartbeat: a rank silent or without
+      // progress for the collective timeout stops the run.
+      if (p->rank == 0 && !store.unreachable()) {
+        const HeartbeatFinding found = find_hang(*p, p->options.timeout, p->options.timeout);
+        if (found.culprits) stop_run(*p, *found.culprits, true);
       }
     }
     if (store && !p->stopped && now - last_poll > std::chrono::milliseconds(500)) {
       last_poll = now;
       try {
-        if (store->check({kStopKey})) {
-          const std::vector<uint8_t> value = store->get(kStopKey);
-          stop_run(*p, std::string(value.begin(), value.end()), false);
-        }
-      } catch (const std::exception&) {
-        // the store's server is gone: this rank's own collectives fail on their own
+        if (store.check({kStopKey})) stop_run(*p, store.get(kStopKey), false);
+        reachable();
+      } catch (const std::exception& e) {
+        unreachable(e);  // else the store's server is gone: this rank's own collectives fail on their own
       }
     }
   }
@@ -567,8 +616,16 @@ void detach_flight_recorder_store() {
   Process* p = process();
   if (!p) return;
   const std::lock_guard use(p->store_use);
+  const detail::DeadlineStore store = recorder_store(*p);
+  if (store && !p->stopped) {
+    try {
+      publish_heartbeat(*p, store, /*last=*/true);  // its silence from now on is the run's end
+    } catch (const std::exception&) {
+      // out of reach or gone: the others are past caring
+    }
+  }
   std::lock_guard lock(p->mutex);
-  p->store.reset();
+  p->store = {};
 }
 
 void enable_flight_recorder(const FlightRecorderOptions& options) {
@@ -688,8 +745,28 @@ std::string mark_failed(int64_t id, const std::string& what) {
 void attach_store(const c10::intrusive_ptr<c10d::Store>& store, int64_t rank, int64_t world_size) {
   Process* p = process();
   if (!p) return;
+  const auto deadline = store_deadline(p->options.timeout);
+  DeadlineStore bounded;
+  try {
+    bounded = DeadlineStore::own_connection(store, deadline);
+  } catch (const std::exception& e) {
+    log::warn("flight recorder: rank {} shares the launch store's connection (its own failed: {})", rank,
+              error_message(e));
+    bounded = DeadlineStore(store, store_address(store), deadline);
+  }
+  // Where the other hosts reach this one (Gloo binds the same address unless GLOO_SOCKET_IFNAME says
+  // otherwise): the heartbeat names it, since hosts often share a name (containers, namespaces).
+  std::string addr;
+  if (const std::string host = store_host(store); !host.empty()) {
+    try {
+      addr = local_address_towards(host);
+    } catch (const std::exception&) {
+      // no route: the store could not have been reached either; the host name alone
+    }
+  }
   std::lock_guard lock(p->mutex);
-  p->store = store;
+  p->store = std::move(bounded);
+  p->addr = std::move(addr);
   p->rank = rank;
   p->world_size = world_size;
 }

@@ -8,6 +8,7 @@
 #include <fmt/ranges.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdio>
 #include <cstdlib>
@@ -57,7 +58,8 @@ void hang_in_next_collective_for_test() { state().hang = true; }
 std::string encode_heartbeat(const Heartbeat& beat) {
   return nlohmann::json{{"rank", beat.rank},         {"step", beat.step},       {"phase", beat.phase},
                         {"progress", beat.progress}, {"wall_us", beat.wall_us}, {"waiting", beat.waiting},
-                        {"timed", beat.timed},       {"pid", beat.pid},         {"host", beat.host}}
+                        {"timed", beat.timed},       {"pid", beat.pid},         {"host", beat.host},
+                        {"addr", beat.addr},         {"beat_us", beat.beat_us}, {"stopped", beat.stopped}}
       .dump();
 }
 
@@ -73,7 +75,11 @@ Heartbeat decode_heartbeat(const std::string& text) {
                      .waiting = j.at("waiting").get<std::string>(),
                      .timed = j.at("timed").get<bool>(),
                      .pid = j.at("pid").get<int64_t>(),
-                     .host = j.at("host").get<std::string>()};
+                     .host = j.at("host").get<std::string>(),
+                     // Absent from a heartbeat written by hand (tests): unknown, never silent.
+                     .addr = j.value("addr", std::string()),
+                     .beat_us = j.value("beat_us", int64_t{0}),
+                     .stopped = j.value("stopped", false)};
   } catch (const std::exception& e) {
     TITAN_CHECK_VALUE(false, "[titan::dist::decode_heartbeat] expected a heartbeat record (JSON), got '{}': {}", text,
                       e.what());
@@ -105,6 +111,35 @@ Hang classify(const std::vector<Heartbeat>& beats, int64_t now_us, std::chrono::
 
 int64_t idle_seconds(const Heartbeat& b, int64_t now_us) { return (now_us - b.wall_us + 500'000) / 1'000'000; }
 
+int64_t silent_seconds(const Heartbeat& b, int64_t now_us) { return (now_us - b.beat_us + 500'000) / 1'000'000; }
+
+// "node1 (10.0.0.2)", or the host name alone when the address is unknown.
+std::string where(const Heartbeat& b) { return b.addr.empty() ? b.host : fmt::format("{} ({})", b.host, b.addr); }
+
+// The silent ranks (a heartbeat published, not the last, none since `silent`), grouped by host in rank order.
+std::vector<std::vector<const Heartbeat*>> silent_by_host(const std::vector<Heartbeat>& beats, int64_t now_us,
+                                                          std::chrono::milliseconds silent) {
+  const int64_t silent_us = std::chrono::duration_cast<std::chrono::microseconds>(silent).count();
+  std::vector<std::vector<const Heartbeat*>> hosts;
+  for (const Heartbeat& b : beats) {
+    if (b.beat_us <= 0 || b.stopped || now_us - b.beat_us < silent_us) continue;
+    auto same = std::find_if(hosts.begin(), hosts.end(), [&](const auto& h) { return where(*h.front()) == where(b); });
+    if (same == hosts.end()) {
+      hosts.push_back({&b});
+    } else {
+      same->push_back(&b);
+    }
+  }
+  return hosts;
+}
+
+// "rank 2" or "ranks 2, 3".
+std::string rank_list(const std::vector<const Heartbeat*>& group) {
+  std::vector<int64_t> ranks;
+  for (const Heartbeat* b : group) ranks.push_back(b->rank);
+  return fmt::format("{} {}", ranks.size() == 1 ? "rank" : "ranks", fmt::join(ranks, ", "));
+}
+
 }  // namespace
 
 std::optional<std::string> find_hung_ranks(const std::vector<Heartbeat>& beats, int64_t now_us,
@@ -114,7 +149,7 @@ std::optional<std::string> find_hung_ranks(const std::vector<Heartbeat>& beats, 
   std::vector<std::string> parts;
   for (const Heartbeat* b : hung) {
     parts.push_back(fmt::format("rank {} made no progress for {} s (last: step {}, {}; pid {} on {})", b->rank,
-                                idle_seconds(*b, now_us), b->step, b->phase, b->pid, b->host));
+                                idle_seconds(*b, now_us), b->step, b->phase, b->pid, where(*b)));
   }
   std::string text = fmt::format("{}", fmt::join(parts, "; "));
   if (!waiting.empty()) {
@@ -133,6 +168,33 @@ std::optional<std::string> find_hung_ranks(const std::vector<Heartbeat>& beats, 
       std::chrono::duration_cast<std::chrono::seconds>(timeout).count(), first.host, first.pid, first.step,
       first.phase);
   return text;
+}
+
+std::optional<std::string> find_silent_ranks(const std::vector<Heartbeat>& beats, int64_t now_us,
+                                             std::chrono::milliseconds silent, std::chrono::milliseconds timeout,
+                                             const std::string& store) {
+  const auto hosts = silent_by_host(beats, now_us, silent);
+  if (hosts.empty()) return std::nullopt;
+  std::vector<std::string> parts;
+  for (const auto& group : hosts) {
+    std::vector<int64_t> pids;
+    int64_t longest = 0;
+    for (const Heartbeat* b : group) {
+      pids.push_back(b->pid);
+      longest = std::max(longest, silent_seconds(*b, now_us));
+    }
+    const Heartbeat& first = *group.front();
+    parts.push_back(fmt::format("{} on {} sent no heartbeat for {} s (last: step {}, {}; pid{} {})", rank_list(group),
+                                where(first), longest, first.step, first.phase, pids.size() == 1 ? "" : "s",
+                                fmt::join(pids, ", ")));
+  }
+  return fmt::format(
+      "{}: {} cut off from the store at {}, or {} processes are gone. comm.train_timeout_seconds is {} s. Check "
+      "that host and the network between it and the others (a link down, a firewall, a switch); under titan-run "
+      "--max-restarts the job restarts from the newest checkpoint, and an elastic job (--nnodes MIN:MAX) goes on "
+      "without that host.",
+      fmt::join(parts, "; "), hosts.size() == 1 ? "that host is" : "those hosts are", store,
+      hosts.size() == 1 ? "its" : "their", std::chrono::duration_cast<std::chrono::seconds>(timeout).count());
 }
 
 namespace detail {
@@ -169,6 +231,18 @@ std::string hang_summary(const std::vector<Heartbeat>& beats, int64_t now_us, st
   for (const Heartbeat* b : classify(beats, now_us, stale).hung) {
     parts.push_back(fmt::format("rank {} hung (no progress for {} s at step {}, {}; detected by rank {})", b->rank,
                                 idle_seconds(*b, now_us), b->step, b->phase, detected_by));
+  }
+  return fmt::format("{}", fmt::join(parts, "; "));
+}
+
+std::string silent_summary(const std::vector<Heartbeat>& beats, int64_t now_us, std::chrono::milliseconds silent,
+                           int64_t detected_by) {
+  std::vector<std::string> parts;
+  for (const auto& group : silent_by_host(beats, now_us, silent)) {
+    int64_t longest = 0;
+    for (const Heartbeat* b : group) longest = std::max(longest, silent_seconds(*b, now_us));
+    parts.push_back(fmt::format("{} on {} unreachable (no heartbeat for {} s; detected by rank {})", rank_list(group),
+                                where(*group.front()), longest, detected_by));
   }
   return fmt::format("{}", fmt::join(parts, "; "));
 }

@@ -35,6 +35,10 @@ bool take_test_hang();
 /// step 4, data loading; detected by rank 0)", one such part per hung rank; empty when none.
 std::string hang_summary(const std::vector<Heartbeat>& beats, int64_t now_us, std::chrono::milliseconds stale,
                          int64_t detected_by);
+/// The silent ranks find_silent_ranks reports, in a few words for the launcher: "ranks 2, 3 on node1
+/// (10.0.0.2) unreachable (no heartbeat for 6 s; detected by rank 0)", one part per host; empty when none.
+std::string silent_summary(const std::vector<Heartbeat>& beats, int64_t now_us, std::chrono::milliseconds silent,
+                           int64_t detected_by);
 /// Under titan-run, writes `summary` to $TITAN_RUN_HANG_FILE, from which the launcher names the hung rank in
 /// its log and in the restart reason (restarts.jsonl); nothing when the variable is unset (torchrun).
 void tell_launcher_of_hang(const std::string& summary);

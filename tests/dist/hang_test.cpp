@@ -98,6 +98,51 @@ TEST_CASE("Heartbeats round-trip and find_hung_ranks names the rank outside a co
   CHECK_FALSE(titan::dist::find_hung_ranks({beats[0]}, 60 * kSecond, seconds(10), seconds(10)));
 }
 
+TEST_CASE("find_silent_ranks names the ranks whose heartbeat stopped reaching the store by host", "[dist][heartbeat]") {
+  using std::chrono::seconds;
+  // Ranks 2 and 3 share a host whose heartbeats stopped 7 s ago; rank 1's stopped too, but it said it was
+  // its last; rank 0's is fresh; a heartbeat without a publishing time (an older writer) is never silent.
+  auto published = [](int64_t rank, const std::string& host, const std::string& addr, int64_t beat_us,
+                      bool stopped = false) {
+    Heartbeat b = beat(rank, 4, "forward/backward", beat_us);
+    b.host = host;
+    b.addr = addr;
+    b.beat_us = beat_us;
+    b.stopped = stopped;
+    return b;
+  };
+  const std::vector<Heartbeat> beats = {
+      published(0, "node0", "10.0.0.1", 20 * kSecond), published(1, "node0", "10.0.0.1", 10 * kSecond, true),
+      published(2, "node1", "10.0.0.2", 13 * kSecond), published(3, "node1", "10.0.0.2", 13 * kSecond),
+      beat(4, 4, "forward/backward", 1 * kSecond)};
+  const Heartbeat back = titan::dist::decode_heartbeat(titan::dist::encode_heartbeat(beats[1]));
+  CHECK(back.addr == "10.0.0.1");
+  CHECK(back.beat_us == 10 * kSecond);
+  CHECK(back.stopped);
+  const auto silent = titan::dist::find_silent_ranks(beats, 20 * kSecond, seconds(5), seconds(5), "10.0.0.1:29500");
+  REQUIRE(silent);
+  CHECK_THAT(*silent,
+             Catch::StartsWith("ranks 2, 3 on node1 (10.0.0.2) sent no heartbeat for 7 s (last: step 4, "
+                               "forward/backward; pids 4202, 4203): that host is cut off from the store at "
+                               "10.0.0.1:29500, or its processes are gone. comm.train_timeout_seconds is 5 s."));
+  CHECK_THAT(*silent, !Catch::Contains("rank 1"));
+  CHECK_THAT(*silent, !Catch::Contains("rank 4"));
+  CHECK(titan::dist::detail::silent_summary(beats, 20 * kSecond, seconds(5), 0) ==
+        "ranks 2, 3 on node1 (10.0.0.2) unreachable (no heartbeat for 7 s; detected by rank 0)");
+  // Not silent long enough yet: nothing.
+  CHECK_FALSE(titan::dist::find_silent_ranks(beats, 17 * kSecond, seconds(5), seconds(5), "10.0.0.1:29500"));
+  // Two hosts: one part each, in rank order.
+  std::vector<Heartbeat> two = beats;
+  two[0].beat_us = 12 * kSecond;
+  two[0].stopped = false;
+  const auto both = titan::dist::find_silent_ranks(two, 20 * kSecond, seconds(5), seconds(5), "10.0.0.1:29500");
+  REQUIRE(both);
+  CHECK_THAT(*both, Catch::StartsWith("rank 0 on node0 (10.0.0.1) sent no heartbeat for 8 s (last: step 4, "
+                                      "forward/backward; pid 4200); ranks 2, 3 on node1 (10.0.0.2) sent no heartbeat "
+                                      "for 7 s"));
+  CHECK_THAT(*both, Catch::Contains("those hosts are cut off from the store at 10.0.0.1:29500, or their processes"));
+}
+
 TEST_CASE("A rank whose collective just timed out still waits in it: the blame names only the rank outside one",
           "[dist][heartbeat]") {
   namespace detail = titan::dist::detail;

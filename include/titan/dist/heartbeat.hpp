@@ -4,7 +4,8 @@
 // it to the launch store about once a second, and rank 0's watchdog reads every rank's. A rank whose
 // last progress is older than comm.train_timeout_seconds while it is not waiting in a collective is
 // the hung one: every rank stops with a message naming it, and the flight recorder dumps as for a
-// timed-out collective. See docs/fault_tolerance.md.
+// timed-out collective. A rank whose heartbeat stops reaching the store for as long (its host cut off, or
+// its process gone) is named with its host the same way. See docs/fault_tolerance.md.
 #pragma once
 
 #include <chrono>
@@ -37,6 +38,9 @@ struct Heartbeat {
   bool timed = true;      ///< false in phases the heartbeat does not time
   int64_t pid = 0;        ///< the rank's process id
   std::string host{};     ///< the rank's host name
+  std::string addr{};     ///< the address its host reaches the store from (its Gloo address); empty: unknown
+  int64_t beat_us = 0;    ///< wall clock when it was published (about once a second); 0: unknown
+  bool stopped = false;   ///< its last: the rank stopped publishing (its run stopped or ended)
 };
 
 std::string encode_heartbeat(const Heartbeat& beat);
@@ -48,5 +52,13 @@ Heartbeat decode_heartbeat(const std::string& text);
 /// what to do. Wall clocks of different hosts are compared: they must agree to a second or so (NTP).
 std::optional<std::string> find_hung_ranks(const std::vector<Heartbeat>& beats, int64_t now_us,
                                            std::chrono::milliseconds stale, std::chrono::milliseconds timeout);
+
+/// The ranks whose heartbeat stopped reaching the store, in words, or nullopt: those that published one
+/// (beat_us set) that is not their last, at least `silent` before `now_us`. Grouped by host, the sentence
+/// names each host's ranks, its address, how long they have been silent and where they were, that the host
+/// is cut off from the store at `store` or its processes are gone, the timeout and what to do.
+std::optional<std::string> find_silent_ranks(const std::vector<Heartbeat>& beats, int64_t now_us,
+                                             std::chrono::milliseconds silent, std::chrono::milliseconds timeout,
+                                             const std::string& store);
 
 }  // namespace titan::dist
