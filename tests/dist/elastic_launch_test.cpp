@@ -106,7 +106,12 @@ TEST_CASE("titan-run --nnodes MIN:MAX: the elastic flags and their errors", "[la
   std::tie(code, out) =
       run({"--nnodes", "1:2", "--rdzv-endpoint", "127.0.0.1:29400", "--rdzv-conf", "timeout=3", probe});
   CHECK(code == 2);
-  CHECK_THAT(out, Contains("--rdzv-conf knows join_timeout and last_call_timeout, got 'timeout=3'"));
+  CHECK_THAT(out, Contains("--rdzv-conf knows join_timeout, last_call_timeout, keep_alive_interval and "
+                           "keep_alive_max_attempt, got 'timeout=3'"));
+  std::tie(code, out) =
+      run({"--nnodes", "1:2", "--rdzv-endpoint", "127.0.0.1:29400", "--rdzv-conf", "keep_alive_interval=0", probe});
+  CHECK(code == 2);
+  CHECK_THAT(out, Contains("--rdzv-conf keep_alive_interval expects a number in [1, 3600], got '0'"));
   std::tie(code, out) = run({"--nnodes", "1:x", "--master-port", "29400", probe});
   CHECK(code == 2);
   CHECK_THAT(out, Contains("--nnodes MAX expects a number"));

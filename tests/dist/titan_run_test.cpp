@@ -162,6 +162,39 @@ TEST_CASE("titan-run: bad command lines are clear errors", "[dist][titan-run]") 
   CHECK_THAT(help.output(), Catch::StartsWith("usage: titan-run --nproc-per-node N"));
 }
 
+TEST_CASE("titan-run: a loopback rendezvous address for several nodes is warned about", "[dist][titan-run]") {
+  using Args = std::vector<std::string>;
+  // Node 1 of 2 (its probe needs no rank 0 to print its line): the warning, and the job runs as asked.
+  for (const std::string address : {"127.0.0.1", "127.0.1.1", "::1", "localhost", "LocalHost."}) {
+    INFO(address);
+    Subprocess run(
+        titan_run({"--nnodes", "2", "--node-rank", "1", "--master-addr", address, "--master-port", "29555"}));
+    require_exit(run, 0, kStartSeconds);
+    CHECK_THAT(run.output(),
+               Catch::StartsWith("titan-run: warning: --master-addr " + address +
+                                 " is loopback: the other nodes of --nnodes 2 cannot reach it unless every node runs "
+                                 "on this machine. Pass an address of rank 0's host that the other hosts reach."));
+    CHECK(probe_lines(run.output()).size() == 1);
+  }
+  // Elastic, the same for the rendezvous address (this agent hosts it and, MIN being 1, runs alone).
+  Subprocess elastic(titan_run(
+      {"--nnodes", "1:2", "--rdzv-endpoint", "127.0.0.1:29556", "--rdzv-conf", "join_timeout=10,last_call_timeout=0"}));
+  require_exit(elastic, 0, kStartSeconds);
+  CHECK_THAT(elastic.output(),
+             Catch::StartsWith("titan-run: warning: the rendezvous address 127.0.0.1 is loopback: the "
+                               "other nodes of --nnodes 1:2 cannot reach it unless every node runs on "
+                               "this machine. Pass an address of the rendezvous host"));
+  // No warning for one node on loopback, or for several nodes at an address other hosts may reach.
+  for (const Args& flags :
+       {Args{"--master-addr", "127.0.0.1"},
+        Args{"--nnodes", "2", "--node-rank", "1", "--master-addr", "10.1.2.3", "--master-port", "29555"},
+        Args{"--nnodes", "1:1", "--rdzv-endpoint", "127.0.0.1:29557"}}) {
+    Subprocess run(titan_run(flags));
+    require_exit(run, 0, kStartSeconds);
+    CHECK_THAT(run.output(), !Catch::Contains("warning"));
+  }
+}
+
 TEST_CASE("titan-run: a program that cannot start fails every rank with 127", "[dist][titan-run]") {
   Subprocess run({titan_run_path(), "--nproc-per-node", "2", "--", "/nonexistent/titan-program"});
   require_exit(run, 127, 60);

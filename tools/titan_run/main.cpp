@@ -21,6 +21,9 @@ int main(int argc, char** argv) {
     titan_run::write_all(STDOUT_FILENO, titan_run::usage());
     return 0;
   }
+  for (const std::string& warning : titan_run::warnings(options)) {
+    titan_run::write_all(STDERR_FILENO, "titan-run: " + warning + "\n");
+  }
   try {
     return titan_run::supervise(options);
   } catch (const std::exception& e) {

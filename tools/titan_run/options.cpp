@@ -1,6 +1,10 @@
 // SPDX-License-Identifier: BSD-3-Clause
 #include "options.hpp"
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+
+#include <cctype>
 #include <charconv>
 #include <sstream>
 #include <stdexcept>
@@ -39,7 +43,8 @@ void parse_nnodes(const std::string& flag, const std::string& text, Options& o) 
   o.nnodes = o.max_nodes;
 }
 
-// torchrun's "key=value,key=value"; titan-run reads join_timeout and last_call_timeout (seconds).
+// torchrun's "key=value,key=value"; titan-run reads join_timeout and last_call_timeout (seconds),
+// keep_alive_interval (seconds) and keep_alive_max_attempt.
 void parse_rdzv_conf(const std::string& flag, const std::string& text, Options& o) {
   std::istringstream in(text);
   for (std::string item; std::getline(in, item, ',');) {
@@ -50,8 +55,15 @@ void parse_rdzv_conf(const std::string& flag, const std::string& text, Options& 
       o.join_timeout_seconds = parse_number<double>(flag + " join_timeout", value, 0.0, 86400.0);
     } else if (key == "last_call_timeout") {
       o.last_call_timeout_seconds = parse_number<double>(flag + " last_call_timeout", value, 0.0, 86400.0);
+    } else if (key == "keep_alive_interval") {
+      o.keep_alive_interval_seconds = parse_number<int>(flag + " keep_alive_interval", value, 1, 3600);
+    } else if (key == "keep_alive_max_attempt") {
+      o.keep_alive_max_attempt = parse_number<int>(flag + " keep_alive_max_attempt", value, 1, 100);
     } else {
-      throw std::invalid_argument(flag + " knows join_timeout and last_call_timeout, got '" + item + "'");
+      throw std::invalid_argument(flag +
+                                  " knows join_timeout, last_call_timeout, keep_alive_interval and "
+                                  "keep_alive_max_attempt, got '" +
+                                  item + "'");
     }
   }
 }
@@ -65,7 +77,22 @@ void parse_endpoint(const std::string& flag, const std::string& text, Options& o
   std::string host = text.substr(0, colon);
   if (host.size() > 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
   o.master_addr = host;
+  o.master_addr_given = true;
   o.master_port = parse_number<int>(flag + " PORT", text.substr(colon + 1), 1, 65535);
+}
+
+// A loopback address literal (127.0.0.0/8, ::1, ::ffff:127.x.y.z) or a name that is loopback by
+// definition (localhost, *.localhost: RFC 6761). Other names are not resolved here: a name that leads to
+// loopback on rank 0's host is the ranks' error there (src/dist/interface.cpp).
+bool is_loopback(std::string host) {
+  for (char& c : host) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  if (!host.empty() && host.back() == '.') host.pop_back();
+  if (host == "localhost" || host.ends_with(".localhost")) return true;
+  in_addr v4{};
+  if (inet_pton(AF_INET, host.c_str(), &v4) == 1) return (ntohl(v4.s_addr) >> 24) == 127;
+  in6_addr v6{};
+  if (inet_pton(AF_INET6, host.c_str(), &v6) != 1) return false;
+  return IN6_IS_ADDR_LOOPBACK(&v6) || (IN6_IS_ADDR_V4MAPPED(&v6) && v6.s6_addr[12] == 127);
 }
 
 void check_consistent(const Options& o, bool node_rank_given) {
@@ -87,7 +114,7 @@ void check_consistent(const Options& o, bool node_rank_given) {
                                 std::to_string(o.node_rank));
   }
   // Every node must agree on the rendezvous address, so it cannot be picked locally.
-  if (o.nnodes > 1 && (o.master_port == 0 || o.master_addr == Options{}.master_addr)) {
+  if (o.nnodes > 1 && (o.master_port == 0 || !o.master_addr_given)) {
     throw std::invalid_argument(
         "--nnodes > 1 needs --master-addr (rank 0's host, reachable from every node) and "
         "--master-port: all nodes must agree on them");
@@ -140,6 +167,7 @@ Options parse_options(int argc, char** argv) {
       parse_rdzv_conf(arg, take_value(), o);
     } else if (arg == "--master-addr") {
       o.master_addr = take_value();
+      o.master_addr_given = true;
     } else if (arg == "--master-port") {
       o.master_port = parse_number<int>(arg, take_value(), 1, 65535);
     } else if (arg == "--grace-seconds") {
@@ -155,6 +183,19 @@ Options parse_options(int argc, char** argv) {
   o.command.assign(argv + i, argv + argc);
   check_consistent(o, node_rank_given);
   return o;
+}
+
+std::vector<std::string> warnings(const Options& o) {
+  std::vector<std::string> out;
+  if (o.nnodes > 1 && is_loopback(o.master_addr)) {
+    const std::string nnodes =
+        o.elastic ? std::to_string(o.min_nodes) + ":" + std::to_string(o.max_nodes) : std::to_string(o.nnodes);
+    out.push_back("warning: " + std::string(o.elastic ? "the rendezvous address " : "--master-addr ") + o.master_addr +
+                  " is loopback: the other nodes of --nnodes " + nnodes +
+                  " cannot reach it unless every node runs on this machine. Pass an address of " +
+                  (o.elastic ? "the rendezvous host" : "rank 0's host") + " that the other hosts reach.");
+  }
+  return out;
 }
 
 std::string usage() {
@@ -192,8 +233,10 @@ makes the job start again with it (its ranks get SIGTERM and --grace-seconds to 
 
   --nnodes MIN:MAX     elastic: between MIN and MAX nodes
   --rdzv-endpoint A:P  the rendezvous address (same as --master-addr A --master-port P)
-  --rdzv-conf join_timeout=S,last_call_timeout=L
-                       wait S seconds for MIN nodes (default 600), then L for more (default 30)
+  --rdzv-conf join_timeout=S,last_call_timeout=L,keep_alive_interval=K,keep_alive_max_attempt=N
+                       wait S seconds for MIN nodes (default 600), then L for more (default 30); a
+                       node (or the rendezvous host) that answers none of N probes K seconds apart
+                       (defaults 5 and 3) is lost: cut off, or its host is down
   -h, --help           this text
 )";
 }

@@ -17,7 +17,10 @@ struct Options {
   int max_nodes = 1;                        ///< elastic: most nodes in a round
   double join_timeout_seconds = 600.0;      ///< elastic: wait this long for MIN nodes (torchrun's join_timeout)
   double last_call_timeout_seconds = 30.0;  ///< elastic: once MIN are ready, wait this long for more
+  int keep_alive_interval_seconds = 5;      ///< elastic: probe a quiet rendezvous link this often (torchrun's name)
+  int keep_alive_max_attempt = 3;           ///< elastic: unanswered probes before the other end counts as lost
   std::string master_addr = "127.0.0.1";    ///< rank 0's host, for the rendezvous store
+  bool master_addr_given = false;           ///< --master-addr or --rdzv-endpoint was passed
   int master_port = 0;                      ///< rendezvous port; 0 picks a free one (single node only)
   double grace_seconds = 30.0;              ///< SIGTERM-to-SIGKILL delay when stopping ranks (a checkpoint fits)
   double failure_grace_seconds = 3.0;       ///< the same delay after a rank failed (at most grace_seconds)
@@ -33,6 +36,11 @@ inline int global_rank(const Options& options, int local_rank) {
 
 /// Parses argv; throws std::invalid_argument with a message that names the flag.
 Options parse_options(int argc, char** argv);
+
+/// The warnings a valid command line still deserves, one line each (without "titan-run: "): a job of
+/// several nodes whose rendezvous address is loopback (127.0.0.0/8, ::1, localhost), which no other host
+/// reaches.
+std::vector<std::string> warnings(const Options& options);
 
 /// The --help text.
 std::string usage();

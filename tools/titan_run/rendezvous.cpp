@@ -10,6 +10,8 @@
 #include "rank_process.hpp"
 
 #include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <sys/socket.h>
 #include <unistd.h>
 #include <algorithm>
@@ -58,6 +60,27 @@ int try_listen(const std::string& host, int port) {
   return -1;
 }
 
+// A node cut off from the others (a link down, a partition) neither closes nor resets its connections:
+// without probes each end would wait for the other forever. The kernel probes a quiet connection every
+// keep_alive_interval and drops it, failing the next read with ETIMEDOUT, after keep_alive_max_attempt
+// probes go unanswered; TCP_USER_TIMEOUT does the same for a line sent and never acknowledged.
+void keep_alive(int fd, const Options& o) {
+  const int on = 1, interval = o.keep_alive_interval_seconds, attempts = o.keep_alive_max_attempt;
+  const unsigned int user_timeout_ms = static_cast<unsigned int>(interval * attempts) * 1000U;
+  setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &on, sizeof(on));
+  setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &interval, sizeof(interval));
+  setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &interval, sizeof(interval));
+  setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &attempts, sizeof(attempts));
+  setsockopt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &user_timeout_ms, sizeof(user_timeout_ms));
+}
+
+// "no answer for 15 s (keep_alive_interval 5 s x keep_alive_max_attempt 3)".
+std::string silence(const Options& o) {
+  return "no answer for " + std::to_string(o.keep_alive_interval_seconds * o.keep_alive_max_attempt) +
+         " s (keep_alive_interval " + std::to_string(o.keep_alive_interval_seconds) + " s x keep_alive_max_attempt " +
+         std::to_string(o.keep_alive_max_attempt) + ")";
+}
+
 int try_connect(const std::string& host, int port) {
   const AddrInfo addrs(host, port);
   for (addrinfo* a = addrs.list; a != nullptr; a = a->ai_next) {
@@ -84,11 +107,13 @@ int to_int(const std::string& word) {
   }
 }
 
-// Reads what `fd` has; appends complete lines to `lines`. False at the end of the stream or an error.
-bool read_lines(int fd, std::string& partial, std::vector<std::string>& lines) {
+// Reads what `fd` has; appends complete lines to `lines`. False at the end of the stream or an error
+// (its errno in `error`; 0 at the end of the stream).
+bool read_lines(int fd, std::string& partial, std::vector<std::string>& lines, int& error) {
   char buffer[4096];
   const ssize_t n = read(fd, buffer, sizeof(buffer));
-  if (n <= 0) return n < 0 && (errno == EINTR || errno == EAGAIN);
+  error = n < 0 ? errno : 0;
+  if (n <= 0) return n < 0 && (error == EINTR || error == EAGAIN);
   partial.append(buffer, static_cast<std::size_t>(n));
   for (auto nl = partial.find('\n'); nl != std::string::npos; nl = partial.find('\n')) {
     lines.push_back(partial.substr(0, nl));
@@ -206,6 +231,7 @@ struct Rendezvous::Impl {
       }
       return;
     }
+    keep_alive(fd, o);
     say("joined the elastic rendezvous at " + endpoint(o));
     for (const std::string& line : outbox) write_all(fd, line + "\n");
     outbox.clear();
@@ -284,12 +310,15 @@ struct Rendezvous::Impl {
     p.state = Peer::State::gone;
   }
 
-  void on_peer_lost(Peer& p) {
+  // `error`: the read's errno; ETIMEDOUT when the keep-alive probes went unanswered (cut off, or its host down).
+  void on_peer_lost(Peer& p, int error) {
     const bool lost_in_round = phase == Phase::running && p.in_round && !p.done;
     p.in_round = false;
     drop(p);
     if (lost_in_round) {
-      node_failed(1, node_name(p) + " was lost (its titan-run stopped answering)");
+      node_failed(1, node_name(p) + " was lost (its titan-run stopped answering" +
+                         (error == ETIMEDOUT ? ": " + silence(o) + "; cut off, or its host is down" : std::string()) +
+                         ")");
     } else if (phase == Phase::gathering) {
       check_round();
     }
@@ -389,6 +418,7 @@ struct Rendezvous::Impl {
     while (true) {
       const int peer = accept4(listen_fd, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
       if (peer < 0) return;
+      keep_alive(peer, o);
       Peer p;
       p.fd = peer;
       peers.push_back(std::move(p));
@@ -461,12 +491,16 @@ void Rendezvous::on_poll(const std::vector<pollfd>& polled) {
     for (const pollfd& p : polled) {
       if (p.fd != r.fd || p.revents == 0) continue;
       std::vector<std::string> lines;
-      const bool open = read_lines(r.fd, r.partial, lines);
+      int error = 0;
+      const bool open = read_lines(r.fd, r.partial, lines, error);
       for (const std::string& line : lines) r.on_host_line(line);
       if (!open) {
         close(r.fd);
         r.fd = -1;
-        r.fail_locally("lost the elastic rendezvous host at " + endpoint(r.o) + "; this node stops");
+        r.fail_locally("lost the elastic rendezvous host at " + endpoint(r.o) +
+                       (error == ETIMEDOUT ? " (" + silence(r.o) + ": this node is cut off from it, or it is down)"
+                                           : std::string()) +
+                       "; this node stops");
       }
     }
     return;
@@ -481,11 +515,12 @@ void Rendezvous::on_poll(const std::vector<pollfd>& polled) {
     for (std::size_t i = 1; i < r.peers.size(); ++i) {
       if (r.peers[i].fd != p.fd) continue;
       std::vector<std::string> lines;
-      const bool open = read_lines(p.fd, r.peers[i].partial, lines);
+      int error = 0;
+      const bool open = read_lines(p.fd, r.peers[i].partial, lines, error);
       for (const std::string& line : lines) {
         if (r.peers[i].state != Impl::Peer::State::gone) r.on_peer_line(r.peers[i], line);
       }
-      if (!open && r.peers[i].state != Impl::Peer::State::gone) r.on_peer_lost(r.peers[i]);
+      if (!open && r.peers[i].state != Impl::Peer::State::gone) r.on_peer_lost(r.peers[i], error);
       break;
     }
   }
