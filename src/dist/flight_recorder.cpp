@@ -415,6 +415,10 @@ detail::DeadlineStore recorder_store(Process& p) {
   return p.store;
 }
 
+// After a failed collective, a rank whose heartbeat has not reached the store for this long is cut off or
+// gone: it publishes about once a second, so 3 s of silence is no accident of load.
+constexpr std::chrono::milliseconds kSilentAfterFailure = std::chrono::seconds(3);
+
 // What the heartbeats show: the ranks silent for `silent` (their host cut off, or their process gone),
 // then the ranks that made no progress for `stale`; or why the store could not say.
 struct HeartbeatFinding {
@@ -428,18 +432,22 @@ HeartbeatFinding find_hang(Process& p, std::chrono::milliseconds stale, std::chr
   try {
     const std::vector<Heartbeat> beats = read_heartbeats(p, store);
     const int64_t now = now_us();
+    // Once one rank is silent that long, every rank silent for a few seconds is named with it: the ranks of
+    // a host cut off went quiet within a second of each other, and pass the threshold one by one.
+    const auto named = std::min(silent, kSilentAfterFailure);
     auto lost = find_silent_ranks(beats, now, silent, p.options.timeout, store.where());
+    if (lost) lost = find_silent_ranks(beats, now, named, p.options.timeout, store.where());
     // A silent rank's last heartbeat reads as no progress too: it is named once, as silent.
     std::vector<Heartbeat> heard;
-    const int64_t silent_us = std::chrono::duration_cast<std::chrono::microseconds>(silent).count();
+    const int64_t named_us = std::chrono::duration_cast<std::chrono::microseconds>(named).count();
     for (const Heartbeat& b : beats) {
-      if (b.beat_us <= 0 || b.stopped || now - b.beat_us < silent_us) heard.push_back(b);
+      if (!lost || b.beat_us <= 0 || b.stopped || now - b.beat_us < named_us) heard.push_back(b);
     }
     auto hang =
         stale > std::chrono::milliseconds(0) ? find_hung_ranks(heard, now, stale, p.options.timeout) : std::nullopt;
     if (!lost && !hang) return {};
     std::vector<std::string> summary;
-    if (lost) summary.push_back(detail::silent_summary(beats, now, silent, p.rank));
+    if (lost) summary.push_back(detail::silent_summary(beats, now, named, p.rank));
     if (hang) summary.push_back(detail::hang_summary(heard, now, stale, p.rank));
     detail::tell_launcher_of_hang(fmt::format("{}", fmt::join(summary, "; ")));
     return {.culprits = lost && hang ? fmt::format("{} Also: {}", *lost, *hang)
@@ -453,10 +461,6 @@ HeartbeatFinding find_hang(Process& p, std::chrono::milliseconds stale, std::chr
     return {};
   }
 }
-
-// After a failed collective, a rank whose heartbeat has not reached the store for this long is cut off or
-// gone: it publishes about once a second, so 3 s of silence is no accident of load.
-constexpr std::chrono::milliseconds kSilentAfterFailure = std::chrono::seconds(3);
 
 // A collective that waited `waited` failed or timed out: when the heartbeats show a rank silent for a few
 // seconds, or one that made no progress for about as long as the wait (2 s for the once-a-second
