@@ -1,16 +1,17 @@
 // SPDX-License-Identifier: BSD-3-Clause
-// titan-convert: Llama 3 weights between titan and Hugging Face layouts.
-//   titan-convert to-hf --input PATH --output DIR [--flavor NAME | --like HF_DIR]
+// titan-convert: weights of any registered model (models/model_spec.hpp) between titan and Hugging Face layouts.
+//   titan-convert to-hf --input PATH --output DIR [--model NAME] [--flavor NAME | --like HF_DIR]
 //                       [--dtype float32|bfloat16|float16] [--max-shard-bytes N]
 //     PATH: a titan checkpoint folder (<dump>/checkpoint/step-N) or a .safetensors file with titan
 //     FQNs (a seed checkpoint, from-hf's output). DIR gets config.json and model.safetensors (or
 //     shards + model.safetensors.index.json past max-shard-bytes), loadable by transformers'
-//     LlamaForCausalLM.from_pretrained. The vocabulary size and embedding tying come from the
-//     weights; the rest of the architecture from --flavor (default debugmodel) or, for a model
-//     that is no titan flavor, from the config.json of --like HF_DIR.
+//     from_pretrained. The vocabulary size comes from the weights; the rest of the architecture from
+//     --model (default llama3) and --flavor (default debugmodel) or, for a model that is no titan
+//     flavor, from the config.json of --like HF_DIR.
 //   titan-convert from-hf --input DIR --output FILE.safetensors
-//     DIR: an HF Llama folder (single or sharded). FILE holds titan FQNs and layouts; use it as
-//     checkpoint.initial_load_path (or give DIR itself with checkpoint.initial_load_in_hf).
+//     DIR: an HF folder (single or sharded) of a registered family, picked by its config's
+//     `architectures`. FILE holds titan FQNs and layouts; use it as checkpoint.initial_load_path (or give
+//     DIR itself with checkpoint.initial_load_in_hf).
 #include <ATen/ATen.h>
 #include <fmt/format.h>
 
@@ -25,8 +26,11 @@
 #include "titan/checkpoint/hf.hpp"
 #include "titan/checkpoint/safetensors.hpp"
 #include "titan/core/choices.hpp"
+#include "titan/core/config.hpp"
 #include "titan/core/log.hpp"
-#include "titan/models/llama3/hf_adapter.hpp"
+#include "titan/models/decoder.hpp"
+#include "titan/models/model_spec.hpp"
+#include "titan/train/trainer.hpp"
 
 namespace fs = std::filesystem;
 namespace ckpt = titan::checkpoint;
@@ -34,13 +38,15 @@ namespace ckpt = titan::checkpoint;
 namespace {
 
 constexpr const char* kUsage =
-    "usage: titan-convert to-hf --input PATH --output DIR [--flavor NAME | --like HF_DIR]\n"
+    "usage: titan-convert to-hf --input PATH --output DIR [--model NAME] [--flavor NAME | --like HF_DIR]\n"
     "                           [--dtype float32|bfloat16|float16] [--max-shard-bytes N]\n"
     "       titan-convert from-hf --input DIR --output FILE.safetensors\n";
 
 std::map<std::string, std::string> parse(int argc, char** argv) {
-  std::map<std::string, std::string> flags = {
-      {"flavor", "debugmodel"}, {"dtype", "float32"}, {"max-shard-bytes", std::to_string(int64_t{5} << 30)}};
+  std::map<std::string, std::string> flags = {{"model", "llama3"},
+                                              {"flavor", "debugmodel"},
+                                              {"dtype", "float32"},
+                                              {"max-shard-bytes", std::to_string(int64_t{5} << 30)}};
   for (int i = 2; i < argc; i += 2) {
     const std::string key = argv[i];
     const bool known = key.starts_with("--") &&
@@ -88,44 +94,58 @@ at::ScalarType dtype_of(const std::string& name) {
 
 void to_hf(const std::map<std::string, std::string>& flags) {
   const auto tensors = read_titan(flags.at("input"));
-  titan::llama3::Llama3Args args = flags.contains("like")
-                                       ? titan::llama3::args_from_hf_config(ckpt::HfReader(flags.at("like")).config())
-                                       : titan::llama3::flavor(flags.at("flavor"));
+  int64_t vocab = 0;
   bool has_output = false;
   for (const auto& [fqn, t] : tensors) {
-    if (fqn == "tok_embeddings.weight") args.vocab_size = t.size(0);
+    if (fqn == "tok_embeddings.weight") vocab = t.size(0);
     has_output = has_output || fqn == "output.weight";
   }
-  args.tie_word_embeddings = !has_output;
-  ckpt::save_hf(flags.at("output"), tensors, *titan::llama3::hf_adapter(args), dtype_of(flags.at("dtype")),
+  // The architecture on meta (shapes only), for its Hugging Face adapter.
+  std::shared_ptr<titan::models::Decoder> model;
+  if (flags.contains("like")) {
+    nlohmann::json hf = ckpt::HfReader(flags.at("like")).config();
+    if (vocab > 0) hf["vocab_size"] = vocab;
+    model = titan::models::model_spec_for_hf(hf).from_hf(hf, 1, at::kMeta);
+  } else {
+    titan::JobConfig config;
+    config.model.name = flags.at("model");
+    config.model.flavor = flags.at("flavor");
+    config.training.seq_len = 1;
+    model = titan::models::model_spec(config.model.name).build(config, vocab, at::kMeta, {});
+  }
+  if (model->shape().tied == has_output) {
+    throw std::invalid_argument(fmt::format(
+        "expected {} output.weight in '{}' ({} {} {} tie its embeddings), got {}. Pick the flavor the weights were "
+        "trained with (--flavor) or --like a matching Hugging Face folder",
+        model->shape().tied ? "no" : "an", flags.at("input"), flags.at("model"), flags.at("flavor"),
+        model->shape().tied ? "does" : "does not", has_output ? "one" : "none"));
+  }
+  const auto adapter = model->hf_adapter();
+  if (!adapter)
+    throw std::invalid_argument(fmt::format("expected a model with a Hugging Face twin, got {}", flags.at("model")));
+  ckpt::save_hf(flags.at("output"), tensors, *adapter, dtype_of(flags.at("dtype")),
                 std::stoll(flags.at("max-shard-bytes")));
   titan::log::info("Wrote {} tensors in Hugging Face layout to {}", tensors.size(), flags.at("output"));
 }
 
 void from_hf(const std::map<std::string, std::string>& flags) {
   const ckpt::HfReader reader(flags.at("input"));
-  const titan::llama3::Llama3Args args = titan::llama3::args_from_hf_config(reader.config());
-  const auto adapter = titan::llama3::hf_adapter(args);
-  std::vector<std::string> fqns = {"tok_embeddings.weight"};
-  for (int64_t i = 0; i < args.n_layers; ++i) {
-    for (const char* name : {"attention.wq.weight", "attention.wk.weight", "attention.wv.weight", "attention.wo.weight",
-                             "feed_forward.w1.weight", "feed_forward.w2.weight", "feed_forward.w3.weight",
-                             "attention_norm.weight", "ffn_norm.weight"}) {
-      fqns.push_back(fmt::format("layers.{}.{}", i, name));
-    }
-  }
-  fqns.push_back("norm.weight");
-  if (!args.tie_word_embeddings) fqns.push_back("output.weight");
+  const nlohmann::json hf = reader.config();
+  const titan::models::ModelSpec& spec = titan::models::model_spec_for_hf(hf);
+  // The model on the CPU, filled through its adapter as checkpoint.initial_load_in_hf fills it.
+  const auto model = spec.from_hf(hf, 1, at::kCPU);
+  const std::vector<at::Tensor> params = model->unique_parameters();
+  ckpt::State state;
+  ckpt::add_model(state, titan::parameter_names(*model, params), params, nullptr);
+  ckpt::load_hf(flags.at("input"), state, *model->hf_adapter());
   std::vector<std::pair<std::string, at::Tensor>> out;
-  for (const auto& fqn : fqns) {
-    std::string name = adapter->hf_name(fqn);
-    if (!reader.contains(name) && !adapter->hf_fallback(fqn).empty()) name = adapter->hf_fallback(fqn);
-    out.emplace_back(fqn, adapter->from_hf(fqn, reader.read(name)).contiguous());
-  }
+  for (const auto& st : state.tensors) out.emplace_back(st.key.substr(std::string("model.").size()), st.tensor);
   ckpt::write_safetensors(flags.at("output"), out, {{"format", "pt"}, {"writer", "titan-convert from-hf"}});
-  titan::log::info("Wrote {} tensors with titan names to {} (dim {}, {} layers, {} heads, {} kv heads, vocab {})",
-                   out.size(), flags.at("output"), args.dim, args.n_layers, args.n_heads, args.kv_heads(),
-                   args.vocab_size);
+  const titan::models::DecoderShape& s = model->shape();
+  titan::log::info(
+      "Wrote {} tensors of a {} model with titan names to {} (dim {}, {} layers, {} heads, {} kv heads, "
+      "vocab {})",
+      out.size(), spec.name, flags.at("output"), s.dim, s.n_layers, s.n_heads, s.n_kv_heads, s.vocab_size);
 }
 
 }  // namespace

@@ -1,12 +1,14 @@
 // SPDX-License-Identifier: BSD-3-Clause
-// titan-generate: text from a Llama 3 checkpoint, with a KV cache (docs/generation.md).
+// titan-generate: text from a checkpoint of any registered model (models/model_spec.hpp: Llama 3, Qwen3,
+// Qwen3-MoE, DeepSeek-V3, ...), with a KV cache (docs/generation.md).
 //   titan-generate --checkpoint PATH --prompt TEXT [--prompt TEXT ...] [--max-new-tokens N]
 //                  [--greedy | --temperature T --top-k K --top-p P --seed S] [--tokenizer PATH]
 //                  [--tp N] [--eos-id ID] [--no-bos] [--output text|jsonl] [--prompt-ids 1,2,3]
 //                  [trainer flags: --job.config_file FILE, --model.flavor NAME, --section.key VALUE ...]
 //     PATH: a titan checkpoint (<dump>/checkpoint/step-N, or <dump>/checkpoint for its newest step;
-//     the architecture comes from model.flavor, the vocabulary size from the weights) or a Hugging
-//     Face Llama folder (config.json + safetensors). Prompts of different lengths are one batch.
+//     the architecture comes from model.name and model.flavor, the vocabulary size from the weights) or a
+//     Hugging Face folder (config.json + safetensors; its `architectures` picks the family). Prompts of
+//     different lengths are one batch.
 //   titan-run --nproc-per-node 2 titan-generate ... --tp 2   splits every layer over 2 ranks.
 #include <ATen/ATen.h>
 #include <fmt/format.h>
@@ -32,9 +34,9 @@
 #include "titan/dist/launch_env.hpp"
 #include "titan/dist/mesh.hpp"
 #include "titan/dist/process_group.hpp"
-#include "titan/models/llama3/hf_adapter.hpp"
-#include "titan/models/llama3/model.hpp"
-#include "titan/models/llama3/parallelize.hpp"
+#include "titan/models/decoder.hpp"
+#include "titan/models/decoder_plan.hpp"
+#include "titan/models/model_spec.hpp"
 #include "titan/nn/generate.hpp"
 #include "titan/nn/kv_cache.hpp"
 #include "titan/parallel/parallelize.hpp"
@@ -179,19 +181,22 @@ Source resolve(const fs::path& path) {
   return {};
 }
 
-// The architecture: config.json for an HF folder; model.flavor with the weights' vocabulary and
-// tying for a titan checkpoint.
-llama3::Llama3Args architecture(const Source& source, const JobConfig& config) {
-  if (source.hf) return llama3::args_from_hf_config(checkpoint::HfReader(source.folder).config());
-  llama3::Llama3Args args = llama3::flavor(config.model.flavor);
+// The model for seq_len positions on device: the architecture of config.json (its `architectures` picks
+// the family) for an HF folder; model.name and model.flavor with the weights' vocabulary for a titan checkpoint.
+std::shared_ptr<models::Decoder> build_model(const Source& source, JobConfig config, int64_t seq_len,
+                                             const at::Device& device) {
+  if (source.hf) {
+    const nlohmann::json hf = checkpoint::HfReader(source.folder).config();
+    return models::model_spec_for_hf(hf).from_hf(hf, seq_len, device);
+  }
   std::ifstream in(source.folder / "index.json");
   const auto tensors = nlohmann::json::parse(in).at("tensors");
   TITAN_CHECK_VALUE(tensors.contains("model.tok_embeddings.weight"),
                     "[titan-generate] expected model.tok_embeddings.weight in '{}', got a checkpoint without it.",
                     (source.folder / "index.json").string());
-  args.vocab_size = tensors.at("model.tok_embeddings.weight").at("global_shape").at(0).get<int64_t>();
-  args.tie_word_embeddings = !tensors.contains("model.output.weight");
-  return args;
+  const int64_t vocab = tensors.at("model.tok_embeddings.weight").at("global_shape").at(0).get<int64_t>();
+  config.training.seq_len = seq_len;
+  return models::model_spec(config.model.name).build(config, vocab, device, {});
 }
 
 std::shared_ptr<data::Tokenizer> tokenizer_of(const Options& o, const Source& source, const JobConfig& config,
@@ -226,8 +231,9 @@ int run(const Options& o) {
                               mesh.size("pp"), mesh.size("cp"));
 
   const Source source = resolve(o.checkpoint);
-  const llama3::Llama3Args args = architecture(source, config);
-  const auto tokenizer = tokenizer_of(o, source, config, args.vocab_size, mesh);
+  // The shapes first (on meta, for one position): the vocabulary bounds the prompts, max_seq_len their length.
+  const models::DecoderShape shape = build_model(source, config, 1, at::kMeta)->shape();
+  const auto tokenizer = tokenizer_of(o, source, config, shape.vocab_size, mesh);
   std::vector<std::vector<int64_t>> prompts;
   for (const auto& text : o.prompts) {
     const auto ids = tokenizer->encode(text, o.add_bos);
@@ -238,26 +244,25 @@ int run(const Options& o) {
   for (const auto& p : prompts) {
     longest = std::max(longest, static_cast<int64_t>(p.size()));
     for (const int64_t id : p) {
-      TITAN_CHECK_VALUE(id >= 0 && id < args.vocab_size,
+      TITAN_CHECK_VALUE(id >= 0 && id < shape.vocab_size,
                         "[titan-generate] expected prompt token ids in [0, {}) (the model's vocabulary), got {}. Use "
                         "the tokenizer the model was trained with (--tokenizer).",
-                        args.vocab_size, id);
+                        shape.vocab_size, id);
     }
   }
-  TITAN_CHECK_VALUE(longest + o.generate.max_new_tokens <= args.max_seq_len,
+  TITAN_CHECK_VALUE(longest + o.generate.max_new_tokens <= shape.max_seq_len,
                     "[titan-generate] expected the longest prompt ({} tokens) + --max-new-tokens ({}) <= {} (the "
                     "model's max_seq_len), got {}. Lower --max-new-tokens or shorten the prompt.",
-                    longest, o.generate.max_new_tokens, args.max_seq_len, longest + o.generate.max_new_tokens);
+                    longest, o.generate.max_new_tokens, shape.max_seq_len, longest + o.generate.max_new_tokens);
 
   // The model with RoPE tables for exactly prompt + new tokens, tensor-parallel when tp > 1 (the
   // training plan without sequence or loss parallel: a step of one token cannot be split by sequence,
   // and sampling wants whole logits), then the weights (each rank reading its shards).
-  auto model =
-      std::make_shared<llama3::Llama3>(args, longest + o.generate.max_new_tokens, at::TensorOptions().device(device));
+  const auto model = build_model(source, config, longest + o.generate.max_new_tokens, device);
   parallel::ParallelPlan plan;
   if (mesh.size("tp") > 1) {
-    plan.tensor_parallel =
-        llama3::tensor_parallel_plan(*model, mesh.size("tp"), {.sequence_parallel = false, .loss_parallel = false});
+    plan.tensor_parallel = models::tensor_parallel_plan(shape, mesh.size("tp"), /*sequence_parallel=*/false,
+                                                        /*loss_parallel=*/false);
   }
   const Parallelized parallel = parallelize(*model, mesh, plan);
   const std::vector<at::Tensor> params = model->unique_parameters();
@@ -268,8 +273,8 @@ int run(const Options& o) {
   } else {
     checkpoint::load(source.folder, state, {"optimizer", "lr_scheduler", "dataloader", "train_state"});
   }
-  log::info("Loaded {} ({} parameters on this rank, {}) from {}",
-            source.hf ? "a Hugging Face Llama" : "a titan checkpoint", model->num_params(), parallel.describe(),
+  log::info("Loaded {} ({} parameters on this rank, {}) from {} {}", shape.where, model->num_params(),
+            parallel.describe(), source.hf ? "the Hugging Face folder" : "the titan checkpoint",
             source.folder.string());
 
   nn::GenerateConfig generate = o.generate;
@@ -279,7 +284,7 @@ int run(const Options& o) {
     return model->forward_cached(tokens, cache);
   };
   const auto start = std::chrono::steady_clock::now();
-  const nn::Generation out = nn::generate(forward, args.n_layers, prompts, generate, device,
+  const nn::Generation out = nn::generate(forward, shape.n_layers, prompts, generate, device,
                                           mesh.size("tp") > 1 ? &mesh.group("tp") : nullptr);
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   int64_t generated = 0;

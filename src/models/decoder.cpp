@@ -6,9 +6,11 @@
 #include <algorithm>
 #include <cmath>
 
+#include "titan/core/config.hpp"
 #include "titan/core/error.hpp"
 #include "titan/layout/sharded_param.hpp"
 #include "titan/models/decoder_plan.hpp"
+#include "titan/models/model_spec.hpp"
 #include "titan/nn/kv_cache.hpp"
 #include "titan/parallel/activation_checkpoint.hpp"
 
@@ -88,6 +90,17 @@ Decoder::Decoder(DecoderShape shape, int64_t seq_len, const at::TensorOptions& o
     output = register_module("output", std::make_shared<nn::Linear>(shape_.dim, shape_.vocab_size, options));
   }
 }
+
+std::shared_ptr<Decoder> Decoder::build(const JobConfig& config, int64_t vocab_size, const at::Device& device,
+                                        const std::vector<std::string>& modules) {
+  return model_spec(config.model.name).build(config, vocab_size, device, modules);
+}
+
+parallel::ParallelPlan Decoder::parallel_plan(const JobConfig& config, const dist::Mesh& mesh) const {
+  return decoder_parallel_plan(*this, config, mesh);
+}
+
+std::shared_ptr<const checkpoint::HfAdapter> Decoder::hf_adapter() const { return nullptr; }
 
 at::Tensor Decoder::forward(const at::Tensor& tokens, const nn::AttentionContext& context) const {
   TITAN_CHECK_VALUE(tokens.dim() == 2 && tokens.size(1) <= seq_len_,

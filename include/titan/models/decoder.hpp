@@ -33,7 +33,17 @@
 #include "titan/nn/layers.hpp"
 #include "titan/nn/moe.hpp"
 #include "titan/nn/rope.hpp"
+#include "titan/parallel/plan.hpp"
 
+namespace titan {
+struct JobConfig;
+}
+namespace titan::checkpoint {
+class HfAdapter;
+}
+namespace titan::dist {
+class Mesh;
+}
 namespace titan::nn {
 class KVCache;
 }
@@ -86,6 +96,17 @@ class Decoder : public torch::nn::Module {
   Decoder(DecoderShape shape, int64_t seq_len, const at::TensorOptions& options,
           const std::vector<std::string>& modules, const BlockFactory& make_block);
 
+  /// The model of the job's model.name from the registry (models/model_spec.hpp), built on `device`
+  /// (default meta); `vocab_size` > 0 overrides the flavor's; `modules` as in the constructor. With it
+  /// `Trainer<models::Decoder>` trains any registered family.
+  static std::shared_ptr<Decoder> build(const JobConfig& config, int64_t vocab_size = 0,
+                                        const at::Device& device = at::kMeta,
+                                        const std::vector<std::string>& modules = {});
+  /// The plan the job config asks for on mesh: models::decoder_parallel_plan unless a family overrides it.
+  virtual parallel::ParallelPlan parallel_plan(const JobConfig& config, const dist::Mesh& mesh) const;
+  /// Maps the model to and from its Hugging Face twin; nullptr (the default): none.
+  virtual std::shared_ptr<const checkpoint::HfAdapter> hf_adapter() const;
+
   /// tokens (B, S) int64 -> logits (B, S, V) in the parameter dtype. `context`: the tokens' positions,
   /// documents and context-parallel split; none = causal attention over positions 0..S-1.
   at::Tensor forward(const at::Tensor& tokens, const nn::AttentionContext& context = {}) const;
@@ -134,3 +155,7 @@ class Decoder : public torch::nn::Module {
 };
 
 }  // namespace titan::models
+
+#include "titan/models/trainable_model.hpp"
+static_assert(titan::TrainableModel<titan::models::Decoder>,
+              "models::Decoder (any registered family, Trainer<models::Decoder>) must satisfy TrainableModel");

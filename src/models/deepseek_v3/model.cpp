@@ -163,8 +163,4 @@ DeepSeekV3::DeepSeekV3(const DeepSeekV3Args& args, int64_t seq_len, const at::Te
   }
 }
 
-parallel::ParallelPlan DeepSeekV3::parallel_plan(const JobConfig& config, const dist::Mesh& mesh) const {
-  return models::decoder_parallel_plan(*this, config, mesh);
-}
-
 }  // namespace titan::deepseek_v3

@@ -42,8 +42,4 @@ parallel::ParallelPlan parallel_plan(const Llama3& model, const JobConfig& confi
   return models::decoder_parallel_plan(model, config, mesh);
 }
 
-parallel::ParallelPlan Llama3::parallel_plan(const JobConfig& config, const dist::Mesh& mesh) const {
-  return models::decoder_parallel_plan(*this, config, mesh);
-}
-
 }  // namespace titan::llama3

@@ -3,8 +3,6 @@
 
 #include <cmath>
 
-#include "titan/models/decoder_plan.hpp"
-
 namespace titan::qwen3 {
 
 models::DecoderShape decoder_shape(const Qwen3Args& args) {
@@ -63,10 +61,6 @@ Qwen3::Qwen3(const Qwen3Args& args, int64_t seq_len, const at::TensorOptions& op
         {.head_dim = args.head_dim, .max_positions = seq_len, .theta = args.rope_theta, .llama3_scaling = false},
         options.device()));
   }
-}
-
-parallel::ParallelPlan Qwen3::parallel_plan(const JobConfig& config, const dist::Mesh& mesh) const {
-  return models::decoder_parallel_plan(*this, config, mesh);
 }
 
 }  // namespace titan::qwen3

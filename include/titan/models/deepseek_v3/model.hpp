@@ -71,10 +71,8 @@ class DeepSeekV3 : public models::Decoder {
                                            const at::Device& device = at::kMeta,
                                            const std::vector<std::string>& modules = {});
 
-  /// The plan the job config asks for (models::decoder_parallel_plan); refuses cp or pp > 1.
-  parallel::ParallelPlan parallel_plan(const JobConfig& config, const dist::Mesh& mesh) const;
   /// Maps this model to and from Hugging Face DeepseekV3ForCausalLM weights (see hf_adapter.hpp).
-  std::shared_ptr<const checkpoint::HfAdapter> hf_adapter() const;
+  std::shared_ptr<const checkpoint::HfAdapter> hf_adapter() const override;
 
   const DeepSeekV3Args& args() const { return args_; }
 

@@ -39,10 +39,8 @@ class Llama3 : public models::Decoder {
                                        const at::Device& device = at::kMeta,
                                        const std::vector<std::string>& modules = {});
 
-  /// torchtitan's plan for this job on mesh (see models/llama3/parallelize.hpp).
-  parallel::ParallelPlan parallel_plan(const JobConfig& config, const dist::Mesh& mesh) const;
   /// Maps this model to and from Hugging Face LlamaForCausalLM weights (see hf_adapter.hpp).
-  std::shared_ptr<const checkpoint::HfAdapter> hf_adapter() const;
+  std::shared_ptr<const checkpoint::HfAdapter> hf_adapter() const override;
 
   const Llama3Args& args() const { return args_; }
 

@@ -49,11 +49,8 @@ class Qwen3 : public models::Decoder {
                                       const at::Device& device = at::kMeta,
                                       const std::vector<std::string>& modules = {});
 
-  /// The plan the job config asks for (models::decoder_parallel_plan): pipeline, context, tensor,
-  /// expert and data parallelism, activation checkpointing.
-  parallel::ParallelPlan parallel_plan(const JobConfig& config, const dist::Mesh& mesh) const;
   /// Maps this model to and from Hugging Face Qwen3ForCausalLM / Qwen3MoeForCausalLM weights.
-  std::shared_ptr<const checkpoint::HfAdapter> hf_adapter() const;
+  std::shared_ptr<const checkpoint::HfAdapter> hf_adapter() const override;
 
   const Qwen3Args& args() const { return args_; }
 

@@ -1,0 +1,60 @@
+// SPDX-License-Identifier: BSD-3-Clause
+// Model specs: one registry entry per model family, which every tool looks up by model.name (the trainer's
+// `Trainer<models::Decoder>`, the bundled `train`, titan-generate, titan-convert) or by a Hugging Face
+// config's `architectures` (titan-convert, titan-generate --hf). No tool names a family. The bundled
+// families (llama3, qwen3, deepseek_v3) are registered on first use; a user adds theirs once at start-up:
+//
+//   titan::models::register_model({.name = "mymodel",
+//                                  .flavors = [] { return std::vector<std::string>{"debugmodel"}; },
+//                                  .build = [](const JobConfig& c, int64_t vocab, const at::Device& d,
+//                                              const std::vector<std::string>& parts) { ... }});
+//   titan::Trainer<titan::models::Decoder> trainer(config);  // config.model.name = "mymodel"
+#pragma once
+
+#include <ATen/core/Tensor.h>
+#include <nlohmann/json_fwd.hpp>
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace titan {
+struct JobConfig;
+}
+
+namespace titan::models {
+
+class Decoder;
+
+/// A model family as the tools see it.
+struct ModelSpec {
+  /// Its model.name ("llama3").
+  std::string name{};
+  /// The Hugging Face `architectures` entries it imports ("LlamaForCausalLM").
+  std::vector<std::string> hf_architectures{};
+  /// Its model.flavor names, sorted.
+  std::function<std::vector<std::string>()> flavors{};
+  /// Builds the model for a job (model.flavor, training.seq_len) on a device (meta: shapes only); vocab_size > 0
+  /// overrides the flavor's; a non-empty module list builds only those top-level modules (a pipeline part).
+  std::function<std::shared_ptr<Decoder>(const JobConfig& config, int64_t vocab_size, const at::Device& device,
+                                         const std::vector<std::string>& modules)>
+      build{};
+  /// Builds the architecture a Hugging Face config.json describes, for seq_len positions; null: no HF import.
+  std::function<std::shared_ptr<Decoder>(const nlohmann::json& hf_config, int64_t seq_len, const at::Device& device)>
+      from_hf{};
+};
+
+/// Adds a family (replacing one of the same name). Thread-safe.
+void register_model(ModelSpec spec);
+/// The family named `name`; throws ConfigError on model.name listing the registered names.
+const ModelSpec& model_spec(std::string_view name);
+/// The family whose hf_architectures holds the config's first `architectures` entry; throws naming it and
+/// the known architectures.
+const ModelSpec& model_spec_for_hf(const nlohmann::json& hf_config);
+/// The registered names, sorted.
+std::vector<std::string> model_names();
+
+}  // namespace titan::models
