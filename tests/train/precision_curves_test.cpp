@@ -25,7 +25,7 @@ constexpr int64_t kCurveSteps = 200;
 
 /// mode -> max |loss - fp32| over the 200 steps as docs/mixed_precision.md states it (4 decimals).
 const std::map<std::string, double> kClaimedDistance = {
-    {"bf16", 0.0010}, {"float8_tensorwise", 0.0080}, {"float8_rowwise", 0.0048}, {"float8_rowwise_with_gw_hp", 0.0040}};
+    {"bf16", 0.0012}, {"float8_tensorwise", 0.0062}, {"float8_rowwise", 0.0056}, {"float8_rowwise_with_gw_hp", 0.0048}};
 
 /// Column name -> losses of steps 1..N.
 std::map<std::string, std::vector<double>> read_curves(const std::filesystem::path& path) {
