@@ -437,11 +437,12 @@ HeartbeatFinding find_hang(Process& p, std::chrono::milliseconds stale, std::chr
     const auto named = std::min(silent, kSilentAfterFailure);
     auto lost = find_silent_ranks(beats, now, silent, p.options.timeout, store.where());
     if (lost) lost = find_silent_ranks(beats, now, named, p.options.timeout, store.where());
-    // A silent rank's last heartbeat reads as no progress too: it is named once, as silent.
+    // A silent rank's last heartbeat is old news, and would read as no progress: it is not judged (and is
+    // named as silent once silent long enough).
     std::vector<Heartbeat> heard;
     const int64_t named_us = std::chrono::duration_cast<std::chrono::microseconds>(named).count();
     for (const Heartbeat& b : beats) {
-      if (!lost || b.beat_us <= 0 || b.stopped || now - b.beat_us < named_us) heard.push_back(b);
+      if (b.beat_us <= 0 || b.stopped || now - b.beat_us < named_us) heard.push_back(b);
     }
     auto hang =
         stale > std::chrono::milliseconds(0) ? find_hung_ranks(heard, now, stale, p.options.timeout) : std::nullopt;
@@ -468,7 +469,11 @@ HeartbeatFinding find_hang(Process& p, std::chrono::milliseconds stale, std::chr
 std::string blame(Process& p, std::chrono::milliseconds waited, const std::string& reason) {
   const HeartbeatFinding found = find_hang(p, waited - std::chrono::seconds(2), kSilentAfterFailure);
   if (found.culprits) return fmt::format("{} (seen when {})", *found.culprits, reason);
-  if (!found.store_error.empty()) return fmt::format("{}; {}", reason, found.store_error);
+  if (!found.store_error.empty()) {  // one sentence within the caller's: no full stop of its own
+    std::string error = found.store_error;
+    while (!error.empty() && error.back() == '.') error.pop_back();
+    return fmt::format("{}; {}", reason, error);
+  }
   return reason;
 }
 
@@ -503,8 +508,18 @@ void stop_run(Process& p, const std::string& reason, bool local) {
         // This rank's silence from now on is no news: it stopped.
         publish_heartbeat(p, store, /*last=*/true);
         store.add(kDumpedKey, 1);
+        // A rank silent for a few seconds (its host cut off) cannot dump through the store: waiting for it
+        // would only hold this one back.
+        int64_t expected = p.world_size;
+        if (local) {
+          const int64_t now = now_us();
+          const int64_t silent_us = std::chrono::duration_cast<std::chrono::microseconds>(kSilentAfterFailure).count();
+          for (const Heartbeat& b : read_heartbeats(p, store)) {
+            if (b.beat_us > 0 && !b.stopped && now - b.beat_us >= silent_us) --expected;
+          }
+        }
         const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
-        while (local && store.add(kDumpedKey, 0) < p.world_size && std::chrono::steady_clock::now() < deadline)
+        while (local && store.add(kDumpedKey, 0) < expected && std::chrono::steady_clock::now() < deadline)
           std::this_thread::sleep_for(std::chrono::milliseconds(100));
       } catch (const std::exception&) {
         // the store's server (rank 0) is gone, or out of reach: nobody left to wait for
@@ -583,7 +598,7 @@ void watchdog_loop(Process* p) {
     auto reachable = [&] {
       if (!p->store_unreachable) return;
       p->store_unreachable = false;
-      log::warn("flight recorder: rank {} reaches the store at {} again", p->rank, store.where());
+      log::info_all("flight recorder: rank {} reaches the store at {} again", p->rank, store.where());
     };
     if (store && !p->stopped && now - last_beat >= beat_period) {
       last_beat = now;
@@ -593,10 +608,13 @@ void watchdog_loop(Process* p) {
       } catch (const std::exception& e) {
         unreachable(e);  // else the store's server is gone: this rank's own collectives fail on their own
       }
-      // Rank 0 (whose process serves the store) reads every rank's heartbeat: a rank silent or without
-      // progress for the collective timeout stops the run.
+      // Rank 0 (whose process serves the store) reads every rank's heartbeat: a rank without progress for
+      // the collective timeout stops the run, and so does one silent for twice as long. A host cut off is
+      // named sooner by the collectives it blocks (their blame reads the heartbeats), and one back from a
+      // short outage may take a few seconds of TCP retransmission to be heard again: its collectives may
+      // have recovered, and it must not be stopped for that.
       if (p->rank == 0 && !store.unreachable()) {
-        const HeartbeatFinding found = find_hang(*p, p->options.timeout, p->options.timeout);
+        const HeartbeatFinding found = find_hang(*p, p->options.timeout, 2 * p->options.timeout);
         if (found.culprits) stop_run(*p, *found.culprits, true);
       }
     }
