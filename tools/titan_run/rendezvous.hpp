@@ -5,7 +5,10 @@
 // ranks to the nodes ready, WORLD_SIZE = nodes x --nproc-per-node, and a fresh port for the ranks'
 // own store; when a node fails or its agent is lost, every node stops its ranks and the nodes left
 // (if at least MIN) start again as a new round, counted against --max-restarts. A node joining a
-// running job below MAX makes the job start again with it (not counted). See docs/fault_tolerance.md.
+// running job below MAX makes the job start again with it (not counted). Every connection carries TCP
+// keep-alive probes (--rdzv-conf keep_alive_interval, keep_alive_max_attempt), so a node cut off from the
+// host is lost on both ends: the host goes on without it, its agent stops its ranks and exits. See
+// docs/fault_tolerance.md and docs/launch.md.
 #pragma once
 
 #include "options.hpp"
