@@ -74,13 +74,14 @@ std::vector<std::pair<std::string, at::Tensor>> read_titan(const fs::path& input
   const auto index = nlohmann::json::parse(in);
   ckpt::State state;
   for (const auto& [key, entry] : index.at("tensors").items()) {
-    if (ckpt::group_of(key) != "model") continue;
+    // The model and the MoE expert biases (buffers the trainer saves as "moe.<fqn>"; HF has them too).
+    if (ckpt::group_of(key) != "model" && ckpt::group_of(key) != "moe") continue;
     const auto shape = entry.at("global_shape").get<std::vector<int64_t>>();
     at::Tensor whole = at::empty(shape, at::TensorOptions().dtype(ckpt::scalar_type(entry.at("dtype"))));
     state.tensors.push_back(ckpt::state_tensor(key, whole, /*mesh=*/nullptr));
   }
   ckpt::load(input, state);
-  for (const auto& st : state.tensors) out.emplace_back(st.key.substr(6), st.tensor);
+  for (const auto& st : state.tensors) out.emplace_back(st.key.substr(st.key.find('.') + 1), st.tensor);
   return out;
 }
 

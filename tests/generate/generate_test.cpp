@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: BSD-3-Clause
 // Generation with a KV cache: greedy titan-generate on a small random Llama exported to Hugging Face
-// format gives transformers' generate(do_sample=False) tokens; every cached step's logits equal a
+// format, and on random Qwen3, Qwen3-MoE and DeepSeek-V3 models made by transformers, gives transformers'
+// generate(do_sample=False) tokens; every cached step's logits equal a
 // full recompute without a cache (left-padded prompts of different lengths in one batch); TP 2 under
 // titan-run gives one process's tokens; a seed reproduces a sampled run and another seed changes it.
 #include <ATen/ATen.h>
@@ -148,6 +149,41 @@ TEST_CASE("greedy titan-generate on a titan model exported to HF equals transfor
     const int64_t eos = rows[b].at("eos_id").get<int64_t>();
     CHECK((got[b].size() == kNewTokens || (!got[b].empty() && got[b].back() == eos)));
   }
+}
+
+TEST_CASE("greedy titan-generate on HF Qwen3, Qwen3-MoE and DeepSeek-V3 models equals transformers' generate",
+          "[generate][hf][full]") {
+  // transformers makes each random model (norms around 1, matrices N(0, 0.08^2): greedy choices by clear
+  // margins); titan-generate picks the family by the config's architectures and decodes through its
+  // attention's KV-cache forward (DeepSeek-V3's latent attention caches every head's keys and values).
+  struct Family {
+    const char* oracle;
+    const char* flags;
+  };
+  const Family family = GENERATE(Family{"qwen3_oracle.py", ""}, Family{"qwen3_oracle.py", " --moe"},
+                                 Family{"hf_deepseek_v3.py", " --q-lora"});
+  INFO(family.oracle << family.flags);
+  test::TempDir dir;
+  const fs::path hf = dir.path / "hf";
+  REQUIRE(test::run_python(family.oracle, fmt::format("make \"{}\" \"{}\"{}", hf.string(),
+                                                      (dir.path / "oracle.safetensors").string(), family.flags)) == 0);
+  constexpr int kNewTokens = 20;  // DeepSeek-V3's oracle model holds 32 positions
+  const std::string output =
+      run_ok({generate_path(), "--checkpoint", hf.string(), "--max-new-tokens", std::to_string(kNewTokens), "--greedy",
+              "--output", "jsonl", "--prompt-ids", "5,17,3,42,8", "--prompt-ids", "60,2", "--prompt-ids", "11"});
+  const auto rows = json_lines(output);
+  REQUIRE(rows.size() == 3);
+  const fs::path titan_file = dir.path / "titan.jsonl", oracle_file = dir.path / "hf.json";
+  {
+    std::ofstream out(titan_file);
+    for (const auto& r : rows) out << r.dump() << "\n";
+  }
+  REQUIRE(test::run_python("hf_generate.py", fmt::format("\"{}\" \"{}\" \"{}\" {}", hf.string(), titan_file.string(),
+                                                         oracle_file.string(), kNewTokens)) == 0);
+  const auto expected = nlohmann::json::parse(test::read_file(oracle_file)).get<std::vector<std::vector<int64_t>>>();
+  INFO(output);
+  CHECK(ids_of(rows) == expected);
+  for (const auto& ids : ids_of(rows)) CHECK(ids.size() == kNewTokens);  // no EOS without a tokenizer
 }
 
 TEST_CASE("each KV-cache decoding step's logits equal a full recompute without a cache", "[generate][kv_cache]") {

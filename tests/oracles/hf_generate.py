@@ -2,7 +2,7 @@
 """Oracle: Hugging Face transformers' greedy generate() for the generation tests (fp32, eager attention).
 
   hf_generate.py DIR PROMPTS OUT   for each JSON line of PROMPTS (titan-generate --output jsonl: prompt_ids,
-                                   ids, eos_id), LlamaForCausalLM.from_pretrained(DIR).generate(do_sample=False)
+                                   ids, eos_id), AutoModelForCausalLM.from_pretrained(DIR).generate(do_sample=False)
                                    on the prompt alone, as many new tokens as titan was asked for (OUT's
                                    max_new_tokens), stopping at eos_id (none when -1); OUT gets one JSON list of
                                    the new ids per prompt.
@@ -11,11 +11,13 @@ import json
 import sys
 
 import torch
-from transformers import GenerationConfig, LlamaForCausalLM
+from transformers import AutoModelForCausalLM, GenerationConfig
 
 
 def main(folder, prompts_file, out, max_new_tokens):
-    model = LlamaForCausalLM.from_pretrained(folder, torch_dtype=torch.float32, attn_implementation="eager").eval()
+    model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32, attn_implementation="eager").eval()
+    # The prompt rows say when to stop; a saved generation_config.json's eos must not add a stop of its own.
+    model.generation_config.eos_token_id = None
     results = []
     with open(prompts_file) as f:
         rows = [json.loads(line) for line in f if line.strip()]

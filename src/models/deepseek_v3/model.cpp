@@ -9,6 +9,7 @@
 #include "titan/layout/module_hooks.hpp"
 #include "titan/models/decoder_plan.hpp"
 #include "titan/nn/init.hpp"
+#include "titan/nn/kv_cache.hpp"
 #include "titan/nn/sequence_attention.hpp"
 
 namespace titan::deepseek_v3 {
@@ -52,38 +53,56 @@ MultiLatentAttention::MultiLatentAttention(const DeepSeekV3Args& args, double so
   wo = register_module("wo", std::make_shared<nn::Linear>(h * args.v_head_dim, args.dim, options));
 }
 
+MultiLatentAttention::Heads MultiLatentAttention::heads(const at::Tensor& in, const nn::RopeTables& rope,
+                                                        const at::Tensor& positions) const {
+  const int64_t bsz = in.size(0);
+  const int64_t seq = in.size(1);
+  const int64_t qk_head_dim = qk_nope_head_dim + qk_rope_head_dim;
+  // -1 heads: a tensor-parallel rank holds a slice of them.
+  const at::Tensor q_flat = wq ? wq->forward(in) : wq_b->forward(q_norm->forward(wq_a->forward(in)));
+  at::Tensor q = q_flat.view({bsz, seq, -1, qk_head_dim});  // (B, S, H, NOPE+ROPE)
+  q = at::cat({q.narrow(-1, 0, qk_nope_head_dim),
+               nn::apply_rope(q.narrow(-1, qk_nope_head_dim, qk_rope_head_dim), rope, positions)},
+              -1);  // (B, S, H, NOPE+ROPE)
+  // softmax(q k^T * mscale / sqrt(NOPE+ROPE)) = softmax((mscale q) k^T / sqrt(NOPE+ROPE)): the
+  // attention kernels keep their default scale.
+  if (softmax_mscale != 1.0) q = q * softmax_mscale;
+
+  const at::Tensor kv_a = wkv_a->forward(in);  // (B, S, KVR+ROPE)
+  const at::Tensor k_pe = nn::apply_rope(kv_a.narrow(-1, kv_lora_rank, qk_rope_head_dim).unsqueeze(2), rope,
+                                         positions);  // (B, S, 1, ROPE)
+  const at::Tensor kv = wkv_b->forward(kv_norm->forward(kv_a.narrow(-1, 0, kv_lora_rank)))
+                            .view({bsz, seq, -1, qk_nope_head_dim + v_head_dim});  // (B, S, H, NOPE+V)
+  const int64_t heads = kv.size(2);
+  const at::Tensor k =
+      at::cat({kv.narrow(-1, 0, qk_nope_head_dim), k_pe.expand({-1, -1, heads, -1})}, -1);  // (B, S, H, NOPE+ROPE)
+  at::Tensor v = kv.narrow(-1, qk_nope_head_dim, v_head_dim);                               // (B, S, H, V)
+  if (v_head_dim < qk_head_dim) v = at::constant_pad_nd(v, {0, qk_head_dim - v_head_dim});  // (B, S, H, NOPE+ROPE)
+  return {q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)};
+}
+
+at::Tensor MultiLatentAttention::output(const at::Tensor& attended) const {
+  // attended (B, H, S, NOPE+ROPE): the value dims are the first V.
+  return wo->forward(attended.narrow(-1, 0, v_head_dim).transpose(1, 2).flatten(2));  // (B, S, D)
+}
+
 at::Tensor MultiLatentAttention::forward(const at::Tensor& x, const nn::RopeTables& rope,
                                          const nn::AttentionContext& context) const {
   check_attention_context(context, "titan::deepseek_v3::MultiLatentAttention");
   return parallel::module_call(*this, x, [&](const at::Tensor& in) {
-    const int64_t bsz = in.size(0);
-    const int64_t seq = in.size(1);
-    const int64_t qk_head_dim = qk_nope_head_dim + qk_rope_head_dim;
-    const at::Tensor& positions = context.positions;
-    // -1 heads: a tensor-parallel rank holds a slice of them.
-    const at::Tensor q_flat = wq ? wq->forward(in) : wq_b->forward(q_norm->forward(wq_a->forward(in)));
-    at::Tensor q = q_flat.view({bsz, seq, -1, qk_head_dim});  // (B, S, H, NOPE+ROPE)
-    q = at::cat({q.narrow(-1, 0, qk_nope_head_dim),
-                 nn::apply_rope(q.narrow(-1, qk_nope_head_dim, qk_rope_head_dim), rope, positions)},
-                -1);  // (B, S, H, NOPE+ROPE)
-    // softmax(q k^T * mscale / sqrt(NOPE+ROPE)) = softmax((mscale q) k^T / sqrt(NOPE+ROPE)): the
-    // attention kernels keep their default scale.
-    if (softmax_mscale != 1.0) q = q * softmax_mscale;
+    const Heads h = heads(in, rope, context.positions);
+    return output(nn::causal_attention(h.q, h.k, h.v, context));
+  });
+}
 
-    const at::Tensor kv_a = wkv_a->forward(in);  // (B, S, KVR+ROPE)
-    const at::Tensor k_pe = nn::apply_rope(kv_a.narrow(-1, kv_lora_rank, qk_rope_head_dim).unsqueeze(2), rope,
-                                           positions);  // (B, S, 1, ROPE)
-    const at::Tensor kv = wkv_b->forward(kv_norm->forward(kv_a.narrow(-1, 0, kv_lora_rank)))
-                              .view({bsz, seq, -1, qk_nope_head_dim + v_head_dim});  // (B, S, H, NOPE+V)
-    const int64_t heads = kv.size(2);
-    const at::Tensor k =
-        at::cat({kv.narrow(-1, 0, qk_nope_head_dim), k_pe.expand({-1, -1, heads, -1})}, -1);  // (B, S, H, NOPE+ROPE)
-    at::Tensor v = kv.narrow(-1, qk_nope_head_dim, v_head_dim);                               // (B, S, H, V)
-    if (v_head_dim < qk_head_dim) v = at::constant_pad_nd(v, {0, qk_head_dim - v_head_dim});  // (B, S, H, NOPE+ROPE)
-
-    const at::Tensor out =
-        nn::causal_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), context);  // (B, H, S, NOPE+ROPE)
-    return wo->forward(out.narrow(-1, 0, v_head_dim).transpose(1, 2).reshape({bsz, seq, -1}));   // (B, S, D)
+at::Tensor MultiLatentAttention::forward_cached(const at::Tensor& x, const nn::RopeTables& rope,
+                                                const at::Tensor& positions, const at::Tensor& mask, nn::KVCache& cache,
+                                                int64_t layer) const {
+  // The cache holds every head's decompressed keys and values (not the latent): the simple form.
+  return parallel::module_call(*this, x, [&](const at::Tensor& in) {
+    const Heads h = heads(in, rope, positions);
+    const auto [keys, values] = cache.append(layer, h.k, h.v);  // (B, H, T, NOPE+ROPE)
+    return output(nn::cached_attention(h.q, keys, values, mask));
   });
 }
 

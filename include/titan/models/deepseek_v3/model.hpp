@@ -39,6 +39,9 @@ class MultiLatentAttention : public nn::AttentionLayer {
   /// x (B, S, D) -> (B, S, D), causal; RoPE tables of ROPE dims.
   at::Tensor forward(const at::Tensor& x, const nn::RopeTables& rope,
                      const nn::AttentionContext& context = {}) const override;
+  /// Decoding over a KV cache of every head's keys and values (see nn::AttentionLayer::forward_cached).
+  at::Tensor forward_cached(const at::Tensor& x, const nn::RopeTables& rope, const at::Tensor& positions,
+                            const at::Tensor& mask, nn::KVCache& cache, int64_t layer) const override;
   /// torchtitan's init: the q and kv projections trunc-normal(0.02), wo trunc-normal(out_std), norms to ones.
   void init_weights(const nn::InitSite& site, double out_std) override;
 
@@ -55,6 +58,17 @@ class MultiLatentAttention : public nn::AttentionLayer {
   std::shared_ptr<nn::RMSNorm> kv_norm;  // weight (KVR)
   std::shared_ptr<nn::Linear> wkv_b;     // weight (H*(NOPE+V), KVR)
   std::shared_ptr<nn::Linear> wo;        // weight (D, H*V)
+
+ private:
+  struct Heads {
+    at::Tensor q;  // (B, H, S, NOPE+ROPE), scaled by softmax_mscale
+    at::Tensor k;  // (B, H, S, NOPE+ROPE)
+    at::Tensor v;  // (B, H, S, NOPE+ROPE), zero-padded past V
+  };
+  /// The heads of x (B, S, D) at RoPE `positions`.
+  Heads heads(const at::Tensor& in, const nn::RopeTables& rope, const at::Tensor& positions) const;
+  /// wo of the attended heads (B, H, S, NOPE+ROPE) -> (B, S, D).
+  at::Tensor output(const at::Tensor& attended) const;
 };
 
 class DeepSeekV3 : public models::Decoder {
