@@ -4,7 +4,7 @@
 //   build/bin/train --model.name qwen3 --model.flavor debugmodel --training.steps 10
 //   build/bin/train --job.config_file configs/qwen3_debugmodel_cpu.toml
 //   build/bin/train --model.name deepseek_v3 --model.flavor debugmodel --training.seq_len 256
-// llama3 (the default), qwen3 and deepseek_v3 are bundled; train_llama3 is the same for Llama 3 alone.
+// llama3 (the default), qwen3, deepseek_v3 and gpt_oss are bundled; train_llama3 is the same for Llama 3 alone.
 // --help lists every key.
 #include <titan/titan.hpp>
 

@@ -3,8 +3,10 @@
 
 #include <ATen/ATen.h>
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <fstream>
+#include <map>
 
 #include "titan/checkpoint/checkpoint.hpp"
 #include "titan/checkpoint/safetensors.hpp"
@@ -22,6 +24,17 @@ at::Tensor HfAdapter::read_hf(const std::string& fqn, const HfReader& reader) co
   std::string name = hf_name(fqn);
   if (!reader.contains(name) && !hf_fallback(fqn).empty()) name = hf_fallback(fqn);
   return from_hf(fqn, reader.read(name));
+}
+
+at::Tensor HfAdapter::join_hf(const std::string& hf_name,
+                              const std::vector<std::pair<std::string, at::Tensor>>& pieces) const {
+  std::vector<std::string> fqns;
+  for (const auto& piece : pieces) fqns.push_back(piece.first);
+  TITAN_CHECK_VALUE(false,
+                    "[titan::checkpoint::save_hf] expected one titan tensor per Hugging Face tensor, got {} for '{}'. "
+                    "Override HfAdapter::join_hf to combine them.",
+                    fmt::join(fqns, ", "), hf_name);
+  return {};
 }
 
 namespace {
@@ -44,20 +57,30 @@ at::Tensor rope_rows_from_hf(const at::Tensor& w, int64_t heads) {
 
 void save_hf(const fs::path& folder, const std::vector<std::pair<std::string, at::Tensor>>& tensors,
              const HfAdapter& adapter, at::ScalarType dtype, int64_t max_shard_bytes) {
-  std::vector<std::vector<std::pair<std::string, at::Tensor>>> shards(1);
-  int64_t shard_bytes = 0, total = 0;
+  // Every HF tensor's pieces (fqn, tensor), in the order first named: usually one each.
+  std::vector<std::pair<std::string, std::vector<std::pair<std::string, at::Tensor>>>> pieces;
+  std::map<std::string, size_t> slot;
   for (const auto& [fqn, t] : tensors) {
     for (auto& [name, converted] : adapter.to_hf_tensors(fqn, t.detach().to(at::kCPU))) {
-      at::Tensor hf = converted.to(dtype).contiguous();
-      const auto bytes = static_cast<int64_t>(hf.nbytes());
-      if (shard_bytes > 0 && shard_bytes + bytes > max_shard_bytes) {
-        shards.emplace_back();
-        shard_bytes = 0;
-      }
-      shards.back().emplace_back(name, std::move(hf));
-      shard_bytes += bytes;
-      total += bytes;
+      const auto [it, fresh] = slot.emplace(name, pieces.size());
+      if (fresh) pieces.emplace_back(name, std::vector<std::pair<std::string, at::Tensor>>{});
+      pieces[it->second].second.emplace_back(fqn, std::move(converted));
     }
+  }
+  std::vector<std::vector<std::pair<std::string, at::Tensor>>> shards(1);
+  int64_t shard_bytes = 0, total = 0;
+  for (auto& [name, parts] : pieces) {
+    const at::Tensor joined = parts.size() == 1 ? parts[0].second : adapter.join_hf(name, parts);
+    parts.clear();  // the pieces go as soon as their HF tensor exists
+    at::Tensor hf = joined.to(dtype).contiguous();
+    const auto bytes = static_cast<int64_t>(hf.nbytes());
+    if (shard_bytes > 0 && shard_bytes + bytes > max_shard_bytes) {
+      shards.emplace_back();
+      shard_bytes = 0;
+    }
+    shards.back().emplace_back(name, std::move(hf));
+    shard_bytes += bytes;
+    total += bytes;
   }
   const fs::path tmp = folder.parent_path() / fmt::format(".{}.tmp", folder.filename().string());
   fs::remove_all(tmp);

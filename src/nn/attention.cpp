@@ -2,12 +2,17 @@
 #include "titan/nn/attention.hpp"
 
 #include <ATen/ATen.h>
+#include <fmt/format.h>
+
+#include <utility>
 
 #include "titan/core/error.hpp"
 #include "titan/layout/module_hooks.hpp"
+#include "titan/layout/sharded_param.hpp"
 #include "titan/nn/init.hpp"
 #include "titan/nn/kv_cache.hpp"
 #include "titan/nn/sequence_attention.hpp"
+#include "titan/nn/sink_attention.hpp"
 
 namespace titan::nn {
 namespace {
@@ -19,7 +24,10 @@ constexpr double kCutHigh = 2.0;
 
 Attention::Attention(int64_t dim, int64_t n_heads_, int64_t n_kv_heads_, const at::TensorOptions& options,
                      const AttentionOptions& extra)
-    : n_heads(n_heads_), n_kv_heads(n_kv_heads_), head_dim(extra.head_dim > 0 ? extra.head_dim : dim / n_heads_) {
+    : n_heads(n_heads_),
+      n_kv_heads(n_kv_heads_),
+      head_dim(extra.head_dim > 0 ? extra.head_dim : dim / n_heads_),
+      sliding_window(extra.sliding_window) {
   TITAN_CHECK_VALUE(extra.head_dim > 0 || dim % n_heads == 0,
                     "[titan::nn::Attention] expected dim divisible by n_heads, got dim={} "
                     "n_heads={}.",
@@ -28,10 +36,13 @@ Attention::Attention(int64_t dim, int64_t n_heads_, int64_t n_kv_heads_, const a
                     "[titan::nn::Attention] expected n_heads divisible by "
                     "n_kv_heads, got n_heads={} n_kv_heads={}.",
                     n_heads, n_kv_heads);
-  wq = register_module("wq", std::make_shared<Linear>(dim, n_heads * head_dim, options));
-  wk = register_module("wk", std::make_shared<Linear>(dim, n_kv_heads * head_dim, options));
-  wv = register_module("wv", std::make_shared<Linear>(dim, n_kv_heads * head_dim, options));
-  wo = register_module("wo", std::make_shared<Linear>(n_heads * head_dim, dim, options));
+  TITAN_CHECK_VALUE(extra.sliding_window >= 0, "[titan::nn::Attention] expected sliding_window >= 0 (0: none), got {}.",
+                    extra.sliding_window);
+  wq = register_module("wq", std::make_shared<Linear>(dim, n_heads * head_dim, options, extra.bias));
+  wk = register_module("wk", std::make_shared<Linear>(dim, n_kv_heads * head_dim, options, extra.bias));
+  wv = register_module("wv", std::make_shared<Linear>(dim, n_kv_heads * head_dim, options, extra.bias));
+  wo = register_module("wo", std::make_shared<Linear>(n_heads * head_dim, dim, options, extra.bias));
+  if (extra.sinks) sinks = register_parameter("sinks", at::empty({n_heads}, options));
   if (extra.qk_norm) {
     q_norm = register_module("q_norm", std::make_shared<RMSNorm>(head_dim, extra.qk_norm_eps, options));
     k_norm = register_module("k_norm", std::make_shared<RMSNorm>(head_dim, extra.qk_norm_eps, options));
@@ -54,9 +65,17 @@ at::Tensor Attention::forward(const at::Tensor& x, const RopeTables& rope, const
     q = apply_rope(q, rope, context.positions).transpose(1, 2);  // (B, H, S, HD)
     k = apply_rope(k, rope, context.positions).transpose(1, 2);  // (B, KVH, S, HD)
     v = v.transpose(1, 2);                                       // (B, KVH, S, HD)
-    const at::Tensor out = causal_attention(q, k, v, context);   // (B, H, S, HD)
+    const at::Tensor out = attend(q, k, v, context);             // (B, H, S, HD)
     return wo->forward(out.transpose(1, 2).reshape({bsz, seq, -1}));
   });
+}
+
+at::Tensor Attention::attend(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                             const AttentionContext& context) const {
+  if (!sinks.defined() && sliding_window == 0) return causal_attention(q, k, v, context);
+  if (!sinks.defined()) return sink_attention(q, k, v, {}, sliding_window, context);
+  return parallel::with_param(sinks,
+                              [&](const at::Tensor& s) { return sink_attention(q, k, v, s, sliding_window, context); });
 }
 
 at::Tensor AttentionLayer::forward_cached(const at::Tensor&, const RopeTables&, const at::Tensor&, const at::Tensor&,
@@ -83,16 +102,25 @@ at::Tensor Attention::forward_cached(const at::Tensor& x, const RopeTables& rope
     q = apply_rope(q, rope, positions).transpose(1, 2);                     // (B, H, S, HD)
     k = apply_rope(k, rope, positions).transpose(1, 2);                     // (B, KVH, S, HD)
     const auto [keys, values] = cache.append(layer, k, v.transpose(1, 2));  // (B, KVH, T, HD)
-    const at::Tensor out = cached_attention(q, keys, values, mask);         // (B, H, S, HD)
-    return wo->forward(out.transpose(1, 2).reshape({bsz, count, -1}));      // (B, S, D)
+    const at::Tensor out = sinks.defined() || sliding_window > 0
+                               ? cached_sink_attention(q, keys, values, mask, sinks, sliding_window)
+                               : cached_attention(q, keys, values, mask);  // (B, H, S, HD)
+    return wo->forward(out.transpose(1, 2).reshape({bsz, count, -1}));     // (B, S, D)
   });
 }
 
 void Attention::init_weights(const InitSite& site, double out_std) {
-  trunc_normal_(wq->weight, site / "wq.weight", 0.0, kInStd, kCutLow, kCutHigh);
-  trunc_normal_(wk->weight, site / "wk.weight", 0.0, kInStd, kCutLow, kCutHigh);
-  trunc_normal_(wv->weight, site / "wv.weight", 0.0, kInStd, kCutLow, kCutHigh);
-  trunc_normal_(wo->weight, site / "wo.weight", 0.0, out_std, kCutLow, kCutHigh);
+  // torchtitan's gpt-oss (the biased attention) draws its input projections from the block's std too.
+  const double in_std = wq->bias.defined() ? out_std : kInStd;
+  const std::pair<const char*, Linear*> projections[] = {
+      {"wq", wq.get()}, {"wk", wk.get()}, {"wv", wv.get()}, {"wo", wo.get()}};
+  for (const auto& [name, linear] : projections) {
+    const double sd = linear == wo.get() ? out_std : in_std;
+    trunc_normal_(linear->weight, site / fmt::format("{}.weight", name), 0.0, sd, kCutLow, kCutHigh);
+    if (linear->bias.defined())
+      trunc_normal_(linear->bias, site / fmt::format("{}.bias", name), 0.0, sd, kCutLow, kCutHigh);
+  }
+  if (sinks.defined()) trunc_normal_(sinks, site / "sinks", 0.0, out_std, kCutLow, kCutHigh);
   if (q_norm) q_norm->reset_parameters();
   if (k_norm) k_norm->reset_parameters();
 }

@@ -10,14 +10,18 @@
 
 namespace titan::nn {
 
-Linear::Linear(int64_t in_features, int64_t out_features, const at::TensorOptions& options) {
+Linear::Linear(int64_t in_features, int64_t out_features, const at::TensorOptions& options, bool bias_) {
   weight = register_parameter("weight", at::empty({out_features, in_features}, options));
+  if (bias_) bias = register_parameter("bias", at::empty({out_features}, options));
 }
 
 at::Tensor Linear::forward(const at::Tensor& x) const {
   return parallel::module_call(*this, x, [&](const at::Tensor& in) {
-    return parallel::with_param(weight,
-                                [&](const at::Tensor& w) { return matmul ? matmul(in, w) : nn::linear(in, w, this); });
+    at::Tensor y = parallel::with_param(  // (..., out)
+        weight, [&](const at::Tensor& w) { return matmul ? matmul(in, w) : nn::linear(in, w, this); });
+    if (!bias.defined()) return y;
+    // Added after the (kept, converted or widened) matmul, in its output dtype as autocast's linear would.
+    return parallel::with_param(bias, [&](const at::Tensor& b) { return y + b.to(y.scalar_type()); });
   });
 }
 

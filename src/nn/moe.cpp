@@ -4,6 +4,7 @@
 #include <ATen/ATen.h>
 #include <c10/core/GradMode.h>
 
+#include <functional>
 #include <limits>
 #include <optional>
 #include <vector>
@@ -56,13 +57,39 @@ void check_grouped_mm_rows(at::ScalarType dtype, int64_t dim, int64_t hidden_dim
                     align, c10::toString(dtype), dim, hidden_dim, align);
 }
 
-// The routed SwiGLU over tokens grouped by expert; offsets (E) int32 is the end row of each group.
-at::Tensor grouped_swiglu(const at::Tensor& x, const at::Tensor& w1, const at::Tensor& w2, const at::Tensor& w3,
-                          const at::Tensor& offsets) {  // x (N, D) -> (N, D)
-  at::Tensor h = at::silu(at::_grouped_mm(x, w1.transpose(-2, -1), offsets)) *
-                 at::_grouped_mm(x, w3.transpose(-2, -1), offsets);  // (N, F)
-  return at::_grouped_mm(h, w2.transpose(-2, -1), offsets);          // (N, D)
+// The activation between the up projections and w2: gate g = w1 x and up u = w3 x, both (n, F).
+at::Tensor activate(const at::Tensor& g, const at::Tensor& u, const ExpertsVariant& v) {
+  if (v.activation == ExpertActivation::swiglu) return at::silu(g) * u;
+  // gpt-oss's: the gate clamped from above only, the up projection both ways and shifted by one.
+  const at::Tensor gate = g.clamp_max(v.limit);                                    // (n, F)
+  return (u.clamp(-v.limit, v.limit) + 1) * (gate * at::sigmoid(gate * v.alpha));  // (n, F)
 }
+
+// Each row's bias: bias (E, F) gathered by expert_of_row (N) -> (N, F); x itself without a bias.
+at::Tensor add_bias(const at::Tensor& x, const at::Tensor& bias, const at::Tensor& expert_of_row) {
+  return bias.defined() ? x + bias.index_select(0, expert_of_row) : x;
+}
+
+// The routed experts over tokens grouped by expert; offsets (E) int32 is the end row of each group and
+// expert_of_row (N) the expert of each row (read only with biases).
+at::Tensor grouped_experts(const at::Tensor& x, const at::Tensor& w1, const at::Tensor& w2, const at::Tensor& w3,
+                           const at::Tensor& offsets, const ExpertsVariant& v,
+                           const at::Tensor& expert_of_row) {  // x (N, D) -> (N, D)
+  at::Tensor g = add_bias(at::_grouped_mm(x, w1.transpose(-2, -1), offsets), v.b1, expert_of_row);          // (N, F)
+  at::Tensor u = add_bias(at::_grouped_mm(x, w3.transpose(-2, -1), offsets), v.b3, expert_of_row);          // (N, F)
+  return add_bias(at::_grouped_mm(activate(g, u, v), w2.transpose(-2, -1), offsets), v.b2, expert_of_row);  // (N, D)
+}
+
+// The variant with its biases in dtype (the padded path's GEMM dtype).
+ExpertsVariant variant_in(const ExpertsVariant& v, at::ScalarType dtype) {
+  ExpertsVariant out = v;
+  for (at::Tensor* b : {&out.b1, &out.b2, &out.b3}) {
+    if (b->defined()) *b = b->to(dtype);
+  }
+  return out;
+}
+
+bool has_biases(const ExpertsVariant& v) { return v.b1.defined() || v.b2.defined() || v.b3.defined(); }
 }  // namespace
 
 void validate(const MoEArgs& a) {
@@ -78,6 +105,10 @@ void validate(const MoEArgs& a) {
   TITAN_CHECK_VALUE(a.num_shared_experts >= 0,
                     "[titan::nn::MoE] expected num_shared_experts >= 0, got {}. Use 0 for no shared experts.",
                     a.num_shared_experts);
+  TITAN_CHECK_VALUE(a.activation == ExpertActivation::swiglu || (a.swiglu_alpha > 0.0 && a.swiglu_limit > 0.0),
+                    "[titan::nn::MoE] expected clamped_swiglu's swiglu_alpha and swiglu_limit > 0, got {} and {}. Use "
+                    "gpt-oss's 1.702 and 7.0.",
+                    a.swiglu_alpha, a.swiglu_limit);
   TITAN_CHECK_VALUE(a.load_balance_coeff >= 0.0,
                     "[titan::nn::MoE] expected load_balance_coeff >= 0, got {}. Use 0 to turn the expert bias off.",
                     a.load_balance_coeff);
@@ -116,7 +147,7 @@ void validate(const MoEArgs& a) {
 TokenChoiceTopKRouter::TokenChoiceTopKRouter(int64_t dim, const MoEArgs& args_, const at::TensorOptions& options)
     : args(args_) {
   validate(args);
-  gate = register_module("gate", std::make_shared<Linear>(dim, args.num_experts, options));
+  gate = register_module("gate", std::make_shared<Linear>(dim, args.num_experts, options, args.gate_bias));
 }
 
 Routing TokenChoiceTopKRouter::forward(const at::Tensor& x, const at::Tensor& expert_bias) const {
@@ -138,6 +169,8 @@ Routing TokenChoiceTopKRouter::forward(const at::Tensor& x, const at::Tensor& ex
 
 void TokenChoiceTopKRouter::init_weights(const InitSite& site, double init_std) {
   trunc_normal_(gate->weight, site / "gate.weight", 0.0, init_std, kCutLow, kCutHigh);
+  at::NoGradGuard no_grad;
+  if (gate->bias.defined()) gate->bias.zero_();
 }
 
 // ---- experts -------------------------------------------------------------------------------------
@@ -174,66 +207,126 @@ at::Tensor unpad_expert_rows(const at::Tensor& y, const PaddedExpertGroups& grou
 }
 
 at::Tensor experts_grouped_mm_padded(const at::Tensor& x, const at::Tensor& w1, const at::Tensor& w2,
-                                     const at::Tensor& w3, const at::Tensor& tokens_per_expert, at::ScalarType dtype) {
+                                     const at::Tensor& w3, const at::Tensor& tokens_per_expert, at::ScalarType dtype,
+                                     const ExpertsVariant& variant) {
   check_grouped_mm_rows(dtype, x.size(-1), w1.size(1));
   const PaddedExpertGroups groups =
       pad_expert_groups(tokens_per_expert.to(x.device()), x.size(0), aligned_elements(dtype));
-  at::Tensor padded = pad_expert_rows(x.to(dtype), groups);                                           // (P, D)
-  at::Tensor out = grouped_swiglu(padded, w1.to(dtype), w2.to(dtype), w3.to(dtype), groups.offsets);  // (P, D)
-  return unpad_expert_rows(out, groups).to(x.scalar_type());                                          // (N, D)
+  at::Tensor padded = pad_expert_rows(x.to(dtype), groups);  // (P, D)
+  at::Tensor expert_of_row;                                  // (P): rows past the last group are padding
+  if (has_biases(variant)) {
+    const at::Tensor rows = at::arange(groups.padded_rows, groups.offsets.options());
+    expert_of_row = at::searchsorted(groups.offsets, rows, /*out_int32=*/false, /*right=*/true)
+                        .clamp_max(tokens_per_expert.size(0) - 1);
+  }
+  at::Tensor out = grouped_experts(padded, w1.to(dtype), w2.to(dtype), w3.to(dtype), groups.offsets,
+                                   variant_in(variant, dtype), expert_of_row);  // (P, D)
+  return unpad_expert_rows(out, groups).to(x.scalar_type());                    // (N, D)
 }
 
 }  // namespace detail
 
 at::Tensor experts_grouped_mm(const at::Tensor& x, const at::Tensor& w1, const at::Tensor& w2, const at::Tensor& w3,
-                              const at::Tensor& tokens_per_expert) {
+                              const at::Tensor& tokens_per_expert, const ExpertsVariant& variant) {
   // CUDA's grouped GEMM kernels take bf16 operands whose groups start 16-byte aligned (torchtitan's
   // _run_experts_grouped_mm under indices_padding_wrapper); the CPU one has neither requirement.
-  if (x.is_cuda()) return detail::experts_grouped_mm_padded(x, w1, w2, w3, tokens_per_expert, at::kBFloat16);
+  if (x.is_cuda()) {
+    return detail::experts_grouped_mm_padded(x, w1, w2, w3, tokens_per_expert, at::kBFloat16, variant);
+  }
   check_grouped_mm_rows(x.scalar_type(), x.size(-1), w1.size(1));
-  return grouped_swiglu(x, w1, w2, w3, at::cumsum(tokens_per_expert, 0, at::kInt));  // (N, D)
+  // The expert of each row, for the biases; output_size spares a device-to-host sync.
+  const at::Tensor expert_of_row =
+      has_biases(variant)
+          ? at::repeat_interleave(tokens_per_expert.to(at::kLong), std::optional<int64_t>(x.size(0)))  // (N)
+          : at::Tensor();
+  return grouped_experts(x, w1, w2, w3, at::cumsum(tokens_per_expert, 0, at::kInt), variant, expert_of_row);
 }
 
 at::Tensor experts_loop(const at::Tensor& x, const at::Tensor& w1, const at::Tensor& w2, const at::Tensor& w3,
-                        const at::Tensor& tokens_per_expert) {
+                        const at::Tensor& tokens_per_expert, const ExpertsVariant& variant) {
   at::Tensor counts = tokens_per_expert.to(at::kCPU, at::kLong).contiguous();  // (E)
   std::vector<int64_t> sizes(counts.data_ptr<int64_t>(), counts.data_ptr<int64_t>() + counts.numel());
   std::vector<at::Tensor> xs = x.split_with_sizes(sizes, 0);  // E x (n_e, D)
   std::vector<at::Tensor> outs;
   outs.reserve(xs.size());
+  // Expert i's bias row gathered for each of its tokens as the grouped path gathers it, so the bias
+  // gradient adds up the same rows in the same order (a broadcast's reduction would sum them otherwise).
+  const auto biased = [](const at::Tensor& y, const at::Tensor& bias, int64_t i) {
+    return bias.defined() ? y + bias.index_select(0, at::full({y.size(0)}, i, y.options().dtype(at::kLong))) : y;
+  };
   for (size_t e = 0; e < xs.size(); ++e) {
     const auto i = static_cast<int64_t>(e);
-    at::Tensor h = at::silu(at::matmul(xs[e], w1[i].t())) * at::matmul(xs[e], w3[i].t());  // (n_e, F)
-    outs.push_back(at::matmul(h, w2[i].t()));                                              // (n_e, D)
+    at::Tensor g = biased(at::matmul(xs[e], w1[i].t()), variant.b1, i);                     // (n_e, F)
+    at::Tensor u = biased(at::matmul(xs[e], w3[i].t()), variant.b3, i);                     // (n_e, F)
+    outs.push_back(biased(at::matmul(activate(g, u, variant), w2[i].t()), variant.b2, i));  // (n_e, D)
   }
   return at::cat(outs, 0);  // (N, D)
 }
 
-GroupedExperts::GroupedExperts(int64_t dim, int64_t hidden_dim, int64_t num_experts_, bool use_grouped_mm_,
-                               const at::TensorOptions& options)
-    : num_experts(num_experts_), use_grouped_mm(use_grouped_mm_) {
+GroupedExperts::GroupedExperts(int64_t dim, int64_t hidden_dim, const MoEArgs& args, const at::TensorOptions& options)
+    : num_experts(args.num_experts),
+      use_grouped_mm(args.use_grouped_mm),
+      activation(args.activation),
+      swiglu_alpha(args.swiglu_alpha),
+      swiglu_limit(args.swiglu_limit) {
   w1 = register_parameter("w1", at::empty({num_experts, hidden_dim, dim}, options));
   w2 = register_parameter("w2", at::empty({num_experts, dim, hidden_dim}, options));
   w3 = register_parameter("w3", at::empty({num_experts, hidden_dim, dim}, options));
+  if (args.biased_experts) {
+    w1_bias = register_parameter("w1_bias", at::empty({num_experts, hidden_dim}, options));
+    w2_bias = register_parameter("w2_bias", at::empty({num_experts, dim}, options));
+    w3_bias = register_parameter("w3_bias", at::empty({num_experts, hidden_dim}, options));
+  }
 }
+
+namespace {
+// Calls f with what with_param hands out for each of ps, nested, so every parameter's reduction wraps
+// the whole computation as a single with_param's would.
+using Reader = std::function<at::Tensor(const std::vector<at::Tensor>&)>;
+at::Tensor with_params(const std::vector<at::Tensor>& ps, const Reader& f, std::vector<at::Tensor> got = {}) {
+  if (got.size() == ps.size()) return f(got);
+  const at::Tensor& next = ps[got.size()];
+  return parallel::with_param(next, [&](const at::Tensor& t) {
+    std::vector<at::Tensor> more = got;
+    more.push_back(t);
+    return with_params(ps, f, std::move(more));
+  });
+}
+}  // namespace
 
 at::Tensor GroupedExperts::forward(const at::Tensor& x, const at::Tensor& tokens_per_expert) const {
   // Through with_param, so a data-parallel plan (FSDP over the stacked weights) and a replicated-weight
   // style apply to the experts as to any Linear.
-  return parallel::with_param(w1, [&](const at::Tensor& gate) {
-    return parallel::with_param(w2, [&](const at::Tensor& down) {
-      return parallel::with_param(w3, [&](const at::Tensor& up) {
-        return use_grouped_mm ? experts_grouped_mm(x, gate, down, up, tokens_per_expert)
-                              : experts_loop(x, gate, down, up, tokens_per_expert);
-      });
-    });
+  std::vector<at::Tensor> params{w1, w2, w3};
+  if (w1_bias.defined()) params.insert(params.end(), {w1_bias, w2_bias, w3_bias});
+  return with_params(params, [&](const std::vector<at::Tensor>& p) {
+    ExpertsVariant variant{.activation = activation, .alpha = swiglu_alpha, .limit = swiglu_limit};
+    if (p.size() == 6) {
+      variant.b1 = p[3];
+      variant.b2 = p[4];
+      variant.b3 = p[5];
+    }
+    return use_grouped_mm ? experts_grouped_mm(x, p[0], p[1], p[2], tokens_per_expert, variant)
+                          : experts_loop(x, p[0], p[1], p[2], tokens_per_expert, variant);
   });
 }
 
 void GroupedExperts::init_weights(const InitSite& site, double init_std) {
-  trunc_normal_(w1, site / "w1", 0.0, kInStd, kCutLow, kCutHigh);
+  // torchtitan's gpt-oss experts draw their gate/up projection (mlp1) from the block's std too.
+  const bool biased = w1_bias.defined();
+  trunc_normal_(w1, site / "w1", 0.0, biased ? init_std : kInStd, kCutLow, kCutHigh);
   trunc_normal_(w2, site / "w2", 0.0, init_std, kCutLow, kCutHigh);
   trunc_normal_(w3, site / "w3", 0.0, init_std, kCutLow, kCutHigh);
+  if (!biased) return;
+  trunc_normal_(w1_bias, site / "w1_bias", 0.0, init_std, kCutLow, kCutHigh);
+  trunc_normal_(w2_bias, site / "w2_bias", 0.0, init_std, kCutLow, kCutHigh);
+  trunc_normal_(w3_bias, site / "w3_bias", 0.0, init_std, kCutLow, kCutHigh);
+}
+
+std::vector<std::pair<std::string, at::Tensor*>> GroupedExperts::stacked_parameters() {
+  std::vector<std::pair<std::string, at::Tensor*>> out{{"w1", &w1}, {"w2", &w2}, {"w3", &w3}};
+  if (w1_bias.defined()) out.insert(out.end(), {{"w1_bias", &w1_bias}, {"w2_bias", &w2_bias}, {"w3_bias", &w3_bias}});
+  return out;
 }
 
 // ---- MoE -----------------------------------------------------------------------------------------
@@ -241,8 +334,7 @@ void GroupedExperts::init_weights(const InitSite& site, double init_std) {
 MoE::MoE(const MoEArgs& args_, int64_t dim, int64_t hidden_dim, const at::TensorOptions& options) : args(args_) {
   validate(args);
   router = register_module("router", std::make_shared<TokenChoiceTopKRouter>(dim, args, options));
-  experts = register_module(
-      "experts", std::make_shared<GroupedExperts>(dim, hidden_dim, args.num_experts, args.use_grouped_mm, options));
+  experts = register_module("experts", std::make_shared<GroupedExperts>(dim, hidden_dim, args, options));
   if (args.num_shared_experts > 0) {
     shared_experts = register_module("shared_experts",
                                      std::make_shared<FeedForward>(dim, hidden_dim * args.num_shared_experts, options));

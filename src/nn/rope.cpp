@@ -56,8 +56,9 @@ at::Tensor yarn_frequencies(const YarnConfig& c) {
            std::log(static_cast<double>(c.original_max_positions) / (turns * 2.0 * std::numbers::pi)) /
            (2.0 * std::log(c.theta));
   };
-  const double low = std::max(std::floor(pair_turning(c.beta_fast)), 0.0);
-  double high = std::min(std::ceil(pair_turning(c.beta_slow)), static_cast<double>(c.head_dim - 1));
+  const double fast = pair_turning(c.beta_fast), slow = pair_turning(c.beta_slow);
+  const double low = std::max(c.truncate ? std::floor(fast) : fast, 0.0);
+  double high = std::min(c.truncate ? std::ceil(slow) : slow, static_cast<double>(c.head_dim - 1));
   if (low == high) high += 0.001;  // torchtitan's guard against a zero-width ramp
   const at::Tensor ramp = ((at::arange(c.head_dim / 2, at::kFloat) - low) / (high - low)).clamp(0, 1);  // (HD/2)
   const at::Tensor smooth = 1 - ramp;                       // 1: keep, 0: interpolate

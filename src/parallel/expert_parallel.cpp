@@ -274,9 +274,7 @@ ExpertParallel apply_expert_parallel(torch::nn::Module& model, const dist::Mesh&
     if (ep.ep_ > 1) {
       const int64_t local = experts / ep.ep_;
       at::NoGradGuard no_grad;
-      const std::pair<const char*, at::Tensor*> weights[] = {
-          {"w1", &moe->experts->w1}, {"w2", &moe->experts->w2}, {"w3", &moe->experts->w3}};
-      for (const auto& [name, w] : weights) {
+      for (const auto& [name, w] : moe->experts->stacked_parameters()) {
         const std::string fqn = fmt::format("{}.experts.{}", path, name);
         TITAN_CHECK_VALUE(w->size(0) == experts,
                           "[titan::parallel::apply_expert_parallel] expected '{}' to hold all {} experts, got {} "
@@ -298,9 +296,7 @@ ExpertParallel apply_expert_parallel(torch::nn::Module& model, const dist::Mesh&
 std::vector<at::Tensor> ExpertParallel::expert_parameters() const {
   std::vector<at::Tensor> out;
   for (const auto& moe : layers_) {
-    out.push_back(moe->experts->w1);
-    out.push_back(moe->experts->w2);
-    out.push_back(moe->experts->w3);
+    for (const auto& [name, w] : moe->experts->stacked_parameters()) out.push_back(*w);
   }
   return out;
 }

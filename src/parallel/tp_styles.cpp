@@ -213,6 +213,14 @@ void check_style(const std::string& path, const torch::nn::Module& module, const
                       "the model's dimensions.",
                       path, what, w.size(dim), degree, w.size(dim) % degree);
   };
+  const bool colwise_or_rowwise =
+      std::holds_alternative<ColwiseParallel>(style) || std::holds_alternative<RowwiseParallel>(style);
+  // A rowwise bias would be added once per rank before the sum, a colwise one needs sharding too.
+  TITAN_CHECK_NOT_IMPLEMENTED(!colwise_or_rowwise || !module.named_parameters(/*recurse=*/false).contains("bias"),
+                              "[titan::parallel::ParallelPlan] expected '{}' (Colwise/RowwiseParallel) without a "
+                              "bias, got one: tensor parallelism of biased projections is not built. Run this model "
+                              "with parallelism.tensor_parallel_degree 1.",
+                              path);
   if (const auto* s = std::get_if<ColwiseParallel>(&style)) {
     TITAN_CHECK_VALUE(linear != nullptr,
                       "[titan::parallel::ParallelPlan] expected '{}' (ColwiseParallel) to be a "

@@ -41,6 +41,11 @@ class HfAdapter {
   /// The whole titan tensor fqn from an HF folder: by default hf_name(fqn) (else hf_fallback(fqn)) read
   /// and passed through from_hf. A titan tensor that stacks several HF ones reads and stacks them here.
   virtual at::Tensor read_hf(const std::string& fqn, const HfReader& reader) const;
+  /// One HF tensor from the pieces several titan tensors gave under its key in to_hf_tensors, each with
+  /// its fqn, in the order saved (gpt-oss's gate_up_proj interleaves the gate and up projections). By
+  /// default an error: a titan tensor maps to HF tensors of its own.
+  virtual at::Tensor join_hf(const std::string& hf_name,
+                             const std::vector<std::pair<std::string, at::Tensor>>& pieces) const;
 };
 
 /// q/k projection rows of `heads` heads from titan's RoPE layout (adjacent pairs (x[2i], x[2i+1]), as

@@ -2,7 +2,7 @@
 // Model specs: one registry entry per model family, which every tool looks up by model.name (the trainer's
 // `Trainer<models::Decoder>`, the bundled `train`, titan-generate, titan-convert) or by a Hugging Face
 // config's `architectures` (titan-convert, titan-generate --hf). No tool names a family. The bundled
-// families (llama3, qwen3, deepseek_v3) are registered on first use; a user adds theirs once at start-up:
+// families (llama3, qwen3, deepseek_v3, gpt_oss) are registered on first use; a user adds theirs once at start-up:
 //
 //   titan::models::register_model({.name = "mymodel",
 //                                  .flavors = [] { return std::vector<std::string>{"debugmodel"}; },

@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: BSD-3-Clause
 // Causal grouped-query self-attention through the SDPA kernels (flash on CPU and CUDA), with RoPE on
-// q and k and no biases; optionally a head_dim independent of dim and an RMSNorm on each q and k head
-// before RoPE (Qwen3's q/k norm). The forward's nn::AttentionContext supplies per-document positions and
+// q and k and no biases; optionally a head_dim independent of dim, an RMSNorm on each q and k head
+// before RoPE (Qwen3's q/k norm), and gpt-oss's projection biases, per-head sinks and sliding window
+// (nn/sink_attention.hpp). The forward's nn::AttentionContext supplies per-document positions and
 // masks and, under context parallelism, the sequence's split over the cp ranks (see sequence_attention.hpp).
 #pragma once
 
@@ -39,6 +40,12 @@ struct AttentionOptions {
   bool qk_norm = false;
   /// Epsilon of the q/k norms.
   double qk_norm_eps = 1e-6;
+  /// wq/wk/wv/wo have biases (gpt-oss).
+  bool bias = false;
+  /// A learned logit per query head joins every softmax denominator, `sinks` (H) (gpt-oss).
+  bool sinks = false;
+  /// Keys a query sees: itself and sliding_window - 1 before it; 0 = every earlier key.
+  int64_t sliding_window = 0;
 };
 
 class Attention : public AttentionLayer {
@@ -49,18 +56,26 @@ class Attention : public AttentionLayer {
   at::Tensor forward(const at::Tensor& x, const RopeTables& rope, const AttentionContext& context = {}) const override;
   at::Tensor forward_cached(const at::Tensor& x, const RopeTables& rope, const at::Tensor& positions,
                             const at::Tensor& mask, KVCache& cache, int64_t layer) const override;
-  /// torchtitan's init: wq/wk/wv trunc-normal(0.02), wo trunc-normal(out_std); q/k norms to ones.
+  /// torchtitan's init: wq/wk/wv trunc-normal(0.02), wo trunc-normal(out_std); q/k norms to ones. With
+  /// biases (torchtitan's gpt-oss) every projection's weight and bias, and the sinks, draw trunc-normal(out_std).
   void init_weights(const InitSite& site, double out_std) override;
 
   int64_t n_heads;
   int64_t n_kv_heads;
   int64_t head_dim;
-  std::shared_ptr<Linear> wq;       // weight (H*HD, D)
-  std::shared_ptr<Linear> wk;       // weight (KVH*HD, D)
-  std::shared_ptr<Linear> wv;       // weight (KVH*HD, D)
-  std::shared_ptr<Linear> wo;       // weight (D, H*HD)
+  int64_t sliding_window;           // 0: full causal
+  std::shared_ptr<Linear> wq;       // weight (H*HD, D), bias (H*HD) with bias
+  std::shared_ptr<Linear> wk;       // weight (KVH*HD, D), bias (KVH*HD) with bias
+  std::shared_ptr<Linear> wv;       // weight (KVH*HD, D), bias (KVH*HD) with bias
+  std::shared_ptr<Linear> wo;       // weight (D, H*HD), bias (D) with bias
+  at::Tensor sinks;                 // (H); undefined without sinks
   std::shared_ptr<RMSNorm> q_norm;  // weight (HD); null without qk_norm
   std::shared_ptr<RMSNorm> k_norm;  // weight (HD); null without qk_norm
+
+ private:
+  /// q (B, H, S, HD), k, v (B, KVH, S, HD) -> (B, H, S, HD): causal, or with the sinks and window.
+  at::Tensor attend(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                    const AttentionContext& context) const;
 };
 
 /// SwiGLU feed-forward: w2(silu(w1 x) * w3 x).

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: BSD-3-Clause
-// The basic layers every titan model is built from. They own plain parameters (no biases, as in
-// Llama) created on any device, including meta, so a 405B model can be counted without memory.
+// The basic layers every titan model is built from. They own plain parameters (no biases unless a
+// family asks, as gpt-oss does; Llama has none) created on any device, including meta, so a 405B model
+// can be counted without memory.
 // Parallelism (FSDP, TP) wraps or re-places these parameters later; the math lives here once.
 #pragma once
 
@@ -17,15 +18,16 @@ namespace titan::nn {
 /// differentiable in both (float8::convert_to_float8 installs float8 GEMMs).
 using LinearMatmul = std::function<at::Tensor(const at::Tensor& x, const at::Tensor& w)>;
 
-/// y = x W^T, no bias.
+/// y = x W^T, plus b with a bias.
 class Linear : public torch::nn::Module, public parallel::ShardableLayer {
  public:
-  Linear(int64_t in_features, int64_t out_features, const at::TensorOptions& options);
+  Linear(int64_t in_features, int64_t out_features, const at::TensorOptions& options, bool bias = false);
   at::Tensor forward(const at::Tensor& x) const;  // (..., in) -> (..., out)
   Role shardable_role() const override { return Role::kLinear; }
   at::Tensor& shardable_weight() override { return weight; }
 
   at::Tensor weight;      // (out_features, in_features)
+  at::Tensor bias;        // (out_features); undefined without a bias
   LinearMatmul matmul{};  // set by a model converter; empty = at::linear (kept under per-operator AC)
 };
 

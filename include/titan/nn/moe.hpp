@@ -4,7 +4,8 @@
 // routed experts run as one grouped GEMM over tokens permuted so that each expert's tokens are
 // contiguous, and optional shared experts (one SwiGLU) see every token. Aux-loss-free load
 // balancing: an expert bias, added to the scores for selection only, is moved toward balance by
-// update_expert_bias() between optimizer steps.
+// update_expert_bias() between optimizer steps. gpt-oss's variant: a router gate with a bias, experts
+// whose projections have biases, and a clamped SwiGLU (MoEArgs::gate_bias, biased_experts, activation).
 //
 //   MoE moe(MoEArgs{.num_experts = 8, .top_k = 2}, /*dim=*/256, /*hidden_dim=*/512, options);
 //   at::Tensor y = moe.forward(x);           // x (B, S, 256) -> (B, S, 256)
@@ -17,12 +18,20 @@
 
 #include <memory>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "titan/nn/attention.hpp"
 #include "titan/nn/init.hpp"
 #include "titan/nn/layers.hpp"
 
 namespace titan::nn {
+
+/// The gated activation of the routed experts between their up projections (w1: gate, w3: up) and w2.
+enum class ExpertActivation {
+  swiglu,          ///< silu(w1 x) * w3 x (Llama's, DeepSeek-V3's, Qwen3's)
+  clamped_swiglu,  ///< gpt-oss: g = min(w1 x, limit), u = clamp(w3 x, -limit, limit); (u + 1) * g * sigmoid(alpha g)
+};
 
 /// The MoE layer's configuration (torchtitan's MoEArgs names; `None` there is 0 here).
 struct MoEArgs {
@@ -48,6 +57,16 @@ struct MoEArgs {
   bool use_grouped_mm = true;
   /// Step of the aux-loss-free expert-bias update; 0 = no expert bias.
   double load_balance_coeff = 1e-3;
+  /// The router's gate has a bias, router.gate.bias (E) (torchtitan's gate_bias; gpt-oss).
+  bool gate_bias = false;
+  /// Every routed expert's projections have biases, experts.{w1,w3}_bias (E, F) and w2_bias (E, D) (gpt-oss).
+  bool biased_experts = false;
+  /// The routed experts' activation (the shared experts are always a plain SwiGLU).
+  ExpertActivation activation = ExpertActivation::swiglu;
+  /// clamped_swiglu: the gain inside the sigmoid.
+  double swiglu_alpha = 1.702;
+  /// clamped_swiglu: the gate is clamped to at most this, the up projection to [-limit, limit].
+  double swiglu_limit = 7.0;
 };
 
 /// Throws `[titan::nn::MoE] expected X, got Y. fix` for an inconsistent config.
@@ -71,40 +90,66 @@ class TokenChoiceTopKRouter : public torch::nn::Module {
   TokenChoiceTopKRouter(int64_t dim, const MoEArgs& args, const at::TensorOptions& options);
   /// x (T, D); expert_bias (E) fp32 or undefined.
   Routing forward(const at::Tensor& x, const at::Tensor& expert_bias = {}) const;
-  /// gate trunc-normal(init_std); `site` names this router.
+  /// gate trunc-normal(init_std), its bias zero (every expert starts level); `site` names this router.
   void init_weights(const InitSite& site, double init_std);
 
   MoEArgs args;
-  std::shared_ptr<Linear> gate;  // weight (E, D)
+  std::shared_ptr<Linear> gate;  // weight (E, D), bias (E) with gate_bias
 };
 
-/// The routed experts, each a SwiGLU w2(silu(w1 x) * w3 x), with their weights stacked.
+/// What the routed experts compute beyond Llama's bias-free SwiGLU: gpt-oss's biases and clamped activation.
+struct ExpertsVariant {
+  /// Bias of the gate projection w1 (E, F); undefined: none.
+  at::Tensor b1{};
+  /// Bias of the down projection w2 (E, D); undefined: none.
+  at::Tensor b2{};
+  /// Bias of the up projection w3 (E, F); undefined: none.
+  at::Tensor b3{};
+  /// The activation between w1/w3 and w2.
+  ExpertActivation activation = ExpertActivation::swiglu;
+  /// clamped_swiglu's sigmoid gain.
+  double alpha = 1.702;
+  /// clamped_swiglu's clamp.
+  double limit = 7.0;
+};
+
+/// The routed experts, each w2(act(w1 x, w3 x)) (+ biases), with their weights stacked.
 class GroupedExperts : public torch::nn::Module {
  public:
-  GroupedExperts(int64_t dim, int64_t hidden_dim, int64_t num_experts, bool use_grouped_mm,
-                 const at::TensorOptions& options);
+  /// num_experts, use_grouped_mm, biased_experts, activation and its constants come from `args`.
+  GroupedExperts(int64_t dim, int64_t hidden_dim, const MoEArgs& args, const at::TensorOptions& options);
   /// x (N, D): tokens sorted by expert, tokens_per_expert (E) summing to N -> (N, D).
   at::Tensor forward(const at::Tensor& x, const at::Tensor& tokens_per_expert) const;
-  /// w1 trunc-normal(0.02); w2, w3 trunc-normal(init_std) (torchtitan's scheme); `site` names these experts.
+  /// w1 trunc-normal(0.02); w2, w3 trunc-normal(init_std) (torchtitan's scheme); biased experts (torchtitan's
+  /// gpt-oss) draw every weight and bias from trunc-normal(init_std). `site` names these experts.
   void init_weights(const InitSite& site, double init_std);
+  /// The stacked (E, ...) parameters by name, weights then biases: what expert parallelism shards on dim 0.
+  std::vector<std::pair<std::string, at::Tensor*>> stacked_parameters();
 
   int64_t num_experts;
   bool use_grouped_mm;
-  at::Tensor w1;  // (E, F, D)
-  at::Tensor w2;  // (E, D, F)
-  at::Tensor w3;  // (E, F, D)
+  ExpertActivation activation;
+  double swiglu_alpha;
+  double swiglu_limit;
+  at::Tensor w1;       // (E, F, D)
+  at::Tensor w2;       // (E, D, F)
+  at::Tensor w3;       // (E, F, D)
+  at::Tensor w1_bias;  // (E, F); undefined without biased experts
+  at::Tensor w2_bias;  // (E, D); undefined without biased experts
+  at::Tensor w3_bias;  // (E, F); undefined without biased experts
 };
 
 /// Routed experts through at::_grouped_mm with offsets = cumsum(tokens_per_expert); x (N, D),
-/// w1/w3 (E, F, D), w2 (E, D, F) -> (N, D). Rows must be 16-byte aligned (D, F multiples of 4 in
-/// fp32, 8 in bf16 and on CUDA): a clear error otherwise. On CUDA the GEMMs run in bf16 on expert groups
-/// padded to aligned rows (detail::experts_grouped_mm_padded), as torchtitan's; the result is in x's dtype.
+/// w1/w3 (E, F, D), w2 (E, D, F) -> (N, D), with `variant`'s biases and activation. Rows must be 16-byte
+/// aligned (D, F multiples of 4 in fp32, 8 in bf16 and on CUDA): a clear error otherwise. On CUDA the GEMMs
+/// run in bf16 on expert groups padded to aligned rows (detail::experts_grouped_mm_padded), as torchtitan's;
+/// the result is in x's dtype.
 at::Tensor experts_grouped_mm(const at::Tensor& x, const at::Tensor& w1, const at::Tensor& w2, const at::Tensor& w3,
-                              const at::Tensor& tokens_per_expert);
+                              const at::Tensor& tokens_per_expert, const ExpertsVariant& variant = {});
 /// The plain ATen reference twin: one matmul chain per expert (syncs the counts to the host).
 /// Same arguments and result; bitwise equal to experts_grouped_mm in fp32 on CPU.
 at::Tensor experts_loop(const at::Tensor& x, const at::Tensor& w1, const at::Tensor& w2, const at::Tensor& w3,
-                        const at::Tensor& tokens_per_expert);
+                        const at::Tensor& tokens_per_expert, const ExpertsVariant& variant = {});
 
 namespace detail {
 
@@ -126,7 +171,8 @@ at::Tensor unpad_expert_rows(const at::Tensor& y, const PaddedExpertGroups& grou
 /// experts_grouped_mm's CUDA path on any device: operands cast to dtype, groups padded to 16-byte aligned
 /// rows (8 in bf16), the GEMMs on the padded buffer, the padding dropped, the result cast to x's dtype.
 at::Tensor experts_grouped_mm_padded(const at::Tensor& x, const at::Tensor& w1, const at::Tensor& w2,
-                                     const at::Tensor& w3, const at::Tensor& tokens_per_expert, at::ScalarType dtype);
+                                     const at::Tensor& w3, const at::Tensor& tokens_per_expert, at::ScalarType dtype,
+                                     const ExpertsVariant& variant = {});
 
 }  // namespace detail
 

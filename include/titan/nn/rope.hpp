@@ -42,9 +42,9 @@ RopeTables make_rope_tables(const RopeConfig& config, const at::Device& device);
 RopeTables make_rope_tables(const at::Tensor& frequencies, int64_t max_positions, const at::Device& device,
                             double magnitude = 1.0);
 
-/// YaRN (torchtitan's DeepSeek-V3 precompute_freqs_cis): pairs that turn more than beta_fast times over
-/// the original context keep their frequency, those that turn fewer than beta_slow times are divided by
-/// factor, and a linear ramp over the pair index blends the two between.
+/// YaRN (torchtitan's DeepSeek-V3 precompute_freqs_cis, and gpt-oss's without truncation): pairs that turn more than
+/// beta_fast times over the original context keep their frequency, those that turn fewer than beta_slow times are
+/// divided by factor, and a linear ramp over the pair index blends the two between.
 struct YarnConfig {
   /// Rotated dimensions per head (even).
   int64_t head_dim = 64;
@@ -58,6 +58,8 @@ struct YarnConfig {
   double beta_fast = 32.0;
   /// Pairs turning less often than this are fully interpolated (divided by factor).
   double beta_slow = 1.0;
+  /// Round the ramp's ends out to whole pairs (DeepSeek-V3, HF's default); gpt-oss keeps them fractional.
+  bool truncate = true;
 };
 /// The YaRN frequencies, float32, in torchtitan's arithmetic.
 at::Tensor yarn_frequencies(const YarnConfig& config);  // (HD/2)

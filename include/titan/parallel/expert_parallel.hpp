@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: BSD-3-Clause
 // Expert parallelism (torchtitan's ExpertParallel): the routed experts of each MoE layer sharded over
-// the mesh's ep axis (w1/w2/w3 Shard(0): rank r of ep holds experts [r E/ep, (r+1) E/ep)), tokens
-// sent to the rank of their expert and brought back by two all-to-alls with variable splits.
+// the mesh's ep axis (w1/w2/w3 and any expert biases Shard(0): rank r of ep holds experts
+// [r E/ep, (r+1) E/ep)), tokens sent to the rank of their expert and brought back by two all-to-alls
+// with variable splits.
 //
 // The ep axis borrows its ranks from dp_shard x cp (parallelism.expert_parallel_degree divides
 // dp_shard * cp; the mesh unflattens dp_shard_cp into (efsdp, ep), ep fastest). One forward of an
@@ -108,7 +109,7 @@ class ExpertParallel {
   std::vector<at::Tensor> update_expert_bias() const;
   /// The MoE layers under expert parallelism, in plan order.
   const std::vector<std::shared_ptr<nn::MoE>>& layers() const { return layers_; }
-  /// The sharded expert weights (w1, w2, w3 of each layer): their local shard (E/ep, ...).
+  /// The sharded expert weights (w1, w2, w3 of each layer, and their biases): their local shard (E/ep, ...).
   std::vector<at::Tensor> expert_parameters() const;
   /// "EP(ep=2, efsdp=2, MoE layers: 2)", or "no EP".
   std::string describe() const;
@@ -132,9 +133,9 @@ class ExpertParallel {
 };
 
 /// Shards the routed experts of each planned MoE layer over mesh.group("ep") (keeps this rank's
-/// E/ep experts of w1/w2/w3, in place, with their layout) and plugs the all-to-all dispatch into the
-/// layer. The weights may hold their values already (they are kept) or be initialised afterwards
-/// (init_weights fills each shard as one device would). Apply it after tensor parallelism and before
+/// E/ep experts of w1/w2/w3 and their biases, in place, with their layout) and plugs the all-to-all
+/// dispatch into the layer. The weights may hold their values already (they are kept) or be initialised
+/// afterwards (init_weights fills each shard as one device would). Apply it after tensor parallelism and before
 /// data parallelism (titan::parallelize does). Throws, naming the module, when a path is not an
 /// nn::MoE, ep does not divide its experts, or its experts are already data-parallel. Collective
 /// only in what it later runs; with ep = 1 it only records the layers.

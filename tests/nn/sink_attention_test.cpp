@@ -1,0 +1,138 @@
+// SPDX-License-Identifier: BSD-3-Clause
+// Attention with per-head sinks and a sliding window (nn/sink_attention.hpp) against the definition
+// written out: scores q k^T / sqrt(HD), keys outside the window or the document masked, one sink logit per
+// head appended to every row, softmax, the sink column dropped. Values and the gradients of q, k, v and
+// the sinks, with grouped-query heads; the KV-cache form against the training form; a biased Linear; the
+// refusals (context parallelism, tensor parallelism of a biased projection). Tolerances: fp32 with the
+// flash kernel's blockwise softmax against one softmax over the row, ~1e-7 relative per sum; 1e-5.
+#include <ATen/ATen.h>
+#include <torch/csrc/autograd/autograd.h>
+
+#include <cmath>
+#include <limits>
+
+#include "test_util.hpp"
+#include "titan/dist/local_ranks.hpp"
+#include "titan/dist/mesh.hpp"
+#include "titan/nn/layers.hpp"
+#include "titan/nn/sink_attention.hpp"
+#include "titan/parallel/parallelize.hpp"
+
+namespace titan::test {
+namespace {
+
+constexpr int64_t B = 2, H = 4, KVH = 2, S = 10, HD = 8;
+
+// (B or 1, S, S) true where query i sees key j.
+at::Tensor allowed_keys(int64_t window, const at::Tensor& docs) {
+  const at::Tensor i = at::arange(S).unsqueeze(1), j = at::arange(S).unsqueeze(0);
+  at::Tensor ok = j.le(i);
+  if (window > 0) ok = ok.logical_and(i - j < window);
+  ok = ok.unsqueeze(0);
+  if (docs.defined()) ok = ok.logical_and(docs.unsqueeze(2) == docs.unsqueeze(1));
+  return ok;
+}
+
+at::Tensor reference(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& sinks,
+                     int64_t window, const at::Tensor& docs) {
+  const at::Tensor keys = k.repeat_interleave(H / KVH, 1), values = v.repeat_interleave(H / KVH, 1);
+  at::Tensor scores = at::matmul(q, keys.transpose(-2, -1)) / std::sqrt(static_cast<double>(HD));  // (B, H, S, S)
+  scores = scores.masked_fill(allowed_keys(window, docs).unsqueeze(1).logical_not(),
+                              -std::numeric_limits<double>::infinity());
+  at::Tensor sink = sinks.defined() ? sinks.view({1, H, 1, 1}).expand({B, H, S, 1})
+                                    : at::full({B, H, S, 1}, -std::numeric_limits<double>::infinity());
+  return at::matmul(at::softmax(at::cat({scores, sink}, -1), -1).narrow(-1, 0, S), values);
+}
+
+struct Inputs {
+  at::Tensor q, k, v, sinks;
+};
+
+Inputs inputs(bool with_sinks) {
+  at::manual_seed(3);
+  return {at::randn({B, H, S, HD}).requires_grad_(true), at::randn({B, KVH, S, HD}).requires_grad_(true),
+          at::randn({B, KVH, S, HD}).requires_grad_(true),
+          with_sinks ? (at::randn({H}) * 2).requires_grad_(true) : at::Tensor()};
+}
+
+}  // namespace
+
+TEST_CASE("sink attention equals softmax with a sink column, values and gradients", "[nn][attention][sinks]") {
+  const auto [window, with_sinks, with_docs] = GENERATE(table<int64_t, bool, bool>(
+      {{0, true, false}, {3, true, false}, {4, true, true}, {3, false, false}, {0, true, true}}));
+  INFO("window " << window << " sinks " << with_sinks << " documents " << with_docs);
+  const Inputs in = inputs(with_sinks);
+  const at::Tensor docs =
+      with_docs ? at::tensor({0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 0, 0, 1, 1, 1, 2, 2, 2, 2, 2}, at::kLong).view({B, S})
+                : at::Tensor();
+  const at::Tensor got = nn::sink_attention(in.q, in.k, in.v, in.sinks, window, {.document_ids = docs});
+  const at::Tensor want = reference(in.q, in.k, in.v, in.sinks, window, docs);
+  CHECK((got - want).abs().max().item<double>() < 1e-5);
+  std::vector<at::Tensor> leaves{in.q, in.k, in.v};
+  if (with_sinks) leaves.push_back(in.sinks);
+  const at::Tensor dy = at::randn_like(got);
+  const auto g = torch::autograd::grad({got}, leaves, {dy});
+  const auto w = torch::autograd::grad({want}, leaves, {dy});
+  for (size_t i = 0; i < g.size(); ++i) {
+    INFO("gradient " << i << " max abs diff " << (g[i] - w[i]).abs().max().item<double>());
+    CHECK(at::allclose(g[i], w[i], 1e-5, 1e-5));
+  }
+  if (with_sinks) CHECK(g[3].abs().min().item<double>() > 0);  // every head's sink learns
+}
+
+TEST_CASE("sink attention over a KV cache equals the training form", "[nn][attention][sinks]") {
+  const Inputs in = inputs(true);
+  at::NoGradGuard no_grad;
+  for (const int64_t window : {0, 3}) {
+    INFO("window " << window);
+    const at::Tensor whole = nn::sink_attention(in.q, in.k, in.v, in.sinks, window);  // (B, H, S, HD)
+    const at::Tensor causal = at::ones({S, S}, at::kBool).tril().view({1, 1, S, S});
+    const at::Tensor all = nn::cached_sink_attention(in.q, in.k, in.v, causal, in.sinks, window);
+    CHECK((all - whole).abs().max().item<double>() < 1e-5);
+    // The last query alone against every cached column.
+    const at::Tensor last = nn::cached_sink_attention(in.q.narrow(2, S - 1, 1), in.k, in.v,
+                                                      at::ones({1, 1, 1, S}, at::kBool), in.sinks, window);
+    CHECK((last - whole.narrow(2, S - 1, 1)).abs().max().item<double>() < 1e-5);
+  }
+}
+
+TEST_CASE("a biased Linear adds its bias, and tensor parallelism refuses it", "[nn][layers]") {
+  nn::Linear linear(3, 2, at::TensorOptions(), /*bias=*/true);
+  {
+    at::NoGradGuard no_grad;
+    linear.weight.copy_(at::tensor({1.f, 2.f, 3.f, 4.f, 5.f, 6.f}).view({2, 3}));
+    linear.bias.copy_(at::tensor({0.5f, -1.f}));
+  }
+  const at::Tensor y = linear.forward(at::tensor({1.f, 1.f, 1.f}).view({1, 3}));
+  CHECK(at::equal(y, at::tensor({6.5f, 14.f}).view({1, 2})));
+  CHECK(linear.named_parameters().contains("bias"));
+  CHECK_FALSE(nn::Linear(3, 2, at::TensorOptions()).named_parameters().contains("bias"));
+  // A rowwise bias would be added once per rank before the sum: refused before anything is sharded.
+  struct OneLinear : torch::nn::Module {
+    std::shared_ptr<nn::Linear> proj =
+        register_module("proj", std::make_shared<nn::Linear>(4, 4, at::TensorOptions(), true));
+  };
+  std::vector<std::string> errors(2);
+  dist::run_local_ranks(2, [&](int64_t rank, const dist::Store& store) {
+    const dist::Mesh mesh({.tp = 2}, rank, store);
+    OneLinear model;
+    parallel::ParallelPlan plan;
+    plan.tensor_parallel.add("proj", parallel::RowwiseParallel{});
+    errors[static_cast<size_t>(rank)] = error_of([&] { (void)parallelize(model, mesh, plan); });
+  });
+  CHECK_THAT(errors[0], Catch::Contains("expected 'proj' (Colwise/RowwiseParallel) without a bias") &&
+                            Catch::Contains("parallelism.tensor_parallel_degree 1"));
+}
+
+TEST_CASE("sink attention refuses a context-parallel split, naming the fix", "[nn][attention][sinks][errors]") {
+  const Inputs in = inputs(true);
+  auto sharding = std::make_shared<nn::SequenceSharding>();
+  sharding->layout = {.seq_len = 2 * S, .degree = 2, .rank = 0};
+  CHECK_THROWS_WITH(nn::sink_attention(in.q, in.k, in.v, in.sinks, 3, {.sharding = sharding}),
+                    Catch::Contains("[titan::nn::sink_attention] expected whole sequences") &&
+                        Catch::Contains("parallelism.context_parallel_degree 1"));
+  CHECK_THROWS_WITH(nn::sink_attention(in.q, in.k, in.v, at::zeros({3}), 3),
+                    Catch::Contains("expected one sink per query head (4)"));
+}
+
+}  // namespace titan::test
