@@ -82,6 +82,7 @@ TEST_CASE("an HF gpt-oss saved by transformers loads into titan with its logits 
   CHECK(args.moe.top_k == 3);
   CHECK(args.moe.swiglu_limit == 1.0);
   CHECK(args.rope_factor == 32.0);
+  CHECK_FALSE(args.rope_truncate);            // gpt-oss's YaRN keeps the ramp's ends fractional
   CHECK(args.moe.load_balance_coeff == 0.0);  // an HF model has no expert bias
   gpt_oss::GptOss model(args, tokens.size(1), at::TensorOptions());
   checkpoint::State state = model_state(model);

@@ -139,7 +139,7 @@ class GptOssHfAdapter final : public checkpoint::HfAdapter {
               {"factor", args_.rope_factor},
               {"beta_fast", args_.beta_fast},
               {"beta_slow", args_.beta_slow},
-              {"truncate", false},
+              {"truncate", args_.rope_truncate},
               {"original_max_position_embeddings", args_.original_seq_len}};
     }
     return {
@@ -260,9 +260,7 @@ GptOssArgs args_from_hf_config(const nlohmann::json& c) {
     a.beta_fast = rope.value("beta_fast", a.beta_fast);
     a.beta_slow = rope.value("beta_slow", a.beta_slow);
     a.original_seq_len = rope.value("original_max_position_embeddings", a.original_seq_len);
-    TITAN_CHECK_VALUE(!rope.value("truncate", false),
-                      "[titan::gpt_oss::args_from_hf_config] expected YaRN with truncate false (gpt-oss's), got true. "
-                      "titan's gpt-oss keeps the ramp's ends fractional.");
+    a.rope_truncate = rope.value("truncate", true);  // transformers truncates unless told not to
   }
   a.moe = gpt_oss_moe(c.value("num_local_experts", c.value("num_experts", int64_t{32})));
   a.moe.top_k = c.value("num_experts_per_tok", a.moe.top_k);

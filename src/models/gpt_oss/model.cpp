@@ -36,7 +36,8 @@ const GptOssArgs& validated(const GptOssArgs& args) {
 }
 
 // YaRN as gpt-oss uses it (HF's truncate = false, torchtitan's precompute_rope_cache): the ramp's ends
-// stay fractional, and cos and sin carry the attention temperature, so q.k is scaled by its square.
+// stay fractional (unless rope_truncate), and cos and sin carry the attention temperature, so q.k is
+// scaled by its square.
 nn::RopeTables rope_tables(const GptOssArgs& a, int64_t seq_len, const at::Device& device) {
   if (a.rope_factor <= 1.0) {
     return nn::make_rope_tables(
@@ -48,7 +49,7 @@ nn::RopeTables rope_tables(const GptOssArgs& a, int64_t seq_len, const at::Devic
                                                  .original_max_positions = a.original_seq_len,
                                                  .beta_fast = a.beta_fast,
                                                  .beta_slow = a.beta_slow,
-                                                 .truncate = false});  // (HD/2)
+                                                 .truncate = a.rope_truncate});  // (HD/2)
   return nn::make_rope_tables(freqs, seq_len, device, nn::yarn_mscale(a.rope_factor, 1.0));
 }
 

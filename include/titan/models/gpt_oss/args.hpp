@@ -45,6 +45,8 @@ struct GptOssArgs {
   double beta_fast = 32.0;
   /// YaRN: pairs turning less often than this are fully interpolated (ntk_alpha).
   double beta_slow = 1.0;
+  /// YaRN: round the ramp's ends out to whole pairs (HF's default when a config omits it; gpt-oss's is false).
+  bool rope_truncate = false;
   /// Longest context the model supports; training.seq_len may not exceed it.
   int64_t max_seq_len = 131072;
   /// The MoE layers' router and experts.
