@@ -94,7 +94,7 @@ at::ScalarType dtype_of(const std::string& name) {
 }
 
 void to_hf(const std::map<std::string, std::string>& flags) {
-  const auto tensors = read_titan(flags.at("input"));
+  auto tensors = read_titan(flags.at("input"));
   int64_t vocab = 0;
   bool has_output = false;
   for (const auto& [fqn, t] : tensors) {
@@ -122,11 +122,21 @@ void to_hf(const std::map<std::string, std::string>& flags) {
         model->shape().tied ? "does" : "does not", has_output ? "one" : "none"));
   }
   const auto adapter = model->hf_adapter();
+  // An MoE expert bias goes to HF only where the family's HF twin has one (DeepSeek-V3's
+  // e_score_correction_bias); other adapters name no HF tensor for it, or refuse the name.
+  std::erase_if(tensors, [&](const auto& named) {
+    if (!named.first.ends_with(".expert_bias")) return false;
+    try {
+      return adapter == nullptr || adapter->hf_name(named.first).empty();
+    } catch (const c10::Error&) {
+      return true;
+    }
+  });
   if (!adapter)
     throw std::invalid_argument(fmt::format("expected a model with a Hugging Face twin, got {}", flags.at("model")));
   ckpt::save_hf(flags.at("output"), tensors, *adapter, dtype_of(flags.at("dtype")),
                 std::stoll(flags.at("max-shard-bytes")));
-  titan::log::info("Wrote {} tensors in Hugging Face layout to {}", tensors.size(), flags.at("output"));
+  titan::log::info("Converted {} titan tensors to Hugging Face layout in {}", tensors.size(), flags.at("output"));
 }
 
 void from_hf(const std::map<std::string, std::string>& flags) {
