@@ -47,10 +47,10 @@ T call_within(const std::shared_ptr<DeadlineStore::State>& s, const char* op, F 
   {
     std::lock_guard lock(s->mutex);
     if (s->late > 0 || s->broken) {
-      throw StoreUnreachable(fmt::format(
-          "store at {} unreachable: an earlier call got no answer within {} s{}. This host may be cut off from the "
-          "store's host (MASTER_ADDR, rank 0's); check the network between them.",
-          s->where, seconds_text(s->deadline), s->broken ? " and then failed" : " and still waits"));
+      throw StoreUnreachable(
+          fmt::format("{} unreachable: an earlier call got no answer within {} s{}. This host may be cut off from the "
+                      "store's host (MASTER_ADDR, rank 0's); check the network between them.",
+                      s->where, seconds_text(s->deadline), s->broken ? " and then failed" : " and still waits"));
     }
   }
   auto call = std::make_shared<Call<T>>();
@@ -88,7 +88,7 @@ T call_within(const std::shared_ptr<DeadlineStore::State>& s, const char* op, F 
       ++s->late;
     }
     throw StoreUnreachable(
-        fmt::format("store at {} unreachable: expected an answer to {} within {} s, got none. This host may be cut off "
+        fmt::format("{} unreachable: expected an answer to {} within {} s, got none. This host may be cut off "
                     "from the store's host (MASTER_ADDR, rank 0's); check the network between them.",
                     s->where, op, seconds_text(s->deadline)));
   }
@@ -112,19 +112,19 @@ DeadlineStore::DeadlineStore(c10::intrusive_ptr<c10d::Store> store, std::string 
   state_->deadline = deadline;
 }
 
-std::string store_address(const c10::intrusive_ptr<c10d::Store>& store) {
+std::string store_name(const c10::intrusive_ptr<c10d::Store>& store) {
   const c10d::TCPStore* tcp = tcp_under(store);
   if (tcp == nullptr) return "the store";
   const std::string& host = tcp->getHost();
-  return host.find(':') == std::string::npos ? fmt::format("{}:{}", host, tcp->getPort())
-                                             : fmt::format("[{}]:{}", host, tcp->getPort());
+  return host.find(':') == std::string::npos ? fmt::format("the store at {}:{}", host, tcp->getPort())
+                                             : fmt::format("the store at [{}]:{}", host, tcp->getPort());
 }
 
 DeadlineStore DeadlineStore::own_connection(const c10::intrusive_ptr<c10d::Store>& store,
                                             std::chrono::milliseconds deadline) {
   // clone(): a client of its own (a prefixed view keeps its prefix), connected now, while the store's host
   // answers (the ranks just met there).
-  return DeadlineStore(tcp_under(store) != nullptr ? store->clone() : store, store_address(store), deadline);
+  return DeadlineStore(tcp_under(store) != nullptr ? store->clone() : store, store_name(store), deadline);
 }
 
 const std::string& DeadlineStore::where() const { return state_->where; }

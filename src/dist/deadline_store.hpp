@@ -3,7 +3,7 @@
 // A host cut off from the store's host (a partition: no reset, no answer) leaves c10d's TCPStore waiting
 // in recv far past any useful time, and the failure path that asks the store who is to blame would hang
 // with it. Each call here runs on a helper thread; the caller waits at most the deadline and then throws
-// "store at HOST:PORT unreachable". While a call that missed its deadline is still outstanding, every
+// "the store at HOST:PORT unreachable". While a call that missed its deadline is still outstanding, every
 // other call throws at once (the connection serves one request at a time); once it returns the store is
 // usable again, unless it failed (its connection may then be out of step, so it stays unreachable).
 #pragma once
@@ -29,7 +29,7 @@ class StoreUnreachable : public std::runtime_error {
 class DeadlineStore {
  public:
   DeadlineStore() = default;
-  /// `store` as it is (not cloned); `where` names it in errors ("198.18.0.1:29500").
+  /// `store` as it is (not cloned); `where` names it in errors ("the store at 198.18.0.1:29500").
   DeadlineStore(c10::intrusive_ptr<c10d::Store> store, std::string where, std::chrono::milliseconds deadline);
   /// A connection of its own to the TCP store under `store` (a clone, so a call of another thread holding
   /// the first one, such as a blocking get, never delays these); `store` itself for any other store.
@@ -37,7 +37,7 @@ class DeadlineStore {
   static DeadlineStore own_connection(const c10::intrusive_ptr<c10d::Store>& store, std::chrono::milliseconds deadline);
 
   explicit operator bool() const { return state_ != nullptr; }
-  /// "HOST:PORT" of a TCP store; "the store" for another kind.
+  /// "the store at HOST:PORT" for a TCP store, "the store" for another kind.
   const std::string& where() const;
   std::chrono::milliseconds deadline() const;
   /// True while a call that missed its deadline is outstanding, or after one failed late.
@@ -55,9 +55,9 @@ class DeadlineStore {
   std::shared_ptr<State> state_{};
 };
 
-/// "HOST:PORT" ("[HOST]:PORT" for IPv6) of the TCP store under `store` (through prefixes); "the store" for
-/// another kind.
-std::string store_address(const c10::intrusive_ptr<c10d::Store>& store);
+/// "the store at HOST:PORT" ("[HOST]:PORT" for IPv6) for the TCP store under `store` (through prefixes);
+/// "the store" for another kind.
+std::string store_name(const c10::intrusive_ptr<c10d::Store>& store);
 
 /// The deadline of the failure path's store calls for a collective timeout `timeout`: half of it, within
 /// 2..10 s. Long enough for a store under load (its answers take milliseconds), short enough that a cut-off

@@ -424,7 +424,13 @@ constexpr std::chrono::milliseconds kSilentAfterFailure = std::chrono::seconds(3
 struct HeartbeatFinding {
   std::optional<std::string> culprits{};
   std::string store_error{};  // the store did not answer in time (this host may be the one cut off)
+  // How long until every rank that has missed a beat or two is silent long enough to be named; zero when
+  // none is on its way there.
+  std::chrono::milliseconds going_quiet{0};
 };
+
+// A rank whose heartbeat is this old has missed a beat: on its way to silence, or only late under load.
+constexpr std::chrono::milliseconds kMissedBeat = std::chrono::milliseconds(1500);
 
 HeartbeatFinding find_hang(Process& p, std::chrono::milliseconds stale, std::chrono::milliseconds silent) {
   const detail::DeadlineStore store = recorder_store(p);
@@ -435,6 +441,12 @@ HeartbeatFinding find_hang(Process& p, std::chrono::milliseconds stale, std::chr
     // Once one rank is silent that long, every rank silent for a few seconds is named with it: the ranks of
     // a host cut off went quiet within a second of each other, and pass the threshold one by one.
     const auto named = std::min(silent, kSilentAfterFailure);
+    std::chrono::milliseconds going_quiet{0};
+    for (const Heartbeat& b : beats) {
+      const auto quiet = std::chrono::milliseconds((now - b.beat_us) / 1000);
+      if (b.beat_us > 0 && !b.stopped && quiet >= kMissedBeat && quiet < named)
+        going_quiet = std::max(going_quiet, named - quiet);
+    }
     auto lost = find_silent_ranks(beats, now, silent, p.options.timeout, store.where());
     if (lost) lost = find_silent_ranks(beats, now, named, p.options.timeout, store.where());
     // A silent rank's last heartbeat is old news, and would read as no progress: it is not judged (and is
@@ -446,7 +458,7 @@ HeartbeatFinding find_hang(Process& p, std::chrono::milliseconds stale, std::chr
     }
     auto hang =
         stale > std::chrono::milliseconds(0) ? find_hung_ranks(heard, now, stale, p.options.timeout) : std::nullopt;
-    if (!lost && !hang) return {};
+    if (!lost && !hang) return {.culprits = std::nullopt, .store_error = {}, .going_quiet = going_quiet};
     std::vector<std::string> summary;
     if (lost) summary.push_back(detail::silent_summary(beats, now, named, p.rank));
     if (hang) summary.push_back(detail::hang_summary(heard, now, stale, p.rank));
@@ -454,9 +466,10 @@ HeartbeatFinding find_hang(Process& p, std::chrono::milliseconds stale, std::chr
     return {.culprits = lost && hang ? fmt::format("{} Also: {}", *lost, *hang)
                         : lost       ? *lost
                                      : *hang,
-            .store_error = {}};
+            .store_error = {},
+            .going_quiet = going_quiet};
   } catch (const detail::StoreUnreachable& e) {
-    return {.culprits = std::nullopt, .store_error = e.what()};
+    return {.culprits = std::nullopt, .store_error = e.what(), .going_quiet = {}};
   } catch (const std::exception& e) {
     log::warn("heartbeat: rank {} could not read the other ranks' heartbeats: {}", p.rank, error_message(e));
     return {};
@@ -467,7 +480,13 @@ HeartbeatFinding find_hang(Process& p, std::chrono::milliseconds stale, std::chr
 // seconds, or one that made no progress for about as long as the wait (2 s for the once-a-second
 // publishing), the reason names it first. When this rank cannot reach the store either, the reason says so.
 std::string blame(Process& p, std::chrono::milliseconds waited, const std::string& reason) {
-  const HeartbeatFinding found = find_hang(p, waited - std::chrono::seconds(2), kSilentAfterFailure);
+  HeartbeatFinding found = find_hang(p, waited - std::chrono::seconds(2), kSilentAfterFailure);
+  if (found.going_quiet > std::chrono::milliseconds(0)) {
+    // A host cut off while this rank already waited for it (it was behind) is not silent for long yet when
+    // the collective times out: a second or two more tells a cut-off host from a late beat.
+    std::this_thread::sleep_for(found.going_quiet + std::chrono::milliseconds(200));
+    found = find_hang(p, waited - std::chrono::seconds(2), kSilentAfterFailure);
+  }
   if (found.culprits) return fmt::format("{} (seen when {})", *found.culprits, reason);
   if (!found.store_error.empty()) {  // one sentence within the caller's: no full stop of its own
     std::string error = found.store_error;
@@ -598,7 +617,7 @@ void watchdog_loop(Process* p) {
     auto reachable = [&] {
       if (!p->store_unreachable) return;
       p->store_unreachable = false;
-      log::info_all("flight recorder: rank {} reaches the store at {} again", p->rank, store.where());
+      log::info_all("flight recorder: rank {} reaches {} again", p->rank, store.where());
     };
     if (store && !p->stopped && now - last_beat >= beat_period) {
       last_beat = now;
@@ -774,7 +793,7 @@ void attach_store(const c10::intrusive_ptr<c10d::Store>& store, int64_t rank, in
   } catch (const std::exception& e) {
     log::warn("flight recorder: rank {} shares the launch store's connection (its own failed: {})", rank,
               error_message(e));
-    bounded = DeadlineStore(store, store_address(store), deadline);
+    bounded = DeadlineStore(store, store_name(store), deadline);
   }
   // Where the other hosts reach this one (Gloo binds the same address unless GLOO_SOCKET_IFNAME says
   // otherwise): the heartbeat names it, since hosts often share a name (containers, namespaces).

@@ -189,7 +189,7 @@ std::optional<std::string> find_silent_ranks(const std::vector<Heartbeat>& beats
                                 fmt::join(pids, ", ")));
   }
   return fmt::format(
-      "{}: {} cut off from the store at {}, or {} processes are gone. comm.train_timeout_seconds is {} s. Check "
+      "{}: {} cut off from {}, or {} processes are gone. comm.train_timeout_seconds is {} s. Check "
       "that host and the network between it and the others (a link down, a firewall, a switch); under titan-run "
       "--max-restarts the job restarts from the newest checkpoint, and an elastic job (--nnodes MIN:MAX) goes on "
       "without that host.",

@@ -66,7 +66,7 @@ TEST_CASE("DeadlineStore: a store that does not answer is unreachable within the
           "[dist][flight_recorder]") {
   using namespace std::chrono_literals;
   const auto held = c10::make_intrusive<HeldStore>();
-  const DeadlineStore store(held, "198.18.0.1:29500", 300ms);
+  const DeadlineStore store(held, "the store at 198.18.0.1:29500", 300ms);
   store.set("k", "v");
   CHECK(store.check({"k"}));
   CHECK(store.get("k") == "v");
@@ -77,10 +77,11 @@ TEST_CASE("DeadlineStore: a store that does not answer is unreachable within the
   // The store's host stops answering: the call returns within the deadline (plus scheduling), naming it.
   held->hold();
   const auto start = std::chrono::steady_clock::now();
-  CHECK_THROWS_MATCHES(store.check({"k"}), StoreUnreachable,
-                       Catch::Matchers::Message("store at 198.18.0.1:29500 unreachable: expected an answer to check "
-                                                "within 0.3 s, got none. This host may be cut off from the store's "
-                                                "host (MASTER_ADDR, rank 0's); check the network between them."));
+  CHECK_THROWS_MATCHES(
+      store.check({"k"}), StoreUnreachable,
+      Catch::Matchers::Message("the store at 198.18.0.1:29500 unreachable: expected an answer to check "
+                               "within 0.3 s, got none. This host may be cut off from the store's "
+                               "host (MASTER_ADDR, rank 0's); check the network between them."));
   CHECK(seconds(std::chrono::steady_clock::now() - start) < titan::test::patience(2.0));
   CHECK(store.unreachable());
   // While that call waits, every other call gives up at once: the connection serves one call at a time.
@@ -121,5 +122,5 @@ TEST_CASE("DeadlineStore: the failure path's deadline is half the collective tim
   CHECK(store_deadline(5s) == 2500ms);
   CHECK(store_deadline(12s) == 6s);
   CHECK(store_deadline(100s) == 10s);
-  CHECK(titan::dist::detail::store_address(c10::make_intrusive<c10d::HashStore>()) == "the store");
+  CHECK(titan::dist::detail::store_name(c10::make_intrusive<c10d::HashStore>()) == "the store");
 }

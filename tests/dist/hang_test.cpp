@@ -119,7 +119,8 @@ TEST_CASE("find_silent_ranks names the ranks whose heartbeat stopped reaching th
   CHECK(back.addr == "10.0.0.1");
   CHECK(back.beat_us == 10 * kSecond);
   CHECK(back.stopped);
-  const auto silent = titan::dist::find_silent_ranks(beats, 20 * kSecond, seconds(5), seconds(5), "10.0.0.1:29500");
+  const auto silent =
+      titan::dist::find_silent_ranks(beats, 20 * kSecond, seconds(5), seconds(5), "the store at 10.0.0.1:29500");
   REQUIRE(silent);
   CHECK_THAT(*silent,
              Catch::StartsWith("ranks 2, 3 on node1 (10.0.0.2) sent no heartbeat for 7 s (last: step 4, "
@@ -130,12 +131,14 @@ TEST_CASE("find_silent_ranks names the ranks whose heartbeat stopped reaching th
   CHECK(titan::dist::detail::silent_summary(beats, 20 * kSecond, seconds(5), 0) ==
         "ranks 2, 3 on node1 (10.0.0.2) unreachable (no heartbeat for 7 s; detected by rank 0)");
   // Not silent long enough yet: nothing.
-  CHECK_FALSE(titan::dist::find_silent_ranks(beats, 17 * kSecond, seconds(5), seconds(5), "10.0.0.1:29500"));
+  CHECK_FALSE(
+      titan::dist::find_silent_ranks(beats, 17 * kSecond, seconds(5), seconds(5), "the store at 10.0.0.1:29500"));
   // Two hosts: one part each, in rank order.
   std::vector<Heartbeat> two = beats;
   two[0].beat_us = 12 * kSecond;
   two[0].stopped = false;
-  const auto both = titan::dist::find_silent_ranks(two, 20 * kSecond, seconds(5), seconds(5), "10.0.0.1:29500");
+  const auto both =
+      titan::dist::find_silent_ranks(two, 20 * kSecond, seconds(5), seconds(5), "the store at 10.0.0.1:29500");
   REQUIRE(both);
   CHECK_THAT(*both, Catch::StartsWith("rank 0 on node0 (10.0.0.1) sent no heartbeat for 8 s (last: step 4, "
                                       "forward/backward; pid 4200); ranks 2, 3 on node1 (10.0.0.2) sent no heartbeat "
@@ -183,6 +186,53 @@ TEST_CASE("A rank whose collective just timed out still waits in it: the blame n
   CHECK_THAT(said, Catch::Contains("while one rank waits in a collective (rank 0 in all_reduce [4] Float (seq 1 on "
                                    "group 'dp_shard', ranks 0,1))"));
   CHECK_THAT(said, !Catch::Contains("rank 0 made no progress"));
+}
+
+TEST_CASE("A failed collective's blame waits the second or two that names ranks whose heartbeat just stopped",
+          "[dist][heartbeat]") {
+  namespace detail = titan::dist::detail;
+  using namespace std::chrono_literals;
+  TempDir dir;
+  titan::dist::enable_flight_recorder({.buffer_size = 8, .timeout = 100s, .folder = dir.path, .file_prefix = "rank_"});
+  const auto store = c10::make_intrusive<c10d::HashStore>();
+  detail::attach_store(store, 0, 3);
+  // Ranks 1 and 2, on one host, waited in the collective and then missed a beat or two: their host was cut
+  // off moments ago (while this rank already waited for them), so neither is silent for 3 s yet.
+  const int64_t now =
+      std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::system_clock::now().time_since_epoch())
+          .count();
+  const std::string waits = "all_reduce [4] Float (seq 1 on group 'world', ranks 0,1,2)";
+  for (const auto& [rank, quiet_us] : {std::pair<int64_t, int64_t>{1, 2 * kSecond}, {2, 1600'000}}) {
+    Heartbeat b = beat(rank, 3, "forward/backward", now - 5 * kSecond, waits);
+    b.host = "node1";
+    b.addr = "10.0.0.2";
+    b.beat_us = now - quiet_us;
+    const std::string text = titan::dist::encode_heartbeat(b);
+    store->set(detail::heartbeat_key(rank), std::vector<uint8_t>(text.begin(), text.end()));
+  }
+
+  titan::dist::report_progress(3, "forward/backward");
+  const std::vector<int64_t> ranks = {0, 1, 2};
+  const detail::TracedGroup traced{.name = "world", .ranks = ranks};
+  detail::before_collective(traced, "all_reduce");
+  const int64_t id = detail::record_collective(traced, 1, "all_reduce", at::ones({4}));
+  const auto work = c10::make_intrusive<FailingWork>();
+  detail::watch(id, work);
+  detail::mark_started(id);
+  work->fail();
+  const auto start = std::chrono::steady_clock::now();
+  const std::string said = detail::mark_failed(id, "Timed out waiting 5000ms for recv operation");
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  titan::dist::enable_flight_recorder({});
+  titan::dist::report_progress(0, "starting");
+  // Both are named, as silent, with their host; the blame waited for that (rank 2 needed 1.4 s more).
+  CHECK_THAT(said, Catch::Contains("the run was stopped because: ranks 1, 2 on node1 (10.0.0.2) sent no heartbeat "
+                                   "for "));
+  CHECK_THAT(said, Catch::Contains(" s (last: step 3, forward/backward; pids 4201, 4202): that host is cut off from "
+                                   "the store, or its processes are gone."));
+  CHECK_THAT(said, Catch::Contains("(seen when rank 0 failed in all_reduce [4] Float"));
+  CHECK(seconds >= 1.4);
+  CHECK(seconds < titan::test::patience(5.0));
 }
 
 TEST_CASE("Hang: a rank asleep in a collective is named by every rank, which all exit within the timeout + 10 s",

@@ -56,7 +56,7 @@ std::optional<std::string> find_hung_ranks(const std::vector<Heartbeat>& beats, 
 /// The ranks whose heartbeat stopped reaching the store, in words, or nullopt: those that published one
 /// (beat_us set) that is not their last, at least `silent` before `now_us`. Grouped by host, the sentence
 /// names each host's ranks, its address, how long they have been silent and where they were, that the host
-/// is cut off from the store at `store` or its processes are gone, the timeout and what to do.
+/// is cut off from `store` ("the store at HOST:PORT") or its processes are gone, the timeout and what to do.
 std::optional<std::string> find_silent_ranks(const std::vector<Heartbeat>& beats, int64_t now_us,
                                              std::chrono::milliseconds silent, std::chrono::milliseconds timeout,
                                              const std::string& store);
