@@ -7,6 +7,7 @@
 #include <ATen/CPUGeneratorImpl.h>
 #include <fmt/format.h>
 
+#include "dist/subprocess.hpp"
 #include "test_util.hpp"
 #include "titan/checkpoint/checkpoint.hpp"
 #include "titan/checkpoint/hf.hpp"
@@ -123,4 +124,36 @@ TEST_CASE("a qwen3 debugmodel trained by titan exports to HF and transformers re
   CHECK((got.read("logits") - logits).abs().max().item<double>() < kLogitTolerance);
   // The mean of the same per-token losses: within the logits' tolerance.
   CHECK(got.read("loss").item<double>() == Approx(loss).margin(kLogitTolerance));
+}
+
+TEST_CASE("titan-convert to-hf turns a trained qwen3 MoE checkpoint into a folder transformers loads",
+          "[checkpoint][hf][qwen3][convert][full]") {
+  // A full checkpoint of an MoE model holds the trained expert biases ("moe.<fqn>"), which HF Qwen3-MoE has no
+  // tensor for: the conversion leaves them out instead of failing on them.
+  test::TempDir dir;
+  JobConfig c = test::tinyshakespeare_job(dir.path, /*seq_len=*/32, /*local_batch=*/2, /*steps=*/2, /*seed=*/11);
+  c.model.name = "qwen3";
+  c.model.flavor = "debugmodel_moe";
+  c.checkpoint.enable = true;
+  c.checkpoint.last_save_model_only = false;
+  c.metrics.disable_color_printing = true;
+  Trainer<qwen3::Qwen3> trainer(c);
+  trainer.train();
+  const fs::path step = dir.path / "checkpoint" / "step-2", hf = dir.path / "hf";
+  REQUIRE_THAT(test::read_file(step / "index.json"), Catch::Contains("moe.layers.0.moe.expert_bias"));
+  test::Subprocess convert({(test::binary_dir() / "bin" / "titan-convert").string(), "to-hf", "--input", step.string(),
+                            "--output", hf.string(), "--model", "qwen3", "--flavor", "debugmodel_moe"});
+  const auto status = convert.wait(120);
+  INFO(convert.output());
+  REQUIRE(status);
+  REQUIRE(test::exit_code(*status) == 0);
+  CHECK_THAT(test::read_file(hf / "config.json"), Catch::Contains("Qwen3MoeForCausalLM"));
+  const at::Tensor tokens =
+      at::randint(trainer.model().vocab_size(), {1, 9}, at::make_generator<at::CPUGeneratorImpl>(3),
+                  at::kLong);  // (B, S+1)
+  const fs::path tokens_file = dir.path / "tokens.safetensors", out = dir.path / "hf_loss.safetensors";
+  checkpoint::write_safetensors(tokens_file, {{"tokens", tokens}});
+  REQUIRE(test::run_python("qwen3_oracle.py", fmt::format("loss \"{}\" \"{}\" \"{}\"", hf.string(),
+                                                          tokens_file.string(), out.string())) == 0);
+  CHECK(std::isfinite(checkpoint::SafetensorsFile(out).read("loss").item<double>()));
 }
