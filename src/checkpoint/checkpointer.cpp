@@ -13,22 +13,12 @@
 #include "titan/checkpoint/safetensors.hpp"
 #include "titan/core/error.hpp"
 #include "titan/core/log.hpp"
+#include "titan/core/test_faults.hpp"
 #include "titan/dist/mesh.hpp"
 #include "titan/layout/sharded_param.hpp"
 
 namespace titan::checkpoint {
 namespace fs = std::filesystem;
-namespace {
-
-// Fault injection for the tests: a pause before this rank writes its part, so a test can kill the
-// rank mid-save deterministically. Unset in normal runs.
-void injected_write_delay() {
-  if (const char* ms = std::getenv("TITAN_CHECKPOINT_WRITE_DELAY_MS")) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(std::atoll(ms)));
-  }
-}
-
-}  // namespace
 
 struct Checkpointer::Impl {
   CheckpointConfig config;
@@ -36,6 +26,8 @@ struct Checkpointer::Impl {
   const dist::Mesh& mesh;
   std::shared_ptr<const HfAdapter> hf;
   double commit_timeout_s;
+  // A test's pause before this rank writes its part, so it can kill the rank mid-save deterministically.
+  std::chrono::milliseconds write_delay{testing::faults().checkpoint_write_delay_ms};
   std::thread writer{};  // the in-flight async save
   std::thread purger{};  // the in-flight deletion of old checkpoints (rank 0)
   std::exception_ptr error{};
@@ -145,7 +137,7 @@ void Checkpointer::save(int64_t step, const State& state, bool last) {
   const int64_t rank = m.mesh.rank(), world = m.mesh.world_size();
   const bool async = c.async_mode != AsyncMode::disabled && !last;
   auto write = [&m, tmp, folder, rank, world, step, async, staged]() {
-    injected_write_delay();
+    std::this_thread::sleep_for(m.write_delay);
     write_rank_part(tmp, rank, *staged);
     if (rank != 0) return;
     if (!commit(tmp, folder, world, step, m.commit_timeout_s, &m.cancel)) {

@@ -25,6 +25,7 @@
 #include "interface.hpp"
 #include "titan/core/error.hpp"
 #include "titan/core/log.hpp"
+#include "titan/core/test_faults.hpp"
 #include "titan/dist/heartbeat.hpp"
 
 namespace titan::dist {
@@ -302,7 +303,7 @@ struct Process {
   std::unique_ptr<FlightRecorder> ring{};
   int64_t rank = 0;
   int64_t world_size = 1;
-  int64_t skip_rank = -1;  // TITAN_TEST_SKIP_COLLECTIVE
+  int64_t skip_rank = -1;  // the test fault skip_collective
   int64_t skip_n = 0;
   std::atomic<int64_t> issued{0};
 
@@ -680,13 +681,9 @@ void enable_flight_recorder(const FlightRecorderOptions& options) {
   if (const char* world = std::getenv("WORLD_SIZE")) p->world_size = std::atoll(world);
   p->pid = static_cast<int64_t>(getpid());
   p->host = detail::host_name();
-  if (const char* skip = std::getenv("TITAN_TEST_SKIP_COLLECTIVE")) {
-    const std::string s(skip);
-    const auto colon = s.find(':');
-    TITAN_CHECK_VALUE(colon != std::string::npos,
-                      "[titan::dist] expected TITAN_TEST_SKIP_COLLECTIVE=<rank>:<n>, got '{}'.", s);
-    p->skip_rank = std::stoll(s.substr(0, colon));
-    p->skip_n = std::stoll(s.substr(colon + 1));
+  if (const auto skip = testing::faults().skip_collective) {
+    p->skip_rank = skip->rank;
+    p->skip_n = skip->at;
   }
   p->watchdog = std::thread(watchdog_loop, p.get());
   g_process.store(p.get(), std::memory_order_release);
@@ -706,23 +703,23 @@ void before_collective(const TracedGroup& group, const char* op) {
   const int64_t n = ++p.issued;
   if (detail::take_test_hang()) {
     const int64_t step = detail::progress().step;
-    log::error("TITAN_TEST_HANG_AT_STEP: rank {} sleeps in its collective #{} ({} on group '{}') at step {}", p.rank, n,
-               op, group.name, step);
+    log::error("test fault hang: rank {} sleeps in its collective #{} ({} on group '{}') at step {}", p.rank, n, op,
+               group.name, step);
     std::this_thread::sleep_for(10 * p.options.timeout);
     TITAN_CHECK(false,
-                "[titan::dist] rank {} slept {} s in its collective #{} at step {} (TITAN_TEST_HANG_AT_STEP) and "
+                "[titan::dist] rank {} slept {} s in its collective #{} at step {} (test fault hang) and "
                 "was not stopped. Run it under titan-run, which stops every rank once one fails.",
                 p.rank, std::chrono::duration_cast<std::chrono::seconds>(10 * p.options.timeout).count(), n, step);
   }
   detail::note_progress(-1);  // reaching a collective is progress
   if (p.rank != p.skip_rank || n != p.skip_n) return;
-  log::error("TITAN_TEST_SKIP_COLLECTIVE: rank {} skips its collective #{} ({} on group '{}') and waits", p.rank, n, op,
+  log::error("test fault skip_collective: rank {} skips its collective #{} ({} on group '{}') and waits", p.rank, n, op,
              group.name);
   std::unique_lock lock(p.stop_mutex);
   p.stop_cv.wait_for(lock, 10 * p.options.timeout, [&] { return p.stopped.load(); });
   TITAN_CHECK(false,
               "[titan::dist] rank {} stopped at its collective #{} ({} on group '{}', skipped by "
-              "TITAN_TEST_SKIP_COLLECTIVE): {}. Traces: {}; run titan-trace on that folder.",
+              "the test fault skip_collective): {}. Traces: {}; run titan-trace on that folder.",
               p.rank, n, op, group.name, p.reason.empty() ? "no other rank stopped the run" : p.reason,
               p.options.folder.string());
 }

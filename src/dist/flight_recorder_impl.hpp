@@ -22,7 +22,7 @@ struct TracedGroup {
 /// True while the recorder is on.
 bool recorder_enabled();
 /// Before issuing: throws once the run was stopped; blocks and then throws for the collective the
-/// TITAN_TEST_SKIP_COLLECTIVE hook skips. Call only while the recorder is on.
+/// test fault skip_collective skips (core/test_faults.hpp). Call only while the recorder is on.
 void before_collective(const TracedGroup& group, const char* op);
 /// Records a scheduled collective (input tensor: shape and dtype; undefined for barrier); returns its id.
 int64_t record_collective(const TracedGroup& group, int64_t seq, const char* op, const at::Tensor& input);

@@ -137,24 +137,9 @@ void record_restart(const std::filesystem::path& dump_folder, int64_t resume_ste
               (dump_folder / "restarts.jsonl").string());
 }
 
-void maybe_kill_for_test(int64_t rank, int64_t step) {
-  static const char* hook = std::getenv("TITAN_TEST_KILL_AT_STEP");
-  if (hook == nullptr || restart_count() != 0) return;
-  const char* colon = std::strchr(hook, ':');
-  TITAN_CHECK(colon != nullptr,
-              "[titan::maybe_kill_for_test] expected TITAN_TEST_KILL_AT_STEP=<rank>:<step>, got '{}'. Fix or unset it.",
-              hook);
-  if (std::atoll(hook) == rank && std::atoll(colon + 1) == step) raise(SIGKILL);
-}
-
-void maybe_hang_for_test(int64_t rank, int64_t step) {
-  static const char* hook = std::getenv("TITAN_TEST_HANG_AT_STEP");
-  if (hook == nullptr || restart_count() != 0) return;
-  const char* colon = std::strchr(hook, ':');
-  TITAN_CHECK(colon != nullptr,
-              "[titan::maybe_hang_for_test] expected TITAN_TEST_HANG_AT_STEP=<rank>:<step>, got '{}'. Fix or unset it.",
-              hook);
-  if (std::atoll(hook) == rank && std::atoll(colon + 1) == step) dist::hang_in_next_collective_for_test();
+void inject_step_faults(const testing::Faults& faults, int64_t rank, int64_t step) {
+  if (faults.kill && faults.kill->rank == rank && faults.kill->at == step) raise(SIGKILL);
+  if (faults.hang && faults.hang->rank == rank && faults.hang->at == step) dist::hang_in_next_collective_for_test();
 }
 
 }  // namespace titan::detail

@@ -9,6 +9,8 @@
 #include <string>
 #include <vector>
 
+#include "titan/core/test_faults.hpp"
+
 namespace titan::detail {
 
 /// While alive, the named signals ("SIGTERM", "SIGUSR1", ...) only set a flag: the first one received
@@ -39,13 +41,9 @@ int64_t restart_count();
 /// job's world size (an elastic restart may have fewer or more ranks). Call on one rank.
 void record_restart(const std::filesystem::path& dump_folder, int64_t resume_step, int64_t world_size);
 
-/// The test hook TITAN_TEST_KILL_AT_STEP=<rank>:<step>: SIGKILLs this process when it is that rank and
-/// is about to run that step, on the first attempt only (restart_count() == 0).
-void maybe_kill_for_test(int64_t rank, int64_t step);
-
-/// The test hook TITAN_TEST_HANG_AT_STEP=<rank>:<step>: when this process is that rank and is about to
-/// run that step, its next collective sleeps instead of issuing (dist::hang_in_next_collective_for_test),
-/// on the first attempt only (restart_count() == 0).
-void maybe_hang_for_test(int64_t rank, int64_t step);
+/// The step faults of testing::Faults, as `rank` is about to run `step`: kill SIGKILLs this process, hang makes
+/// its next collective sleep instead of issuing (dist::hang_in_next_collective_for_test). The trainer passes
+/// them only on the first attempt (restart_count() == 0), so a restarted run gets past the step.
+void inject_step_faults(const testing::Faults& faults, int64_t rank, int64_t step);
 
 }  // namespace titan::detail

@@ -175,7 +175,11 @@ TrainerCore::TrainerCore(JobConfig config, int64_t model_vocab_size) : config_(s
                     "from model.hf_assets_path='{}'. Use a matching tokenizer or flavor.",
                     model_vocab_size, tokenizer_->vocab_size(), config_.model.hf_assets_path);
 
-  if (const char* oom = std::getenv("TITAN_TEST_OOM_AT_STEP")) test_oom_step_ = std::atoll(oom);
+  faults_ = testing::faults();
+  if (restart_count() != 0) {  // a restarted run must get past the step that killed or hung its first attempt
+    faults_.kill.reset();
+    faults_.hang.reset();
+  }
   // Preemption saves a checkpoint, so it is armed only when this run saves them.
   const CheckpointConfig& ckpt = config_.checkpoint;
   if (ckpt.enable && !ckpt.load_only && !ckpt.create_seed_checkpoint && !ckpt.preemption_signals.empty())
@@ -379,8 +383,7 @@ void TrainerCore::run_step() {
   ++step_;
   // The heartbeat (every rank's progress, read through the store) times each phase of the step.
   dist::report_progress(step_, "data loading");
-  maybe_kill_for_test(mesh_->rank(), step_);
-  maybe_hang_for_test(mesh_->rank(), step_);
+  inject_step_faults(faults_, mesh_->rank(), step_);
   // CPU: this step's allocations on this thread are booked to the rank's tracker (by part).
   std::optional<TrackMemory> track;
   if (memory_) track.emplace(*memory_);
@@ -417,8 +420,8 @@ void TrainerCore::run_step() {
     const MemoryScope activations(MemoryCategory::activations);
     dist::report_progress(step_, "forward/backward");
     fb = forward_backward_step(micro, global_valid);
-    if (step_ == test_oom_step_) {  // the test hook: fails here, with the step's activations alive
-      TORCH_CHECK_WITH(OutOfMemoryError, false, "TITAN_TEST_OOM_AT_STEP: simulated out of memory at step ", step_);
+    if (faults_.oom_step == step_) {  // fails inside the activations' scope, as a real one would
+      TORCH_CHECK_WITH(OutOfMemoryError, false, "test fault oom: simulated out of memory at step ", step_);
     }
   }
   fb.tokens = batch_tokens;

@@ -10,8 +10,6 @@
 
 #include <chrono>
 #include <cstdlib>
-#include <map>
-#include <sstream>
 #include <string>
 
 #include "titan/checkpoint/checkpoint.hpp"
@@ -23,26 +21,6 @@
 #include "titan/train/detail/trainer_core.hpp"
 
 namespace titan::detail {
-
-namespace {
-
-// TITAN_TEST_FT_WAIT=<step>:<replicas>[,<step>:<replicas>...]: the quorum that starts <step> waits for that many
-// replicas (tests make the groups start together and a restarted group rejoin by a known step).
-std::map<int64_t, int64_t> wait_hook() {
-  std::map<int64_t, int64_t> waits;
-  const char* hook = std::getenv("TITAN_TEST_FT_WAIT");
-  if (hook == nullptr) return waits;
-  std::istringstream in(hook);
-  for (std::string item; std::getline(in, item, ',');) {
-    const size_t colon = item.find(':');
-    TITAN_CHECK(colon != std::string::npos,
-                "[titan::Trainer] expected TITAN_TEST_FT_WAIT=<step>:<replicas>[,...], got '{}'.", hook);
-    waits[std::stoll(item.substr(0, colon))] = std::stoll(item.substr(colon + 1));
-  }
-  return waits;
-}
-
-}  // namespace
 
 void TrainerCore::start_replicas() {
   const FaultToleranceConfig& ft = config_.fault_tolerance;
@@ -74,7 +52,7 @@ void TrainerCore::start_replicas() {
                            // The group's other ranks wait for rank 0's quorum in a collective.
                            .quorum_timeout = std::chrono::seconds(config_.comm.train_timeout_seconds) * 9 / 10,
                            .backend = ft.process_group,
-                           .wait_for = wait_hook()},
+                           .wait_for = faults_.ft_wait},
       mesh_->group("world"));
   log::info("Fault tolerance: replica group {} of {} (at least {} live), lighthouse {}", ft.replica_id, ft.group_size,
             ft.min_replica_size, lighthouse);

@@ -222,7 +222,7 @@ TEST_CASE("a rank killed during an async save leaves the previous checkpoint loa
                                          "2"};
   // Each rank pauses 1.5 s before writing its part: a window in which to kill rank 1 mid-save.
   Subprocess run(titan_run(2, concat(trainer_args(dump.path, 8, 4), save)),
-                 {{"TITAN_CHECKPOINT_WRITE_DELAY_MS", "1500"}, {"TITAN_LOG_LEVEL", "info"}});
+                 {{"TITAN_TEST_FAULTS", "checkpoint_write_delay_ms=1500"}, {"TITAN_LOG_LEVEL", "info"}});
   // Short reads keep draining the ranks' output while watching the folder appear.
   const auto deadline = std::chrono::steady_clock::now() + titan::test::patience(std::chrono::seconds(300));
   while (!fs::exists(root / ".step-4.tmp") && std::chrono::steady_clock::now() < deadline) {

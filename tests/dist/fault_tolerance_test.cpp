@@ -125,7 +125,7 @@ TEST_CASE("restart: --max-restarts starts the job again after a SIGKILLed rank a
   TempDir dump;
   // Rank 1 dies as step 7 starts (first attempt only); the newest checkpoint is step 4.
   Subprocess run(fsdp_run(dump.path, {"--max-restarts", "2"}, checkpoint_every("4")),
-                 {{"TITAN_LOG_LEVEL", "info"}, {"TITAN_TEST_KILL_AT_STEP", "1:7"}});
+                 {{"TITAN_LOG_LEVEL", "info"}, {"TITAN_TEST_FAULTS", "kill=1:7"}});
   require_exit(run, 0, 300);
   INFO(run.output());
   CHECK_THAT(run.output(),

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: BSD-3-Clause
 // The flight recorder: its ring buffer, dumps that read back, the mismatch finder on hand-made traces,
-// and the hang run: under titan-run one rank skips a collective (TITAN_TEST_SKIP_COLLECTIVE),
+// and the hang run: under titan-run one rank skips a collective (TITAN_TEST_FAULTS=skip_collective=1:12),
 // every rank exits within comm.train_timeout_seconds + 10 s with an error naming the collective, every
 // rank dumped its ring, and titan-trace names the rank that never issued it. The watchdog itself is
 // tested with ranks as threads.
@@ -160,9 +160,9 @@ TEST_CASE("Hang: a rank that skips a collective stops every rank with dumps tita
   TempDir dump;
   Subprocess run(
       titan::test::fsdp2_debug_job(dump.path.string(), 3, {"--comm.train_timeout_seconds", std::to_string(kTimeout)}),
-      {{"TITAN_TEST_SKIP_COLLECTIVE", "1:12"}});
+      {{"TITAN_TEST_FAULTS", "skip_collective=1:12"}});
   REQUIRE(run.read_until(
-      [](const std::string& out) { return out.find("TITAN_TEST_SKIP_COLLECTIVE: rank 1") != std::string::npos; }, 600));
+      [](const std::string& out) { return out.find("test fault skip_collective: rank 1") != std::string::npos; }, 600));
   const auto skipped = std::chrono::steady_clock::now();
   const auto status = run.wait(kTimeout + 60);
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - skipped).count();

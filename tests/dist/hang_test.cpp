@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: BSD-3-Clause
 // Hang detection by heartbeat: the finder on hand-made heartbeats, the blame a rank whose collective
 // failed reads from them (in one process, through the flight recorder's hooks), and the bundled trainer under
-// titan-run (2 FSDP ranks of the CPU debug model) where TITAN_TEST_HANG_AT_STEP puts rank 1 to sleep
-// inside a collective: every rank names it and exits within comm.train_timeout_seconds + 10 s, and with
+// titan-run (2 FSDP ranks of the CPU debug model) where the test fault hang (TITAN_TEST_FAULTS=hang=1:3) puts rank 1 to
+// sleep inside a collective: every rank names it and exits within comm.train_timeout_seconds + 10 s, and with
 // --max-restarts the job restarts from its checkpoint and completes.
 #include <nlohmann/json.hpp>
 #include <torch/csrc/distributed/c10d/HashStore.hpp>
@@ -239,10 +239,9 @@ TEST_CASE("Hang: a rank asleep in a collective is named by every rank, which all
           "[dist][launch][train][heartbeat][full]") {
   constexpr int kTimeout = 5;  // comm.train_timeout_seconds
   TempDir dump;
-  Subprocess run(job(dump.path, 4, kTimeout, {}), {{"TITAN_TEST_HANG_AT_STEP", "1:3"}});
+  Subprocess run(job(dump.path, 4, kTimeout, {}), {{"TITAN_TEST_FAULTS", "hang=1:3"}});
   REQUIRE(run.read_until(
-      [](const std::string& out) { return out.find("TITAN_TEST_HANG_AT_STEP: rank 1 sleeps") != std::string::npos; },
-      300));
+      [](const std::string& out) { return out.find("test fault hang: rank 1 sleeps") != std::string::npos; }, 300));
   const auto slept = std::chrono::steady_clock::now();
   const auto status = run.wait(kTimeout + 60);
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - slept).count();
@@ -277,7 +276,7 @@ TEST_CASE("Hang: with --max-restarts the job restarts from its checkpoint after 
       job(dump.path, 5, 5,
           {"--checkpoint.enable", "true", "--checkpoint.interval", "2", "--checkpoint.last_save_model_only", "false"});
   args.insert(std::find(args.begin(), args.end(), "--"), {"--max-restarts", "1"});
-  Subprocess run(args, {{"TITAN_TEST_HANG_AT_STEP", "1:4"}, {"TITAN_LOG_LEVEL", "info"}});
+  Subprocess run(args, {{"TITAN_TEST_FAULTS", "hang=1:4"}, {"TITAN_LOG_LEVEL", "info"}});
   titan::test::require_exit(run, 0, 180);
   INFO(run.output());
   CHECK_THAT(run.output(), Catch::Contains("rank 1 made no progress for"));

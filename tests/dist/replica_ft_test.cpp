@@ -86,9 +86,8 @@ std::map<int64_t, Record> records(const fs::path& dump) {
 }
 
 // Both groups start step 1 together, however long one takes to start (a busy machine).
-const std::map<std::string, std::optional<std::string>> kTogether = {{"TITAN_TEST_FT_WAIT", "1:2"}};
-const std::map<std::string, std::optional<std::string>> kKillAtStep6 = {{"TITAN_TEST_FT_WAIT", "1:2"},
-                                                                        {"TITAN_TEST_KILL_AT_STEP", "0:6"}};
+const std::map<std::string, std::optional<std::string>> kTogether = {{"TITAN_TEST_FAULTS", "ft_wait=1:2"}};
+const std::map<std::string, std::optional<std::string>> kKillAtStep6 = {{"TITAN_TEST_FAULTS", "ft_wait=1:2,kill=0:6"}};
 
 }  // namespace
 
@@ -150,7 +149,8 @@ TEST_CASE("replica fault tolerance: a restarted replica group heals from the liv
     // Both groups on the strict backend: the quorum broadcast, the commit vote and the healing sends are held
     // to NCCL's rules (tensors on the group's device, the same collectives on every rank, sends met in order).
     const std::vector<std::string> strict = {"--comm.backend", "strict", "--fault_tolerance.process_group", "strict"};
-    Subprocess live(replica_job(dir.path / "r0", 0, address, {}, strict), {{"TITAN_TEST_FT_WAIT", "1:2,12:2"}});
+    Subprocess live(replica_job(dir.path / "r0", 0, address, {}, strict),
+                    {{"TITAN_TEST_FAULTS", "ft_wait=1:2,ft_wait=12:2"}});
     // It saves only its last step: restarted, it starts from nothing and must be healed to the live step.
     std::vector<std::string> restarted_flags = strict;
     restarted_flags.insert(restarted_flags.end(), {"--checkpoint.interval", "100"});

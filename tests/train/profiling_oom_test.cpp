@@ -1,14 +1,14 @@
 // SPDX-License-Identifier: BSD-3-Clause
-// A step that runs out of memory (the TITAN_TEST_OOM_AT_STEP hook) writes torchtitan's exit snapshot,
+// A step that runs out of memory (the test fault oom) writes torchtitan's exit snapshot,
 // memory_snapshot/iteration_<step-1>_exit/rank0_memory_snapshot.json, and the rethrown
 // c10::OutOfMemoryError names it; without profiling.enable_memory_snapshot the error says how to get one.
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
-#include <cstdlib>
 
 #include "test_util.hpp"
 #include "titan/core/config.hpp"
+#include "titan/core/test_faults.hpp"
 #include "titan/models/llama3/model.hpp"
 #include "titan/train/trainer.hpp"
 #include "train/train_test_util.hpp"
@@ -19,9 +19,9 @@ namespace {
 
 // The error message of training `config` with step 2 failing as out of memory (empty: no such error).
 std::string train_with_oom_at_step_2(titan::JobConfig config) {
-  setenv("TITAN_TEST_OOM_AT_STEP", "2", 1);
-  titan::Trainer<titan::llama3::Llama3> trainer(std::move(config));
-  unsetenv("TITAN_TEST_OOM_AT_STEP");
+  const titan::testing::Faults before = titan::testing::set_faults({.oom_step = 2});
+  titan::Trainer<titan::llama3::Llama3> trainer(std::move(config));  // reads the faults once, here
+  titan::testing::set_faults(before);
   try {
     trainer.train();
   } catch (const c10::OutOfMemoryError& e) {
@@ -42,7 +42,7 @@ TEST_CASE("Memory snapshot: an out-of-memory step writes the exit snapshot and t
   const std::string message = train_with_oom_at_step_2(c);
   const fs::path snapshot = dump.path / "memory_snapshot" / "iteration_1_exit" / "rank0_memory_snapshot.json";
   CHECK_THAT(message, Catch::Contains("out of memory at step 2"));
-  CHECK_THAT(message, Catch::Contains("TITAN_TEST_OOM_AT_STEP: simulated out of memory at step 2"));
+  CHECK_THAT(message, Catch::Contains("test fault oom: simulated out of memory at step 2"));
   CHECK_THAT(message, Catch::Contains(snapshot.string()));
   REQUIRE(fs::exists(snapshot));
   CHECK(titan::test::run_python("memory_timeline.py", "\"" + snapshot.string() + "\"") == 0);

@@ -93,7 +93,7 @@ struct FlightRecorderOptions {
 /// collectives. The launch-environment Mesh connects it to the other ranks through its store, so that
 /// the rank whose watchdog fires makes every rank dump.
 ///
-/// Test hook: TITAN_TEST_SKIP_COLLECTIVE=<rank>:<n> makes world rank <rank> skip its n-th collective
+/// The test fault skip_collective=<rank>:<n> (core/test_faults.hpp) makes world rank <rank> skip its n-th collective
 /// (1-based, all groups): it never issues it, and waits there, as a rank stuck elsewhere would, until
 /// the watchdog stops the run.
 void enable_flight_recorder(const FlightRecorderOptions& options);

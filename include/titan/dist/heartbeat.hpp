@@ -22,9 +22,9 @@ namespace titan::dist {
 /// checkpoint save, which the checkpoint commit times, or the end of training). Cheap: one lock.
 void report_progress(int64_t step, std::string_view phase, bool timed = true);
 
-/// Test hook behind TITAN_TEST_HANG_AT_STEP: the next collective this process issues (while the flight
-/// recorder is on) does not issue; the thread sleeps there, ignoring every stop request, for ten
-/// collective timeouts and then throws, as a rank stuck inside a collective would.
+/// Test hook behind the test fault hang (core/test_faults.hpp): the next collective this process issues (while the
+/// flight recorder is on) does not issue; the thread sleeps there, ignoring every stop request, for ten collective
+/// timeouts and then throws, as a rank stuck inside a collective would.
 void hang_in_next_collective_for_test();
 
 /// One rank's heartbeat as published to the store.

@@ -15,6 +15,7 @@
 
 #include "titan/core/config.hpp"
 #include "titan/core/memory_tracker.hpp"
+#include "titan/core/test_faults.hpp"
 #include "titan/nn/loss.hpp"
 #include "titan/parallel/pipeline.hpp"
 #include "titan/train/step.hpp"
@@ -164,7 +165,7 @@ class TrainerCore {
   MemoryParts last_memory_{};
   std::unique_ptr<Profiler> profiler_;              // profiling.enable_profiling
   std::unique_ptr<MemorySnapshotter> snapshotter_;  // profiling.enable_memory_snapshot (uses memory_)
-  int64_t test_oom_step_ = -1;                      // TITAN_TEST_OOM_AT_STEP: a step that fails as out of memory
+  testing::Faults faults_;                          // the test faults, read once (kill and hang: first attempt only)
   std::unique_ptr<PreemptionSignals> preemption_;   // checkpoint.preemption_signals, armed when saving
   int stop_signal_ = 0;                             // the signal every rank agreed to stop on after this step
   std::unique_ptr<checkpoint::Checkpointer> checkpointer_;
