@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: BSD-3-Clause
 // Your own training loop from titan's parts, on any layout the launcher and the config describe:
 // mesh, model on the device, its plan applied in one call, init on the shards (every layout starts
-// from the same weights), AdamW and the LR schedule from their config sections, each rank reading
-// its slice of the global batch, the loss normalised over the whole global batch, global-norm clipping.
+// from the same weights), AdamW and the LR schedule from their config sections, then each step from the
+// parts the Trainer runs too (train/step.hpp): pull_microbatches, forward_backward, optimizer_step.
 //   build/bin/custom_loop --job.config_file configs/llama3_debugmodel_cpu.toml --training.steps 10
 //   build/bin/titan-run --nproc-per-node 2 build/bin/custom_loop --job.config_file configs/llama3_debugmodel_cpu.toml
 //       --training.steps 10 --parallelism.tensor_parallel_degree 2         (one command line; FSDP without it;
@@ -31,47 +31,34 @@ int main(int argc, char** argv) {
 
     auto tokenizer = build_tokenizer(cfg, model->vocab_size());
     auto loader = build_dataloader(cfg, tokenizer, mesh.coordinate("dp"), mesh.size("dp"));
-    const auto params = model->unique_parameters();
-    AdamW optimizer(params, cfg.optimizer);
+    const int64_t microbatches = gradient_accumulation_steps(cfg, mesh.size("dp"));
+    AdamW optimizer(model->unique_parameters(), cfg.optimizer);
     const LRSchedule schedule(cfg.lr_scheduler, cfg.training.steps);
     MetricsProcessor metrics({.flops_per_token = model->num_flops_per_token(cfg.training.seq_len),
                               .peak_flops = peak_flops(at::kCPU, at::get_num_threads()).flops,
                               .non_data_parallel_size = mesh.size("tp") * mesh.size("pp") * mesh.size("cp")});
+    // The whole model, or under PP the stages this rank holds: the step runs whichever the layout needs.
+    const StepModel step_model{
+        .forward =
+            [&](const at::Tensor& tokens, const nn::AttentionContext& context) {
+              return model->forward(tokens, context);  // logits (B, S, V), or (B, S, V/tp) under loss parallel
+            },
+        .stage_forward =
+            [&](int64_t stage, const at::Tensor& x, const nn::AttentionContext& context) {
+              return model->forward_part(x, plan.pipeline.stages[static_cast<size_t>(stage)], context);
+            }};
 
     for (int64_t step = 1; step <= cfg.training.steps; ++step) {
-      const data::Batch batch = loader->next();  // this rank's slice: input, labels (B, S) int64
-      // Under context parallelism the rank keeps its part of each sequence (else all of it), and its
-      // forward takes the part's attention context (true positions, documents, the split).
-      const parallel::LocalBatch local = parallel.local_batch({.tokens = batch.input,
-                                                               .labels = batch.labels,
-                                                               .positions = batch.positions,
-                                                               .document_ids = batch.document_ids});
-      at::Tensor valid = at::full({1}, static_cast<double>(count_valid_tokens(local.labels)), at::kDouble);
-      mesh.group("dp_cp").all_reduce(valid).wait();  // tokens of the whole global batch
+      // This rank's slices of the global batch (under CP its part of each sequence, with the attention context
+      // its forward needs) and the valid tokens of the whole global batch, which every loss is divided by.
+      const StepBatch batch = pull_microbatches(*loader, parallel, mesh, microbatches);
       optimizer.zero_grad();
-      double local_loss = 0;  // this rank's share of the global token mean
-      const LossFn loss_fn = [&](const at::Tensor& logits, const at::Tensor& labels) {
-        return parallel.cross_entropy_sum(logits, labels);  // logits (B, S, V or V/tp)
-      };
-      if (parallel::Pipeline* pp = parallel.pipeline()) {
-        // The schedule runs the microbatches through the stages; every pp rank gets the loss.
-        const auto stage = [&](int64_t s, const at::Tensor& x, const nn::AttentionContext& context) {
-          return model->forward_part(x, plan.pipeline.stages[s], context);
-        };
-        local_loss = pp->step(stage, local.tokens, local.labels, loss_fn, 1.0 / valid.item<double>(), local.attention);
-      } else {
-        const at::Tensor logits = model->forward(local.tokens, local.attention);       // (B, S, V or V/tp)
-        const at::Tensor loss = loss_fn(logits, local.labels) / valid.item<double>();  // ()
-        loss.backward();
-        local_loss = loss.item<double>();
-      }
-      const double norm = clip_grad_norm_(params, cfg.training.max_norm, &mesh);
+      // The pipeline schedule under PP, else forward + backward; the loss comes back summed over dp and cp.
+      const ForwardBackwardResult fb = forward_backward(parallel, step_model, batch, mesh, at::kCPU);
       const double lr = cfg.optimizer.lr * schedule.factor(step - 1);
-      optimizer.step(lr);
-      at::Tensor global_loss = at::full({1}, local_loss, at::kDouble);
-      mesh.group("dp_cp").all_reduce(global_loss).wait();
-      metrics.add_step(batch.labels.numel(), 0.0);
-      metrics.log(step, global_loss.item<double>(), norm, lr);
+      const double grad_norm = optimizer_step(optimizer, lr, cfg.training.max_norm, mesh);  // clip, then AdamW
+      metrics.add_step(fb.tokens, batch.load_seconds);
+      metrics.log(step, fb.loss, grad_norm, lr);
     }
     return 0;
   } catch (const std::exception& e) {

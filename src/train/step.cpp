@@ -4,14 +4,35 @@
 #include <ATen/ATen.h>
 #include <ATen/autocast_mode.h>
 
+#include <chrono>
 #include <cstdlib>
+#include <utility>
 
 #include "titan/core/config.hpp"
 #include "titan/core/error.hpp"
 #include "titan/core/profile_scope.hpp"
+#include "titan/data/dataloader.hpp"
+#include "titan/dist/mesh.hpp"
+#include "titan/dist/process_group.hpp"
 #include "titan/nn/loss.hpp"
+#include "titan/optim/clip.hpp"
+#include "titan/optim/optimizer.hpp"
+#include "titan/parallel/context_parallel.hpp"
+#include "titan/parallel/parallelize.hpp"
 
 namespace titan {
+namespace {
+
+// Sum of `value` over the ranks of `axis`, in a buffer where the group's collectives want it (NCCL: the GPU).
+double sum_over(const dist::Mesh& mesh, const char* axis, double value) {
+  const dist::ProcessGroup& group = mesh.group(axis);
+  if (group.size() == 1) return value;
+  at::Tensor t = at::full({1}, value, at::TensorOptions().dtype(at::kDouble).device(group.device()));
+  group.all_reduce(t).wait();
+  return t.item<double>();
+}
+
+}  // namespace
 
 void use_deterministic_algorithms(const DebugConfig& debug) {
   if (!debug.deterministic) return;
@@ -68,6 +89,81 @@ ForwardBackwardResult forward_backward(const ModelForward& forward, const std::v
   }
   result.loss = loss_sum.item<double>();
   return result;
+}
+
+StepBatch pull_microbatches(data::DataLoader& loader, const Parallelized& parallel, const dist::Mesh& mesh,
+                            int64_t count) {
+  TITAN_CHECK_VALUE(count >= 1, "[titan::pull_microbatches] expected at least 1 microbatch, got {}.", count);
+  StepBatch out;
+  out.microbatches.reserve(static_cast<size_t>(count));
+  int64_t local_valid = 0;
+  {
+    const ProfileScope profile("titan::data_loading");
+    const auto start = std::chrono::steady_clock::now();
+    for (int64_t i = 0; i < count; ++i) {
+      data::Batch batch = loader.next();  // input, labels (B, S) int64
+      out.tokens += batch.labels.numel();
+      parallel::LocalBatch local = parallel.local_batch({.tokens = std::move(batch.input),
+                                                         .labels = std::move(batch.labels),
+                                                         .positions = std::move(batch.positions),
+                                                         .document_ids = std::move(batch.document_ids)});
+      local_valid += count_valid_tokens(local.labels);
+      out.microbatches.push_back({std::move(local.tokens), std::move(local.labels), std::move(local.attention)});
+    }
+    out.load_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  }
+  // Every rank must divide by the same count, or the accumulated gradient is no longer the token mean.
+  out.global_valid_tokens = static_cast<int64_t>(sum_over(mesh, "dp_cp", static_cast<double>(local_valid)));
+  return out;
+}
+
+ForwardBackwardResult forward_backward(const Parallelized& parallel, const StepModel& model, const StepBatch& batch,
+                                       const dist::Mesh& mesh, const at::Device& device, bool bf16_autocast) {
+  const LossFn loss = [&parallel](const at::Tensor& logits, const at::Tensor& labels) {
+    return parallel.cross_entropy_sum(logits, labels);  // logits (B, S, V), or (B, S, V/tp) under loss parallel
+  };
+  ForwardBackwardResult fb;
+  if (parallel::Pipeline* pipeline = parallel.pipeline()) {
+    TITAN_CHECK_VALUE(static_cast<bool>(model.stage_forward),
+                      "[titan::forward_backward] expected StepModel::stage_forward under pipeline parallelism, got "
+                      "none. Set it to run stage s of this rank's part of the model (e.g. forward_part).");
+    TITAN_CHECK(batch.global_valid_tokens > 0,
+                "[titan::forward_backward] expected valid label tokens in the global batch, got {}. Check the "
+                "dataset (every label is -100), or fill StepBatch with pull_microbatches.",
+                batch.global_valid_tokens);
+    // Each stage's forward runs under autocast; the backward replays what it recorded.
+    const parallel::StageForward stage_forward = [&](int64_t stage, const at::Tensor& x,
+                                                     const nn::AttentionContext& context) {
+      const AutocastScope scope(bf16_autocast, device.type());
+      return model.stage_forward(stage, x, context);
+    };
+    // Each accumulation microbatch runs through the schedule in local_batch_size /
+    // pipeline_parallel_microbatch_size pipeline microbatches.
+    for (const Microbatch& mb : batch.microbatches) {
+      fb.loss += pipeline->step(stage_forward, mb.input.to(device), mb.labels.to(device), loss,
+                                1.0 / static_cast<double>(batch.global_valid_tokens), mb.attention);
+      fb.valid_tokens += count_valid_tokens(mb.labels);
+    }
+  } else {
+    TITAN_CHECK_VALUE(static_cast<bool>(model.forward),
+                      "[titan::forward_backward] expected StepModel::forward, got none. Set it to the model's "
+                      "forward(tokens, context).");
+    fb = forward_backward(model.forward, batch.microbatches, device, batch.global_valid_tokens, bf16_autocast, loss);
+  }
+  fb.tokens = batch.tokens;
+  fb.loss = sum_over(mesh, "dp_cp", fb.loss);  // each dp rank's slice, each cp rank's part of the sequences
+  return fb;
+}
+
+double optimizer_step(Optimizer& optimizer, double lr, double max_norm, const dist::Mesh& mesh) {
+  double norm = 0;
+  {
+    const ProfileScope profile("titan::clip_grad_norm");
+    norm = clip_grad_norm_(optimizer.params(), max_norm, &mesh);
+  }
+  const ProfileScope profile("titan::optimizer_step");
+  optimizer.step(lr);
+  return norm;
 }
 
 }  // namespace titan

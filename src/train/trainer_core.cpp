@@ -226,6 +226,11 @@ void TrainerCore::parallelize(torch::nn::Module& model, const parallel::Parallel
   if (const std::string applied = parallel_->describe(); applied != "one device") {
     log::info("Applied {} to the model", applied);
   }
+  // bf16 autocast on the device when parameters are fp32 and no data parallelism casts them
+  // (torchtitan's single-device mixed precision; on CPU only when asked for, see mixed_precision_param).
+  // Unlike torchtitan, which turns mixed precision off under TP or PP without FSDP, titan autocasts there.
+  bf16_autocast_ = !parallel_->data_parallel() && config_.training.dtype == DType::float32 &&
+                   mixed_precision_param(config_.training, device_.is_cuda()) == DType::bfloat16;
   if (parallel_->loss_parallel()) {
     loss_ = [parallel = parallel_.get()](const at::Tensor& logits, const at::Tensor& labels) {
       return parallel->cross_entropy_sum(logits, labels);
@@ -235,6 +240,7 @@ void TrainerCore::parallelize(torch::nn::Module& model, const parallel::Parallel
 
 void TrainerCore::attach_model(ModelHandle model) {
   model_ = std::move(model);
+  step_model_ = {.forward = model_.forward, .stage_forward = model_.stage_forward};
   const at::ScalarType param_dtype = scalar_type(config_.training.dtype);
   if (param_dtype != at::kFloat) {
     at::NoGradGuard no_grad;
@@ -392,41 +398,18 @@ void TrainerCore::run_step() {
 
   // A step that does not commit across replica groups runs again on the same batch.
   const nlohmann::json loader_before = replicas_ ? loader_->state() : nlohmann::json();
-  // Pull every microbatch first: the loss is normalised by the valid tokens of the whole batch.
-  const auto data_start = std::chrono::steady_clock::now();
-  std::vector<Microbatch> micro;
-  micro.reserve(static_cast<size_t>(grad_accum_steps_));
-  int64_t batch_tokens = 0;  // all label positions this dp rank read (torchtitan's tps counts them before CP)
-  std::optional<ProfileScope> loading(std::in_place, "titan::data_loading");
-  for (int64_t i = 0; i < grad_accum_steps_; ++i) {
-    data::Batch batch = loader_->next();
-    batch_tokens += batch.labels.numel();
-    // Under context parallelism this rank keeps its part of each sequence.
-    parallel::LocalBatch local = parallel_->local_batch({.tokens = std::move(batch.input),
-                                                         .labels = std::move(batch.labels),
-                                                         .positions = std::move(batch.positions),
-                                                         .document_ids = std::move(batch.document_ids)});
-    micro.push_back({std::move(local.tokens), std::move(local.labels), std::move(local.attention)});
-  }
-  loading.reset();
-  const double data_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - data_start).count();
-
-  // The loss is normalised by the valid tokens of the whole global batch (all dp and cp ranks).
-  int64_t local_valid = 0;
-  for (const auto& mb : micro) local_valid += count_valid_tokens(mb.labels);
-  const int64_t global_valid = all_reduce_sum(local_valid, "dp_cp");
+  // Every microbatch first: the loss is normalised by the valid tokens of the whole global batch.
+  const StepBatch batch = pull_microbatches(*loader_, *parallel_, *mesh_, grad_accum_steps_);
   ForwardBackwardResult fb;
   {
     const MemoryScope activations(MemoryCategory::activations);
     dist::report_progress(step_, "forward/backward");
-    fb = forward_backward_step(micro, global_valid);
+    fb = forward_backward(*parallel_, step_model_, batch, *mesh_, device_, bf16_autocast_);
     if (faults_.oom_step == step_) {  // fails inside the activations' scope, as a real one would
       TORCH_CHECK_WITH(OutOfMemoryError, false, "test fault oom: simulated out of memory at step ", step_);
     }
   }
-  fb.tokens = batch_tokens;
   if (losses_.empty()) parallel_->check_contracts();  // this process's first step used the plan as planned
-  fb.loss = all_reduce_sum(fb.loss, "dp_cp");
   TITAN_CHECK(std::isfinite(fb.loss),
               "[titan::Trainer] expected a finite loss, got {} at step {}. Lower optimizer.lr, raise "
               "lr_scheduler.warmup_steps, or check the data; debug.deterministic reproduces the run.",
@@ -444,19 +427,11 @@ void TrainerCore::run_step() {
   // Expert-parallel experts: their gradients summed once over the ranks holding the same experts
   // (efsdp x dp_replicate; FSDP left them out), before clipping measures them.
   moe_->reduce_expert_gradients();
-  double norm = 0;
   dist::report_progress(step_, "optimizer step");
-  {
-    const ProfileScope profile("titan::clip_grad_norm");
-    norm = clip_grad_norm_(model_.parameters, config_.training.max_norm, mesh_.get());
-  }
-  {
-    const ProfileScope profile("titan::optimizer_step");
-    optimizer_->step(lr);
-  }
+  const double norm = optimizer_step(*optimizer_, lr, config_.training.max_norm, *mesh_);
   losses_.push_back(fb.loss);
 
-  metrics_->add_step(fb.tokens, data_seconds);
+  metrics_->add_step(fb.tokens, batch.load_seconds);
   if (step_ == 1 || step_ % config_.metrics.log_freq == 0 || step_ == config_.training.steps) {
     if (!loads.empty()) {
       double ratio = 0;  // the most loaded expert over the mean load, the worst layer
@@ -513,32 +488,6 @@ void TrainerCore::run_step() {
 }  // namespace titan::detail
 
 namespace titan::detail {
-
-ForwardBackwardResult TrainerCore::forward_backward_step(const std::vector<Microbatch>& micro, int64_t global_valid) {
-  parallel::Pipeline* pipeline = parallel_->pipeline();
-  // bf16 autocast on the device when parameters are fp32 and no data parallelism casts them
-  // (torchtitan's single-device mixed precision; on CPU only when asked for, see mixed_precision_param).
-  // Unlike torchtitan, which turns mixed precision off under TP or PP without FSDP, titan autocasts there.
-  const bool autocast = !parallel_->data_parallel() && config_.training.dtype == DType::float32 &&
-                        mixed_precision_param(config_.training, device_.is_cuda()) == DType::bfloat16;
-  if (pipeline == nullptr) return forward_backward(model_.forward, micro, device_, global_valid, autocast, loss_);
-  // Each stage's forward runs under autocast; the backward replays what it recorded.
-  const parallel::StageForward stage_forward = [&](int64_t stage, const at::Tensor& x,
-                                                   const nn::AttentionContext& context) {
-    const AutocastScope scope(autocast, device_.type());
-    return model_.stage_forward(stage, x, context);
-  };
-  // Each accumulation microbatch (the local batch) runs through the pipeline in
-  // local_batch_size / pipeline_parallel_microbatch_size pipeline microbatches.
-  ForwardBackwardResult fb;
-  for (const auto& mb : micro) {
-    fb.loss += pipeline->step(stage_forward, mb.input.to(device_), mb.labels.to(device_), loss_,
-                              1.0 / static_cast<double>(global_valid), mb.attention);
-    fb.valid_tokens += count_valid_tokens(mb.labels);
-    fb.tokens += mb.labels.numel();
-  }
-  return fb;
-}
 
 void TrainerCore::write_pipeline_timeline() const {
   const parallel::PipelineTimeline timeline = parallel_->pipeline()->gather_timeline();

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: BSD-3-Clause
 // The bundled trainer as real processes: 4 FSDP ranks, FSDP 2 x TP 2, a 2-stage pipeline and CP 2 under titan-run
-// reproduce one process's losses (same global batch of 8), so do the custom_loop (FSDP 2, PP 2, CP 2) and
+// reproduce one process's losses (same global batch of 8), so do the custom_loop (FSDP 2, PP 2, CP 2; one process
+// of it the trainer's losses, the two running the same step parts) and
 // tp_custom_model (TP 2) examples, DDP trains under pip torch's torchrun, and a layout that does not match WORLD_SIZE
 // stops with the factors named.
 #include <nlohmann/json.hpp>
@@ -287,6 +288,14 @@ TEST_CASE("examples/custom_loop: 2 FSDP processes and a 2-stage pipeline and CP 
   require_exit(single, 0, 600);
   const auto expected = metric_losses(single.output());
   REQUIRE(expected.size() == 3);
+  // The Trainer runs the same step parts on the same seed, data and init: the same losses.
+  TempDir trainer;
+  Subprocess reference(concat(trainer_args(trainer.path.string(), "4"), {"--debug.seed", "42"}),
+                       {{"RANK", std::nullopt}, {"WORLD_SIZE", std::nullopt}});
+  require_exit(reference, 0, 600);
+  const auto trained = losses(trainer.path);
+  REQUIRE(trained.size() == 3);
+  for (size_t i = 0; i < trained.size(); ++i) CHECK(expected[i] == Approx(trained[i]).epsilon(1e-5));
   // FSDP: 2 sequences per rank; PP: both ranks see the 4 sequences, as 4 microbatches through 2 stages;
   // CP: both ranks see the 4 sequences, each half of every one.
   const std::vector<std::pair<std::string, std::vector<std::string>>> layouts = {

@@ -1,4 +1,12 @@
 // SPDX-License-Identifier: BSD-3-Clause
+// One training step as parts, the ones Trainer<Model> runs and a loop of your own calls:
+//
+//   titan::StepBatch batch = titan::pull_microbatches(*loader, parallel, mesh, grad_accum_steps);
+//   optimizer.zero_grad();
+//   titan::ForwardBackwardResult fb = titan::forward_backward(parallel, {.forward = ..., .stage_forward = ...},
+//                                                           batch, mesh, device);
+//   double grad_norm = titan::optimizer_step(optimizer, lr, config.training.max_norm, mesh);
+//
 // Forward + backward over gradient-accumulation microbatches with torchtitan's normalisation: every
 // microbatch's summed cross-entropy is divided by the valid tokens of the WHOLE global batch, so the
 // accumulated gradient is the exact token mean however the batch is split (and across dp ranks).
@@ -11,10 +19,19 @@
 
 #include "titan/nn/attention_context.hpp"
 #include "titan/nn/loss.hpp"
+#include "titan/parallel/pipeline.hpp"
 
 namespace titan {
 
 struct DebugConfig;
+class Optimizer;
+class Parallelized;
+namespace data {
+class DataLoader;
+}
+namespace dist {
+class Mesh;
+}
 
 /// debug.deterministic: ATen's deterministic algorithms (warn-only with debug.deterministic_warn_only) and
 /// CUBLAS_WORKSPACE_CONFIG=:4096:8 unless the environment sets it (without it the first cuBLAS GEMM under
@@ -61,5 +78,40 @@ class AutocastScope {
 ForwardBackwardResult forward_backward(const ModelForward& forward, const std::vector<Microbatch>& microbatches,
                                        const at::Device& device, int64_t global_valid_tokens = 0,
                                        bool bf16_autocast = false, const LossFn& loss = {});
+
+/// One optimizer step's data as this rank sees it.
+struct StepBatch {
+  std::vector<Microbatch> microbatches{};  ///< this rank's part of each (its chunks of the sequences under CP)
+  int64_t tokens = 0;                      ///< label positions this dp rank read, before the cp split (tps counts them)
+  int64_t global_valid_tokens = 0;         ///< labels != -100 in the whole global batch (summed over dp x cp)
+  double load_seconds = 0;                 ///< time spent reading the loader (the metrics' data-loading share)
+};
+
+/// Reads `count` gradient-accumulation microbatches from `loader` (this dp rank's slices), cuts each to this
+/// rank's part with parallel.local_batch (under context parallelism its chunks of every sequence, with the
+/// attention context its forward runs under) and counts the valid tokens of the whole global batch: one
+/// all-reduce over mesh's dp_cp group, so every dp and cp rank calls it.
+StepBatch pull_microbatches(data::DataLoader& loader, const Parallelized& parallel, const dist::Mesh& mesh,
+                            int64_t count);
+
+/// The model as a step runs it.
+struct StepModel {
+  ModelForward forward{};                  ///< the whole model: tokens and context -> logits (without a pipeline)
+  parallel::StageForward stage_forward{};  ///< stage s of the pipeline: input and context -> output (under PP)
+};
+
+/// Forward and backward of a step's microbatches: under pipeline parallelism each microbatch through
+/// parallel.pipeline()'s schedule with model.stage_forward, else model.forward as the overload above does. Each
+/// microbatch's loss is parallel.cross_entropy_sum (vocab-sharded under loss parallel) over
+/// batch.global_valid_tokens. The returned loss is summed over mesh's dp_cp group: the global batch's token mean,
+/// the same on every rank (one all-reduce); tokens is batch.tokens. `bf16_autocast` runs every forward (or
+/// stage forward) under bf16 autocast on `device`'s type.
+ForwardBackwardResult forward_backward(const Parallelized& parallel, const StepModel& model, const StepBatch& batch,
+                                       const dist::Mesh& mesh, const at::Device& device, bool bf16_autocast = false);
+
+/// Clips the gradients of optimizer.params() to the global norm `max_norm` (the norm of the whole model, reduced
+/// over the mesh axes each parameter is sharded on), then steps the optimizer with `lr`. Returns the norm before
+/// clipping (the logged grad_norm). Every rank of the mesh calls it.
+double optimizer_step(Optimizer& optimizer, double lr, double max_norm, const dist::Mesh& mesh);
 
 }  // namespace titan

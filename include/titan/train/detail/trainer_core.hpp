@@ -125,8 +125,6 @@ class TrainerCore {
   void load_checkpoint();
   /// One step's work (train_step wraps it: profiler steps, out-of-memory snapshots).
   void run_step();
-  /// Forward + backward of this step's microbatches (pipelined under PP).
-  ForwardBackwardResult forward_backward_step(const std::vector<Microbatch>& micro, int64_t global_valid);
   /// Writes the pipeline's measured timeline of this step to the run folder (pp rank 0 of rank 0).
   void write_pipeline_timeline() const;
   /// Saves when checkpoint.* says this step is a save step.
@@ -150,6 +148,7 @@ class TrainerCore {
   std::unique_ptr<parallel::ExpertParallel> moe_;  // the model's MoE layers: expert-bias updates each step
   std::vector<std::pair<std::string, at::Tensor>> expert_biases_;  // FQN, (E) fp32 buffer: checkpointed
   LossFn loss_;                                                    // empty: cross_entropy_sum
+  bool bf16_autocast_ = false;  // forwards under bf16 autocast: fp32 parameters that no FSDP casts
   int64_t dp_degree_ = 1;
   int64_t dp_rank_ = 0;
   int64_t grad_accum_steps_ = 1;
@@ -157,6 +156,7 @@ class TrainerCore {
   std::unique_ptr<data::DataLoader> loader_;
   std::unique_ptr<Validator> validator_;  // null unless validation.enable
   ModelHandle model_;
+  StepModel step_model_;  // model_'s forwards, as the step parts take them
   std::unique_ptr<Optimizer> optimizer_;
   std::vector<std::string> float8_converted_;
   std::unique_ptr<LRSchedule> schedule_;
