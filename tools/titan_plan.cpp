@@ -1,11 +1,13 @@
 // SPDX-License-Identifier: BSD-3-Clause
-// titan-plan: what one rank of a Llama 3 job holds (parameters, gradients, optimizer state,
-// activations, communication buffers), the caching allocator's reserved peak against the device
-// memory, and the step time from a cost model (compute plus the communication the layout cannot hide),
-// from the model built on the meta device: nothing is allocated. With --search, the layouts of
-// --gpus devices that fit, fastest first. See docs/memory_planner.md.
+// titan-plan: what one rank of a job of any registered family (llama3, qwen3, deepseek_v3, gpt_oss; dense
+// or MoE) holds (parameters, gradients, optimizer state, activations, communication buffers), the
+// caching allocator's reserved peak against the device memory, and the step time from a cost model
+// (compute plus the communication the layout cannot hide, EP's all-to-alls included), from the model
+// built on the meta device: nothing is allocated. With --search, the layouts of --gpus devices that fit
+// (expert parallelism included for an MoE model), fastest first. See docs/memory_planner.md.
 //   titan-plan --config llama3_70b --gpus 256 --parallelism.tensor_parallel_degree 8 --device-memory H100
 //   titan-plan --config llama3_405b --search --gpus 512 --device-memory 80GB --emit-config best.toml
+//   titan-plan --model.name deepseek_v3 --model.flavor 671B --gpus 512 --parallelism.expert_parallel_degree 64
 // Every other flag is the trainer's (--job.config_file, --section.key value).
 #include <fmt/format.h>
 
@@ -17,8 +19,8 @@
 #include "titan/core/config_loader.hpp"
 #include "titan/core/error.hpp"
 #include "titan/metrics/metrics.hpp"
-#include "titan/models/llama3/memory_plan.hpp"
-#include "titan/models/llama3/model.hpp"
+#include "titan/models/decoder.hpp"
+#include "titan/models/memory_plan.hpp"
 
 namespace {
 
@@ -39,11 +41,13 @@ constexpr const char* kUsage =
     "  --cpu               plan a CPU run (fp32 compute, CPU kernels) instead of a GPU run\n"
     "  --search            list the layouts of --gpus devices that fit --device-memory, fastest first\n"
     "  --json              print the plan (or the search) as JSON\n"
-    "  --emit-config FILE  write the plan's (the search's best) layout as a TOML overlay for --job.config_file\n";
+    "  --emit-config FILE  write the plan's (the search's best) layout as a TOML overlay for --job.config_file\n"
+    "The model and the layout are the trainer's keys: --model.name llama3|qwen3|deepseek_v3|gpt_oss, --model.flavor,\n"
+    "--parallelism.data_parallel_shard_degree, tensor_parallel_degree, expert_parallel_degree, ...\n";
 
 struct Flags {
-  titan::llama3::PlanOptions plan{};
-  titan::llama3::SearchOptions search{};
+  titan::models::PlanOptions plan{};
+  titan::models::SearchOptions search{};
   bool do_search = false;
   bool json = false;
   std::string emit_config{};
@@ -185,11 +189,11 @@ int main(int argc, char** argv) {
     }
     TITAN_CHECK_VALUE(!flags.do_search || flags.plan.world_size > 0,
                       "[titan-plan] expected --gpus N with --search, got none. Say how many devices to fill.");
-    const auto model = titan::llama3::Llama3::build(config);  // meta device: shapes only
-    auto emit = [&](const titan::llama3::MemoryPlan& plan) {
+    const auto model = titan::models::Decoder::build(config);  // model.name's family on meta: shapes only
+    auto emit = [&](const titan::models::MemoryPlan& plan) {
       if (flags.emit_config.empty()) return;
       std::ofstream file(flags.emit_config);
-      file << titan::llama3::plan_toml(plan);
+      file << titan::models::plan_toml(plan);
       TITAN_CHECK_VALUE(file.good(),
                         "[titan-plan] expected to write --emit-config {}, got a write error. Check the "
                         "path.",
@@ -197,20 +201,25 @@ int main(int argc, char** argv) {
     };
     if (flags.json) {
       if (flags.do_search) {
-        const auto plans = titan::llama3::search_layouts(*model, config, flags.plan, flags.search);
+        const auto plans = titan::models::search_layouts(*model, config, flags.plan, flags.search);
         std::string out = "[";
-        for (size_t i = 0; i < plans.size(); ++i) out += (i ? ",\n " : "") + titan::llama3::plan_json(plans[i]);
+        for (size_t i = 0; i < plans.size(); ++i) out += (i ? ",\n " : "") + titan::models::plan_json(plans[i]);
         fmt::print("{}]\n", out);
         if (!plans.empty()) emit(plans.front());
         return plans.empty() ? 2 : 0;
       }
-      const auto plan = titan::llama3::plan_memory(*model, config, flags.plan);
-      fmt::print("{}\n", titan::llama3::plan_json(plan));
+      const auto plan = titan::models::plan_memory(*model, config, flags.plan);
+      fmt::print("{}\n", titan::models::plan_json(plan));
       emit(plan);
       return plan.fits() ? 0 : 2;
     }
-    fmt::print("model         llama3 {} ({} parameters), seq_len {}, local batch {}, {}\n", config.model.flavor,
-               model->num_params(), config.training.seq_len, config.training.local_batch_size,
+    const titan::models::DecoderShape& shape = model->shape();
+    const std::string moe = shape.moe_num_experts > 0
+                                ? fmt::format(", {} MoE layers of {} experts (top {})", shape.moe_layers.size(),
+                                              shape.moe_num_experts, shape.moe_top_k)
+                                : std::string();
+    fmt::print("model         {} {} ({} parameters{}), seq_len {}, local batch {}, {}\n", config.model.name,
+               config.model.flavor, model->num_params(), moe, config.training.seq_len, config.training.local_batch_size,
                flags.plan.gpu
                    ? fmt::format("GPU run ({} mixed precision)",
                                  titan::choice_name(titan::mixed_precision_param(config.training, /*cuda=*/true)))
@@ -219,17 +228,17 @@ int main(int argc, char** argv) {
                flags.device, flags.plan.peak_flops, flags.plan.gpus_per_node, flags.plan.intra_node_bw,
                flags.plan.inter_node_bw);
     if (flags.do_search) {
-      const auto plans = titan::llama3::search_layouts(*model, config, flags.plan, flags.search);
+      const auto plans = titan::models::search_layouts(*model, config, flags.plan, flags.search);
       fmt::print("layouts of {} devices that fit {} per device, fastest first:\n{}", flags.search.gpus,
-                 titan::llama3::format_bytes(flags.plan.device_memory), titan::llama3::format_search(plans));
+                 titan::models::format_bytes(flags.plan.device_memory), titan::models::format_search(plans));
       if (!plans.empty()) {
-        fmt::print("\nbest:\n{}", titan::llama3::format_plan(plans.front()));
+        fmt::print("\nbest:\n{}", titan::models::format_plan(plans.front()));
         emit(plans.front());
       }
       return plans.empty() ? 2 : 0;
     }
-    const auto plan = titan::llama3::plan_memory(*model, config, flags.plan);
-    fmt::print("{}", titan::llama3::format_plan(plan));
+    const auto plan = titan::models::plan_memory(*model, config, flags.plan);
+    fmt::print("{}", titan::models::format_plan(plan));
     emit(plan);
     return plan.fits() ? 0 : 2;
   } catch (const std::exception& e) {

@@ -41,6 +41,11 @@ ModelSpec bundled(std::string name, std::vector<std::string> architectures, std:
           }};
 }
 
+ModelSpec with_attention_memory(ModelSpec spec, AttentionMemoryModel model) {
+  spec.attention_memory = std::move(model);
+  return spec;
+}
+
 struct Registry {
   std::mutex mutex;
   std::map<std::string, ModelSpec, std::less<>> specs;
@@ -50,8 +55,10 @@ struct Registry {
          {bundled<llama3::Llama3>("llama3", {"LlamaForCausalLM"}, llama3::flavor_names, llama3::args_from_hf_config),
           bundled<qwen3::Qwen3>("qwen3", {"Qwen3ForCausalLM", "Qwen3MoeForCausalLM"}, qwen3::flavor_names,
                                 qwen3::args_from_hf_config),
-          bundled<deepseek_v3::DeepSeekV3>("deepseek_v3", {"DeepseekV3ForCausalLM"}, deepseek_v3::flavor_names,
-                                           deepseek_v3::args_from_hf_config),
+          with_attention_memory(
+              bundled<deepseek_v3::DeepSeekV3>("deepseek_v3", {"DeepseekV3ForCausalLM"}, deepseek_v3::flavor_names,
+                                               deepseek_v3::args_from_hf_config),
+              deepseek_v3::attention_memory),
           bundled<gpt_oss::GptOss>("gpt_oss", {"GptOssForCausalLM"}, gpt_oss::flavor_names,
                                    gpt_oss::args_from_hf_config)}) {
       specs.emplace(spec.name, std::move(spec));

@@ -14,8 +14,8 @@
 #include "titan/core/memory_tracker.hpp"
 #include "titan/dist/local_ranks.hpp"
 #include "titan/dist/mesh.hpp"
-#include "titan/models/llama3/memory_plan.hpp"
 #include "titan/models/llama3/model.hpp"
+#include "titan/models/memory_plan.hpp"
 #include "titan/nn/init.hpp"
 #include "titan/nn/loss.hpp"
 #include "titan/optim/adamw.hpp"
@@ -126,8 +126,8 @@ TEST_CASE("memory plan: six CPU layouts measured by the tracker within 10 percen
   for (const Case& c : cases()) {
     const JobConfig config = job(c);
     const auto model = llama3::Llama3::build(config);
-    const llama3::MemoryPlan plan =
-        llama3::plan_memory(*model, config, {.world_size = c.shape.world_size(), .gpu = false});
+    const models::MemoryPlan plan =
+        models::plan_memory(*model, config, {.world_size = c.shape.world_size(), .gpu = false});
     const std::vector<MemoryParts> measured = measure(c);
     for (size_t rank = 0; rank < measured.size(); ++rank) {
       const MemoryParts& m = measured[rank];

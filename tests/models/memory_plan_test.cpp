@@ -14,13 +14,13 @@
 #include "titan/core/config.hpp"
 #include "titan/core/config_loader.hpp"
 #include "titan/metrics/metrics.hpp"
-#include "titan/models/llama3/memory_plan.hpp"
 #include "titan/models/llama3/model.hpp"
+#include "titan/models/memory_plan.hpp"
 
 using Catch::Matchers::Contains;
 using titan::JobConfig;
 using titan::llama3::Llama3;
-using titan::llama3::plan_memory;
+using titan::models::plan_memory;
 using titan::test::error_of;
 
 namespace {
@@ -217,7 +217,7 @@ TEST_CASE("memory plan: the 8B search over 8 GPUs ranks FSDP 8 in its top 3 and 
   c.training.local_batch_size = 2;  // the published batch: 16 sequences over 8 GPUs
   const auto model = Llama3::build(c);
   const auto plans =
-      titan::llama3::search_layouts(*model, c, {.device_memory = k96GB, .peak_flops = 989e12}, {.gpus = 8, .limit = 3});
+      titan::models::search_layouts(*model, c, {.device_memory = k96GB, .peak_flops = 989e12}, {.gpus = 8, .limit = 3});
   REQUIRE(plans.size() == 3);
   bool fsdp8 = false;
   for (const auto& p : plans) {
@@ -226,7 +226,7 @@ TEST_CASE("memory plan: the 8B search over 8 GPUs ranks FSDP 8 in its top 3 and 
     CHECK(p.headroom() >= 0);
   }
   CHECK(fsdp8);
-  CHECK_THAT(titan::llama3::format_search(plans), Contains("compute"));
+  CHECK_THAT(titan::models::format_search(plans), Contains("compute"));
   for (size_t i = 1; i < plans.size(); ++i) CHECK(plans[i - 1].tokens_per_second >= plans[i].tokens_per_second);
 }
 
@@ -234,7 +234,7 @@ TEST_CASE("memory plan: the step time adds the communication the layout cannot h
   JobConfig c = preset("llama3_70b");
   c.training.local_batch_size = 16;
   const auto model = Llama3::build(c);
-  const titan::llama3::PlanOptions h100{.world_size = 256, .device_memory = k96GB, .peak_flops = 989e12};
+  const titan::models::PlanOptions h100{.world_size = 256, .device_memory = k96GB, .peak_flops = 989e12};
   const auto plan = plan_memory(*model, c, h100);
   // TP 8 inside a node: four (T, D) bf16 collectives per block, forward, backward and full AC's recompute.
   const double T = 16 * 8192, D = 8192;
@@ -287,7 +287,7 @@ TEST_CASE("memory plan: the 405B search over 512 GPUs lists layouts that fit bes
           "[models][memory_plan][full]") {
   JobConfig c = preset("llama3_405b");
   const auto model = Llama3::build(c);
-  const auto plans = titan::llama3::search_layouts(*model, c, {.device_memory = k80GB, .peak_flops = 989e12},
+  const auto plans = titan::models::search_layouts(*model, c, {.device_memory = k80GB, .peak_flops = 989e12},
                                                    {.gpus = 512, .limit = 50});
   REQUIRE(!plans.empty());
   for (const auto& p : plans) {
@@ -317,7 +317,7 @@ TEST_CASE("memory plan: activations fall from none to selective to op to full", 
 TEST_CASE("memory plan: bad input gives errors that name the fix", "[models][memory_plan]") {
   JobConfig c = preset("llama3_8b");
   const auto model = Llama3::build(c);
-  auto plan_error = [&](const JobConfig& config, titan::llama3::PlanOptions options = {.world_size = 8}) {
+  auto plan_error = [&](const JobConfig& config, titan::models::PlanOptions options = {.world_size = 8}) {
     return error_of([&] { plan_memory(*model, config, options); });
   };
   JobConfig bad = c;

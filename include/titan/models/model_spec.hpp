@@ -21,6 +21,8 @@
 #include <string_view>
 #include <vector>
 
+#include "titan/models/memory_model.hpp"
+
 namespace titan {
 struct JobConfig;
 }
@@ -45,6 +47,9 @@ struct ModelSpec {
   /// Builds the architecture a Hugging Face config.json describes, for seq_len positions; null: no HF import.
   std::function<std::shared_ptr<Decoder>(const nlohmann::json& hf_config, int64_t seq_len, const at::Device& device)>
       from_hf{};
+  /// What one block's attention keeps for backward, for the memory planner (models/memory_plan.hpp); null:
+  /// nn::Attention's (models::nn_attention_memory). Everything else of a block the planner counts itself.
+  AttentionMemoryModel attention_memory{};
 };
 
 /// Adds a family (replacing one of the same name). Thread-safe.

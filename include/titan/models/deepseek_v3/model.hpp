@@ -12,6 +12,7 @@
 
 #include "titan/models/decoder.hpp"
 #include "titan/models/deepseek_v3/args.hpp"
+#include "titan/models/memory_model.hpp"
 #include "titan/parallel/plan.hpp"
 
 namespace titan {
@@ -70,6 +71,9 @@ class MultiLatentAttention : public nn::AttentionLayer {
   /// wo of the attended heads (B, H, S, NOPE+ROPE) -> (B, S, D).
   at::Tensor output(const at::Tensor& attended) const;
 };
+
+/// What a MultiLatentAttention keeps for backward, for the memory planner (its ModelSpec::attention_memory).
+models::AttentionMemory attention_memory(const nn::AttentionLayer& layer, const models::ActivationShapes& x);
 
 class DeepSeekV3 : public models::Decoder {
  public:

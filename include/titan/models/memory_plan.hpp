@@ -1,14 +1,15 @@
 // SPDX-License-Identifier: BSD-3-Clause
-// The memory planner: what one rank of a Llama 3 job holds, by part (parameters, gradients, optimizer
-// state, activations, communication buffers), from the model built on the meta device and the job's
-// layout, without allocating anything; on GPU the caching allocator's reserved peak and what lives
-// outside it; the step time from a cost model (compute plus the communication the layout cannot hide);
-// and a search over layouts that fit a number of GPUs. `titan-plan` prints it; the trainer's measured figures
+// The memory planner: what one rank of a job holds, by part (parameters, gradients, optimizer state,
+// activations, communication buffers), for any registered family (dense or MoE) from the model built on
+// the meta device and the job's layout, without allocating anything; on GPU the caching allocator's
+// reserved peak and what lives outside it; the step time from a cost model (compute plus the
+// communication the layout cannot hide, expert parallelism's all-to-alls included); and a search over
+// layouts that fit a number of GPUs. `titan-plan` prints it; the trainer's measured figures
 // (core/memory_tracker.hpp) are the same parts. What it models and how well: docs/memory_planner.md.
 //
-//   auto model = titan::llama3::Llama3::build(config);                 // meta: no memory
-//   auto plan = titan::llama3::plan_memory(*model, config, {.world_size = 512, .device_memory = 80e9});
-//   fmt::print("{}", titan::llama3::format_plan(plan));
+//   auto model = titan::models::Decoder::build(config);                // model.name's family, meta: no memory
+//   auto plan = titan::models::plan_memory(*model, config, {.world_size = 512, .device_memory = 80e9});
+//   fmt::print("{}", titan::models::format_plan(plan));
 #pragma once
 
 #include <cstdint>
@@ -22,9 +23,9 @@ namespace titan {
 struct JobConfig;
 }
 
-namespace titan::llama3 {
+namespace titan::models {
 
-class Llama3;
+class Decoder;
 
 /// What the planner assumes about the machine.
 struct PlanOptions {
@@ -56,7 +57,8 @@ struct StepTerms {
   double tp = 0;         ///< TP's all-gathers and reduce-scatters on the critical path
   double cp = 0;         ///< CP's key/value exchange
   double pp = 0;         ///< the schedule's bubble and its point-to-point transfers
-  double total() const { return compute + recompute + fsdp + tp + cp + pp; }
+  double ep = 0;         ///< expert parallelism's token all-to-alls (dispatch and combine), blocking
+  double total() const { return compute + recompute + fsdp + tp + cp + pp + ep; }
 };
 
 /// One rank's predicted memory and speed for one layout.
@@ -71,14 +73,15 @@ struct MemoryPlan {
   int64_t pp_rank = 0;                     ///< the pp rank shown: the one with the largest total
   MemoryParts parts{};                     ///< that rank's bytes by part
   int64_t activations_per_microbatch = 0;  ///< bytes one microbatch keeps for backward on that rank
-  int64_t device_memory = 0;               ///< PlanOptions::device_memory
-  int64_t reserved = 0;                    ///< the caching allocator's reserved peak (torchtitan's logged memory)
-  int64_t outside_allocator = 0;           ///< CUDA context and NCCL buffers, which the allocator never sees
-  double flops_per_step = 0;               ///< model FLOPs (6N + 12LDS per token) of one device per step
-  double compute_efficiency = 0;           ///< the fraction of peak the step time assumed (--mfu or the default)
-  StepTerms time{};                        ///< the step's seconds by cause
-  double step_seconds = 0;                 ///< time.total()
-  double tokens_per_second = 0;            ///< per device, torchtitan's tps (tokens / (tp x cp x pp) / step)
+  int64_t expert_dispatch = 0;    ///< of the activations: one MoE layer's routed tokens and their all-to-all buffers
+  int64_t device_memory = 0;      ///< PlanOptions::device_memory
+  int64_t reserved = 0;           ///< the caching allocator's reserved peak (torchtitan's logged memory)
+  int64_t outside_allocator = 0;  ///< CUDA context and NCCL buffers, which the allocator never sees
+  double flops_per_step = 0;      ///< model FLOPs of one device per step (6 x active params + attention, per token)
+  double compute_efficiency = 0;  ///< the fraction of peak the step time assumed (--mfu or the default)
+  StepTerms time{};               ///< the step's seconds by cause
+  double step_seconds = 0;        ///< time.total()
+  double tokens_per_second = 0;   ///< per device, torchtitan's tps (tokens / (tp x cp x pp) / step)
   /// Bytes the device must hold: the allocator's reserved peak plus what lives outside the allocator.
   /// A job whose tensors fit but whose reserved peak does not runs only by flushing the allocator's
   /// cache and retrying (torchtitan's num_alloc_retries), which costs more than any term here.
@@ -89,10 +92,14 @@ struct MemoryPlan {
   int64_t headroom() const { return device_memory - reserved - outside_allocator; }
 };
 
-/// Plans `config`'s layout for `model` (built on any device; only shapes are read). Errors name the
-/// key: degrees that do not multiply to the world size, heads not divisible by tp, seq_len not
-/// divisible by cp, a batch not divisible into microbatches, an unknown AC mode or option.
-MemoryPlan plan_memory(const Llama3& model, const JobConfig& config, const PlanOptions& options = {});
+/// Plans `config`'s layout for `model` (built on any device; only shapes are read; config.model.name names
+/// its family, whose ModelSpec::attention_memory counts the attention). Errors name the key: degrees that
+/// do not multiply to the world size, heads not divisible by tp, seq_len not divisible by cp, an
+/// expert_parallel_degree that does not divide the experts (or a dense model's ep > 1), a batch not
+/// divisible into microbatches, an unknown AC mode or option.
+MemoryPlan plan_memory(const Decoder& model, const JobConfig& config, const PlanOptions& options = {});
+/// The same for config.model.name's family and flavor, built on the meta device.
+MemoryPlan plan_memory(const JobConfig& config, const PlanOptions& options = {});
 
 /// What --search varies.
 struct SearchOptions {
@@ -102,10 +109,11 @@ struct SearchOptions {
   int64_t limit = 20;
 };
 
-/// Every layout of `search.gpus` devices (dp_shard x tp x pp x cp, tp <= 8, AC none / selective 2 /
-/// op / full, microbatch size) that fits options.device_memory at the config's global batch, fastest
-/// first by predicted tokens/s per device (ties: more memory left at the reserved peak first).
-std::vector<MemoryPlan> search_layouts(const Llama3& model, const JobConfig& config, const PlanOptions& options,
+/// Every layout of `search.gpus` devices (dp_shard x tp x pp x cp, tp <= 8; for an MoE model every ep
+/// dividing dp_shard x cp and the experts; AC none / selective 2 / op / full, microbatch size) that fits
+/// options.device_memory at the config's global batch, fastest first by predicted tokens/s per device
+/// (ties: more memory left at the reserved peak first).
+std::vector<MemoryPlan> search_layouts(const Decoder& model, const JobConfig& config, const PlanOptions& options,
                                        const SearchOptions& search);
 
 /// "1.50 GiB".
@@ -118,8 +126,8 @@ std::string format_search(const std::vector<MemoryPlan>& plans);
 std::string largest_terms(const MemoryPlan& plan);
 /// The plan as one JSON object (bytes, seconds, tokens/s), for scripts.
 std::string plan_json(const MemoryPlan& plan);
-/// The plan's layout as a TOML overlay the trainer loads with --job.config_file: the parallel degrees,
-/// the batch and the AC mode.
+/// The plan's layout as a TOML overlay the trainer loads with --job.config_file: the parallel degrees
+/// (expert_parallel_degree included), the batch and the AC mode.
 std::string plan_toml(const MemoryPlan& plan);
 
-}  // namespace titan::llama3
+}  // namespace titan::models
