@@ -19,7 +19,9 @@ constexpr std::string_view kAutoFilter = "auto_filter_small_kn";
 // The matmul a converted Linear computes with; its type marks the Linear as converted.
 struct Float8Matmul {
   Float8LinearConfig config{};
-  at::Tensor operator()(const at::Tensor& x, const at::Tensor& w) const { return float8_linear(x, w, config); }
+  at::Tensor operator()(const at::Tensor& x, const at::Tensor& w, const parallel::WeightUse& use) const {
+    return float8_linear(x, w, config, use);
+  }
 };
 
 Recipe recipe_of(Float8Recipe r) {

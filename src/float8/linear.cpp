@@ -144,9 +144,6 @@ bool same_cast(const CastSpec& a, const CastSpec& b) {
   return a.dtype == b.dtype && a.scaling == b.scaling && a.power_of_2_scales == b.power_of_2_scales;
 }
 
-// The tensor-parallel group whose shards' amaxes tensorwise casts reduce (WholeTensorScales).
-thread_local const dist::ProcessGroup* whole_tensor_group = nullptr;
-
 struct GroupRef : torch::CustomClassHolder {
   explicit GroupRef(dist::ProcessGroup g) : group(std::move(g)) {}
   dist::ProcessGroup group;
@@ -196,7 +193,8 @@ class Float8Matmul : public torch::autograd::Function<Float8Matmul> {
   // w8: w already in float8 (FSDP's float8 all-gather, tensorwise), or undefined tensors; not an
   // autograd input (a struct, which apply passes through as it is).
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, const at::Tensor& w,
-                            const Float8Tensor& gathered, int64_t recipe, bool emulate) {
+                            const Float8Tensor& gathered, int64_t recipe, bool emulate,
+                            const dist::ProcessGroup* tp_group) {
     const at::Tensor& w8 = gathered.data;  // (N, K) float8, or undefined
     const at::Tensor& w8_scale = gathered.scale;
     ctx->save_for_backward({x, w});
@@ -207,8 +205,8 @@ class Float8Matmul : public torch::autograd::Function<Float8Matmul> {
       ctx->saved_data["w8"] = w8;
       ctx->saved_data["w8_scale"] = w8_scale;
     }
-    if (whole_tensor_group != nullptr && static_cast<Recipe>(recipe) == Recipe::kTensorwise) {
-      ctx->saved_data["group"] = c10::IValue::make_capsule(c10::make_intrusive<GroupRef>(*whole_tensor_group));
+    if (tp_group != nullptr && tp_group->size() > 1 && static_cast<Recipe>(recipe) == Recipe::kTensorwise) {
+      ctx->saved_data["group"] = c10::IValue::make_capsule(c10::make_intrusive<GroupRef>(*tp_group));
     }
     const Caster cast = caster_of(ctx);
     const RecipeCasts c = casts_of(static_cast<Recipe>(recipe));
@@ -333,7 +331,7 @@ class Float8Matmul : public torch::autograd::Function<Float8Matmul> {
       const Operand b = transposed(cast_transposed(x2, c.input), false);   // (M, K) column-major
       grad_w = scaled_mm(a, b, dtype, /*use_fast_accum=*/false, emulate);
     }
-    return {grad_x, grad_w, at::Tensor(), at::Tensor(), at::Tensor()};
+    return {grad_x, grad_w, at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
   }
 };
 
@@ -360,19 +358,20 @@ Recipe recipe_from_name(std::string_view name) {
   return Recipe::kTensorwise;
 }
 
-at::Tensor float8_linear(const at::Tensor& x, const at::Tensor& w, const Float8LinearConfig& config) {
+at::Tensor float8_linear(const at::Tensor& x, const at::Tensor& w, const Float8LinearConfig& config,
+                         const parallel::WeightUse& use) {
   TITAN_CHECK_VALUE(w.dim() == 2, "[titan::float8::float8_linear] expected a 2-D weight (out, in), got {} dims.",
                     w.dim());
   TITAN_CHECK_VALUE(x.dim() >= 1 && x.size(-1) == w.size(1),
                     "[titan::float8::float8_linear] expected input (..., {}) for weight ({}, {}), got last dim {}.",
                     w.size(1), w.size(0), w.size(1), x.dim() >= 1 ? x.size(-1) : 0);
   Float8Tensor w8;  // data (N, K) float8 and scale (), when FSDP gathered w in float8
-  if (auto gathered = parallel::take_gathered_float8(w)) {
+  if (const parallel::GatheredFloat8* gathered = use.float8) {
     TITAN_CHECK_VALUE(config.recipe == Recipe::kTensorwise,
                       "[titan::float8::float8_linear] expected the tensorwise recipe for a weight FSDP gathered in "
                       "float8, got {}. Set float8.enable_fsdp_float8_all_gather = false or recipe_name = tensorwise.",
                       recipe_name(config.recipe));
-    w8 = {.data = std::move(gathered->data), .scale = std::move(gathered->scale)};
+    w8 = {.data = gathered->data, .scale = gathered->scale};
   }
   // As torchao's Float8Linear.forward (and F.linear under autocast): the input is cast to the autocast dtype
   // before its float8 cast, so its scale comes from the bf16 values and the output is bf16; the weight is
@@ -380,14 +379,8 @@ at::Tensor float8_linear(const at::Tensor& x, const at::Tensor& w, const Float8L
   const at::DeviceType device = x.device().type();
   const bool autocast = at::autocast::is_autocast_available(device) && at::autocast::is_autocast_enabled(device);
   const at::Tensor input = autocast ? x.to(at::autocast::get_autocast_dtype(device)) : x;  // (..., K)
-  return Float8Matmul::apply(input, w, w8, static_cast<int64_t>(config.recipe), config.emulate);
+  return Float8Matmul::apply(input, w, w8, static_cast<int64_t>(config.recipe), config.emulate, use.tp_group);
 }
-
-WholeTensorScales::WholeTensorScales(const dist::ProcessGroup& group) : previous_(whole_tensor_group) {
-  whole_tensor_group = group.size() > 1 ? &group : nullptr;
-}
-
-WholeTensorScales::~WholeTensorScales() { whole_tensor_group = previous_; }
 
 Float8Linear::Float8Linear(int64_t in_features, int64_t out_features, const at::TensorOptions& options,
                            Float8LinearConfig config_)
@@ -397,7 +390,9 @@ Float8Linear::Float8Linear(int64_t in_features, int64_t out_features, const at::
 
 at::Tensor Float8Linear::forward(const at::Tensor& x) const {
   return parallel::module_call(*this, x, [&](const at::Tensor& in) {
-    return parallel::with_param(weight, [&](const at::Tensor& w) { return float8_linear(in, w, config); });
+    return parallel::with_param(weight, [&](const at::Tensor& w, const parallel::GatheredFloat8* float8) {
+      return float8_linear(in, w, config, {.float8 = float8, .tp_group = tp_group});
+    });
   });
 }
 

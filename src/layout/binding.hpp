@@ -17,8 +17,8 @@ namespace titan::parallel::detail {
 /// Whoever materialises bound parameters for layers (FSDP/DDP state, TP).
 struct ParamHandler {
   virtual ~ParamHandler() = default;
-  /// The tensor a layer computes with for parameter `index` of `unit`.
-  virtual at::Tensor materialize(int64_t unit, int64_t index) = 0;
+  /// The tensor a layer computes with for parameter `index` of `unit` (and its float8 form, if gathered so).
+  virtual Materialized materialize(int64_t unit, int64_t index) = 0;
   /// Wraps a layer's output once it has used parameters of `unit` (backward pre-hook point).
   virtual at::Tensor after_use(int64_t unit, const at::Tensor& output) = 0;
 };

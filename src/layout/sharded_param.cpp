@@ -9,9 +9,8 @@
 #include <torch/csrc/autograd/custom_function.h>
 
 #include <memory>
-#include <shared_mutex>
-#include <unordered_map>
 
+#include "attachments.hpp"
 #include "binding.hpp"
 #include "titan/dist/functional.hpp"
 #include "titan/dist/mesh.hpp"
@@ -48,93 +47,46 @@ at::Tensor contract_probe(const at::Tensor& x, const std::shared_ptr<Contract>& 
   return ContractProbe::apply(x, contract);
 }
 
-// The float8 form a handler offered for the tensor it just materialised (ranks as threads: one slot
-// per thread, and a layer uses its weight on the thread that materialised it).
-struct Float8Offer {
-  const c10::TensorImpl* carrier = nullptr;  // what with_param hands the layer
-  GatheredFloat8 f8{};
-};
-thread_local Float8Offer float8_offer;
+using WeakImpl = c10::weak_intrusive_ptr<c10::TensorImpl, c10::UndefinedTensorImpl>;
+Attachments<c10::TensorImpl, WeakImpl, Binding>& bindings() {
+  static Attachments<c10::TensorImpl, WeakImpl, Binding> index(bound_params);
+  return index;
+}
 
-// Ranks as threads each bind their own parameters, so the map is shared and locked; lookups take a
-// shared lock (a few ns per layer call).
-struct Entry {
-  c10::weak_intrusive_ptr<c10::TensorImpl, c10::UndefinedTensorImpl> owner;  // pins the address, not the data
-  std::unique_ptr<Binding> binding;
-};
-struct Registry {
-  std::shared_mutex mutex;
-  std::unordered_map<const c10::TensorImpl*, Entry> bindings;
-};
-Registry& registry() {
-  static Registry r;
-  return r;
+Binding* attach(const at::Tensor& p, Binding binding) {
+  return bindings().attach(p.unsafeGetTensorImpl(), WeakImpl(p.getIntrusivePtr()),
+                           std::make_shared<Binding>(std::move(binding)));
 }
 }  // namespace
 
-void bind_param(const at::Tensor& p, Binding binding) {
-  Registry& r = registry();
-  std::unique_lock lock(r.mutex);
-  auto [it, inserted] = r.bindings.insert_or_assign(
-      p.unsafeGetTensorImpl(),
-      Entry{.owner = c10::weak_intrusive_ptr<c10::TensorImpl, c10::UndefinedTensorImpl>(p.getIntrusivePtr()),
-            .binding = std::make_unique<Binding>(std::move(binding))});
-  if (inserted) ++bound_params;
-}
+void bind_param(const at::Tensor& p, Binding binding) { attach(p, std::move(binding)); }
 
 void orphan_param(const at::Tensor& p, std::string why) {
-  Registry& r = registry();
-  std::unique_lock lock(r.mutex);
-  std::erase_if(r.bindings, [](const auto& item) {
-    if (!item.second.owner.expired()) return false;
-    --bound_params;
-    return true;
-  });
-  auto binding = std::make_unique<Binding>();
-  binding->orphaned = std::move(why);
-  auto [it, inserted] = r.bindings.insert_or_assign(
-      p.unsafeGetTensorImpl(),
-      Entry{.owner = c10::weak_intrusive_ptr<c10::TensorImpl, c10::UndefinedTensorImpl>(p.getIntrusivePtr()),
-            .binding = std::move(binding)});
-  if (inserted) ++bound_params;
+  Binding tombstone;
+  tombstone.orphaned = std::move(why);
+  attach(p, std::move(tombstone));
 }
 
-void unbind_param(const at::Tensor& p) {
-  Registry& r = registry();
-  std::unique_lock lock(r.mutex);
-  if (r.bindings.erase(p.unsafeGetTensorImpl()) > 0) --bound_params;
-}
+void unbind_param(const at::Tensor& p) { bindings().detach(p.unsafeGetTensorImpl()); }
 
 void attach_contract(const at::Tensor& p, std::shared_ptr<Contract> contract) {
-  Registry& r = registry();
-  std::unique_lock lock(r.mutex);
-  auto it = r.bindings.find(p.unsafeGetTensorImpl());
-  TORCH_INTERNAL_ASSERT(it != r.bindings.end(), "attach_contract: the parameter is not bound");
-  it->second.binding->contract = std::move(contract);
+  Binding* binding = bindings().find(p.unsafeGetTensorImpl());
+  TORCH_INTERNAL_ASSERT(binding != nullptr, "attach_contract: the parameter is not bound");
+  binding->contract = std::move(contract);
 }
 
-const Binding* find_binding(const at::Tensor& p) {
-  Registry& r = registry();
-  std::shared_lock lock(r.mutex);
-  auto it = r.bindings.find(p.unsafeGetTensorImpl());
-  return it == r.bindings.end() ? nullptr : it->second.binding.get();
-}
+const Binding* find_binding(const at::Tensor& p) { return bindings().find(p.unsafeGetTensorImpl()); }
 
-at::Tensor materialize(const Binding& binding) {
+Materialized materialize(const Binding& binding) {
   TORCH_CHECK(binding.orphaned.empty(), binding.orphaned);
-  float8_offer = {};
   binding.used.value.store(true, std::memory_order_relaxed);
-  at::Tensor t = binding.handler ? binding.handler->materialize(binding.unit, binding.index) : binding.info.local;
-  if (binding.transform) t = binding.transform(t);
+  Materialized m = binding.handler ? binding.handler->materialize(binding.unit, binding.index)
+                                   : Materialized{.tensor = binding.info.local};
+  if (binding.transform) m.tensor = binding.transform(m.tensor);
   if (binding.contract && c10::GradMode::is_enabled() && !binding.contract->armed.exchange(true)) {
-    t = contract_probe(t, binding.contract);
+    m.tensor = contract_probe(m.tensor, binding.contract);
   }
-  if (float8_offer.carrier != nullptr) float8_offer.carrier = t.unsafeGetTensorImpl();  // after the wrappers
-  return t;
-}
-
-void offer_gathered_float8(const at::Tensor& carrier, GatheredFloat8 f8) {
-  float8_offer = {.carrier = carrier.unsafeGetTensorImpl(), .f8 = std::move(f8)};
+  return m;
 }
 
 at::Tensor after_use(const Binding& binding, const at::Tensor& output) {
@@ -200,14 +152,6 @@ at::Tensor full_tensor(const at::Tensor& p, const dist::Mesh& mesh) {
             .narrow(placement.dim, 0, shapes[i][static_cast<size_t>(placement.dim)]);
   }
   return t.contiguous();
-}
-
-std::optional<GatheredFloat8> take_gathered_float8(const at::Tensor& w) {
-  detail::Float8Offer& offer = detail::float8_offer;
-  if (offer.carrier == nullptr || offer.carrier != w.unsafeGetTensorImpl()) return std::nullopt;
-  GatheredFloat8 f8 = std::move(offer.f8);
-  offer = {};
-  return f8;
 }
 
 const ShardedParam* sharded_param(const at::Tensor& p) {

@@ -18,7 +18,9 @@ Linear::Linear(int64_t in_features, int64_t out_features, const at::TensorOption
 at::Tensor Linear::forward(const at::Tensor& x) const {
   return parallel::module_call(*this, x, [&](const at::Tensor& in) {
     at::Tensor y = parallel::with_param(  // (..., out)
-        weight, [&](const at::Tensor& w) { return matmul ? matmul(in, w) : nn::linear(in, w, this); });
+        weight, [&](const at::Tensor& w, const parallel::GatheredFloat8* float8) {
+          return matmul ? matmul(in, w, {.float8 = float8, .tp_group = tp_group}) : nn::linear(in, w, this);
+        });
     if (!bias.defined()) return y;
     // Added after the (kept, converted or widened) matmul, in its output dtype as autocast's linear would.
     return parallel::with_param(bias, [&](const at::Tensor& b) { return y + b.to(y.scalar_type()); });

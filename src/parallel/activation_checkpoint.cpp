@@ -16,10 +16,9 @@
 #include <iterator>
 #include <memory>
 #include <optional>
-#include <shared_mutex>
-#include <unordered_map>
 #include <utility>
 
+#include "../layout/attachments.hpp"
 #include "titan/core/error.hpp"
 #include "titan/layout/module_hooks.hpp"
 #include "titan/nn/saved_ops.hpp"
@@ -29,43 +28,12 @@ namespace {
 
 using torch::autograd::variable_list;
 
-// Modules marked by parallelize(), shared by ranks as threads (each marks its own model's modules).
-// Each mark remembers its module's owner, so a module that died without being unmarked (its handle
-// outlived it) is no mark for another module built at the same address, and its late unmark does not
-// erase the newcomer's.
-struct Mark {
-  std::weak_ptr<const torch::nn::Module> owner;  // empty for a module not held by a shared_ptr
-  CheckpointOptions options{};
-};
-struct Marks {
-  std::shared_mutex mutex;
-  std::unordered_map<const torch::nn::Module*, Mark> marks;
-  std::atomic<int64_t> count{0};
-};
-Marks& marks() {
-  static Marks m;
-  return m;
-}
-
-std::weak_ptr<const torch::nn::Module> owner_of(const torch::nn::Module* module) {
-  try {
-    return const_cast<torch::nn::Module*>(module)->shared_from_this();
-  } catch (const std::bad_weak_ptr&) {
-    return {};
-  }
-}
-
-bool same_owner(const std::weak_ptr<const torch::nn::Module>& a, const std::weak_ptr<const torch::nn::Module>& b) {
-  return !a.owner_before(b) && !b.owner_before(a);
-}
-
-std::optional<CheckpointOptions> marked(const torch::nn::Module* module) {
-  Marks& m = marks();
-  if (m.count.load(std::memory_order_relaxed) == 0) return std::nullopt;
-  std::shared_lock lock(m.mutex);
-  auto it = m.marks.find(module);
-  if (it == m.marks.end() || !same_owner(it->second.owner, owner_of(module))) return std::nullopt;
-  return it->second.options;
+// Modules marked by parallelize(): the index every parallel attachment shares (layout/attachments.hpp).
+std::atomic<int64_t> marked_modules{0};
+using WeakModule = std::weak_ptr<const torch::nn::Module>;
+detail::Attachments<torch::nn::Module, WeakModule, const CheckpointOptions>& marks() {
+  static detail::Attachments<torch::nn::Module, WeakModule, const CheckpointOptions> index(marked_modules);
+  return index;
 }
 
 // Autocast on one device type: on, and in which dtype.
@@ -209,28 +177,21 @@ at::Tensor checkpoint(const at::Tensor& x, Recomputable fn, const CheckpointOpti
 }
 
 at::Tensor checkpoint_call(const torch::nn::Module& module, const at::Tensor& x, Recomputable fn) {
-  const std::optional<CheckpointOptions> options = marked(&module);
-  if (!options) return module_call(module, x, fn);
+  const CheckpointOptions* options = marks().find(&module);
+  if (options == nullptr) return module_call(module, x, fn);
   return checkpoint(
       x, [&module, fn = std::move(fn)](const at::Tensor& in) { return module_call(module, in, fn); }, *options);
 }
 
-std::weak_ptr<const torch::nn::Module> detail::mark_checkpointed(const torch::nn::Module* module,
-                                                                 CheckpointOptions options) {
-  Mark mark{.owner = owner_of(module), .options = std::move(options)};
-  Marks& m = marks();
-  std::unique_lock lock(m.mutex);
-  if (m.marks.insert_or_assign(module, mark).second) ++m.count;
-  return mark.owner;
+std::shared_ptr<const CheckpointOptions> detail::mark_checkpointed(const torch::nn::Module& module,
+                                                                   const std::string& path, CheckpointOptions options) {
+  auto mark = std::make_shared<const CheckpointOptions>(std::move(options));
+  marks().attach(&module, shared_owner(module, path), mark);
+  return mark;
 }
 
-void detail::unmark_checkpointed(const torch::nn::Module* module, const std::weak_ptr<const torch::nn::Module>& owner) {
-  Marks& m = marks();
-  std::unique_lock lock(m.mutex);
-  auto it = m.marks.find(module);
-  if (it == m.marks.end() || !same_owner(it->second.owner, owner)) return;
-  m.marks.erase(it);
-  --m.count;
+void detail::unmark_checkpointed(const torch::nn::Module* module, const CheckpointOptions* mark) {
+  marks().detach(module, mark);
 }
 
 }  // namespace titan::parallel

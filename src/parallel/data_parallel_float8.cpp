@@ -2,8 +2,8 @@
 // FSDP's float8 all-gather (torchao's WeightWithDynamicFloat8CastTensor fsdp_pre_all_gather /
 // fsdp_post_all_gather and precompute_float8_dynamic_scale_for_fsdp): each rank casts its shard to
 // e4m3 with the scale of the whole tensor's amax (all-reduce MAX of the shard amaxes), the 1-byte
-// shards are all-gathered, and the layer gets the gathered bytes and scale through
-// take_gathered_float8 instead of a high-precision weight. Gradients are unchanged (high precision).
+// shards are all-gathered, and the layer gets the gathered bytes and scale from with_param
+// (parallel::GatheredFloat8) instead of a high-precision weight. Gradients are unchanged (high precision).
 #include <ATen/ATen.h>
 
 #include <limits>

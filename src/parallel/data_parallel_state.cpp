@@ -228,15 +228,14 @@ void DataParallelState::enter_unit(int64_t u) {
   if (options.overlap && u + 1 < static_cast<int64_t>(units.size())) start_gather(u + 1);  // forward prefetch
 }
 
-at::Tensor DataParallelState::materialize(int64_t u, int64_t index) {
+Materialized DataParallelState::materialize(int64_t u, int64_t index) {
   if (u != current_) enter_unit(u);
   record(DataParallelEvent::Kind::kUse, u);
   Unit& unit = units[static_cast<size_t>(u)];
   const UnitParam& used = unit.params[static_cast<size_t>(index)];
   if (!c10::GradMode::is_enabled()) {
-    at::Tensor out = used.float8 ? float8_carrier(used) : gathered_alias(used);
-    if (used.float8) offer_gathered_float8(out, {.data = gathered_float8_alias(used), .scale = used.float8_scale});
-    return out;
+    if (!used.float8) return {.tensor = gathered_alias(used)};
+    return {.tensor = float8_carrier(used), .float8 = GatheredFloat8{gathered_float8_alias(used), used.float8_scale}};
   }
   if (unit.outputs.empty()) {
     // One node per unit use: it fires once all of the unit's gradients are in.
@@ -252,8 +251,8 @@ at::Tensor DataParallelState::materialize(int64_t u, int64_t index) {
     }
   }
   const at::Tensor& out = unit.outputs[static_cast<size_t>(index)];
-  if (used.float8) offer_gathered_float8(out, {.data = gathered_float8_alias(used), .scale = used.float8_scale});
-  return out;
+  if (!used.float8) return {.tensor = out};
+  return {.tensor = out, .float8 = GatheredFloat8{gathered_float8_alias(used), used.float8_scale}};
 }
 
 at::Tensor DataParallelState::after_use(int64_t u, const at::Tensor& output) {

@@ -75,7 +75,7 @@ struct DataParallelState final : ParamHandler {
                     bool per_param_collectives);
   ~DataParallelState() override;
 
-  at::Tensor materialize(int64_t unit, int64_t index) override;
+  Materialized materialize(int64_t unit, int64_t index) override;
   at::Tensor after_use(int64_t unit, const at::Tensor& output) override;
 
   void pre_backward(int64_t unit);

@@ -92,15 +92,15 @@ struct ParallelizedState {
   std::unique_ptr<TensorParallel> tp;   // null without tp
   std::unique_ptr<ContextParallel> cp;  // null without cp
   std::unique_ptr<ExpertParallel> ep;   // null without ep
-  std::vector<std::pair<const torch::nn::Module*, std::weak_ptr<const torch::nn::Module>>>
-      checkpointed;                        // modules marked for activation checkpointing, with their owners
+  std::vector<std::pair<const torch::nn::Module*, std::shared_ptr<const parallel::CheckpointOptions>>>
+      checkpointed;                        // modules marked for activation checkpointing, with their marks
   bool per_op = false;                     // they keep their op outputs (selective per-operator AC)
   std::unique_ptr<DataParallel> dp;        // null without data parallelism; destroyed before tp
   std::shared_ptr<PlanContract> contract;  // null when nothing was applied
   std::vector<std::pair<at::Tensor, unsigned>> leaf_hooks;  // (parameter, hook position)
 
   ~ParallelizedState() {
-    for (const auto& [m, owner] : checkpointed) unmark_checkpointed(m, owner);
+    for (const auto& [m, mark] : checkpointed) unmark_checkpointed(m, mark.get());
     if (!contract) return;
     for (auto& [p, position] : leaf_hooks) p.remove_hook(position);
     dp.reset();
@@ -120,10 +120,11 @@ struct ParallelizedState {
 namespace {
 
 // The modules activation checkpointing recomputes.
-std::vector<const torch::nn::Module*> checkpointed_modules(torch::nn::Module& model,
-                                                           const ActivationCheckpointPlan& plan) {
-  std::vector<const torch::nn::Module*> modules;
-  for (const auto& path : plan.modules) modules.push_back(&find_module(model, path, "activation_checkpoint.modules"));
+std::vector<std::pair<std::string, const torch::nn::Module*>> checkpointed_modules(
+    torch::nn::Module& model, const ActivationCheckpointPlan& plan) {
+  std::vector<std::pair<std::string, const torch::nn::Module*>> modules;
+  for (const auto& path : plan.modules)
+    modules.emplace_back(path, &find_module(model, path, "activation_checkpoint.modules"));
   return modules;
 }
 
@@ -334,8 +335,8 @@ Parallelized parallelize(torch::nn::Module& model, const dist::Mesh& mesh, const
       if (const auto* binding = d::find_binding(p)) data_parallel_options.ignored_params.push_back(binding->info.fqn);
     }
   }
-  for (const auto* m : checkpointed) {
-    state->checkpointed.emplace_back(m, parallel::detail::mark_checkpointed(m, checkpoint_options));
+  for (const auto& [path, m] : checkpointed) {
+    state->checkpointed.emplace_back(m, parallel::detail::mark_checkpointed(*m, path, checkpoint_options));
   }
   state->per_op = checkpoint_options.per_op != nullptr;
   if (data_parallel) {

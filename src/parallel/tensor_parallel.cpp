@@ -60,13 +60,14 @@ std::unique_ptr<TensorParallel> detail::apply_tensor_parallel(torch::nn::Module&
                 .trace = plan.trace ? std::make_shared<std::vector<TensorParallelEvent>>() : nullptr};
   for (const auto& [path, style] : plan.styles) {
     torch::nn::Module& module = detail::find_module(model, path, "tensor_parallel");
-    detail::AppliedStyle applied = detail::apply_style(path, module, style, state->ctx);
+    detail::AppliedStyle applied =
+        detail::apply_style(path, module, style, state->ctx, detail::prepared_by_ancestor(plan, path));
     if (applied.hook) {
-      state->hooks.push_back({.path = path, .hook = applied.hook});
-      detail::set_module_hook(&module, std::move(applied.hook));
-      state->hooked.push_back(&module);
+      state->hooks.push_back({.path = path, .module = &module, .hook = applied.hook});
+      detail::set_module_hook(module, path, std::move(applied.hook));
     }
     state->params.insert(state->params.end(), applied.params.begin(), applied.params.end());
+    if (applied.layer.second != nullptr) state->layers.push_back(applied.layer);
     state->loss_parallel = state->loss_parallel || applied.loss_parallel;
     state->sequence_parallel = state->sequence_parallel || std::holds_alternative<SequenceParallel>(style);
   }

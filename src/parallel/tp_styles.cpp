@@ -11,31 +11,12 @@
 #include "titan/core/error.hpp"
 #include "titan/core/profile_scope.hpp"
 #include "titan/dist/functional.hpp"
-#include "titan/float8/linear.hpp"
 #include "titan/layout/shardable.hpp"
 
 namespace titan::parallel::detail {
 namespace {
 
 using Kind = Placement::Kind;
-
-// Inputs a PrepareModuleInput has already made replicated for the layers inside its module: their
-// gradient sum is that module's job (a reduce-scatter or all-reduce), so a colwise layer inside
-// must not add its own (DTensor's "input is already a DTensor" case). The same holds for every
-// replicated activation computed inside such a module (MLA's kv_norm output feeding wkv_b): backward
-// is linear in the incoming gradient, so each rank's share flows back to the module's input and is
-// summed there once, while the replicated weights on the way sum theirs (SequenceParallel).
-thread_local int prepared_depth = 0;
-
-struct PreparedScope {
-  PreparedScope() { ++prepared_depth; }
-  ~PreparedScope() { --prepared_depth; }
-  PreparedScope(const PreparedScope&) = delete;
-  PreparedScope& operator=(const PreparedScope&) = delete;
-};
-
-// Inside a prepared module's forward (its input, or any replicated activation derived from it).
-bool inside_prepared_module() { return prepared_depth > 0; }
 
 // Replaces param's data by its chunk along dim and records where it lies.
 void shard_param(const std::string& fqn, at::Tensor& param, int64_t dim, const TpContext& ctx) {
@@ -131,16 +112,16 @@ at::Tensor reduce_scatter_of(const at::Tensor& x, int64_t dim, const TpContext& 
 struct ColwiseHook final : ModuleHook {
   ColwiseParallel style;
   TpContext ctx;
-  ColwiseHook(ColwiseParallel s, TpContext c) : style(s), ctx(std::move(c)) {}
+  bool prepared;  // inside a module whose input a PrepareModuleInput replicated (prepared_by_ancestor)
+  ColwiseHook(ColwiseParallel s, TpContext c, bool p) : style(s), ctx(std::move(c)), prepared(p) {}
 
   at::Tensor call(const at::Tensor& x, c10::function_ref<at::Tensor(const at::Tensor&)> inner) const override {
-    auto compute = [&](const at::Tensor& in) {            // in: replicated, its gradient summed over tp on the way back
-      const float8::WholeTensorScales scales(ctx.group);  // a float8 layer scales as one device would
-      at::Tensor y = inner(in);                           // (..., out/tp)
+    auto compute = [&](const at::Tensor& in) {  // in: replicated, its gradient summed over tp on the way back
+      at::Tensor y = inner(in);                 // (..., out/tp)
       return style.output_layout.kind == Kind::kReplicate ? dist::gather_to_replicate(y, ctx.group, -1) : y;
     };
     if (style.input_layout.kind == Kind::kShard) return gather_then(x, style.input_layout.dim, ctx, compute);
-    return compute(inside_prepared_module() ? x : dist::copy_to_group(x, ctx.group));
+    return compute(prepared ? x : dist::copy_to_group(x, ctx.group));
   }
 };
 
@@ -152,8 +133,7 @@ struct RowwiseHook final : ModuleHook {
   RowwiseHook(RowwiseParallel s, TpContext c) : style(s), ctx(std::move(c)) {}
 
   at::Tensor call(const at::Tensor& x, c10::function_ref<at::Tensor(const at::Tensor&)> inner) const override {
-    auto partial = [&](const at::Tensor& in) {            // this rank's term of the output sum
-      const float8::WholeTensorScales scales(ctx.group);  // a float8 layer scales as one device would
+    auto partial = [&](const at::Tensor& in) {  // this rank's term of the output sum
       if (vocab_begin >= 0) {
         // Tokens outside this rank's rows look up row 0 and are zeroed: the sum over ranks is the lookup.
         const at::Tensor outside = in.lt(vocab_begin).logical_or_(in.ge(vocab_end));  // (B, S) bool
@@ -177,12 +157,8 @@ struct PrepareInputHook final : ModuleHook {
     if (style.desired_input_layout.kind == Kind::kShard) {
       return inner(dist::split_to_shard(x, ctx.group, style.desired_input_layout.dim));
     }
-    auto run = [&](const at::Tensor& in) {
-      const PreparedScope scope;
-      return inner(in);
-    };
-    if (style.input_layout.kind == Kind::kShard) return gather_then(x, style.input_layout.dim, ctx, run);
-    return run(dist::copy_to_group(x, ctx.group));
+    if (style.input_layout.kind == Kind::kShard) return gather_then(x, style.input_layout.dim, ctx, inner);
+    return inner(dist::copy_to_group(x, ctx.group));
   }
 };
 
@@ -250,14 +226,29 @@ void check_style(const std::string& path, const torch::nn::Module& module, const
   }
 }
 
+bool prepared_by_ancestor(const TensorParallelPlan& plan, const std::string& path) {
+  for (const auto& [ancestor, style] : plan.styles) {
+    const auto* prepare = std::get_if<PrepareModuleInput>(&style);
+    if (prepare == nullptr || prepare->desired_input_layout.kind == Kind::kShard || ancestor == path) continue;
+    if (ancestor.empty() || path.starts_with(ancestor + ".")) return true;
+  }
+  return false;
+}
+
 AppliedStyle apply_style(const std::string& path, torch::nn::Module& module, const ParallelStyle& style,
-                         const TpContext& ctx) {
+                         const TpContext& ctx, bool prepared) {
   AppliedStyle applied;
+  if (std::holds_alternative<ColwiseParallel>(style) || std::holds_alternative<RowwiseParallel>(style)) {
+    // The layer hands the group to a float8 matmul, whose scales then span the shards as one device's would.
+    auto* layer = dynamic_cast<ShardableLayer*>(&module);
+    layer->tp_group = &ctx.group;
+    applied.layer = {shared_owner(module, path), layer};
+  }
   if (const auto* s = std::get_if<ColwiseParallel>(&style)) {
     at::Tensor& weight = *weight_of(module, ShardableLayer::Role::kLinear);
     shard_param(param_name(path, "weight"), weight, 0, ctx);
     applied.params.push_back(weight);
-    applied.hook = std::make_shared<ColwiseHook>(*s, ctx);
+    applied.hook = std::make_shared<ColwiseHook>(*s, ctx, prepared);
     applied.loss_parallel = s->loss_parallel;
   } else if (const auto* r = std::get_if<RowwiseParallel>(&style)) {
     auto hook = std::make_shared<RowwiseHook>(*r, ctx);

@@ -88,16 +88,15 @@ ShardedLinearDiff sharded_float8_linear(bool whole_tensor_scales) {
   std::mutex mutex;
   titan::dist::run_local_ranks(2, [&](int64_t rank, const titan::dist::Store& store) {
     const titan::dist::Mesh mesh(titan::dist::MeshShape{.tp = 2}, rank, store, titan::test::kFast);
-    std::optional<titan::float8::WholeTensorScales> scales;
-    if (whole_tensor_scales) scales.emplace(mesh.group("tp"));
+    const titan::parallel::WeightUse use{.tp_group = whole_tensor_scales ? &mesh.group("tp") : nullptr};
     // Colwise: this rank's 16 output features; the full input.
     const at::Tensor w_col = (w * tiny_rows).narrow(0, 16 * rank, 16).clone().requires_grad_(true);  // (16, 64)
-    const at::Tensor y_c = titan::float8::float8_linear(x, w_col, config);                           // (8, 16)
+    const at::Tensor y_c = titan::float8::float8_linear(x, w_col, config, use);                      // (8, 16)
     y_c.backward(gy.narrow(1, 16 * rank, 16));
     // Rowwise: this rank's 32 input features; partial outputs summed over tp.
     const at::Tensor x_r = (x * tiny_cols).narrow(1, 32 * rank, 32);                                 // (8, 32)
     const at::Tensor w_row = (w * tiny_cols).narrow(1, 32 * rank, 32).clone().requires_grad_(true);  // (32, 32)
-    at::Tensor y_r = titan::float8::float8_linear(x_r, w_row, config);                               // (8, 32)
+    at::Tensor y_r = titan::float8::float8_linear(x_r, w_row, config, use);                          // (8, 32)
     y_r.backward(gy);
     at::Tensor y_sum = y_r.detach().clone();
     mesh.group("tp").all_reduce(y_sum).wait();

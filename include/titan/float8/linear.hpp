@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "titan/layout/shardable.hpp"
+#include "titan/layout/sharded_param.hpp"
 
 namespace titan::dist {
 class ProcessGroup;
@@ -48,22 +49,12 @@ struct Float8LinearConfig {
 /// x (..., K), w (N, K) -> (..., N). Tensorwise GEMMs go through at::_scaled_mm unless emulated;
 /// rowwise ones are emulated on CPU (at::_scaled_mm supports only tensorwise scales there). Under autocast
 /// on x's device, x is cast to the autocast dtype first and the output is in that dtype (torchao's).
-at::Tensor float8_linear(const at::Tensor& x, const at::Tensor& w, const Float8LinearConfig& config);
-
-/// While alive, tensorwise float8_linear calls on this thread scale each operand (input, weight, and
-/// in backward grad_output) by the amax of the whole tensor it is a shard of: the shard amaxes are
-/// all-reduced (MAX) over `group`, so shards get the bytes one device would. The TP styles hold one
-/// around the layers they shard (torchao's Float8ColwiseParallel / Float8RowwiseParallel scales).
-class WholeTensorScales {
- public:
-  explicit WholeTensorScales(const dist::ProcessGroup& group);
-  ~WholeTensorScales();
-  WholeTensorScales(const WholeTensorScales&) = delete;
-  WholeTensorScales& operator=(const WholeTensorScales&) = delete;
-
- private:
-  const dist::ProcessGroup* previous_;
-};
+/// `use`: w's float8 form when FSDP gathered it so (tensorwise only), and the tensor-parallel group w
+/// is a shard over: tensorwise casts of each operand (input, weight, and in backward grad_output) then
+/// take the amax of the whole tensor, all-reduced (MAX) over it, so shards get the bytes one device
+/// would (torchao's Float8ColwiseParallel / Float8RowwiseParallel scales).
+at::Tensor float8_linear(const at::Tensor& x, const at::Tensor& w, const Float8LinearConfig& config,
+                         const parallel::WeightUse& use = {});
 
 /// A bias-free Linear (as titan::nn::Linear) whose matmuls run in float8.
 class Float8Linear : public torch::nn::Module, public parallel::ShardableLayer {

@@ -17,6 +17,7 @@
 
 #include <atomic>
 #include <memory>
+#include <string>
 
 namespace torch::nn {
 class Module;
@@ -36,8 +37,13 @@ struct ModuleHook {
 };
 extern std::atomic<int64_t> hooked_modules;
 const ModuleHook* find_module_hook(const torch::nn::Module* module);
-void set_module_hook(const torch::nn::Module* module, std::shared_ptr<const ModuleHook> hook);
-void remove_module_hook(const torch::nn::Module* module);
+/// Attaches hook to module (path names it in errors; the module must be held by a std::shared_ptr).
+void set_module_hook(const torch::nn::Module& module, const std::string& path, std::shared_ptr<const ModuleHook> hook);
+/// Removes module's hook if it is still `hook` (the caller's), not one a later handle attached.
+void remove_module_hook(const torch::nn::Module* module, const ModuleHook* hook);
+/// module's shared owner, for an index entry that must not outlive it; throws naming path when the module is
+/// not held by a std::shared_ptr.
+std::weak_ptr<const torch::nn::Module> shared_owner(const torch::nn::Module& module, const std::string& path);
 }  // namespace detail
 
 /// Runs f(x) as module's forward under the style applied to module (if any).

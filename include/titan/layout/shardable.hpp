@@ -6,6 +6,10 @@
 
 #include <ATen/core/Tensor.h>
 
+namespace titan::dist {
+class ProcessGroup;
+}
+
 namespace titan::parallel {
 
 /// A layer whose weight a ColwiseParallel / RowwiseParallel style may shard.
@@ -19,6 +23,11 @@ class ShardableLayer {
   virtual Role shardable_role() const = 0;
   /// The registered weight parameter (the style rebinds it to its tp shard).
   virtual at::Tensor& shardable_weight() = 0;
+
+  /// The tensor-parallel group the style sharded the weight over (null: none, or one rank); the layer's
+  /// forward hands it to a float8 matmul, whose tensorwise scales then span the shards. Set by the style,
+  /// cleared by its handle.
+  const dist::ProcessGroup* tp_group = nullptr;
 };
 
 }  // namespace titan::parallel

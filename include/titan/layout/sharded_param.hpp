@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -19,7 +20,8 @@
 
 namespace titan::dist {
 class Mesh;
-}
+class ProcessGroup;
+}  // namespace titan::dist
 
 namespace titan::parallel {
 
@@ -63,29 +65,46 @@ struct GatheredFloat8 {
   at::Tensor scale{};  ///< () float32
 };
 
-/// The float8 form of w when w is the tensor with_param just handed its callback for a parameter
-/// gathered in float8, else nullopt. Such a w carries autograd's edge to the shard but no values
-/// (every element reads NaN): the layer computes from the float8 form. Taken once per use.
-std::optional<GatheredFloat8> take_gathered_float8(const at::Tensor& w);
+/// What a layer's matmul may need besides x and w under a parallel layout (both null on one device):
+/// handed to it explicitly, never through ambient state.
+struct WeightUse {
+  /// w as FSDP all-gathered it in float8 (w itself then carries autograd's edge to the shard but no values).
+  const GatheredFloat8* float8 = nullptr;
+  /// The tensor-parallel group w is sharded over: a float8 layer's tensorwise scales span its shards.
+  const dist::ProcessGroup* tp_group = nullptr;
+};
 
 namespace detail {
 struct Binding;
 extern std::atomic<int64_t> bound_params;
+/// What a handler hands a layer for one use of a parameter.
+struct Materialized {
+  at::Tensor tensor{};                     ///< what the layer computes with
+  std::optional<GatheredFloat8> float8{};  ///< the float8 form, when the handler gathered it in float8
+};
 const Binding* find_binding(const at::Tensor& p);
-at::Tensor materialize(const Binding& binding);
+Materialized materialize(const Binding& binding);
 at::Tensor after_use(const Binding& binding, const at::Tensor& output);
-/// Called by a handler's materialize: `carrier` (what it returns) stands for `f8` in this use.
-void offer_gathered_float8(const at::Tensor& carrier, GatheredFloat8 f8);
+
+template <class F>
+at::Tensor call_with(F& f, const at::Tensor& w, const GatheredFloat8* float8) {
+  if constexpr (std::is_invocable_v<F&, const at::Tensor&, const GatheredFloat8*>)
+    return f(w, float8);
+  else
+    return f(w);
+}
 }  // namespace detail
 
 /// Calls f with the tensor the layer needs for p this step (e.g. the all-gathered weight under
-/// FSDP) and returns f's result, wired so that p's gradient reaches its shard.
+/// FSDP) and returns f's result, wired so that p's gradient reaches its shard. f takes (w) or
+/// (w, const GatheredFloat8*): the second form also gets p's float8 form when FSDP gathered it so.
 template <class F>
 at::Tensor with_param(const at::Tensor& p, F&& f) {
-  if (detail::bound_params.load(std::memory_order_relaxed) == 0) return f(p);
+  if (detail::bound_params.load(std::memory_order_relaxed) == 0) return detail::call_with(f, p, nullptr);
   const detail::Binding* binding = detail::find_binding(p);
-  if (binding == nullptr) return f(p);
-  return detail::after_use(*binding, f(detail::materialize(*binding)));
+  if (binding == nullptr) return detail::call_with(f, p, nullptr);
+  const detail::Materialized used = detail::materialize(*binding);
+  return detail::after_use(*binding, detail::call_with(f, used.tensor, used.float8 ? &*used.float8 : nullptr));
 }
 
 }  // namespace titan::parallel

@@ -11,12 +11,15 @@
 #include <functional>
 
 #include "titan/layout/shardable.hpp"
+#include "titan/layout/sharded_param.hpp"
 
 namespace titan::nn {
 
 /// A Linear's matmul as a model converter replaces it: x (..., in), w (out, in) -> (..., out),
-/// differentiable in both (float8::convert_to_float8 installs float8 GEMMs).
-using LinearMatmul = std::function<at::Tensor(const at::Tensor& x, const at::Tensor& w)>;
+/// differentiable in both (float8::convert_to_float8 installs float8 GEMMs); `use` says how the layout
+/// gathered and sharded w.
+using LinearMatmul =
+    std::function<at::Tensor(const at::Tensor& x, const at::Tensor& w, const parallel::WeightUse& use)>;
 
 /// y = x W^T, plus b with a bias.
 class Linear : public torch::nn::Module, public parallel::ShardableLayer {

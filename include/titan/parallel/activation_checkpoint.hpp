@@ -54,10 +54,11 @@ at::Tensor checkpoint_call(const torch::nn::Module& module, const at::Tensor& x,
 at::Tensor checkpoint(const at::Tensor& x, Recomputable fn, const CheckpointOptions& options = {});
 
 namespace detail {
-/// Marks `module` for checkpointing (parallelize); returns its owner, which clears the mark
-/// (the handle's destructor) only while the mark is still that module's.
-std::weak_ptr<const torch::nn::Module> mark_checkpointed(const torch::nn::Module* module, CheckpointOptions options);
-void unmark_checkpointed(const torch::nn::Module* module, const std::weak_ptr<const torch::nn::Module>& owner);
+/// Marks `module` (at `path`, for errors; held by a std::shared_ptr) for checkpointing; returns the mark, which the
+/// handle keeps and clears with unmark_checkpointed (only while it is still the module's mark).
+std::shared_ptr<const CheckpointOptions> mark_checkpointed(const torch::nn::Module& module, const std::string& path,
+                                                           CheckpointOptions options);
+void unmark_checkpointed(const torch::nn::Module* module, const CheckpointOptions* mark);
 }  // namespace detail
 
 }  // namespace titan::parallel
