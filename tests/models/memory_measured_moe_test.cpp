@@ -170,7 +170,7 @@ const std::vector<Case>& cases() {
 }  // namespace
 
 TEST_CASE("memory plan: Qwen3-MoE and DeepSeek-V3 CPU layouts with EP measured by the tracker within 10 percent",
-          "[models][memory_plan][dist][moe]") {
+          "[models][memory_plan][dist][moe][full]") {
   for (const Family& f : families()) {
     for (const Case& c : cases()) {
       const JobConfig config = job(f, c);
