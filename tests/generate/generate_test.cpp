@@ -152,18 +152,20 @@ TEST_CASE("greedy titan-generate on a titan model exported to HF equals transfor
 }
 
 TEST_CASE(
-    "greedy titan-generate on HF Qwen3-MoE (a dense block among them) and DeepSeek-V3 models equals transformers' "
-    "generate",
+    "greedy titan-generate on HF Qwen3-MoE (a dense block among them), DeepSeek-V3 and gpt-oss models equals "
+    "transformers' generate",
     "[generate][hf][full]") {
   // transformers makes each random model (norms around 1, matrices N(0, 0.08^2): greedy choices by clear
   // margins); titan-generate picks the family by the config's architectures and decodes through its
-  // attention's KV-cache forward (DeepSeek-V3's latent attention caches every head's keys and values).
+  // attention's KV-cache forward (DeepSeek-V3's latent attention caches every head's keys and values;
+  // gpt-oss's blocks 0 and 2 slide over 5 tokens, so prompt + 20 new tokens run far past the window, with sinks).
   struct Family {
     const char* oracle;
     const char* flags;
   };
   // Qwen3-MoE's oracle model keeps block 1 dense (mlp_only_layers): dense Qwen3 blocks and q/k norms are in it.
-  const Family family = GENERATE(Family{"qwen3_oracle.py", " --moe"}, Family{"hf_deepseek_v3.py", " --q-lora"});
+  const Family family = GENERATE(Family{"qwen3_oracle.py", " --moe"}, Family{"hf_deepseek_v3.py", " --q-lora"},
+                                 Family{"hf_gpt_oss.py", ""});
   INFO(family.oracle << family.flags);
   test::TempDir dir;
   const fs::path hf = dir.path / "hf";
