@@ -95,6 +95,16 @@ void add_moe(const nn::MoE& moe, int64_t tokens, const Shapes& x, BlockTerms* t,
   // The experts' output (N, D), which index_copy keeps (its source's gradient is expanded as the source).
   const int64_t routed_out = N * D * a;
   int64_t saved = router + permutation + combine + routed + experts + routed_out;
+  // Under EP with mixed precision each read casts this rank's experts to the compute dtype (FSDP, which
+  // would gather them in it, leaves them alone), and the grouped GEMMs keep those copies for backward.
+  if (x.ep > 1 && x.expert_copy > 0) {
+    const nn::GroupedExperts& e = *moe.experts;
+    int64_t numel = 0;  // every (E, ...) weight and bias
+    for (const at::Tensor* w : {&e.w1, &e.w2, &e.w3, &e.w1_bias, &e.w2_bias, &e.w3_bias}) {
+      if (w->defined()) numel += w->numel();
+    }
+    saved += numel / x.ep * x.expert_copy;
+  }
   if (moe.shared_experts) {
     const int64_t Fs = moe.shared_experts->w1->weight.size(0);
     saved += swiglu_saved(tokens, Fs, x);

@@ -53,7 +53,9 @@ AcPolicy ac_policy(const ActivationCheckpointConfig& ac, const DecoderShape& sha
 
 // What the activation model needs of one layout.
 struct Shapes : ActivationShapes {
-  int64_t ep = 1;              // expert parallel: the routed tokens go through two all-to-alls
+  int64_t ep = 1;  // expert parallel: the routed tokens go through two all-to-alls
+  int64_t expert_copy =
+      0;  // bytes per element of the compute-dtype copy of EP's experts (0: none, they are read as kept)
   bool fused_loss = false;     // CPU's fused cross-entropy (keeps the logits + two floats per token), not under TP
   bool compiled = false;       // torch.compile of the blocks: inductor fuses the SwiGLU's elementwise ops
   bool loss_parallel = false;  // GPU, TP > 1 and parallelism.disable_loss_parallel false

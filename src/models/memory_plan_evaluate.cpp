@@ -147,6 +147,7 @@ MemoryPlan evaluate(const Context& c, const Layout& l) {
   x.bytes = compute_bytes;
   x.fused_norm = gpu;
   x.ep = m.ep;
+  x.expert_copy = gpu && g_bytes != p_bytes ? g_bytes : 0;
   x.fused_loss = !gpu && m.tp == 1;
   x.compiled = gpu && compiled;
   x.loss_parallel = gpu && m.tp > 1 && !cfg.parallelism.disable_loss_parallel;
