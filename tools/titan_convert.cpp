@@ -15,6 +15,7 @@
 #include <ATen/ATen.h>
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -85,6 +86,15 @@ std::vector<std::pair<std::string, at::Tensor>> read_titan(const fs::path& input
   return out;
 }
 
+// The adapter's HF name for a titan name; empty where it names none or refuses the name.
+std::string hf_name_or_empty(const ckpt::HfAdapter& adapter, const std::string& fqn) {
+  try {
+    return adapter.hf_name(fqn);
+  } catch (const c10::Error&) {
+    return "";
+  }
+}
+
 at::ScalarType dtype_of(const std::string& name) {
   const std::optional<titan::DType> dtype = titan::parse_choice<titan::DType>(name);
   if (!dtype) {
@@ -125,12 +135,8 @@ void to_hf(const std::map<std::string, std::string>& flags) {
   // An MoE expert bias goes to HF only where the family's HF twin has one (DeepSeek-V3's
   // e_score_correction_bias); other adapters name no HF tensor for it, or refuse the name.
   std::erase_if(tensors, [&](const auto& named) {
-    if (!named.first.ends_with(".expert_bias")) return false;
-    try {
-      return adapter == nullptr || adapter->hf_name(named.first).empty();
-    } catch (const c10::Error&) {
-      return true;
-    }
+    return named.first.ends_with(".expert_bias") &&
+           (adapter == nullptr || hf_name_or_empty(*adapter, named.first).empty());
   });
   if (!adapter)
     throw std::invalid_argument(fmt::format("expected a model with a Hugging Face twin, got {}", flags.at("model")));
@@ -148,7 +154,17 @@ void from_hf(const std::map<std::string, std::string>& flags) {
   const std::vector<at::Tensor> params = model->unique_parameters();
   ckpt::State state;
   ckpt::add_model(state, titan::parameter_names(*model, params), params, nullptr);
-  ckpt::load_hf(flags.at("input"), state, *model->hf_adapter());
+  // MoE expert biases where the family's HF twin stores them (DeepSeek-V3's e_score_correction_bias): to-hf
+  // gives them back; a twin without them (Qwen3-MoE, gpt-oss) leaves them out.
+  const auto adapter = model->hf_adapter();
+  ckpt::State biases;
+  ckpt::add_expert_biases(biases, *model, "model", nullptr);
+  const std::vector<std::string> hf_names = reader.names();
+  for (auto& st : biases.tensors) {
+    const std::string hf_name = hf_name_or_empty(*adapter, st.key.substr(std::string("model.").size()));
+    if (std::find(hf_names.begin(), hf_names.end(), hf_name) != hf_names.end()) state.tensors.push_back(std::move(st));
+  }
+  ckpt::load_hf(flags.at("input"), state, *adapter);
   std::vector<std::pair<std::string, at::Tensor>> out;
   for (const auto& st : state.tensors) out.emplace_back(st.key.substr(std::string("model.").size()), st.tensor);
   ckpt::write_safetensors(flags.at("output"), out, {{"format", "pt"}, {"writer", "titan-convert from-hf"}});

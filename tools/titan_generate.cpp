@@ -270,11 +270,7 @@ int run(const Options& o) {
   checkpoint::add_model(state, parameter_names(*model, params), params, &mesh);
   // MoE expert biases steer routing: buffers, under "moe.<fqn>" in a titan checkpoint (as the trainer saves
   // them) and mapped by the adapter (DeepSeek-V3's e_score_correction_bias) from Hugging Face.
-  for (const auto& item : model->named_buffers(/*recurse=*/true)) {
-    if (!item.key().ends_with(".expert_bias")) continue;
-    state.tensors.push_back(
-        checkpoint::state_tensor((source.hf ? "model." : "moe.") + item.key(), item.value(), &mesh));
-  }
+  checkpoint::add_expert_biases(state, *model, source.hf ? "model" : "moe", &mesh);
   if (source.hf) {
     checkpoint::load_hf(source.folder, state, *model->hf_adapter());
   } else {

@@ -10,6 +10,7 @@
 #include <ATen/ATen.h>
 #include <ATen/core/grad_mode.h>
 #include <fmt/format.h>
+#include <torch/nn/module.h>
 
 #include <chrono>
 #include <cstdlib>
@@ -252,6 +253,13 @@ void add_model(State& state, const std::vector<std::string>& names, const std::v
               names.size(), params.size());
   for (size_t i = 0; i < params.size(); ++i)
     state.tensors.push_back(state_tensor("model." + names[i], params[i], mesh, /*per_stage=*/true));
+}
+
+void add_expert_biases(State& state, const torch::nn::Module& model, const std::string& group, const dist::Mesh* mesh) {
+  for (const auto& item : model.named_buffers(/*recurse=*/true)) {
+    if (item.key().ends_with(".expert_bias"))
+      state.tensors.push_back(state_tensor(group + "." + item.key(), item.value(), mesh));
+  }
 }
 
 void add_optimizer(State& state, const std::vector<std::string>& names, const Optimizer& optimizer,

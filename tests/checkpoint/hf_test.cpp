@@ -7,6 +7,7 @@
 #include <ATen/CPUGeneratorImpl.h>
 #include <fmt/format.h>
 
+#include "checkpoint/convert_round_trip.hpp"
 #include "dist/subprocess.hpp"
 #include "test_util.hpp"
 #include "titan/checkpoint/checkpoint.hpp"
@@ -40,16 +41,6 @@ at::Tensor titan_logits(const llama3::Llama3& model, const at::Tensor& tokens) {
   return model.forward(tokens).to(at::kFloat);  // (B, S, V)
 }
 
-int run_tool(const std::vector<std::string>& args) {
-  test::Subprocess tool(args, {});
-  const auto status = tool.wait(120);
-  INFO(tool.output());
-  REQUIRE(status);
-  return test::exit_code(*status);
-}
-
-std::string convert_path() { return (test::binary_dir() / "bin" / "titan-convert").string(); }
-
 }  // namespace
 
 TEST_CASE("an HF Llama saved by transformers loads into titan with the same logits", "[checkpoint][hf][full]") {
@@ -73,22 +64,12 @@ TEST_CASE("an HF Llama saved by transformers loads into titan with the same logi
   const at::Tensor logits = titan_logits(model, tokens);
   CHECK((logits - expected.read("logits")).abs().max().item<double>() < kLogitTolerance);
 
-  // titan-convert from-hf gives the same weights; to-hf gives transformers the same model back.
-  const fs::path converted = dir.path / "titan.safetensors", back = dir.path / "back";
-  REQUIRE(run_tool({convert_path(), "from-hf", "--input", hf.string(), "--output", converted.string()}) == 0);
+  // titan-convert to-hf gives transformers the same model back; from-hf gives the same weights.
+  test::check_convert_round_trip(hf, dir.path, sharded ? 30000 : 100000000);
   llama3::Llama3 again(args, tokens.size(1), at::TensorOptions());
   checkpoint::State again_state = model_state(again);
-  checkpoint::load_safetensors(checkpoint::SafetensorsFile(converted), again_state);
+  checkpoint::load_safetensors(checkpoint::SafetensorsFile(dir.path / "converted.safetensors"), again_state);
   CHECK(at::equal(titan_logits(again, tokens), logits));
-  REQUIRE(run_tool({convert_path(), "to-hf", "--input", converted.string(), "--output", back.string(), "--like",
-                    hf.string(), "--max-shard-bytes", sharded ? "30000" : "100000000"}) == 0);
-  const checkpoint::HfReader original(hf), round_trip(back);
-  CHECK(round_trip.names() == original.names());
-  for (const auto& name : original.names()) {
-    INFO(name);
-    CHECK(at::equal(round_trip.read(name), original.read(name)));
-  }
-  CHECK(fs::exists(back / "model.safetensors.index.json") == sharded);
 }
 
 TEST_CASE("a trained titan model exported to HF at the end of training gives transformers its logits",

@@ -6,6 +6,7 @@
 #include <ATen/ATen.h>
 #include <fmt/format.h>
 
+#include "checkpoint/convert_round_trip.hpp"
 #include "test_util.hpp"
 #include "titan/checkpoint/checkpoint.hpp"
 #include "titan/checkpoint/hf.hpp"
@@ -65,13 +66,16 @@ Loaded load_random_hf(const fs::path& dir, const std::string& flags) {
 
 }  // namespace
 
-TEST_CASE("an HF DeepSeek-V3 with full-rank q and interleaved RoPE without YaRN loads into titan with the same logits",
-          "[models][deepseek_v3][hf][full]") {
+TEST_CASE(
+    "an HF DeepSeek-V3 with full-rank q and interleaved RoPE without YaRN loads into titan with the same logits "
+    "and titan-convert round-trips it",
+    "[models][deepseek_v3][hf][full]") {
   test::TempDir dir;
   const Loaded loaded = load_random_hf(dir.path, "--no-yarn");
   CHECK_FALSE(*loaded.model->args().yarn);
   CHECK(loaded.model->args().q_lora_rank == 0);
   CHECK((titan_logits(*loaded.model, loaded.tokens) - loaded.logits).abs().max().item<double>() < kLogitTolerance);
+  test::check_convert_round_trip(dir.path / "hf", dir.path);  // e_score_correction_bias included
 }
 
 TEST_CASE("an HF DeepSeek-V3 with low-rank q and rotate-half RoPE and YaRN round-trips through titan",

@@ -9,6 +9,7 @@
 #include <ATen/CPUGeneratorImpl.h>
 #include <fmt/format.h>
 
+#include "checkpoint/convert_round_trip.hpp"
 #include "test_util.hpp"
 #include "titan/checkpoint/checkpoint.hpp"
 #include "titan/checkpoint/hf.hpp"
@@ -106,6 +107,7 @@ TEST_CASE("an HF gpt-oss saved by transformers loads into titan with its logits 
   CHECK(again.sliding_window == args.sliding_window);
   CHECK(again.moe.swiglu_limit == args.moe.swiglu_limit);
   CHECK(again.original_seq_len == args.original_seq_len);
+  test::check_convert_round_trip(hf, dir.path);  // the same through titan-convert from-hf and to-hf --like
 }
 
 TEST_CASE("a gpt-oss made by titan exports to HF and transformers gives its logits",

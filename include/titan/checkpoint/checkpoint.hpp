@@ -31,6 +31,10 @@
 namespace titan {
 class Optimizer;
 }
+namespace torch::nn {
+class Module;
+}
+
 namespace titan::dist {
 class Mesh;
 }
@@ -59,6 +63,10 @@ StateTensor state_tensor(std::string key, const at::Tensor& p, const dist::Mesh*
 /// Adds "model.<name>" for each parameter.
 void add_model(State& state, const std::vector<std::string>& names, const std::vector<at::Tensor>& params,
                const dist::Mesh* mesh);
+/// Adds "<group>.<fqn>" for each MoE expert bias of model (a buffer named *.expert_bias: it steers routing): group
+/// "moe" as the trainer saves them in a titan checkpoint, "model" for a Hugging Face folder, whose adapter names them
+/// (DeepSeek-V3's e_score_correction_bias).
+void add_expert_biases(State& state, const torch::nn::Module& model, const std::string& group, const dist::Mesh* mesh);
 /// Adds "optimizer.<name>.<state>" for each of the optimizer's parameters and each of its named state
 /// tensors (AdamW: exp_avg, exp_avg_sq, step), through the optim::Optimizer interface only.
 void add_optimizer(State& state, const std::vector<std::string>& names, const Optimizer& optimizer,
