@@ -1,11 +1,13 @@
 // SPDX-License-Identifier: BSD-3-Clause
 // The memory planner's internals, shared by its files: memory_plan.cpp (entry points, checks, search),
-// memory_plan_evaluate.cpp (one layout's parts and step time), memory_plan_activations.cpp (what each
-// block keeps for backward) and memory_plan_format.cpp (tables, JSON, TOML).
+// memory_plan_evaluate.cpp (one layout's parts), memory_plan_time.cpp (its step time),
+// memory_plan_activations.cpp (what each block keeps for backward) and memory_plan_format.cpp (tables,
+// JSON, TOML).
 #pragma once
 
 #include <cstdint>
 #include <map>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -13,6 +15,7 @@
 #include "titan/models/decoder.hpp"
 #include "titan/models/memory_model.hpp"
 #include "titan/models/memory_plan.hpp"
+#include "titan/parallel/pipeline_schedule.hpp"
 
 namespace titan::models::detail {
 
@@ -101,5 +104,26 @@ struct Layout {
 };
 
 MemoryPlan evaluate(const Context& c, const Layout& l);
+
+// What the step-time model takes from one layout's memory walk (the shown pp rank's figures).
+struct StepInputs {
+  const Shapes& x;
+  const std::vector<BlockTerms>& terms;      // every block's
+  const std::set<std::string>& modules;      // the shown rank's top-level modules
+  const parallel::PipelineProgram& program;  // under PP
+  int64_t stages_per_rank = 1;               // stages on each pp rank
+  int64_t num_stages = 1;                    // stages in all
+  int64_t pp_microbatches = 1;               // microbatches of one pipeline step
+  int64_t boundary = 0;                      // bytes of a stage's output (and its gradient)
+  int64_t gathered = 0;                      // bytes FSDP gathers for the rank's units
+  int64_t reduced = 0;                       // bytes its reduce-scatters take in
+  int64_t units = 1;                         // its FSDP units
+  int64_t experts = 0;                       // its EP-sharded expert elements
+  int64_t r_bytes = 4;                       // bytes of a reduced gradient element
+  bool compiled = false;                     // torch.compile of the blocks
+  bool float8 = false;                       // float8 linears
+};
+// Fills plan->time, compute_efficiency, flops_per_step, step_seconds and tokens_per_second.
+void add_step_time(const Context& c, const Layout& l, const StepInputs& in, MemoryPlan* plan);
 
 }  // namespace titan::models::detail
