@@ -1,11 +1,11 @@
 // SPDX-License-Identifier: BSD-3-Clause
 // The planner against the tracker for the MoE families: small Qwen3-MoE (a dense block, then MoE blocks with
 // q/k norms, softmax routing with route_norm) and DeepSeek-V3 (tiny: latent attention, a dense block, MoE
-// blocks with shared experts) on CPU layouts, ranks as threads over Gloo: one rank without and with full
-// AC, FSDP 2, EP 2 (dp_shard 2 borrowed by ep 2: experts split over ep, the rest FSDP-sharded) and FSDP 4
-// x EP 2 (two ranks hold each expert). Each rank runs the trainer's step (zero_grad, forward + loss +
-// backward under the activations scope, AdamW) twice with titan's memory tracker installed, and the second
-// step's figures are compared with plan_memory's.
+// blocks with shared experts) on CPU layouts, ranks as threads over Gloo: one rank without AC, with full
+// AC and with per-op AC, FSDP 2, EP 2 (dp_shard 2 borrowed by ep 2: experts split over ep, the rest FSDP-sharded) and
+// FSDP 4 x EP 2 (two ranks hold each expert). Each rank runs the trainer's step (zero_grad, forward + loss + backward
+// under the activations scope, AdamW) twice with titan's memory tracker installed, and the second step's figures are
+// compared with plan_memory's.
 //
 // Tolerances: parameters, gradients and optimizer state are counts of tensors the plan knows exactly, so
 // they must match to the byte. Activations and communication within 10%, as for Llama 3: the planner
@@ -84,6 +84,7 @@ struct Case {
   std::string name;
   dist::MeshShape shape{};
   AcMode ac = AcMode::none;
+  std::string ac_option = "2";
 };
 
 JobConfig job(const Family& f, const Case& c) {
@@ -94,6 +95,7 @@ JobConfig job(const Family& f, const Case& c) {
   config.parallelism.data_parallel_shard_degree = c.shape.dp_shard;
   config.parallelism.expert_parallel_degree = c.shape.ep;
   config.activation_checkpoint.mode = c.ac;
+  config.activation_checkpoint.selective_ac_option = c.ac_option;
   return config;
 }
 
@@ -160,6 +162,7 @@ const std::vector<Case>& cases() {
   static const std::vector<Case> all = {
       {.name = "1 rank", .shape = {}},
       {.name = "1 rank full AC", .shape = {}, .ac = AcMode::full},
+      {.name = "1 rank op AC", .shape = {}, .ac = AcMode::selective, .ac_option = "op"},
       {.name = "FSDP 2", .shape = {.dp_shard = 2}},
       {.name = "EP 2", .shape = {.dp_shard = 2, .ep = 2}},
       {.name = "FSDP 4 x EP 2", .shape = {.dp_shard = 4, .ep = 2}},
