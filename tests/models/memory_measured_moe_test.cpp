@@ -1,10 +1,11 @@
 // SPDX-License-Identifier: BSD-3-Clause
 // The planner against the tracker for the MoE families: small Qwen3-MoE (a dense block, then MoE blocks with
-// q/k norms, softmax routing with route_norm) and DeepSeek-V3 (tiny: latent attention, a dense block, MoE
-// blocks with shared experts) on CPU layouts, ranks as threads over Gloo: one rank without AC, with full
-// AC and with per-op AC, FSDP 2, EP 2 (dp_shard 2 borrowed by ep 2: experts split over ep, the rest FSDP-sharded) and
-// FSDP 4 x EP 2 (two ranks hold each expert). Each rank runs the trainer's step (zero_grad, forward + loss + backward
-// under the activations scope, AdamW) twice with titan's memory tracker installed, and the second step's figures are
+// q/k norms, softmax routing with route_norm), DeepSeek-V3 (tiny: latent attention, a dense block, MoE blocks
+// with shared experts) and gpt-oss (sinks, a sliding window, biased experts with the clamped SwiGLU) on CPU
+// layouts, ranks as threads over Gloo: one rank without AC, with full AC and with per-op AC, FSDP 2, EP 2
+// (dp_shard 2 borrowed by ep 2: experts split over ep, the rest FSDP-sharded) and FSDP 4 x EP 2 (two ranks
+// hold each expert). Each rank runs the trainer's step (zero_grad, forward + loss + backward under the
+// activations scope, AdamW) twice with titan's memory tracker installed, and the second step's figures are
 // compared with plan_memory's.
 //
 // Tolerances: parameters, gradients and optimizer state are counts of tensors the plan knows exactly, so
@@ -24,6 +25,7 @@
 #include "titan/dist/local_ranks.hpp"
 #include "titan/dist/mesh.hpp"
 #include "titan/models/deepseek_v3/model.hpp"
+#include "titan/models/gpt_oss/model.hpp"
 #include "titan/models/memory_plan.hpp"
 #include "titan/models/qwen3/model.hpp"
 #include "titan/nn/init.hpp"
@@ -61,6 +63,21 @@ deepseek_v3::DeepSeekV3Args small_deepseek_v3() {
   return a;
 }
 
+// gpt-oss's blocks (sinks, a 32-token window in even blocks, biased projections and experts, the clamped
+// SwiGLU), shrunk: D 64, 2 blocks, 4 heads of 16 over 2 KV heads, 8 experts of 64 hidden, top 4.
+gpt_oss::GptOssArgs small_gpt_oss() {
+  gpt_oss::GptOssArgs a = gpt_oss::flavor("debugmodel");
+  a.dim = 64;
+  a.n_layers = 2;
+  a.n_heads = 4;
+  a.n_kv_heads = 2;
+  a.head_dim = 16;
+  a.vocab_size = 256;
+  a.moe_inter_dim = 64;
+  a.sliding_window = 32;
+  return a;
+}
+
 struct Family {
   std::string name;  // model.name: the planner's attention model
   std::function<std::shared_ptr<models::Decoder>(const at::Device&)> build;
@@ -75,6 +92,10 @@ const std::vector<Family>& families() {
       {.name = "deepseek_v3",
        .build = [](const at::Device& d) -> std::shared_ptr<models::Decoder> {
          return std::make_shared<deepseek_v3::DeepSeekV3>(small_deepseek_v3(), kSeqLen, at::TensorOptions().device(d));
+       }},
+      {.name = "gpt_oss",
+       .build = [](const at::Device& d) -> std::shared_ptr<models::Decoder> {
+         return std::make_shared<gpt_oss::GptOss>(small_gpt_oss(), kSeqLen, at::TensorOptions().device(d));
        }},
   };
   return all;
@@ -172,8 +193,9 @@ const std::vector<Case>& cases() {
 
 }  // namespace
 
-TEST_CASE("memory plan: Qwen3-MoE and DeepSeek-V3 CPU layouts with EP measured by the tracker within 10 percent",
-          "[models][memory_plan][dist][moe][full]") {
+TEST_CASE(
+    "memory plan: Qwen3-MoE DeepSeek-V3 and gpt-oss CPU layouts with EP measured by the tracker within 10 percent",
+    "[models][memory_plan][dist][moe][full]") {
   for (const Family& f : families()) {
     for (const Case& c : cases()) {
       const JobConfig config = job(f, c);
