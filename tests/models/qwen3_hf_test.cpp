@@ -12,6 +12,7 @@
 #include "titan/checkpoint/checkpoint.hpp"
 #include "titan/checkpoint/hf.hpp"
 #include "titan/checkpoint/safetensors.hpp"
+#include "titan/models/model_spec.hpp"
 #include "titan/models/qwen3/hf_adapter.hpp"
 #include "titan/models/qwen3/model.hpp"
 #include "titan/train/trainer.hpp"
@@ -129,20 +130,38 @@ TEST_CASE("a qwen3 debugmodel trained by titan exports to HF and transformers re
 TEST_CASE("titan-convert to-hf turns a trained qwen3 MoE checkpoint into a folder transformers loads",
           "[checkpoint][hf][qwen3][convert][full]") {
   // A full checkpoint of an MoE model holds the trained expert biases ("moe.<fqn>"), which HF Qwen3-MoE has no
-  // tensor for: the conversion leaves them out instead of failing on them.
+  // tensor for: the conversion leaves them out instead of failing on them. The model is debugmodel_moe cut to 2
+  // blocks of 4 experts (the flavor's 64 experts are 300M parameters): a family registered for the test, trained
+  // by Trainer<models::Decoder>; titan-convert, another process, gets the shapes --like titan's own HF export.
+  models::register_model({.name = "qwen3_tiny_moe",
+                          .flavors = [] { return std::vector<std::string>{"debugmodel_moe"}; },
+                          .build = [](const JobConfig& config, int64_t vocab, const at::Device& device,
+                                      const std::vector<std::string>& modules) -> std::shared_ptr<models::Decoder> {
+                            qwen3::Qwen3Args args = qwen3::flavor("debugmodel_moe");
+                            args.n_layers = 2;
+                            args.moe.num_experts = 4;
+                            args.moe.top_k = 2;
+                            args.moe_inter_dim = 64;
+                            if (vocab > 0) args.vocab_size = vocab;
+                            return std::make_shared<qwen3::Qwen3>(args, config.training.seq_len,
+                                                                  at::TensorOptions().device(device), modules);
+                          }});
   test::TempDir dir;
   JobConfig c = test::tinyshakespeare_job(dir.path, /*seq_len=*/32, /*local_batch=*/2, /*steps=*/2, /*seed=*/11);
-  c.model.name = "qwen3";
+  c.model.name = "qwen3_tiny_moe";
   c.model.flavor = "debugmodel_moe";
   c.checkpoint.enable = true;
   c.checkpoint.last_save_model_only = false;
   c.metrics.disable_color_printing = true;
-  Trainer<qwen3::Qwen3> trainer(c);
+  Trainer<models::Decoder> trainer(c);
   trainer.train();
-  const fs::path step = dir.path / "checkpoint" / "step-2", hf = dir.path / "hf";
+  const fs::path step = dir.path / "checkpoint" / "step-2", like = dir.path / "like", hf = dir.path / "hf";
   REQUIRE_THAT(test::read_file(step / "index.json"), Catch::Contains("moe.layers.0.moe.expert_bias"));
+  std::vector<std::pair<std::string, at::Tensor>> shapes;
+  for (const auto& item : trainer.model().named_parameters()) shapes.emplace_back(item.key(), item.value());
+  checkpoint::save_hf(like, shapes, *trainer.model().hf_adapter(), at::kFloat);
   test::Subprocess convert({(test::binary_dir() / "bin" / "titan-convert").string(), "to-hf", "--input", step.string(),
-                            "--output", hf.string(), "--model", "qwen3", "--flavor", "debugmodel_moe"});
+                            "--output", hf.string(), "--like", like.string()});
   const auto status = convert.wait(120);
   INFO(convert.output());
   REQUIRE(status);
@@ -155,5 +174,11 @@ TEST_CASE("titan-convert to-hf turns a trained qwen3 MoE checkpoint into a folde
   checkpoint::write_safetensors(tokens_file, {{"tokens", tokens}});
   REQUIRE(test::run_python("qwen3_oracle.py", fmt::format("loss \"{}\" \"{}\" \"{}\"", hf.string(),
                                                           tokens_file.string(), out.string())) == 0);
-  CHECK(std::isfinite(checkpoint::SafetensorsFile(out).read("loss").item<double>()));
+  // transformers computes the trained model without its expert biases: titan's logits with them zeroed.
+  at::NoGradGuard no_grad;
+  for (auto& item : trainer.model().named_buffers()) {
+    if (item.key().ends_with(".expert_bias")) item.value().zero_();
+  }
+  const at::Tensor logits = trainer.model().forward(tokens.narrow(1, 0, 8)).to(at::kFloat);  // (B, S, V)
+  CHECK((checkpoint::SafetensorsFile(out).read("logits") - logits).abs().max().item<double>() < kLogitTolerance);
 }
