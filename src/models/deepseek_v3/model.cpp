@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: BSD-3-Clause
 #include "titan/models/deepseek_v3/model.hpp"
+#include "titan/models/detail/build_family.hpp"
 
 #include <ATen/ATen.h>
 
@@ -180,6 +181,12 @@ DeepSeekV3::DeepSeekV3(const DeepSeekV3Args& args, int64_t seq_len, const at::Te
                    {.head_dim = args.qk_rope_head_dim, .theta = args.rope_theta, .llama3_scaling = false});  // (ROPE/2)
     set_rope(nn::make_rope_tables(freqs, seq_len, options.device(), yarn ? args.yarn_attention_factor : 1.0));
   }
+}
+
+std::shared_ptr<DeepSeekV3> DeepSeekV3::build(const JobConfig& config, int64_t vocab_size, const at::Device& device,
+                                              const std::vector<std::string>& modules) {
+  return models::detail::build_family<DeepSeekV3>(
+      "deepseek_v3", [](std::string_view f) { return flavor(f); }, config, vocab_size, device, modules);
 }
 
 }  // namespace titan::deepseek_v3

@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: BSD-3-Clause
 #include "titan/models/gpt_oss/model.hpp"
+#include "titan/models/detail/build_family.hpp"
 
 #include <cmath>
 
@@ -23,7 +24,8 @@ models::DecoderShape decoder_shape(const GptOssArgs& args) {
                              .shared_experts = false,
                              .moe_top_k = args.moe.top_k,
                              .moe_num_experts = args.moe.num_experts,
-                             .pipeline_and_context_parallel = false};
+                             .pipeline_and_context_parallel = false,
+                             .tensor_parallel = false};
   for (int64_t i = 0; i < args.n_layers; ++i) shape.moe_layers.push_back(i);
   return shape;
 }
@@ -88,6 +90,12 @@ parallel::ParallelPlan GptOss::parallel_plan(const JobConfig& config, const dist
                               "parallelism (parallelism.data_parallel_shard_degree, expert_parallel_degree).",
                               mesh.size("tp"));
   return models::decoder_parallel_plan(*this, config, mesh);
+}
+
+std::shared_ptr<GptOss> GptOss::build(const JobConfig& config, int64_t vocab_size, const at::Device& device,
+                                      const std::vector<std::string>& modules) {
+  return models::detail::build_family<GptOss>(
+      "gpt_oss", [](std::string_view f) { return flavor(f); }, config, vocab_size, device, modules);
 }
 
 }  // namespace titan::gpt_oss

@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: BSD-3-Clause
 #include "titan/models/qwen3/model.hpp"
+#include "titan/models/detail/build_family.hpp"
 
 #include <cmath>
 
@@ -61,6 +62,12 @@ Qwen3::Qwen3(const Qwen3Args& args, int64_t seq_len, const at::TensorOptions& op
         {.head_dim = args.head_dim, .max_positions = seq_len, .theta = args.rope_theta, .llama3_scaling = false},
         options.device()));
   }
+}
+
+std::shared_ptr<Qwen3> Qwen3::build(const JobConfig& config, int64_t vocab_size, const at::Device& device,
+                                    const std::vector<std::string>& modules) {
+  return models::detail::build_family<Qwen3>(
+      "qwen3", [](std::string_view f) { return flavor(f); }, config, vocab_size, device, modules);
 }
 
 }  // namespace titan::qwen3
