@@ -109,6 +109,10 @@ void check_layout(const Decoder& model, const JobConfig& cfg, const dist::MeshSh
                     "parallelism.tensor_parallel_degree, got {}. Choose a degree that divides both.",
                     shape.n_heads, shape.n_kv_heads, m.tp);
   // The trainer's own plan refuses what the family lacks (tied embeddings under TP).
+  TITAN_CHECK_NOT_IMPLEMENTED(shape.tensor_parallel || m.tp == 1,
+                              "[titan::models::plan_memory] expected tensor_parallel_degree 1 for {}, got {}: its "
+                              "tensor parallelism is not built yet. Use data and expert parallelism.",
+                              shape.where, m.tp);
   if (m.tp > 1) (void)tensor_parallel_plan(shape, m.tp, /*sequence_parallel=*/true, /*loss_parallel=*/true);
   TITAN_CHECK_NOT_IMPLEMENTED(shape.pipeline_and_context_parallel || (m.pp == 1 && m.cp == 1),
                               "[titan::models::plan_memory] expected pipeline_parallel_degree and "
@@ -230,7 +234,8 @@ std::vector<MemoryPlan> search_layouts(const Decoder& model, const JobConfig& co
   const bool split = shape.pipeline_and_context_parallel;  // else pp and cp stay 1
   std::vector<MemoryPlan> fits;
   for (int64_t tp = 1; tp <= 8 && tp <= search.gpus; tp *= 2) {
-    if (shape.n_heads % tp != 0 || shape.n_kv_heads % tp != 0 || (tp > 1 && shape.tied)) continue;
+    if (shape.n_heads % tp != 0 || shape.n_kv_heads % tp != 0 || (tp > 1 && (shape.tied || !shape.tensor_parallel)))
+      continue;
     for (int64_t cp = 1; cp <= (split ? 8 : 1) && tp * cp <= search.gpus; cp *= 2) {
       if (config.training.seq_len % (cp * (cp > 1 ? 2 : 1) * tp) != 0) continue;
       for (int64_t pp = 1; tp * cp * pp <= search.gpus && pp <= (split ? shape.n_layers / 2 : 1); pp *= 2) {

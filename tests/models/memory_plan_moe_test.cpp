@@ -157,6 +157,12 @@ TEST_CASE("memory plan: MoE layouts the trainer would refuse give errors that na
   pp.parallelism.pipeline_parallel_degree = 2;
   CHECK_THAT(error_of([&] { plan_memory(pp, {.world_size = 4}); }),
              Contains("pipeline_parallel_degree and context_parallel_degree 1 for titan::deepseek_v3"));
+  // gpt-oss's tensor parallelism (biased projections, per-head sinks) is not built either.
+  JobConfig tp = moe_job("gpt_oss", "debugmodel", 1);
+  tp.training.seq_len = 512;
+  tp.parallelism.tensor_parallel_degree = 2;
+  CHECK_THAT(error_of([&] { plan_memory(tp, {.world_size = 2}); }),
+             Contains("expected tensor_parallel_degree 1 for titan::gpt_oss, got 2"));
 }
 
 TEST_CASE("titan-plan plans an MoE family with expert parallelism", "[models][memory_plan][moe][tools]") {

@@ -47,6 +47,8 @@ struct DecoderShape {
   int64_t moe_num_experts = 0;
   /// Pipeline and context parallelism are built for the family (else its plan refuses pp and cp > 1).
   bool pipeline_and_context_parallel = true;
+  /// Tensor parallelism is built for the family (else its plan refuses tp > 1; the planner's search skips it).
+  bool tensor_parallel = true;
 };
 
 }  // namespace titan::models
