@@ -82,9 +82,9 @@ void add_moe(const nn::MoE& moe, int64_t tokens, const Shapes& x, BlockTerms* t,
   if (moe.args.route_norm) router += N * 4 + tokens * 4;
   // Permutation: the slots' tokens (index_select) and the slots' order (index_copy back), int64 each.
   int64_t permutation = 2 * N * 8;
-  // Scaled before the experts: the fp32 routed tokens and their weights; after: the combine's bmm keeps
-  // the weights and the per-slot outputs in fp32.
-  const int64_t combine = moe.args.score_before_experts ? N * D * 4 + N * 4 : N * 4 + N * D * 4;
+  // The combine weights (N) fp32 and one fp32 (N, D): scaled before the experts, the routed tokens the
+  // scaling multiplies; after, the per-slot outputs the combine's bmm multiplies.
+  const int64_t combine = N * 4 + N * D * 4;
   // Expert parallelism: the received slots' order by local expert and its inverse (int64 each). With
   // balanced routing a rank receives as many slots as it sends.
   if (x.ep > 1) permutation += 2 * N * 8;
