@@ -9,6 +9,7 @@
 
 #include <mutex>
 
+#include "models/memory_measured.hpp"
 #include "test_util.hpp"
 #include "titan/core/config.hpp"
 #include "titan/core/memory_tracker.hpp"
@@ -90,21 +91,7 @@ MemoryParts measure_rank(const dist::Mesh& mesh, const JobConfig& config) {
 
 std::vector<MemoryParts> measure(const Case& c) {
   const JobConfig config = job(c);
-  std::vector<MemoryParts> out(static_cast<size_t>(c.shape.world_size()));
-  std::mutex mutex;
-  dist::run_local_ranks(c.shape.world_size(), [&](int64_t rank, const dist::Store& store) {
-    const dist::Mesh mesh(c.shape, rank, store,
-                          {.init_timeout = titan::test::patience(std::chrono::seconds(120)),
-                           .timeout = titan::test::patience(std::chrono::seconds(120))});
-    const MemoryParts parts = measure_rank(mesh, config);
-    std::lock_guard lock(mutex);
-    out[static_cast<size_t>(rank)] = parts;
-  });
-  return out;
-}
-
-double ratio(int64_t planned, int64_t measured) {
-  return measured == 0 ? (planned == 0 ? 1.0 : 0.0) : static_cast<double>(planned) / static_cast<double>(measured);
+  return measure_ranks(c.shape, [&](const dist::Mesh& mesh) { return measure_rank(mesh, config); });
 }
 
 const std::vector<Case>& cases() {
