@@ -7,12 +7,60 @@
 #include <mutex>
 #include <vector>
 
+#include <ATen/ATen.h>
+
 #include "test_util.hpp"
 #include "titan/core/memory_tracker.hpp"
 #include "titan/dist/local_ranks.hpp"
 #include "titan/dist/mesh.hpp"
+#include "titan/models/decoder.hpp"
+#include "titan/nn/init.hpp"
+#include "titan/nn/loss.hpp"
+#include "titan/optim/adamw.hpp"
+#include "titan/parallel/parallelize.hpp"
 
 namespace titan::test {
+
+/// One rank of `model` (built on the CPU for this job): two training steps under the tracker (zero_grad, forward +
+/// loss + backward under the activations scope, AdamW), the second step's parts as the trainer reports them.
+inline MemoryParts measure_rank(models::Decoder& model, const dist::Mesh& mesh, const JobConfig& config) {
+  const Parallelized applied = parallelize(model, mesh, model.parallel_plan(config, mesh));
+  at::manual_seed(1);
+  nn::manual_init_seed(1);
+  model.init_weights();
+  std::vector<at::Tensor> params = model.unique_parameters();
+  for (auto& p : params) p.requires_grad_(true);
+  AdamW optimizer(params, config.optimizer);
+  MemoryTracker tracker;
+  book_gradients_on_accumulation(params);
+  // Tokens alike on the tp ranks (they share a batch), different over dp.
+  at::manual_seed(100 + mesh.coordinate("dp"));
+  const int64_t b = config.training.local_batch_size, s = config.training.seq_len;
+  const at::Tensor tokens = at::randint(model.vocab_size(), {b, s}, at::kLong);  // (B, S)
+  const at::Tensor labels = at::randint(model.vocab_size(), {b, s}, at::kLong);  // (B, S)
+  for (int step = 0; step < 2; ++step) {
+    const TrackMemory track(tracker);
+    optimizer.zero_grad();
+    tracker.reset_peaks();
+    {
+      const MemoryScope scope(MemoryCategory::activations);
+      at::Tensor loss;
+      {
+        const at::Tensor logits = model.forward(tokens);  // (B, S, V) or (B, S, V/tp)
+        loss = applied.cross_entropy_sum(logits, labels) / static_cast<double>(b * s);
+      }
+      loss.backward();
+    }
+    optimizer.step(1e-3);
+  }
+  std::vector<at::Tensor> grads;
+  for (const auto& p : params) grads.push_back(p.grad());
+  return {.parameters = storage_bytes(params),
+          .gradients = storage_bytes(grads),
+          .optimizer = optimizer.state_bytes(),
+          .activations = tracker.peak(MemoryCategory::activations),
+          .communication = tracker.peak(MemoryCategory::communication)};
+}
 
 /// measure_rank(mesh) on every rank of `shape`, in rank order.
 template <class MeasureRank>

@@ -121,49 +121,9 @@ JobConfig job(const Family& f, const Case& c) {
   return config;
 }
 
-// One rank: two training steps under the tracker; the second step's parts (as the trainer reports them).
-MemoryParts measure_rank(const Family& f, const dist::Mesh& mesh, const JobConfig& config) {
-  auto model = f.build(at::kCPU);
-  const Parallelized applied = parallelize(*model, mesh, model->parallel_plan(config, mesh));
-  at::manual_seed(1);
-  nn::manual_init_seed(1);
-  model->init_weights();
-  std::vector<at::Tensor> params = model->unique_parameters();
-  for (auto& p : params) p.requires_grad_(true);
-  AdamW optimizer(params, config.optimizer);
-  MemoryTracker tracker;
-  book_gradients_on_accumulation(params);
-  at::manual_seed(100 + mesh.coordinate("dp"));  // each dp rank its own batch
-  const int64_t b = config.training.local_batch_size, s = config.training.seq_len;
-  const at::Tensor tokens = at::randint(model->vocab_size(), {b, s}, at::kLong);  // (B, S)
-  const at::Tensor labels = at::randint(model->vocab_size(), {b, s}, at::kLong);  // (B, S)
-  for (int step = 0; step < 2; ++step) {
-    const TrackMemory track(tracker);
-    optimizer.zero_grad();
-    tracker.reset_peaks();
-    {
-      const MemoryScope scope(MemoryCategory::activations);
-      at::Tensor loss;
-      {
-        const at::Tensor logits = model->forward(tokens);  // (B, S, V)
-        loss = cross_entropy_sum(logits, labels) / static_cast<double>(b * s);
-      }
-      loss.backward();
-    }
-    optimizer.step(1e-3);
-  }
-  std::vector<at::Tensor> grads;
-  for (const auto& p : params) grads.push_back(p.grad());
-  return {.parameters = storage_bytes(params),
-          .gradients = storage_bytes(grads),
-          .optimizer = optimizer.state_bytes(),
-          .activations = tracker.peak(MemoryCategory::activations),
-          .communication = tracker.peak(MemoryCategory::communication)};
-}
-
 std::vector<MemoryParts> measure(const Family& f, const Case& c) {
   const JobConfig config = job(f, c);
-  return measure_ranks(c.shape, [&](const dist::Mesh& mesh) { return measure_rank(f, mesh, config); });
+  return measure_ranks(c.shape, [&](const dist::Mesh& mesh) { return measure_rank(*f.build(at::kCPU), mesh, config); });
 }
 
 const std::vector<Case>& cases() {

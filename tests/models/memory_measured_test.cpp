@@ -44,54 +44,11 @@ JobConfig job(const Case& c) {
   return config;
 }
 
-// One rank: two training steps under the tracker; the second step's parts (as the trainer reports them).
-MemoryParts measure_rank(const dist::Mesh& mesh, const JobConfig& config) {
-  auto model = llama3::Llama3::build(config, 0, at::kCPU);
-  const Parallelized applied = parallelize(*model, mesh, model->parallel_plan(config, mesh));
-  at::manual_seed(1);
-  nn::manual_init_seed(1);
-  model->init_weights();
-  std::vector<at::Tensor> params = model->unique_parameters();
-  for (auto& p : params) p.requires_grad_(true);
-  AdamW optimizer(params, config.optimizer);
-  MemoryTracker tracker;
-  book_gradients_on_accumulation(params);
-  // Tokens alike on the tp ranks (they share a batch), different over dp.
-  at::manual_seed(100 + mesh.coordinate("dp"));
-  const int64_t b = config.training.local_batch_size, s = config.training.seq_len;
-  const at::Tensor tokens = at::randint(model->vocab_size(), {b, s}, at::kLong);  // (B, S)
-  const at::Tensor labels = at::randint(model->vocab_size(), {b, s}, at::kLong);  // (B, S)
-  MemoryParts parts;
-  for (int step = 0; step < 2; ++step) {
-    const TrackMemory track(tracker);
-    optimizer.zero_grad();
-    tracker.reset_peaks();
-    {
-      const MemoryScope scope(MemoryCategory::activations);
-      at::Tensor loss;
-      {
-        const at::Tensor logits = model->forward(tokens);  // (B, S, V) or (B, S, V/tp)
-        loss =
-            (applied.loss_parallel() ? applied.cross_entropy_sum(logits, labels) : cross_entropy_sum(logits, labels)) /
-            static_cast<double>(b * s);
-      }
-      loss.backward();
-    }
-    optimizer.step(1e-3);
-  }
-  std::vector<at::Tensor> grads;
-  for (const auto& p : params) grads.push_back(p.grad());
-  parts.parameters = storage_bytes(params);
-  parts.gradients = storage_bytes(grads);
-  parts.optimizer = optimizer.state_bytes();
-  parts.activations = tracker.peak(MemoryCategory::activations);
-  parts.communication = tracker.peak(MemoryCategory::communication);
-  return parts;
-}
-
 std::vector<MemoryParts> measure(const Case& c) {
   const JobConfig config = job(c);
-  return measure_ranks(c.shape, [&](const dist::Mesh& mesh) { return measure_rank(mesh, config); });
+  return measure_ranks(c.shape, [&](const dist::Mesh& mesh) {
+    return measure_rank(*llama3::Llama3::build(config, 0, at::kCPU), mesh, config);
+  });
 }
 
 const std::vector<Case>& cases() {
