@@ -10,6 +10,8 @@
 #include <algorithm>
 #include <chrono>
 #include <thread>
+#include <utility>
+#include <vector>
 
 // The flight recorder's private hooks: the in-process test below drives them as ProcessGroup does.
 #include "../../src/dist/flight_recorder_impl.hpp"
@@ -51,6 +53,26 @@ class FailingWork : public c10d::Work {
  public:
   void fail() { finish(std::make_exception_ptr(std::runtime_error("Timed out waiting 5000ms for recv operation"))); }
 };
+
+// Microseconds since the epoch, as heartbeats stamp them.
+int64_t now_us() {
+  return std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+// This rank enters an all-reduce on `group` (as ProcessGroup::issue and Work::wait drive the flight recorder's
+// hooks) and waits in it: the collective's id and the work the test fails by hand.
+std::pair<int64_t, c10::intrusive_ptr<FailingWork>> wait_in_all_reduce(const std::string& group,
+                                                                       const std::vector<int64_t>& ranks) {
+  namespace detail = titan::dist::detail;
+  const detail::TracedGroup traced{.name = group, .ranks = ranks};
+  detail::before_collective(traced, "all_reduce");
+  const int64_t id = detail::record_collective(traced, 1, "all_reduce", at::ones({4}));
+  auto work = c10::make_intrusive<FailingWork>();
+  detail::watch(id, work);
+  detail::mark_started(id);
+  return {id, work};
+}
 
 // True when a line of `output` starts with `prefix` and contains `text`.
 bool has_line(const std::string& output, const std::string& prefix, const std::string& text) {
@@ -156,23 +178,14 @@ TEST_CASE("A rank whose collective just timed out still waits in it: the blame n
   const auto store = c10::make_intrusive<c10d::HashStore>();
   detail::attach_store(store, 0, 2);
   // Rank 1 made no progress for a minute, outside any collective; its dump is in (stop_run waits for it).
-  const int64_t now =
-      std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::system_clock::now().time_since_epoch())
-          .count();
+  const int64_t now = now_us();
   const std::string asleep = titan::dist::encode_heartbeat(beat(1, 3, "data loading", now - 60 * kSecond));
   store->set(detail::heartbeat_key(1), std::vector<uint8_t>(asleep.begin(), asleep.end()));
   store->add("titan/flight_recorder/dumped", 1);
 
   // Rank 0 (this process) waits in an all-reduce, as ProcessGroup::issue and Work::wait drive the hooks.
   titan::dist::report_progress(3, "data loading");
-  const std::string group = "dp_shard";
-  const std::vector<int64_t> ranks = {0, 1};
-  const detail::TracedGroup traced{.name = group, .ranks = ranks};
-  detail::before_collective(traced, "all_reduce");
-  const int64_t id = detail::record_collective(traced, 1, "all_reduce", at::ones({4}));
-  const auto work = c10::make_intrusive<FailingWork>();
-  detail::watch(id, work);
-  detail::mark_started(id);
+  const auto [id, work] = wait_in_all_reduce("dp_shard", {0, 1});
   // The blame reads heartbeats idle for the wait less 2 s: wait long enough that rank 0's own is that old.
   std::this_thread::sleep_for(2500ms);
   work->fail();
@@ -198,9 +211,7 @@ TEST_CASE("A failed collective's blame waits the second or two that names ranks 
   detail::attach_store(store, 0, 3);
   // Ranks 1 and 2, on one host, waited in the collective and then missed a beat or two: their host was cut
   // off moments ago (while this rank already waited for them), so neither is silent for 3 s yet.
-  const int64_t now =
-      std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::system_clock::now().time_since_epoch())
-          .count();
+  const int64_t now = now_us();
   const std::string waits = "all_reduce [4] Float (seq 1 on group 'world', ranks 0,1,2)";
   for (const auto& [rank, quiet_us] : {std::pair<int64_t, int64_t>{1, 2 * kSecond}, {2, 1600'000}}) {
     Heartbeat b = beat(rank, 3, "forward/backward", now - 5 * kSecond, waits);
@@ -212,13 +223,7 @@ TEST_CASE("A failed collective's blame waits the second or two that names ranks 
   }
 
   titan::dist::report_progress(3, "forward/backward");
-  const std::vector<int64_t> ranks = {0, 1, 2};
-  const detail::TracedGroup traced{.name = "world", .ranks = ranks};
-  detail::before_collective(traced, "all_reduce");
-  const int64_t id = detail::record_collective(traced, 1, "all_reduce", at::ones({4}));
-  const auto work = c10::make_intrusive<FailingWork>();
-  detail::watch(id, work);
-  detail::mark_started(id);
+  const auto [id, work] = wait_in_all_reduce("world", {0, 1, 2});
   work->fail();
   const auto start = std::chrono::steady_clock::now();
   const std::string said = detail::mark_failed(id, "Timed out waiting 5000ms for recv operation");
