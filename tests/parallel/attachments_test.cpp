@@ -87,6 +87,10 @@ TEST_CASE("a model rebuilt at the addresses of a dropped one sees nothing of the
     RANK_CHECK(static_cast<const void*>(model->block->proj.get()) == old_proj);
     RANK_CHECK(parallel::detail::find_module_hook(model->block->proj.get()) == nullptr);
     RANK_CHECK(parallel::sharded_param(model->block->proj->weight) == nullptr);
+    {
+      at::NoGradGuard no_grad;
+      model->block->proj->weight.normal_();  // built with at::empty: values to compare, not whatever the memory held
+    }
     at::Tensor y = model->block->forward(x);  // (B, 8): the plain layer, no style, no recompute
     RANK_CHECK(!checkpointed(y));
     RANK_CHECK(at::allclose(y, at::linear(x, model->block->proj->weight, model->block->proj->bias)));
