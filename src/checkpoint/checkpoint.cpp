@@ -216,7 +216,8 @@ StateTensor state_tensor(std::string key, const at::Tensor& p, const dist::Mesh*
   st.key = std::move(key);
   st.tensor = p;
   std::vector<std::string_view> sharded_axes;
-  bool over_ep = false;  // expert-parallel: sharded over ep, copies on the efsdp ranks
+  bool over_ep = false;     // expert-parallel: sharded over ep, copies on the efsdp ranks
+  bool over_efsdp = false;  // ... unless FSDP split them again over efsdp
   for (const auto& [axis, placement] :
        sp ? sp->placements : std::vector<std::pair<std::string, parallel::Placement>>{}) {
     TITAN_CHECK_NOT_IMPLEMENTED(placement.kind != parallel::Placement::Kind::kPartial,
@@ -224,8 +225,8 @@ StateTensor state_tensor(std::string key, const at::Tensor& p, const dist::Mesh*
                                 "Reduce it before saving.",
                                 st.key, axis);
     if (placement.kind != parallel::Placement::Kind::kShard) continue;
-    if (axis == "ep") {
-      over_ep = true;
+    if (axis == "ep" || axis == "efsdp") {
+      (axis == "ep" ? over_ep : over_efsdp) = true;
       continue;
     }
     for (auto base : dist::Mesh::base_axes(axis)) sharded_axes.push_back(base);
@@ -240,7 +241,7 @@ StateTensor state_tensor(std::string key, const at::Tensor& p, const dist::Mesh*
         st.owner = false;
       }
     }
-    if (over_ep && mesh->coordinate("efsdp") != 0) st.owner = false;
+    if (over_ep && !over_efsdp && mesh->coordinate("efsdp") != 0) st.owner = false;
   }
   return st;
 }

@@ -121,11 +121,14 @@ void detail::validate_data_parallel(const torch::nn::Module& model, const std::v
   }
 }
 
-std::unique_ptr<DataParallel> detail::apply_data_parallel(torch::nn::Module& model,
-                                                          const std::vector<std::vector<std::string>>& units,
-                                                          const dist::Mesh& mesh, const DataParallelOptions& options) {
-  // Under context parallelism the cp ranks shard parameters too (torchtitan's dp_shard_cp).
-  const std::string shard_axis = mesh.size("cp") > 1 ? "dp_shard_cp" : "dp_shard";
+namespace {
+
+// Shards over mesh axis shard_axis (replicas over dp_replicate) the parameters under `units`, and with
+// root_unit the rest of the model's parameters as one last unit.
+std::unique_ptr<detail::DataParallelState> shard_units(torch::nn::Module& model,
+                                                       const std::vector<std::vector<std::string>>& units,
+                                                       const dist::Mesh& mesh, const std::string& shard_axis,
+                                                       bool root_unit, const DataParallelOptions& options) {
   const dist::ProcessGroup& shard = mesh.group(shard_axis);
   const dist::ProcessGroup& replicate = mesh.group("dp_replicate");
   const auto params = model.named_parameters(/*recurse=*/true);
@@ -138,7 +141,7 @@ std::unique_ptr<DataParallel> detail::apply_data_parallel(torch::nn::Module& mod
   // Units in forward order, the root (parameters under no unit) last; a parameter shared by two
   // modules (tied weights) belongs to the first unit that reaches it.
   std::vector<std::vector<std::string>> specs = units;
-  specs.emplace_back();
+  if (root_unit) specs.emplace_back();
   std::unordered_set<const c10::TensorImpl*> taken;
   std::vector<std::vector<std::string>> unit_fqns;
   // What tensor parallelism bound before: its placements and per-use transform carry over.
@@ -197,7 +200,28 @@ std::unique_ptr<DataParallel> detail::apply_data_parallel(torch::nn::Module& mod
                           .transform = prior ? prior->transform : nullptr});
     }
   }
-  return std::unique_ptr<DataParallel>(new DataParallel(std::move(state)));
+  return state;
+}
+
+}  // namespace
+
+std::unique_ptr<DataParallel> detail::apply_data_parallel(torch::nn::Module& model,
+                                                          const std::vector<std::vector<std::string>>& units,
+                                                          const dist::Mesh& mesh, const DataParallelOptions& options) {
+  // Under context parallelism the cp ranks shard parameters too (torchtitan's dp_shard_cp).
+  const std::string shard_axis = mesh.size("cp") > 1 ? "dp_shard_cp" : "dp_shard";
+  return std::unique_ptr<DataParallel>(
+      new DataParallel(shard_units(model, units, mesh, shard_axis, /*root_unit=*/true, options)));
+}
+
+std::unique_ptr<DataParallel> detail::apply_expert_data_parallel(torch::nn::Module& model,
+                                                                 const std::vector<std::string>& experts,
+                                                                 const dist::Mesh& mesh,
+                                                                 const DataParallelOptions& options) {
+  std::vector<std::vector<std::string>> units;
+  for (const std::string& path : experts) units.push_back({path});
+  return std::unique_ptr<DataParallel>(
+      new DataParallel(shard_units(model, units, mesh, "efsdp", /*root_unit=*/false, options)));
 }
 
 }  // namespace titan::parallel

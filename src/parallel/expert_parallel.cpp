@@ -301,8 +301,10 @@ std::vector<at::Tensor> ExpertParallel::expert_parameters() const {
   return out;
 }
 
+void detail::reduce_experts_by_data_parallel(ExpertParallel& ep) { ep.data_parallel_experts_ = true; }
+
 void ExpertParallel::reduce_expert_gradients(double divide_by) const {
-  if (ep_ == 1) return;  // whole experts: data parallelism reduced them with the rest
+  if (ep_ == 1 || data_parallel_experts_) return;  // data parallelism reduced them
   const std::vector<at::Tensor> params = expert_parameters();
   for (const dist::ProcessGroup& group : expert_replicas_) all_reduce_grads(params, group);
   if (divide_by == 1.0) return;

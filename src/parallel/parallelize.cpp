@@ -93,16 +93,18 @@ struct ParallelizedState {
   std::unique_ptr<ContextParallel> cp;  // null without cp
   std::unique_ptr<ExpertParallel> ep;   // null without ep
   std::vector<std::pair<const torch::nn::Module*, std::shared_ptr<const parallel::CheckpointOptions>>>
-      checkpointed;                        // modules marked for activation checkpointing, with their marks
-  bool per_op = false;                     // they keep their op outputs (selective per-operator AC)
-  std::unique_ptr<DataParallel> dp;        // null without data parallelism; destroyed before tp
-  std::shared_ptr<PlanContract> contract;  // null when nothing was applied
+      checkpointed;                         // modules marked for activation checkpointing, with their marks
+  bool per_op = false;                      // they keep their op outputs (selective per-operator AC)
+  std::unique_ptr<DataParallel> dp;         // null without data parallelism; destroyed before tp
+  std::unique_ptr<DataParallel> expert_dp;  // the EP experts over efsdp x dp_replicate; null without them
+  std::shared_ptr<PlanContract> contract;   // null when nothing was applied
   std::vector<std::pair<at::Tensor, unsigned>> leaf_hooks;  // (parameter, hook position)
 
   ~ParallelizedState() {
     for (const auto& [m, mark] : checkpointed) unmark_checkpointed(m, mark.get());
     if (!contract) return;
     for (auto& [p, position] : leaf_hooks) p.remove_hook(position);
+    expert_dp.reset();
     dp.reset();
     tp.reset();
     // The parameters now hold this rank's shards with nobody to gather them: any further read of
@@ -269,6 +271,7 @@ std::string Parallelized::describe() const {
     parts.push_back(fmt::format("AC({} modules{})", state_->checkpointed.size(), state_->per_op ? ", per op" : ""));
   }
   if (data_parallel()) parts.push_back(data_parallel()->describe());
+  if (state_ && state_->expert_dp) parts.push_back("experts " + state_->expert_dp->describe());
   return parts.empty() ? "one device" : fmt::format("{}", fmt::join(parts, " + "));
 }
 
@@ -330,7 +333,7 @@ Parallelized parallelize(torch::nn::Module& model, const dist::Mesh& mesh, const
                       state->model, mesh.size("ep"));
     state->ep =
         std::make_unique<parallel::ExpertParallel>(parallel::apply_expert_parallel(model, mesh, plan.expert_parallel));
-    // The sharded experts are reduced over efsdp x dp_replicate by ExpertParallel, not by FSDP.
+    // The sharded experts are left out of the dense units: they have FSDP units of their own over efsdp.
     for (const at::Tensor& p : state->ep->expert_parameters()) {
       if (const auto* binding = d::find_binding(p)) data_parallel_options.ignored_params.push_back(binding->info.fqn);
     }
@@ -342,12 +345,32 @@ Parallelized parallelize(torch::nn::Module& model, const dist::Mesh& mesh, const
   if (data_parallel) {
     state->dp = d::apply_data_parallel(model, plan.data_parallel.units, mesh, data_parallel_options);
   }
-  if (state->pp && state->dp) {
+  if (state->ep && (mesh.size("efsdp") > 1 || mesh.size("dp_replicate") > 1)) {
+    // torchtitan's efsdp: the ranks holding the same experts split them again on dim 0, gather them per
+    // layer for the grouped GEMM and reduce-scatter their gradients, so each holds 1/(ep x efsdp) of them.
+    std::vector<std::string> experts;
+    for (const std::string& path : plan.expert_parallel.moe_modules) experts.push_back(path + ".experts");
+    parallel::DataParallelOptions options = plan.data_parallel.options;
+    options.float8_all_gather.clear();  // float8 converts Linears; grouped experts stay high precision
+    options.float8_precompute_scales = false;
+    options.ignored_params.clear();
+    state->expert_dp = d::apply_expert_data_parallel(model, experts, mesh, options);
+    parallel::detail::reduce_experts_by_data_parallel(*state->ep);
+  }
+  if (state->pp) {
     // Under PP the microbatches' gradients accumulate unsharded and are reduced once per step, after
     // the last backward (FSDP2's requires_gradient_sync under torchtitan's pipeline).
-    d::DataParallelState& dp = d::mutable_state(*state->dp);
-    dp.gradient_sync = false;
-    state->pp->set_step_end_hook([&dp] { dp.sync_gradients(); });
+    std::vector<d::DataParallelState*> synced;
+    for (parallel::DataParallel* dp : {state->dp.get(), state->expert_dp.get()}) {
+      if (dp == nullptr) continue;
+      synced.push_back(&d::mutable_state(*dp));
+      synced.back()->gradient_sync = false;
+    }
+    if (!synced.empty()) {
+      state->pp->set_step_end_hook([synced] {
+        for (d::DataParallelState* dp : synced) dp->sync_gradients();
+      });
+    }
   }
   if (!state->tp && !state->dp) return Parallelized(std::move(state));
 
@@ -364,8 +387,9 @@ Parallelized parallelize(torch::nn::Module& model, const dist::Mesh& mesh, const
     for (const auto& p : state->tp->state().params) add(p);
     for (const auto& hook : state->tp->state().hooks) contract->hooks.emplace_back(hook.path, hook.hook.get());
   }
-  if (state->dp) {
-    for (const auto& unit : state->dp->state().units) {
+  for (const auto* dp : {state->dp.get(), state->expert_dp.get()}) {
+    if (dp == nullptr) continue;
+    for (const auto& unit : dp->state().units) {
       for (const auto& p : unit.params) add(p.param);
     }
   }

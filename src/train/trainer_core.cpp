@@ -424,8 +424,9 @@ void TrainerCore::run_step() {
   // torchtitan's optimizer pre-step hook: each MoE layer's counts of this step's microbatches summed
   // over dp x cp, then its expert bias moved toward balance (outside autograd) and the counts zeroed.
   const std::vector<at::Tensor> loads = moe_->update_expert_bias();  // (E) each
-  // Expert-parallel experts: their gradients summed once over the ranks holding the same experts
-  // (efsdp x dp_replicate; FSDP left them out), before clipping measures them.
+  // Expert-parallel experts without data parallelism of their own (a hand-built plan): their gradients summed
+  // over the ranks holding the same experts before clipping measures them; titan::parallelize's FSDP over
+  // efsdp x dp_replicate has reduce-scattered them already, and this is a no-op.
   moe_->reduce_expert_gradients();
   dist::report_progress(step_, "optimizer step");
   const double norm = optimizer_step(*optimizer_, lr, config_.training.max_norm, *mesh_);

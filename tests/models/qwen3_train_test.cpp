@@ -18,6 +18,7 @@
 #include "dist/launch_test_util.hpp"
 #include "test_util.hpp"
 #include "titan/core/config.hpp"
+#include "titan/core/memory_tracker.hpp"
 #include "titan/dist/local_ranks.hpp"
 #include "titan/dist/mesh.hpp"
 #include "titan/layout/sharded_param.hpp"
@@ -75,18 +76,35 @@ struct Result {
   std::vector<std::string> names;   // their FQNs
   parallel::ParallelPlan plan;      // the plan applied
   std::vector<at::Tensor> biases;   // each MoE layer's expert bias (E) after the last step
+  int64_t expert_bytes = 0;         // this rank's routed-expert weights, as the memory tracker booked them
 };
+
+bool is_routed_expert(const std::string& fqn) { return fqn.find(".moe.experts.") != std::string::npos; }
 
 Result train(const dist::Mesh& mesh) {
   nn::manual_init_seed(42);
-  qwen3::Qwen3 model(parity_args(), kSeq, at::TensorOptions());
+  MemoryTracker tracker;
+  const TrackMemory track(tracker);
+  qwen3::Qwen3 model(parity_args(), kSeq, at::TensorOptions());  // whole: booked to `other`
   Result result;
   result.plan = model.parallel_plan(parity_config(), mesh);
-  const Parallelized applied = parallelize(model, mesh, result.plan);
+  // What parallelize keeps of each parameter (its local shard) is allocated here, under `parameters`.
+  const Parallelized applied = [&] {
+    const MemoryScope scope(MemoryCategory::parameters);
+    return parallelize(model, mesh, result.plan);
+  }();
+  int64_t dense_bytes = 0;
+  for (const auto& item : model.named_parameters(/*recurse=*/true)) {
+    if (!is_routed_expert(item.key())) dense_bytes += static_cast<int64_t>(item.value().storage().nbytes());
+  }
+  result.expert_bytes = tracker.live(MemoryCategory::parameters) - dense_bytes;
   model.init_weights();  // after sharding: every rank fills only its shard
-  // The Trainer's expert-bias update: counts summed over dp x cp, then each layer's bias (ep = 1).
+  // The Trainer's expert-bias update: counts summed over dp x cp, then each layer's bias (the EP handle
+  // under ep > 1; at ep = 1 the layers only recorded).
   const parallel::ExpertParallel moe =
-      parallel::apply_expert_parallel(model, mesh, {.moe_modules = parallel::moe_modules(model)});
+      applied.expert_parallel() != nullptr
+          ? *applied.expert_parallel()
+          : parallel::apply_expert_parallel(model, mesh, {.moe_modules = parallel::moe_modules(model)});
   const auto params = model.unique_parameters();
   AdamW optimizer(params, {.lr = kLr, .weight_decay = 0.1});
   const LossFn loss = [&applied](const at::Tensor& logits, const at::Tensor& labels) {
@@ -111,6 +129,7 @@ Result train(const dist::Mesh& mesh) {
     mesh.group("dp_cp").all_reduce(global).wait();
     result.losses.push_back(global.item<double>());
     moe.update_expert_bias();
+    moe.reduce_expert_gradients();  // the Trainer's call: a no-op where FSDP over efsdp reduced them
     clip_grad_norm_(params, 1.0, &mesh);
     optimizer.step(kLr);
   }
@@ -128,7 +147,7 @@ Result train(const dist::Mesh& mesh) {
 // ranks (~1e-7 relative per reduction, amplified by AdamW on near-zero gradients): 1e-5 relative on
 // losses, 1e-4 relative + 2e-5 absolute on the final weights. Routing is discrete, but no token's
 // top-2 sits within 1e-6 of a tie here, so every layout routes every token the same way.
-void check_against_one_rank(const dist::MeshShape& shape) {
+std::vector<Result> check_against_one_rank(const dist::MeshShape& shape) {
   static const Result one = train(dist::Mesh());
   // It really trained: each step is a new random batch, so single steps are noisy (measured per step:
   // 5.26 5.17 5.19 4.88 4.93 5.11 5.09 5.01 4.63 5.19); the mean of the last three is 0.27 below the first three's.
@@ -166,6 +185,7 @@ void check_against_one_rank(const dist::MeshShape& shape) {
       CHECK(at::allclose(r.weights[i], one.weights[i], 1e-4, 2e-5));
     }
   }
+  return results;
 }
 
 }  // namespace
@@ -203,6 +223,28 @@ TEST_CASE("qwen3-moe under FSDP 2 matches one rank", "[models][qwen3][parallel][
 TEST_CASE("qwen3-moe under TP 2 with sequence and loss parallel matches one rank",
           "[models][qwen3][parallel][tp][parity]") {
   check_against_one_rank({.tp = 2});
+}
+
+TEST_CASE("qwen3-moe under EP 2 matches one rank", "[models][qwen3][parallel][ep][parity]") {
+  check_against_one_rank({.dp_shard = 2, .ep = 2});
+}
+
+TEST_CASE("qwen3-moe under EP 2 x efsdp 2 matches one rank and holds half of EP 2's expert bytes per rank",
+          "[models][qwen3][parallel][ep][efsdp][parity]") {
+  // dp_shard 4 with ep 2: each expert on two ranks (efsdp 2), FSDP-split over them on dim 0 again, gathered
+  // per layer for the grouped GEMM and reduce-scattered: 4 experts / (ep 2 x efsdp 2) = 1 per rank.
+  const std::vector<Result> sharded = check_against_one_rank({.dp_shard = 4, .ep = 2});
+  const std::vector<Result> whole = check_against_one_rank({.dp_replicate = 2, .dp_shard = 2, .ep = 2});
+  const qwen3::Qwen3Args args = parity_args();
+  // 2 MoE layers x w1, w2, w3 (E, F, D) in fp32: the whole model's routed experts.
+  const int64_t all_experts = 2 * 3 * args.moe.num_experts * args.moe_inter_dim * args.dim * 4;
+  for (size_t rank = 0; rank < 4; ++rank) {
+    INFO("rank " << rank);
+    CHECK(whole[rank].expert_bytes == all_experts / 2);    // efsdp 1 (dp_replicate 2): E / ep experts
+    CHECK(sharded[rank].expert_bytes == all_experts / 4);  // efsdp 2: half of that
+  }
+  // The plan applied says so.
+  CHECK(sharded[0].plan.expert_parallel.moe_modules == std::vector<std::string>{"layers.0.moe", "layers.2.moe"});
 }
 
 namespace {

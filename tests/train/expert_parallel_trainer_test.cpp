@@ -8,7 +8,8 @@
 // global batch: every step's loss within 1e-5 relative and its logged expert load (moe/max_load_ratio, from
 // the global token counts behind the bias updates) equal, and every MoE layer's expert bias after step 10
 // (read from the step-10 checkpoint). A checkpoint written at EP 2 resumes bitwise at EP 2, and loads at
-// EP 1 (one process) and the other way round, the experts resharded by their global FQN and shape.
+// EP 1 (one process) and the other way round, the experts resharded by their global FQN and shape; so does
+// one written at EP 2 x efsdp 2, whose experts are FSDP-split again over efsdp.
 //
 // Tolerances: the ranks sum the same fp32 terms in another order (sharded batch, all-to-all'd slots,
 // reduce-scatters), ~1e-7 relative per reduction; over 10 AdamW steps that stays well below 1e-5 on the
@@ -176,7 +177,7 @@ TEST_CASE("train deepseek_v3 with expert parallelism: 10 losses and expert biase
         {.ranks = 4,
          .tp = 1,
          .degrees = {"--parallelism.data_parallel_shard_degree", "4", "--parallelism.expert_parallel_degree", "2"}},
-        "EP(ep=2, efsdp=2, MoE layers: 2) + FSDP(dp_shard=4)");
+        "EP(ep=2, efsdp=2, MoE layers: 2) + FSDP(dp_shard=4) + experts FSDP(efsdp=2)");
   }
   SECTION("EP 2 x TP 2 (dp_shard 2 with ep 2, tp 2)") {
     check_against_one_process(
@@ -189,10 +190,16 @@ TEST_CASE("train deepseek_v3 with expert parallelism: 10 losses and expert biase
   }
 }
 
+const Layout kEp2Efsdp2{
+    .ranks = 4,
+    .tp = 1,
+    .degrees = {"--parallelism.data_parallel_shard_degree", "4", "--parallelism.expert_parallel_degree", "2"}};
+
 TEST_CASE("a checkpoint written at EP 2 resumes bitwise at EP 2 and loads at EP 1 and back",
           "[train][ep][checkpoint][deepseek_v3][full]") {
   const Layout one{};
-  TempDir ep2_straight, ep2_resumed, one_straight, one_from_ep2, ep2_from_one;
+  TempDir ep2_straight, ep2_resumed, one_straight, one_from_ep2, ep2_from_one, efsdp_straight, one_from_efsdp,
+      efsdp_from_one;
   run(job_args("deepseek_v3", kFlavor, ep2_straight.path, kEp2, 4, 2), kEp2);
   run(job_args("deepseek_v3", kFlavor, one_straight.path, one, 4, 2), one);
   const auto resume = [](const fs::path& from, const fs::path& to) {
@@ -202,6 +209,12 @@ TEST_CASE("a checkpoint written at EP 2 resumes bitwise at EP 2 and loads at EP 
   resume(ep2_straight.path, ep2_resumed.path);
   resume(ep2_straight.path, one_from_ep2.path);
   resume(one_straight.path, ep2_from_one.path);
+  // EP 2 x efsdp 2: every expert's rows split again over the efsdp pair (ep:Shard(0) efsdp:Shard(0)).
+  run(job_args("deepseek_v3", kFlavor, efsdp_straight.path, kEp2Efsdp2, 4, 2), kEp2Efsdp2);
+  resume(efsdp_straight.path, one_from_efsdp.path);
+  resume(one_straight.path, efsdp_from_one.path);
+  run(job_args("deepseek_v3", kFlavor, one_from_efsdp.path, one, 4, 2), one);
+  run(job_args("deepseek_v3", kFlavor, efsdp_from_one.path, kEp2Efsdp2, 4, 2), kEp2Efsdp2);
   const std::string same = run(job_args("deepseek_v3", kFlavor, ep2_resumed.path, kEp2, 4, 2), kEp2);
   CHECK_THAT(same, Catch::Contains("Resuming at step 3"));
   run(job_args("deepseek_v3", kFlavor, one_from_ep2.path, one, 4, 2), one);
@@ -209,18 +222,26 @@ TEST_CASE("a checkpoint written at EP 2 resumes bitwise at EP 2 and loads at EP 
   const auto ep2 = logged_losses(ep2_straight.path), single = logged_losses(one_straight.path);
   const auto resumed = logged_losses(ep2_resumed.path), down = logged_losses(one_from_ep2.path),
              up = logged_losses(ep2_from_one.path);
+  const auto efsdp = logged_losses(efsdp_straight.path), efsdp_down = logged_losses(one_from_efsdp.path),
+             efsdp_up = logged_losses(efsdp_from_one.path);
   for (int64_t step = 3; step <= 4; ++step) {
     INFO("step " << step);
     CHECK(resumed.at(step) == ep2.at(step));  // deterministic CPU fp32: the same operations on the same bits
     // Another layout after the load: the same model and optimizer state, sums in another order.
     CHECK(down.at(step) == Approx(ep2.at(step)).epsilon(1e-5));
     CHECK(up.at(step) == Approx(single.at(step)).epsilon(1e-5));
+    CHECK(efsdp_down.at(step) == Approx(efsdp.at(step)).epsilon(1e-5));
+    CHECK(efsdp_up.at(step) == Approx(single.at(step)).epsilon(1e-5));
   }
   // The experts were saved by their global FQN and shape, each ep rank writing its rows once.
   const auto index = nlohmann::json::parse(read_file(ep2_straight.path / "checkpoint" / "step-2" / "index.json"));
   const auto& w1 = index.at("tensors").at("model.layers.1.moe.experts.w1");
   CHECK(w1.at("global_shape").at(0).get<int64_t>() == 8);
   CHECK(w1.at("placements").get<std::string>() == "ep:Shard(0)");
+  const auto sharded = nlohmann::json::parse(read_file(efsdp_straight.path / "checkpoint" / "step-2" / "index.json"));
+  const auto& w1_sharded = sharded.at("tensors").at("model.layers.1.moe.experts.w1");
+  CHECK(w1_sharded.at("global_shape").at(0).get<int64_t>() == 8);
+  CHECK(w1_sharded.at("placements").get<std::string>() == "ep:Shard(0) efsdp:Shard(0)");
 }
 
 }  // namespace titan::test

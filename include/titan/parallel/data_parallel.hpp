@@ -33,6 +33,8 @@ namespace detail {
 struct DataParallelState;
 std::unique_ptr<DataParallel> apply_data_parallel(torch::nn::Module&, const std::vector<std::vector<std::string>>&,
                                                   const dist::Mesh&, const DataParallelOptions&);
+std::unique_ptr<DataParallel> apply_expert_data_parallel(torch::nn::Module&, const std::vector<std::string>&,
+                                                         const dist::Mesh&, const DataParallelOptions&);
 }  // namespace detail
 
 /// One event of the trace: what happened to which unit, in program order.
@@ -73,6 +75,10 @@ class DataParallel {
   friend std::unique_ptr<DataParallel> detail::apply_data_parallel(torch::nn::Module&,
                                                                    const std::vector<std::vector<std::string>>&,
                                                                    const dist::Mesh&, const DataParallelOptions&);
+  friend std::unique_ptr<DataParallel> detail::apply_expert_data_parallel(torch::nn::Module&,
+                                                                          const std::vector<std::string>&,
+                                                                          const dist::Mesh&,
+                                                                          const DataParallelOptions&);
   explicit DataParallel(std::unique_ptr<detail::DataParallelState> state);
   std::unique_ptr<detail::DataParallelState> state_;
 };
@@ -89,6 +95,13 @@ void validate_data_parallel(const torch::nn::Module& model, const std::vector<st
 std::unique_ptr<DataParallel> apply_data_parallel(torch::nn::Module& model,
                                                   const std::vector<std::vector<std::string>>& units,
                                                   const dist::Mesh& mesh, const DataParallelOptions& options);
+/// FSDP2 over the mesh's efsdp axis for expert-parallel experts (torchtitan's efsdp mesh): each of `experts`
+/// (module paths of GroupedExperts already sharded Shard(0) over ep) is one unit whose parameters are split
+/// again on dim 0 over efsdp, all-gathered for the grouped GEMM and reduce-scattered over efsdp (then
+/// all-reduced over dp_replicate). Parameters outside `experts` are left alone.
+std::unique_ptr<DataParallel> apply_expert_data_parallel(torch::nn::Module& model,
+                                                         const std::vector<std::string>& experts,
+                                                         const dist::Mesh& mesh, const DataParallelOptions& options);
 }  // namespace detail
 
 }  // namespace titan::parallel

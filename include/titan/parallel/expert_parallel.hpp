@@ -16,8 +16,10 @@
 // Backward runs the same exchanges in reverse (each all-to-all's gradient is the reverse
 // all-to-all), so a local expert's gradient already sums the slots of every ep rank. What is left:
 // the ranks that hold the same experts (efsdp x dp_replicate) add their expert gradients
-// (reduce_expert_gradients), and the expert-bias counts are summed over the loss ranks (dp x cp)
-// before each bias update (update_expert_bias), so the bias moves as on one device.
+// (reduce_expert_gradients; under titan::parallelize the experts are instead FSDP-sharded again over
+// efsdp, Shard(0) after ep's, gathered per layer and reduce-scattered, torchtitan's efsdp mesh), and the expert-bias
+// counts are summed over the loss ranks (dp x cp) before each bias update (update_expert_bias), so the bias moves as on
+// one device.
 //
 // Each sharded expert weight carries its layout (global shape (E, ...), ep:Shard(0), this rank's
 // offset), as TP and FSDP shards do: the layout-invariant initialiser fills a shard with the values
@@ -85,6 +87,13 @@ struct AllToAllTimer {
 };
 }  // namespace detail
 
+class ExpertParallel;
+namespace detail {
+/// Hands the experts' gradient reduction to data parallelism (titan::parallelize's FSDP over efsdp):
+/// reduce_expert_gradients is then a no-op.
+void reduce_experts_by_data_parallel(ExpertParallel& ep);
+}  // namespace detail
+
 /// Differentiable all-to-all with variable splits on dim 0: rank r gets x's rows
 /// [sum(in_splits[:r]), +in_splits[r]); the result holds out_splits[s] rows from each rank s, in rank
 /// order. Backward: the reverse exchange (splits swapped). Exchange the counts first so every rank's
@@ -100,7 +109,8 @@ class ExpertParallel {
 
   /// SUM over the ranks that share the experts (efsdp, then dp_replicate) of each sharded expert
   /// weight's gradient, divided by divide_by. A no-op at ep = 1 (the experts are whole and data
-  /// parallelism reduces them with the other weights). With a loss normalised by the global token count (the
+  /// parallelism reduces them with the other weights) and under titan::parallelize, whose FSDP over
+  /// efsdp x dp_replicate reduce-scatters them. With a loss normalised by the global token count (the
   /// ranks' losses add up to one device's), divide_by = 1; with a per-rank mean loss, the dp degree.
   void reduce_expert_gradients(double divide_by = 1.0) const;
   /// Each layer's tokens_per_expert summed over the loss ranks (dp x cp, then tp for sequence
@@ -123,9 +133,11 @@ class ExpertParallel {
 
  private:
   friend ExpertParallel apply_expert_parallel(torch::nn::Module&, const dist::Mesh&, const ExpertParallelPlan&);
+  friend void detail::reduce_experts_by_data_parallel(ExpertParallel&);
   std::vector<std::shared_ptr<nn::MoE>> layers_{};
   int64_t ep_ = 1;
   int64_t efsdp_ = 1;
+  bool data_parallel_experts_ = false;                 // FSDP over efsdp reduces the experts' gradients, not this
   std::vector<dist::ProcessGroup> expert_replicas_{};  // efsdp, dp_replicate: ranks holding the same experts
   std::vector<dist::ProcessGroup> loss_ranks_{};       // dp_cp, tp: ranks whose counts add up
   std::shared_ptr<detail::AllToAllTimer> timer_ = std::make_shared<detail::AllToAllTimer>();
