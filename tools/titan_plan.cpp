@@ -12,10 +12,10 @@
 #include <fmt/format.h>
 
 #include <cctype>
-#include <fstream>
 #include <string>
 #include <vector>
 
+#include "titan/checkpoint/safetensors.hpp"
 #include "titan/core/config_loader.hpp"
 #include "titan/core/error.hpp"
 #include "titan/metrics/metrics.hpp"
@@ -28,7 +28,7 @@ constexpr const char* kUsage =
     "usage: titan-plan [--config PRESET] [--job.config_file FILE] [--section.key VALUE ...]\n"
     "                  [--gpus N] [--gpu NAME] [--device-memory 80GB|H100] [--peak-flops F] [--mfu 40%]\n"
     "                  [--gpus-per-node 8] [--intra-node-bw 450GB] [--inter-node-bw 50GB] [--cpu]\n"
-    "                  [--search [--limit N]] [--json] [--emit-config FILE]\n"
+    "                  [--search [--limit N] [--hold tp,pp,...]] [--json] [--emit-config FILE]\n"
     "  --gpus N            devices in the job (default: the product of the parallel degrees)\n"
     "  --gpu NAME          the GPU (H100, H200, B200, ...): its memory and peak FLOP/s\n"
     "  --device-memory M   memory per device: a size (80GB, 80GiB) or a GPU name (H100, H200, B200, ...)\n"
@@ -40,6 +40,8 @@ constexpr const char* kUsage =
     "  --inter-node-bw B   bytes/s a GPU sends between nodes (default 50GB: 400 Gb/s RDMA per GPU)\n"
     "  --cpu               plan a CPU run (fp32 compute, CPU kernels) instead of a GPU run\n"
     "  --search            list the layouts of --gpus devices that fit --device-memory, fastest first\n"
+    "  --hold A,B          search only layouts that keep these of the config as they are: dp_shard, tp,\n"
+    "                      pp, cp, ep, ac (the AC mode and option), microbatch\n"
     "  --json              print the plan (or the search) as JSON\n"
     "  --emit-config FILE  write the plan's (the search's best) layout as a TOML overlay for --job.config_file\n"
     "The model and the layout are the trainer's keys: --model.name llama3|qwen3|deepseek_v3|gpt_oss, --model.flavor,\n"
@@ -139,6 +141,13 @@ Flags take_flags(int argc, char** argv, std::vector<const char*>* rest) {
       f.plan.gpu = false;
     } else if (key == "--gpus") {
       f.plan.world_size = parse_count(key, value());
+    } else if (key == "--hold") {
+      const std::string text = value();
+      for (size_t start = 0; start <= text.size();) {
+        const size_t comma = std::min(text.find(',', start), text.size());
+        f.search.hold.push_back(text.substr(start, comma - start));
+        start = comma + 1;
+      }
     } else if (key == "--limit") {
       f.search.limit = parse_count(key, value());
     } else if (key == "--mfu") {
@@ -192,12 +201,8 @@ int main(int argc, char** argv) {
     const auto model = titan::models::Decoder::build(config);  // model.name's family on meta: shapes only
     auto emit = [&](const titan::models::MemoryPlan& plan) {
       if (flags.emit_config.empty()) return;
-      std::ofstream file(flags.emit_config);
-      file << titan::models::plan_toml(plan);
-      TITAN_CHECK_VALUE(file.good(),
-                        "[titan-plan] expected to write --emit-config {}, got a write error. Check the "
-                        "path.",
-                        flags.emit_config);
+      // Temp file + rename: a job file read by a trainer is never half-written.
+      titan::checkpoint::write_file_atomically(flags.emit_config, titan::models::plan_toml(plan));
     };
     if (flags.json) {
       if (flags.do_search) {

@@ -205,6 +205,39 @@ MemoryPlan plan_memory(const JobConfig& config, const PlanOptions& options) {
   return plan_memory(*model, config, options);
 }
 
+namespace {
+
+// The choices a search keeps at the config's values (SearchOptions::hold).
+struct Held {
+  bool dp_shard = false, tp = false, pp = false, cp = false, ep = false, ac = false, microbatch = false;
+};
+
+Held held_choices(const std::vector<std::string>& names, const ParallelismConfig& par) {
+  Held h;
+  for (const std::string& name : names) {
+    bool* flag = name == "dp_shard"     ? &h.dp_shard
+                 : name == "tp"         ? &h.tp
+                 : name == "pp"         ? &h.pp
+                 : name == "cp"         ? &h.cp
+                 : name == "ep"         ? &h.ep
+                 : name == "ac"         ? &h.ac
+                 : name == "microbatch" ? &h.microbatch
+                                        : nullptr;
+    TITAN_CHECK_VALUE(flag != nullptr,
+                      "[titan::models::search_layouts] expected --hold to name dp_shard, tp, pp, cp, ep, ac or "
+                      "microbatch, got '{}'.",
+                      name);
+    *flag = true;
+  }
+  TITAN_CHECK_VALUE(!h.dp_shard || par.data_parallel_shard_degree > 0,
+                    "[titan::models::search_layouts] expected parallelism.data_parallel_shard_degree > 0 to hold "
+                    "dp_shard, got {} (fill the rest). Set the degree or search it.",
+                    par.data_parallel_shard_degree);
+  return h;
+}
+
+}  // namespace
+
 std::vector<MemoryPlan> search_layouts(const Decoder& model, const JobConfig& config, const PlanOptions& options,
                                        const SearchOptions& search) {
   TITAN_CHECK_VALUE(search.gpus >= 1, "[titan::models::search_layouts] expected --gpus N >= 1, got {}.", search.gpus);
@@ -222,8 +255,12 @@ std::vector<MemoryPlan> search_layouts(const Decoder& model, const JobConfig& co
     const int64_t others = p.pipeline_parallel_degree * p.context_parallel_degree * p.tensor_parallel_degree;
     global = config.training.local_batch_size * std::max<int64_t>(search.gpus / std::max<int64_t>(others, 1), 1);
   }
+  const ParallelismConfig& par = config.parallelism;
+  const Held held = held_choices(search.hold, par);
   std::vector<AcPolicy> policies;
+  if (held.ac) policies.push_back(detail::ac_policy(config.activation_checkpoint, shape));
   for (const char* option : {"", "2", "op", "full"}) {
+    if (held.ac) break;
     ActivationCheckpointConfig ac = config.activation_checkpoint;
     ac.mode = std::string_view(option).empty()     ? AcMode::none
               : std::string_view(option) == "full" ? AcMode::full
@@ -234,21 +271,28 @@ std::vector<MemoryPlan> search_layouts(const Decoder& model, const JobConfig& co
   const bool split = shape.pipeline_and_context_parallel;  // else pp and cp stay 1
   std::vector<MemoryPlan> fits;
   for (int64_t tp = 1; tp <= 8 && tp <= search.gpus; tp *= 2) {
+    if (held.tp && tp != par.tensor_parallel_degree) continue;
     if (shape.n_heads % tp != 0 || shape.n_kv_heads % tp != 0 || (tp > 1 && (shape.tied || !shape.tensor_parallel)))
       continue;
     for (int64_t cp = 1; cp <= (split ? 8 : 1) && tp * cp <= search.gpus; cp *= 2) {
       if (config.training.seq_len % (cp * (cp > 1 ? 2 : 1) * tp) != 0) continue;
+      if (held.cp && cp != par.context_parallel_degree) continue;
       for (int64_t pp = 1; tp * cp * pp <= search.gpus && pp <= (split ? shape.n_layers / 2 : 1); pp *= 2) {
-        if (search.gpus % (tp * cp * pp) != 0) continue;
+        if (search.gpus % (tp * cp * pp) != 0 || (held.pp && pp != par.pipeline_parallel_degree)) continue;
         const int64_t dp = search.gpus / (tp * cp * pp);
+        if (held.dp_shard && dp != par.data_parallel_shard_degree) continue;
         if (global % dp != 0) continue;
         const int64_t per_rank = global / dp;  // sequences per dp rank per step
         // EP borrows its ranks from dp_shard x cp and must divide the experts (1 for a dense model).
         for (int64_t ep = 1; ep <= dp * cp; ep *= 2) {
           if ((dp * cp) % ep != 0 || (ep > 1 && (shape.moe_num_experts == 0 || shape.moe_num_experts % ep != 0)))
             continue;
+          if (held.ep && ep != par.expert_parallel_degree) continue;
           for (int64_t mb = 1; mb <= per_rank; mb *= 2) {
             if (per_rank % mb != 0) continue;
+            if (held.microbatch &&
+                mb != (pp > 1 ? par.pipeline_parallel_microbatch_size : config.training.local_batch_size))
+              continue;
             Layout l{.mesh = {.pp = pp, .dp_replicate = 1, .dp_shard = dp, .cp = cp, .tp = tp, .ep = ep}};
             if (pp > 1) {
               l.local_batch = per_rank;

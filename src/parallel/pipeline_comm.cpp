@@ -120,21 +120,23 @@ void order_for_nccl(PipelineProgram& program) {
       if (b < a) continue;
       const auto& theirs = posts[b][static_cast<int64_t>(a)];
       std::set<std::tuple<int64_t, int64_t, int64_t>> placed;  // (op, stage, microbatch) of placed messages
-      // The next send of `side`, once every receive before it in side's program is placed.
-      const auto next_send = [&](const std::vector<PipelineAction>& side,
-                                 size_t sender) -> std::optional<PipelineAction> {
-        for (const PipelineAction& s : side) {
-          if (placed.contains(key(s))) continue;
-          const bool own = static_cast<size_t>(links.rank_of(s.stage)) == sender;
-          if (own) return s;
-          return std::nullopt;  // a receive not placed yet comes first in side's program
-        }
-        return std::nullopt;
+      // The next send of `side`, once every receive before it in side's program is placed. `skip` moves
+      // past side's placed prefix for good, so a pair's merge is linear in its messages (a planner's
+      // search walks programs of thousands of microbatches).
+      const auto next_send = [&](const std::vector<PipelineAction>& side, size_t sender,
+                                 size_t& skip) -> std::optional<PipelineAction> {
+        while (skip < side.size() && placed.contains(key(side[skip]))) ++skip;
+        if (skip == side.size()) return std::nullopt;
+        const PipelineAction& s = side[skip];
+        const bool own = static_cast<size_t>(links.rank_of(s.stage)) == sender;
+        if (own) return s;
+        return std::nullopt;  // a receive not placed yet comes first in side's program
       };
+      size_t skip_mine = 0, skip_theirs = 0;
       std::vector<PipelineAction> merged;
       const size_t total = mine.size();
       while (merged.size() < total) {
-        const std::optional<PipelineAction> x = next_send(mine, a), y = next_send(theirs, b);
+        const std::optional<PipelineAction> x = next_send(mine, a, skip_mine), y = next_send(theirs, b, skip_theirs);
         if (!x && !y) return;  // cannot happen for a program the simulation ran through
         const bool take_x = x && (!y || std::pair(time_of(*x), a) <= std::pair(time_of(*y), b));
         const PipelineAction pick = take_x ? *x : *y;

@@ -230,6 +230,66 @@ TEST_CASE("memory plan: the 8B search over 8 GPUs ranks FSDP 8 in its top 3 and 
   for (size_t i = 1; i < plans.size(); ++i) CHECK(plans[i - 1].tokens_per_second >= plans[i].tokens_per_second);
 }
 
+// The 70B and 405B searches over all layouts do not put torchtitan's published layouts in their top 3:
+// those runs held TP 8 and full AC (and PP 8 at 405B) while showing the parallelisms compose. The search
+// instead picks the layout NVIDIA publishes for the same model and batch, and puts torchtitan's first
+// or in its top 3 once it holds what torchtitan's table held.
+TEST_CASE("memory plan: the 70B search picks NeMo's 70B layout, and FSDP 32 x TP 8 once it holds TP 8 and full AC",
+          "[models][memory_plan]") {
+  JobConfig c = preset("llama3_70b");  // tp 8, full AC
+  c.training.local_batch_size = 16;    // 512 sequences of 8192 tokens a step, the published batch
+  c.compile.enable = true;
+  c.model.converters = {"float8"};
+  const auto model = Llama3::build(c);
+  const titan::models::PlanOptions h100{.device_memory = k96GB, .peak_flops = 989e12};
+  // NVIDIA NeMo's Llama 3 70B pretraining recipe (NVIDIA/NeMo nemo/collections/llm/recipes/llama3_70b.py:
+  // tensor_parallelism 4, pipeline_parallelism 4, context_parallelism 2, sequence parallel, global batch
+  // 512 of seq 8192, micro batch 1, no activation recompute) on 256 GPUs is dp 8 of that.
+  const auto open = titan::models::search_layouts(*model, c, h100, {.gpus = 256, .limit = 3});
+  REQUIRE(open.size() == 3);
+  const auto& best = open.front();
+  CHECK(best.mesh.tp == 4);
+  CHECK(best.mesh.pp == 4);
+  CHECK(best.mesh.cp == 2);
+  CHECK(best.mesh.dp_shard == 8);
+  CHECK(best.ac == "none");
+  CHECK(best.microbatch == 1);
+  CHECK(best.global_batch == 512);
+  // Held to torchtitan's TP 8 and full AC, dp, pp, cp and the microbatch are still searched: no PP or
+  // CP is worth its cost there, and FSDP 32 x TP 8 comes first.
+  const auto held = titan::models::search_layouts(*model, c, h100, {.gpus = 256, .limit = 3, .hold = {"tp", "ac"}});
+  REQUIRE(held.size() == 3);
+  for (const auto& p : held) {
+    CHECK(p.mesh.tp == 8);
+    CHECK(p.ac == "full");
+  }
+  CHECK(held.front().mesh.dp_shard == 32);
+  CHECK(held.front().mesh.pp == 1);
+  CHECK(held.front().mesh.cp == 1);
+  CHECK(held.front().global_batch == 512);
+  CHECK(held.front().tokens_per_second < best.tokens_per_second);
+  CHECK_THAT(error_of([&] { titan::models::search_layouts(*model, c, h100, {.gpus = 256, .hold = {"tensor"}}); }),
+             Contains("--hold") && Contains("got 'tensor'"));
+}
+
+TEST_CASE("memory plan: the 405B search holding PP 8 ranks FSDP 8 x TP 8 x PP 8 in its top 3",
+          "[models][memory_plan]") {
+  JobConfig c = preset("llama3_405b");  // tp 8, full AC, compile, float8, async TP
+  c.parallelism.pipeline_parallel_degree = 8;
+  c.training.local_batch_size = 32;  // 256 sequences a step over dp 8, the published batch
+  const auto model = Llama3::build(c);
+  const auto plans = titan::models::search_layouts(*model, c, {.device_memory = k96GB, .peak_flops = 989e12},
+                                                   {.gpus = 512, .limit = 3, .hold = {"pp"}});
+  REQUIRE(plans.size() == 3);
+  bool published = false;
+  for (const auto& p : plans) {
+    CHECK(p.mesh.pp == 8);
+    CHECK(p.global_batch == 256);
+    published |= p.mesh.dp_shard == 8 && p.mesh.tp == 8 && p.mesh.cp == 1;
+  }
+  CHECK(published);
+}
+
 TEST_CASE("memory plan: the step time adds the communication the layout cannot hide", "[models][memory_plan]") {
   JobConfig c = preset("llama3_70b");
   c.training.local_batch_size = 16;

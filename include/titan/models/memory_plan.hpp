@@ -107,12 +107,15 @@ struct SearchOptions {
   int64_t gpus = 0;
   /// Longest list returned.
   int64_t limit = 20;
+  /// Choices kept at the config's values instead of searched: any of dp_shard, tp, pp, cp, ep, ac, microbatch.
+  std::vector<std::string> hold{};
 };
 
 /// Every layout of `search.gpus` devices (dp_shard x tp x pp x cp, tp <= 8; for an MoE model every ep
 /// dividing dp_shard x cp and the experts; AC none / selective 2 / op / full, microbatch size) that fits
 /// options.device_memory at the config's global batch, fastest first by predicted tokens/s per device
-/// (ties: more memory left at the reserved peak first).
+/// (ties: more memory left at the reserved peak first). `search.hold` narrows it to the layouts that keep
+/// the named choices as the config has them (an unknown name, or dp_shard held at -1, is an error).
 std::vector<MemoryPlan> search_layouts(const Decoder& model, const JobConfig& config, const PlanOptions& options,
                                        const SearchOptions& search);
 
