@@ -39,6 +39,9 @@ KNOWN = {
     ("src/nn/saved_ops.cpp", "active_ops_"): ("mode", "per-operator AC: the checkpoint records or replays op "
                                               "outputs (C++ autograd has no saved-tensor hooks)"),
     ("src/nn/saved_ops.cpp", "active_phase_"): ("mode", "per-operator AC: record or replay"),
+    ("src/nn/split_backward.cpp", "recording_"): ("mode", "split backward: a zero-bubble pipeline's forward "
+                                                 "makes its layers' weight gradients deferrable into the (stage, "
+                                                 "microbatch) queue it opened; values unchanged"),
     ("src/nn/bf16_gemm.cpp", "value"): ("process", "which bf16 GEMM kernel (TITAN_BF16_GEMM or timed once), as "
                                         "at::set_num_threads; both kernels are checked against at::mm"),
     ("src/nn/bf16_gemm.cpp", "timing"): ("observe", "the timing behind the bf16 GEMM choice, for the start-up line"),

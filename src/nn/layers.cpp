@@ -2,11 +2,14 @@
 #include "titan/nn/layers.hpp"
 
 #include <ATen/ATen.h>
+#include <ATen/OpMathType.h>
+#include <ATen/autocast_mode.h>
 #include <c10/core/GradMode.h>
 
 #include "titan/layout/module_hooks.hpp"
 #include "titan/layout/sharded_param.hpp"
 #include "titan/nn/saved_ops.hpp"
+#include "titan/nn/split_backward.hpp"
 
 namespace titan::nn {
 
@@ -37,6 +40,25 @@ at::Tensor Embedding::forward(const at::Tensor& tokens) const {
   });
 }
 
+namespace {
+
+// at::rms_norm as ATen composes it on CPU (upcast, x * rsqrt(mean(x^2) + eps), times the weight, cast
+// back), with the weight's product made deferrable: the same ops, so the same bits and the same backward.
+// Elsewhere (a fused kernel) and under autocast (which casts inside at::rms_norm) it is at::rms_norm.
+at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& w, double eps) {  // (..., D) -> (..., D)
+  const bool split = recording_weight_grads() != nullptr && w.requires_grad() && x.device().is_cpu() &&
+                     !at::autocast::is_autocast_enabled(at::kCPU) && w.scalar_type() == x.scalar_type() &&
+                     at::toOpMathType(x.scalar_type()) == at::kFloat;
+  if (!split) return at::rms_norm(x, {x.size(-1)}, w, eps);
+  const at::Tensor up = x.to(at::kFloat);  // (..., D)
+  const at::Tensor rstd =
+      at::rsqrt(at::pow(up, 2).mean({x.dim() - 1}, true).add_(static_cast<float>(eps)));  // (..., 1)
+  const at::Tensor y = defer_weight_grad(up.mul(rstd).mul(w), 1);                         // (..., D) fp32
+  return y.contiguous().type_as(x);
+}
+
+}  // namespace
+
 RMSNorm::RMSNorm(int64_t dim, double eps_, const at::TensorOptions& options) : eps(eps_) {
   weight = register_parameter("weight", at::empty({dim}, options));
 }
@@ -45,7 +67,7 @@ at::Tensor RMSNorm::forward(const at::Tensor& x) const {
   // at::rms_norm accumulates in fp32 for bf16 input (torchtitan's nn.RMSNorm numerics), with the
   // weight applied in the same op.
   return parallel::module_call(*this, x, [&](const at::Tensor& in) {
-    return parallel::with_param(weight, [&](const at::Tensor& w) { return at::rms_norm(in, {in.size(-1)}, w, eps); });
+    return parallel::with_param(weight, [&](const at::Tensor& w) { return nn::rms_norm(in, w, eps); });
   });
 }
 

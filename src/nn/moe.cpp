@@ -12,6 +12,7 @@
 #include "titan/core/error.hpp"
 #include "titan/layout/sharded_param.hpp"
 #include "titan/nn/init.hpp"
+#include "titan/nn/split_backward.hpp"
 
 namespace titan::nn {
 namespace {
@@ -75,9 +76,13 @@ at::Tensor add_bias(const at::Tensor& x, const at::Tensor& bias, const at::Tenso
 at::Tensor grouped_experts(const at::Tensor& x, const at::Tensor& w1, const at::Tensor& w2, const at::Tensor& w3,
                            const at::Tensor& offsets, const ExpertsVariant& v,
                            const at::Tensor& expert_of_row) {  // x (N, D) -> (N, D)
-  at::Tensor g = add_bias(at::_grouped_mm(x, w1.transpose(-2, -1), offsets), v.b1, expert_of_row);          // (N, F)
-  at::Tensor u = add_bias(at::_grouped_mm(x, w3.transpose(-2, -1), offsets), v.b3, expert_of_row);          // (N, F)
-  return add_bias(at::_grouped_mm(activate(g, u, v), w2.transpose(-2, -1), offsets), v.b2, expert_of_row);  // (N, D)
+  // Each GEMM's weight gradient may be left to a zero-bubble pipeline's weight pass (nn/split_backward.hpp).
+  const auto gemm = [&](const at::Tensor& a, const at::Tensor& w) {  // (n, in), (E, out, in) -> (n, out)
+    return defer_weight_grad(at::_grouped_mm(a, w.transpose(-2, -1), offsets), 1);
+  };
+  at::Tensor g = add_bias(gemm(x, w1), v.b1, expert_of_row);          // (N, F)
+  at::Tensor u = add_bias(gemm(x, w3), v.b3, expert_of_row);          // (N, F)
+  return add_bias(gemm(activate(g, u, v), w2), v.b2, expert_of_row);  // (N, D)
 }
 
 // The variant with its biases in dtype (the padded path's GEMM dtype).

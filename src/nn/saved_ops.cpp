@@ -10,6 +10,7 @@
 
 #include "titan/core/error.hpp"
 #include "titan/nn/bf16_gemm.hpp"
+#include "titan/nn/split_backward.hpp"
 
 namespace titan::nn {
 namespace {
@@ -36,10 +37,15 @@ std::vector<int64_t> output_shape(const at::Tensor& x, const at::Tensor& w) {
   return shape;
 }
 
-// at::linear(x, w), with a bf16 product on CPU widened where titan widens them (nn/bf16_gemm.hpp).
+// at::linear(x, w), with a bf16 product on CPU widened where titan widens them (nn/bf16_gemm.hpp). Under
+// a split backward the graph at::linear builds (x folded, mm with w.t(), unfolded; the fold copies when it
+// must, as at::matmul's does for a weight that requires grad) is built here, so the mm's weight gradient
+// can be deferred.
 at::Tensor plain_linear(const at::Tensor& x, const at::Tensor& w) {
-  if (!widens(x, w)) return at::linear(x, w);
-  return nn::mm(x.reshape({-1, x.size(-1)}), w.t()).view(output_shape(x, w));
+  const bool split = recording_weight_grads() != nullptr && w.requires_grad() && x.dim() >= 2;
+  if (!split && !widens(x, w)) return at::linear(x, w);
+  const at::Tensor y2 = nn::mm(x.reshape({-1, x.size(-1)}), w.t());  // (M, out)
+  return defer_weight_grad(y2, 1).view(output_shape(x, w));
 }
 
 // The backward of mm(x2, wt) with the output kept, computed as autograd's own mm backward computes it
@@ -133,7 +139,10 @@ at::Tensor linear(const at::Tensor& x_in, const at::Tensor& w_in, const torch::n
   // at::linear's).
   const at::DeviceType device = x_in.device().type();
   const detail::ActiveOps active = detail::active_ops();
-  if (active.ops == nullptr && (device != at::kCPU || bf16_gemm() == Bf16Gemm::native)) return at::linear(x_in, w_in);
+  if (active.ops == nullptr && recording_weight_grads() == nullptr &&
+      (device != at::kCPU || bf16_gemm() == Bf16Gemm::native)) {
+    return at::linear(x_in, w_in);
+  }
   const bool autocast = at::autocast::is_autocast_enabled(device);
   const at::ScalarType dtype = at::autocast::get_autocast_dtype(device);
   const at::Tensor x = autocast ? at::autocast::cached_cast(dtype, x_in, device) : x_in;
@@ -163,6 +172,7 @@ at::Tensor linear(const at::Tensor& x_in, const at::Tensor& w_in, const torch::n
                                                     torch::autograd::deleteNode);
     node->set_next_edges(torch::autograd::collect_next_edges(x2, wt));
     torch::autograd::set_history(y2, node);
+    y2 = defer_weight_grad(y2, 1);
   }
   return y2.view(output_shape(x, w));
 }

@@ -22,6 +22,7 @@
 #include "titan/core/error.hpp"
 #include "titan/layout/module_hooks.hpp"
 #include "titan/nn/saved_ops.hpp"
+#include "titan/nn/split_backward.hpp"
 
 namespace titan::parallel {
 namespace {
@@ -57,9 +58,13 @@ constexpr at::DeviceType kAutocastDevices[] = {at::kCPU, at::kCUDA};
 struct ForwardState {
   std::optional<at::Tensor> cpu_rng{};  // the default CPU generator's state (preserve_rng_state)
   AutocastState autocast[2]{};          // per kAutocastDevices: single-device mixed precision
+  // A split-backward pipeline's (stage, microbatch) queue: the recompute's ops defer their weight
+  // gradients into it, so a zero-bubble 'I' pass recomputes once and its 'W' pass reads what it kept.
+  std::shared_ptr<nn::WeightGradQueue> weight_grads{};
 
   static ForwardState capture(bool preserve_rng) {
     ForwardState s;
+    s.weight_grads = nn::recording_weight_grads();
     for (size_t i = 0; i < std::size(kAutocastDevices); ++i) s.autocast[i] = AutocastState::of(kAutocastDevices[i]);
     if (preserve_rng) {
       at::Generator gen = at::detail::getDefaultCPUGenerator();
@@ -76,7 +81,7 @@ struct ForwardState {
 // would read casts of weights the optimizer has since changed).
 class Replay {
  public:
-  explicit Replay(const ForwardState& s) {
+  explicit Replay(const ForwardState& s) : weight_grads_(s.weight_grads) {
     if (s.cpu_rng) {
       at::Generator gen = at::detail::getDefaultCPUGenerator();
       std::lock_guard lock(gen.mutex());
@@ -104,6 +109,7 @@ class Replay {
  private:
   std::optional<at::Tensor> saved_rng_;
   AutocastState autocast_was_[2]{};
+  nn::WeightGradScope weight_grads_;
 };
 
 struct CheckpointBackward : torch::autograd::Node {
@@ -119,10 +125,10 @@ struct CheckpointBackward : torch::autograd::Node {
     const auto* restricted = torch::autograd::get_current_graph_task_exec_info();
     TITAN_CHECK_NOT_IMPLEMENTED(restricted == nullptr || restricted->empty(),
                                 "[titan::parallel::checkpoint] expected a full backward through a checkpointed "
-                                "module, got a pass restricted to some inputs (autograd::grad, or a zero-bubble "
-                                "pipeline's separate input and weight passes), which would recompute it twice. Use "
-                                "a schedule without split backward (1F1B, Interleaved1F1B, GPipe, LoopedBFS) or "
-                                "activation_checkpoint.mode = \"none\".");
+                                "module, got a pass restricted to some inputs (autograd::grad), which would "
+                                "recompute it once per pass. Run torch::autograd::backward over the whole graph "
+                                "(a zero-bubble pipeline splits its backward inside the layers, "
+                                "nn/split_backward.hpp, and needs no restricted pass).");
     TITAN_CHECK(fn_,
                 "[titan::parallel::checkpoint] expected one backward per forward, got a second one (the "
                 "recompute is released after the first). Do not retain the graph through checkpointed modules.");

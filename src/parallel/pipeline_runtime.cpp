@@ -12,11 +12,14 @@
 
 #include <chrono>
 #include <map>
+#include <memory>
+#include <optional>
 #include <tuple>
 
 #include "pipeline_state.hpp"
 #include "titan/core/error.hpp"
 #include "titan/nn/attention_context.hpp"
+#include "titan/nn/split_backward.hpp"
 
 namespace titan::parallel {
 namespace {
@@ -34,8 +37,11 @@ struct Slot {
   at::Tensor output;       // the stage output (the scaled loss on the last stage); graph alive until backward
   at::Tensor output_grad;  // gradient of output (from the next stage)
   at::Tensor input_grad;   // gradient of input (for the previous stage)
+  // A split schedule's weight gradients this microbatch's input pass left (nn/split_backward.hpp).
+  std::shared_ptr<nn::WeightGradQueue> weight_grads;
   bool forward_done = false;
   bool input_grad_done = false;
+  bool weight_grad_pending = false;  // input pass done, weight pass not yet
 };
 
 struct PendingRecv {
@@ -47,7 +53,11 @@ class StepRunner {
  public:
   StepRunner(detail::PipelineState& state, const PipelineProgram& program, const StageForward& forward, LossFn loss,
              double scale, bool train)
-      : s_(state), program_(program), forward_(forward), loss_(std::move(loss)), scale_(scale), train_(train) {}
+      : s_(state), program_(program), forward_(forward), loss_(std::move(loss)), scale_(scale), train_(train) {
+    for (const auto& row : program_.actions) {
+      for (const PipelineAction& a : row) split_ = split_ || (train_ && a.op == Op::kBackwardWeight);
+    }
+  }
 
   double run(const at::Tensor& tokens, const at::Tensor& labels, const nn::AttentionContext& context) {
     const int64_t micro = program_.num_microbatches;
@@ -73,7 +83,7 @@ class StepRunner {
     for (auto& [work, tensor] : sends_) work.wait();
     sends_.clear();
     for (const auto& [key, slot] : slots_) {
-      TITAN_CHECK(!train_ || !slot.output.defined(),
+      TITAN_CHECK(!train_ || (!slot.output.defined() && !slot.weight_grad_pending),
                   "[titan::pipeline] expected every microbatch's backward done at the end of the step, got stage {} "
                   "microbatch {} still holding its activations. The schedule misses its backward.",
                   key.first, key.second);
@@ -113,7 +123,7 @@ class StepRunner {
     if (a.op == Op::kForward) {
       Slot& sl = slot(a.stage, a.microbatch);
       if (!sl.forward_done && !sl.input.defined()) sl.input = stage_input(a.stage, a.microbatch);
-    } else if (slot(a.stage, a.microbatch).forward_done) {
+    } else if (a.op != Op::kBackwardWeight && slot(a.stage, a.microbatch).forward_done) {
       output_grad(a.stage, a.microbatch);
     }
     const auto begin = Clock::now();
@@ -233,6 +243,10 @@ class StepRunner {
     TITAN_CHECK(!sl.forward_done, "[titan::pipeline] expected one forward of stage {} microbatch {}, got two.", stage,
                 microbatch);
     c10::AutoGradMode grad_mode(train_);
+    // Under a split schedule the layers record their weight gradients as deferrable into this
+    // microbatch's queue; its input pass leaves them there for the weight pass.
+    if (split_) sl.weight_grads = std::make_shared<nn::WeightGradQueue>();
+    const nn::WeightGradScope record(sl.weight_grads);
     at::Tensor y = forward_(stage, sl.input, context_.rows(microbatch * rows_, rows_));
     if (stage == s_.num_stages() - 1) {
       const at::Tensor loss = loss_(y, labels_[static_cast<size_t>(microbatch)].to(y.device())) * scale_;  // ()
@@ -268,28 +282,29 @@ class StepRunner {
     const at::Tensor grad = output_grad(stage, microbatch);
     const torch::autograd::variable_list grads =
         grad.defined() ? torch::autograd::variable_list{grad} : torch::autograd::variable_list{};
-    if (input_only) {
-      // Zero-bubble's first half: only the path to the stage input; the graph stays for 'W'.
-      if (stage > 0) sl.input_grad = torch::autograd::grad({sl.output}, {sl.input}, grads, /*retain_graph=*/true)[0];
-    } else {
+    {
+      // Zero-bubble's first half is the whole backward with the layers' weight GEMMs deferred: what cannot
+      // defer (embeddings, biases) computes its weight gradient here, and the graph is released.
+      std::optional<nn::InputGradPass> defer;
+      if (input_only && sl.weight_grads) defer.emplace(*sl.weight_grads);
       torch::autograd::backward({sl.output}, grads);
-      if (stage > 0) sl.input_grad = sl.input.grad();
-      release(sl);
     }
+    if (stage > 0) sl.input_grad = sl.input.grad();
+    release(sl);
+    sl.weight_grad_pending = input_only;
     sl.input_grad_done = true;
   }
 
   void backward_weight(int64_t stage, int64_t microbatch) {
     Slot& sl = slot(stage, microbatch);
-    TITAN_CHECK(sl.input_grad_done && sl.output.defined(),
+    TITAN_CHECK(sl.input_grad_done && sl.weight_grad_pending,
                 "[titan::pipeline] expected stage {} microbatch {}'s weight gradient after its input gradient, got "
                 "it {}.",
                 stage, microbatch, sl.input_grad_done ? "twice" : "first");
-    const at::Tensor grad = output_grad(stage, microbatch);
-    const torch::autograd::variable_list grads =
-        grad.defined() ? torch::autograd::variable_list{grad} : torch::autograd::variable_list{};
-    torch::autograd::backward({sl.output}, grads, /*retain_graph=*/false, /*create_graph=*/false, s_.params.at(stage));
-    release(sl);
+    // Only the deferred weight GEMMs and reductions: no activation gradient is computed again.
+    if (sl.weight_grads) sl.weight_grads->run_weight_grads();
+    sl.weight_grads.reset();
+    sl.weight_grad_pending = false;
   }
 
   static void release(Slot& sl) {
@@ -304,6 +319,7 @@ class StepRunner {
   LossFn loss_;  // a copy: callers pass temporaries
   double scale_;
   bool train_;
+  bool split_ = false;  // the program splits backward ('I' then 'W'): forwards record deferrable weight grads
   at::Device device_ = at::kCPU;
   int64_t rows_ = 0, tokens_per_row_ = 0;  // a microbatch's token shape: keys the boundary shapes
   nn::AttentionContext context_;           // the batch's attention context (positions, documents, cp split)

@@ -13,8 +13,10 @@
 // The recompute sees what the forward saw: the same RNG state (preserve_rng_state), the arguments the
 // closure captured (the attention context among them), CPU and CUDA autocast as they were. It
 // gathers FSDP units and runs TP collectives again, as the forward did. Under a pipeline schedule
-// that splits backward into input and weight passes (zero-bubble), checkpointing is refused: the
-// recompute would run twice.
+// that splits backward into input and weight passes (zero-bubble), the recompute runs once, in the
+// input pass, and its ops leave their weight gradients (with the inputs they need) to the weight pass
+// (nn/split_backward.hpp). A backward restricted to some inputs (autograd::grad) is refused: the
+// recompute would run once per pass.
 //
 // Per operator (options.per_op, torchtitan's selective "op" mode): the forward also keeps the outputs
 // of the module's expensive ops — every other matmul and attention, see nn/saved_ops.hpp — and the

@@ -4,8 +4,9 @@
 // between stages by point-to-point send/recv on the pp group (Gloo on CPU, NCCL on GPU), posted
 // asynchronously; shapes and dtypes are agreed once per stage boundary, on the first microbatch.
 // The loss is computed on the last stage, scaled by the caller (e.g. 1 / global valid tokens), so a
-// step's gradients equal the one-device step's. A split backward (zero-bubble 'I' then 'W') runs
-// torch::autograd::grad to the stage input with the graph retained, then the weight gradients.
+// step's gradients equal the one-device step's. A split backward (zero-bubble 'I' then 'W') defers the
+// layers' weight GEMMs inside the layers (nn/split_backward.hpp): 'I' is the whole backward without
+// them, 'W' runs only them, and both work under activation checkpointing.
 //
 //   auto modules = parallel::pipeline_modules(plan.pipeline, mesh);   // build only these
 //   auto applied = titan::parallelize(*model, mesh, plan);
