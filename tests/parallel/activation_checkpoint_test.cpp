@@ -236,7 +236,32 @@ TEST_CASE("AC settings that cannot run are errors naming the key", "[parallel][a
   CHECK(llama3::activation_checkpoint_plan(args, {.mode = AcMode::none}).modules.empty());
 }
 
-TEST_CASE("a backward restricted to some inputs (zero-bubble's I pass) through AC is refused", "[parallel][ac]") {
+// Zero-bubble under AC: the checkpointed blocks recompute once, in the I pass, and leave their weight
+// GEMMs (on the recomputed inputs) to the W pass; 3 steps, each schedule under one AC mode, ranks as threads.
+constexpr int64_t kZeroBubbleSteps = 3;
+
+TEST_CASE("ZBV on pp 2 under full AC gives the losses and weights of no AC bitwise",
+          "[parallel][ac][pipeline][zb][parity]") {
+  check_bitwise({.pp = 2},
+                {.steps = kZeroBubbleSteps, .schedule = PipelineSchedule::zbv_zero_bubble, .ac_mode = AcMode::full});
+}
+
+TEST_CASE("Interleaved zero bubble on pp 2 under selective AC (every 2nd block) gives no AC's bits",
+          "[parallel][ac][pipeline][zb][parity]") {
+  check_bitwise({.pp = 2}, {.steps = kZeroBubbleSteps,
+                            .schedule = PipelineSchedule::interleaved_zero_bubble,
+                            .ac_mode = AcMode::selective,
+                            .ac_option = "2"});
+}
+
+TEST_CASE("DualPipeV on pp 2 under per-operator AC gives no AC's bits", "[parallel][ac][pipeline][zb][parity]") {
+  check_bitwise({.pp = 2}, {.steps = kZeroBubbleSteps,
+                            .schedule = PipelineSchedule::dual_pipe_v,
+                            .ac_mode = AcMode::selective,
+                            .ac_option = "op"});
+}
+
+TEST_CASE("a backward restricted to some inputs (autograd::grad) through AC is refused", "[parallel][ac]") {
   const at::Tensor w = at::randn({4}).requires_grad_(true);
   const at::Tensor x = at::randn({4}).requires_grad_(true);
   const at::Tensor y = parallel::checkpoint(x, [&](const at::Tensor& in) { return in * w; });
