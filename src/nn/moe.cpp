@@ -107,6 +107,10 @@ void validate(const MoEArgs& a) {
   TITAN_CHECK_VALUE(a.score_func == "softmax" || a.score_func == "sigmoid",
                     "[titan::nn::MoE] expected score_func \"softmax\" or \"sigmoid\", got \"{}\". Use one of them.",
                     a.score_func);
+  TITAN_CHECK_VALUE(a.load_balance_loss_weight >= 0.0,
+                    "[titan::nn::MoE] expected load_balance_loss_weight >= 0, got {}. Use 0 to turn the auxiliary "
+                    "loss off.",
+                    a.load_balance_loss_weight);
   TITAN_CHECK_VALUE(a.num_shared_experts >= 0,
                     "[titan::nn::MoE] expected num_shared_experts >= 0, got {}. Use 0 for no shared experts.",
                     a.num_shared_experts);
@@ -169,7 +173,7 @@ Routing TokenChoiceTopKRouter::forward(const at::Tensor& x, const at::Tensor& ex
   if (args.route_norm) top_scores = top_scores / (top_scores.sum(-1, /*keepdim=*/true) + kRouteNormEps);
   top_scores = top_scores * args.route_scale;
   at::Tensor counts = at::bincount(selected.reshape(-1), {}, args.num_experts);  // (E) int64
-  return {top_scores, selected, counts};
+  return {scores, top_scores, selected, counts};
 }
 
 void TokenChoiceTopKRouter::init_weights(const InitSite& site, double init_std) {
@@ -347,6 +351,7 @@ MoE::MoE(const MoEArgs& args_, int64_t dim, int64_t hidden_dim, const at::Tensor
   const at::TensorOptions fp32 = options.dtype(at::kFloat);
   if (args.load_balance_coeff > 0.0) expert_bias = register_buffer("expert_bias", at::zeros({args.num_experts}, fp32));
   tokens_per_expert = at::zeros({args.num_experts}, fp32);
+  aux_loss = at::zeros({}, fp32);
 }
 
 at::Tensor MoE::forward(const at::Tensor& x) const {
@@ -377,7 +382,15 @@ at::Tensor MoE::forward(const at::Tensor& x) const {
           ? per_slot.sum(1)
           : at::bmm(r.top_scores.view({tokens, 1, k}), per_slot.to(at::kFloat)).squeeze(1).to(x.scalar_type());
   out = out.view(x.sizes());  // (B, S, D)
-  return shared_experts ? shared_experts->forward(x) + out : out;
+  out = shared_experts ? shared_experts->forward(x) + out : out;
+  if (args.load_balance_loss_weight == 0.0 || !c10::GradMode::is_enabled() || !r.scores.requires_grad()) return out;
+  const at::Tensor aux = sequence_balance_loss(r.scores, r.selected_experts, x.size(0), args.load_balance_loss_weight) *
+                         aux_loss_scale;  // ()
+  {
+    at::NoGradGuard no_grad;
+    aux_loss.add_(aux.detach());
+  }
+  return detail::inject_aux_loss(out, aux);
 }
 
 void MoE::init_weights(const InitSite& site, double init_std) {
@@ -387,6 +400,7 @@ void MoE::init_weights(const InitSite& site, double init_std) {
   at::NoGradGuard no_grad;
   if (expert_bias.defined()) expert_bias.zero_();
   tokens_per_expert.zero_();
+  aux_loss.zero_();
 }
 
 void MoE::update_expert_bias(double coeff) {

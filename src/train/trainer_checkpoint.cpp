@@ -29,8 +29,9 @@ checkpoint::State TrainerCore::checkpoint_state() const {
   checkpoint::add_optimizer(state, names, *optimizer_, mesh_.get());
   // The MoE expert biases: buffers, not parameters, so a group of their own ("moe.<fqn>"); a checkpoint
   // without it loads as before (its bias stays zero), and HF exports of the model group stay as they were.
+  // Each pipeline stage holds (and writes) the biases of its own layers.
   for (const auto& [name, bias] : expert_biases_)
-    state.tensors.push_back(checkpoint::state_tensor("moe." + name, bias, mesh_.get()));
+    state.tensors.push_back(checkpoint::state_tensor("moe." + name, bias, mesh_.get(), /*per_stage=*/true));
   // The schedule is a pure function of the step: its state is the step (torch's LambdaLR last_epoch).
   state.values["lr_scheduler"] = {{"last_epoch", step_}};
   // At a step boundary the loader's state is the same on every rank and loads under any dp degree.

@@ -40,6 +40,7 @@
 #include "titan/nn/bf16_gemm.hpp"
 #include "titan/nn/init.hpp"
 #include "titan/nn/loss.hpp"
+#include "titan/nn/moe.hpp"
 #include "titan/optim/adamw.hpp"
 #include "titan/optim/clip.hpp"
 #include "titan/optim/lr_schedule.hpp"
@@ -222,6 +223,21 @@ void TrainerCore::parallelize(torch::nn::Module& model, const parallel::Parallel
   }
   for (const auto& item : model.named_buffers(/*recurse=*/true)) {
     if (item.key().ends_with(".expert_bias")) expert_biases_.emplace_back(item.key(), item.value());
+  }
+  // The sequence-wise auxiliary loss as a mean over the step's sequences, as the cross-entropy is a mean over
+  // its tokens: each rank's microbatches inject their sum, weighted by one over the global batch.
+  const int64_t sequences = config_.training.local_batch_size * grad_accum_steps_ * dp_degree_;
+  for (const auto& layer : moe_->layers()) {
+    if (layer->args.load_balance_loss_weight == 0.0) continue;
+    // A sequence split over cp (or over tp by sequence parallelism) needs its counts summed over those ranks
+    // before f_i is formed; that exchange is not built.
+    TITAN_CHECK_NOT_IMPLEMENTED(mesh_->size("cp") == 1 && mesh_->size("tp") == 1,
+                                "[titan::Trainer] expected context_parallel_degree and tensor_parallel_degree 1 with "
+                                "model.moe_load_balance_loss_weight > 0, got cp {} and tp {}: the sequence-wise "
+                                "auxiliary loss of a sequence split over ranks is not built. Set the weight to 0 "
+                                "(bias balancing still runs) or use data, pipeline and expert parallelism.",
+                                mesh_->size("cp"), mesh_->size("tp"));
+    layer->aux_loss_scale = 1.0 / static_cast<double>(sequences);
   }
   if (const std::string applied = parallel_->describe(); applied != "one device") {
     log::info("Applied {} to the model", applied);
@@ -434,11 +450,14 @@ void TrainerCore::run_step() {
 
   metrics_->add_step(fb.tokens, batch.load_seconds);
   if (step_ == 1 || step_ % config_.metrics.log_freq == 0 || step_ == config_.training.steps) {
-    if (!loads.empty()) {
-      double ratio = 0;  // the most loaded expert over the mean load, the worst layer
-      for (const at::Tensor& load : loads) ratio = std::max(ratio, (load.max() / load.mean()).item<double>());
-      metrics_->add_scalar("moe/max_load_ratio", ratio);
+    double ratio = 0;  // the most loaded expert over the mean load, the worst layer
+    for (const at::Tensor& load : loads) ratio = std::max(ratio, (load.max() / load.mean()).item<double>());
+    if (mesh_->size("pp") > 1) {  // each stage knows its own layers; a stage may have none
+      at::Tensor worst = at::full({1}, ratio, at::TensorOptions().dtype(at::kDouble).device(device_));
+      mesh_->group("pp").all_reduce(worst, dist::ReduceOp::kMax).wait();
+      ratio = worst.item<double>();
     }
+    if (ratio > 0) metrics_->add_scalar("moe/max_load_ratio", ratio);
     if (replicas_) metrics_->add_scalar("ft/live_replicas", static_cast<double>(replicas_->live()));
     const StepMetrics logged = metrics_->log(step_, fb.loss, norm, lr);
     if (logged.parts) last_memory_ = *logged.parts;

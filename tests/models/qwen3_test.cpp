@@ -63,8 +63,11 @@ TEST_CASE("qwen3 flavors' parameter counts and FLOPs equal torchtitan's", "[mode
   std::vector<std::string> oracle_names;
   for (const auto& [name, _] : oracle.items()) oracle_names.push_back(name);
   std::sort(oracle_names.begin(), oracle_names.end());
-  CHECK(titan::qwen3::flavor_names() == oracle_names);
-  for (const auto& name : titan::qwen3::flavor_names()) {
+  // tiny_moe is titan's own (the parity tests' model), not one of torchtitan's.
+  std::vector<std::string> names = titan::qwen3::flavor_names();
+  std::erase(names, "tiny_moe");
+  CHECK(names == oracle_names);
+  for (const auto& name : names) {
     INFO(name);
     const auto model = meta_model(name, kSeq);
     const Qwen3Args& a = model->args();

@@ -36,14 +36,14 @@ constexpr int64_t kSteps = 10;
 
 struct Layout {
   int64_t ranks = 1;                   // processes
-  int64_t tp = 1;                      // of them, the tensor-parallel degree (the rest is dp)
+  int64_t dp = 1;                      // of them, the data-parallel degree (the batch splits over it)
   std::vector<std::string> degrees{};  // parallelism flags
 };
 
 // The debug flavor on tinyshakespeare: `steps` steps of seq 32, a full checkpoint every `interval` steps.
 std::vector<std::string> job_args(const std::string& model, const std::string& flavor, const fs::path& dump,
                                   const Layout& layout, int64_t steps, int64_t interval) {
-  const int64_t dp = layout.ranks / layout.tp;
+  const int64_t dp = layout.dp;
   std::vector<std::string> args;
   if (layout.ranks > 1) args = {titan_run_path(), "--nproc-per-node", std::to_string(layout.ranks), "--"};
   const std::vector<std::string> job = {
@@ -152,7 +152,7 @@ void check_against_one_process(const std::string& model, const std::string& flav
 
 const Layout kEp2{
     .ranks = 2,
-    .tp = 1,
+    .dp = 2,
     .degrees = {"--parallelism.data_parallel_shard_degree", "2", "--parallelism.expert_parallel_degree", "2"}};
 
 }  // namespace
@@ -167,7 +167,7 @@ TEST_CASE("train deepseek_v3 with expert parallelism: 10 losses and expert biase
     check_against_one_process(
         "deepseek_v3", kFlavor,
         {.ranks = 4,
-         .tp = 1,
+         .dp = 4,
          .degrees = {"--parallelism.data_parallel_shard_degree", "4", "--parallelism.expert_parallel_degree", "4"}},
         "EP(ep=4, efsdp=1, MoE layers: 2) + FSDP(dp_shard=4)");
   }
@@ -175,7 +175,7 @@ TEST_CASE("train deepseek_v3 with expert parallelism: 10 losses and expert biase
     check_against_one_process(
         "deepseek_v3", kFlavor,
         {.ranks = 4,
-         .tp = 1,
+         .dp = 4,
          .degrees = {"--parallelism.data_parallel_shard_degree", "4", "--parallelism.expert_parallel_degree", "2"}},
         "EP(ep=2, efsdp=2, MoE layers: 2) + FSDP(dp_shard=4) + experts FSDP(efsdp=2)");
   }
@@ -183,16 +183,47 @@ TEST_CASE("train deepseek_v3 with expert parallelism: 10 losses and expert biase
     check_against_one_process(
         "deepseek_v3", kFlavor,
         {.ranks = 4,
-         .tp = 2,
+         .dp = 2,
          .degrees = {"--parallelism.data_parallel_shard_degree", "2", "--parallelism.tensor_parallel_degree", "2",
                      "--parallelism.expert_parallel_degree", "2"}},
         "EP(ep=2, efsdp=1, MoE layers: 2)");
   }
 }
 
+// Qwen3-MoE (tiny_moe: 4 MoE layers of 8 routed experts, top-2 softmax, no shared experts) on the layouts only
+// it of the MoE families splits: pipeline and context parallelism (DeepSeek-V3 and gpt-oss refuse both).
+TEST_CASE(
+    "train qwen3-moe with expert parallelism (EP 2, EP 2 x PP 2, EP 2 x CP 2): 10 losses and expert biases "
+    "match one process",
+    "[train][ep][parity][qwen3][full]") {
+  SECTION("EP 2") {
+    check_against_one_process("qwen3", "tiny_moe", kEp2, "EP(ep=2, efsdp=1, MoE layers: 4) + FSDP(dp_shard=2)");
+  }
+  SECTION("EP 2 x PP 2 (dp_shard 2 with ep 2, 2 stages of 2 MoE layers)") {
+    // 1F1B over the 2 microbatches of each rank's 2 sequences; each stage's ep pair exchanges its layers' tokens.
+    check_against_one_process(
+        "qwen3", "tiny_moe",
+        {.ranks = 4,
+         .dp = 2,
+         .degrees = {"--parallelism.data_parallel_shard_degree", "2", "--parallelism.pipeline_parallel_degree", "2",
+                     "--parallelism.expert_parallel_degree", "2"}},
+        "EP(ep=2, efsdp=1, MoE layers: 2)");
+  }
+  SECTION("EP 2 x CP 2 (dp_shard 2 x cp 2 with ep 2: efsdp 2)") {
+    // Each cp rank routes its half of every sequence; ep pairs the cp ranks, efsdp the dp_shard ranks.
+    check_against_one_process(
+        "qwen3", "tiny_moe",
+        {.ranks = 4,
+         .dp = 2,
+         .degrees = {"--parallelism.data_parallel_shard_degree", "2", "--parallelism.context_parallel_degree", "2",
+                     "--parallelism.expert_parallel_degree", "2"}},
+        "EP(ep=2, efsdp=2, MoE layers: 4)");
+  }
+}
+
 const Layout kEp2Efsdp2{
     .ranks = 4,
-    .tp = 1,
+    .dp = 4,
     .degrees = {"--parallelism.data_parallel_shard_degree", "4", "--parallelism.expert_parallel_degree", "2"}};
 
 TEST_CASE("a checkpoint written at EP 2 resumes bitwise at EP 2 and loads at EP 1 and back",

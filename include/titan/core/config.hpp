@@ -92,8 +92,11 @@ struct ModelConfig {
   std::vector<std::string> converters{};
   /// Print the model after the converters ran.
   bool print_after_conversion = false;
+  /// Weight (alpha) of DeepSeek-V3's sequence-wise MoE balance loss, beside bias balancing; 0 = the flavor's (off)
+  double moe_load_balance_loss_weight = 0.0;
 };
-TITAN_CONFIG(ModelConfig, name, flavor, hf_assets_path, tokenizer_path, converters, print_after_conversion)
+TITAN_CONFIG(ModelConfig, name, flavor, hf_assets_path, tokenizer_path, converters, print_after_conversion,
+             moe_load_balance_loss_weight)
 
 /// AdamW hyperparameters.
 struct OptimizerConfig {

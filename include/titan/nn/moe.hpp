@@ -57,6 +57,9 @@ struct MoEArgs {
   bool use_grouped_mm = true;
   /// Step of the aux-loss-free expert-bias update; 0 = no expert bias.
   double load_balance_coeff = 1e-3;
+  /// Weight (alpha) of DeepSeek-V3's sequence-wise auxiliary balance loss (eqs. 17-20), beside or instead of
+  /// the bias balancing: alpha * sum_i f_i P_i per sequence; 0 = off. See MoE::aux_loss_scale.
+  double load_balance_loss_weight = 0.0;
   /// The router's gate has a bias, router.gate.bias (E) (torchtitan's gate_bias; gpt-oss).
   bool gate_bias = false;
   /// Every routed expert's projections have biases, experts.{w1,w3}_bias (E, F) and w2_bias (E, D) (gpt-oss).
@@ -74,6 +77,7 @@ void validate(const MoEArgs& args);
 
 /// One routing decision for T tokens.
 struct Routing {
+  at::Tensor scores;             // (T, E) fp32: every expert's score, before the bias (the auxiliary loss reads it)
   at::Tensor top_scores;         // (T, K) fp32: combine weights (after route_norm and route_scale)
   at::Tensor selected_experts;   // (T, K) int64: expert of each slot, best first
   at::Tensor tokens_per_expert;  // (E) int64: how many slots chose each expert
@@ -168,6 +172,9 @@ PaddedExpertGroups pad_expert_groups(const at::Tensor& tokens_per_expert, int64_
 at::Tensor pad_expert_rows(const at::Tensor& x, const PaddedExpertGroups& groups);
 /// The inverse of pad_expert_rows: y (P, D) -> (N, D), the padding rows dropped (differentiable in y).
 at::Tensor unpad_expert_rows(const at::Tensor& y, const PaddedExpertGroups& groups);
+/// carrier unchanged (an alias) whose backward also gives aux (a scalar) the gradient 1: aux joins the objective
+/// wherever carrier's gradient comes from (torchtitan's _AuxLossInjection).
+at::Tensor inject_aux_loss(const at::Tensor& carrier, const at::Tensor& aux);
 /// experts_grouped_mm's CUDA path on any device: operands cast to dtype, groups padded to 16-byte aligned
 /// rows (8 in bf16), the GEMMs on the padded buffer, the padding dropped, the result cast to x's dtype.
 at::Tensor experts_grouped_mm_padded(const at::Tensor& x, const at::Tensor& w1, const at::Tensor& w2,
@@ -175,6 +182,12 @@ at::Tensor experts_grouped_mm_padded(const at::Tensor& x, const at::Tensor& w1, 
                                      const ExpertsVariant& variant = {});
 
 }  // namespace detail
+
+/// DeepSeek-V3's sequence-wise balance loss (eqs. 17-20), summed over the B sequences of a forward:
+/// sum_b alpha * sum_i f_bi P_bi with f_bi = E / (K S) * (slots of sequence b routed to expert i) and
+/// P_bi = mean over b's S tokens of score_ti / sum_j score_tj. scores (B*S, E) fp32, selected (B*S, K) -> ().
+/// Differentiable in scores (f counts choices, which are not).
+at::Tensor sequence_balance_loss(const at::Tensor& scores, const at::Tensor& selected, int64_t batch, double alpha);
 
 /// Runs the routed experts somewhere else: what expert parallelism plugs into an MoE layer
 /// (titan::parallel::apply_expert_parallel). run() gets the slots sorted by *global* expert and
@@ -192,7 +205,10 @@ class MoE : public torch::nn::Module {
  public:
   MoE(const MoEArgs& args, int64_t dim, int64_t hidden_dim, const at::TensorOptions& options);
   /// x (B, S, D) -> (B, S, D). Adds this step's counts to tokens_per_expert (a recomputing
-  /// activation checkpoint counts twice; the sign in update_expert_bias does not mind).
+  /// activation checkpoint counts twice; the sign in update_expert_bias does not mind). With
+  /// load_balance_loss_weight > 0 and grad mode on, the output also carries the auxiliary loss: its backward
+  /// adds the gradient of aux_loss_scale * sequence_balance_loss(...) to the router (torchtitan's
+  /// _AuxLossInjection), so no loss function changes and pipeline stages need not return it.
   at::Tensor forward(const at::Tensor& x) const;
   /// torchtitan's init: experts, router gate (trunc-normal(init_std)), shared experts; zeroes the
   /// expert bias and the counts. `site` names this layer (each parameter draws by its own name).
@@ -209,6 +225,13 @@ class MoE : public torch::nn::Module {
   std::shared_ptr<FeedForward> shared_experts;  // null when num_shared_experts == 0
   at::Tensor expert_bias;                       // (E) fp32 buffer; undefined when load_balance_coeff == 0
   at::Tensor tokens_per_expert;                 // (E) fp32, accumulated by forward; not a checkpointed buffer
+  /// The weight of one sequence's auxiliary loss in the objective: 1 (the default) adds the sum over the
+  /// forward's sequences; the Trainer sets 1 / (sequences per optimizer step), so the ranks' and microbatches'
+  /// injections add up to the mean over the global batch, as the token-mean cross-entropy does.
+  double aux_loss_scale = 1.0;
+  /// The auxiliary loss this layer injected since the last zeroing (() fp32, aux_loss_scale applied; a
+  /// recomputing activation checkpoint injects, and counts, once: its first forward runs without grad).
+  at::Tensor aux_loss;
   /// Set by expert parallelism: the routed experts run through it; null = experts->forward here.
   std::shared_ptr<const RoutedExpertsDispatch> dispatch{};
 };

@@ -50,14 +50,14 @@ namespace {
 
 // torchtitan's Qwen3-MoE router: softmax over 128 (debug: 64) experts, top-8, renormalised, no shared
 // experts, the expert outputs weighted (not the inputs); expert bias for aux-loss-free balancing.
-nn::MoEArgs qwen3_moe(int64_t num_experts) {
+nn::MoEArgs qwen3_moe(int64_t num_experts, int64_t top_k = 8) {
   return {.num_experts = num_experts,
           .num_shared_experts = 0,
           .score_func = "softmax",
           .route_norm = true,
           .route_scale = 1.0,
           .score_before_experts = false,
-          .top_k = 8};
+          .top_k = top_k};
 }
 
 const models::FlavorTable<Qwen3Args>& flavors() {
@@ -78,6 +78,19 @@ const models::FlavorTable<Qwen3Args>& flavors() {
         .moe_enabled = true,
         .moe_inter_dim = 768,
         .moe = qwen3_moe(64)}},
+      // titan's own (torchtitan has no such flavor): the smallest Qwen3-MoE that every layout splits (4 MoE
+      // layers for 2 pipeline stages, 8 experts for ep 2 x efsdp 2, 2 kv heads for tp 2), for the parity tests.
+      {"tiny_moe",
+       {.dim = 64,
+        .n_layers = 4,
+        .n_heads = 4,
+        .n_kv_heads = 2,
+        .vocab_size = 2048,
+        .head_dim = 16,
+        .hidden_dim = 128,
+        .moe_enabled = true,
+        .moe_inter_dim = 32,
+        .moe = qwen3_moe(8, /*top_k=*/2)}},
       {"30B-A3B",
        {.dim = 2048,
         .n_layers = 48,

@@ -29,6 +29,16 @@ std::shared_ptr<Model> build_family(std::string_view family, const Flavor& flavo
   }
   auto args = flavor(config.model.flavor);
   if (vocab_size > 0) args.vocab_size = vocab_size;
+  if (config.model.moe_load_balance_loss_weight != 0.0) {
+    if constexpr (requires { args.moe.load_balance_loss_weight; }) {
+      args.moe.load_balance_loss_weight = config.model.moe_load_balance_loss_weight;
+    } else {
+      throw ConfigError("model.moe_load_balance_loss_weight",
+                        fmt::format("[titan::{}] expected model.moe_load_balance_loss_weight 0 for a family without "
+                                    "MoE layers, got {}. Drop the key.",
+                                    family, config.model.moe_load_balance_loss_weight));
+    }
+  }
   return std::make_shared<Model>(args, config.training.seq_len, at::TensorOptions().device(device), modules);
 }
 
