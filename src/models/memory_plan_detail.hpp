@@ -26,7 +26,7 @@ inline int64_t elem_bytes(DType d) { return d == DType::float32 ? 4 : 2; }
 inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 // One parameter as the plan shards it: TP splits dim 0 (colwise, vocab-parallel) or dim 1 (rowwise);
-// a routed expert's stacked weight is split over ep on dim 0 and then left alone by FSDP.
+// a routed expert's stacked weight is split over ep on dim 0 and then again over efsdp by a unit of its own.
 struct ParamShape {
   std::string name;
   std::string module;  // top-level module path: tok_embeddings, layers.N, norm, output
@@ -117,6 +117,8 @@ struct StepInputs {
   int64_t boundary = 0;                      // bytes of a stage's output (and its gradient)
   int64_t gathered = 0;                      // bytes FSDP gathers for the rank's units
   int64_t reduced = 0;                       // bytes its reduce-scatters take in
+  int64_t expert_gathered = 0;               // EP's experts: bytes gathered over efsdp
+  int64_t expert_reduced = 0;                // and reduce-scattered over efsdp
   int64_t units = 1;                         // its FSDP units
   int64_t experts = 0;                       // its EP-sharded expert elements
   int64_t r_bytes = 4;                       // bytes of a reduced gradient element

@@ -130,7 +130,9 @@ MemoryPlan evaluate(const Context& c, const Layout& l) {
   x.bytes = compute_bytes;
   x.fused_norm = gpu;
   x.ep = m.ep;
-  x.expert_copy = gpu && g_bytes != p_bytes ? g_bytes : 0;
+  // EP's experts without efsdp keep their param dtype and are cast for the grouped GEMM; over efsdp the
+  // gather lands in the compute dtype (counted with FSDP's buffers).
+  x.expert_copy = gpu && g_bytes != p_bytes && (m.ep == 1 || m.efsdp() == 1) ? g_bytes : 0;
   x.fused_loss = !gpu && m.tp == 1;
   x.compiled = gpu && compiled;
   x.loss_parallel = gpu && m.tp > 1 && !cfg.parallelism.disable_loss_parallel;
@@ -181,9 +183,11 @@ MemoryPlan evaluate(const Context& c, const Layout& l) {
     if (layer >= 0) block_units[layer].push_back(u);
   }
   for (const auto& p : c.params) {
-    // Under EP a routed expert's weight is this rank's experts, which FSDP leaves alone.
-    if (p.expert && m.ep > 1) continue;
-    const int64_t numel = p.rows * p.row_numel / (p.tp_dim >= 0 ? m.tp : 1);
+    // Under EP a routed expert's weight is this rank's E/ep experts, which a unit of its own splits again
+    // over efsdp and gathers per layer; with efsdp 1 nothing gathers them.
+    const bool ep_expert = p.expert && m.ep > 1;
+    if (ep_expert && m.efsdp() == 1) continue;
+    const int64_t numel = (ep_expert ? p.rows / m.ep : p.rows) * p.row_numel / (p.tp_dim >= 0 ? m.tp : 1);
     const auto u = static_cast<size_t>(p.unit);
     unit_gathered[u] += numel * (float8_weight(p) ? 1 : g_bytes);
     unit_grad[u] += numel * g_bytes;
@@ -241,7 +245,8 @@ MemoryPlan evaluate(const Context& c, const Layout& l) {
   int64_t worst_gathered = 0;  // the shown rank's FSDP-gathered bytes (one all-gather of all its units)
   int64_t worst_reduced = 0;   // and the bytes its reduce-scatters take in
   int64_t worst_units = 1;
-  int64_t worst_experts = 0;  // and its EP-sharded expert elements
+  int64_t worst_experts = 0;                                    // and its EP-sharded expert elements
+  int64_t worst_expert_gathered = 0, worst_expert_reduced = 0;  // of those bytes, EP's experts over efsdp
   for (int64_t r = 0; r < m.pp; ++r) {
     const RankModules& rank = ranks[static_cast<size_t>(r)];
     MemoryParts parts;
@@ -253,10 +258,10 @@ MemoryPlan evaluate(const Context& c, const Layout& l) {
       if (!rank.modules.contains(p.module)) continue;
       const int64_t rows = p.tp_dim == 0 ? p.rows / m.tp : p.rows;
       const int64_t row_numel = p.tp_dim == 1 ? p.row_numel / m.tp : p.row_numel;
-      // FSDP pads to equal rows; under EP a routed expert's weight holds this rank's E/ep experts whole
-      // (replicated over efsdp x dp_replicate, whose ranks all-reduce its gradient).
+      // FSDP pads to equal rows; under EP a routed expert's weight holds this rank's E/ep experts split
+      // again over efsdp (torchtitan's efsdp mesh; replicated over dp_replicate, which all-reduces them).
       const bool ep_shard = p.expert && m.ep > 1;
-      const int64_t local_rows = ep_shard ? rows / m.ep : fsdp ? ceil_div(rows, shard_n) : rows;
+      const int64_t local_rows = ep_shard ? ceil_div(rows / m.ep, m.efsdp()) : fsdp ? ceil_div(rows, shard_n) : rows;
       if (ep_shard) experts += local_rows * row_numel;
       elements += local_rows * row_numel;
       parts.parameters += local_rows * row_numel * p_bytes;
@@ -290,15 +295,40 @@ MemoryPlan evaluate(const Context& c, const Layout& l) {
         }
         parts.communication += biggest;
       } else {
-        // The unit in use and the one prefetched (in forward the next, in backward the previous).
-        for (size_t u = 0; u + 1 < gathered.size(); ++u) {
-          parts.communication =
-              std::max(parts.communication, gathered[u] + gathered[u + 1] + std::max(largest(u), largest(u + 1)));
+        // With EP over efsdp the experts are an FSDP of their own that prefetches along its own chain of
+        // units: its pair is gathered beside the dense pair.
+        const bool two_chains = m.ep > 1 && m.efsdp() > 1;
+        std::vector<bool> expert_unit(gathered.size(), false);
+        for (size_t u = 0; two_chains && u < gathered.size(); ++u)
+          expert_unit[u] = c.units[u][0].ends_with(".moe.experts");
+        // Each chain holds the unit in use and the one it prefetches (in forward the next, in backward
+        // the previous); walking the units in both directions finds the moment both chains hold most.
+        const auto n = static_cast<int64_t>(gathered.size());
+        auto on_chain = [&](int64_t u, bool expert_chain) {
+          return gathered[static_cast<size_t>(u)] != 0 && expert_unit[static_cast<size_t>(u)] == expert_chain;
+        };
+        for (const int64_t step : {int64_t{1}, int64_t{-1}}) {
+          for (int64_t i = 0; i < n; ++i) {
+            int64_t held = 0, transient = 0;
+            for (const bool expert_chain : {false, true}) {
+              int64_t cur = i;  // the chain's unit in use at i: the last one reached
+              while (cur >= 0 && cur < n && !on_chain(cur, expert_chain)) cur -= step;
+              if (cur < 0 || cur >= n) continue;
+              int64_t next = cur + step;  // and the one it prefetches
+              while (next >= 0 && next < n && !on_chain(next, expert_chain)) next += step;
+              for (const int64_t u : {cur, next}) {
+                if (u < 0 || u >= n) continue;
+                held += gathered[static_cast<size_t>(u)];
+                transient = std::max(transient, largest(static_cast<size_t>(u)));
+              }
+            }
+            parts.communication = std::max(parts.communication, held + transient);
+          }
         }
         // An MoE block whose shared experts run after the routed ones: its backward starts in the dense
         // unit (the shared experts), which prefetches the unit before it (the previous block's experts),
         // and then gathers its own routed experts: three units at once.
-        for (size_t u = 2; u < gathered.size(); ++u) {
+        for (size_t u = 2; !two_chains && u < gathered.size(); ++u) {
           const auto& paths = c.units[u - 1];
           const bool shared = std::any_of(paths.begin(), paths.end(),
                                           [](const std::string& p) { return p.ends_with(".moe.shared_experts"); });
@@ -361,10 +391,15 @@ MemoryPlan evaluate(const Context& c, const Layout& l) {
       worst_gathered = 0;
       worst_reduced = 0;
       worst_units = 0;
+      worst_expert_gathered = 0;
+      worst_expert_reduced = 0;
       for (size_t u = 0; u < gathered.size(); ++u) {
         if (gathered[u] == 0) continue;
-        worst_gathered += gathered[u];
-        worst_reduced += unit_grad[u] / std::max<int64_t>(g_bytes, 1) * r_bytes;
+        const int64_t reduced = unit_grad[u] / std::max<int64_t>(g_bytes, 1) * r_bytes;
+        // EP's experts go over efsdp, the rest over dp_shard x cp.
+        const bool experts_unit = m.ep > 1 && c.units[u][0].ends_with(".moe.experts");
+        (experts_unit ? worst_expert_gathered : worst_gathered) += gathered[u];
+        (experts_unit ? worst_expert_reduced : worst_reduced) += reduced;
         ++worst_units;
       }
       worst_units = std::max<int64_t>(worst_units, 1);
@@ -413,6 +448,8 @@ MemoryPlan evaluate(const Context& c, const Layout& l) {
                         .boundary = boundary,
                         .gathered = worst_gathered,
                         .reduced = worst_reduced,
+                        .expert_gathered = worst_expert_gathered,
+                        .expert_reduced = worst_expert_reduced,
                         .units = worst_units,
                         .experts = worst_experts,
                         .r_bytes = r_bytes,

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: BSD-3-Clause
 // One layout's step time (docs/memory_planner.md, "Speed"): model FLOPs at a compute efficiency calibrated
 // on torchtitan's published H100 runs, the recompute AC adds, and the communication the layout cannot hide:
-// FSDP's all-gathers and reduce-scatters (and HSDP's, EP's expert-gradient all-reduces) beyond what
+// FSDP's all-gathers and reduce-scatters (EP's experts' over efsdp; HSDP's all-reduces) beyond what
 // compute hides, TP's and CP's collectives, EP's token all-to-alls, and the pipeline schedule's bubble.
 #include <algorithm>
 
@@ -106,11 +106,14 @@ void add_step_time(const Context& c, const Layout& l, const StepInputs& in, Memo
     const double rounds = m.pp > 1 ? 1.0 : static_cast<double>(l.accumulation);
     double seconds = 0;
     if (fsdp) {
-      const double share = static_cast<double>(shard_n - 1) / static_cast<double>(shard_n);
       const double gathers = policy == ReshardAfterForward::never ? 1.0 : 2.0;
-      const double bytes =
-          (gathers * static_cast<double>(in.gathered) + static_cast<double>(in.reduced)) * share * rounds;
-      seconds += bytes / bandwidth(shard_n * m.tp);
+      auto through_link = [&](int64_t gathered, int64_t reduced, int64_t n) {
+        const double share = static_cast<double>(n - 1) / static_cast<double>(n);
+        return (gathers * static_cast<double>(gathered) + static_cast<double>(reduced)) * share * rounds;
+      };
+      seconds += through_link(in.gathered, in.reduced, shard_n) / bandwidth(shard_n * m.tp);
+      if (m.ep > 1 && m.efsdp() > 1)
+        seconds += through_link(in.expert_gathered, in.expert_reduced, m.efsdp()) / bandwidth(shard_n * m.tp);
     }
     if (m.dp_replicate > 1) {
       // HSDP / DDP: an all-reduce of the (sharded) gradients across the replicas, 2 (r-1)/r of them.
@@ -118,10 +121,9 @@ void add_step_time(const Context& c, const Layout& l, const StepInputs& in, Memo
       const double grads = static_cast<double>(in.reduced) / static_cast<double>(std::max<int64_t>(shard_n, 1));
       seconds += 2.0 * (r - 1) / r * grads * rounds / bandwidth(m.world_size() / m.pp);
     }
-    // EP: the ranks holding the same experts (efsdp x dp_replicate) all-reduce their gradients once per step.
-    const int64_t replicas = m.efsdp() * m.dp_replicate;
-    if (m.ep > 1 && replicas > 1) {
-      const double r = static_cast<double>(replicas);
+    // EP: the replicas of a rank's expert shard (dp_replicate) all-reduce its gradient.
+    if (m.ep > 1 && m.dp_replicate > 1) {
+      const double r = static_cast<double>(m.dp_replicate);
       seconds += 2.0 * (r - 1) / r * static_cast<double>(in.experts * in.r_bytes) / bandwidth(m.world_size() / m.pp);
     }
     const double hidden_by = t.compute + t.recompute;

@@ -35,7 +35,7 @@ JobConfig moe_job(const std::string& name, const std::string& flavor, int64_t ep
 }
 
 // fp32 parameter bytes one of `shards` FSDP ranks holds: every weight split along dim 0 into equal
-// (padded) rows, the routed experts instead split over ep whole when ep > 1 (FSDP leaves them alone).
+// (padded) rows, the routed experts instead split over ep and then again over efsdp = shards / ep.
 int64_t rank_param_bytes(const Decoder& model, int64_t shards, int64_t ep) {
   int64_t bytes = 0;
   for (const auto& item : model.named_parameters()) {
@@ -43,7 +43,8 @@ int64_t rank_param_bytes(const Decoder& model, int64_t shards, int64_t ep) {
     const int64_t rows = p.size(0);
     const int64_t row_numel = p.numel() / rows;
     const bool expert = item.key().find(".moe.experts.") != std::string::npos;
-    const int64_t local_rows = expert && ep > 1 ? rows / ep : (rows + shards - 1) / shards;
+    const int64_t efsdp = shards / ep;
+    const int64_t local_rows = expert && ep > 1 ? (rows / ep + efsdp - 1) / efsdp : (rows + shards - 1) / shards;
     bytes += local_rows * row_numel * 4;
   }
   return bytes;
@@ -64,12 +65,12 @@ TEST_CASE("memory plan: DeepSeek-V3 16B's experts are FSDP-sharded without EP an
     // AdamW: two moments like each shard and a 4-byte step per tensor.
     CHECK(plan.parts.optimizer == 2 * plan.parts.parameters + 4 * static_cast<int64_t>(model->parameters().size()));
   }
-  // EP 8 of 16 ranks: each rank holds 64 / 8 experts, twice FSDP 16's 64 / 16 (titan's efsdp ranks hold
-  // copies of their experts, not shards).
+  // EP 8 of 16 ranks: each rank holds 64 / 8 experts split again over efsdp 2, FSDP 16's 64 / 16, as
+  // torchtitan's efsdp mesh has it; EP 16 would hold the same experts whole.
   const JobConfig fsdp = moe_job("deepseek_v3", "16B", 1);
   const auto model = Decoder::build(fsdp);
   const int64_t with_ep = plan_memory(*model, moe_job("deepseek_v3", "16B", 8), {.world_size = 16}).parts.parameters;
-  CHECK(with_ep > plan_memory(*model, fsdp, {.world_size = 16}).parts.parameters);
+  CHECK(with_ep == plan_memory(*model, fsdp, {.world_size = 16}).parts.parameters);
 }
 
 TEST_CASE("memory plan: an MoE model's FLOPs count its active parameters and EP's all-to-alls cost step time",
