@@ -10,6 +10,7 @@
 #include <array>
 #include <map>
 
+#include "nn/bf16_gemm_scope.hpp"
 #include "test_util.hpp"
 #include "titan/core/cpu_info.hpp"
 #include "titan/dist/local_ranks.hpp"
@@ -20,18 +21,6 @@
 
 namespace titan::test {
 namespace {
-
-/// Sets the process's bf16 GEMM choice for a scope and restores the previous one.
-class Bf16GemmScope {
- public:
-  explicit Bf16GemmScope(nn::Bf16Gemm choice) : was_(nn::bf16_gemm()) { nn::set_bf16_gemm(choice); }
-  ~Bf16GemmScope() { nn::set_bf16_gemm(was_); }
-  Bf16GemmScope(const Bf16GemmScope&) = delete;
-  Bf16GemmScope& operator=(const Bf16GemmScope&) = delete;
-
- private:
-  nn::Bf16Gemm was_;
-};
 
 /// The reference: the fp64 product of bf16 values, rounded to bf16.
 at::Tensor reference_mm(const at::Tensor& a, const at::Tensor& b) {

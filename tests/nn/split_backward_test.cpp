@@ -12,6 +12,7 @@
 #include <string_view>
 #include <vector>
 
+#include "nn/bf16_gemm_scope.hpp"
 #include "test_util.hpp"
 #include "titan/nn/bf16_gemm.hpp"
 #include "titan/nn/layers.hpp"
@@ -105,17 +106,6 @@ void check_split(const Forward& f, at::Tensor x, const std::vector<at::Tensor>& 
   CHECK(s.deferred == ops);
   for (size_t i = 0; i < params.size(); ++i) CHECK_FALSE(s.defined_after_i[i]);
 }
-
-class Bf16GemmScope {
- public:
-  explicit Bf16GemmScope(nn::Bf16Gemm choice) : was_(nn::bf16_gemm()) { nn::set_bf16_gemm(choice); }
-  ~Bf16GemmScope() { nn::set_bf16_gemm(was_); }
-  Bf16GemmScope(const Bf16GemmScope&) = delete;
-  Bf16GemmScope& operator=(const Bf16GemmScope&) = delete;
-
- private:
-  nn::Bf16Gemm was_;
-};
 
 std::shared_ptr<nn::Linear> linear(int64_t in, int64_t out, at::ScalarType dtype) {
   auto l = std::make_shared<nn::Linear>(in, out, at::TensorOptions().dtype(dtype));
