@@ -104,6 +104,10 @@ void validate_parallelism(const ParallelismConfig& p) {
   if (p.pipeline_parallel_layers_per_stage) {
     positive("parallelism.pipeline_parallel_layers_per_stage", *p.pipeline_parallel_layers_per_stage);
   }
+  // module_fqns_per_model_part is a split given verbatim: a cost split would silently not apply.
+  require(p.pipeline_parallel_split == PipelineSplitBy::layers || !p.module_fqns_per_model_part,
+          "parallelism.pipeline_parallel_split", "to be layers when module_fqns_per_model_part gives the stages",
+          std::string(choice_name(p.pipeline_parallel_split)));
 }
 
 void validate_checkpointing(const CheckpointConfig& c, const ActivationCheckpointConfig& ac) {

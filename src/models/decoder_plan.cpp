@@ -160,7 +160,27 @@ parallel::ExpertParallelPlan expert_parallel_plan(const DecoderShape& shape, int
   return plan;
 }
 
-parallel::PipelinePlan pipeline_plan(int64_t n_layers, int64_t pp, const ParallelismConfig& p) {
+parallel::PipelineModuleCosts pipeline_costs(const Decoder& model, int64_t seq_len) {
+  const DecoderShape& shape = model.shape();
+  TITAN_CHECK_VALUE(model.tok_embeddings && model.norm && static_cast<int64_t>(model.layers.size()) == shape.n_layers,
+                    "[{}] expected the whole model to weigh its pipeline stages, got a part of {} blocks. Build "
+                    "the whole model on the meta device for pipeline_costs.",
+                    shape.where, model.layers.size());
+  const auto flops = [&](const ParameterGroups& g) {
+    const int64_t experts = shape.moe_num_experts > 0 ? g.routed_experts * shape.moe_top_k / shape.moe_num_experts : 0;
+    return 6.0 * static_cast<double>(g.dense + g.router + g.shared_experts + experts);
+  };
+  const double attention = 6.0 * static_cast<double>(shape.n_heads * (shape.head_dim + shape.v_head_dim) * seq_len);
+  parallel::PipelineModuleCosts costs;
+  for (const auto& block : model.layers) costs.layers.push_back(flops(parameter_groups(*block)) + attention);
+  costs.output = flops(parameter_groups(*model.norm));
+  costs.output += shape.tied ? 6.0 * static_cast<double>(model.tok_embeddings->weight.numel())
+                             : flops(parameter_groups(*model.output));
+  return costs;
+}
+
+parallel::PipelinePlan pipeline_plan(int64_t n_layers, int64_t pp, const ParallelismConfig& p,
+                                     const parallel::PipelineModuleCosts& costs) {
   parallel::PipelinePlan plan{.schedule = p.pipeline_parallel_schedule,
                               .schedule_csv = p.pipeline_parallel_schedule_csv,
                               .microbatch_size = p.pipeline_parallel_microbatch_size};
@@ -179,7 +199,16 @@ parallel::PipelinePlan pipeline_plan(int64_t n_layers, int64_t pp, const Paralle
                                 .first_stage_less_layers = p.pipeline_parallel_first_stage_less_layers,
                                 .last_stage_less_layers = p.pipeline_parallel_last_stage_less_layers};
   for (int64_t i = 0; i < n_layers; ++i) split.layer_modules.push_back("layers." + std::to_string(i));
-  plan.stages = parallel::split_pipeline_stages(split, stages);
+  if (p.pipeline_parallel_split == PipelineSplitBy::flops) {
+    TITAN_CHECK_VALUE(static_cast<int64_t>(costs.layers.size()) == n_layers,
+                      "[titan::pipeline] expected each of the {} blocks' FLOPs for parallelism.pipeline_parallel_split "
+                      "= flops, got {}. Pass models::pipeline_costs(model, seq_len), or set "
+                      "parallelism.pipeline_parallel_split = layers.",
+                      n_layers, costs.layers.size());
+    plan.stages = parallel::balance_pipeline_stages(split, costs, stages);
+  } else {
+    plan.stages = parallel::split_pipeline_stages(split, stages);
+  }
   return plan;
 }
 
@@ -269,7 +298,16 @@ parallel::ParallelPlan decoder_parallel_plan(const Decoder& model, const JobConf
                                                 /*loss_parallel=*/!p.disable_loss_parallel);
     plan.tensor_parallel.async = p.enable_async_tensor_parallel;
   }
-  if (mesh.size("pp") > 1) plan.pipeline = pipeline_plan(shape.n_layers, mesh.size("pp"), p);
+  if (mesh.size("pp") > 1) {
+    parallel::PipelineModuleCosts costs;
+    if (p.pipeline_parallel_split == PipelineSplitBy::flops) {
+      // A pipeline rank's model is a part; every rank weighs the whole model, built on meta (shapes only).
+      const bool whole = static_cast<int64_t>(model.layers.size()) == shape.n_layers && model.tok_embeddings;
+      costs = whole ? pipeline_costs(model, model.seq_len())
+                    : pipeline_costs(*Decoder::build(config, model.vocab_size(), at::kMeta), model.seq_len());
+    }
+    plan.pipeline = pipeline_plan(shape.n_layers, mesh.size("pp"), p, costs);
+  }
   if (mesh.size("cp") > 1) plan.context_parallel = context_parallel_plan(shape.n_layers, p);
   plan.activation_checkpoint =
       activation_checkpoint_plan(shape.n_layers, config.activation_checkpoint, !shape.moe_layers.empty(), shape.where);

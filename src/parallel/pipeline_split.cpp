@@ -1,8 +1,15 @@
 // SPDX-License-Identifier: BSD-3-Clause
 // How many stages a model is cut into, and which modules each stage holds: torchtitan v0.2.2's
 // rules (pipeline_parallel.py: the stage count in pipeline_llm, generate_llm_fqn_per_model_part),
-// so that a job file splits the model the same way in titan and torchtitan.
+// so that a job file splits the model the same way in titan and torchtitan; and titan's split by cost
+// (parallelism.pipeline_parallel_split = flops), which torchtitan has only as an experiment
+// (experiments/autopartition, from profiled layer times).
 #include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <cmath>
+#include <limits>
+#include <map>
 
 #include "pipeline_internal.hpp"
 #include "titan/core/error.hpp"
@@ -87,6 +94,110 @@ std::vector<std::vector<std::string>> split_pipeline_stages(const PipelineSplit&
     if (s == stages - 1) append(part, split.output_modules);
   }
   return parts;
+}
+
+namespace {
+
+/// The split's modules as the units a cost cut moves whole: the input modules, each layer, the output modules.
+struct CostItem {
+  std::vector<std::string> modules;
+  double cost = 0;
+};
+
+std::vector<CostItem> cost_items(const PipelineSplit& split, const PipelineModuleCosts& costs) {
+  TITAN_CHECK_VALUE(costs.layers.size() == split.layer_modules.size(),
+                    "[titan::pipeline] expected one cost per layer module ({}), got {}. Give "
+                    "PipelineModuleCosts::layers one entry per PipelineSplit::layer_modules.",
+                    split.layer_modules.size(), costs.layers.size());
+  std::vector<CostItem> items;
+  if (!split.input_modules.empty()) items.push_back({split.input_modules, costs.input});
+  for (size_t i = 0; i < split.layer_modules.size(); ++i) items.push_back({{split.layer_modules[i]}, costs.layers[i]});
+  if (!split.output_modules.empty()) items.push_back({split.output_modules, costs.output});
+  for (const CostItem& item : items) {
+    TITAN_CHECK_VALUE(std::isfinite(item.cost) && item.cost >= 0,
+                      "[titan::pipeline] expected a finite cost >= 0 for every module, got {} for {}.", item.cost,
+                      fmt::join(item.modules, "+"));
+  }
+  return items;
+}
+
+}  // namespace
+
+std::vector<std::vector<std::string>> balance_pipeline_stages(const PipelineSplit& split,
+                                                              const PipelineModuleCosts& costs, int64_t stages) {
+  const std::vector<CostItem> items = cost_items(split, costs);
+  const auto n = static_cast<int64_t>(items.size());
+  TITAN_CHECK_VALUE(stages >= 1 && stages <= n,
+                    "[titan::pipeline] expected between 1 and {} stages (the input modules, {} layers and the "
+                    "output modules, one or more per stage), got {}. Use fewer stages (raise "
+                    "parallelism.pipeline_parallel_layers_per_stage) or a model with more layers.",
+                    n, split.layer_modules.size(), stages);
+  std::vector<double> prefix(static_cast<size_t>(n + 1), 0.0);
+  for (int64_t i = 0; i < n; ++i) prefix[i + 1] = prefix[i] + items[static_cast<size_t>(i)].cost;
+  // Cost of items [j, i). Both passes below compute it the same way, so comparing against the first
+  // pass's optimum is exact.
+  const auto segment = [&](int64_t j, int64_t i) { return prefix[i] - prefix[j]; };
+  constexpr double kNone = std::numeric_limits<double>::infinity();
+  const auto at = [n](std::vector<double>& table, int64_t s, int64_t i) -> double& {
+    return table[static_cast<size_t>(s * (n + 1) + i)];
+  };
+  // Pass 1: worst[s][i], the least possible largest stage when s stages hold the first i items.
+  std::vector<double> worst(static_cast<size_t>((stages + 1) * (n + 1)), kNone);
+  at(worst, 0, 0) = 0;
+  for (int64_t s = 1; s <= stages; ++s) {
+    for (int64_t i = s; i <= n; ++i) {
+      for (int64_t j = s - 1; j < i; ++j)
+        at(worst, s, i) = std::min(at(worst, s, i), std::max(at(worst, s - 1, j), segment(j, i)));
+    }
+  }
+  const double bound = at(worst, stages, n);
+  // Pass 2: among cuts whose stages all stay within that bound, the least sum of squares.
+  std::vector<double> squares(worst.size(), kNone);
+  std::vector<int64_t> cut(worst.size(), -1);
+  at(squares, 0, 0) = 0;
+  for (int64_t s = 1; s <= stages; ++s) {
+    for (int64_t i = s; i <= n; ++i) {
+      for (int64_t j = s - 1; j < i; ++j) {
+        const double c = segment(j, i);
+        if (c > bound || at(squares, s - 1, j) == kNone) continue;
+        const double total = at(squares, s - 1, j) + c * c;
+        if (total < at(squares, s, i)) at(squares, s, i) = total, cut[static_cast<size_t>(s * (n + 1) + i)] = j;
+      }
+    }
+  }
+  std::vector<std::vector<std::string>> parts(static_cast<size_t>(stages));
+  for (int64_t s = stages, i = n; s >= 1; --s) {
+    const int64_t j = cut[static_cast<size_t>(s * (n + 1) + i)];
+    auto& part = parts[static_cast<size_t>(s - 1)];
+    for (int64_t k = j; k < i; ++k) {
+      const auto& modules = items[static_cast<size_t>(k)].modules;
+      part.insert(part.end(), modules.begin(), modules.end());
+    }
+    i = j;
+  }
+  return parts;
+}
+
+std::vector<double> pipeline_stage_costs(const PipelineSplit& split, const PipelineModuleCosts& costs,
+                                         const std::vector<std::vector<std::string>>& stages) {
+  std::map<std::string, double> cost_of;  // a group's cost on its first module, 0 on the others
+  for (const CostItem& item : cost_items(split, costs)) {
+    for (size_t k = 0; k < item.modules.size(); ++k) cost_of[item.modules[k]] = k == 0 ? item.cost : 0.0;
+  }
+  std::vector<double> out;
+  for (const auto& stage : stages) {
+    double total = 0;
+    for (const std::string& module : stage) {
+      const auto it = cost_of.find(module);
+      TITAN_CHECK_VALUE(it != cost_of.end(),
+                        "[titan::pipeline] expected stage modules from the split's input, layer and output modules, "
+                        "got '{}'.",
+                        module);
+      total += it->second;
+    }
+    out.push_back(total);
+  }
+  return out;
 }
 
 }  // namespace titan::parallel

@@ -100,6 +100,10 @@ TITAN_CHOICES(PipelineSchedule, {PipelineSchedule::schedule_1f1b, "1F1B"}, {Pipe
               {PipelineSchedule::interleaved_zero_bubble, "InterleavedZeroBubble"},
               {PipelineSchedule::zbv_zero_bubble, "ZBVZeroBubble"}, {PipelineSchedule::dual_pipe_v, "DualPipeV"})
 
+/// parallelism.pipeline_parallel_split: how the blocks are cut into pipeline stages.
+enum class PipelineSplitBy { layers, flops };
+TITAN_CHOICES(PipelineSplitBy, {PipelineSplitBy::layers, "layers"}, {PipelineSplitBy::flops, "flops"})
+
 /// parallelism.context_parallel_load_balancer.
 enum class CpLoadBalancer { headtail, ptrr };
 TITAN_CHOICES(CpLoadBalancer, {CpLoadBalancer::headtail, "headtail"}, {CpLoadBalancer::ptrr, "ptrr"})

@@ -224,6 +224,8 @@ struct ParallelismConfig {
   int64_t pipeline_parallel_last_stage_less_layers = 1;
   /// Layers per (virtual) stage (unset = inferred from schedule and degree).
   std::optional<int64_t> pipeline_parallel_layers_per_stage{};
+  /// Stage cut: layers (torchtitan's even count) or flops (near-equal training FLOPs per stage).
+  PipelineSplitBy pipeline_parallel_split = PipelineSplitBy::layers;
   /// Pipeline schedule name (1F1B, GPipe, Interleaved1F1B, ...).
   PipelineSchedule pipeline_parallel_schedule = PipelineSchedule::schedule_1f1b;
   /// CSV file with a custom pipeline schedule.
@@ -248,8 +250,8 @@ struct ParallelismConfig {
 TITAN_CONFIG(ParallelismConfig, data_parallel_replicate_degree, data_parallel_shard_degree, fsdp_reshard_after_forward,
              tensor_parallel_degree, disable_loss_parallel, enable_async_tensor_parallel, pipeline_parallel_degree,
              module_fqns_per_model_part, pipeline_parallel_first_stage_less_layers,
-             pipeline_parallel_last_stage_less_layers, pipeline_parallel_layers_per_stage, pipeline_parallel_schedule,
-             pipeline_parallel_schedule_csv, pipeline_parallel_microbatch_size,
+             pipeline_parallel_last_stage_less_layers, pipeline_parallel_layers_per_stage, pipeline_parallel_split,
+             pipeline_parallel_schedule, pipeline_parallel_schedule_csv, pipeline_parallel_microbatch_size,
              pipeline_parallel_expert_parallel_overlap, context_parallel_degree, context_parallel_load_balancer,
              context_parallel_rotate_method, expert_parallel_degree, expert_tensor_parallel_degree,
              expert_parallel_comm_backend)

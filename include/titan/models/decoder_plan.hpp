@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "titan/models/decoder_shape.hpp"
+#include "titan/parallel/pipeline_schedule.hpp"
 #include "titan/parallel/plan.hpp"
 
 namespace titan {
@@ -105,10 +106,22 @@ struct ParameterGroups {
 };
 ParameterGroups parameter_groups(const torch::nn::Module& model);
 
-/// torchtitan's pipeline split of n_layers blocks over pp ranks from the parallelism.pipeline_parallel_*
-/// keys: the embeddings count as first_stage_less_layers layers, norm + output as last_stage_less_layers;
-/// stages per rank from the schedule or layers_per_stage; or module_fqns_per_model_part verbatim.
-parallel::PipelinePlan pipeline_plan(int64_t n_layers, int64_t pp, const ParallelismConfig& parallelism);
+class Decoder;
+
+/// Training FLOPs per token of each part a pipeline split places, at seq_len tokens per sequence, as
+/// num_flops_per_token counts them (their sum is num_flops_per_token): a block 6 x its parameters (of the
+/// routed experts the top_k / num_experts active share) + 6 x H x (head_dim + v_head_dim) x seq_len; the
+/// embedding lookup 0; norm + output 6 x their parameters (a tied embedding, as the head it also is).
+/// `model` must hold every module (build it on meta).
+parallel::PipelineModuleCosts pipeline_costs(const Decoder& model, int64_t seq_len);
+
+/// The pipeline split of n_layers blocks over pp ranks from the parallelism.pipeline_parallel_* keys:
+/// stages per rank from the schedule or layers_per_stage; then, with pipeline_parallel_split = layers,
+/// torchtitan's cut (the embeddings count as first_stage_less_layers layers, norm + output as
+/// last_stage_less_layers), with flops the cut into stages of near-equal `costs` (pipeline_costs;
+/// required then); or module_fqns_per_model_part verbatim.
+parallel::PipelinePlan pipeline_plan(int64_t n_layers, int64_t pp, const ParallelismConfig& parallelism,
+                                     const parallel::PipelineModuleCosts& costs = {});
 
 /// Context parallelism from the parallelism.context_parallel_* keys: every block's attention
 /// (layers.N.attention) attends across the cp split.

@@ -176,4 +176,29 @@ int64_t num_pipeline_stages(PipelineSchedule schedule, int64_t pp, int64_t layer
 /// modules, the last ends with the output modules. Errors name the stage left without a layer.
 std::vector<std::vector<std::string>> split_pipeline_stages(const PipelineSplit& split, int64_t stages);
 
+/// What one token costs in each module group of a PipelineSplit, in any additive unit (titan's decoders
+/// give training FLOPs: models::pipeline_costs).
+struct PipelineModuleCosts {
+  /// The input modules together (a lookup embedding: 0 FLOPs).
+  double input = 0;
+  /// Each of split.layer_modules, in order.
+  std::vector<double> layers{};
+  /// The output modules together (norm, output projection; the loss is elementwise).
+  double output = 0;
+};
+
+/// Module paths per stage cut by cost (parallelism.pipeline_parallel_split = flops): the input
+/// modules, each layer and the output modules are cut into `stages` contiguous, non-empty stages
+/// whose largest cost is the least possible (the pipeline runs at its slowest stage's pace), and among
+/// those cuts the one with the least sum of squared stage costs (the other stages as even as they can
+/// be). first/last_stage_less_layers play no part. Errors: costs that do not match the split, more
+/// stages than modules to fill them.
+std::vector<std::vector<std::string>> balance_pipeline_stages(const PipelineSplit& split,
+                                                              const PipelineModuleCosts& costs, int64_t stages);
+
+/// The cost of each stage of `stages` (module paths over split's modules): the input and output
+/// modules count once, with the stage that holds the first of them.
+std::vector<double> pipeline_stage_costs(const PipelineSplit& split, const PipelineModuleCosts& costs,
+                                         const std::vector<std::vector<std::string>>& stages);
+
 }  // namespace titan::parallel

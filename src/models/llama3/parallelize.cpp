@@ -2,6 +2,7 @@
 #include "titan/models/llama3/parallelize.hpp"
 
 #include "titan/core/config.hpp"
+#include "titan/core/error.hpp"
 #include "titan/dist/mesh.hpp"
 #include "titan/models/decoder_plan.hpp"
 #include "titan/models/llama3/model.hpp"
@@ -17,8 +18,16 @@ parallel::TensorParallelPlan tensor_parallel_plan(const Llama3& model, int64_t d
   return models::tensor_parallel_plan(model.shape(), degree, options.sequence_parallel, options.loss_parallel);
 }
 
-parallel::PipelinePlan pipeline_plan(const Llama3Args& args, int64_t pp, const ParallelismConfig& p) {
-  return models::pipeline_plan(args.n_layers, pp, p);
+parallel::PipelinePlan pipeline_plan(const Llama3Args& args, int64_t pp, const ParallelismConfig& p, int64_t seq_len) {
+  if (p.pipeline_parallel_split != PipelineSplitBy::flops || p.module_fqns_per_model_part) {
+    return models::pipeline_plan(args.n_layers, pp, p);
+  }
+  TITAN_CHECK_VALUE(seq_len > 0,
+                    "[titan::llama3] expected the training seq_len (> 0) to weigh the pipeline stages by FLOPs "
+                    "(parallelism.pipeline_parallel_split = flops), got {}. Pass it to pipeline_plan.",
+                    seq_len);
+  const auto whole = std::make_shared<Llama3>(args, seq_len, at::TensorOptions().device(at::kMeta));  // shapes only
+  return models::pipeline_plan(args.n_layers, pp, p, models::pipeline_costs(*whole, seq_len));
 }
 
 parallel::ContextParallelPlan context_parallel_plan(const Llama3Args& args, const ParallelismConfig& p) {

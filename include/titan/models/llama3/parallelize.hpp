@@ -40,10 +40,12 @@ std::vector<std::vector<std::string>> data_parallel_units(const Llama3& model);
 parallel::TensorParallelPlan tensor_parallel_plan(const Llama3& model, int64_t degree,
                                                   const TensorParallelOptions& options = {});
 
-/// torchtitan's pipeline split for pp ranks from the parallelism.pipeline_parallel_* keys: the
-/// embeddings count as first_stage_less_layers layers, norm + output as last_stage_less_layers;
-/// stages per rank from the schedule or layers_per_stage; or module_fqns_per_model_part verbatim.
-parallel::PipelinePlan pipeline_plan(const Llama3Args& args, int64_t pp, const ParallelismConfig& parallelism);
+/// The pipeline split for pp ranks from the parallelism.pipeline_parallel_* keys (models::pipeline_plan):
+/// torchtitan's (the embeddings count as first_stage_less_layers layers, norm + output as
+/// last_stage_less_layers), or with pipeline_parallel_split = flops stages of near-equal training FLOPs
+/// at seq_len tokens per sequence (required then); or module_fqns_per_model_part verbatim.
+parallel::PipelinePlan pipeline_plan(const Llama3Args& args, int64_t pp, const ParallelismConfig& parallelism,
+                                     int64_t seq_len = 0);
 
 /// Context parallelism from the parallelism.context_parallel_* keys: every block's attention attends
 /// across the cp split (headtail load balancing unless the balancer is None; allgather or alltoall).
