@@ -15,9 +15,11 @@
 //     program replayed in order, each forward adding and each B (or W) releasing the bytes one
 //     microbatch of that stage keeps alive (measured once with c10's allocation-reporting hook, see
 //     profile_stages), i.e. max_in_flight x those bytes for one-stage ranks.
+// Under each configuration it notes the stages' training FLOPs (models::pipeline_costs) as the largest
+// stage over the mean, for the split run (--split) and for torchtitan's default split of the same model.
 // Ranks compete for cores when pp exceeds them (pp 4 on a 2-core machine): a measured bubble then
 // mixes pipeline idle time with contention; see docs/performance.md. Run:
-//   build/bin/bench_pipeline --pp 4,2 --microbatches 4,8,16 --schedules GPipe,1F1B,Interleaved1F1B,ZBVZeroBubble
+//   build/bin/bench_pipeline --pp 4,2 --microbatches 4,8,16 --n-layers 15 --split flops
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 #include <fmt/format.h>
@@ -41,6 +43,7 @@
 #include "titan/core/error.hpp"
 #include "titan/dist/local_ranks.hpp"
 #include "titan/dist/mesh.hpp"
+#include "titan/models/decoder_plan.hpp"
 #include "titan/models/llama3/model.hpp"
 #include "titan/models/llama3/parallelize.hpp"
 #include "titan/nn/init.hpp"
@@ -60,13 +63,16 @@ using Op = PipelineAction::Op;
 using Clock = std::chrono::steady_clock;
 
 struct Options {
-  std::string schedules = "GPipe,1F1B,Interleaved1F1B,ZBVZeroBubble";  ///< schedules to run, comma-separated
-  std::vector<int64_t> pp{4};                                          ///< pipeline degrees (ranks as threads)
-  std::vector<int64_t> microbatches{4, 8, 16};                         ///< microbatches per step (1 sequence each)
-  std::string flavor = "debugmodel";                                   ///< Llama 3 flavor
-  int64_t seq_len = 256;                                               ///< tokens per sequence
-  int64_t steps = 3;                                                   ///< timed steps (after 1 warm-up step)
-  std::string svg_dir{};  ///< when set, each configuration's last measured timeline as SVG here
+  /// Schedules to run, comma-separated.
+  std::string schedules = "GPipe,1F1B,Interleaved1F1B,ZBVZeroBubble,InterleavedZeroBubble,DualPipeV";
+  std::vector<int64_t> pp{4};                   ///< pipeline degrees (ranks as threads)
+  std::vector<int64_t> microbatches{4, 8, 16};  ///< microbatches per step (1 sequence each)
+  std::string flavor = "debugmodel";            ///< Llama 3 flavor
+  int64_t n_layers = 0;                         ///< blocks of the flavor (0 = the flavor's own)
+  std::string split = "layers";                 ///< parallelism.pipeline_parallel_split: layers or flops
+  int64_t seq_len = 256;                        ///< tokens per sequence
+  int64_t steps = 3;                            ///< timed steps (after 1 warm-up step)
+  std::string svg_dir{};                        ///< when set, each configuration's last measured timeline as SVG here
 };
 
 Options parse(int argc, char** argv) {
@@ -76,6 +82,8 @@ Options parse(int argc, char** argv) {
                              {"--pp", &o.pp},
                              {"--microbatches", &o.microbatches},
                              {"--flavor", &o.flavor},
+                             {"--n-layers", &o.n_layers},
+                             {"--split", &o.split},
                              {"--seq-len", &o.seq_len},
                              {"--steps", &o.steps},
                              {"--svg-dir", &o.svg_dir}});
@@ -94,10 +102,44 @@ std::vector<PipelineSchedule> parse_schedules(const std::string& list) {
   return out;
 }
 
-titan::parallel::PipelinePlan make_plan(const Options& o, int64_t pp, PipelineSchedule schedule) {
+titan::llama3::Llama3Args model_args(const Options& o) {
+  titan::llama3::Llama3Args args = titan::llama3::flavor(o.flavor);
+  if (o.n_layers > 0) args.n_layers = o.n_layers;
+  return args;
+}
+
+titan::PipelineSplitBy split_by(const std::string& name) {
+  const auto split = titan::parse_choice<titan::PipelineSplitBy>(name);
+  TITAN_CHECK_VALUE(split.has_value(), "[bench_pipeline] expected --split from {}, got '{}'.",
+                    titan::choice_list<titan::PipelineSplitBy>(), name);
+  return *split;
+}
+
+titan::parallel::PipelinePlan make_plan(const Options& o, int64_t pp, PipelineSchedule schedule,
+                                        titan::PipelineSplitBy split) {
   titan::ParallelismConfig parallelism;
   parallelism.pipeline_parallel_schedule = schedule;
-  return titan::llama3::pipeline_plan(titan::llama3::flavor(o.flavor), pp, parallelism);
+  parallelism.pipeline_parallel_split = split;
+  return titan::llama3::pipeline_plan(model_args(o), pp, parallelism, o.seq_len);
+}
+
+titan::parallel::PipelinePlan make_plan(const Options& o, int64_t pp, PipelineSchedule schedule) {
+  return make_plan(o, pp, schedule, split_by(o.split));
+}
+
+/// The largest stage's training FLOPs over the mean stage's: 1 is a balanced pipeline; the slowest
+/// stage sets the pace, so a bubble-free pipeline of these stages would still idle 1 - 1/this.
+double flops_imbalance(const Options& o, const std::vector<std::vector<std::string>>& stages) {
+  using namespace titan;
+  const llama3::Llama3Args args = model_args(o);
+  const auto whole = std::make_shared<llama3::Llama3>(args, o.seq_len, at::TensorOptions().device(at::kMeta));
+  parallel::PipelineSplit split{.input_modules = {"tok_embeddings"}, .output_modules = {"norm", "output"}};
+  for (int64_t i = 0; i < args.n_layers; ++i) split.layer_modules.push_back(fmt::format("layers.{}", i));
+  const std::vector<double> costs =
+      parallel::pipeline_stage_costs(split, models::pipeline_costs(*whole, o.seq_len), stages);
+  double total = 0;
+  for (double c : costs) total += c;
+  return *std::max_element(costs.begin(), costs.end()) / (total / static_cast<double>(costs.size()));
 }
 
 /// What one microbatch costs each stage, measured on the whole model on this thread alone.
@@ -115,7 +157,7 @@ struct StageProfile {
 /// runtime holds them per (stage, microbatch) until the backward.
 StageProfile profile_stages(const Options& o, const titan::parallel::PipelinePlan& plan) {
   using namespace titan;
-  const llama3::Llama3Args args = llama3::flavor(o.flavor);
+  const llama3::Llama3Args args = model_args(o);
   nn::manual_init_seed(0);
   llama3::Llama3 model(args, o.seq_len, at::TensorOptions());
   model.init_weights();
@@ -218,7 +260,7 @@ RunResult run_config(const Options& o, int64_t pp, PipelineSchedule schedule, in
   std::mutex mutex;
   dist::run_local_ranks(pp, [&](int64_t rank, const dist::Store& store) {
     const dist::Mesh mesh({.pp = pp}, rank, store);
-    const llama3::Llama3Args args = llama3::flavor(o.flavor);
+    const llama3::Llama3Args args = model_args(o);
     const parallel::PipelinePlan pipeline = make_plan(o, pp, schedule);
     const int64_t last_stage = static_cast<int64_t>(pipeline.stages.size()) - 1;
     nn::manual_init_seed(0);
@@ -473,9 +515,9 @@ int main(int argc, char** argv) {
     TITAN_CHECK_VALUE(o.steps >= 1, "[bench_pipeline] expected --steps >= 1, got {}.", o.steps);
     at::set_num_threads(1);
     fmt::print(
-        "pipeline bubble: {} seq_len {}, 1 sequence per microbatch, {} timed steps after 1 warm-up, ranks as "
-        "threads (Gloo), 1 intra-op thread/rank, {} hardware threads\n\n",
-        o.flavor, o.seq_len, o.steps, std::thread::hardware_concurrency());
+        "pipeline bubble: {} ({} blocks) seq_len {}, split by {}, 1 sequence per microbatch, {} timed steps after 1 "
+        "warm-up, ranks as threads (Gloo), 1 intra-op thread/rank, {} hardware threads\n\n",
+        o.flavor, model_args(o).n_layers, o.seq_len, o.split, o.steps, std::thread::hardware_concurrency());
     fmt::print("{}\n", kTableHeader);
     std::fflush(stdout);
     std::vector<std::string> notes;  // per (pp, schedule), printed under the table
@@ -496,9 +538,12 @@ int main(int argc, char** argv) {
                 << parallel::render_timeline_svg(run.timelines.back(), name + " (measured, last step)");
           }
         }
+        const parallel::PipelinePlan torchtitan = make_plan(o, pp, schedule, PipelineSplitBy::layers);
         notes.push_back(fmt::format(
-            "{} pp {}: {} stages; one microbatch's activations per stage, MiB: {}; one forward alone, ms: {}", schedule,
-            pp, stages, join(profile.activation_bytes, mib),
+            "{} pp {}: {} stages; largest stage's FLOPs over the mean: {:.3f} ({} split), {:.3f} (torchtitan's "
+            "default split); one microbatch's activations per stage, MiB: {}; one forward alone, ms: {}",
+            schedule, pp, stages, flops_imbalance(o, plan.stages), o.split, flops_imbalance(o, torchtitan.stages),
+            join(profile.activation_bytes, mib),
             join(profile.forward_seconds, [](double s) { return fmt::format("{:.1f}", 1e3 * s); })));
       }
     }
