@@ -229,7 +229,8 @@ StateTensor state_tensor(std::string key, const at::Tensor& p, const dist::Mesh*
       (axis == "ep" ? over_ep : over_efsdp) = true;
       continue;
     }
-    for (auto base : dist::Mesh::base_axes(axis)) sharded_axes.push_back(base);
+    // Expert tensor parallelism splits over the tp ranks themselves (etp = tp).
+    for (auto base : dist::Mesh::base_axes(axis == "etp" ? "tp" : axis)) sharded_axes.push_back(base);
   }
   if (mesh != nullptr) {
     // Replicas of a region write it once; a stage's tensors have no replicas across pp.

@@ -15,9 +15,6 @@ namespace titan {
 namespace config_detail {
 namespace {
 
-constexpr std::string_view kNeedsLayout =
-    "is not supported yet (titan has FSDP/HSDP/DDP, TP, PP and CP so far); the trainer stops";
-
 // model.converters other than float8 (which works).
 bool has_unsupported_converter(const json& v) {
   return std::any_of(v.begin(), v.end(),
@@ -32,7 +29,6 @@ struct Unsupported {
 
 bool is_true(const json& v) { return v.is_boolean() && v.get<bool>(); }
 bool is_non_empty(const json& v) { return v.is_string() ? !v.get<std::string>().empty() : !v.empty(); }
-bool above_one(const json& v) { return v.is_number_integer() && v.get<int64_t>() > 1; }
 auto not_equal(std::string expected) {
   return [expected = std::move(expected)](const json& v) { return v != expected; };
 }
@@ -50,7 +46,6 @@ const std::vector<Unsupported>& unsupported_table() {
        "CPU offload is not supported yet (FSDP keeps params on the device): ignored"},
       {"training.dataloader.pin_memory", is_true, "pinned batches are not supported yet: ignored"},
       {"validation.dataloader.pin_memory", is_true, "pinned batches are not supported yet: ignored"},
-      {"parallelism.expert_tensor_parallel_degree", above_one, kNeedsLayout},
       {"checkpoint.initial_load_in_hf_quantized", is_true, "quantized HF checkpoints are not supported yet: ignored"},
       {"compile.enable", is_true, "titan has no graph compiler yet: ignored"},
       {"comm.mode", not_equal("default"), "only real collectives so far (no fake_backend or local_tensor): ignored"},

@@ -100,6 +100,11 @@ void validate_parallelism(const ParallelismConfig& p) {
           fmt::format("to divide data_parallel_shard_degree * context_parallel_degree = {}",
                       p.data_parallel_shard_degree * p.context_parallel_degree),
           p.expert_parallel_degree);
+  // torchtitan's ParallelDims: "ETP=TP or ETP=1" (the experts split over all of tp or none of it).
+  require(p.expert_tensor_parallel_degree == 1 || p.expert_tensor_parallel_degree == p.tensor_parallel_degree,
+          "parallelism.expert_tensor_parallel_degree",
+          fmt::format("to be 1 or tensor_parallel_degree ({})", p.tensor_parallel_degree),
+          p.expert_tensor_parallel_degree);
   positive("parallelism.pipeline_parallel_microbatch_size", p.pipeline_parallel_microbatch_size);
   if (p.pipeline_parallel_layers_per_stage) {
     positive("parallelism.pipeline_parallel_layers_per_stage", *p.pipeline_parallel_layers_per_stage);

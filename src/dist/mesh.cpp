@@ -126,6 +126,15 @@ MeshShape mesh_shape(const ParallelismConfig& p, int64_t world_size) {
                                   s.dp_shard, s.cp, s.dp_shard * s.cp, p.expert_parallel_degree));
   }
   s.ep = p.expert_parallel_degree;
+  // torchtitan's constraint (ParallelDims: "ETP=TP or ETP=1"): the experts split over all of tp or none of it.
+  if (p.expert_tensor_parallel_degree != 1 && p.expert_tensor_parallel_degree != s.tp) {
+    throw ConfigError("parallelism.expert_tensor_parallel_degree",
+                      fmt::format("[titan::dist::mesh_shape] expected expert_tensor_parallel_degree 1 or "
+                                  "tensor_parallel_degree ({}), got {}. Set parallelism.expert_tensor_parallel_degree "
+                                  "to 1 (experts whole on each tp rank) or to {} (experts split over tp).",
+                                  s.tp, p.expert_tensor_parallel_degree, s.tp));
+  }
+  s.etp = p.expert_tensor_parallel_degree;
   if (s.world_size() != world_size) {
     throw ConfigError("parallelism",
                       fmt::format("[titan::dist::mesh_shape] expected the parallel degrees to multiply to "
@@ -172,7 +181,7 @@ Mesh Mesh::from_launch_env(const ParallelismConfig& parallelism, const MeshOptio
 Mesh::Mesh() {
   for (std::string_view name : axis_names())
     groups_.emplace(std::string(name), ProcessGroup::single(std::string(name)));
-  for (std::string_view name : {"ep", "efsdp"})
+  for (std::string_view name : {"ep", "efsdp", "etp"})
     groups_.emplace(std::string(name), ProcessGroup::single(std::string(name)));
 }
 
@@ -186,6 +195,10 @@ Mesh::Mesh(const MeshShape& shape, int64_t rank, const Store& store, const MeshO
                     "[titan::dist::Mesh] expected ep dividing dp_shard({}) * cp({}), got ep {}. Change "
                     "parallelism.expert_parallel_degree.",
                     shape.dp_shard, shape.cp, shape.ep);
+  TITAN_CHECK_VALUE(shape.etp == 1 || shape.etp == shape.tp,
+                    "[titan::dist::Mesh] expected etp 1 or tp ({}), got etp {}. Change "
+                    "parallelism.expert_tensor_parallel_degree to 1 or {}.",
+                    shape.tp, shape.etp, shape.tp);
   const GroupOptions group_options{
       .init_timeout = options.init_timeout, .timeout = options.timeout, .backend = options.backend};
   // Every rank walks the names in the same order; each joins only its own groups, and a flattened
@@ -216,6 +229,12 @@ Mesh::Mesh(const MeshShape& shape, int64_t rank, const Store& store, const MeshO
   }
   join("ep", ep_ranks);
   join("efsdp", efsdp_ranks);
+  // The experts' tensor-parallel axis is tp itself (torchtitan's ep x etp mesh with etp = tp), or no axis.
+  if (shape.etp > 1) {
+    groups_.emplace("etp", group("tp"));
+  } else {
+    groups_.emplace("etp", ProcessGroup::single("etp"));
+  }
 }
 
 const ProcessGroup& Mesh::group(std::string_view axis) const {

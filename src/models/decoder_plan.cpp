@@ -105,7 +105,7 @@ std::vector<std::vector<std::string>> data_parallel_units(const DecoderShape& sh
 }
 
 parallel::TensorParallelPlan tensor_parallel_plan(const DecoderShape& shape, int64_t degree, bool sequence_parallel,
-                                                  bool loss_parallel) {
+                                                  bool loss_parallel, bool sharded_experts) {
   using parallel::ColwiseParallel;
   using parallel::Placement;
   using parallel::PrepareModuleInput;
@@ -136,8 +136,13 @@ parallel::TensorParallelPlan tensor_parallel_plan(const DecoderShape& shape, int
     plan.add(block + ".attention.wo", RowwiseParallel{.output_layout = between});
     if (sp) plan.add(block + ".ffn_norm", SequenceParallel{});
     if (std::find(shape.moe_layers.begin(), shape.moe_layers.end(), i) != shape.moe_layers.end()) {
-      // Routing is per token: this rank's sequence shard through replicated experts.
-      if (sp) plan.add(block + ".moe", SequenceParallel{});
+      // Routing is per token: this rank's sequence shard through replicated experts, or through experts
+      // split over tp, whose gradients are each rank's own (expert parallelism gathers the tokens for them).
+      if (sp && !sharded_experts) plan.add(block + ".moe", SequenceParallel{});
+      if (sp && sharded_experts) {
+        plan.add(block + ".moe.router", SequenceParallel{});
+        if (shape.shared_experts) plan.add(block + ".moe.shared_experts", SequenceParallel{});
+      }
       continue;
     }
     plan.add(block + ".feed_forward",
@@ -152,9 +157,10 @@ parallel::TensorParallelPlan tensor_parallel_plan(const DecoderShape& shape, int
   return plan;
 }
 
-parallel::ExpertParallelPlan expert_parallel_plan(const DecoderShape& shape, int64_t ep, at::ScalarType compute_dtype) {
+parallel::ExpertParallelPlan expert_parallel_plan(const DecoderShape& shape, int64_t ep, at::ScalarType compute_dtype,
+                                                  int64_t etp) {
   parallel::ExpertParallelPlan plan;
-  if (ep == 1) return plan;
+  if (ep == 1 && etp == 1) return plan;
   for (int64_t i : shape.moe_layers) plan.moe_modules.push_back(fmt::format("layers.{}.moe", i));
   plan.compute_dtype = compute_dtype;
   return plan;
@@ -295,7 +301,8 @@ parallel::ParallelPlan decoder_parallel_plan(const Decoder& model, const JobConf
   parallel::ParallelPlan plan{.data_parallel = {.units = data_parallel_units(shape)}};
   if (mesh.size("tp") > 1) {
     plan.tensor_parallel = tensor_parallel_plan(shape, mesh.size("tp"), /*sequence_parallel=*/true,
-                                                /*loss_parallel=*/!p.disable_loss_parallel);
+                                                /*loss_parallel=*/!p.disable_loss_parallel,
+                                                /*sharded_experts=*/mesh.size("etp") > 1);
     plan.tensor_parallel.async = p.enable_async_tensor_parallel;
   }
   if (mesh.size("pp") > 1) {
@@ -313,7 +320,8 @@ parallel::ParallelPlan decoder_parallel_plan(const Decoder& model, const JobConf
       activation_checkpoint_plan(shape.n_layers, config.activation_checkpoint, !shape.moe_layers.empty(), shape.where);
   plan.data_parallel.options = data_parallel_options(model, config, mesh);
   if (!shape.moe_layers.empty()) {
-    plan.expert_parallel = expert_parallel_plan(shape, mesh.size("ep"), plan.data_parallel.options.param_dtype);
+    plan.expert_parallel =
+        expert_parallel_plan(shape, mesh.size("ep"), plan.data_parallel.options.param_dtype, mesh.size("etp"));
   }
   return plan;
 }

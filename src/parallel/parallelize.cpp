@@ -325,12 +325,13 @@ Parallelized parallelize(torch::nn::Module& model, const dist::Mesh& mesh, const
     for (auto* attention : attentions) attention->set_context_parallel_degree(mesh.size("cp"));
   }
   parallel::DataParallelOptions data_parallel_options = plan.data_parallel.options;
-  if (mesh.size("ep") > 1) {
+  if (mesh.size("ep") > 1 || mesh.size("etp") > 1) {
     TITAN_CHECK_VALUE(!plan.expert_parallel.moe_modules.empty() || !plan.pipeline.stages.empty(),
                       "[titan::parallelize] expected plan.expert_parallel to name the MoE layers of {} on a mesh "
-                      "with ep = {}, got none. Name them (parallel::moe_modules(model)), or build the mesh with "
-                      "ep = 1 (parallelism.expert_parallel_degree 1).",
-                      state->model, mesh.size("ep"));
+                      "with ep = {} and etp = {}, got none. Name them (parallel::moe_modules(model)), or build the "
+                      "mesh with ep = etp = 1 (parallelism.expert_parallel_degree and "
+                      "expert_tensor_parallel_degree 1).",
+                      state->model, mesh.size("ep"), mesh.size("etp"));
     state->ep =
         std::make_unique<parallel::ExpertParallel>(parallel::apply_expert_parallel(model, mesh, plan.expert_parallel));
     // The sharded experts are left out of the dense units: they have FSDP units of their own over efsdp.

@@ -89,14 +89,6 @@ std::filesystem::path tensorboard_folder_of(const JobConfig& config, const dist:
 
 void check_supported_layout(const JobConfig& c) {
   const ParallelismConfig& p = c.parallelism;
-  // Expert parallelism shards the routed experts over ep and keeps them whole over tp (etp = 1).
-  if (p.expert_tensor_parallel_degree > 1) {
-    throw ConfigError("parallelism.expert_tensor_parallel_degree",
-                      fmt::format("[titan::Trainer] expected parallelism.expert_tensor_parallel_degree = 1, got {}: "
-                                  "titan runs each rank's experts whole (the MoE is replicated over tp). Use "
-                                  "parallelism.expert_parallel_degree to spread the experts.",
-                                  p.expert_tensor_parallel_degree));
-  }
   if (p.context_parallel_degree == 1) return;
   if (p.context_parallel_load_balancer == CpLoadBalancer::ptrr) {
     throw ConfigError("parallelism.context_parallel_load_balancer",

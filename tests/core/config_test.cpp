@@ -329,11 +329,18 @@ TEST_CASE("the support table: no note for working features, one per noted key", 
          "--metrics.save_for_all_ranks"},
         &working);
   CHECK(working.empty());
-  // Layouts titan cannot build yet are noted here and stop the trainer.
-  titan::ConfigNotes cp;
-  parse({"--activation_checkpoint.mode", "none", "--parallelism.expert_tensor_parallel_degree", "2"}, &cp);
-  REQUIRE(cp.size() == 1);
-  CHECK_THAT(cp[0], Contains("parallelism.expert_tensor_parallel_degree = 2: is not supported yet"));
+  // Expert tensor parallelism at tp works too; any other degree is refused naming the key and the fix.
+  titan::ConfigNotes etp;
+  parse({"--activation_checkpoint.mode", "none", "--parallelism.tensor_parallel_degree", "2",
+         "--parallelism.expert_tensor_parallel_degree", "2"},
+        &etp);
+  CHECK(etp.empty());
+  CHECK(error_key([] {
+          parse({"--parallelism.tensor_parallel_degree", "2", "--parallelism.expert_tensor_parallel_degree", "4"});
+        }) == "parallelism.expert_tensor_parallel_degree");
+  CHECK_THROWS_WITH(parse({"--parallelism.expert_tensor_parallel_degree", "2"}),
+                    Contains("expected parallelism.expert_tensor_parallel_degree to be 1 or tensor_parallel_degree "
+                             "(1), got 2"));
 }
 
 TEST_CASE("validate names the offending key", "[cpu][config]") {

@@ -7,6 +7,8 @@
 // Trainer's checkpoints and metrics: 4 steps equal 2 steps then a resumed process for 2, bitwise.
 // The Trainer updates a small Qwen3-MoE's expert biases each step (auxiliary-loss-free balancing),
 // logs moe/max_load_ratio, and checkpoints the biases: a resume from step 2 repeats steps 3-4 bitwise.
+// Under TP 2 x ETP 2 (experts split over tp on their hidden dim) and TP 2 x EP 2 x ETP 2 the same parity holds,
+// with a half and a quarter of the routed experts' bytes per rank.
 #include <ATen/ATen.h>
 #include <ATen/CPUGeneratorImpl.h>
 #include <fmt/format.h>
@@ -88,14 +90,19 @@ Result train(const dist::Mesh& mesh) {
   qwen3::Qwen3 model(parity_args(), kSeq, at::TensorOptions());  // whole: booked to `other`
   Result result;
   result.plan = model.parallel_plan(parity_config(), mesh);
-  // What parallelize keeps of each parameter (its local shard) is allocated here, under `parameters`.
+  std::map<std::string, const void*> before;  // each parameter's storage before parallelize
+  for (const auto& item : model.named_parameters(/*recurse=*/true)) before[item.key()] = item.value().storage().data();
+  // What parallelize keeps of each parameter (its local shard) is allocated here, under `parameters`; weights it
+  // keeps whole (TP's SequenceParallel ones) stay where they were, booked to `other`.
   const Parallelized applied = [&] {
     const MemoryScope scope(MemoryCategory::parameters);
     return parallelize(model, mesh, result.plan);
   }();
   int64_t dense_bytes = 0;
   for (const auto& item : model.named_parameters(/*recurse=*/true)) {
-    if (!is_routed_expert(item.key())) dense_bytes += static_cast<int64_t>(item.value().storage().nbytes());
+    if (!is_routed_expert(item.key()) && item.value().storage().data() != before.at(item.key())) {
+      dense_bytes += static_cast<int64_t>(item.value().storage().nbytes());
+    }
   }
   result.expert_bytes = tracker.live(MemoryCategory::parameters) - dense_bytes;
   model.init_weights();  // after sharding: every rank fills only its shard
@@ -245,6 +252,70 @@ TEST_CASE("qwen3-moe under EP 2 x efsdp 2 matches one rank and holds half of EP 
   }
   // The plan applied says so.
   CHECK(sharded[0].plan.expert_parallel.moe_modules == std::vector<std::string>{"layers.0.moe", "layers.2.moe"});
+}
+
+TEST_CASE("qwen3-moe under TP 2 x ETP 2 matches one rank and holds half of TP 2's expert bytes per rank",
+          "[models][qwen3][parallel][tp][etp][parity]") {
+  // Each tp rank routes its sequence shard; the experts' hidden dim (32) is split over tp, the two ranks' slots
+  // gathered for the experts and the partial outputs summed back (no ep: the all-to-all over ep is skipped).
+  const std::vector<Result> split = check_against_one_rank({.tp = 2, .etp = 2});
+  const qwen3::Qwen3Args args = parity_args();
+  const int64_t all_experts = 2 * 3 * args.moe.num_experts * args.moe_inter_dim * args.dim * 4;
+  for (size_t rank = 0; rank < 2; ++rank) {
+    INFO("rank " << rank);
+    CHECK(split[rank].expert_bytes == all_experts / 2);  // TP 2 alone (etp 1) keeps all of them on each rank
+  }
+  // The plan leaves the routed experts to expert parallelism and keeps the router's gradient summed over tp.
+  const std::string tp = format_as(split[0].plan);
+  CHECK_THAT(tp, Catch::Contains("layers.0.moe.router: SequenceParallel"));
+  CHECK_FALSE(tp.find("layers.0.moe: SequenceParallel") != std::string::npos);
+  CHECK(split[0].plan.expert_parallel.moe_modules == std::vector<std::string>{"layers.0.moe", "layers.2.moe"});
+}
+
+TEST_CASE("qwen3-moe under TP 2 x EP 2 x ETP 2 matches one rank with a quarter of the expert bytes per rank",
+          "[models][qwen3][parallel][tp][ep][etp][parity]") {
+  // 4 ranks: dp_shard 2 = ep 2 (efsdp 1), tp 2 = etp 2: each rank holds 2 of the 4 experts, half of each.
+  const std::vector<Result> split = check_against_one_rank({.dp_shard = 2, .tp = 2, .ep = 2, .etp = 2});
+  const qwen3::Qwen3Args args = parity_args();
+  const int64_t all_experts = 2 * 3 * args.moe.num_experts * args.moe_inter_dim * args.dim * 4;
+  for (size_t rank = 0; rank < 4; ++rank) {
+    INFO("rank " << rank);
+    CHECK(split[rank].expert_bytes == all_experts / 4);
+  }
+}
+
+TEST_CASE("expert tensor parallelism is refused with the key and the fix where it cannot apply",
+          "[models][qwen3][parallel][etp]") {
+  // etp must be 1 or tp (torchtitan's ParallelDims constraint).
+  ParallelismConfig p;
+  p.tensor_parallel_degree = 2;
+  p.expert_tensor_parallel_degree = 4;
+  try {
+    (void)dist::mesh_shape(p, 2);
+    FAIL("mesh_shape accepted etp 4 with tp 2");
+  } catch (const ConfigError& e) {
+    CHECK(e.key() == "parallelism.expert_tensor_parallel_degree");
+    CHECK_THAT(e.what(), Catch::Contains("expected expert_tensor_parallel_degree 1 or tensor_parallel_degree (2), "
+                                         "got 4. Set parallelism.expert_tensor_parallel_degree to 1"));
+  }
+  // A TP plan that leaves the whole MoE SequenceParallel would sum each rank's own expert slice over tp.
+  std::string error;
+  dist::run_local_ranks(2, [&](int64_t rank, const dist::Store& store) {
+    const dist::Mesh mesh({.tp = 2, .etp = 2}, rank, store);
+    nn::manual_init_seed(42);
+    qwen3::Qwen3 model(parity_args(), kSeq, at::TensorOptions());
+    parallel::ParallelPlan plan = model.parallel_plan(parity_config(), mesh);
+    plan.tensor_parallel = models::tensor_parallel_plan(qwen3::decoder_shape(model.args()), 2, true, true);
+    try {
+      (void)parallelize(model, mesh, plan);
+    } catch (const std::exception& e) {
+      if (rank == 0) error = e.what();
+    }
+  });
+  CHECK_THAT(error, Catch::Contains("[titan::parallel::apply_expert_parallel] expected "
+                                    "'layers.0.moe.experts.w1' outside the tensor-parallel plan under expert tensor "
+                                    "parallelism (etp 2)"));
+  CHECK_THAT(error, Catch::Contains("or set parallelism.expert_tensor_parallel_degree 1"));
 }
 
 namespace {

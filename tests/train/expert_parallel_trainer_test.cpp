@@ -9,7 +9,9 @@
 // the global token counts behind the bias updates) equal, and every MoE layer's expert bias after step 10
 // (read from the step-10 checkpoint). A checkpoint written at EP 2 resumes bitwise at EP 2, and loads at
 // EP 1 (one process) and the other way round, the experts resharded by their global FQN and shape; so does
-// one written at EP 2 x efsdp 2, whose experts are FSDP-split again over efsdp.
+// one written at EP 2 x efsdp 2, whose experts are FSDP-split again over efsdp, and one written at TP 2 x ETP 2
+// (experts split over tp on their hidden dim) loads in one process. TP 2 x ETP 2 and TP 2 x EP 2 x ETP 2 match
+// one process as the EP layouts do (the experts' partial outputs summed over tp: one more fp32 reordering).
 //
 // Tolerances: the ranks sum the same fp32 terms in another order (sharded batch, all-to-all'd slots,
 // reduce-scatters), ~1e-7 relative per reduction; over 10 AdamW steps that stays well below 1e-5 on the
@@ -150,6 +152,11 @@ void check_against_one_process(const std::string& model, const std::string& flav
   CHECK(moved);  // the balancing really ran
 }
 
+const Layout kTp2Etp2{
+    .ranks = 2,
+    .dp = 1,
+    .degrees = {"--parallelism.tensor_parallel_degree", "2", "--parallelism.expert_tensor_parallel_degree", "2"}};
+
 const Layout kEp2{
     .ranks = 2,
     .dp = 2,
@@ -190,6 +197,25 @@ TEST_CASE("train deepseek_v3 with expert parallelism: 10 losses and expert biase
   }
 }
 
+// Expert tensor parallelism (parallelism.expert_tensor_parallel_degree = tp): the routed experts' hidden dim split
+// over tp as well, the shared experts and router SequenceParallel. DeepSeek-V3's tiny flavor has shared experts and
+// MLA, so every TP path of an MoE block runs.
+TEST_CASE(
+    "train deepseek_v3 with expert tensor parallelism (TP 2 x ETP 2, TP 2 x EP 2 x ETP 2): 10 losses and "
+    "expert biases match one process",
+    "[train][ep][etp][parity][deepseek_v3][full]") {
+  SECTION("TP 2 x ETP 2 (ep 1)") { check_against_one_process("deepseek_v3", kFlavor, kTp2Etp2, "EP(ep=1, etp=2"); }
+  SECTION("TP 2 x EP 2 x ETP 2 (dp_shard 2 with ep 2, tp 2 = etp 2)") {
+    check_against_one_process(
+        "deepseek_v3", kFlavor,
+        {.ranks = 4,
+         .dp = 2,
+         .degrees = {"--parallelism.data_parallel_shard_degree", "2", "--parallelism.tensor_parallel_degree", "2",
+                     "--parallelism.expert_parallel_degree", "2", "--parallelism.expert_tensor_parallel_degree", "2"}},
+        "EP(ep=2, etp=2, efsdp=1, MoE layers: 2)");
+  }
+}
+
 // Qwen3-MoE (tiny_moe: 4 MoE layers of 8 routed experts, top-2 softmax, no shared experts) on the layouts only
 // it of the MoE families splits: pipeline and context parallelism (DeepSeek-V3 and gpt-oss refuse both).
 TEST_CASE(
@@ -226,8 +252,10 @@ const Layout kEp2Efsdp2{
     .dp = 4,
     .degrees = {"--parallelism.data_parallel_shard_degree", "4", "--parallelism.expert_parallel_degree", "2"}};
 
-TEST_CASE("a checkpoint written at EP 2 resumes bitwise at EP 2 and loads at EP 1 and back",
-          "[train][ep][checkpoint][deepseek_v3][full]") {
+TEST_CASE(
+    "a checkpoint written at EP 2 resumes bitwise at EP 2 and loads at EP 1 and back; one at ETP 2 loads at "
+    "ETP 1",
+    "[train][ep][checkpoint][deepseek_v3][full]") {
   const Layout one{};
   TempDir ep2_straight, ep2_resumed, one_straight, one_from_ep2, ep2_from_one, efsdp_straight, one_from_efsdp,
       efsdp_from_one;
@@ -245,6 +273,11 @@ TEST_CASE("a checkpoint written at EP 2 resumes bitwise at EP 2 and loads at EP 
   resume(efsdp_straight.path, one_from_efsdp.path);
   resume(one_straight.path, efsdp_from_one.path);
   run(job_args("deepseek_v3", kFlavor, one_from_efsdp.path, one, 4, 2), one);
+  // TP 2 x ETP 2: every expert's hidden dim split over the tp pair (w1/w3 etp:Shard(1), w2 etp:Shard(2)).
+  TempDir etp_straight, one_from_etp;
+  run(job_args("deepseek_v3", kFlavor, etp_straight.path, kTp2Etp2, 4, 2), kTp2Etp2);
+  resume(etp_straight.path, one_from_etp.path);
+  run(job_args("deepseek_v3", kFlavor, one_from_etp.path, one, 4, 2), one);
   run(job_args("deepseek_v3", kFlavor, efsdp_from_one.path, kEp2Efsdp2, 4, 2), kEp2Efsdp2);
   const std::string same = run(job_args("deepseek_v3", kFlavor, ep2_resumed.path, kEp2, 4, 2), kEp2);
   CHECK_THAT(same, Catch::Contains("Resuming at step 3"));
@@ -255,6 +288,7 @@ TEST_CASE("a checkpoint written at EP 2 resumes bitwise at EP 2 and loads at EP 
              up = logged_losses(ep2_from_one.path);
   const auto efsdp = logged_losses(efsdp_straight.path), efsdp_down = logged_losses(one_from_efsdp.path),
              efsdp_up = logged_losses(efsdp_from_one.path);
+  const auto etp = logged_losses(etp_straight.path), etp_down = logged_losses(one_from_etp.path);
   for (int64_t step = 3; step <= 4; ++step) {
     INFO("step " << step);
     CHECK(resumed.at(step) == ep2.at(step));  // deterministic CPU fp32: the same operations on the same bits
@@ -263,6 +297,7 @@ TEST_CASE("a checkpoint written at EP 2 resumes bitwise at EP 2 and loads at EP 
     CHECK(up.at(step) == Approx(single.at(step)).epsilon(1e-5));
     CHECK(efsdp_down.at(step) == Approx(efsdp.at(step)).epsilon(1e-5));
     CHECK(efsdp_up.at(step) == Approx(single.at(step)).epsilon(1e-5));
+    CHECK(etp_down.at(step) == Approx(etp.at(step)).epsilon(1e-5));
   }
   // The experts were saved by their global FQN and shape, each ep rank writing its rows once.
   const auto index = nlohmann::json::parse(read_file(ep2_straight.path / "checkpoint" / "step-2" / "index.json"));
@@ -273,6 +308,9 @@ TEST_CASE("a checkpoint written at EP 2 resumes bitwise at EP 2 and loads at EP 
   const auto& w1_sharded = sharded.at("tensors").at("model.layers.1.moe.experts.w1");
   CHECK(w1_sharded.at("global_shape").at(0).get<int64_t>() == 8);
   CHECK(w1_sharded.at("placements").get<std::string>() == "ep:Shard(0) efsdp:Shard(0)");
+  const auto split = nlohmann::json::parse(read_file(etp_straight.path / "checkpoint" / "step-2" / "index.json"));
+  CHECK(split.at("tensors").at("model.layers.1.moe.experts.w1").at("placements").get<std::string>() == "etp:Shard(1)");
+  CHECK(split.at("tensors").at("model.layers.1.moe.experts.w2").at("placements").get<std::string>() == "etp:Shard(2)");
 }
 
 }  // namespace titan::test

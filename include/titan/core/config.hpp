@@ -242,7 +242,7 @@ struct ParallelismConfig {
   CpRotateMethod context_parallel_rotate_method = CpRotateMethod::allgather;
   /// Expert-parallel degree (MoE models only).
   int64_t expert_parallel_degree = 1;
-  /// Expert tensor-parallel degree (1 or tensor_parallel_degree).
+  /// Expert tensor-parallel degree, 1 or tensor_parallel_degree: tp also splits each routed expert's hidden dim.
   int64_t expert_tensor_parallel_degree = 1;
   /// Expert-parallel communication backend: standard or deepep.
   ExpertCommBackend expert_parallel_comm_backend = ExpertCommBackend::standard;

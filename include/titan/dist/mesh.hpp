@@ -4,6 +4,7 @@
 // (dp = dp_replicate x dp_shard, dp_shard_cp, dp_cp). "Axis" is a mesh axis, "dim" a tensor dim.
 // Expert parallelism borrows its axis from dp_shard x cp as torchtitan does: dp_shard_cp unflattened
 // into (efsdp, ep), ep fastest; the groups "ep" and "efsdp" exist on every mesh (size 1 without EP).
+// Expert tensor parallelism (etp) is 1 or tp: the group "etp" is then the tp group, or this rank alone.
 #pragma once
 
 #include <array>
@@ -31,6 +32,7 @@ struct MeshShape {
   int64_t cp = 1;            ///< context parallel
   int64_t tp = 1;            ///< tensor parallel
   int64_t ep = 1;            ///< expert parallel: borrowed from dp_shard x cp (divides it), not a factor of the world
+  int64_t etp = 1;           ///< expert tensor parallel: 1 (experts whole over tp) or tp (split over it), not a factor
 
   int64_t world_size() const { return pp * dp_replicate * dp_shard * cp * tp; }
   /// Data-parallel degree: how many different batches one step sees.
@@ -78,7 +80,7 @@ class Mesh {
   int64_t size(std::string_view axis) const { return group(axis).size(); }
   /// This rank's index along an axis or flattened axis set.
   int64_t coordinate(std::string_view axis) const { return group(axis).rank(); }
-  /// The group of ranks that differ from this one only along `axis` (also "ep", "efsdp").
+  /// The group of ranks that differ from this one only along `axis` (also "ep", "efsdp", "etp").
   const ProcessGroup& group(std::string_view axis) const;
 
   /// Axis and flattened-axis names, in creation order.

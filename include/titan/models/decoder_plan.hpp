@@ -78,15 +78,18 @@ std::vector<std::vector<std::string>> data_parallel_units(const DecoderShape& sh
 /// attention modules SequenceParallel (weights whole on each rank, gradients summed), a dense feed_forward's w1/w3
 /// colwise and w2 rowwise; norm SequenceParallel; output colwise (vocab-sharded logits under loss parallel). An MoE
 /// block's moe runs on its rank's tokens with replicated experts (SequenceParallel: gradients summed over tp) under
-/// sequence parallelism, replicated without it; expert parallelism is a separate axis. Checks that
+/// sequence parallelism, replicated without it; expert parallelism is a separate axis. With sharded_experts
+/// (expert tensor parallelism, etp = tp) only the MoE's router and shared experts are SequenceParallel: the routed
+/// experts are split over tp by expert parallelism, each rank's slice with a gradient of its own. Checks that
 /// `degree` divides the heads and refuses tied embeddings.
 parallel::TensorParallelPlan tensor_parallel_plan(const DecoderShape& shape, int64_t degree, bool sequence_parallel,
-                                                  bool loss_parallel);
+                                                  bool loss_parallel, bool sharded_experts = false);
 
-/// Expert parallelism on a mesh with ep > 1 (torchtitan's ExpertParallel): every MoE block's
-/// `layers.N.moe`, its routed experts computing in `compute_dtype` (FSDP's param_dtype); an empty plan
-/// when ep = 1.
-parallel::ExpertParallelPlan expert_parallel_plan(const DecoderShape& shape, int64_t ep, at::ScalarType compute_dtype);
+/// Expert parallelism on a mesh with ep > 1 or etp > 1 (torchtitan's ExpertParallel / ExpertTensorParallel):
+/// every MoE block's `layers.N.moe`, its routed experts computing in `compute_dtype` (FSDP's param_dtype); an
+/// empty plan when ep = etp = 1.
+parallel::ExpertParallelPlan expert_parallel_plan(const DecoderShape& shape, int64_t ep, at::ScalarType compute_dtype,
+                                                  int64_t etp = 1);
 
 /// Parameters of `model` without duplicates (a tied tensor once), in registration order.
 std::vector<at::Tensor> unique_parameters(const torch::nn::Module& model);

@@ -21,6 +21,17 @@
 // counts are summed over the loss ranks (dp x cp) before each bias update (update_expert_bias), so the bias moves as on
 // one device.
 //
+// Expert tensor parallelism (torchtitan's ExpertTensorParallel, parallelism.expert_tensor_parallel_degree =
+// tp): each expert's hidden dim F is split over the mesh's etp axis (the tp ranks) as well, w1/w3 (E, F, D)
+// Shard(1) and w2 (E, D, F) Shard(2) on etp, so a rank holds 1/(ep x etp) of the routed experts. The tp
+// ranks route their own sequence shard (sequence parallel); after the ep exchange each gathers the slots
+// of every tp rank for its experts (an all-gather over etp), runs its slice of the hidden dim on them and
+// sends each slot's partial output back to the rank that routed it, which adds the etp parts (a
+// reduce-scatter). Both are uneven all_to_all_v exchanges, so backward reverses them. torchtitan
+// all-gathers the MoE's input over tp before routing instead, and each tp rank then sends the same
+// slots over ep: here ep carries 1/tp of those bytes. The MoE's tokens must differ across tp (sequence
+// parallel, as every titan plan trains): replicated tokens would count each expert gradient tp times.
+//
 // Each sharded expert weight carries its layout (global shape (E, ...), ep:Shard(0), this rank's
 // offset), as TP and FSDP shards do: the layout-invariant initialiser fills a shard with the values
 // one device gives those experts, clipping sums its squares over ep, and a checkpoint stores it by
@@ -108,7 +119,7 @@ class ExpertParallel {
   ExpertParallel() = default;
 
   /// SUM over the ranks that share the experts (efsdp, then dp_replicate) of each sharded expert
-  /// weight's gradient, divided by divide_by. A no-op at ep = 1 (the experts are whole and data
+  /// weight's gradient, divided by divide_by. A no-op at ep = etp = 1 (the experts are whole and data
   /// parallelism reduces them with the other weights) and under titan::parallelize, whose FSDP over
   /// efsdp x dp_replicate reduce-scatters them. With a loss normalised by the global token count (the
   /// ranks' losses add up to one device's), divide_by = 1; with a per-rank mean loss, the dp degree.
@@ -121,10 +132,12 @@ class ExpertParallel {
   const std::vector<std::shared_ptr<nn::MoE>>& layers() const { return layers_; }
   /// The sharded expert weights (w1, w2, w3 of each layer, and their biases): their local shard (E/ep, ...).
   std::vector<at::Tensor> expert_parameters() const;
-  /// "EP(ep=2, efsdp=2, MoE layers: 2)", or "no EP".
+  /// "EP(ep=2, efsdp=2, MoE layers: 2)", "EP(ep=2, etp=2, efsdp=1, MoE layers: 2)", or "no EP".
   std::string describe() const;
-  /// The ep degree applied (1: the layers are only recorded).
+  /// The ep degree applied (1 with etp 1: the layers are only recorded).
   int64_t degree() const { return ep_; }
+  /// The etp degree applied: 1 (each rank's experts whole) or tp (their hidden dim split over it).
+  int64_t tensor_parallel_degree() const { return etp_; }
   /// Times the token all-to-alls of the layers (off by default; off costs one relaxed load per exchange).
   void time_all_to_alls(bool on) const { timer_->on.store(on, std::memory_order_relaxed); }
   /// What they cost since the last reset_all_to_all_stats(), while timing was on.
@@ -136,6 +149,7 @@ class ExpertParallel {
   friend void detail::reduce_experts_by_data_parallel(ExpertParallel&);
   std::vector<std::shared_ptr<nn::MoE>> layers_{};
   int64_t ep_ = 1;
+  int64_t etp_ = 1;
   int64_t efsdp_ = 1;
   bool data_parallel_experts_ = false;                 // FSDP over efsdp reduces the experts' gradients, not this
   std::vector<dist::ProcessGroup> expert_replicas_{};  // efsdp, dp_replicate: ranks holding the same experts
@@ -145,12 +159,13 @@ class ExpertParallel {
 };
 
 /// Shards the routed experts of each planned MoE layer over mesh.group("ep") (keeps this rank's
-/// E/ep experts of w1/w2/w3 and their biases, in place, with their layout) and plugs the all-to-all
-/// dispatch into the layer. The weights may hold their values already (they are kept) or be initialised
-/// afterwards (init_weights fills each shard as one device would). Apply it after tensor parallelism and before
-/// data parallelism (titan::parallelize does). Throws, naming the module, when a path is not an
-/// nn::MoE, ep does not divide its experts, or its experts are already data-parallel. Collective
-/// only in what it later runs; with ep = 1 it only records the layers.
+/// E/ep experts of w1/w2/w3 and their biases, in place, with their layout), and with mesh.size("etp") > 1
+/// their hidden dim over mesh.group("etp") too, and plugs the token dispatch into the layer. The weights may hold their
+/// values already (they are kept) or be initialised afterwards (init_weights fills each shard as one device would).
+/// Apply it after tensor parallelism and before data parallelism (titan::parallelize does). Throws, naming the module,
+/// when a path is not an nn::MoE, ep does not divide its experts, etp does not divide their hidden dim, etp > 1 meets
+/// biased experts or experts under a SequenceParallel style, or its experts are already data-parallel. Collective only
+/// in what it later runs; with ep = etp = 1 it only records the layers.
 ExpertParallel apply_expert_parallel(torch::nn::Module& model, const dist::Mesh& mesh, const ExpertParallelPlan& plan);
 
 }  // namespace titan::parallel
