@@ -189,7 +189,8 @@ parallel::PipelinePlan pipeline_plan(int64_t n_layers, int64_t pp, const Paralle
                                      const parallel::PipelineModuleCosts& costs) {
   parallel::PipelinePlan plan{.schedule = p.pipeline_parallel_schedule,
                               .schedule_csv = p.pipeline_parallel_schedule_csv,
-                              .microbatch_size = p.pipeline_parallel_microbatch_size};
+                              .microbatch_size = p.pipeline_parallel_microbatch_size,
+                              .overlap_f_b = p.pipeline_parallel_expert_parallel_overlap};
   if (p.module_fqns_per_model_part) {
     plan.stages = *p.module_fqns_per_model_part;
     return plan;

@@ -111,6 +111,7 @@ std::unique_ptr<Pipeline> apply_pipeline(torch::nn::Module& model, const Pipelin
   auto state = std::make_unique<PipelineState>(PipelineState{.plan = plan, .group = mesh.group("pp")});
   state->stage_rank = ranks_of_stages(plan, mesh.size("pp"));
   state->local = pipeline_stages(plan, mesh);
+  state->overlap_f_b = plan.overlap_f_b && mesh.size("pp") == mesh.world_size();
   const auto named = model.named_parameters(/*recurse=*/true);
   for (int64_t s : state->local) {
     auto& params = state->params[s];
@@ -167,9 +168,13 @@ Pipeline::~Pipeline() = default;
 
 std::string Pipeline::describe() const {
   const auto& plan = state_->plan;
-  return fmt::format("PP(pp={}, {}, stages [{}] of {}, microbatch size {})", state_->group.size(),
+  const bool pairs = plan.schedule_csv.empty() && plan.schedule == PipelineSchedule::dual_pipe_v;
+  return fmt::format("PP(pp={}, {}, stages [{}] of {}, microbatch size {}{})", state_->group.size(),
                      plan.schedule_csv.empty() ? fmt::format("{}", plan.schedule) : plan.schedule_csv,
-                     fmt::join(state_->local, ","), state_->num_stages(), plan.microbatch_size);
+                     fmt::join(state_->local, ","), state_->num_stages(), plan.microbatch_size,
+                     !pairs                ? ""
+                     : state_->overlap_f_b ? ", F/B pairs overlapped"
+                                           : ", F/B pairs sequential");
 }
 
 const std::vector<int64_t>& Pipeline::stages() const { return state_->local; }

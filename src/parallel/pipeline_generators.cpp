@@ -173,8 +173,9 @@ RankOrders zbv_order(int64_t pp, int64_t microbatches) {
   return orders;
 }
 
-RankOrders dual_pipe_v_order(int64_t pp, int64_t microbatches) {
+RankOrders dual_pipe_v_order(int64_t pp, int64_t microbatches, std::vector<std::vector<OverlappedPair>>* overlapped) {
   RankOrders orders(static_cast<size_t>(pp));
+  if (overlapped) overlapped->assign(static_cast<size_t>(pp), {});
   for (int64_t rank = 0; rank < pp; ++rank) {
     const int64_t down = rank;
     const int64_t up = 2 * pp - 1 - rank;
@@ -195,21 +196,22 @@ RankOrders dual_pipe_v_order(int64_t pp, int64_t microbatches) {
       order.push_back(pending_weights.front());
       pending_weights.pop_front();
     };
-    // DualPipe overlaps a forward of one leg with a backward of the other; run here as F then B.
-    const auto overlapped = [&](int64_t forward_stage, int64_t backward_stage) {
+    // DualPipe overlaps a forward of one leg with a backward of the other: listed as F then B (what a
+    // sequential runtime runs) and marked as a pair for a runtime that overlaps them.
+    const auto overlapped_pair = [&](int64_t forward_stage, int64_t backward_stage) {
       forward(forward_stage);
       backward(backward_stage, /*split=*/false);
+      if (overlapped) overlapped->at(static_cast<size_t>(rank)).push_back({order[order.size() - 2], order.back()});
     };
     for (int64_t k = 0; k < 2 * (pp - rank - 1); ++k) forward(down);
     for (int64_t k = 0; k < rank + 1; ++k) forward(down), forward(up);
     for (int64_t k = 0; k < pp - rank - 1; ++k) backward(up, /*split=*/true), weight(), forward(up);
     const int64_t main_steps = microbatches - 2 * pp + rank + 1;
     for (int64_t k = 0; k < main_steps; ++k) {
-      // (DualPipe runs the last rank's first pair without overlap; sequential here anyway.)
-      overlapped(down, up);
-      overlapped(up, down);
+      overlapped_pair(down, up);
+      overlapped_pair(up, down);
     }
-    for (int64_t k = 0; k < pp - rank - 1; ++k) backward(up, /*split=*/false), overlapped(up, down);
+    for (int64_t k = 0; k < pp - rank - 1; ++k) backward(up, /*split=*/false), overlapped_pair(up, down);
     // The second half of the cool-down splits backwards so that W's fill the drain.
     bool split = false;
     for (int64_t k = 0; k < rank + 1; ++k) {

@@ -26,8 +26,10 @@ RankOrders interleaved_order(int64_t pp, int64_t stages, int64_t microbatches, b
 RankOrders looped_bfs_order(int64_t pp, int64_t stages, int64_t microbatches);
 /// ZB-V (zero-bubble paper, section 6) on V-placed stages.
 RankOrders zbv_order(int64_t pp, int64_t microbatches);
-/// DualPipeV (DeepSeek's DualPipe folded into a V); each overlapped F/B pair runs F then B.
-RankOrders dual_pipe_v_order(int64_t pp, int64_t microbatches);
+/// DualPipeV (DeepSeek's DualPipe folded into a V). Its overlapped F/B pairs are in the order as F
+/// then B; when `overlapped` is given it receives them per rank (PipelineProgram::overlapped).
+RankOrders dual_pipe_v_order(int64_t pp, int64_t microbatches,
+                             std::vector<std::vector<OverlappedPair>>* overlapped = nullptr);
 
 /// Dense index of an action: ((stage * kOps) + op) * microbatches + microbatch.
 inline constexpr int64_t kOps = 8;
@@ -37,8 +39,13 @@ inline int64_t action_index(const PipelineAction& a, int64_t microbatches) {
 
 /// Throws unless the program's shape is sound: a row per rank, stage_rank covering the stages,
 /// every action's stage and microbatch in range and on its stage's rank, sends and receives only
-/// between stages on different ranks. Everything else may assume these.
+/// between stages on different ranks, overlapped pairs as check_overlapped wants them. Everything
+/// else may assume these.
 void check_structure(const PipelineProgram& program);
+/// Throws unless each overlapped pair is a forward followed (as the rank's next compute) by an
+/// independent full backward, and the backward's receive, when it lies between them, overtakes no
+/// communication with its peer (an overlapping runtime posts it before the forward).
+void check_overlapped(const PipelineProgram& program);
 
 /// When each send is posted in a simulation of a valid program (by action_index; NaN for absent actions),
 /// without requiring NCCL's posting order yet. Throws what validate_pipeline_program would.

@@ -5,15 +5,34 @@
 // rule); a send is waited for at the end of the step, so a rank never blocks on its own sends. The first
 // receive across a boundary learns its shape from a small message the sender posts right before the
 // tensor, so it blocks there until the sender has computed it.
+//
+// An overlapped pair (PipelineProgram::overlapped, DualPipeV's F/B pairs) runs its backward on a second
+// thread while the forward runs on the rank's: the backward's receives are posted before the forward
+// starts, the forward's sends as soon as it ends, the backward's sends once it is done. The halves are
+// different microbatches, so their autograd graphs share only the parameters' gradient accumulators
+// (which autograd locks), and the backward accumulates into .grad in the order it would alone. Thread-
+// local modes stay with their half: the forward's WeightGradScope (split backward) and the backward's
+// checkpoint recompute each see only their own thread's. Only the rank's thread posts or waits on the pp
+// group, except the backward thread waiting for its own, already posted, receive; stages whose layers
+// issue collectives (TP, CP, FSDP, EP) never get here (PipelineState::overlap_f_b).
 #include <ATen/ATen.h>
 #include <c10/core/GradMode.h>
 #include <fmt/format.h>
 #include <torch/csrc/autograd/autograd.h>
 
+#include <ATen/Parallel.h>
+#include <ATen/ThreadLocalState.h>
+
+#include <algorithm>
 #include <chrono>
+#include <condition_variable>
+#include <exception>
+#include <functional>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <optional>
+#include <thread>
 #include <tuple>
 
 #include "pipeline_state.hpp"
@@ -49,6 +68,72 @@ struct PendingRecv {
   dist::Work work;
 };
 
+// The second thread of a rank's overlapped pairs: runs one task at a time (a pair's backward) with the
+// rank thread's intra-op thread count (a different count may sum in another order, and the pair must give
+// the sequential bits) and thread-local state as the rank thread had it when the task was handed over.
+class PairThread {
+ public:
+  PairThread() : intra_op_threads_(at::get_num_threads()), thread_([this] { loop(); }) {}
+  ~PairThread() {
+    {
+      std::lock_guard lock(mutex_);
+      stop_ = true;
+    }
+    wake_.notify_all();
+    thread_.join();  // a running task finishes first: it uses the step's slots
+  }
+  PairThread(const PairThread&) = delete;
+  PairThread& operator=(const PairThread&) = delete;
+
+  void start(std::function<void()> task) {
+    {
+      std::lock_guard lock(mutex_);
+      task_ = std::move(task);
+      state_.emplace();
+      busy_ = true;
+    }
+    wake_.notify_all();
+  }
+  // Waits for the task; rethrows what it threw.
+  void finish() {
+    std::unique_lock lock(mutex_);
+    wake_.wait(lock, [&] { return !busy_; });
+    if (error_) std::rethrow_exception(std::exchange(error_, nullptr));
+  }
+
+ private:
+  void loop() {
+    at::set_num_threads(intra_op_threads_);
+    std::unique_lock lock(mutex_);
+    while (true) {
+      wake_.wait(lock, [&] { return busy_ || stop_; });
+      if (!busy_) return;
+      lock.unlock();
+      std::exception_ptr error;
+      try {
+        const at::ThreadLocalStateGuard modes(*state_);
+        task_();
+      } catch (...) {
+        error = std::current_exception();
+      }
+      lock.lock();
+      error_ = error;
+      task_ = nullptr;
+      busy_ = false;
+      wake_.notify_all();
+    }
+  }
+
+  int intra_op_threads_;
+  std::mutex mutex_;
+  std::condition_variable wake_;
+  std::function<void()> task_;
+  std::optional<at::ThreadLocalState> state_;  // the rank thread's, captured by start()
+  std::exception_ptr error_;
+  bool busy_ = false, stop_ = false;
+  std::thread thread_;  // last: starts once the members above exist
+};
+
 class StepRunner {
  public:
   StepRunner(detail::PipelineState& state, const PipelineProgram& program, const StageForward& forward, LossFn loss,
@@ -56,6 +141,11 @@ class StepRunner {
       : s_(state), program_(program), forward_(forward), loss_(std::move(loss)), scale_(scale), train_(train) {
     for (const auto& row : program_.actions) {
       for (const PipelineAction& a : row) split_ = split_ || (train_ && a.op == Op::kBackwardWeight);
+    }
+    if (train_ && s_.overlap_f_b && !program_.overlapped.empty()) {
+      for (const OverlappedPair& pair : program_.overlapped[static_cast<size_t>(s_.rank())]) {
+        paired_backward_.emplace(key(pair.forward.op, pair.forward.stage, pair.forward.microbatch), pair.backward);
+      }
     }
   }
 
@@ -73,7 +163,12 @@ class StepRunner {
     const auto& actions = program_.actions[static_cast<size_t>(s_.rank())];
     for (size_t i = 0; i < actions.size(); ++i) {
       try {
-        execute(actions[i]);
+        const auto paired = paired_backward_.find(key(actions[i].op, actions[i].stage, actions[i].microbatch));
+        if (paired == paired_backward_.end()) {
+          execute(actions[i]);
+        } else {
+          i = execute_pair(actions, i, paired->second);
+        }
       } catch (c10::Error& e) {
         e.add_context(fmt::format("[titan::pipeline] while running action {} ({}) of pp rank {}'s program {}", i,
                                   actions[i], s_.rank(), program_.name));
@@ -143,9 +238,89 @@ class StepRunner {
       default:
         break;
     }
-    const double t0 = static_cast<double>(seconds_ns(begin - start_)) * 1e-9;
-    const double t1 = static_cast<double>(seconds_ns(Clock::now() - start_)) * 1e-9;
-    s_.timeline[static_cast<size_t>(s_.rank())].push_back({.action = a, .start = t0, .end = t1});
+    record(a, begin, Clock::now());
+  }
+
+  void record(const PipelineAction& a, Clock::time_point begin, Clock::time_point end) {
+    s_.timeline[static_cast<size_t>(s_.rank())].push_back(
+        {.action = a, .start = seconds_since_start(begin), .end = seconds_since_start(end)});
+  }
+  double seconds_since_start(Clock::time_point t) const { return static_cast<double>(seconds_ns(t - start_)) * 1e-9; }
+
+  // Runs actions[first] (a forward) and its paired backward at the same time, with the communication
+  // between them; returns the backward's index. The backward's sends follow it in the program and run
+  // as usual once both halves are done.
+  size_t execute_pair(const std::vector<PipelineAction>& actions, size_t first, const PipelineAction& b) {
+    const PipelineAction& f = actions[first];
+    size_t last = first + 1;
+    while (last < actions.size() && !actions[last].is_compute()) ++last;
+    TITAN_CHECK(last < actions.size() && actions[last] == b,
+                "[titan::pipeline] expected {}'s overlapped backward {} to be the next compute action, got {}. The "
+                "program's overlapped pairs do not match its actions.",
+                f, b, last < actions.size() ? format_as(actions[last]) : std::string("the end of the program"));
+    // The backward's receive first: its output gradient travels while the forward computes (the
+    // validator made sure it overtakes nothing with the same peer, so per-peer posting order is kept).
+    const PipelineAction receive{.op = Op::kRecvBackward, .stage = b.stage, .microbatch = b.microbatch};
+    const auto early = std::find(actions.begin() + static_cast<ptrdiff_t>(first) + 1,
+                                 actions.begin() + static_cast<ptrdiff_t>(last), receive);
+    if (early != actions.begin() + static_cast<ptrdiff_t>(last)) post_recv(*early);
+    Slot& fs = slot(f.stage, f.microbatch);
+    if (!fs.forward_done && !fs.input.defined()) fs.input = stage_input(f.stage, f.microbatch);
+
+    Slot& bs = slot(b.stage, b.microbatch);
+    check_backward(bs, b.stage, b.microbatch);
+    // The output gradient as far as the rank's thread can have it without waiting: a local hand-over,
+    // else the posted receive the backward thread waits for.
+    std::optional<PendingRecv> incoming;
+    if (b.stage != s_.num_stages() - 1 && !bs.output_grad.defined()) {
+      if (s_.is_local(b.stage + 1)) {
+        output_grad(b.stage, b.microbatch);
+      } else {
+        auto it = recvs_.find(key(Op::kRecvBackward, b.stage, b.microbatch));
+        TITAN_CHECK(it != recvs_.end(),
+                    "[titan::pipeline] expected a RECV_B receive for stage {} microbatch {} before its compute, got "
+                    "none. Add the receive to the program.",
+                    b.stage, b.microbatch);
+        incoming = std::move(it->second);
+        recvs_.erase(it);
+      }
+    }
+    // The backward thread touches only bs (and `incoming`, `waited`, `b_begin`): never the slot map,
+    // the stats or the timeline, which the rank's thread owns.
+    double waited = 0;
+    Clock::time_point b_begin;
+    if (!pair_thread_) pair_thread_.emplace();
+    pair_thread_->start([&, stage = b.stage] {
+      if (incoming) {
+        const auto wait_begin = Clock::now();
+        incoming->work.wait();
+        waited = static_cast<double>(seconds_ns(Clock::now() - wait_begin)) * 1e-9;
+        bs.output_grad = std::move(incoming->buffer);
+      }
+      b_begin = Clock::now();
+      run_backward(bs, stage, /*input_only=*/false);
+    });
+    std::exception_ptr forward_error;
+    try {
+      const auto f_begin = Clock::now();
+      forward(f.stage, f.microbatch);
+      record(f, f_begin, Clock::now());
+      // The rest of the communication between the two, in program order, while the backward computes.
+      for (size_t i = first + 1; i < last; ++i) {
+        if (actions[i] != receive) execute(actions[i]);
+      }
+    } catch (...) {
+      forward_error = std::current_exception();
+    }
+    pair_thread_->finish();  // first: the backward uses bs and the locals above
+    if (forward_error) std::rethrow_exception(forward_error);
+    const auto b_end = Clock::now();
+    s_.stats.wait_seconds += waited;
+    if (bs.output_grad.defined() && incoming) s_.stats.bytes_moved += bs.output_grad.nbytes();
+    finish_backward(bs, /*input_only=*/false);
+    record(b, b_begin, b_end);
+    ++s_.stats.overlapped_pairs;
+    return last;
   }
 
   // --- communication -------------------------------------------------------------------------
@@ -276,12 +451,23 @@ class StepRunner {
 
   void backward(int64_t stage, int64_t microbatch, bool input_only) {
     Slot& sl = slot(stage, microbatch);
+    check_backward(sl, stage, microbatch);
+    output_grad(stage, microbatch);
+    run_backward(sl, stage, input_only);
+    finish_backward(sl, input_only);
+  }
+
+  static void check_backward(const Slot& sl, int64_t stage, int64_t microbatch) {
     TITAN_CHECK(sl.forward_done && sl.output.defined() && !sl.input_grad_done,
                 "[titan::pipeline] expected one backward of stage {} microbatch {} after its forward, got {}.", stage,
                 microbatch, sl.forward_done ? "a second one" : "none before it");
-    const at::Tensor grad = output_grad(stage, microbatch);
+  }
+
+  // The autograd pass, given the slot's output gradient (undefined on the last stage: the loss). Touches
+  // only the slot: an overlapped pair runs it on the pair's second thread.
+  static void run_backward(Slot& sl, int64_t stage, bool input_only) {
     const torch::autograd::variable_list grads =
-        grad.defined() ? torch::autograd::variable_list{grad} : torch::autograd::variable_list{};
+        sl.output_grad.defined() ? torch::autograd::variable_list{sl.output_grad} : torch::autograd::variable_list{};
     {
       // Zero-bubble's first half is the whole backward with the layers' weight GEMMs deferred: what cannot
       // defer (embeddings, biases) computes its weight gradient here, and the graph is released.
@@ -290,6 +476,9 @@ class StepRunner {
       torch::autograd::backward({sl.output}, grads);
     }
     if (stage > 0) sl.input_grad = sl.input.grad();
+  }
+
+  static void finish_backward(Slot& sl, bool input_only) {
     release(sl);
     sl.weight_grad_pending = input_only;
     sl.input_grad_done = true;
@@ -327,8 +516,11 @@ class StepRunner {
   std::map<std::pair<int64_t, int64_t>, Slot> slots_;
   std::map<std::tuple<Op, int64_t, int64_t>, PendingRecv> recvs_;
   std::vector<std::pair<dist::Work, at::Tensor>> sends_;
+  // This rank's overlapped pairs by their forward (empty when the pairs run one after the other).
+  std::map<std::tuple<Op, int64_t, int64_t>, PipelineAction> paired_backward_;
   Clock::time_point start_;
   double loss_sum_ = 0;
+  std::optional<PairThread> pair_thread_;  // last: joined before the slots its task uses go
 };
 
 int64_t microbatches_of(const at::Tensor& tokens, const PipelinePlan& plan) {

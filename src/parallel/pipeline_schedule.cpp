@@ -132,6 +132,7 @@ PipelineProgram make_pipeline_program(PipelineSchedule schedule, int64_t pp, int
                     stages, microbatches);
 
   detail::RankOrders orders;
+  std::vector<std::vector<OverlappedPair>> overlapped;
   switch (schedule) {
     case PipelineSchedule::gpipe:
       orders = detail::gpipe_order(pp, microbatches);
@@ -152,7 +153,7 @@ PipelineProgram make_pipeline_program(PipelineSchedule schedule, int64_t pp, int
       orders = detail::zbv_order(pp, microbatches);
       break;
     case PipelineSchedule::dual_pipe_v:
-      orders = detail::dual_pipe_v_order(pp, microbatches);
+      orders = detail::dual_pipe_v_order(pp, microbatches, &overlapped);
       break;
   }
   PipelineProgram program{.name = std::string(name),
@@ -160,7 +161,8 @@ PipelineProgram make_pipeline_program(PipelineSchedule schedule, int64_t pp, int
                           .num_stages = stages,
                           .num_microbatches = microbatches,
                           .stage_rank = stage_ranks(placement_of(schedule), pp, stages),
-                          .actions = std::move(orders)};
+                          .actions = std::move(orders),
+                          .overlapped = std::move(overlapped)};
   add_pipeline_communication(program);
   // A generated program that fails here is a titan bug; the check costs microseconds.
   validate_pipeline_program(program);

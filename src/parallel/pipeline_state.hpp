@@ -27,7 +27,11 @@ struct BoundaryMeta {
 
 struct PipelineState {
   PipelinePlan plan{};
-  dist::ProcessGroup group;                             // the pp axis
+  dist::ProcessGroup group;  // the pp axis
+  // Overlapped pairs run concurrently: plan.overlap_f_b, and no stage issues collectives (every other
+  // mesh axis of size 1), since two threads' collectives on one group could be issued in different
+  // orders on different ranks.
+  bool overlap_f_b = false;
   std::vector<int64_t> stage_rank{};                    // global stage -> pp rank
   std::vector<int64_t> local{};                         // this rank's stages, ascending
   std::map<int64_t, std::vector<at::Tensor>> params{};  // local stage -> its parameters (weight-gradient inputs)

@@ -404,6 +404,48 @@ void check_structure(const PipelineProgram& p) {
                         where, rank, step, format_as(a), a.stage, peer, rank);
     }
   }
+  check_overlapped(p);
+}
+
+void check_overlapped(const PipelineProgram& p) {
+  if (p.overlapped.empty()) return;
+  const std::string where = detail::where(p);
+  TITAN_CHECK_VALUE(static_cast<int64_t>(p.overlapped.size()) == p.num_ranks,
+                    "{} expected a row of overlapped pairs per rank ({}), got {} rows.", where, p.num_ranks,
+                    p.overlapped.size());
+  const auto peer_rank = [&](const PipelineAction& a) {
+    const bool toward_next = a.op == Op::kSendForward || a.op == Op::kRecvBackward;
+    return p.stage_rank[static_cast<size_t>(toward_next ? a.stage + 1 : a.stage - 1)];
+  };
+  for (int64_t rank = 0; rank < p.num_ranks; ++rank) {
+    const auto& actions = p.actions[static_cast<size_t>(rank)];
+    for (const OverlappedPair& pair : p.overlapped[static_cast<size_t>(rank)]) {
+      const PipelineAction &f = pair.forward, &b = pair.backward;
+      const auto at = std::find(actions.begin(), actions.end(), f);
+      auto next = at == actions.end()
+                      ? at
+                      : std::find_if(at + 1, actions.end(), [](const PipelineAction& a) { return a.is_compute(); });
+      // The backward of the forward's own microbatch on the forward's stage or an earlier one needs the
+      // forward's result; only an independent backward can run beside it.
+      const bool independent = f.microbatch != b.microbatch || f.stage < b.stage;
+      TITAN_CHECK_VALUE(
+          f.op == Op::kForward && b.op == Op::kBackward && independent && next != actions.end() && *next == b,
+          "{} rank {}: expected an overlapped pair to be a forward followed, as the next compute "
+          "action of the rank, by an independent full backward, got ({};{}). Fix the pair.",
+          where, rank, format_as(f), format_as(b));
+      // An overlapping runtime posts the backward's own receive before the forward runs, ahead of the
+      // communication between the two: NCCL matches a pair of ranks' operations in posting order, so none
+      // of what it overtakes may be with the same rank.
+      const PipelineAction receive{.op = Op::kRecvBackward, .stage = b.stage, .microbatch = b.microbatch};
+      const auto recv = std::find(at + 1, next, receive);
+      for (auto a = at + 1; a != recv && recv != next; ++a) {
+        TITAN_CHECK_VALUE(peer_rank(*a) != peer_rank(*recv),
+                          "{} rank {}: expected the overlapped pair ({};{}) to have no communication with rank {} "
+                          "before its backward's receive, got {}. Move the receive before the forward.",
+                          where, rank, format_as(f), format_as(b), peer_rank(*recv), format_as(*a));
+      }
+    }
+  }
 }
 
 }  // namespace detail

@@ -43,8 +43,9 @@ struct ParityRun {
   PipelineSchedule schedule = PipelineSchedule::schedule_1f1b;  ///< under PP: the schedule
   std::string schedule_csv{};                                   ///< under PP: a CSV schedule instead
   int64_t layers_per_stage = 0;                                 ///< under PP: 0 = the schedule's default split
-  bool load_balance = true;                                     ///< under CP: headtail chunks (else contiguous)
-  CpRotateMethod rotate = CpRotateMethod::allgather;            ///< under CP: the K/V exchange
+  bool overlap_f_b = true;   ///< under PP: DualPipeV's F/B pairs at once (pipeline_parallel_expert_parallel_overlap)
+  bool load_balance = true;  ///< under CP: headtail chunks (else contiguous)
+  CpRotateMethod rotate = CpRotateMethod::allgather;  ///< under CP: the K/V exchange
   bool documents = false;          ///< two documents per row: document masking and per-document positions
   AcMode ac_mode = AcMode::none;   ///< activation checkpointing (activation_checkpoint.mode)
   bool bf16 = false;               ///< mixed precision: FSDP/DDP gather bf16 (fp32 reduce), one rank autocasts
@@ -109,7 +110,8 @@ inline ParityResult train_parity(const dist::Mesh& mesh, const ParityRun& run) {
         {.pipeline_parallel_layers_per_stage =
              run.layers_per_stage > 0 ? std::optional<int64_t>(run.layers_per_stage) : std::nullopt,
          .pipeline_parallel_schedule = run.schedule,
-         .pipeline_parallel_schedule_csv = run.schedule_csv});
+         .pipeline_parallel_schedule_csv = run.schedule_csv,
+         .pipeline_parallel_expert_parallel_overlap = run.overlap_f_b});
   }
   const std::vector<std::string> modules =
       pipeline.stages.empty() ? std::vector<std::string>{} : parallel::pipeline_modules(pipeline, mesh);

@@ -128,6 +128,30 @@ TEST_CASE("generated programs receive in the order their peers send", "[parallel
   }
 }
 
+TEST_CASE("DualPipeV marks its overlapped F/B pairs and the validator checks them", "[parallel][pipeline]") {
+  for (int64_t pp : {2, 4}) {
+    const PipelineProgram program = make_pipeline_program(PipelineSchedule::dual_pipe_v, pp, 2 * pp, 4 * pp);
+    REQUIRE(static_cast<int64_t>(program.overlapped.size()) == pp);
+    for (int64_t rank = 0; rank < pp; ++rank) {
+      // The main phase's 2 x (m - 2pp + rank + 1) pairs and the cool-down's pp - rank - 1.
+      CHECK(static_cast<int64_t>(program.overlapped[static_cast<size_t>(rank)].size()) ==
+            2 * (4 * pp - 2 * pp + rank + 1) + pp - rank - 1);
+    }
+  }
+  CHECK(make_pipeline_program(PipelineSchedule::zbv_zero_bubble, 2, 4, 8).overlapped.empty());
+  PipelineProgram program = make_pipeline_program(PipelineSchedule::dual_pipe_v, 2, 4, 8);
+  OverlappedPair& pair = program.overlapped[1][0];
+  const OverlappedPair kept = pair;
+  pair.backward.microbatch += 1;  // not the forward's next compute action
+  CHECK_THROWS_WITH(validate_pipeline_program(program),
+                    Catch::Contains("expected an overlapped pair to be a forward followed, as the next compute action "
+                                    "of the rank, by an independent full backward"));
+  pair = kept;
+  std::swap(pair.forward, pair.backward);
+  CHECK_THROWS_WITH(validate_pipeline_program(program),
+                    Catch::Contains(fmt::format("got ({};{})", pair.forward, pair.backward)));
+}
+
 TEST_CASE("GPipe, 1F1B and interleaved 1F1B have the textbook bubble", "[parallel][pipeline]") {
   // Default costs F = 1, B = 2: (p-1)/(m+p-1) and (p-1)/(v*m+p-1).
   for (const int64_t p : {2, 4}) {

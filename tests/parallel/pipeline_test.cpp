@@ -16,6 +16,9 @@
 using namespace titan;
 using test::check_parity;
 using test::kFast;
+using test::ParityResult;
+using test::ParityRun;
+using test::train_parity;
 
 namespace {
 
@@ -85,6 +88,37 @@ TEST_CASE("zero-bubble schedules on pp 2 and 4 match one rank", "[parallel][pipe
          {PipelineSchedule::interleaved_zero_bubble, PipelineSchedule::zbv_zero_bubble, PipelineSchedule::dual_pipe_v})
       check_schedule(pp, schedule);
   }
+}
+
+TEST_CASE("DualPipeV's overlapped F/B pairs on pp 2 give the sequential losses and weights bitwise",
+          "[parallel][pipeline][zb][parity]") {
+  // The sequential run, then the pairs at once (the backward on a second thread), also under full AC
+  // (the recompute runs on the backward's thread while the other microbatch's forward records).
+  const ParityRun sequential{.steps = 3, .schedule = PipelineSchedule::dual_pipe_v, .overlap_f_b = false};
+  ParityRun overlapped = sequential, checkpointed = sequential;
+  overlapped.overlap_f_b = checkpointed.overlap_f_b = true;
+  checkpointed.ac_mode = AcMode::full;
+  dist::run_local_ranks(2, [&](int64_t rank, const dist::Store& store) {
+    const dist::Mesh mesh({.pp = 2}, rank, store, kFast);
+    ParityResult reference = train_parity(mesh, sequential);
+    RANK_CHECK(reference.applied.pipeline()->last_stats().overlapped_pairs == 0);
+    RANK_CHECK(reference.applied.pipeline()->describe().find("F/B pairs sequential") != std::string::npos);
+    reference.applied = Parallelized();  // before the next model: its modules may reuse the addresses
+    for (const ParityRun& run : {overlapped, checkpointed}) {
+      ParityResult result = train_parity(mesh, run);
+      // 8 microbatches on pp 2: each rank's main phase overlaps 2 x (8 - 4 + rank + 1) pairs, rank 0's
+      // cool-down one more.
+      RANK_CHECK(result.applied.pipeline()->last_stats().overlapped_pairs == 2 * (5 + rank) + (rank == 0 ? 1 : 0));
+      RANK_CHECK(result.applied.pipeline()->describe().find("F/B pairs overlapped") != std::string::npos);
+      RANK_CHECK(result.losses == reference.losses);
+      RANK_CHECK(result.grad_norms == reference.grad_norms);
+      RANK_CHECK(result.weights.size() == reference.weights.size());
+      for (size_t i = 0; i < result.weights.size() && i < reference.weights.size(); ++i) {
+        RANK_CHECK_INFO(result.names[i], at::equal(result.weights[i], reference.weights[i]));
+      }
+      result.applied = Parallelized();
+    }
+  });
 }
 
 TEST_CASE("PP 2 x FSDP 2 matches one rank", "[parallel][pipeline][fsdp][parity][full]") {

@@ -232,7 +232,7 @@ struct ParallelismConfig {
   std::string pipeline_parallel_schedule_csv{};
   /// Sequences per pipeline microbatch.
   int64_t pipeline_parallel_microbatch_size = 1;
-  /// Overlap expert-parallel and pipeline communication (DualPipeV).
+  /// DualPipeV: run each overlapped F/B pair at once (bitwise as sequential; only when pp is the whole mesh).
   bool pipeline_parallel_expert_parallel_overlap = true;
   /// Context-parallel degree.
   int64_t context_parallel_degree = 1;

@@ -6,7 +6,11 @@
 // The loss is computed on the last stage, scaled by the caller (e.g. 1 / global valid tokens), so a
 // step's gradients equal the one-device step's. A split backward (zero-bubble 'I' then 'W') defers the
 // layers' weight GEMMs inside the layers (nn/split_backward.hpp): 'I' is the whole backward without
-// them, 'W' runs only them, and both work under activation checkpointing.
+// them, 'W' runs only them, and both work under activation checkpointing. DualPipeV's overlapped
+// forward/backward pairs run at the same time, the backward on a second thread (PipelinePlan::
+// overlap_f_b, bitwise the sequential result), where pp is the whole mesh; with other axes the stages'
+// own collectives (TP, CP, FSDP, EP) could be issued in different orders by the two threads on different
+// ranks, so the pairs run in turn.
 //
 //   auto modules = parallel::pipeline_modules(plan.pipeline, mesh);   // build only these
 //   auto applied = titan::parallelize(*model, mesh, plan);
@@ -62,6 +66,8 @@ struct PipelineStats {
   int64_t bytes_moved = 0;
   /// Seconds spent blocked waiting for a stage's input or output gradient.
   double wait_seconds = 0;
+  /// Forward/backward pairs run at the same time (PipelinePlan::overlap_f_b).
+  int64_t overlapped_pairs = 0;
 };
 
 /// The applied pipeline of one rank (owned by the titan::Parallelized handle).

@@ -65,6 +65,19 @@ StagePlacement placement_of(PipelineSchedule schedule);
 /// The rank of each of `stages` stages under placement (stages must be a multiple of pp).
 std::vector<int64_t> stage_ranks(StagePlacement placement, int64_t pp, int64_t stages);
 
+/// A forward and a full backward of another microbatch that a rank may run at the same time, so the
+/// communication of one (its sends and receives, the all-to-alls inside its layers) hides behind the
+/// other's compute: DualPipe's overlapped chunk pair (torchtitan's OVERLAP_F_B). In the rank's program
+/// the backward is the next compute action after the forward, and it does not depend on the forward.
+struct OverlappedPair {
+  /// The forward ("2F5").
+  PipelineAction forward{};
+  /// The full backward ("1B3").
+  PipelineAction backward{};
+
+  bool operator==(const OverlappedPair&) const = default;
+};
+
 /// Every rank's program. The runtime executes actions[rank] in order: a send is posted and not
 /// waited for, a receive is posted and waited for by the compute action that needs it.
 struct PipelineProgram {
@@ -80,6 +93,9 @@ struct PipelineProgram {
   std::vector<int64_t> stage_rank{};
   /// Per rank, the actions in execution order (compute and communication).
   std::vector<std::vector<PipelineAction>> actions{};
+  /// Per rank, the forward/backward pairs it may overlap, in program order (DualPipeV marks its
+  /// overlapped pairs; other schedules and CSV programs have none). Empty: no rank has any.
+  std::vector<std::vector<OverlappedPair>> overlapped{};
 };
 
 /// The program of `schedule` for pp ranks, `stages` stages in all and `microbatches` microbatches,

@@ -123,6 +123,11 @@ struct PipelinePlan {
   std::string schedule_csv{};
   /// Sequences per microbatch: a batch of B sequences runs as B / microbatch_size microbatches.
   int64_t microbatch_size = 1;
+  /// Run the program's overlapped forward/backward pairs (DualPipeV's) at the same time: the backward
+  /// on a second thread while the forward runs on the rank's, results bitwise those of running them
+  /// one after the other. Only where the stages' layers issue no collectives of their own (every mesh
+  /// axis but pp of size 1); elsewhere the pairs run one after the other (see parallel/pipeline.hpp).
+  bool overlap_f_b = true;
 };
 
 /// Context parallelism over the mesh's cp axis: every batch's sequence split over the cp ranks
