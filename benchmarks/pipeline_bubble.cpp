@@ -205,12 +205,12 @@ double now() {
 
 /// One rank's record of when its computes really ran, per stage in call order, independent of the
 /// runtime's own timeline (which it cross-checks): a forward from the stage function's call to its
-/// return, a backward from when autograd reaches the stage output (a hook on it; it fires for B, for
-/// I and again for W; stage 0's I computes nothing).
+/// return, a B or I from when autograd reaches the stage output (a hook on it; stage 0's I computes
+/// nothing), a W from the runtime's start (it runs the deferred weight GEMMs, no autograd pass).
 struct ComputeClock {
   /// stage -> (start, end) of each forward; on the last stage the end is after the loss.
   std::map<int64_t, std::vector<std::pair<double, double>>> forwards;
-  /// stage -> start of each B, I and W.
+  /// stage -> start of each B and I.
   std::map<int64_t, std::vector<double>> backward_starts;
 };
 
@@ -229,6 +229,10 @@ std::vector<titan::parallel::TimedAction> compute_only(const std::vector<titan::
       end = std::max(end, finish);
     } else if (s == 0 && t.action.op == Op::kBackwardInput) {
       start = end;  // stage 0 has no input gradient: its I only waits for the output gradient
+    } else if (t.action.op == Op::kBackwardWeight) {
+      // A W runs the deferred weight GEMMs without autograd reaching the stage output again; its input
+      // (the I before it on this rank) is there, so the runtime's start is the compute's.
+      start = step_start + t.start;
     } else {
       start = clock.backward_starts.at(s).at(backward_index[s]++);
     }
