@@ -293,7 +293,9 @@ std::vector<MemoryPlan> search_layouts(const Decoder& model, const JobConfig& co
             if (held.microbatch &&
                 mb != (pp > 1 ? par.pipeline_parallel_microbatch_size : config.training.local_batch_size))
               continue;
-            Layout l{.mesh = {.pp = pp, .dp_replicate = 1, .dp_shard = dp, .cp = cp, .tp = tp, .ep = ep}};
+            // ETP, when the config asks for it, is tp itself.
+            const int64_t etp = par.expert_tensor_parallel_degree > 1 ? tp : 1;
+            Layout l{.mesh = {.pp = pp, .dp_replicate = 1, .dp_shard = dp, .cp = cp, .tp = tp, .ep = ep, .etp = etp}};
             if (pp > 1) {
               l.local_batch = per_rank;
               l.accumulation = 1;

@@ -90,8 +90,11 @@ void add_moe(const nn::MoE& moe, int64_t tokens, const Shapes& x, BlockTerms* t,
   if (x.ep > 1) permutation += 2 * N * 8;
   // gpt-oss's expert biases: each slot's expert (int64) for the bias gathers.
   if (moe.args.biased_experts) permutation += N * 8;
-  const int64_t routed = N * D * a;  // the experts' input, sorted by expert
+  // Under ETP each rank gathers the tp ranks' slots for its experts (etp x N) and runs them on its F / etp
+  // hidden slice: the input grows, the hidden activations do not.
+  const int64_t routed = x.etp * N * D * a;  // the experts' input, sorted by expert
   const int64_t experts = expert_activation_saved(moe) * N * F * a;
+  if (x.etp > 1) permutation += 2 * x.etp * N * 8;  // the gathered slots' order by expert and its inverse
   // The experts' output (N, D), which index_copy keeps (its source's gradient is expanded as the source).
   const int64_t routed_out = N * D * a;
   int64_t saved = router + permutation + combine + routed + experts + routed_out;
@@ -120,6 +123,8 @@ void add_moe(const nn::MoE& moe, int64_t tokens, const Shapes& x, BlockTerms* t,
   t->flops += 2.0 * 3.0 * static_cast<double>(N) * static_cast<double>(D) * static_cast<double>(F);
   t->op_recompute += 2.0 * 3.0 * static_cast<double>(N) * static_cast<double>(D) * static_cast<double>(F);
   if (x.ep > 1) t->all_to_all = 2 * N * D * a * (x.ep - 1) / x.ep;
+  // ETP: the slots' all-gather over tp before the experts and the partial outputs' reduce-scatter after.
+  if (x.etp > 1) t->all_to_all += 2 * N * D * a * (x.etp - 1);
 }
 
 }  // namespace

@@ -56,7 +56,8 @@ AcPolicy ac_policy(const ActivationCheckpointConfig& ac, const DecoderShape& sha
 
 // What the activation model needs of one layout.
 struct Shapes : ActivationShapes {
-  int64_t ep = 1;  // expert parallel: the routed tokens go through two all-to-alls
+  int64_t ep = 1;   // expert parallel: the routed tokens go through two all-to-alls
+  int64_t etp = 1;  // expert tensor parallel (1 or tp): the experts' hidden dim split over tp, their tokens gathered
   int64_t expert_copy =
       0;  // bytes per element of the compute-dtype copy of EP's experts (0: none, they are read as kept)
   bool fused_loss = false;     // CPU's fused cross-entropy (keeps the logits + two floats per token), not under TP

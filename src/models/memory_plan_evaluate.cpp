@@ -130,6 +130,7 @@ MemoryPlan evaluate(const Context& c, const Layout& l) {
   x.bytes = compute_bytes;
   x.fused_norm = gpu;
   x.ep = m.ep;
+  x.etp = m.etp;
   // EP's experts without efsdp keep their param dtype and are cast for the grouped GEMM; over efsdp the
   // gather lands in the compute dtype (counted with FSDP's buffers).
   x.expert_copy = gpu && g_bytes != p_bytes && (m.ep == 1 || m.efsdp() == 1) ? g_bytes : 0;
@@ -187,7 +188,8 @@ MemoryPlan evaluate(const Context& c, const Layout& l) {
     // over efsdp and gathers per layer; with efsdp 1 nothing gathers them.
     const bool ep_expert = p.expert && m.ep > 1;
     if (ep_expert && m.efsdp() == 1) continue;
-    const int64_t numel = (ep_expert ? p.rows / m.ep : p.rows) * p.row_numel / (p.tp_dim >= 0 ? m.tp : 1);
+    const int64_t numel =
+        (ep_expert ? p.rows / m.ep : p.rows) * p.row_numel / (p.tp_dim >= 0 ? m.tp : 1) / (p.expert ? m.etp : 1);
     const auto u = static_cast<size_t>(p.unit);
     unit_gathered[u] += numel * (float8_weight(p) ? 1 : g_bytes);
     unit_grad[u] += numel * g_bytes;
@@ -257,7 +259,8 @@ MemoryPlan evaluate(const Context& c, const Layout& l) {
     for (const auto& p : c.params) {
       if (!rank.modules.contains(p.module)) continue;
       const int64_t rows = p.tp_dim == 0 ? p.rows / m.tp : p.rows;
-      const int64_t row_numel = p.tp_dim == 1 ? p.row_numel / m.tp : p.row_numel;
+      // ETP splits a routed expert's hidden dim (w1/w3's dim 1, w2's dim 2): within a row.
+      const int64_t row_numel = p.tp_dim == 1 ? p.row_numel / m.tp : p.expert ? p.row_numel / m.etp : p.row_numel;
       // FSDP pads to equal rows; under EP a routed expert's weight holds this rank's E/ep experts split
       // again over efsdp (torchtitan's efsdp mesh; replicated over dp_replicate, which all-reduces them).
       const bool ep_shard = p.expert && m.ep > 1;

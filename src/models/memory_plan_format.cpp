@@ -40,8 +40,10 @@ std::string format_plan(const MemoryPlan& p) {
       "  activations    {:>12}  ({} per microbatch kept for backward{})\n"
       "  communication  {:>12}\n"
       "  total          {:>12}  (tensors at their peak)",
-      p.mesh.ep > 1 ? fmt::format("{}, ep {} (efsdp {})", p.mesh, p.mesh.ep, p.mesh.efsdp())
-                    : fmt::format("{}", p.mesh),
+      p.mesh.ep > 1 || p.mesh.etp > 1
+          ? fmt::format("{}, ep {} (efsdp {}){}", p.mesh, p.mesh.ep, p.mesh.efsdp(),
+                        p.mesh.etp > 1 ? fmt::format(", etp {}", p.mesh.etp) : std::string())
+          : fmt::format("{}", p.mesh),
       p.ac, p.microbatch, p.microbatches, p.in_flight, p.pp_rank, p.pp_rank, format_bytes(m.parameters), m.parameters,
       format_bytes(m.gradients), m.gradients, format_bytes(m.optimizer), m.optimizer, format_bytes(m.activations),
       format_bytes(p.activations_per_microbatch),

@@ -131,8 +131,9 @@ void add_step_time(const Context& c, const Layout& l, const StepInputs& in, Memo
   }
   // EP: each MoE layer's forward sends its slots to their experts' ranks and brings the outputs back
   // (two all-to-alls, (ep-1)/ep of the slots leave the rank with balanced routing), its backward the
-  // same in reverse, a recompute again; blocking: the experts wait for their tokens.
-  if (m.ep > 1) {
+  // same in reverse, a recompute again; blocking: the experts wait for their tokens. ETP's all-gather and
+  // reduce-scatter of the slots over tp are charged on the same link (ep x tp spans at least tp).
+  if (m.ep > 1 || m.etp > 1) {
     double bytes = 0;
     for (const std::string& path : in.modules) {
       const int64_t layer = ModelParts::layer_index(path);

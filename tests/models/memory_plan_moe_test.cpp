@@ -73,6 +73,31 @@ TEST_CASE("memory plan: DeepSeek-V3 16B's experts are FSDP-sharded without EP an
   CHECK(with_ep == plan_memory(*model, fsdp, {.world_size = 16}).parts.parameters);
 }
 
+TEST_CASE("memory plan: expert tensor parallelism splits the experts' hidden dim over tp and gathers their tokens",
+          "[models][memory_plan][moe]") {
+  JobConfig c = moe_job("deepseek_v3", "16B", 1);
+  c.parallelism.tensor_parallel_degree = 2;
+  const auto model = Decoder::build(c);
+  const titan::models::PlanOptions h100{.world_size = 16, .device_memory = k80GB, .peak_flops = 989e12};
+  const auto whole = plan_memory(*model, c, h100);
+  c.parallelism.expert_tensor_parallel_degree = 2;
+  const auto split = plan_memory(*model, c, h100);
+  CHECK(split.mesh.etp == 2);
+  // The routed experts: (E, F, D) and (E, D, F) fp32, FSDP-split over the 8 dp_shard ranks, now also over etp.
+  int64_t expert_numel = 0;
+  for (const auto& item : model->named_parameters()) {
+    if (item.key().find(".moe.experts.") != std::string::npos) expert_numel += item.value().numel();
+  }
+  CHECK(whole.parts.parameters - split.parts.parameters == expert_numel / 8 / 2 * 4);
+  // Each rank runs the gathered slots of both tp ranks through its hidden slice: more activations, and the
+  // all-gather and reduce-scatter of the slots cost step time EP 1 did not have.
+  CHECK(split.parts.activations > whole.parts.activations);
+  CHECK(whole.time.ep == 0);
+  CHECK(split.time.ep > 0);
+  c.parallelism.expert_tensor_parallel_degree = 4;
+  CHECK_THAT(error_of([&] { plan_memory(*model, c, h100); }), Contains("expert_tensor_parallel_degree"));
+}
+
 TEST_CASE("memory plan: an MoE model's FLOPs count its active parameters and EP's all-to-alls cost step time",
           "[models][memory_plan][moe]") {
   const JobConfig no_ep = moe_job("qwen3", "30B-A3B", 1);
