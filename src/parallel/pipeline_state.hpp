@@ -27,11 +27,7 @@ struct BoundaryMeta {
 
 struct PipelineState {
   PipelinePlan plan{};
-  dist::ProcessGroup group;  // the pp axis
-  // Overlapped pairs run concurrently: plan.overlap_f_b, and no stage issues collectives (every other
-  // mesh axis of size 1), since two threads' collectives on one group could be issued in different
-  // orders on different ranks.
-  bool overlap_f_b = false;
+  dist::ProcessGroup group;                             // the pp axis
   std::vector<int64_t> stage_rank{};                    // global stage -> pp rank
   std::vector<int64_t> local{};                         // this rank's stages, ascending
   std::map<int64_t, std::vector<at::Tensor>> params{};  // local stage -> its parameters (weight-gradient inputs)
@@ -43,6 +39,10 @@ struct PipelineState {
   std::set<BoundaryKey> meta_sent{};                          // the stage's input shape was sent to it
   at::Device device = at::kCPU;      // where the last step ran (collectives' tensors live there)
   std::function<void()> step_end{};  // after the step's last backward (may be empty)
+  // Overlapped pairs run concurrently: plan.overlap_f_b, and no stage issues collectives (every other
+  // mesh axis of size 1), since two threads' collectives on one group could be issued in different
+  // orders on different ranks.
+  bool overlap_f_b = false;
   PipelineTimeline timeline{};
   PipelineStats stats{};
 
