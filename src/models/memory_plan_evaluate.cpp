@@ -145,8 +145,12 @@ MemoryPlan evaluate(const Context& c, const Layout& l) {
     terms[static_cast<size_t>(block->layer_id)] = block_terms(*block, c.attention, x);
 
   // Which modules each pp rank holds.
-  const auto stages =
-      m.pp > 1 ? pipeline_plan(shape.n_layers, m.pp, cfg.parallelism).stages : std::vector<std::vector<std::string>>{};
+  const auto stages = m.pp > 1 ? pipeline_plan(shape.n_layers, m.pp, cfg.parallelism,
+                                               cfg.parallelism.pipeline_parallel_split == PipelineSplitBy::flops
+                                                   ? pipeline_costs(c.model, cfg.training.seq_len)
+                                                   : parallel::PipelineModuleCosts{})
+                                     .stages
+                               : std::vector<std::vector<std::string>>{};
   std::vector<RankModules> ranks(static_cast<size_t>(m.pp));
   parallel::PipelineProgram program;
   const int64_t pp_microbatches = m.pp > 1 ? l.local_batch / l.microbatch : 1;

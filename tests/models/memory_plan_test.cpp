@@ -357,6 +357,27 @@ TEST_CASE("memory plan: the 405B search over 512 GPUs lists layouts that fit bes
   for (size_t i = 1; i < plans.size(); ++i) CHECK(plans[i - 1].tokens_per_second >= plans[i].tokens_per_second);
 }
 
+TEST_CASE("memory plan: a pipeline split by FLOPs plans the stages the trainer cuts", "[models][memory_plan]") {
+  JobConfig c = preset("llama3_debugmodel");
+  c.parallelism.pipeline_parallel_degree = 2;
+  c.training.local_batch_size = 4;
+  // A 32768-token vocabulary makes the head weigh several blocks: cut by FLOPs, stage 0 takes more blocks
+  // beside the embedding (whose lookup costs no FLOPs) than torchtitan's count gives it.
+  const auto model = titan::models::Decoder::build(c, 32768, at::kMeta);
+  const titan::models::PlanOptions cpu{.world_size = 2, .gpu = false};
+  const auto by_layers = plan_memory(*model, c, cpu);
+  c.parallelism.pipeline_parallel_split = titan::PipelineSplitBy::flops;
+  const auto by_flops = plan_memory(*model, c, cpu);
+  const auto& b = model->shape();
+  const int64_t block = (model->num_params() - 2 * b.vocab_size * b.dim - b.dim) / b.n_layers;  // fp32 elements
+  // The shown (largest) rank is the head's in both: torchtitan's count gives it 3 blocks, the FLOPs cut fewer.
+  const int64_t head = b.vocab_size * b.dim + b.dim;  // output and the final norm
+  REQUIRE(by_layers.pp_rank == 1);
+  REQUIRE(by_flops.pp_rank == 1);
+  CHECK(by_layers.parts.parameters == (head + 3 * block) * 4);
+  CHECK(by_flops.parts.parameters == (head + 2 * block) * 4);
+}
+
 TEST_CASE("memory plan: activations fall from none to selective to op to full", "[models][memory_plan]") {
   JobConfig c = preset("llama3_8b");
   const auto model = Llama3::build(c);
