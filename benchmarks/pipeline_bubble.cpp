@@ -205,8 +205,9 @@ double now() {
 
 /// One rank's record of when its computes really ran, per stage in call order, independent of the
 /// runtime's own timeline (which it cross-checks): a forward from the stage function's call to its
-/// return, a B or I from when autograd reaches the stage output (a hook on it; stage 0's I computes
-/// nothing), a W from the runtime's start (it runs the deferred weight GEMMs, no autograd pass).
+/// return, a B or I from when autograd reaches the stage output (a hook on it; stage 0's I too: it runs
+/// the blocks' input-gradient chain the W needs, though the stage has no input gradient to send), a W
+/// from the runtime's start (it runs the deferred weight GEMMs, no autograd pass).
 struct ComputeClock {
   /// stage -> (start, end) of each forward; on the last stage the end is after the loss.
   std::map<int64_t, std::vector<std::pair<double, double>>> forwards;
@@ -227,8 +228,6 @@ std::vector<titan::parallel::TimedAction> compute_only(const std::vector<titan::
       const auto [begin, finish] = clock.forwards.at(s).at(forward_index[s]++);
       start = begin;
       end = std::max(end, finish);
-    } else if (s == 0 && t.action.op == Op::kBackwardInput) {
-      start = end;  // stage 0 has no input gradient: its I only waits for the output gradient
     } else if (t.action.op == Op::kBackwardWeight) {
       // A W runs the deferred weight GEMMs without autograd reaching the stage output again; its input
       // (the I before it on this rank) is there, so the runtime's start is the compute's.

@@ -6,6 +6,8 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <utility>
+#include <vector>
 
 #include "../core/xml.hpp"
 #include "pipeline_internal.hpp"
@@ -22,13 +24,23 @@ struct Span {
   bool empty() const { return end < start; }
 };
 
+// Busy time is each rank's union of action intervals: DualPipeV's overlapped F/B pairs run at once, and
+// counting both would make a rank busier than the wall clock.
 Span span_of(const PipelineTimeline& timeline) {
   Span span;
   for (const auto& rank : timeline) {
+    std::vector<std::pair<double, double>> intervals;
     for (const TimedAction& t : rank) {
       span.start = std::min(span.start, t.start);
       span.end = std::max(span.end, t.end);
-      span.busy += t.end - t.start;
+      intervals.emplace_back(t.start, t.end);
+    }
+    std::sort(intervals.begin(), intervals.end());
+    double covered_to = -std::numeric_limits<double>::infinity();
+    for (const auto& [start, end] : intervals) {
+      if (end <= covered_to) continue;
+      span.busy += end - std::max(start, covered_to);
+      covered_to = end;
     }
   }
   return span;

@@ -202,6 +202,15 @@ TEST_CASE("the simulation follows the costs and the transfer latency", "[paralle
   CHECK(timeline[0][1].start == Approx(6));
   CHECK(timeline[0][1].end == Approx(9));
   CHECK(bubble_fraction(timeline) == Approx(1.0 - 8.0 / 18.0));
+  // Overlapped actions (DualPipeV's F/B pairs run at once) count once: rank 0 busy [0, 4] of [0, 4],
+  // rank 1 busy [1, 3] of it.
+  using Op = PipelineAction::Op;
+  const PipelineTimeline overlapped = {
+      {{.action = {.op = Op::kForward, .stage = 0, .microbatch = 1}, .start = 0, .end = 3},
+       {.action = {.op = Op::kBackward, .stage = 0, .microbatch = 0}, .start = 1, .end = 4}},
+      {{.action = {.op = Op::kForward, .stage = 1, .microbatch = 1}, .start = 1, .end = 2},
+       {.action = {.op = Op::kBackward, .stage = 1, .microbatch = 0}, .start = 1.5, .end = 3}}};
+  CHECK(bubble_fraction(overlapped) == Approx(1.0 - 6.0 / 8.0));
   const std::string text = render_timeline_text(simulate_pipeline(program));
   CHECK_THAT(text, Contains("rank 0 | F0"));
   CHECK_THAT(text, Contains("B0 -"));

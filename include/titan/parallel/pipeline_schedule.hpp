@@ -150,7 +150,8 @@ using PipelineTimeline = std::vector<std::vector<TimedAction>>;
 /// The ideal timeline of a valid program under costs.
 PipelineTimeline simulate_pipeline(const PipelineProgram& program, const PipelineCosts& costs = {});
 
-/// Idle fraction: 1 - (compute time of all ranks) / (ranks x (last end - first start)).
+/// Idle fraction: 1 - (time each rank computes, overlapping actions counted once) / (ranks x (last end -
+/// first start)).
 double bubble_fraction(const PipelineTimeline& timeline);
 
 /// The schedule's published bubble fraction for pp ranks, m microbatches and v stages per rank
