@@ -111,7 +111,7 @@ TEST_CASE("moe aux loss: sequence_balance_loss's gradient agrees with a central 
   CHECK(nn::sequence_balance_loss(scores, selected, kBatch, kAlpha).item<double>() > 0);
 }
 
-TEST_CASE("moe aux loss: off by default, nothing injected; a negative weight is refused", "[nn][moe][aux_loss]") {
+TEST_CASE("moe aux loss: off by default, nothing injected, and a negative weight is refused", "[nn][moe][aux_loss]") {
   auto moe = make_moe(args("softmax", 0.0), at::kFloat);
   const at::Tensor x = at::randn({kBatch, kSeq, kDim});
   const at::Tensor y = moe->forward(x);

@@ -253,7 +253,7 @@ const Layout kEp2Efsdp2{
     .degrees = {"--parallelism.data_parallel_shard_degree", "4", "--parallelism.expert_parallel_degree", "2"}};
 
 TEST_CASE(
-    "a checkpoint written at EP 2 resumes bitwise at EP 2 and loads at EP 1 and back; one at ETP 2 loads at "
+    "a checkpoint written at EP 2 resumes bitwise at EP 2 and loads at EP 1 and back, and one at ETP 2 loads at "
     "ETP 1",
     "[train][ep][checkpoint][deepseek_v3][full]") {
   const Layout one{};
