@@ -39,6 +39,7 @@
 
 #include "../tests/alloc_tracker.hpp"
 #include "bench_flags.hpp"
+#include "pipeline_rank.hpp"
 #include "titan/core/config.hpp"
 #include "titan/core/error.hpp"
 #include "titan/dist/local_ranks.hpp"
@@ -266,15 +267,9 @@ RunResult run_config(const Options& o, int64_t pp, PipelineSchedule schedule, in
     const llama3::Llama3Args args = model_args(o);
     const parallel::PipelinePlan pipeline = make_plan(o, pp, schedule);
     const int64_t last_stage = static_cast<int64_t>(pipeline.stages.size()) - 1;
-    nn::manual_init_seed(0);
-    llama3::Llama3 model(args, o.seq_len, at::TensorOptions(), parallel::pipeline_modules(pipeline, mesh));
-    parallel::ParallelPlan plan = llama3::parallel_plan(model, mesh);
-    plan.pipeline = pipeline;
-    const Parallelized applied = parallelize(model, mesh, plan);
-    model.init_weights();
-    const auto params = model.unique_parameters();
-    AdamW optimizer(params, {.lr = 1e-4});
-    parallel::Pipeline& pipe = *applied.pipeline();
+    bench::PipelineRank r(args, o.seq_len, pipeline, mesh);
+    auto& [model, plan, applied, params, optimizer] = r;
+    parallel::Pipeline& pipe = r.pipe();
     ComputeClock clock;
     const auto on_backward = [&clock](int64_t s) {
       return [&clock, s](const at::Tensor&) { clock.backward_starts[s].push_back(now()); };

@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "bench_flags.hpp"
+#include "pipeline_rank.hpp"
 #include "titan/core/config.hpp"
 #include "titan/core/error.hpp"
 #include "titan/dist/local_ranks.hpp"
@@ -68,15 +69,9 @@ ModeResult run(const Options& o, bool overlap) {
     parallelism.pipeline_parallel_schedule = PipelineSchedule::dual_pipe_v;
     parallelism.pipeline_parallel_expert_parallel_overlap = overlap;
     const parallel::PipelinePlan pipeline = llama3::pipeline_plan(args, o.pp, parallelism);
-    nn::manual_init_seed(0);
-    llama3::Llama3 model(args, o.seq_len, at::TensorOptions(), parallel::pipeline_modules(pipeline, mesh));
-    parallel::ParallelPlan plan = llama3::parallel_plan(model, mesh);
-    plan.pipeline = pipeline;
-    const Parallelized applied = parallelize(model, mesh, plan);
-    model.init_weights();
-    const auto params = model.unique_parameters();
-    AdamW optimizer(params, {.lr = 1e-4});
-    parallel::Pipeline& pipe = *applied.pipeline();
+    bench::PipelineRank r(args, o.seq_len, pipeline, mesh);
+    auto& [model, plan, applied, params, optimizer] = r;
+    parallel::Pipeline& pipe = r.pipe();
     const auto stage = [&](int64_t s, const at::Tensor& x, const nn::AttentionContext& context) {
       return model.forward_part(x, plan.pipeline.stages[static_cast<size_t>(s)], context);
     };
