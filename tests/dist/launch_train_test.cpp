@@ -1,9 +1,9 @@
 // SPDX-License-Identifier: BSD-3-Clause
 // The bundled trainer as real processes: 4 FSDP ranks, FSDP 2 x TP 2, a 2-stage pipeline and CP 2 under titan-run
-// reproduce one process's losses (same global batch of 8), ZBV gives the same losses with and without AC, so do the
-// custom_loop (FSDP 2, PP 2, CP 2; one process of it the trainer's losses, the two running the same step parts) and
-// tp_custom_model (TP 2) examples, DDP trains under pip torch's torchrun, and a layout that does not match WORLD_SIZE
-// stops with the factors named.
+// reproduce one process's losses (same global batch of 8), the split-backward schedules give the same losses with and
+// without AC, so do the custom_loop (FSDP 2, PP 2, CP 2; one process of it the trainer's losses, the two running the
+// same step parts) and tp_custom_model (TP 2) examples, DDP trains under pip torch's torchrun, and a layout that does
+// not match WORLD_SIZE stops with the factors named.
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
@@ -151,27 +151,31 @@ TEST_CASE("titan-run: a 1F1B pipeline over 2 processes reproduces the single-pro
   CHECK(titan::test::read_file(two.path / "pipeline_timeline.svg").starts_with("<svg"));
 }
 
-TEST_CASE("titan-run: ZBV over 2 processes trains under full and selective AC with no AC's losses bitwise",
-          "[dist][launch][train][pipeline][zb][full]") {
-  // The zero-bubble schedule's split backward under activation checkpointing: a checkpointed block
+TEST_CASE(
+    "titan-run: the split-backward schedules over 2 processes train under full and selective AC with no AC's "
+    "losses bitwise",
+    "[dist][launch][train][pipeline][zb][full]") {
+  // A zero-bubble schedule's split backward under activation checkpointing: a checkpointed block
   // recomputes once for its input-gradient pass and keeps what its weight pass needs, so the same
-  // program with AC reproduces the run without it bit for bit.
-  auto zbv = [](const std::string& dump, const std::vector<std::string>& ac) {
+  // program with AC reproduces the run without it bit for bit (DualPipeV's F/B pairs overlapped too).
+  const std::string schedule = GENERATE("ZBVZeroBubble", "InterleavedZeroBubble", "DualPipeV");
+  INFO(schedule);
+  auto train = [&](const std::string& dump, const std::vector<std::string>& ac) {
     Subprocess run(concat(
         {titan::test::titan_run_path(), "--nproc-per-node", "2", "--"},
-        concat(concat(trainer_args(dump, "4"), ac), {"--parallelism.pipeline_parallel_degree", "2",
-                                                     "--parallelism.pipeline_parallel_schedule", "ZBVZeroBubble"})));
+        concat(concat(trainer_args(dump, "4"), ac),
+               {"--parallelism.pipeline_parallel_degree", "2", "--parallelism.pipeline_parallel_schedule", schedule})));
     require_exit(run, 0, 600);
-    CHECK_THAT(run.output(), Catch::Contains("Applied PP(pp=2, ZBVZeroBubble"));
+    CHECK_THAT(run.output(), Catch::Contains("Applied PP(pp=2, " + schedule));
     CHECK((run.output().find(" + AC(") != std::string::npos) == (ac.back() != "none"));
     return losses(titan::test::fs::path(dump));
   };
   TempDir none, full, selective;
-  const auto plain = zbv(none.path.string(), {"--activation_checkpoint.mode", "none"});
+  const auto plain = train(none.path.string(), {"--activation_checkpoint.mode", "none"});
   REQUIRE(plain.size() == 3);
-  CHECK(zbv(full.path.string(), {"--activation_checkpoint.mode", "full"}) == plain);
-  CHECK(zbv(selective.path.string(), {"--activation_checkpoint.mode", "selective",
-                                      "--activation_checkpoint.selective_ac_option", "2"}) == plain);
+  CHECK(train(full.path.string(), {"--activation_checkpoint.mode", "full"}) == plain);
+  CHECK(train(selective.path.string(), {"--activation_checkpoint.mode", "selective",
+                                        "--activation_checkpoint.selective_ac_option", "2"}) == plain);
 }
 
 TEST_CASE("titan-run: FSDP 2 x TP 2 processes reproduce the single-process losses", "[dist][launch][train][tp][full]") {
