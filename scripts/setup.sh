@@ -4,6 +4,7 @@
 #   scripts/setup.sh            install + build into build/
 #   scripts/setup.sh --no-build install only
 # Env: TITAN_HOME (default ~/.cache/titan) holds the Python venv whose torch wheel is our LibTorch;
+#      $TITAN_HOME/pch the precompiled header's source, at one path for every clone (ccache shares its objects);
 #      BUILD_DIR (default build); TITAN_CXX (default clang++-19) the C++ compiler of a new build dir;
 #      CI=true turns warnings into errors.
 set -euo pipefail
@@ -67,12 +68,15 @@ CXX_COMPILER="${TITAN_CXX:-clang++-19}"
 if [[ ! -f "$BUILD_DIR/build.ninja" ]]; then
   log "configuring $BUILD_DIR with $CXX_COMPILER"
   cmake -S "$ROOT" -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CXX_COMPILER="$CXX_COMPILER" \
-    -DPython3_EXECUTABLE="$VENV/bin/python" -DTITAN_WERROR="$WERROR" >/dev/null
+    -DPython3_EXECUTABLE="$VENV/bin/python" -DTITAN_WERROR="$WERROR" -DTITAN_PCH_DIR="$TITAN_HOME/pch" >/dev/null
 else
   # CMake cannot change the compiler of a configured tree; say so rather than build with the other one.
   configured="$(sed -n 's/^CMAKE_CXX_COMPILER:[A-Z]*=//p' "$BUILD_DIR/CMakeCache.txt")"
   [[ "$(basename "$configured")" == "$(basename "$CXX_COMPILER")" ]] ||
     log "note: $BUILD_DIR was configured with $configured, not $CXX_COMPILER; remove $BUILD_DIR to switch"
+  # A tree configured before titan built its own PCH: give it the shared PCH folder (cmake/TitanPch.cmake).
+  grep -q '^TITAN_PCH_DIR:PATH=.' "$BUILD_DIR/CMakeCache.txt" ||
+    cmake -S "$ROOT" -B "$BUILD_DIR" -DTITAN_PCH_DIR="$TITAN_HOME/pch" >/dev/null
 fi
 log "building ($(nproc) jobs)"
 cmake --build "$BUILD_DIR" -j"$(nproc)"
