@@ -39,7 +39,7 @@ function(titan_define_pch name)
   target_link_libraries(${_lib} PRIVATE ${_pch_LINK})
   # CMake names the object of a source outside both trees by its whole path, less the leading '/'.
   string(REGEX REPLACE "^/" "" _mangled "${TITAN_PCH_SOURCE}")
-  set(_abs "${CMAKE_BINARY_DIR}/CMakeFiles/${_lib}.dir/${_mangled}${CMAKE_CXX_OUTPUT_EXTENSION}")
+  set(_abs "${CMAKE_CURRENT_BINARY_DIR}/CMakeFiles/${_lib}.dir/${_mangled}${CMAKE_CXX_OUTPUT_EXTENSION}")
   file(RELATIVE_PATH _rel "${CMAKE_BINARY_DIR}" "${_abs}")
   set_property(GLOBAL PROPERTY TITAN_PCH_${name}_ABS "${_abs}")
   set_property(GLOBAL PROPERTY TITAN_PCH_${name}_REL "${_rel}")
