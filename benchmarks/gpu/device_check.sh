@@ -1,165 +1,239 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: BSD-3-Clause
-# The device check: what titan claims about NVIDIA GPUs, run on a machine with one (H100/H200), in order of
-# evidence; sized to finish within 8 minutes with the build (not yet run on a GPU). From the repository root,
-# with torch importable by python3:
-#   benchmarks/gpu/prepare_carry.sh           # once, on a Debian machine with the -dev packages (setup.sh's)
-#   benchmarks/gpu/device_check.sh            # on the GPU machine: the tree plus build-gpu-deps/ carried
-#   benchmarks/gpu/device_check.sh --dry-run  # prints every command it would run, runs nothing
-# Stages (each logged to $BUILD/device-check/<stage>.log; a failed stage does not stop the later ones):
-#   build             configure $BUILD (only when it has no build.ninja) for sm_90 only, then build only the
-#                     targets below that are missing or out of date
-#   cuda_tests        titan_cuda_tests: the float8 cast kernels bit-exact against the CPU ones, and the MoE
-#                     grouped GEMM's CUDA path against the CPU's per-expert loop
-#   nccl              nccl_world1: a one-rank NCCL group over every collective titan uses (all-reduce,
-#                     all-gather, reduce-scatter, all-to-all, broadcast, a send to itself and its receive)
-#   curves            the debug model's 20-step fp32 curve vs the CPU golden; 200-step fp32, bf16 and float8
-#                     curves vs the committed CPU ones (benchmarks/gpu/device_check.py says how close)
-#   ac_doc            per-op activation checkpointing = no AC bitwise; document-masked attention = the CPU's
-#   generate          titan-generate (greedy) on CUDA gives the CPU's token ids
-#   snapshot          a CUDA memory snapshot (the allocator's pickle) written and read back
-#   throughput_*      tokens/s, MFU and peak memory: the Llama 3.2 1B shape and Llama 3 8B's shape with 8
-#                     blocks, bf16 autocast and float8 tensorwise (bench_step_throughput, 3 warm-up + 10 steps)
-# Writes to ${OUT:-$BUILD/device-check/out}: summary.md (one row per stage, the throughput table),
-# device_check.log (everything printed), results.tar.gz (the stages' logs, curves and JSON), and
-# memory_snapshot.pickle (open it at pytorch.org/memory_viz). Exit status 0 only when every stage passed.
-# BUILD (default build-gpu), CARRY (default build-gpu-deps) and PYTHON (default python3) override the paths.
-set -euo pipefail
+# The device check: what titan claims about NVIDIA GPUs, run on a machine with one (H100/H200) against its
+# own torch, most valuable first, within a deadline, every result in $OUT as soon as it is made.
+#   benchmarks/gpu/prepare_carry.sh            # before, on a CPU machine: build-gpu-carry/ (the programs)
+#   benchmarks/gpu/device_check.sh             # on the GPU machine, from the repository root
+#   benchmarks/gpu/device_check.sh --dry-run   # prints what it would run and skip, runs nothing
+# Environment:
+#   DEADLINE_S (520)   seconds from the start by which the summary is written; a stage whose limit does not
+#                      fit in what is left (less 10 s for the summary) is skipped and named
+#   STAGES (all)       a comma-separated subset of the stages below, run in their order
+#   SKIP_BUILD=1       use the programs an earlier call left in $BUILD (a warm machine) and keep its results:
+#                      the summary then holds both calls' stages
+#   TITAN_COMMIT       the commit of the tree (.git may not travel); else git's, else "unknown"
+#   BUILD (build-gpu), CARRY (build-gpu-carry), PYTHON (python3: the one with the image's torch), OUT
+#   (default $BUILD/device-check/out)
+# Before the stages: the machine's facts go to the summary, then the carried programs are unpacked into
+# $BUILD and must start against this machine's torch; only when they do not (or nothing was carried) does
+# it build them here (CMake, ninja, nvcc; sm_90 only; the carried deps.tar.xz supplies the -dev packages).
+# The stages, each under its own time limit (seconds) in this order; a failed stage does not stop the next:
+#   cuda_tests 60            titan_cuda_tests: float8 casts bit-exact vs CPU, MoE grouped GEMM vs CPU loop
+#   nccl_world1 60           a one-rank NCCL group over every collective titan uses
+#   curve20 60               the debug model's 20 fp32 steps vs the CPU golden curve
+#   throughput_1B_bf16 90    bench_step_throughput, Llama 3.2 1B shape, B 4 x S 2048, bf16 autocast
+#   peer_eager_1B_bf16 90    benchmarks/peers/peer_step.py --model eager on that shape (needs only torch)
+#   throughput_1B_float8 90  the same shape, float8 tensorwise
+#   trainer_nccl 60          curve20's job through titan-run --nproc-per-node 1
+#   curves200 90             fp32, bf16 and float8 200-step curves vs the committed CPU ones
+#   generate 60              greedy titan-generate from curve20's checkpoint, GPU vs CPU
+#   ac_doc 90                per-op activation checkpointing; document-masked attention, GPU vs CPU
+#   snapshot 60              the CUDA allocator's memory snapshot (bf16 debug model)
+#   memory_plan 90           titan-plan's prediction vs the trainer's measured memory (1B shape)
+#   throughput_8B_bf16 90    Llama 3 8B's shape with 8 blocks, B 2 x S 2048, bf16; then float8:
+#   throughput_8B_float8 90
+#   sanitizer 150            compute-sanitizer (memcheck) on titan_cuda_tests
+# benchmarks/gpu/device_check.py holds the checks and why each bound holds on CUDA. $OUT gets, refreshed after
+# every stage: summary.md, figures.json (every figure and check), device_check.log (all printed), logs.tar.gz
+# (each stage's log and verdict), curves.csv, memory_snapshot.pickle (.gz when over 15 MiB). Exit status 0
+# only when every selected stage ran and passed.
+# --dry-run: the clock advances by each stage's limit (as if every stage ran to it), so DEADLINE_S shows which
+# stages so slow a run would skip.
+set -uo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh" "$@"
 WORK="$BUILD/device-check"
 DEST="${OUT:-$WORK/out}"
-TARGETS=(titan_cuda_tests nccl_world1 train_llama3 titan-generate bench_step_throughput)
-TOKENIZER="$BUILD/tests/assets/tokenizer"
-STAGES_RUN=()
+DEADLINE_S="${DEADLINE_S:-520}"
+SKIP_BUILD="${SKIP_BUILD:-0}"
+RESERVE_S=10
+CHECK=("$PY" "$ROOT/benchmarks/gpu/device_check.py")
+ORDER=(cuda_tests nccl_world1 curve20 throughput_1B_bf16 peer_eager_1B_bf16 throughput_1B_float8 trainer_nccl
+       curves200 generate ac_doc snapshot memory_plan throughput_8B_bf16 throughput_8B_float8 sanitizer)
+declare -A LIMIT=([cuda_tests]=60 [nccl_world1]=60 [curve20]=60 [throughput_1B_bf16]=90 [peer_eager_1B_bf16]=90
+                  [throughput_1B_float8]=90 [trainer_nccl]=60 [curves200]=90 [generate]=60 [ac_doc]=90
+                  [snapshot]=60 [memory_plan]=90 [throughput_8B_bf16]=90 [throughput_8B_float8]=90 [sanitizer]=150)
+# A stage that reads another's runs is skipped when that one has not passed (in this call or a warm one's earlier).
+declare -A NEEDS=([trainer_nccl]=curve20 [generate]=curve20 [ac_doc]=curve20 [peer_eager_1B_bf16]=throughput_1B_bf16)
+say() { echo "[device_check] $*"; }
 
-# Everything printed from here on is also in $DEST/device_check.log.
+selected=("${ORDER[@]}")
+if [[ -n "${STAGES:-}" ]]; then
+  IFS=, read -ra wanted <<<"$STAGES"
+  for name in "${wanted[@]}"; do
+    [[ -n "${LIMIT[$name]:-}" ]] || { say "expected STAGES from: ${ORDER[*]}; got '$name'."; exit 2; }
+  done
+  selected=()
+  for name in "${ORDER[@]}"; do [[ ",$STAGES," == *",$name,"* ]] && selected+=("$name"); done
+fi
+
+# The clock: seconds since the start, or in a dry run the sum of the limits of the stages "run" so far.
+START=$SECONDS
+FAKE_ELAPSED=0
+elapsed() { if ((DRY)); then echo "$FAKE_ELAPSED"; else echo $((SECONDS - START)); fi; }
+left() { echo $((DEADLINE_S - $(elapsed) - RESERVE_S)); }
+
 if ((DRY == 0)); then
   mkdir -p "$WORK" "$DEST"
-  rm -f "$WORK/stages.tsv"
-  exec > >(tee "$DEST/device_check.log") 2>&1
+  ((SKIP_BUILD)) || rm -rf "$WORK"/stages.tsv "$WORK"/*.json "$WORK"/*.log "$WORK"/curves.csv "$WORK"/*.pickle
+  exec 3>&1 4>&2 > >(tee -a "$DEST/device_check.log") 2>&1
+  TEE=$!
 fi
 
-# What the build needs from the machine itself; the rest comes from $CARRY or the system's -dev packages.
-missing=()
-for tool in cmake ninja c++ nvidia-smi; do command -v "$tool" >/dev/null || missing+=("$tool"); done
-NVCC="$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)"
-[[ -x "$NVCC" ]] || missing+=(nvcc)
-[[ "$TORCH_DIR" == "<torch>" ]] && missing+=("torch (import torch in $PY)")
-if ((${#missing[@]})); then
-  echo "[device_check] expected on this machine: ${missing[*]}; not found."
-  ((DRY)) || exit 1
-fi
-[[ -d "$CARRY" ]] || echo "[device_check] no carried folder $CARRY: using this machine's -dev packages" \
-                          "(benchmarks/gpu/prepare_carry.sh makes it)"
-
-# stage NAME SECONDS cmd...: runs cmd under a time limit with its output in $WORK/NAME.log, and books
-# PASS/FAIL and the seconds it took in $WORK/stages.tsv.
-stage() {
-  local name="$1" limit="$2"; shift 2
-  echo "== stage $name"
-  STAGES_RUN+=("$name")
-  local start=$SECONDS status=PASS rc=0
-  run_logged "$WORK/$name.log" timeout "$limit" "$@" || rc=$?
-  if ((rc != 0)); then
-    status=FAIL
-    ((rc == 124)) && echo "[device_check] stage $name: stopped after its $limit s" | tee -a "$WORK/$name.log"
+# refresh: $DEST gets the summary, the figures and whatever else exists so far (never fails the run).
+refresh() {
+  ((DRY)) && return 0
+  "${CHECK[@]}" summary --results "$WORK" --out "$DEST" >/dev/null 2>"$WORK/summary.err" || {
+    { echo "# titan device check (the Python summary failed: $(tail -1 "$WORK/summary.err"))"; echo
+      sed 's/^/    /' "$WORK/machine.txt" 2>/dev/null; echo; cat "$WORK/stages.tsv" 2>/dev/null; } >"$DEST/summary.md"
+  }
+  [[ -f "$WORK/curves.csv" ]] && cp "$WORK/curves.csv" "$DEST/curves.csv.tmp" && mv "$DEST/curves.csv.tmp" "$DEST/curves.csv"
+  local snapshot="$WORK/memory_snapshot.pickle"
+  if [[ -f "$snapshot" && ! -f "$DEST/memory_snapshot.pickle" && ! -f "$DEST/memory_snapshot.pickle.gz" ]]; then
+    if (($(stat -c %s "$snapshot") < 15 << 20)); then cp "$snapshot" "$DEST/"; else gzip -c "$snapshot" >"$DEST/memory_snapshot.pickle.gz"; fi
   fi
-  if ((DRY == 0)); then
-    printf '%s\t%s\t%s\n' "$name" "$status" $((SECONDS - start)) >>"$WORK/stages.tsv"
-    write_summary >/dev/null || true  # so far: a run stopped from outside still leaves a summary
-  fi
+  (cd "$WORK" && tar -czf "$DEST/logs.tar.gz.tmp" --ignore-failed-read ./*.log ./*.json ./*.tsv ./*.txt ./*/*.txt ./*/*.json \
+       2>/dev/null) && mv "$DEST/logs.tar.gz.tmp" "$DEST/logs.tar.gz"
+  return 0
 }
-write_summary() { "$PY" "$ROOT/benchmarks/gpu/device_check.py" summary --results "$WORK" --out "$DEST/summary.md"; }
+# record NAME STATUS SECONDS NOTE: one row of stages.tsv, then refresh.
+record() {
+  ((DRY)) || printf '%s\t%s\t%s\t%s\t%s\n' "$1" "$2" "$3" "${LIMIT[$1]:-}" "${4:-}" >>"$WORK/stages.tsv"
+  refresh
+}
+# On any exit: the summary once more, then the log's last lines written before the script ends.
+finish() {
+  refresh
+  if ((DRY == 0)); then exec 1>&3 2>&4; wait "$TEE" 2>/dev/null; fi
+  return 0
+}
+trap finish EXIT
+passed() { [[ -f "$WORK/stages.tsv" ]] && awk -F'\t' -v s="$1" '$1 == s {st = $2} END {exit st != "PASS"}' "$WORK/stages.tsv"; }
 
-echo "[device_check] build $BUILD, results $WORK, summary $DEST/summary.md"
-run mkdir -p "$WORK" "$DEST"
-# The machine, for the summary: GPU, driver, torch, CUDA compiler, date and the tree's commit.
+# ---- the machine, before anything can stop the run ---------------------------------------------------------
+commit="${TITAN_COMMIT:-$(git -C "$ROOT" rev-parse --short=12 HEAD 2>/dev/null || echo unknown)}"
+fact() { local out; out="$(timeout 30 "$@" 2>&1)" && echo "$out" || echo "$1: unavailable (${out:0:120})"; }
+SANITIZER="$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer \
+                                                /usr/local/cuda/compute-sanitizer/compute-sanitizer 2>/dev/null | head -1)"
 if ((DRY == 0)); then
   {
-    date -u '+%Y-%m-%d %H:%M UTC'
-    nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
-    "$PY" -c 'import torch; print("torch", torch.__version__, "CUDA", torch.version.cuda)'
-    "$NVCC" --version | tail -1
-    c++ --version | head -1
-    echo "commit $(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo unknown)" \
-         "$(git -C "$ROOT" status --porcelain 2>/dev/null | grep -q . && echo "(with local changes)")"
-    echo "$(nproc) CPU cores"
+    echo "date: $(date -u '+%Y-%m-%d %H:%M UTC'); commit of the tree: $commit"
+    manifest="$(sed -n 's/^commit: //p;s/^made: /made /p' "$CARRY/manifest.txt" 2>/dev/null | paste -sd' ')"
+    echo "programs: ${manifest:-no $CARRY/manifest.txt}"
+    echo "GPU: $(fact nvidia-smi --query-gpu=name,memory.total,driver_version,power.limit,clocks.max.sm --format=csv,noheader)"
+    echo "torch: $(fact "$PY" -c 'import torch; p = torch.cuda.get_device_properties(0) if torch.cuda.is_available() else None
+print(torch.__version__, "CUDA", torch.version.cuda, p.name if p else "no GPU", p.multi_processor_count if p else "", "SMs")')"
+    echo "nvcc: $(fact nvcc --version | tail -1); compute-sanitizer: ${SANITIZER:-not found}"
+    echo "CPU: $(lscpu 2>/dev/null | sed -n 's/^Model name: *//p' | head -1), $(nproc) cores; DEADLINE_S $DEADLINE_S," \
+         "STAGES ${STAGES:-all}, SKIP_BUILD $SKIP_BUILD"
   } >"$WORK/machine.txt"
   cat "$WORK/machine.txt"
+  refresh
 fi
+GPU_NAME="$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1)"
 
-# build: configures $BUILD only when it has no build.ninja, then builds only what is missing or out of date.
-build() {
-  if [[ ! -f "$BUILD/build.ninja" ]]; then
-    configure_cuda_build -DCMAKE_CUDA_COMPILER="$NVCC" -DTITAN_CUDA_ARCHS=90 -DCMAKE_CUDA_ARCHITECTURES=90 \
-        -DCMAKE_POLICY_VERSION_MINIMUM=3.5 || return 1
-  fi
-  # The tests' tokenizer, which the CPU curves were trained with: carried, else trained here by the build (HF
-  # tokenizers; another version than scripts/requirements.txt pins may train other merges).
-  if [[ -f "$CARRY/tokenizer/tokenizer.json" ]]; then
-    run mkdir -p "$TOKENIZER" || return 1
-    run cp "$CARRY/tokenizer/tokenizer.json" "$CARRY/tokenizer/tokenizer_config.json" "$TOKENIZER/" || return 1
-  else
-    TARGETS+=(titan_test_tokenizer)
-  fi
-  run cmake --build "$BUILD" --target "${TARGETS[@]}"
+# ---- the programs: carried, else built here ---------------------------------------------------------------
+unpack() {
+  [[ -f "$CARRY/programs.tar.xz" || $DRY == 1 ]] || { say "no $CARRY/programs.tar.xz (benchmarks/gpu/prepare_carry.sh makes it)"; return 1; }
+  run rm -rf "$BUILD/libexec" "$BUILD/lib" "$BUILD/bin"
+  run mkdir -p "$BUILD"
+  run tar -xJf "$CARRY/programs.tar.xz" -C "$BUILD"
+  echo "+ program_wrappers $BUILD  # bin/<program>: libexec/<program> with lib/ and $TORCH_DIR's libraries"
+  ((DRY)) || program_wrappers "$BUILD"
 }
-summarise() {
-  run "$PY" "$ROOT/benchmarks/gpu/device_check.py" summary --results "$WORK" --out "$DEST/summary.md"
-  run tar -czf "$DEST/results.tar.gz" -C "$WORK" --exclude=checkpoint --exclude='*.pickle' --exclude=out .
+build_here() {
+  local limit=$(($(left) - LIMIT[cuda_tests]))
+  ((limit >= 120)) || { say "no time left to build here ($limit s)"; return 1; }
+  say "building here (at most $limit s): sm_90 only, with the carried -dev packages"
+  local targets=("${PROGRAMS[@]}")
+  [[ -f "$BUILD/tests/assets/tokenizer/tokenizer.json" || $DRY == 1 ]] || targets+=(titan_test_tokenizer)
+  if [[ -f "$CARRY/deps.tar.xz" || $DRY == 1 ]]; then
+    run mkdir -p "$BUILD/deps" && run tar -xJf "$CARRY/deps.tar.xz" -C "$BUILD/deps"
+  fi
+  DEPS="$BUILD/deps" BUILD="$BUILD/cmake" configure_cuda_build -DCMAKE_CUDA_COMPILER="$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)" \
+      -DTITAN_CUDA_ARCHS=90 -DCMAKE_CUDA_ARCHITECTURES=90 -DCMAKE_POLICY_VERSION_MINIMUM=3.5 || return 1
+  run timeout "$limit" cmake --build "$BUILD/cmake" --target "${targets[@]}" || return 1
+  run mkdir -p "$BUILD/libexec" "$BUILD/lib" "$BUILD/tests/assets/tokenizer"
+  local name
+  for name in "${PROGRAMS[@]}"; do run cp "$BUILD/cmake/bin/$name" "$BUILD/libexec/"; done
+  [[ -f "$BUILD/tests/assets/tokenizer/tokenizer.json" ]] || run cp -r "$BUILD/cmake/tests/assets/tokenizer/." "$BUILD/tests/assets/tokenizer/"
+  ((DRY)) || program_wrappers "$BUILD"
 }
-echo "== stage build"
-STAGES_RUN+=(build)
-if ((DRY)); then
-  build
-else
-  start=$SECONDS
-  if build 2>&1 | tee "$WORK/build.log"; then
-    printf 'build\tPASS\t%s\n' $((SECONDS - start)) >>"$WORK/stages.tsv"
-    write_summary >/dev/null || true
-  else
-    printf 'build\tFAIL\t%s\n' $((SECONDS - start)) >>"$WORK/stages.tsv"
-    summarise
-    echo "[device_check] the build failed: nothing else ran (see $WORK/build.log)"
+setup_start=$SECONDS
+if ((SKIP_BUILD)); then
+  say "SKIP_BUILD=1: the programs an earlier call left in $BUILD/bin"
+  if ((DRY == 0)) && ! programs_start "$BUILD"; then
+    record programs FAIL $((SECONDS - setup_start)) "SKIP_BUILD=1 but $BUILD/bin's programs do not start: run without it"
+    for name in "${selected[@]}"; do record "$name" SKIP 0 "no programs"; done
     exit 1
   fi
+  record programs PASS $((SECONDS - setup_start)) "SKIP_BUILD=1: an earlier call's"
+else
+  ok=0
+  unpack && { ((DRY)) || programs_start "$BUILD"; } && ok=1
+  if ((DRY)); then
+    say "if the programs do not start, they are built here:"
+    build_here
+  elif ((ok == 0)); then
+    build_here && programs_start "$BUILD" && ok=1
+    if ((ok == 0)); then
+      record programs FAIL $((SECONDS - setup_start)) "neither carried nor built programs start (device_check.log)"
+      for name in "${selected[@]}"; do record "$name" SKIP 0 "no programs"; done
+      exit 1
+    fi
+  fi
+  record programs PASS $((SECONDS - setup_start)) "$([[ -d "$BUILD/cmake" ]] && echo "built here" || echo "carried")"
 fi
 
-stage cuda_tests 120 "$BUILD/bin/titan_cuda_tests"
-stage nccl 120 "$BUILD/bin/nccl_world1"
-CHECK=("$PY" "$ROOT/benchmarks/gpu/device_check.py")
-for name in curves ac_doc generate snapshot; do
-  stage "$name" 180 "${CHECK[@]}" "$name" --build "$BUILD" --results "$WORK"
-  if ((DRY)); then "${CHECK[@]}" "$name" --build "$BUILD" --results "$WORK" --dry-run; fi
-done
-# The shapes of benchmarks/gpu/run.sh (untied embeddings), 10 timed steps: one-GPU MFU in bf16 and float8.
-for shape in "1B 0 4" "8B 8 2"; do
-  read -r flavor layers batch <<<"$shape"
-  for precision in bf16 float8; do
-    float8=(); [[ "$precision" == float8 ]] && float8=(--float8 tensorwise)
-    stage "throughput_${flavor}_${precision}" 150 "$BUILD/bin/bench_step_throughput" --device cuda \
-        --flavor "$flavor" --n-layers "$layers" --tie-embeddings 0 --seq-len 2048 --batch "$batch" --steps 10 \
-        --warmup 3 --mixed-precision bf16 "${float8[@]}" --json "$WORK/throughput_${flavor}_${precision}.json"
-  done
+# ---- the stages --------------------------------------------------------------------------------------------
+# stage_command NAME: the stage's command in the array `cmd`.
+stage_command() {
+  case "$1" in
+    cuda_tests) cmd=("$BUILD/bin/titan_cuda_tests") ;;
+    nccl_world1) cmd=("$BUILD/bin/nccl_world1") ;;
+    sanitizer) cmd=("${SANITIZER:-compute-sanitizer}" --tool memcheck --target-processes all --error-exitcode 1
+                    --print-limit 20 "$BUILD/bin/titan_cuda_tests") ;;
+    *) cmd=("${CHECK[@]}" "$1" --build "$BUILD" --results "$WORK" --gpu "$GPU_NAME") ;;
+  esac
+}
+failures=0
+for name in "${selected[@]}"; do
+  limit="${LIMIT[$name]}"
+  need="${NEEDS[$name]:-}"
+  if [[ -n "$need" ]] && ((DRY == 0)) && ! passed "$need"; then
+    say "skip $name: it needs $need, which has not passed"
+    record "$name" SKIP 0 "needs $need, which has not passed"
+    failures=$((failures + 1))
+    continue
+  fi
+  if ((limit > $(left))); then
+    say "skip $name: its limit is $limit s, $(left) s are left before DEADLINE_S=$DEADLINE_S"
+    record "$name" SKIP 0 "deadline: limit $limit s, $(left) s left"
+    failures=$((failures + 1))
+    continue
+  fi
+  echo "== stage $name (limit $limit s, $(left) s left)"
+  start=$SECONDS
+  rc=0
+  stage_command "$name"
+  run_logged "$WORK/$name.log" timeout -k 5 "$limit" "${cmd[@]}" || rc=$?
+  if ((DRY)); then
+    [[ "$name" == cuda_tests || "$name" == nccl_world1 || "$name" == sanitizer ]] ||
+      "${CHECK[@]}" "$name" --build "$BUILD" --results "$WORK" --dry-run
+    FAKE_ELAPSED=$((FAKE_ELAPSED + limit))
+    continue
+  fi
+  status=PASS note=""
+  if ((rc != 0)); then
+    status=FAIL
+    failures=$((failures + 1))
+    ((rc == 124 || rc == 137)) && note="stopped at its limit of $limit s"
+  fi
+  record "$name" "$status" $((SECONDS - start)) "$note"
 done
 
-summarise
 if ((DRY)); then
-  run cp "$WORK/memory_snapshot.pickle" "$DEST/"
-  echo "[device_check] stages: ${STAGES_RUN[*]}"
+  say "stages: ${selected[*]}"
   exit 0
 fi
-# The snapshot comes back whole when it is small (what returns from a lent machine is at most 16 MiB a file).
-if [[ -f "$WORK/memory_snapshot.pickle" ]]; then
-  if (($(stat -c %s "$WORK/memory_snapshot.pickle") < 15 << 20)); then
-    cp "$WORK/memory_snapshot.pickle" "$DEST/"
-  else
-    gzip -c "$WORK/memory_snapshot.pickle" >"$DEST/memory_snapshot.pickle.gz"
-  fi
-fi
-failed="$(awk -F'\t' '$2 != "PASS" {print $1}' "$WORK/stages.tsv" | tr '\n' ' ')"
-if [[ -n "$failed" ]]; then
-  echo "[device_check] failed stages: $failed(see $DEST/summary.md)"
-  exit 1
-fi
-echo "[device_check] every stage passed (see $DEST/summary.md)"
+say "done in $(elapsed) s: $failures of ${#selected[@]} stages failed or were skipped (see $DEST/summary.md)"
+((failures == 0))

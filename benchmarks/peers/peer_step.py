@@ -248,7 +248,14 @@ def main():
     torch.manual_seed(0)
     model, params, fpt, n_layers, converted = build(o, device, mesh)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4, betas=(0.9, 0.95), eps=1e-8, weight_decay=0.1, fused=True)
-    from torchtitan.distributed.utils import clip_grad_norm_
+    try:
+        from torchtitan.distributed.utils import clip_grad_norm_
+    except ImportError:
+        # The eager model on one rank needs only torch (a GPU image has no torchtitan): its parameters are
+        # plain tensors, for which torchtitan's clip is torch's.
+        if o.model != "eager" or mesh is not None:
+            raise
+        clip_grad_norm_ = torch.nn.utils.clip_grad_norm_
 
     torch.manual_seed(rank)  # each rank draws its own batch
     vocab = model.tok_embeddings.weight.shape[0]
@@ -298,9 +305,12 @@ def main():
     tps = o.batch * o.seq_len / med
     peak = 0.0
     if device.type == "cuda":
-        from torchtitan.tools.utils import get_peak_flops
+        try:
+            from torchtitan.tools.utils import get_peak_flops
 
-        peak = get_peak_flops(torch.cuda.get_device_name(device))
+            peak = get_peak_flops(torch.cuda.get_device_name(device))
+        except ImportError:
+            pass  # no peak table without torchtitan: mfu_declared 0 (titan's JSON has the same card's)
     result = dict(side=name, model=o.model, compiled=o.compile, flavor=o.flavor, n_layers=n_layers, params=params, batch=o.batch, seq_len=o.seq_len,
                   ranks=world, threads=torch.get_num_threads(), device=o.device, mixed_precision=o.mixed_precision,
                   float8=o.float8, float8_converted=converted, step_times=times, warmup_times=warmup_times,
