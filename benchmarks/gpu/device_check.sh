@@ -57,11 +57,10 @@ declare -A NEEDS=([trainer_nccl]=curve20 [generate]=curve20 [ac_doc]=curve20 [pe
 say() { echo "[device_check] $*"; }
 
 selected=("${ORDER[@]}")
+unknown=""
 if [[ -n "${STAGES:-}" ]]; then
   IFS=, read -ra wanted <<<"$STAGES"
-  for name in "${wanted[@]}"; do
-    [[ -n "${LIMIT[$name]:-}" ]] || { say "expected STAGES from: ${ORDER[*]}; got '$name'."; exit 2; }
-  done
+  for name in "${wanted[@]}"; do [[ -n "${LIMIT[$name]:-}" ]] || unknown+="$name "; done
   selected=()
   for name in "${ORDER[@]}"; do [[ ",$STAGES," == *",$name,"* ]] && selected+=("$name"); done
 fi
@@ -119,6 +118,8 @@ if ((DRY == 0)); then
     echo "date: $(date -u '+%Y-%m-%d %H:%M UTC'); commit of the tree: $commit"
     manifest="$(sed -n 's/^commit: //p;s/^made: /made /p' "$CARRY/manifest.txt" 2>/dev/null | paste -sd' ')"
     echo "programs: ${manifest:-no $CARRY/manifest.txt}"
+    [[ -z "$manifest" || "$commit" == unknown || "$manifest" == "$commit"* || "$commit" == "${manifest%% *}"* ]] ||
+      echo "note: the programs were built from another commit than the tree's: rerun prepare_carry.sh"
     echo "GPU: $(fact nvidia-smi --query-gpu=name,memory.total,driver_version,power.limit,clocks.max.sm --format=csv,noheader)"
     echo "torch: $(fact "$PY" -c 'import torch; p = torch.cuda.get_device_properties(0) if torch.cuda.is_available() else None
 print(torch.__version__, "CUDA", torch.version.cuda, p.name if p else "no GPU", p.multi_processor_count if p else "", "SMs")')"
@@ -130,6 +131,10 @@ print(torch.__version__, "CUDA", torch.version.cuda, p.name if p else "no GPU", 
   refresh
 fi
 GPU_NAME="$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1)"
+if [[ -n "$unknown" ]]; then
+  say "expected STAGES from: ${ORDER[*]}; got ${unknown% }."
+  exit 2
+fi
 
 # ---- the programs: carried, else built here ---------------------------------------------------------------
 unpack() {
