@@ -30,7 +30,7 @@ PROGRAMS=(titan_cuda_tests nccl_world1 train_llama3 titan-generate titan-plan ti
 declare -A PROBE_ARGS=([titan_cuda_tests]="" [nccl_world1]="" [train_llama3]="--help" [titan-generate]="--help"
                        [titan-plan]="--help" [titan-run]="--help" [bench_step_throughput]="--help")
 declare -A PROBE_TEXT=([titan_cuda_tests]="no CUDA device visible" [nccl_world1]="expected a CUDA device"
-                       [train_llama3]="--job.config_file" [titan-generate]="usage: titan-generate"
+                       [train_llama3]="Usage: [--config PRESET]" [titan-generate]="usage: titan-generate"
                        [titan-plan]="usage: titan-plan" [titan-run]="usage: titan-run"
                        [bench_step_throughput]="expected one of --flavor")
 
@@ -38,7 +38,7 @@ declare -A PROBE_TEXT=([titan_cuda_tests]="no CUDA device visible" [nccl_world1]
 # cuBLAS, NCCL, ...), which the programs find through LD_LIBRARY_PATH wherever the wheel is installed.
 torch_library_path() {
   local dirs=("$TORCH_DIR/lib") d
-  for d in "$(dirname "$TORCH_DIR")"/nvidia/*/lib "$(dirname "$TORCH_DIR")"/nvidia/cu*/lib; do
+  for d in "$(dirname "$TORCH_DIR")"/nvidia/*/lib; do
     [[ -d "$d" ]] && dirs+=("$d")
   done
   local IFS=:

@@ -346,12 +346,12 @@ def stage_memory_plan(r, v):
     r.run([r.program("train_llama3")] + MEMORY_JOB + data + ["--job.dump_folder", dump], dump + ".txt")
     if r.o.dry_run:
         return
-    plan = json.loads(planned[planned.index("{"):])
+    plan, _ = json.JSONDecoder().raw_decode(planned[planned.index("{"):])  # whatever it logged around it aside
     measured = last_record_with(os.path.join(dump, "metrics.jsonl"), "memory/max_reserved(GiB)")
     gib = 2**30
     pairs = {part: (plan["bytes"][part], measured.get(f"memory/{part}(GiB)", math.nan) * gib)
              for part in ("parameters", "gradients", "optimizer", "activations")}
-    pairs["reserved"] = (plan["reserved"], measured.get("memory/max_reserved(GiB)", math.nan) * gib)
+    pairs["reserved"] = (plan["bytes"]["reserved"], measured.get("memory/max_reserved(GiB)", math.nan) * gib)
     v.figures["planned_vs_measured_bytes"] = pairs
     for part, (want, got) in pairs.items():
         exact = part in ("parameters", "gradients", "optimizer")

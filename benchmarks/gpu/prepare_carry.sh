@@ -18,9 +18,10 @@
 # BUILD (default build/) is the build the programs come from: configured with CUDA, TITAN_CUDA_ARCHS
 # including 90 (its default 89;90;100 does); it builds whatever of them is missing or out of date.
 set -euo pipefail
+from="${BUILD:-}"
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 DEST="${1:-$CARRY}"
-BUILD="${BUILD:-$ROOT/build}"
+BUILD="${from:-$ROOT/build}"
 LIMIT=$((64 << 20))
 HEADERS=(libgloo-dev catch2 nlohmann-json3-dev libtomlplusplus-dev libsentencepiece-dev zlib1g-dev libzstd-dev)
 LIBS=(libz.so libzstd.so libsentencepiece.so libsentencepiece_train.so)
@@ -60,15 +61,23 @@ ldd "$programs"/libexec/* | awk '$2 == "=>" {print $1, $3}' | sort -u | while re
     "$venv"/*|/usr/local/cuda*) continue ;;
   esac
   case "$soname" in
-    libc.so.*|libm.so.*|libdl.so.*|librt.so.*|libpthread.so.*|libgcc_s.so.*|libstdc++.so.*|libcuda.so.*) continue ;;
+    libc.so.*|libm.so.*|libdl.so.*|librt.so.*|libpthread.so.*|libutil.so.*|libresolv.so.*|libgcc_s.so.*|libstdc++.so.*)
+      continue ;;
   esac
   cp -L "$path" "$programs/lib/$soname"
 done
 cp "$BUILD/tests/assets/tokenizer/tokenizer.json" "$BUILD/tests/assets/tokenizer/tokenizer_config.json" \
    "$programs/tests/assets/tokenizer/"
-# They must start here, through the wrappers the device check makes there.
+# They must start here, through the wrappers the device check makes there, and find every library with their
+# RUNPATH (this machine's venv and CUDA toolkit, absent there) ignored.
 program_wrappers "$programs"
 programs_start "$programs" || { say "expected every program to start here (see above)."; exit 1; }
+for name in "${PROGRAMS[@]}"; do
+  exe="$programs/libexec/$name"
+  missing="$(LD_LIBRARY_PATH="$programs/lib:$(torch_library_path)" /lib64/ld-linux-x86-64.so.2 --inhibit-rpath "$exe" \
+             --list "$exe" | grep "not found" || true)"
+  [[ -z "$missing" ]] || { say "expected $name's libraries on the wrapper's path alone, got: $missing"; exit 1; }
+done
 rm -r "$programs/bin"
 
 # The build's dependencies, for a build on the GPU machine. Headers: every file each package installs under
@@ -120,9 +129,8 @@ git -C "$ROOT" status --porcelain --untracked-files=no 2>/dev/null | grep -q . &
 {
   echo "commit: $commit"
   echo "made: $(date -u '+%Y-%m-%d %H:%M UTC') on $(lscpu | sed -n 's/^Model name: *//p' | head -1)"
-  echo "build: $BUILD, TITAN_CUDA_ARCHS $archs, $(sed -n 's/^CMAKE_CXX_COMPILER:[A-Z]*=//p' "$cache"), " \
-       "nvcc $(sed -n 's/^CMAKE_CUDA_COMPILER_VERSION:[A-Z]*=//p' "$BUILD/CMakeFiles/"*/CMakeCUDACompiler.cmake 2>/dev/null |
-               head -1)$("$(sed -n 's/^CMAKE_CUDA_COMPILER:[A-Z]*=//p' "$cache")" --version 2>/dev/null | tail -1)"
+  echo "build: TITAN_CUDA_ARCHS $archs, $(sed -n 's/^CMAKE_CXX_COMPILER:[A-Z]*=//p' "$cache")," \
+       "$("$(sed -n 's/^CMAKE_CUDA_COMPILER:[A-Z]*=//p' "$cache")" --version | tail -1)"
   echo "torch: $("$PY" -c 'import torch; print(torch.__version__)')"
   (cd "$programs" && for f in libexec/* lib/*; do echo "file: $f $(stat -c %s "$f") $(sha256sum "$f" | cut -c1-16)"; done)
 } >"$DEST/manifest.txt.tmp"

@@ -86,6 +86,18 @@ printf '%s\n%s\n' "$ids" '{"ids": [5, 6, 8]}' >"$bad/generate/device.txt"
 judge generate "$good" 0 "ok   greedy token ids, GPU vs CPU: 6 tokens, first difference: none"
 judge generate "$bad" 1 "FAIL greedy token ids, GPU vs CPU: 6 tokens, first difference: prompt 2, token 3"
 
+# memory_plan: the planner's exact parts to the byte, activations and the reserved peak within 10%; a measured
+# reserved peak 15% over the plan fails, and so does a missing part (nan).
+plan='{"bytes": {"parameters": 1073741824, "gradients": 1073741824, "optimizer": 2147483648, "activations": 4294967296, "reserved": 10737418240}}'
+for folder in "$good" "$bad"; do mkdir -p "$folder/memory_plan/run"; echo "titan-plan: $plan" >"$folder/memory_plan/plan.json"; done
+echo '{"step": 3, "memory/parameters(GiB)": 1.0, "memory/gradients(GiB)": 1.0, "memory/optimizer(GiB)": 2.0, "memory/activations(GiB)": 4.2, "memory/max_reserved(GiB)": 10.5}' \
+  >"$good/memory_plan/run/metrics.jsonl"
+echo '{"step": 3, "memory/parameters(GiB)": 1.0, "memory/optimizer(GiB)": 2.0, "memory/activations(GiB)": 4.2, "memory/max_reserved(GiB)": 11.5}' \
+  >"$bad/memory_plan/run/metrics.jsonl"
+judge memory_plan "$good" 0 "ok   reserved: measured vs planned: 10.500 vs 10.000 GiB (bound: within 10%)" "PASS: 5 checks"
+judge memory_plan "$bad" 1 "FAIL gradients: measured vs planned: nan vs 1.000 GiB (bound: to the byte)" \
+      "FAIL reserved: measured vs planned: 11.500 vs 10.000 GiB (bound: within 10%)" "FAIL: 2 of 5 checks"
+
 # The eager peer against titan's run of the same shape: the same tokens, step-1 losses within 6 / sqrt(8192).
 throughput() {  # throughput FILE SIDE CHECKSUM LOSS
   cat >"$1" <<EOF

@@ -60,9 +60,9 @@ case "$name" in
       --contains "$(stage 60 curve20)" \
       --contains "+ $bin/train_llama3 --model.flavor debugmodel --model.hf_assets_path $build/tests/assets/tokenizer" \
       --contains "$job 20 " --contains "--job.dump_folder $work/curve20/fp32 $fp32 --checkpoint.enable true > " \
-      --line "+ $bin/bench_step_throughput --device cuda $one_b --json $work/throughput_1B_bf16.json > $work/throughput_1B_bf16/bench.txt 2>&1" \
-      --contains "+ $py $root/benchmarks/peers/peer_step.py --model eager --device cuda --flavor 1B --n-layers 0 --batch 4 --seq-len 2048 --steps 10 --warmup 3 --mixed-precision bf16 --json $work/peer_eager_1B_bf16.json" \
-      --contains "+ $bin/bench_step_throughput --device cuda $one_b --float8 tensorwise --json $work/throughput_1B_float8.json" \
+      --line "+ $bin/bench_step_throughput --device cuda $one_b --json $work/throughput_1B_bf16/run.json > $work/throughput_1B_bf16/bench.txt 2>&1" \
+      --contains "+ $py $root/benchmarks/peers/peer_step.py --model eager --device cuda --flavor 1B --n-layers 0 --batch 4 --seq-len 2048 --steps 10 --warmup 3 --mixed-precision bf16 --json $work/peer_eager_1B_bf16/run.json" \
+      --contains "+ $bin/bench_step_throughput --device cuda $one_b --float8 tensorwise --json $work/throughput_1B_float8/run.json" \
       --contains "+ $bin/titan-run --nproc-per-node 1 $bin/train_llama3 " \
       --lines 3 "$job 200 " --contains "--job.dump_folder $work/curves200/bf16 --training.mixed_precision_param bfloat16 >" \
       --contains "--job.dump_folder $work/curves200/float8_tensorwise --model.converters float8 --float8.recipe_name tensorwise" \
@@ -72,8 +72,8 @@ case "$name" in
       --contains "+ CUDA_VISIBLE_DEVICES=\"\" $bin/train_llama3 " \
       --contains "--profiling.enable_memory_snapshot true" \
       --contains "+ $bin/titan-plan --model.flavor 1B --training.seq_len 2048 --training.local_batch_size 2 " \
-      --contains "+ $bin/bench_step_throughput --device cuda $eight_b --json $work/throughput_8B_bf16.json" \
-      --contains "+ $bin/bench_step_throughput --device cuda $eight_b --float8 tensorwise --json $work/throughput_8B_float8.json" \
+      --contains "+ $bin/bench_step_throughput --device cuda $eight_b --json $work/throughput_8B_bf16/run.json" \
+      --contains "+ $bin/bench_step_throughput --device cuda $eight_b --float8 tensorwise --json $work/throughput_8B_float8/run.json" \
       --contains " --tool memcheck --target-processes all --error-exitcode 1 --print-limit 20 $bin/titan_cuda_tests 2>&1" \
       --lines 0 "[device_check] skip " \
       -- "${dry[@]}"
