@@ -125,7 +125,7 @@ XZ_OPT="-6 -T0" tar -C "$deps" -cJf "$DEST/deps.tar.xz.tmp" .
 mv "$DEST/programs.tar.xz.tmp" "$DEST/programs.tar.xz"
 mv "$DEST/deps.tar.xz.tmp" "$DEST/deps.tar.xz"
 commit="$(git -C "$ROOT" rev-parse --short=12 HEAD 2>/dev/null || echo unknown)"
-git -C "$ROOT" status --porcelain --untracked-files=no 2>/dev/null | grep -q . && commit+=" (with local changes)"
+[[ -z "$(git -C "$ROOT" status --porcelain --untracked-files=no 2>/dev/null)" ]] || commit+=" (with local changes)"
 {
   echo "commit: $commit"
   echo "made: $(date -u '+%Y-%m-%d %H:%M UTC') on $(lscpu | sed -n 's/^Model name: *//p' | head -1)"

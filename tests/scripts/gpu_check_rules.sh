@@ -137,7 +137,8 @@ assert sorted(r["side"] for r in j["throughput"]) == ["eager", "titan"]
 EOF
 
 # device_check.sh over stand-ins: SKIP_BUILD=1 with programs in $BUILD/bin that print their probe texts, a
-# passing titan_cuda_tests, a failing nccl_world1, and a deadline that leaves no room for a 90 s stage.
+# passing titan_cuda_tests, a failing nccl_world1, and a deadline that leaves no room for the 150 s sanitizer
+# (159 s less the 10 kept for the summary) but 89 s of slack for the two 60 s stages before it.
 build="$scratch/device/build" out="$scratch/device/out" fake="$scratch/device/path"
 mkdir -p "$build/bin" "$fake"
 source "$root/benchmarks/gpu/common.sh"
@@ -151,19 +152,20 @@ chmod +x "$build/bin"/*
 printf '#!/bin/sh\necho "Stand-in GPU, 81559 MiB, 580.00"\n' >"$fake/nvidia-smi"
 chmod +x "$fake/nvidia-smi"
 rc=0
-PATH="$fake:$PATH" OUT="$out" BUILD="$build" PYTHON="$py" TITAN_COMMIT=0123456789ab SKIP_BUILD=1 DEADLINE_S=95 \
-  STAGES=nccl_world1,cuda_tests,throughput_1B_bf16 bash "$root/benchmarks/gpu/device_check.sh" >"$scratch/device.log" 2>&1 ||
+PATH="$fake:$PATH" OUT="$out" BUILD="$build" PYTHON="$py" TITAN_COMMIT=0123456789ab SKIP_BUILD=1 DEADLINE_S=159 \
+  STAGES=sanitizer,nccl_world1,cuda_tests bash "$root/benchmarks/gpu/device_check.sh" >"$scratch/device.log" 2>&1 ||
   rc=$?
 cat "$scratch/device.log"
 ((rc == 1)) || fail "expected device_check.sh to exit 1 (a failed and a skipped stage), got $rc"
 for text in "commit of the tree: 0123456789ab" "GPU: Stand-in GPU, 81559 MiB, 580.00" \
             "| programs | PASS |" "| cuda_tests | PASS |" "| nccl_world1 | FAIL |" \
-            "| throughput_1B_bf16 | SKIP | 0 | 90 | deadline: limit 90 s, "; do
+            "| sanitizer | SKIP | 0 | 150 | deadline: limit 150 s, "; do
   grep -qF -- "$text" "$out/summary.md" || fail "expected $out/summary.md to hold: $text"
 done
 files="$(cd "$out" && ls)"
 [[ "$files" == $'device_check.log\nfigures.json\nlogs.tar.gz\nsummary.md' ]] ||
   fail "expected \$OUT to hold device_check.log, figures.json, logs.tar.gz and summary.md, got: $files"
-tar -tzf "$out/logs.tar.gz" | grep -qx "./nccl_world1.log" || fail "expected nccl_world1.log in logs.tar.gz"
+listing="$(tar -tzf "$out/logs.tar.gz")"
+grep -qx "./nccl_world1.log" <<<"$listing" || fail "expected nccl_world1.log in logs.tar.gz, got: $listing"
 grep -qF "nccl_world1: MISMATCH" "$out/device_check.log" || fail "expected the stages' output in device_check.log"
 echo "[gpu_check_rules] every rule held"
