@@ -33,8 +33,8 @@ docs/assets/precision_curves.csv). A mode's effect is its 200-step curve's large
     maximum over 200 steps of another draw of that noise spreads by about 1.5 either way. Above 5e-5 as well:
     a run that silently computed in fp32 lands at fp32's reordering distance and fails.
   float8 tensorwise's effect on the GPU within 1/2 and 2 times the CPU's: the effect is e4m3/e5m2 rounding
-    (2^-4 and 2^-3 relative), the format's, on either device; Hopper's float8 GEMMs accumulate with fewer
-    bits than fp32 (~2^-13), two orders below it, so only the draw of the noise differs (1.5 either way).
+    (2^-4 and 2^-3 relative), the format's, on either device; Hopper's float8 GEMMs keep about 14 bits of
+    their sums (~2^-14), three orders below it, so only the draw of the noise differs (1.5 either way).
   bitwise (0): per-op activation checkpointing recomputes the same kernels on the same inputs, and titan-run
     at world size 1 changes only the environment (a one-rank group has no backend: every collective is the
     identity), so with debug.deterministic both give curve20's losses bit for bit.
