@@ -9,8 +9,8 @@ DRY=0; [[ "${1:-}" == "--dry-run" ]] && DRY=1
 BUILD="${BUILD:-$ROOT/build-gpu}"
 RESULTS="${OUT:-$BUILD/results}"
 PY="${PYTHON:-python3}"
-# What benchmarks/gpu/prepare_carry.sh makes and the device check unpacks: programs.tar.xz (the prebuilt
-# programs, their non-torch libraries and the tests' tokenizer), deps.tar.xz (the -dev packages a device
+# What benchmarks/gpu/prepare_carry.sh makes and the device check unpacks: programs.tar.gz (the prebuilt
+# programs, their non-torch libraries and the tests' tokenizer), deps.tar.gz (the -dev packages a device
 # build needs) and manifest.txt (the commit and build the programs came from).
 CARRY="${CARRY:-$ROOT/build-gpu-carry}"
 run() { echo "+ $*"; if ((DRY == 0)); then "$@"; fi; }

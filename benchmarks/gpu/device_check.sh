@@ -16,7 +16,7 @@
 #   (default $BUILD/device-check/out)
 # Before the stages: the machine's facts go to the summary, then the carried programs are unpacked into
 # $BUILD and must start against this machine's torch; only when they do not (or nothing was carried) does
-# it build them here (CMake, ninja, nvcc; sm_90 only; the carried deps.tar.xz supplies the -dev packages).
+# it build them here (CMake, ninja, nvcc; sm_90 only; the carried deps.tar.gz supplies the -dev packages).
 # The stages, each under its own time limit (seconds) in this order; a failed stage does not stop the next:
 #   cuda_tests 60            titan_cuda_tests: float8 casts bit-exact vs CPU, MoE grouped GEMM vs CPU loop
 #   nccl_world1 60           a one-rank NCCL group over every collective titan uses
@@ -138,10 +138,10 @@ fi
 
 # ---- the programs: carried, else built here ---------------------------------------------------------------
 unpack() {
-  [[ -f "$CARRY/programs.tar.xz" || $DRY == 1 ]] || { say "no $CARRY/programs.tar.xz (benchmarks/gpu/prepare_carry.sh makes it)"; return 1; }
+  [[ -f "$CARRY/programs.tar.gz" || $DRY == 1 ]] || { say "no $CARRY/programs.tar.gz (benchmarks/gpu/prepare_carry.sh makes it)"; return 1; }
   run rm -rf "$BUILD/libexec" "$BUILD/lib" "$BUILD/bin"
   run mkdir -p "$BUILD"
-  run tar -xJf "$CARRY/programs.tar.xz" -C "$BUILD"
+  run tar -xzf "$CARRY/programs.tar.gz" -C "$BUILD"
   echo "+ program_wrappers $BUILD  # bin/<program>: libexec/<program> with lib/ and $TORCH_DIR's libraries"
   ((DRY)) || program_wrappers "$BUILD"
 }
@@ -151,8 +151,8 @@ build_here() {
   say "building here (at most $limit s): sm_90 only, with the carried -dev packages"
   local targets=("${PROGRAMS[@]}")
   [[ -f "$BUILD/tests/assets/tokenizer/tokenizer.json" || $DRY == 1 ]] || targets+=(titan_test_tokenizer)
-  if [[ -f "$CARRY/deps.tar.xz" || $DRY == 1 ]]; then
-    run mkdir -p "$BUILD/deps" && run tar -xJf "$CARRY/deps.tar.xz" -C "$BUILD/deps"
+  if [[ -f "$CARRY/deps.tar.gz" || $DRY == 1 ]]; then
+    run mkdir -p "$BUILD/deps" && run tar -xzf "$CARRY/deps.tar.gz" -C "$BUILD/deps"
   fi
   DEPS="$BUILD/deps" BUILD="$BUILD/cmake" configure_cuda_build -DCMAKE_CUDA_COMPILER="$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)" \
       -DTITAN_CUDA_ARCHS=90 -DCMAKE_CUDA_ARCHITECTURES=90 -DCMAKE_POLICY_VERSION_MINIMUM=3.5 || return 1

@@ -3,17 +3,18 @@
 # Prepares, on a CPU machine with the CUDA toolkit (scripts/setup.sh's, no GPU needed), the folder that
 # travels with the working tree to a GPU machine, so the device check spends its minutes on the GPU and
 # none on a build (benchmarks/gpu/device_check.sh finds it at build-gpu-carry/, or $CARRY):
-#   programs.tar.xz  the programs the check runs (PROGRAMS in common.sh), built here for sm_90 among
+#   programs.tar.gz  the programs the check runs (PROGRAMS in common.sh), built here for sm_90 among
 #                    TITAN_CUDA_ARCHS and stripped; the shared libraries they load that are neither torch's
 #                    nor the C and C++ runtimes (sentencepiece, zstd, zlib); the tests' BPE tokenizer that
 #                    the CPU curves were trained with
-#   deps.tar.xz      what a build on the GPU machine would need and its image lacks, for the one case where
+#   deps.tar.gz      what a build on the GPU machine would need and its image lacks, for the one case where
 #                    the programs do not start there: the headers, libraries, CMake and pkg-config files of
 #                    gloo, Catch2, nlohmann-json, toml++, sentencepiece, zlib and zstd (this machine's Debian
 #                    packages) and a pkg-config
 #   manifest.txt     the commit, build and torch the programs came from, and each program's size and sha256
 # It checks that each program starts here (prints its usage: the CUDA runtime loads without a GPU) and that
-# the folder and the working tree together stay under 64 MiB, what may travel.
+# the folder and the working tree together stay under 64 MiB, what may travel. Packed with gzip, which every
+# image unpacks (xz, under half the size, needs an xz there).
 #   benchmarks/gpu/prepare_carry.sh [DEST]      (default build-gpu-carry/, ignored by git)
 # BUILD (default build/) is the build the programs come from: configured with CUDA, TITAN_CUDA_ARCHS
 # including 90 (its default 89;90;100 does); it builds whatever of them is missing or out of date.
@@ -120,10 +121,10 @@ PKG_CONFIG_PATH="$deps/lib/pkgconfig" "$deps/bin/pkg-config" --cflags --libs lib
 
 rm -rf "$DEST"
 mkdir -p "$DEST"
-XZ_OPT="-6 -T0" tar -C "$programs" -cJf "$DEST/programs.tar.xz.tmp" libexec lib tests
-XZ_OPT="-6 -T0" tar -C "$deps" -cJf "$DEST/deps.tar.xz.tmp" .
-mv "$DEST/programs.tar.xz.tmp" "$DEST/programs.tar.xz"
-mv "$DEST/deps.tar.xz.tmp" "$DEST/deps.tar.xz"
+tar -C "$programs" -czf "$DEST/programs.tar.gz.tmp" libexec lib tests
+tar -C "$deps" -czf "$DEST/deps.tar.gz.tmp" .
+mv "$DEST/programs.tar.gz.tmp" "$DEST/programs.tar.gz"
+mv "$DEST/deps.tar.gz.tmp" "$DEST/deps.tar.gz"
 commit="$(git -C "$ROOT" rev-parse --short=12 HEAD 2>/dev/null || echo unknown)"
 [[ -z "$(git -C "$ROOT" status --porcelain --untracked-files=no 2>/dev/null)" ]] || commit+=" (with local changes)"
 {

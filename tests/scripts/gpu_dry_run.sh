@@ -48,8 +48,8 @@ case "$name" in
     for name in "${every[@]}"; do order+=(--next "== stage $name (limit "); done
     # Time for all: every stage, in order, with its commands.
     DEADLINE_S=100000 "$here/expect_output.sh" \
-      --next "+ tar -xJf $carry/programs.tar.xz -C $build" --next "+ program_wrappers $build " \
-      --next "+ tar -xJf $carry/deps.tar.xz -C $build/deps" \
+      --next "+ tar -xzf $carry/programs.tar.gz -C $build" --next "+ program_wrappers $build " \
+      --next "+ tar -xzf $carry/deps.tar.gz -C $build/deps" \
       --next "+ cmake -S $root -B $build/cmake -G Ninja -DCMAKE_BUILD_TYPE=Release -DTITAN_ENABLE_CUDA=ON -DLIBTORCH_ROOT=$torch " \
       --contains " -DTITAN_CUDA_ARCHS=90 -DCMAKE_CUDA_ARCHITECTURES=90 " \
       --contains " -DCMAKE_PREFIX_PATH=$build/deps -DPKG_CONFIG_EXECUTABLE=$build/deps/bin/pkg-config" \
@@ -90,7 +90,7 @@ case "$name" in
     SKIP_BUILD=1 STAGES=sanitizer,curve20 "$here/expect_output.sh" \
       --line "[device_check] SKIP_BUILD=1: the programs an earlier call left in $bin" \
       --next "== stage curve20 " --next "== stage sanitizer " --lines 2 "== stage " \
-      --lines 0 "tar -xJf" --lines 0 "cmake " \
+      --lines 0 "tar -xzf" --lines 0 "cmake " \
       -- "${dry[@]}"
     if STAGES=curve20,bogus "${dry[@]}" >/dev/null 2>&1; then
       echo "[gpu_dry_run] expected STAGES=curve20,bogus to be refused" >&2; exit 1
