@@ -15,6 +15,7 @@
 #include "titan/dist/mesh.hpp"
 #include "titan/optim/optimizer.hpp"
 #include "titan/train/detail/trainer_core.hpp"
+#include "titan/train/run_state.hpp"
 
 #include "preemption.hpp"
 
@@ -37,6 +38,8 @@ checkpoint::State TrainerCore::checkpoint_state() const {
   // At a step boundary the loader's state is the same on every rank and loads under any dp degree.
   state.values["dataloader"] = loader_->state();
   state.values["train_state"] = {{"step", step_}};
+  // What else its numbers depend on: the bf16 GEMM kernel (train/run_state.hpp), compared on resume.
+  state.values["train_state"].update(run_state_json(current_run_state(config_, device_)));
   const at::Tensor rng = at::detail::getDefaultCPUGenerator().get_state();  // (n,) uint8
   state.tensors.push_back(checkpoint::state_tensor("train_state.rng_cpu", rng, mesh_.get()));
   return state;
@@ -67,6 +70,8 @@ void TrainerCore::apply_state(const checkpoint::State& state, const nlohmann::js
   }
   if (values.contains("train_state")) {
     step_ = values.at("train_state").at("step").get<int64_t>();
+    if (const auto change = run_state_change(values.at("train_state"), current_run_state(config_, device_)))
+      log::warn("{}", *change);
     for (const auto& st : state.tensors) {
       at::Generator cpu = at::detail::getDefaultCPUGenerator();
       if (st.key == "train_state.rng_cpu") cpu.set_state(st.tensor);

@@ -51,6 +51,7 @@
 #include "titan/parallel/pipeline.hpp"
 #include "titan/train/data_setup.hpp"
 #include "titan/train/detail/validation.hpp"
+#include "titan/train/run_state.hpp"
 #include "titan/train/step.hpp"
 
 #include "preemption.hpp"
@@ -261,20 +262,9 @@ void TrainerCore::attach_model(ModelHandle model) {
     book_gradients_on_accumulation(model_.parameters);
   }
   schedule_ = std::make_unique<LRSchedule>(config_.lr_scheduler, config_.training.steps);
-  // MFU against the peak of the dtype the GEMMs run in: bf16 under autocast or bf16 parameters; float8's
-  // CPU GEMMs are fp32 (src/float8/linear.cpp).
-  const bool float8 = std::find(config_.model.converters.begin(), config_.model.converters.end(), "float8") !=
-                      config_.model.converters.end();
-  const bool bf16_gemms = (config_.training.dtype == DType::bfloat16 ||
-                           mixed_precision_param(config_.training, device_.is_cuda()) == DType::bfloat16) &&
-                          !(float8 && !device_.is_cuda());
-  if (bf16_gemms && !device_.is_cuda()) {
-    log::info("{}", nn::describe_bf16_gemm());
-    // One form on every rank, rank 0's: each rank's own timing could differ under load, and the slow form
-    // would set the pace of every collective.
-    if (nn::use_rank0_bf16_gemm(mesh_->group("world")))
-      log::warn("bf16 GEMMs on CPU: this rank timed the other form faster; it runs rank 0's choice");
-  }
+  // MFU against the peak of the dtype the GEMMs run in; the bf16 GEMM kernel settled and recorded.
+  const bool bf16_gemms = runs_bf16_gemms(config_, device_);
+  settle_run_state(config_, device_, mesh_->group("world"), config_.job.dump_folder);
   const PeakFlops peak = peak_flops(device_, at::get_num_threads(), config_.metrics.peak_flops,
                                     bf16_gemms && nn::bf16_gemms_at_bf16_rate(device_));
   const std::filesystem::path run_dir(config_.job.dump_folder);
