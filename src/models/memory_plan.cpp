@@ -81,7 +81,8 @@ AcPolicy ac_policy(const ActivationCheckpointConfig& ac, const DecoderShape& sha
   return p;
 }
 
-Context make_context(const Decoder& model, const JobConfig& config, const PlanOptions& options) {
+Context make_context(const Decoder& model, const JobConfig& config, const PlanOptions& options,
+                     const Calibration& calibration) {
   // The family's attention memory model, or nn::Attention's.
   AttentionMemoryModel attention = model_spec(config.model.name).attention_memory;
   if (!attention) attention = nn_attention_memory;
@@ -92,7 +93,8 @@ Context make_context(const Decoder& model, const JobConfig& config, const PlanOp
                  .options = options,
                  .attention = std::move(attention),
                  .params = std::move(params),
-                 .units = std::move(units)};
+                 .units = std::move(units),
+                 .calibration = calibration};
 }
 
 }  // namespace detail
@@ -162,7 +164,8 @@ void check_options(const PlanOptions& o, int64_t world, const char* where) {
 
 }  // namespace
 
-MemoryPlan plan_memory(const Decoder& model, const JobConfig& config, const PlanOptions& options) {
+MemoryPlan detail::plan_memory(const Decoder& model, const JobConfig& config, const PlanOptions& options,
+                               const Calibration& calibration) {
   const ParallelismConfig& p = config.parallelism;
   int64_t world = options.world_size;
   if (world == 0) {
@@ -174,7 +177,7 @@ MemoryPlan plan_memory(const Decoder& model, const JobConfig& config, const Plan
   check_options(options, world, "plan_memory");
   const dist::MeshShape mesh = dist::mesh_shape(p, world);
   check_layout(model, config, mesh);
-  const detail::Context c = detail::make_context(model, config, options);
+  const detail::Context c = detail::make_context(model, config, options, calibration);
   Layout l{.mesh = mesh, .ac = detail::ac_policy(config.activation_checkpoint, model.shape())};
   const int64_t lbs = config.training.local_batch_size;
   const int64_t dp = mesh.dp();
@@ -198,6 +201,10 @@ MemoryPlan plan_memory(const Decoder& model, const JobConfig& config, const Plan
     }
   }
   return detail::evaluate(c, l);
+}
+
+MemoryPlan plan_memory(const Decoder& model, const JobConfig& config, const PlanOptions& options) {
+  return detail::plan_memory(model, config, options, detail::Calibration{});
 }
 
 MemoryPlan plan_memory(const JobConfig& config, const PlanOptions& options) {

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "memory_plan_calibration.hpp"
 #include "titan/core/config.hpp"
 #include "titan/models/decoder.hpp"
 #include "titan/models/memory_model.hpp"
@@ -93,8 +94,10 @@ struct Context {
   AttentionMemoryModel attention;
   std::vector<ParamShape> params;
   std::vector<std::vector<std::string>> units;
+  Calibration calibration;  // the fitted constants (memory_plan_calibration.hpp)
 };
-Context make_context(const Decoder& model, const JobConfig& config, const PlanOptions& options);
+Context make_context(const Decoder& model, const JobConfig& config, const PlanOptions& options,
+                     const Calibration& calibration = {});
 
 struct Layout {
   dist::MeshShape mesh{};

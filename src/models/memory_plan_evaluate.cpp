@@ -22,16 +22,9 @@ namespace titan::models::detail {
 namespace {
 
 // The terms below make the plan predict torchtitan's published H100 runs (benchmarks/
-// llama3_h100_202412_torchtitan.md); docs/memory_planner.md compares every row. One set serves all rows.
+// llama3_h100_202412_torchtitan.md); docs/memory_planner.md compares every row. These are argued from
+// what CUDA and NCCL allocate; the two fitted fractions are memory_plan_calibration.hpp's.
 
-// The published memory is torch.cuda.memory_stats' reserved_bytes.all.peak: the segments the caching
-// allocator took from cudaMalloc, not the live tensors. Parameters, gradients and optimizer state are
-// allocated once, each in a block of its own size (rounded to 2 MiB: under 0.1% here). The step's
-// transient tensors (activations, gathered weights, collective buffers) are freed and allocated again
-// in other sizes every microbatch; the allocator splits cached blocks for smaller requests and keeps
-// them, so its segments outgrow the live bytes. One fraction for every job, fitted on the table's rows
-// as a whole (docs/memory_planner.md).
-constexpr double kTransientFragmentation = 0.16;
 // A process's CUDA context, kernel images and libraries (cuBLAS, NCCL): about 600 MiB on an H100 with
 // torch loaded, outside the allocator.
 constexpr int64_t kCudaContext = 600 * kMiB;
@@ -439,7 +432,16 @@ MemoryPlan evaluate(const Context& c, const Layout& l) {
     communicators += m.pp > 1 ? 2 : 0;
     communicators += (m.ep > 1 ? 1 : 0) + (m.ep > 1 && m.efsdp() > 1 ? 1 : 0);  // EP's all-to-alls, efsdp's reduce
     plan.outside_allocator = kCudaContext + communicators * kNcclPerCommunicator;
-    plan.reserved = states + static_cast<int64_t>(static_cast<double>(transient) * (1 + kTransientFragmentation));
+    // The published memory is torch.cuda.memory_stats' reserved_bytes.all.peak: the segments the caching
+    // allocator took from cudaMalloc, not the live tensors. The states are allocated once, each in a block
+    // of its own size (rounded to 2 MiB: under 0.1% here). The transient tensors are freed and allocated
+    // again in other sizes every microbatch; the allocator splits cached blocks for smaller requests and
+    // keeps them, so its segments outgrow the live bytes by a fitted fraction. Without PP a backward frees
+    // what its forward allocated in reverse order; under PP a microbatch's backward frees its activations
+    // while later microbatches' stay allocated above them, which leaves holes: a fraction of its own.
+    const double fragmentation =
+        m.pp > 1 ? c.calibration.pipeline_fragmentation : c.calibration.transient_fragmentation;
+    plan.reserved = states + static_cast<int64_t>(static_cast<double>(transient) * (1 + fragmentation));
   } else {
     plan.reserved = worst.total();  // CPU: the tracker counts tensors; no caching allocator
   }

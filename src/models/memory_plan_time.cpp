@@ -1,8 +1,9 @@
 // SPDX-License-Identifier: BSD-3-Clause
 // One layout's step time (docs/memory_planner.md, "Speed"): model FLOPs at a compute efficiency calibrated
-// on torchtitan's published H100 runs, the recompute AC adds, and the communication the layout cannot hide:
-// FSDP's all-gathers and reduce-scatters (EP's experts' over efsdp; HSDP's all-reduces) beyond what
-// compute hides, TP's and CP's collectives, EP's token all-to-alls, and the pipeline schedule's bubble.
+// on torchtitan's published H100 runs (memory_plan_calibration.hpp), the recompute AC adds, and the
+// communication the layout cannot hide: FSDP's all-gathers and reduce-scatters (EP's experts' over efsdp;
+// HSDP's all-reduces) beyond what compute hides, TP's and CP's collectives, EP's token all-to-alls, and the
+// pipeline schedule's bubble.
 #include <algorithm>
 
 #include "memory_plan_detail.hpp"
@@ -10,25 +11,6 @@
 #include "titan/parallel/pipeline_schedule.hpp"
 
 namespace titan::models::detail {
-namespace {
-
-// Compute efficiency (hardware FLOPs, recompute included, over peak) of an eager bf16 step, fitted on
-// Table 1's eager row: 5,762 tokens/s x 57.9 GFLOP/token x 1.122 (op AC's recompute) / 989 TFLOP/s.
-constexpr double kEagerEfficiency = 0.378;
-// torch.compile of the blocks: Table 1's compiled row over its eager row (6,667 / 5,762 tokens/s).
-constexpr double kCompileSpeedup = 1.157;
-// Float8 linears (tensorwise): Table 1's compile + float8 row over the compiled one (8,532 / 6,667).
-constexpr double kFloat8Speedup = 1.280;
-// Context parallelism's compute efficiency by degree, from Table 2, where every rank holds 32k tokens
-// whatever the degree: model FLOP/s 376 (CP 1), 376 (CP 2), 269 (CP 4), 251 (CP 8) TFLOP/s. The ring
-// splits each attention into cp pieces with a log-sum-exp merge, and more pieces run less efficiently.
-double cp_efficiency(int64_t cp) {
-  if (cp <= 2) return 1.0;
-  if (cp <= 4) return 269.0 / 376.0;
-  return 251.0 / 376.0;
-}
-
-}  // namespace
 
 void add_step_time(const Context& c, const Layout& l, const StepInputs& in, MemoryPlan* plan) {
   const JobConfig& cfg = c.config;
@@ -55,11 +37,9 @@ void add_step_time(const Context& c, const Layout& l, const StepInputs& in, Memo
     }
     recompute += again / std::max(all, 1.0) / 3.0;
   }
-  double efficiency = c.options.mfu;
-  if (efficiency <= 0) {
-    efficiency = kEagerEfficiency * (gpu && compiled ? kCompileSpeedup : 1.0) * (float8 ? kFloat8Speedup : 1.0);
-    efficiency *= cp_efficiency(m.cp);
-  }
+  // The fitted factors (memory_plan_calibration.hpp) unless --mfu states it.
+  const double efficiency =
+      c.options.mfu > 0 ? c.options.mfu : c.calibration.compute_efficiency(gpu && compiled, float8, m.cp);
   plan->compute_efficiency = efficiency;
   if (c.options.peak_flops <= 0) return;
   StepTerms& t = plan->time;
