@@ -1,26 +1,26 @@
 // SPDX-License-Identifier: BSD-3-Clause
 // titan-convert: weights of any registered model (models/model_spec.hpp) between titan and Hugging Face layouts.
-//   titan-convert to-hf --input PATH --output DIR [--model NAME] [--flavor NAME | --like HF_DIR]
-//                       [--dtype float32|bfloat16|float16] [--max-shard-bytes N]
+//   titan-convert to-hf --input PATH --output DIR [--like HF_DIR] [--max-shard-bytes N]
+//                       [--model.name NAME --model.flavor NAME --checkpoint.export_dtype float32|bfloat16|float16]
 //     PATH: a titan checkpoint folder (<dump>/checkpoint/step-N) or a .safetensors file with titan
 //     FQNs (a seed checkpoint, from-hf's output). DIR gets config.json and model.safetensors (or
 //     shards + model.safetensors.index.json past max-shard-bytes), loadable by transformers'
 //     from_pretrained. The vocabulary size comes from the weights; the rest of the architecture from
-//     --model (default llama3) and --flavor (default debugmodel) or, for a model that is no titan
-//     flavor, from the config.json of --like HF_DIR.
+//     model.name and model.flavor (the job's: --job.config_file of the run works) or, for a model that is
+//     no titan flavor, from the config.json of --like HF_DIR.
 //   titan-convert from-hf --input DIR --output FILE.safetensors
 //     DIR: an HF folder (single or sharded) of a registered family, picked by its config's
 //     `architectures`. FILE holds titan FQNs and layouts; use it as checkpoint.initial_load_path (or give
 //     DIR itself with checkpoint.initial_load_in_hf).
+// Every other flag is a config key, as the trainer takes it (core/tool_args.hpp).
 #include <ATen/ATen.h>
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
-#include <map>
-#include <optional>
 #include <string>
 
 #include "titan/checkpoint/checkpoint.hpp"
@@ -28,7 +28,9 @@
 #include "titan/checkpoint/safetensors.hpp"
 #include "titan/core/choices.hpp"
 #include "titan/core/config.hpp"
+#include "titan/core/error.hpp"
 #include "titan/core/log.hpp"
+#include "titan/core/tool_args.hpp"
 #include "titan/models/decoder.hpp"
 #include "titan/models/model_spec.hpp"
 #include "titan/train/trainer.hpp"
@@ -38,27 +40,26 @@ namespace ckpt = titan::checkpoint;
 
 namespace {
 
-constexpr const char* kUsage =
-    "usage: titan-convert to-hf --input PATH --output DIR [--model NAME] [--flavor NAME | --like HF_DIR]\n"
-    "                           [--dtype float32|bfloat16|float16] [--max-shard-bytes N]\n"
-    "       titan-convert from-hf --input DIR --output FILE.safetensors\n";
-
-std::map<std::string, std::string> parse(int argc, char** argv) {
-  std::map<std::string, std::string> flags = {{"model", "llama3"},
-                                              {"flavor", "debugmodel"},
-                                              {"dtype", "float32"},
-                                              {"max-shard-bytes", std::to_string(int64_t{5} << 30)}};
-  for (int i = 2; i < argc; i += 2) {
-    const std::string key = argv[i];
-    const bool known = key.starts_with("--") &&
-                       (flags.contains(key.substr(2)) || key == "--input" || key == "--output" || key == "--like");
-    if (!known || i + 1 >= argc)
-      throw std::invalid_argument(fmt::format("unknown or incomplete flag {}\n{}", key, kUsage));
-    flags[key.substr(2)] = argv[i + 1];
-  }
-  if (!flags.contains("input") || !flags.contains("output")) throw std::invalid_argument(kUsage);
-  return flags;
-}
+const titan::ToolSpec kSpec = {
+    .name = "titan-convert",
+    .usage =
+        "usage: titan-convert to-hf --input PATH --output DIR [--like HF_DIR] [--max-shard-bytes N]\n"
+        "                           [--model.name NAME] [--model.flavor NAME] [--checkpoint.export_dtype D]\n"
+        "       titan-convert from-hf --input DIR --output FILE.safetensors\n",
+    .flags =
+        {{.name = "--input",
+          .value = "PATH",
+          .help = "to-hf: a titan step folder or .safetensors; from-hf: an HF folder"},
+         {.name = "--output", .value = "PATH", .help = "to-hf: the HF folder to write; from-hf: a .safetensors file"},
+         {.name = "--like",
+          .value = "HF_DIR",
+          .help = "to-hf: the architecture from this HF folder's config.json instead of model.name/flavor"},
+         {.name = "--max-shard-bytes", .value = "N", .help = "to-hf: bytes per safetensors shard (default 5 GiB)"}},
+    .renamed = {{.flag = "--model", .instead = "--model.name NAME"},
+                {.flag = "--flavor", .instead = "--model.flavor NAME"},
+                {.flag = "--dtype", .instead = "--checkpoint.export_dtype float32|bfloat16|float16"}},
+    .keys = "model.name, model.flavor (to-hf), checkpoint.export_dtype (to-hf)",
+    .words = "the command (to-hf or from-hf)"};
 
 // Every model tensor of a titan checkpoint folder or FQN-keyed safetensors file, whole.
 std::vector<std::pair<std::string, at::Tensor>> read_titan(const fs::path& input) {
@@ -95,16 +96,9 @@ std::string hf_name_or_empty(const ckpt::HfAdapter& adapter, const std::string& 
   }
 }
 
-at::ScalarType dtype_of(const std::string& name) {
-  const std::optional<titan::DType> dtype = titan::parse_choice<titan::DType>(name);
-  if (!dtype) {
-    throw std::invalid_argument(fmt::format("expected --dtype {}, got '{}'", titan::choice_list<titan::DType>(), name));
-  }
-  return titan::scalar_type(*dtype);
-}
-
-void to_hf(const std::map<std::string, std::string>& flags) {
-  auto tensors = read_titan(flags.at("input"));
+void to_hf(const titan::ToolArgs& args) {
+  const std::string input = args.required("--input");
+  auto tensors = read_titan(input);
   int64_t vocab = 0;
   bool has_output = false;
   for (const auto& [fqn, t] : tensors) {
@@ -113,23 +107,23 @@ void to_hf(const std::map<std::string, std::string>& flags) {
   }
   // The architecture on meta (shapes only), for its Hugging Face adapter.
   std::shared_ptr<titan::models::Decoder> model;
-  if (flags.contains("like")) {
-    nlohmann::json hf = ckpt::HfReader(flags.at("like")).config();
+  const titan::ModelConfig& named = args.config.model;
+  if (const auto like = args.value("--like")) {
+    nlohmann::json hf = ckpt::HfReader(*like).config();
     if (vocab > 0) hf["vocab_size"] = vocab;
     model = titan::models::model_spec_for_hf(hf).from_hf(hf, 1, at::kMeta);
   } else {
-    titan::JobConfig config;
-    config.model.name = flags.at("model");
-    config.model.flavor = flags.at("flavor");
+    titan::JobConfig config = args.config;
     config.training.seq_len = 1;
     model = titan::models::model_spec(config.model.name).build(config, vocab, at::kMeta, {});
   }
   if (model->shape().tied == has_output) {
     throw std::invalid_argument(fmt::format(
-        "expected {} output.weight in '{}' ({} {} {} tie its embeddings), got {}. Pick the flavor the weights were "
-        "trained with (--flavor) or --like a matching Hugging Face folder",
-        model->shape().tied ? "no" : "an", flags.at("input"), flags.at("model"), flags.at("flavor"),
-        model->shape().tied ? "does" : "does not", has_output ? "one" : "none"));
+        "expected {} output.weight in '{}' ({} {} {} tie its embeddings), got {}. Pick the model and flavor the "
+        "weights were trained with (--model.name, --model.flavor, or the run's --job.config_file) or --like a matching "
+        "Hugging Face folder",
+        model->shape().tied ? "no" : "an", input, named.name, named.flavor, model->shape().tied ? "does" : "does not",
+        has_output ? "one" : "none"));
   }
   const auto adapter = model->hf_adapter();
   // An MoE expert bias goes to HF only where the family's HF twin has one (DeepSeek-V3's
@@ -139,14 +133,17 @@ void to_hf(const std::map<std::string, std::string>& flags) {
            (adapter == nullptr || hf_name_or_empty(*adapter, named.first).empty());
   });
   if (!adapter)
-    throw std::invalid_argument(fmt::format("expected a model with a Hugging Face twin, got {}", flags.at("model")));
-  ckpt::save_hf(flags.at("output"), tensors, *adapter, dtype_of(flags.at("dtype")),
-                std::stoll(flags.at("max-shard-bytes")));
-  titan::log::info("Converted {} titan tensors to Hugging Face layout in {}", tensors.size(), flags.at("output"));
+    throw std::invalid_argument(fmt::format("expected a model with a Hugging Face twin, got {}", named.name));
+  const std::string output = args.required("--output");
+  ckpt::save_hf(output, tensors, *adapter, titan::scalar_type(args.config.checkpoint.export_dtype),
+                args.integer("--max-shard-bytes", int64_t{5} << 30));
+  titan::log::info("Converted {} titan tensors to Hugging Face layout in {}", tensors.size(), output);
 }
 
-void from_hf(const std::map<std::string, std::string>& flags) {
-  const ckpt::HfReader reader(flags.at("input"));
+void from_hf(const titan::ToolArgs& args) {
+  const std::string input = args.required("--input");
+  const std::string output = args.required("--output");
+  const ckpt::HfReader reader(input);
   const nlohmann::json hf = reader.config();
   const titan::models::ModelSpec& spec = titan::models::model_spec_for_hf(hf);
   // The model on the CPU, filled through its adapter as checkpoint.initial_load_in_hf fills it.
@@ -164,31 +161,35 @@ void from_hf(const std::map<std::string, std::string>& flags) {
     const std::string hf_name = hf_name_or_empty(*adapter, st.key.substr(std::string("model.").size()));
     if (std::find(hf_names.begin(), hf_names.end(), hf_name) != hf_names.end()) state.tensors.push_back(std::move(st));
   }
-  ckpt::load_hf(flags.at("input"), state, *adapter);
+  ckpt::load_hf(input, state, *adapter);
   std::vector<std::pair<std::string, at::Tensor>> out;
   for (const auto& st : state.tensors) out.emplace_back(st.key.substr(std::string("model.").size()), st.tensor);
-  ckpt::write_safetensors(flags.at("output"), out, {{"format", "pt"}, {"writer", "titan-convert from-hf"}});
+  ckpt::write_safetensors(output, out, {{"format", "pt"}, {"writer", "titan-convert from-hf"}});
   const titan::models::DecoderShape& s = model->shape();
   titan::log::info(
       "Wrote {} tensors of a {} model with titan names to {} (dim {}, {} layers, {} heads, {} kv heads, "
       "vocab {})",
-      out.size(), spec.name, flags.at("output"), s.dim, s.n_layers, s.n_heads, s.n_kv_heads, s.vocab_size);
+      out.size(), spec.name, output, s.dim, s.n_layers, s.n_heads, s.n_kv_heads, s.vocab_size);
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
   try {
-    const std::string command = argc > 1 ? argv[1] : "";
-    if (command != "to-hf" && command != "from-hf") {
-      std::cerr << kUsage;
-      return 2;
+    const titan::ToolArgs args = titan::parse_tool_args(kSpec, argc, argv);
+    if (args.help) {
+      std::cout << titan::tool_help(kSpec);
+      return 0;
     }
-    const auto flags = parse(argc, argv);
-    command == "to-hf" ? to_hf(flags) : from_hf(flags);
+    for (const auto& note : args.notes) titan::log::warn("{}", note);
+    const std::string command = args.words.size() == 1 ? args.words[0] : "";
+    TITAN_CHECK_VALUE(command == "to-hf" || command == "from-hf",
+                      "[titan-convert] expected one command, to-hf or from-hf, before the flags, got '{}'.\n{}",
+                      fmt::join(args.words, " "), kSpec.usage);
+    command == "to-hf" ? to_hf(args) : from_hf(args);
     return 0;
   } catch (const std::exception& e) {
-    std::cerr << "titan-convert: " << e.what() << "\n";
+    std::cerr << "titan-convert: " << titan::error_message(e) << "\n";
     return 1;
   }
 }

@@ -1,22 +1,22 @@
 // SPDX-License-Identifier: BSD-3-Clause
 // titan-generate: text from a checkpoint of any registered model (models/model_spec.hpp: Llama 3, Qwen3,
 // Qwen3-MoE, DeepSeek-V3, ...), with a KV cache (docs/generation.md).
-//   titan-generate --checkpoint PATH --prompt TEXT [--prompt TEXT ...] [--max-new-tokens N]
-//                  [--greedy | --temperature T --top-k K --top-p P --seed S] [--tokenizer PATH]
-//                  [--tp N] [--eos-id ID] [--no-bos] [--output text|jsonl] [--prompt-ids 1,2,3]
-//                  [trainer flags: --job.config_file FILE, --model.flavor NAME, --section.key VALUE ...]
+//   titan-generate [--checkpoint PATH] --prompt TEXT [--prompt TEXT ...] [--max-new-tokens N]
+//                  [--greedy | --temperature T --top-k K --top-p P] [--eos-id ID] [--no-bos]
+//                  [--output text|jsonl] [--prompt-ids 1,2,3]
+//                  [config keys: --job.config_file FILE, --model.flavor NAME, --debug.seed S, ...]
 //     PATH: a titan checkpoint (<dump>/checkpoint/step-N, or <dump>/checkpoint for its newest step;
 //     the architecture comes from model.name and model.flavor, the vocabulary size from the weights) or a
-//     Hugging Face folder (config.json + safetensors; its `architectures` picks the family). Prompts of
-//     different lengths are one batch.
-//   titan-run --nproc-per-node 2 titan-generate ... --tp 2   splits every layer over 2 ranks.
+//     Hugging Face folder (config.json + safetensors; its `architectures` picks the family); default: the
+//     job's <job.dump_folder>/<checkpoint.folder>. Prompts of different lengths are one batch.
+//   titan-run --nproc-per-node 2 titan-generate ... --parallelism.tensor_parallel_degree 2   splits every
+//   layer over 2 ranks.
 #include <ATen/ATen.h>
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
 #include <chrono>
-#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -27,9 +27,9 @@
 #include "titan/checkpoint/checkpoint.hpp"
 #include "titan/checkpoint/hf.hpp"
 #include "titan/core/config.hpp"
-#include "titan/core/config_loader.hpp"
 #include "titan/core/error.hpp"
 #include "titan/core/log.hpp"
+#include "titan/core/tool_args.hpp"
 #include "titan/data/tokenizer.hpp"
 #include "titan/dist/launch_env.hpp"
 #include "titan/dist/mesh.hpp"
@@ -48,11 +48,38 @@ using namespace titan;
 
 namespace {
 
-constexpr const char* kUsage =
-    "usage: titan-generate --checkpoint PATH --prompt TEXT [--prompt TEXT ...] [--max-new-tokens N]\n"
-    "                      [--greedy | --temperature T --top-k K --top-p P --seed S] [--tokenizer PATH]\n"
-    "                      [--tp N] [--eos-id ID] [--no-bos] [--output text|jsonl] [--prompt-ids 1,2,3]\n"
-    "                      [--job.config_file FILE | --model.flavor NAME | --section.key VALUE ...]\n";
+const ToolSpec kSpec = {
+    .name = "titan-generate",
+    .usage =
+        "usage: titan-generate [--checkpoint PATH] --prompt TEXT [--prompt TEXT ...] [--max-new-tokens N]\n"
+        "                      [--greedy | --temperature T --top-k K --top-p P] [--eos-id ID] [--no-bos]\n"
+        "                      [--output text|jsonl] [--prompt-ids 1,2,3] [config keys: --job.config_file FILE,\n"
+        "                      --model.flavor NAME, --debug.seed S, --parallelism.tensor_parallel_degree N, ...]\n",
+    .flags = {{.name = "--checkpoint",
+               .value = "PATH",
+               .help = "a titan step folder, its parent (the newest step) or a Hugging Face folder (default: "
+                       "<job.dump_folder>/<checkpoint.folder>)"},
+              {.name = "--prompt", .value = "TEXT", .help = "a prompt, one batch row each (repeat the flag)"},
+              {.name = "--prompt-ids", .value = "1,2,3", .help = "a prompt given as token ids (after the text ones)"},
+              {.name = "--max-new-tokens", .value = "N", .help = "most tokens generated per prompt (default 64)"},
+              {.name = "--greedy", .help = "take the most likely token (the default; temperature 0)"},
+              {.name = "--temperature", .value = "T", .help = "sample at this temperature (0: greedy)"},
+              {.name = "--top-k", .value = "K", .help = "sample among the K most likely tokens (0: all)"},
+              {.name = "--top-p", .value = "P", .help = "sample among the most likely tokens holding P of the mass"},
+              {.name = "--eos-id",
+               .value = "ID",
+               .help = "the token that ends a sequence (-1: none; default: the tokenizer's)"},
+              {.name = "--no-bos", .help = "do not prepend the tokenizer's BOS to text prompts"},
+              {.name = "--output",
+               .value = "text|jsonl",
+               .help = "the prompt and its continuation, or one JSON object a prompt"}},
+    .renamed = {{.flag = "--tp", .instead = "--parallelism.tensor_parallel_degree N"},
+                {.flag = "--seed", .instead = "--debug.seed S"},
+                {.flag = "--tokenizer", .instead = "--model.hf_assets_path PATH"}},
+    .keys =
+        "model.name, model.flavor, model.hf_assets_path (the tokenizer when the checkpoint has none), "
+        "debug.seed (sampling), parallelism.tensor_parallel_degree, job.dump_folder and checkpoint.folder "
+        "(the default checkpoint), training.dataset* (a tokenizer trained as the trainer trains it)"};
 
 struct Options {
   /// Titan checkpoint (step folder or its parent) or Hugging Face folder.
@@ -61,8 +88,6 @@ struct Options {
   std::vector<std::string> prompts{};
   /// Prompts given as token ids (after the text prompts).
   std::vector<std::vector<int64_t>> prompt_ids{};
-  /// tokenizer.json or its folder; default: the checkpoint's, else the job's (model.hf_assets_path or trained).
-  std::string tokenizer{};
   /// Prepend the tokenizer's BOS to text prompts (as the data pipeline does in training).
   bool add_bos = true;
   /// EOS id override (-1: none); default: the tokenizer's.
@@ -71,87 +96,51 @@ struct Options {
   std::string output = "text";
   /// Tokens, sampling and seed.
   nn::GenerateConfig generate{};
-  /// --tp: parallelism.tensor_parallel_degree.
-  std::optional<int64_t> tp{};
-  /// Arguments left for the job config (argv[0] first).
-  std::vector<const char*> rest{};
 };
-
-[[noreturn]] void bad_flag(const std::string& message) {
-  throw std::invalid_argument(fmt::format("[titan-generate] {}\n{}", message, kUsage));
-}
-
-template <class T>
-T number(const std::string& flag, const std::string& text) {
-  try {
-    size_t used = 0;
-    const T value =
-        std::is_integral_v<T> ? static_cast<T>(std::stoll(text, &used)) : static_cast<T>(std::stod(text, &used));
-    if (used == text.size()) return value;
-  } catch (const std::exception&) {
-  }
-  bad_flag(fmt::format("expected a number after {}, got '{}'.", flag, text));
-}
 
 std::vector<int64_t> id_list(const std::string& text) {
   std::vector<int64_t> ids;
   size_t begin = 0;
   while (begin <= text.size()) {
     const size_t end = std::min(text.find(',', begin), text.size());
-    ids.push_back(number<int64_t>("--prompt-ids", text.substr(begin, end - begin)));
+    const std::string id = text.substr(begin, end - begin);
+    size_t used = 0;
+    try {
+      ids.push_back(std::stoll(id, &used));
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    TITAN_CHECK_VALUE(!id.empty() && used == id.size(),
+                      "[titan-generate] expected --prompt-ids as whole numbers joined by commas, got '{}'.", text);
     begin = end + 1;
   }
   return ids;
 }
 
-Options parse(int argc, char** argv) {
+Options options_of(const ToolArgs& args) {
+  const JobConfig& config = args.config;
   Options o;
-  o.rest.push_back(argv[0]);
-  for (int i = 1; i < argc; ++i) {
-    const std::string flag = argv[i];
-    auto value = [&]() -> std::string {
-      if (i + 1 >= argc) bad_flag(fmt::format("expected a value after {}, got none.", flag));
-      return argv[++i];
-    };
-    if (flag == "--checkpoint") {
-      o.checkpoint = value();
-    } else if (flag == "--prompt") {
-      o.prompts.push_back(value());
-    } else if (flag == "--prompt-ids") {
-      o.prompt_ids.push_back(id_list(value()));
-    } else if (flag == "--tokenizer") {
-      o.tokenizer = value();
-    } else if (flag == "--max-new-tokens") {
-      o.generate.max_new_tokens = number<int64_t>(flag, value());
-    } else if (flag == "--temperature") {
-      o.generate.sampling.temperature = number<double>(flag, value());
-    } else if (flag == "--greedy") {
-      o.generate.sampling.temperature = 0.0;
-    } else if (flag == "--top-k") {
-      o.generate.sampling.top_k = number<int64_t>(flag, value());
-    } else if (flag == "--top-p") {
-      o.generate.sampling.top_p = number<double>(flag, value());
-    } else if (flag == "--seed") {
-      o.generate.seed = number<uint64_t>(flag, value());
-    } else if (flag == "--eos-id") {
-      o.eos_id = number<int64_t>(flag, value());
-    } else if (flag == "--no-bos") {
-      o.add_bos = false;
-    } else if (flag == "--tp") {
-      o.tp = number<int64_t>(flag, value());
-    } else if (flag == "--output") {
-      o.output = value();
-      if (o.output != "text" && o.output != "jsonl")
-        bad_flag(fmt::format("expected --output text|jsonl, got '{}'.", o.output));
-    } else if (flag == "-h" || flag == "--help") {
-      std::cout << kUsage;
-      std::exit(0);
-    } else {
-      o.rest.push_back(argv[i]);
-    }
-  }
-  if (o.checkpoint.empty()) bad_flag("expected --checkpoint PATH, got none.");
-  if (o.prompts.empty() && o.prompt_ids.empty()) bad_flag("expected at least one --prompt TEXT, got none.");
+  o.checkpoint =
+      args.value("--checkpoint").value_or((fs::path(config.job.dump_folder) / config.checkpoint.folder).string());
+  o.prompts = args.values("--prompt");
+  for (const std::string& ids : args.values("--prompt-ids")) o.prompt_ids.push_back(id_list(ids));
+  o.generate.max_new_tokens = args.integer("--max-new-tokens", o.generate.max_new_tokens);
+  // A negative or zero count would reach the model as a sequence length and be blamed on training.seq_len.
+  TITAN_CHECK_VALUE(o.generate.max_new_tokens >= 1, "[titan-generate] expected --max-new-tokens >= 1, got {}.",
+                    o.generate.max_new_tokens);
+  o.generate.sampling.temperature = args.number("--temperature", o.generate.sampling.temperature);
+  // --greedy wins over a temperature wherever it sits on the line.
+  if (args.has("--greedy")) o.generate.sampling.temperature = 0.0;
+  o.generate.sampling.top_k = args.integer("--top-k", o.generate.sampling.top_k);
+  o.generate.sampling.top_p = args.number("--top-p", o.generate.sampling.top_p);
+  o.generate.seed = static_cast<uint64_t>(config.debug.seed.value_or(0));
+  if (args.has("--eos-id")) o.eos_id = args.integer("--eos-id", -1);
+  o.add_bos = !args.has("--no-bos");
+  o.output = args.value("--output").value_or("text");
+  TITAN_CHECK_VALUE(o.output == "text" || o.output == "jsonl",
+                    "[titan-generate] expected --output text|jsonl, got '{}'.", o.output);
+  TITAN_CHECK_VALUE(!o.prompts.empty() || !o.prompt_ids.empty(),
+                    "[titan-generate] expected at least one --prompt TEXT or --prompt-ids 1,2,3, got none.");
   o.generate.sampling.validate();
   return o;
 }
@@ -165,8 +154,9 @@ struct Source {
 
 Source resolve(const fs::path& path) {
   TITAN_CHECK_VALUE(fs::is_directory(path),
-                    "[titan-generate] expected --checkpoint to name a titan checkpoint folder (step-N or its parent) "
-                    "or a Hugging Face folder, got '{}', which is not a folder.",
+                    "[titan-generate] expected --checkpoint (default: <job.dump_folder>/<checkpoint.folder>) to name a "
+                    "titan checkpoint folder (step-N or its parent) or a Hugging Face folder, got '{}', which is not a "
+                    "folder.",
                     path.string());
   if (fs::exists(path / "config.json")) return {path, true};
   if (fs::exists(path / "index.json")) return {path, false};
@@ -201,7 +191,7 @@ std::shared_ptr<models::Decoder> build_model(const Source& source, JobConfig con
 
 std::shared_ptr<data::Tokenizer> tokenizer_of(const Options& o, const Source& source, const JobConfig& config,
                                               int64_t vocab_size, const dist::Mesh& mesh) {
-  if (!o.tokenizer.empty()) return data::load_tokenizer(o.tokenizer);
+  // The checkpoint's own tokenizer, else the job's: model.hf_assets_path, or trained as the trainer trains it.
   if (fs::exists(source.folder / "tokenizer.json")) return data::load_tokenizer(source.folder);
   if (o.prompts.empty()) return nullptr;  // ids only
   // The job's tokenizer: rank 0 first, so a tokenizer trained on first use is trained once.
@@ -218,17 +208,16 @@ at::Device pick_device() {
   return at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(local_rank % at::getNumGPUs()));
 }
 
-int run(const Options& o) {
-  JobConfig config = parse_args(static_cast<int>(o.rest.size()), o.rest.data());
-  if (o.tp) apply_override(config, "parallelism.tensor_parallel_degree", std::to_string(*o.tp));
+int run(const Options& o, const JobConfig& config) {
   const at::Device device = pick_device();
   const dist::Mesh mesh =
       dist::Mesh::from_launch_env(config.parallelism, {.backend = device.is_cuda() ? "nccl" : "gloo"});
   log::set_rank(static_cast<int>(mesh.rank()));
-  TITAN_CHECK_NOT_IMPLEMENTED(mesh.size("pp") == 1 && mesh.size("cp") == 1,
-                              "[titan-generate] expected only tensor parallelism (--tp N), got pp {} and cp {}. "
-                              "Unset parallelism.pipeline_parallel_degree and context_parallel_degree.",
-                              mesh.size("pp"), mesh.size("cp"));
+  TITAN_CHECK_NOT_IMPLEMENTED(
+      mesh.size("pp") == 1 && mesh.size("cp") == 1,
+      "[titan-generate] expected only tensor parallelism (parallelism.tensor_parallel_degree), got pp {} and cp {}. "
+      "Unset parallelism.pipeline_parallel_degree and context_parallel_degree.",
+      mesh.size("pp"), mesh.size("cp"));
 
   const Source source = resolve(o.checkpoint);
   // The shapes first (on meta, for one position): the vocabulary bounds the prompts, max_seq_len their length.
@@ -246,7 +235,7 @@ int run(const Options& o) {
     for (const int64_t id : p) {
       TITAN_CHECK_VALUE(id >= 0 && id < shape.vocab_size,
                         "[titan-generate] expected prompt token ids in [0, {}) (the model's vocabulary), got {}. Use "
-                        "the tokenizer the model was trained with (--tokenizer).",
+                        "the tokenizer the model was trained with (--model.hf_assets_path).",
                         shape.vocab_size, id);
     }
   }
@@ -321,7 +310,13 @@ int run(const Options& o) {
 
 int main(int argc, char** argv) {
   try {
-    return run(parse(argc, argv));
+    const ToolArgs args = parse_tool_args(kSpec, argc, argv);
+    if (args.help) {
+      std::cout << tool_help(kSpec);
+      return 0;
+    }
+    for (const auto& note : args.notes) log::warn("{}", note);
+    return run(options_of(args), args.config);
   } catch (const std::exception& e) {
     std::cerr << "titan-generate: " << error_message(e) << "\n";
     return 1;

@@ -8,7 +8,8 @@
 //   titan-plan --config llama3_70b --gpus 256 --parallelism.tensor_parallel_degree 8 --device-memory H100
 //   titan-plan --config llama3_405b --search --gpus 512 --device-memory 80GB --emit-config best.toml
 //   titan-plan --model.name deepseek_v3 --model.flavor 671B --gpus 512 --parallelism.expert_parallel_degree 64
-// Every other flag is the trainer's (--job.config_file, --section.key value).
+// Every other flag is a config key, as the trainer takes it (--job.config_file, --section.key value; a declared
+// metrics.peak_flops is the device's peak).
 #include <fmt/format.h>
 
 #include <cctype>
@@ -16,36 +17,56 @@
 #include <vector>
 
 #include "titan/checkpoint/safetensors.hpp"
-#include "titan/core/config_loader.hpp"
 #include "titan/core/error.hpp"
+#include "titan/core/log.hpp"
+#include "titan/core/tool_args.hpp"
 #include "titan/metrics/metrics.hpp"
 #include "titan/models/decoder.hpp"
 #include "titan/models/memory_plan.hpp"
 
 namespace {
 
-constexpr const char* kUsage =
-    "usage: titan-plan [--config PRESET] [--job.config_file FILE] [--section.key VALUE ...]\n"
-    "                  [--gpus N] [--gpu NAME] [--device-memory 80GB|H100] [--peak-flops F] [--mfu 40%]\n"
-    "                  [--gpus-per-node 8] [--intra-node-bw 450GB] [--inter-node-bw 50GB] [--cpu]\n"
-    "                  [--search [--limit N] [--hold tp,pp,...]] [--json] [--emit-config FILE]\n"
-    "  --gpus N            devices in the job (default: the product of the parallel degrees)\n"
-    "  --gpu NAME          the GPU (H100, H200, B200, ...): its memory and peak FLOP/s\n"
-    "  --device-memory M   memory per device: a size (80GB, 80GiB) or a GPU name (H100, H200, B200, ...)\n"
-    "  --peak-flops F      peak dense FLOP/s per device (default: the GPU's from the table, else H100's)\n"
-    "  --mfu X             fraction of peak the compute reaches, recompute included (default: calibrated\n"
-    "                      on torchtitan's published H100 runs, with torch.compile and float8 if on)\n"
-    "  --gpus-per-node N   GPUs per node on NVLink (default 8)\n"
-    "  --intra-node-bw B   bytes/s a GPU sends inside a node (default 450GB: NVLink 4 one way)\n"
-    "  --inter-node-bw B   bytes/s a GPU sends between nodes (default 50GB: 400 Gb/s RDMA per GPU)\n"
-    "  --cpu               plan a CPU run (fp32 compute, CPU kernels) instead of a GPU run\n"
-    "  --search            list the layouts of --gpus devices that fit --device-memory, fastest first\n"
-    "  --hold A,B          search only layouts that keep these of the config as they are: dp_shard, tp,\n"
-    "                      pp, cp, ep, ac (the AC mode and option), microbatch\n"
-    "  --json              print the plan (or the search) as JSON\n"
-    "  --emit-config FILE  write the plan's (the search's best) layout as a TOML overlay for --job.config_file\n"
-    "The model and the layout are the trainer's keys: --model.name llama3|qwen3|deepseek_v3|gpt_oss, --model.flavor,\n"
-    "--parallelism.data_parallel_shard_degree, tensor_parallel_degree, expert_parallel_degree, ...\n";
+const titan::ToolSpec kSpec = {
+    .name = "titan-plan",
+    .usage =
+        "usage: titan-plan [--config PRESET] [--job.config_file FILE] [--section.key VALUE ...]\n"
+        "                  [--gpus N] [--gpu NAME] [--device-memory 80GB|H100] [--mfu 40%]\n"
+        "                  [--gpus-per-node 8] [--intra-node-bw 450GB] [--inter-node-bw 50GB] [--cpu]\n"
+        "                  [--search [--limit N] [--hold tp,pp,...]] [--json] [--emit-config FILE]\n"
+        "The model and the layout are the trainer's keys: --model.name llama3|qwen3|deepseek_v3|gpt_oss,\n"
+        "--model.flavor, --parallelism.data_parallel_shard_degree, tensor_parallel_degree, ...\n",
+    .flags =
+        {{.name = "--gpus", .value = "N", .help = "devices in the job (default: the product of the parallel degrees)"},
+         {.name = "--gpu", .value = "NAME", .help = "the GPU (H100, H200, B200, ...): its memory and peak FLOP/s"},
+         {.name = "--device-memory",
+          .value = "M",
+          .help = "memory per device: a size (80GB, 80GiB) or a GPU name (H100, H200, B200, ...)"},
+         {.name = "--mfu",
+          .value = "X",
+          .help = "fraction of peak the compute reaches, recompute included (default: calibrated on "
+                  "torchtitan's published H100 runs, with torch.compile and float8 if on)"},
+         {.name = "--gpus-per-node", .value = "N", .help = "GPUs per node on NVLink (default 8)"},
+         {.name = "--intra-node-bw",
+          .value = "B",
+          .help = "bytes/s a GPU sends inside a node (default 450GB: NVLink 4 one way)"},
+         {.name = "--inter-node-bw",
+          .value = "B",
+          .help = "bytes/s a GPU sends between nodes (default 50GB: 400 Gb/s RDMA per GPU)"},
+         {.name = "--cpu", .help = "plan a CPU run (fp32 compute, CPU kernels) instead of a GPU run"},
+         {.name = "--search", .help = "list the layouts of --gpus devices that fit --device-memory, fastest first"},
+         {.name = "--limit", .value = "N", .help = "--search: list at most N layouts"},
+         {.name = "--hold",
+          .value = "A,B",
+          .help = "--search: keep these of the config as they are: dp_shard, tp, pp, cp, ep, ac, microbatch"},
+         {.name = "--json", .help = "print the plan (or the search) as JSON"},
+         {.name = "--emit-config",
+          .value = "FILE",
+          .help = "write the plan's (the search's best) layout as a TOML overlay for --job.config_file"}},
+    .renamed = {{.flag = "--peak-flops", .instead = "--metrics.peak_flops F (peak dense FLOP/s of one device)"}},
+    .keys =
+        "every key the trainer's plan depends on (model.*, parallelism.*, training.*, activation_checkpoint.*, "
+        "float8.*, optimizer.implementation, ...); metrics.peak_flops (default: the GPU's from the table, else "
+        "H100's)"};
 
 struct Flags {
   titan::models::PlanOptions plan{};
@@ -92,94 +113,60 @@ double parse_bandwidth(const std::string& flag, const std::string& text) {
   return v;
 }
 
-int64_t parse_count(const std::string& flag, const std::string& text) {
-  int64_t v = 0;
-  try {
-    size_t end = 0;
-    v = std::stoll(text, &end);
-    if (end != text.size()) v = 0;
-  } catch (const std::exception&) {
-    v = 0;
-  }
-  TITAN_CHECK_VALUE(v >= 1, "[titan-plan] expected {} to be an integer >= 1, got '{}'.", flag, text);
+int64_t count(const titan::ToolArgs& args, std::string_view flag, int64_t fallback) {
+  const int64_t v = args.integer(flag, fallback);
+  TITAN_CHECK_VALUE(v >= 1, "[titan-plan] expected {} to be an integer >= 1, got {}.", flag, v);
   return v;
 }
 
-// Takes titan-plan's own flags out of argv; the rest goes to the config parser.
-Flags take_flags(int argc, char** argv, std::vector<const char*>* rest) {
+// Memory per device: a size, or a GPU name for its memory (then also the GPU whose peak the step time uses).
+void set_device_memory(Flags& f, const std::string& text) {
+  if (auto bytes = titan::gpu_memory_bytes(text)) {
+    f.plan.device_memory = *bytes;
+    f.device = text;
+    return;
+  }
+  // A word that is no size is meant as a GPU name: say so rather than "not a size".
+  TITAN_CHECK_VALUE(text.empty() || !std::isalpha(static_cast<unsigned char>(text[0])),
+                    "[titan-plan] expected --device-memory as a size (80GB, 80GiB) or a known GPU name "
+                    "(H100, H200, B200, A100, MI300X, ...), got '{}': unknown GPU name.",
+                    text);
+  f.plan.device_memory = titan::parse_memory_size(text, "--device-memory");
+}
+
+Flags flags_of(const titan::ToolArgs& args) {
   Flags f;
-  bool peak_given = false;
-  rest->push_back(argv[0]);
-  for (int i = 1; i < argc; ++i) {
-    const std::string key = argv[i];
-    auto value = [&]() -> std::string {
-      TITAN_CHECK_VALUE(i + 1 < argc, "[titan-plan] expected a value after {}, got none.\n{}", key, kUsage);
-      return argv[++i];
-    };
-    if (key == "--search") {
-      f.do_search = true;
-    } else if (key == "--json") {
-      f.json = true;
-    } else if (key == "--emit-config") {
-      f.emit_config = value();
-    } else if (key == "--gpus-per-node") {
-      f.plan.gpus_per_node = parse_count(key, value());
-    } else if (key == "--intra-node-bw") {
-      f.plan.intra_node_bw = parse_bandwidth(key, value());
-    } else if (key == "--inter-node-bw") {
-      f.plan.inter_node_bw = parse_bandwidth(key, value());
-    } else if (key == "--gpu") {
-      const std::string text = value();
-      const auto bytes = titan::gpu_memory_bytes(text);
-      TITAN_CHECK_VALUE(bytes.has_value() && titan::gpu_peak_flops(text).has_value(),
-                        "[titan-plan] expected --gpu to name a GPU of the peak table (H100, H200, B200, A100, "
-                        "MI300X, ...), got '{}'. Pass --device-memory and --peak-flops for another device.",
-                        text);
-      f.plan.device_memory = *bytes;
-      f.device = text;
-    } else if (key == "--cpu") {
-      f.plan.gpu = false;
-    } else if (key == "--gpus") {
-      f.plan.world_size = parse_count(key, value());
-    } else if (key == "--hold") {
-      const std::string text = value();
-      for (size_t start = 0; start <= text.size();) {
-        const size_t comma = std::min(text.find(',', start), text.size());
-        f.search.hold.push_back(text.substr(start, comma - start));
-        start = comma + 1;
-      }
-    } else if (key == "--limit") {
-      f.search.limit = parse_count(key, value());
-    } else if (key == "--mfu") {
-      f.plan.mfu = parse_fraction(value());
-    } else if (key == "--peak-flops") {
-      const std::string text = value();
-      try {
-        f.plan.peak_flops = std::stod(text);
-      } catch (const std::exception&) {
-        f.plan.peak_flops = 0;
-      }
-      TITAN_CHECK_VALUE(f.plan.peak_flops > 0, "[titan-plan] expected --peak-flops as FLOP/s (989e12), got '{}'.",
-                        text);
-      peak_given = true;
-    } else if (key == "--device-memory") {
-      const std::string text = value();
-      if (auto bytes = titan::gpu_memory_bytes(text)) {
-        f.plan.device_memory = *bytes;
-        f.device = text;
-      } else {
-        // A word that is no size is meant as a GPU name: say so rather than "not a size".
-        TITAN_CHECK_VALUE(text.empty() || !std::isalpha(static_cast<unsigned char>(text[0])),
-                          "[titan-plan] expected --device-memory as a size (80GB, 80GiB) or a known GPU name "
-                          "(H100, H200, B200, A100, MI300X, ...), got '{}': unknown GPU name.",
-                          text);
-        f.plan.device_memory = titan::parse_memory_size(text, "--device-memory");
-      }
-    } else {
-      rest->push_back(argv[i]);
+  f.do_search = args.has("--search");
+  f.json = args.has("--json");
+  f.emit_config = args.value("--emit-config").value_or("");
+  f.plan.gpus_per_node = count(args, "--gpus-per-node", f.plan.gpus_per_node);
+  if (const auto bw = args.value("--intra-node-bw")) f.plan.intra_node_bw = parse_bandwidth("--intra-node-bw", *bw);
+  if (const auto bw = args.value("--inter-node-bw")) f.plan.inter_node_bw = parse_bandwidth("--inter-node-bw", *bw);
+  if (const auto gpu = args.value("--gpu")) {
+    const auto bytes = titan::gpu_memory_bytes(*gpu);
+    TITAN_CHECK_VALUE(bytes.has_value() && titan::gpu_peak_flops(*gpu).has_value(),
+                      "[titan-plan] expected --gpu to name a GPU of the peak table (H100, H200, B200, A100, "
+                      "MI300X, ...), got '{}'. Pass --device-memory and --metrics.peak_flops for another device.",
+                      *gpu);
+    f.plan.device_memory = *bytes;
+    f.device = *gpu;
+  }
+  if (const auto memory = args.value("--device-memory")) set_device_memory(f, *memory);
+  f.plan.gpu = !args.has("--cpu");
+  if (args.has("--gpus")) f.plan.world_size = count(args, "--gpus", 1);
+  for (const std::string& text : args.values("--hold")) {
+    for (size_t start = 0; start <= text.size();) {
+      const size_t comma = std::min(text.find(',', start), text.size());
+      f.search.hold.push_back(text.substr(start, comma - start));
+      start = comma + 1;
     }
   }
-  if (!peak_given) f.plan.peak_flops = titan::gpu_peak_flops(f.device).value_or(989e12);
+  f.search.limit = count(args, "--limit", f.search.limit);
+  if (const auto mfu = args.value("--mfu")) f.plan.mfu = parse_fraction(*mfu);
+  const double declared = args.config.metrics.peak_flops;
+  TITAN_CHECK_VALUE(declared >= 0, "[titan-plan] expected metrics.peak_flops >= 0 (FLOP/s, 0 = the GPU's), got {}.",
+                    declared);
+  f.plan.peak_flops = declared > 0 ? declared : titan::gpu_peak_flops(f.device).value_or(989e12);
   f.search.gpus = f.plan.world_size;
   return f;
 }
@@ -188,14 +175,14 @@ Flags take_flags(int argc, char** argv, std::vector<const char*>* rest) {
 
 int main(int argc, char** argv) {
   try {
-    std::vector<const char*> rest;
-    const Flags flags = take_flags(argc, argv, &rest);
-    titan::ConfigNotes notes;
-    const titan::JobConfig config = titan::parse_args(static_cast<int>(rest.size()), rest.data(), &notes);
-    if (notes.help_requested) {
-      fmt::print("{}\nThe trainer's flags:\n{}", kUsage, titan::config_help());
+    const titan::ToolArgs args = titan::parse_tool_args(kSpec, argc, argv);
+    if (args.help) {
+      fmt::print("{}", titan::tool_help(kSpec));
       return 0;
     }
+    for (const auto& note : args.notes) titan::log::warn("{}", note);
+    const Flags flags = flags_of(args);
+    const titan::JobConfig& config = args.config;
     TITAN_CHECK_VALUE(!flags.do_search || flags.plan.world_size > 0,
                       "[titan-plan] expected --gpus N with --search, got none. Say how many devices to fill.");
     const auto model = titan::models::Decoder::build(config);  // model.name's family on meta: shapes only

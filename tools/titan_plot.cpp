@@ -2,6 +2,7 @@
 // titan-plot: training curves of one or more runs from their metrics.jsonl (in job.dump_folder), one panel
 // per metric and one colour per run, as PNG or SVG, without Python. See docs/observability.md#plots.
 //   titan-plot outputs/run_a outputs/run_b -o curves.png --metrics loss,lr,grad_norm,tps,memory
+//   titan-plot --job.config_file run.toml -o curves.svg      (the job's run: its job.dump_folder)
 // Metrics: loss, lr, grad_norm, tps, memory, mfu, tflops, val_loss, or any numeric key of metrics.jsonl.
 #include <fmt/format.h>
 
@@ -10,13 +11,24 @@
 #include <vector>
 
 #include "titan/core/error.hpp"
+#include "titan/core/tool_args.hpp"
 #include "titan/metrics/plot.hpp"
 
 namespace {
 
-constexpr const char* kUsage =
-    "usage: titan-plot <run folder or metrics.jsonl>... [-o out.png|out.svg] [--metrics loss,lr,grad_norm,tps,memory]\n"
-    "  metrics: loss, lr, grad_norm, tps, memory, mfu, tflops, val_loss, or any numeric key of metrics.jsonl\n";
+const titan::ToolSpec kSpec = {
+    .name = "titan-plot",
+    .usage =
+        "usage: titan-plot [RUN...] [-o out.png|out.svg] [--metrics loss,lr,grad_norm,tps,memory]\n"
+        "  RUN: a run folder (job.dump_folder) or its metrics.jsonl; default: the job's job.dump_folder\n"
+        "  metrics: loss, lr, grad_norm, tps, memory, mfu, tflops, val_loss, or any numeric key of metrics.jsonl\n",
+    .flags = {{.name = "--output",
+               .value = "FILE",
+               .help = "the picture: .png or .svg (default metrics.png)",
+               .alias = "-o"},
+              {.name = "--metrics", .value = "A,B", .help = "one panel each (default loss,lr,grad_norm,tps,memory)"}},
+    .keys = "job.dump_folder (the run when none is named)",
+    .words = "run folders"};
 
 std::vector<std::string> split(const std::string& s) {
   std::vector<std::string> out;
@@ -30,31 +42,17 @@ std::vector<std::string> split(const std::string& s) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::vector<std::string> folders;
-  std::string out = "metrics.png";
-  titan::plot::PlotOptions options;
-  for (int i = 1; i < argc; ++i) {
-    const std::string arg = argv[i];
-    if (arg == "-h" || arg == "--help") {
-      fmt::print("{}", kUsage);
+  try {
+    const titan::ToolArgs args = titan::parse_tool_args(kSpec, argc, argv);
+    if (args.help) {
+      fmt::print("{}", titan::tool_help(kSpec));
       return 0;
     }
-    if ((arg == "-o" || arg == "--output") && i + 1 < argc) {
-      out = argv[++i];
-    } else if (arg == "--metrics" && i + 1 < argc) {
-      options.metrics = split(argv[++i]);
-    } else if (!arg.empty() && arg[0] == '-') {
-      fmt::print(stderr, "titan-plot: unknown option '{}'\n{}", arg, kUsage);
-      return 1;
-    } else {
-      folders.push_back(arg);
-    }
-  }
-  if (folders.empty()) {
-    fmt::print(stderr, "{}", kUsage);
-    return 1;
-  }
-  try {
+    const std::vector<std::string> folders =
+        args.words.empty() ? std::vector<std::string>{args.config.job.dump_folder} : args.words;
+    const std::string out = args.value("--output").value_or("metrics.png");
+    titan::plot::PlotOptions options;
+    if (const auto metrics = args.value("--metrics")) options.metrics = split(*metrics);
     std::vector<titan::plot::Run> runs;
     for (const auto& folder : folders) runs.push_back(titan::plot::read_run(folder));
     for (const auto& metric : options.metrics) {

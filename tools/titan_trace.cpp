@@ -3,24 +3,46 @@
 // job.dump_folder/comm.save_traces_folder) and prints why each rank stopped, its last collective on
 // every group, and the first place where the ranks parted. See docs/observability.md.
 //   titan-trace outputs/comm_traces
+//   titan-trace --job.config_file run.toml      (the job's job.dump_folder/comm.save_traces_folder)
 // Exit status: 0 when a mismatch was found and printed, 1 on errors, 2 when the ranks agree.
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <filesystem>
 #include <map>
 #include <string>
 
 #include "titan/core/error.hpp"
+#include "titan/core/tool_args.hpp"
 #include "titan/dist/flight_recorder.hpp"
 
+namespace {
+
+const titan::ToolSpec kSpec = {
+    .name = "titan-trace",
+    .usage =
+        "usage: titan-trace [FOLDER]\n"
+        "  FOLDER: the flight-recorder dumps; default: the job's job.dump_folder/comm.save_traces_folder\n",
+    .keys = "job.dump_folder, comm.save_traces_folder (the folder when none is named)",
+    .words = "the folder of dumps"};
+
+}  // namespace
+
 int main(int argc, char** argv) {
-  if (argc != 2 || std::string(argv[1]) == "--help" || std::string(argv[1]) == "-h") {
-    fmt::print(stderr, "usage: titan-trace <folder of flight-recorder dumps>\n");
-    return argc == 2 ? 0 : 1;
-  }
   try {
-    const auto traces = titan::dist::read_traces(argv[1]);
-    fmt::print("{} dump(s) in {}\n", traces.size(), argv[1]);
+    const titan::ToolArgs args = titan::parse_tool_args(kSpec, argc, argv);
+    if (args.help) {
+      fmt::print("{}", titan::tool_help(kSpec));
+      return 0;
+    }
+    TITAN_CHECK_VALUE(args.words.size() <= 1, "[titan-trace] expected one folder of dumps, got {}: {}.",
+                      args.words.size(), fmt::join(args.words, " "));
+    const titan::JobConfig& config = args.config;
+    const std::string folder =
+        args.words.empty() ? (std::filesystem::path(config.job.dump_folder) / config.comm.save_traces_folder).string()
+                           : args.words[0];
+    const auto traces = titan::dist::read_traces(folder);
+    fmt::print("{} dump(s) in {}\n", traces.size(), folder);
     for (const auto& t : traces) {
       fmt::print("rank {}: {} collectives recorded; stopped because: {}\n", t.rank, t.entries.size(), t.reason);
       std::map<std::string, const titan::dist::TraceEntry*> last;

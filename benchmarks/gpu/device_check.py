@@ -283,8 +283,8 @@ def stage_generate(r, v):
     if not r.idle and not os.path.isdir(checkpoint):
         raise Failure(f"expected curve20's checkpoint in {checkpoint}, got none: run STAGES=curve20 first")
     cmd = [r.program("titan-generate"), "--checkpoint", checkpoint, "--model.flavor", "debugmodel",
-           "--tokenizer", os.path.join(r.build, "tests/assets/tokenizer"), "--greedy", "--max-new-tokens", "48",
-           "--output", "jsonl"]
+           "--model.hf_assets_path", os.path.join(r.build, "tests/assets/tokenizer"), "--greedy",
+           "--max-new-tokens", "48", "--output", "jsonl"]
     for p in PROMPTS:
         cmd += ["--prompt", p]
     outputs = r.together([(where, lambda w=where: r.run(cmd, os.path.join(r.results, f"generate/{w}.txt"),

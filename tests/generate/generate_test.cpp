@@ -118,7 +118,7 @@ TEST_CASE("greedy titan-generate on a titan model exported to HF equals transfor
   std::vector<std::string> argv = {generate_path(),
                                    "--checkpoint",
                                    hf.string(),
-                                   "--tokenizer",
+                                   "--model.hf_assets_path",
                                    test::test_tokenizer().string(),
                                    "--max-new-tokens",
                                    std::to_string(kNewTokens),
@@ -256,11 +256,11 @@ TEST_CASE("titan-generate under titan-run with TP 2 gives one process's tokens",
                                    (dir.path / "checkpoint").string(),
                                    "--model.flavor",
                                    "debugmodel",
-                                   "--tokenizer",
+                                   "--model.hf_assets_path",
                                    test::test_tokenizer().string(),
                                    "--max-new-tokens",
                                    "24",
-                                   "--seed",
+                                   "--debug.seed",
                                    "9",
                                    "--top-k",
                                    "40",
@@ -276,7 +276,7 @@ TEST_CASE("titan-generate under titan-run with TP 2 gives one process's tokens",
   const auto one = ids_of(json_lines(run_ok(argv)));
   std::vector<std::string> tp = {test::titan_run_path(), "--nproc-per-node", "2", "--"};
   tp.insert(tp.end(), argv.begin(), argv.end());
-  tp.insert(tp.end(), {"--tp", "2"});
+  tp.insert(tp.end(), {"--parallelism.tensor_parallel_degree", "2"});
   const std::string tp_output = run_ok(tp);
   const auto two = ids_of(json_lines(tp_output));
   INFO(tp_output);
@@ -328,16 +328,31 @@ TEST_CASE("sampling with a seed is reproducible and another seed changes it", "[
 TEST_CASE("titan-generate names a bad flag and a missing checkpoint", "[generate][errors][full]") {
   test::TempDir dir;
   const fs::path missing = dir.path / "no-such-checkpoint";
+  const std::string checkpoint = missing.string();
   for (const auto& [argv, expected] : std::vector<std::pair<std::vector<std::string>, std::string>>{
-           {{generate_path(), "--checkpoint", missing.string(), "--prompt", "x"}, missing.string()},
-           {{generate_path(), "--checkpoint", missing.string(), "--prompt", "x", "--top-p", "1.5"}, "--top-p"},
-           {{generate_path(), "--checkpoint", missing.string(), "--max-new-tokens", "many"}, "--max-new-tokens"},
-           {{generate_path(), "--prompt", "x"}, "--checkpoint"}}) {
+           {{generate_path(), "--checkpoint", checkpoint, "--prompt", "x"}, checkpoint},
+           {{generate_path(), "--checkpoint", checkpoint, "--prompt", "x", "--top-p", "1.5"}, "--top-p"},
+           {{generate_path(), "--checkpoint", checkpoint, "--max-new-tokens", "many"}, "--max-new-tokens"},
+           // A count below 1 is named as such, not blamed on the sequence length it would make.
+           {{generate_path(), "--checkpoint", checkpoint, "--prompt", "x", "--max-new-tokens", "-3"},
+            "[titan-generate] expected --max-new-tokens >= 1, got -3."},
+           {{generate_path(), "--checkpoint", checkpoint, "--prompt", "x", "--max-new-tokens", "0"},
+            "expected --max-new-tokens >= 1, got 0."},
+           // No --checkpoint: the job's <job.dump_folder>/<checkpoint.folder>, named when it is missing.
+           {{generate_path(), "--prompt", "x", "--job.dump_folder", checkpoint}, "--checkpoint (default: "},
+           {{generate_path(), "--prompt", "x", "--job.dump_folder", checkpoint}, checkpoint + "/checkpoint'"},
+           // Flags a config key replaced name the key.
+           {{generate_path(), "--checkpoint", checkpoint, "--prompt", "x", "--tp", "2"},
+            "expected --parallelism.tensor_parallel_degree N (the trainer's config key), got --tp"},
+           {{generate_path(), "--checkpoint", checkpoint, "--prompt", "x", "--seed", "2"}, "--debug.seed"},
+           {{generate_path(), "--checkpoint", checkpoint, "--prompt", "x", "--tokenizer", "t"},
+            "--model.hf_assets_path"}}) {
     test::Subprocess run(argv, {});
     const auto status = run.wait(60);
     INFO(run.output());
     REQUIRE(status);
     CHECK(test::exit_code(*status) == 1);
     CHECK_THAT(run.output(), Catch::Contains(expected));
+    CHECK_THAT(run.output(), !Catch::Contains("seq_len"));
   }
 }

@@ -369,6 +369,15 @@ TEST_CASE("titan-plan prints a plan and lists a search", "[models][memory_plan][
     CHECK_THAT(text, !Contains("terminate"));
   }
   CHECK_THAT(titan::test::read_file(out), Contains("--intra-node-bw") && Contains("got 'fast'"));
+  // The device's peak is the trainer's key (metrics.peak_flops); the flag it replaced names it.
+  const std::string peak_cmd =
+      fmt::format("'{}' --config llama3_8b --gpus 8 --metrics.peak_flops 2e15 > '{}' 2>&1", bin.string(), out.string());
+  REQUIRE(std::system(peak_cmd.c_str()) == 0);
+  CHECK_THAT(titan::test::read_file(out), Contains("(2e+15 FLOP/s peak)"));
+  const std::string old_cmd =
+      fmt::format("'{}' --config llama3_8b --gpus 8 --peak-flops 2e15 > '{}' 2>&1", bin.string(), out.string());
+  CHECK(std::system(old_cmd.c_str()) != 0);
+  CHECK_THAT(titan::test::read_file(out), Contains("expected --metrics.peak_flops F") && Contains("got --peak-flops"));
 }
 
 TEST_CASE("titan-plan --optimizer.implementation fused_opt_states_bf16 reports half the moment bytes",
