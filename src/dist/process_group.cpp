@@ -24,8 +24,8 @@ struct WorkImpl {
   c10::intrusive_ptr<c10d::Work> work;
   std::shared_ptr<GroupImpl> group;
   int64_t trace_id = -1;   // flight-recorder entry, -1 when the recorder is off
-  int64_t strict_seq = 0;  // strict groups: the collective's number, checked against another rank's at wait()
-  std::string strict_signature{};
+  int64_t strict_seq = 0;  // strict groups: the collective's number, checked against the other ranks' at wait()
+  StrictCollective strict_collective{};
 };
 
 struct GroupImpl {
@@ -88,10 +88,11 @@ void check_peer(int64_t peer, const char* what, int64_t rank, int64_t size, cons
 }
 
 // A strict group checks its tensors' device, and a collective's place in every rank's order (signature
-// non-empty; point-to-point has its own rules).
+// non-empty; point-to-point has its own rules) and an all-to-all's splits against the other ranks'.
 struct StrictCheck {
   std::initializer_list<const at::Tensor*> tensors;
   std::string signature{};
+  std::vector<int64_t> rows_to{}, rows_from{};  // all-to-all with splits: in_splits, out_splits
 };
 
 // Issues a collective through call(), recorded by the flight recorder when it is on.
@@ -99,16 +100,26 @@ template <class Call>
 Work issue(const std::shared_ptr<detail::GroupImpl>& g, const char* op, const at::Tensor& input, Call&& call,
            const StrictCheck& strict = {}) {
   int64_t strict_seq = 0;
+  detail::StrictCollective collective;
   if (g->strict) {
     for (const at::Tensor* t : strict.tensors) g->strict->check_device(*t, op);
-    if (!strict.signature.empty()) strict_seq = g->strict->publish_collective(strict.signature);
+    if (!strict.signature.empty()) {
+      collective = {.signature = strict.signature, .rows_to = strict.rows_to, .rows_from = strict.rows_from};
+      strict_seq = g->strict->publish_collective(collective);
+      // Rows that disagree abort the process inside Gloo's transport (an enforce on its I/O thread), so an
+      // all-to-all with splits is checked before its data moves rather than at wait().
+      if (!collective.rows_to.empty()) {
+        g->strict->verify_collective(strict_seq, collective);
+        strict_seq = 0;
+      }
+    }
   }
   auto make = [&](c10::intrusive_ptr<c10d::Work> work, int64_t id) {
     return Work(std::make_shared<detail::WorkImpl>(detail::WorkImpl{.work = std::move(work),
                                                                     .group = g,
                                                                     .trace_id = id,
                                                                     .strict_seq = strict_seq,
-                                                                    .strict_signature = strict.signature}));
+                                                                    .strict_collective = std::move(collective)}));
   };
   if (!detail::recorder_enabled() || g->may_fail) return make(call(), -1);
   const detail::TracedGroup traced{.name = g->name, .ranks = g->global_ranks};
@@ -144,7 +155,7 @@ void Work::wait() {
   const auto start = std::chrono::steady_clock::now();
   detail::mark_started(impl_->trace_id);
   try {
-    if (impl_->strict_seq > 0) impl_->group->strict->verify_collective(impl_->strict_seq, impl_->strict_signature);
+    if (impl_->strict_seq > 0) impl_->group->strict->verify_collective(impl_->strict_seq, impl_->strict_collective);
     impl_->work->wait();
     // NCCL's wait() only orders the current stream after the kernel: the watchdog sees it complete. On
     // Gloo wait() returns once it completed (its reduce-scatter's isCompleted() stays false for good).
@@ -334,7 +345,9 @@ Work ProcessGroup::all_to_all(at::Tensor& out, const at::Tensor& in, const std::
   const int64_t row = c10::multiply_integers(in.sizes().slice(1));  // known even when this rank sends no row
   return issue(impl_, "all_to_all", in, [&] { return impl_->backend->alltoall_base(out, contiguous_in, out_s, in_s); },
                {.tensors = {&out, &in},
-                .signature = fmt::format("all_to_all_v rows of {} x {}", row, c10::toString(in.scalar_type()))});
+                .signature = fmt::format("all_to_all_v rows of {} x {}", row, c10::toString(in.scalar_type())),
+                .rows_to = in_splits,
+                .rows_from = out_splits});
 }
 
 Work ProcessGroup::broadcast(at::Tensor& tensor, int64_t root) const {

@@ -4,10 +4,13 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <array>
 #include <atomic>
 #include <condition_variable>
 #include <deque>
+#include <sstream>
 #include <thread>
+#include <tuple>
 
 #include "titan/core/error.hpp"
 
@@ -22,6 +25,22 @@ std::string describe(const at::Tensor& t) {
 
 /// What the other side of a message must agree on: NCCL moves count x dtype, whatever the shape.
 std::string payload(const at::Tensor& t) { return fmt::format("{} x {}", t.numel(), c10::toString(t.scalar_type())); }
+
+/// "3,3|3,5": the rows an all-to-all sends to each rank, then those it receives from each.
+std::string rows_text(const StrictCollective& c) {
+  return fmt::format("{}|{}", fmt::join(c.rows_to, ","), fmt::join(c.rows_from, ","));
+}
+
+std::pair<std::vector<int64_t>, std::vector<int64_t>> parse_rows(const std::string& text) {
+  const auto numbers = [](const std::string& list) {
+    std::vector<int64_t> out;
+    std::istringstream in(list);
+    for (std::string n; std::getline(in, n, ',');) out.push_back(std::stoll(n));
+    return out;
+  };
+  const size_t bar = text.find('|');
+  return {numbers(text.substr(0, bar)), numbers(text.substr(bar + 1))};
+}
 
 /// The Work of one post(): done once each of its peers' units is.
 class BatchWork : public c10d::Work {
@@ -70,9 +89,7 @@ class StrictChannel {
 
  private:
   int64_t me() const { return rules_.rank(); }
-  std::string who(int64_t group_rank) const {
-    return fmt::format("rank {} (global {})", group_rank, rules_.global_rank(group_rank));
-  }
+  std::string who(int64_t group_rank) const { return rules_.who(group_rank); }
   // Keys: what each side has at the head of its queue. "p/<src>-<dst>/s<k>" is src's k-th send to dst
   // ready to go, "p/<src>-<dst>/r<k>" dst's k-th receive from src posted.
   std::string own_key(const StrictOp& op, int64_t k) const {
@@ -209,20 +226,27 @@ void StrictRules::check_device(const at::Tensor& t, const char* what) const {
                     what, group_, device_.str(), describe(t), t.device().str());
 }
 
-int64_t StrictRules::publish_collective(const std::string& signature) {
+int64_t StrictRules::publish_collective(const StrictCollective& collective) {
   int64_t seq = 0;
   {
     std::lock_guard lock(mutex_);
     seq = ++collectives_;
   }
-  store_->set(fmt::format("c/{}/{}", seq, rank_), std::vector<uint8_t>(signature.begin(), signature.end()));
+  const auto set = [&](const std::string& key, const std::string& value) {
+    store_->set(key, std::vector<uint8_t>(value.begin(), value.end()));
+  };
+  // The rows before the signature: a rank that read the signature finds them.
+  if (!collective.rows_to.empty()) set(fmt::format("c/{}/{}/rows", seq, rank_), rows_text(collective));
+  set(fmt::format("c/{}/{}", seq, rank_), collective.signature);
   return seq;
 }
 
-void StrictRules::verify_collective(int64_t seq, const std::string& signature) const {
-  const int64_t other = rank_ == 0 ? 1 : 0;
+std::string StrictRules::who(int64_t group_rank) const {
+  return fmt::format("rank {} (global {})", group_rank, global_rank(group_rank));
+}
+
+void StrictRules::verify_same(int64_t seq, const std::string& signature, int64_t other) const {
   const std::string theirs = wait_key(fmt::format("c/{}/{}", seq, other));
-  const auto who = [&](int64_t r) { return fmt::format("rank {} (global {})", r, global_rank(r)); };
   TITAN_CHECK(!theirs.empty(),
               "[titan::dist::strict] expected every rank of group '{}' to issue collective #{}, got none from {} "
               "within {} s; {} issued {}. Under NCCL this hangs: every rank must issue the same collectives in the "
@@ -233,6 +257,37 @@ void StrictRules::verify_collective(int64_t seq, const std::string& signature) c
               "order, got collective #{}: {} issued {}, {} issued {}. Under NCCL the two would be matched with each "
               "other (a hang or wrong data): make every rank take the same path.",
               group_, seq, who(rank_), signature, who(other), theirs);
+}
+
+void StrictRules::verify_rows(int64_t seq, const StrictCollective& mine, int64_t other) const {
+  const std::vector<uint8_t> bytes = store_->get(fmt::format("c/{}/{}/rows", seq, other));
+  const auto [their_to, their_from] = parse_rows({bytes.begin(), bytes.end()});
+  const auto me = static_cast<size_t>(rank_), them = static_cast<size_t>(other);
+  // Each direction: what the sender sends, what the receiver expects.
+  const std::array<std::tuple<int64_t, int64_t, int64_t, int64_t>, 2> directions = {
+      std::tuple{rank_, other, mine.rows_to[them], their_from[me]},
+      std::tuple{other, rank_, their_to[me], mine.rows_from[them]}};
+  for (const auto& [sender, receiver, sent, expected] : directions) {
+    TITAN_CHECK(sent == expected,
+                "[titan::dist::strict] expected every rank of group '{}' to send each rank as many rows as that rank "
+                "receives from it in collective #{} ({}), got {} sending {} rows to {}, which receives {} from it. "
+                "Under NCCL the exchange would hang or fill the wrong rows: derive both ranks' splits from one "
+                "exchange of the counts, and issue the exchanges in the same order on every rank (two of one row "
+                "width swapped on one rank show here).",
+                group_, seq, mine.signature, who(sender), sent, who(receiver), expected);
+  }
+}
+
+void StrictRules::verify_collective(int64_t seq, const StrictCollective& collective) const {
+  const int64_t other = rank_ == 0 ? 1 : 0;
+  verify_same(seq, collective.signature, other);
+  if (collective.rows_to.empty()) return;
+  // Rows pair this rank with every other: each must have issued this exchange, with mirrored splits.
+  for (int64_t peer = 0; peer < static_cast<int64_t>(global_ranks_.size()); ++peer) {
+    if (peer == rank_) continue;
+    if (peer != other) verify_same(seq, collective.signature, peer);
+    verify_rows(seq, collective, peer);
+  }
 }
 
 c10::intrusive_ptr<c10d::Work> StrictRules::post(std::vector<StrictOp> ops) {

@@ -7,7 +7,8 @@
 //     of b's queue too (rendezvous). A batch (ProcessGroup::batch_isend_irecv) enters each of its peers'
 //     queues as one unit whose operations progress together: how a pair exchanges in both directions.
 //   - collectives: every rank issues the same ones in the same order (checked at wait(), before the data
-//     moves: a collective cannot complete before every rank has issued it anyway).
+//     moves: a collective cannot complete before every rank has issued it anyway), and in an all-to-all with
+//     splits each rank sends every other as many rows as that one receives from it.
 //   - tensors live on the group's device (NCCL takes device tensors only).
 // A queue that waits past the group's timeout fails with what both ranks were waiting for.
 #pragma once
@@ -38,6 +39,13 @@ struct StrictOp {
 
 class StrictChannel;
 
+/// A collective as the order check sees it.
+struct StrictCollective {
+  std::string signature;             ///< "all_reduce 1024 x Float sum": what every rank's must equal
+  std::vector<int64_t> rows_to{};    ///< an all-to-all with splits: the rows this rank sends each group rank
+  std::vector<int64_t> rows_from{};  ///< and those it receives from each; empty for any other collective
+};
+
 class StrictRules {
  public:
   StrictRules(std::string group, int64_t rank, std::vector<int64_t> global_ranks, c10::intrusive_ptr<c10d::Store> store,
@@ -49,9 +57,11 @@ class StrictRules {
   /// Throws unless t is on the group's device.
   void check_device(const at::Tensor& t, const char* what) const;
   /// Publishes this rank's next collective; returns its sequence number for verify_collective.
-  int64_t publish_collective(const std::string& signature);
-  /// Throws unless the other rank (rank 0, or rank 1 for rank 0) issued the same collective as its seq-th.
-  void verify_collective(int64_t seq, const std::string& signature) const;
+  int64_t publish_collective(const StrictCollective& collective);
+  /// Throws unless the other rank (rank 0, or rank 1 for rank 0) issued the same collective as its seq-th, and for
+  /// an all-to-all with splits unless every other rank issued it too, receiving from this one what it sends there
+  /// and sending what it receives.
+  void verify_collective(int64_t seq, const StrictCollective& collective) const;
   /// Queues ops (one unit per peer) on their pairs' queues; the Work completes once every op moved.
   c10::intrusive_ptr<c10d::Work> post(std::vector<StrictOp> ops);
 
@@ -61,6 +71,8 @@ class StrictRules {
   const std::string& group() const { return group_; }
   int64_t rank() const { return rank_; }
   int64_t global_rank(int64_t group_rank) const { return global_ranks_[static_cast<size_t>(group_rank)]; }
+  /// "rank 1 (global 3)"
+  std::string who(int64_t group_rank) const;
   const c10::intrusive_ptr<c10d::Store>& store() const { return store_; }
   const c10::intrusive_ptr<c10d::Backend>& gloo() const { return gloo_; }
   std::chrono::milliseconds timeout() const { return timeout_; }
@@ -70,6 +82,11 @@ class StrictRules {
   bool alive() const;
 
  private:
+  /// Throws unless `other` issued the same signature as this rank's seq-th collective.
+  void verify_same(int64_t seq, const std::string& signature, int64_t other) const;
+  /// Throws unless `other`'s rows in the all-to-all mirror this rank's.
+  void verify_rows(int64_t seq, const StrictCollective& mine, int64_t other) const;
+
   std::string group_;
   int64_t rank_;
   std::vector<int64_t> global_ranks_;

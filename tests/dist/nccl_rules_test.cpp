@@ -1,17 +1,22 @@
 // SPDX-License-Identifier: BSD-3-Clause
 // The strict backend: Gloo with NCCL's rules enforced, so that what would hang or mismatch on GPUs fails on
-// CPU with a message naming the ranks and calls. Each rule is shown to catch what Gloo forgives, and the
-// pipeline's and the context-parallel ring's posting orders are shown to need the fixes they got. The
-// parity suites (tests/parallel) run their meshes on this backend.
+// CPU with a message naming the ranks and calls. Each rule is shown to catch what Gloo forgives, the
+// pipeline's and the context-parallel ring's posting orders are shown to need the fixes they got, and a fault in
+// expert parallelism's exchanges (ETP's all-gather and reduce-scatter swapped, an EP all-to-all skipped) is named.
+// Every multi-rank test runs on this backend unless it says why not (docs/testing.md).
 #include <ATen/ATen.h>
 #include <fmt/format.h>
 
 #include <mutex>
+#include <numeric>
 #include <sstream>
 
+#include "dist/rank_test_util.hpp"
 #include "test_util.hpp"
 #include "titan/dist/local_ranks.hpp"
+#include "titan/dist/mesh.hpp"
 #include "titan/dist/process_group.hpp"
+#include "titan/parallel/expert_parallel.hpp"
 #include "titan/parallel/pipeline_schedule.hpp"
 
 using namespace titan;
@@ -238,5 +243,109 @@ TEST_CASE("every built-in schedule posts each pair's sends and receives in one o
             parallel::validate_pipeline_program(parallel::make_pipeline_program(schedule, pp, stages, microbatches)));
       }
     }
+  }
+}
+
+namespace {
+
+constexpr int64_t kWidth = 4;  // a slot's hidden size
+
+int64_t sum(const std::vector<int64_t>& v) { return std::accumulate(v.begin(), v.end(), int64_t{0}); }
+
+std::vector<int64_t> values(const at::Tensor& t) {  // t (n) int64 CPU
+  return {t.data_ptr<int64_t>(), t.data_ptr<int64_t>() + t.numel()};
+}
+
+// Expert tensor parallelism's exchanges over etp (the tp group) as the token dispatch issues them for one local
+// expert (src/parallel/expert_parallel.cpp): the counts all-gathered, each rank's `rows` slots sent whole to every etp
+// rank (the all-gather, of uneven parts), the partial outputs sent back to the rank that routed them and summed (the
+// reduce-scatter). swapped: this rank issues the reduce-scatter before the all-gather. Returns the summed outputs.
+at::Tensor etp_exchanges(const dist::ProcessGroup& etp, int64_t rows, bool swapped) {
+  const int64_t n = etp.size();
+  at::Tensor counts = at::full({1}, rows, at::kLong);  // (1)
+  at::Tensor all_counts = at::empty({n}, at::kLong);   // (etp)
+  etp.all_gather(all_counts, counts).wait();
+  const std::vector<int64_t> theirs = values(all_counts), mine(static_cast<size_t>(n), rows);
+  const at::Tensor slots = at::full({rows, kWidth}, static_cast<double>(etp.rank() + 1));  // (rows, D)
+  const auto gather = [&] { return parallel::all_to_all_v(slots.repeat({n, 1}), etp, theirs, mine); };
+  const auto scatter = [&](const at::Tensor& partial) {  // (sum theirs, D) -> (rows, D)
+    return parallel::all_to_all_v(partial, etp, mine, theirs).view({n, rows, kWidth}).sum(0);
+  };
+  if (!swapped) return scatter(gather());
+  at::Tensor early = scatter(at::ones({sum(theirs), kWidth}));
+  gather();
+  return early;
+}
+
+// Expert parallelism's exchanges over ep as the token dispatch issues them: the per-rank counts (an even all-to-all),
+// the slots to the ranks of their experts and the experts' outputs back (all-to-alls with splits). to_each[s]: the
+// slots this rank routes to rank s; the "experts" double them. skip_dispatch: this rank leaves out the slots' exchange.
+at::Tensor ep_exchanges(const dist::ProcessGroup& ep, const std::vector<int64_t>& to_each, bool skip_dispatch) {
+  at::Tensor send_counts = at::tensor(to_each, at::kLong);  // (ep)
+  at::Tensor recv_counts = at::empty_like(send_counts);     // (ep)
+  ep.all_to_all(recv_counts, send_counts).wait();
+  const std::vector<int64_t> from_each = values(recv_counts);
+  const at::Tensor slots = at::full({sum(to_each), kWidth}, static_cast<double>(ep.rank() + 1));  // (N, D)
+  const at::Tensor routed = skip_dispatch ? at::zeros({sum(from_each), kWidth})
+                                          : parallel::all_to_all_v(slots, ep, from_each, to_each);  // (M, D)
+  return parallel::all_to_all_v(routed * 2, ep, to_each, from_each);                                // (N, D)
+}
+
+}  // namespace
+
+TEST_CASE("strict: expert tensor parallelism's all-gather and reduce-scatter swapped on one rank are named",
+          "[dist][strict][expert_parallel]") {
+  // The two tp ranks route 3 and 5 slots; both exchanges move rows of the same width and dtype, so the order check
+  // alone sees nothing: each rank's rows are held against what the other receives.
+  for (const bool fault : {false, true}) {
+    std::string group;  // its name: the mesh's group of those ranks
+    const auto errors = on_two_ranks([&](int64_t rank, const dist::Store& store) {
+      const dist::Mesh mesh({.tp = 2, .etp = 2}, rank, store, test::mesh_options(kTimeout));
+      if (rank == 0) group = mesh.group("etp").name();
+      const at::Tensor out = etp_exchanges(mesh.group("etp"), rank == 0 ? 3 : 5, fault && rank == 1);
+      // Each rank's slots come back from both etp ranks: twice their value.
+      TITAN_CHECK(at::equal(out, at::full_like(out, 2.0 * static_cast<double>(rank + 1))), "wrong sums");
+    });
+    INFO(errors[0] << "\n" << errors[1]);
+    if (!fault) {
+      CHECK(errors == std::vector<std::string>{"(no error)", "(no error)"});
+      continue;
+    }
+    for (int64_t rank = 0; rank < 2; ++rank) {
+      CHECK_THAT(errors[static_cast<size_t>(rank)],
+                 Catch::Contains("group '" + group + "'") &&
+                     Catch::Contains("collective #2 (all_to_all_v rows of 4 x Float)") &&
+                     Catch::Contains(fmt::format("rank {} (global {}) sending 3 rows to rank {} (global {}), which "
+                                                 "receives 5 from it",
+                                                 rank, rank, 1 - rank, 1 - rank)));
+    }
+  }
+}
+
+TEST_CASE("strict: an expert-parallel all-to-all skipped on one rank is named", "[dist][strict][expert_parallel]") {
+  // Rank 0 routes 1 slot to itself and 4 to rank 1, rank 1 2 to rank 0 and 3 to itself. Rank 1 skipping the slots'
+  // exchange issues the outputs' exchange second: its rows are the dispatch's mirrored, which rank 0's do not match.
+  for (const bool fault : {false, true}) {
+    std::string group;
+    const auto errors = on_two_ranks([&](int64_t rank, const dist::Store& store) {
+      const dist::Mesh mesh({.dp_shard = 2, .ep = 2}, rank, store, test::mesh_options(kTimeout));
+      if (rank == 0) group = mesh.group("ep").name();
+      const std::vector<int64_t> to_each = rank == 0 ? std::vector<int64_t>{1, 4} : std::vector<int64_t>{2, 3};
+      const at::Tensor out = ep_exchanges(mesh.group("ep"), to_each, fault && rank == 1);
+      TITAN_CHECK(at::equal(out, at::full_like(out, 2.0 * static_cast<double>(rank + 1))), "wrong outputs");
+    });
+    INFO(errors[0] << "\n" << errors[1]);
+    if (!fault) {
+      CHECK(errors == std::vector<std::string>{"(no error)", "(no error)"});
+      continue;
+    }
+    CHECK_THAT(errors[0], Catch::Contains("group '" + group + "'") &&
+                              Catch::Contains("collective #2 (all_to_all_v rows of 4 x") &&
+                              Catch::Contains("rank 0 (global 0) sending 4 rows to rank 1 (global 1), which receives "
+                                              "2 from it"));
+    CHECK_THAT(errors[1], Catch::Contains("group '" + group + "'") &&
+                              Catch::Contains("collective #2 (all_to_all_v rows of 4 x") &&
+                              Catch::Contains("rank 1 (global 1) sending 4 rows to rank 0 (global 0), which receives "
+                                              "2 from it"));
   }
 }
