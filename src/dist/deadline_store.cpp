@@ -166,6 +166,12 @@ std::vector<std::string> DeadlineStore::multi_get(const std::vector<std::string>
   });
 }
 
+void DeadlineStore::delete_key(const std::string& key) const {
+  call_within<bool>(state_, "deleteKey", [key](c10d::Store& store) { return store.deleteKey(key); });
+}
+
+bool over_network(const c10::intrusive_ptr<c10d::Store>& store) { return tcp_under(store) != nullptr; }
+
 std::chrono::milliseconds store_deadline(std::chrono::milliseconds timeout) {
   return std::clamp<std::chrono::milliseconds>(timeout / 2, std::chrono::seconds(2), std::chrono::seconds(10));
 }

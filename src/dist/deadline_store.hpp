@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: BSD-3-Clause
-// Private: store calls with a deadline, for the flight recorder and the heartbeat (src/dist/flight_recorder.cpp).
+// Private: store calls with a deadline, for the flight recorder and the heartbeat (src/dist/flight_recorder.cpp) and
+// the strict backend's rule keeping (src/dist/strict_backend.cpp).
 // A host cut off from the store's host (a partition: no reset, no answer) leaves c10d's TCPStore waiting
 // in recv far past any useful time, and the failure path that asks the store who is to blame would hang
 // with it. Each call here runs on a helper thread; the caller waits at most the deadline and then throws
@@ -48,12 +49,16 @@ class DeadlineStore {
   int64_t add(const std::string& key, int64_t delta) const;
   bool check(const std::vector<std::string>& keys) const;
   std::vector<std::string> multi_get(const std::vector<std::string>& keys) const;
+  void delete_key(const std::string& key) const;
 
   struct State;
 
  private:
   std::shared_ptr<State> state_{};
 };
+
+/// True when a TCP store is under `store` (through prefixes): its calls cross a network.
+bool over_network(const c10::intrusive_ptr<c10d::Store>& store);
 
 /// "the store at HOST:PORT" ("[HOST]:PORT" for IPv6) for the TCP store under `store` (through prefixes);
 /// "the store" for another kind.

@@ -95,16 +95,36 @@ struct StrictCheck {
   std::vector<int64_t> rows_to{}, rows_from{};  // all-to-all with splits: in_splits, out_splits
 };
 
+// A collective that failed on this rank: the flight recorder marks it (and dumps every rank's ring), and the error
+// names the group and the cause.
+[[noreturn]] void collective_failed(const std::string& group, int64_t trace_id, const std::exception& e) {
+  const std::string recorded = detail::mark_failed(trace_id, error_message(e));
+  TITAN_CHECK(false,
+              "[titan::dist] expected the collective on group '{}' to complete, got: {}. Another rank may have "
+              "failed or timed out (comm.train_timeout_seconds); its log names the first error.{}",
+              group, error_message(e), recorded);
+}
+
 // Issues a collective through call(), recorded by the flight recorder when it is on.
 template <class Call>
 Work issue(const std::shared_ptr<detail::GroupImpl>& g, const char* op, const at::Tensor& input, Call&& call,
            const StrictCheck& strict = {}) {
-  int64_t strict_seq = 0;
-  detail::StrictCollective collective;
   if (g->strict) {
     for (const at::Tensor* t : strict.tensors) g->strict->check_device(*t, op);
-    if (!strict.signature.empty()) {
-      collective = {.signature = strict.signature, .rows_to = strict.rows_to, .rows_from = strict.rows_from};
+  }
+  int64_t id = -1;
+  if (detail::recorder_enabled() && !g->may_fail) {
+    const detail::TracedGroup traced{.name = g->name, .ranks = g->global_ranks};
+    detail::before_collective(traced, op);
+    id = detail::record_collective(traced, ++g->seq, op, input);
+  }
+  // A strict group's rules talk to the store: inside the recorded collective, so that a store out of reach fails it
+  // as the backend's own timeout would, with the flight recorder's dump.
+  int64_t strict_seq = 0;
+  detail::StrictCollective collective;
+  if (g->strict && !strict.signature.empty()) {
+    collective = {.signature = strict.signature, .rows_to = strict.rows_to, .rows_from = strict.rows_from};
+    try {
       strict_seq = g->strict->publish_collective(collective);
       // Rows that disagree abort the process inside Gloo's transport (an enforce on its I/O thread), so an
       // all-to-all with splits is checked before its data moves rather than at wait().
@@ -112,22 +132,17 @@ Work issue(const std::shared_ptr<detail::GroupImpl>& g, const char* op, const at
         g->strict->verify_collective(strict_seq, collective);
         strict_seq = 0;
       }
+    } catch (const std::exception& e) {
+      collective_failed(g->name, id, e);
     }
   }
-  auto make = [&](c10::intrusive_ptr<c10d::Work> work, int64_t id) {
-    return Work(std::make_shared<detail::WorkImpl>(detail::WorkImpl{.work = std::move(work),
-                                                                    .group = g,
-                                                                    .trace_id = id,
-                                                                    .strict_seq = strict_seq,
-                                                                    .strict_collective = std::move(collective)}));
-  };
-  if (!detail::recorder_enabled() || g->may_fail) return make(call(), -1);
-  const detail::TracedGroup traced{.name = g->name, .ranks = g->global_ranks};
-  detail::before_collective(traced, op);
-  const int64_t id = detail::record_collective(traced, ++g->seq, op, input);
   c10::intrusive_ptr<c10d::Work> work = call();
-  detail::watch(id, work);
-  return make(std::move(work), id);
+  if (id >= 0) detail::watch(id, work);
+  return Work(std::make_shared<detail::WorkImpl>(detail::WorkImpl{.work = std::move(work),
+                                                                  .group = g,
+                                                                  .trace_id = id,
+                                                                  .strict_seq = strict_seq,
+                                                                  .strict_collective = std::move(collective)}));
 }
 
 // Several backend works as one (a Gloo batch of sends and receives).
@@ -166,12 +181,9 @@ void Work::wait() {
     impl_->group->wait_ns += std::chrono::duration_cast<std::chrono::nanoseconds>(waited).count();
   } catch (const std::exception& e) {
     const std::string group = impl_->group->name;
-    const std::string recorded = detail::mark_failed(impl_->trace_id, error_message(e));
+    const int64_t trace_id = impl_->trace_id;
     impl_.reset();
-    TITAN_CHECK(false,
-                "[titan::dist] expected the collective on group '{}' to complete, got: {}. Another rank may have "
-                "failed or timed out (comm.train_timeout_seconds); its log names the first error.{}",
-                group, error_message(e), recorded);
+    collective_failed(group, trace_id, e);
   }
   impl_.reset();
 }

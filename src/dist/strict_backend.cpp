@@ -109,9 +109,7 @@ class StrictChannel {
     return u.ops.size() == 1 ? parts[0] : fmt::format("a batch of [{}]", fmt::join(parts, ", "));
   }
 
-  void set(const std::string& key, const std::string& value) const {
-    rules_.store()->set(key, std::vector<uint8_t>(value.begin(), value.end()));
-  }
+  void set(const std::string& key, const std::string& value) const { rules_.store_set(key, value); }
 
   void run() {
     for (;;) {
@@ -155,7 +153,7 @@ class StrictChannel {
                   "as its match on {}, got {} there. NCCL matches the k-th send with the k-th receive of the pair, "
                   "whatever the tags: post them in the same order on both ranks.",
                   who(me()), op_text(op, u.index[i]), rules_.group(), who(peer_), theirs);
-      rules_.store()->deleteKey(key);  // read once, by this side only
+      rules_.store_delete(key);  // read once, by this side only
     }
     std::vector<c10::intrusive_ptr<c10d::Work>> works;
     for (size_t i = 0; i < u.ops.size(); ++i) {
@@ -170,9 +168,8 @@ class StrictChannel {
 
   std::string peer_head() const {
     const std::string key = head_key(peer_, me());
-    if (!rules_.store()->check({key})) return "nothing: it has posted no operation toward this rank";
-    const std::vector<uint8_t> bytes = rules_.store()->get(key);
-    return {bytes.begin(), bytes.end()};
+    if (!rules_.store_check(key)) return "nothing: it has posted no operation toward this rank";
+    return rules_.store_get(key);
   }
 
   StrictRules& rules_;
@@ -195,7 +192,29 @@ StrictRules::StrictRules(std::string group, int64_t rank, std::vector<int64_t> g
       store_(std::move(store)),
       gloo_(std::move(gloo)),
       timeout_(timeout),
-      device_(device) {}
+      device_(device) {
+  if (over_network(store_)) bounded_ = DeadlineStore(store_, store_name(store_), store_deadline(timeout_));
+}
+
+void StrictRules::store_set(const std::string& key, const std::string& value) const {
+  if (bounded_) return bounded_.set(key, value);
+  store_->set(key, std::vector<uint8_t>(value.begin(), value.end()));
+}
+
+std::string StrictRules::store_get(const std::string& key) const {
+  if (bounded_) return bounded_.get(key);
+  const std::vector<uint8_t> bytes = store_->get(key);
+  return {bytes.begin(), bytes.end()};
+}
+
+bool StrictRules::store_check(const std::string& key) const {
+  return bounded_ ? bounded_.check({key}) : store_->check({key});
+}
+
+void StrictRules::store_delete(const std::string& key) const {
+  if (bounded_) return bounded_.delete_key(key);
+  store_->deleteKey(key);
+}
 
 StrictRules::~StrictRules() {
   alive_ = false;
@@ -209,13 +228,12 @@ std::string StrictRules::wait_key(const std::string& key) const {
   // the other queues' keys for as long.
   const auto deadline = Clock::now() + timeout_;
   auto pause = std::chrono::microseconds(20);
-  while (!store_->check({key})) {
+  while (!store_check(key)) {
     if (Clock::now() > deadline || !alive()) return "";
     std::this_thread::sleep_for(pause);
     pause = std::min(pause * 2, std::chrono::microseconds(1000));
   }
-  const std::vector<uint8_t> bytes = store_->get(key);
-  return {bytes.begin(), bytes.end()};
+  return store_get(key);
 }
 
 void StrictRules::check_device(const at::Tensor& t, const char* what) const {
@@ -232,12 +250,9 @@ int64_t StrictRules::publish_collective(const StrictCollective& collective) {
     std::lock_guard lock(mutex_);
     seq = ++collectives_;
   }
-  const auto set = [&](const std::string& key, const std::string& value) {
-    store_->set(key, std::vector<uint8_t>(value.begin(), value.end()));
-  };
   // The rows before the signature: a rank that read the signature finds them.
-  if (!collective.rows_to.empty()) set(fmt::format("c/{}/{}/rows", seq, rank_), rows_text(collective));
-  set(fmt::format("c/{}/{}", seq, rank_), collective.signature);
+  if (!collective.rows_to.empty()) store_set(fmt::format("c/{}/{}/rows", seq, rank_), rows_text(collective));
+  store_set(fmt::format("c/{}/{}", seq, rank_), collective.signature);
   return seq;
 }
 
@@ -260,8 +275,7 @@ void StrictRules::verify_same(int64_t seq, const std::string& signature, int64_t
 }
 
 void StrictRules::verify_rows(int64_t seq, const StrictCollective& mine, int64_t other) const {
-  const std::vector<uint8_t> bytes = store_->get(fmt::format("c/{}/{}/rows", seq, other));
-  const auto [their_to, their_from] = parse_rows({bytes.begin(), bytes.end()});
+  const auto [their_to, their_from] = parse_rows(store_get(fmt::format("c/{}/{}/rows", seq, other)));
   const auto me = static_cast<size_t>(rank_), them = static_cast<size_t>(other);
   // Each direction: what the sender sends, what the receiver expects.
   const std::array<std::tuple<int64_t, int64_t, int64_t, int64_t>, 2> directions = {

@@ -10,7 +10,9 @@
 //     moves: a collective cannot complete before every rank has issued it anyway), and in an all-to-all with
 //     splits each rank sends every other as many rows as that one receives from it.
 //   - tensors live on the group's device (NCCL takes device tensors only).
-// A queue that waits past the group's timeout fails with what both ranks were waiting for.
+// A queue that waits past the group's timeout fails with what both ranks were waiting for. Over a TCP store each
+// call waits at most a deadline (as Gloo's collectives do, a host cut off from the store's fails within the timeout
+// rather than in recv for the store's own).
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -26,6 +28,8 @@
 #include <mutex>
 #include <string>
 #include <vector>
+
+#include "deadline_store.hpp"
 
 namespace titan::dist::detail {
 
@@ -73,7 +77,11 @@ class StrictRules {
   int64_t global_rank(int64_t group_rank) const { return global_ranks_[static_cast<size_t>(group_rank)]; }
   /// "rank 1 (global 3)"
   std::string who(int64_t group_rank) const;
-  const c10::intrusive_ptr<c10d::Store>& store() const { return store_; }
+  // The rule keeping's store calls (bounded over a network).
+  void store_set(const std::string& key, const std::string& value) const;
+  std::string store_get(const std::string& key) const;
+  bool store_check(const std::string& key) const;
+  void store_delete(const std::string& key) const;
   const c10::intrusive_ptr<c10d::Backend>& gloo() const { return gloo_; }
   std::chrono::milliseconds timeout() const { return timeout_; }
   /// Polls the store until key exists (or the timeout): "" when it never came.
@@ -91,6 +99,7 @@ class StrictRules {
   int64_t rank_;
   std::vector<int64_t> global_ranks_;
   c10::intrusive_ptr<c10d::Store> store_;
+  DeadlineStore bounded_;  // store_ with a deadline when it is a TCP store, else empty
   c10::intrusive_ptr<c10d::Backend> gloo_;
   std::chrono::milliseconds timeout_;
   at::Device device_;
