@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "dist/rank_test_util.hpp"
 #include "parallel/parity_util.hpp"
 #include "test_util.hpp"
 #include "titan/checkpoint/seed_checkpoint.hpp"
@@ -42,8 +43,7 @@ TEST_CASE("a seed checkpoint loads onto FSDP shards and the safetensors package 
 
   const auto expected = source.unique_parameters();
   dist::run_local_ranks(3, [&](int64_t rank, const dist::Store& store) {
-    const dist::Mesh mesh({.dp_shard = 3}, rank, store,
-                          {.init_timeout = titan::test::patience(std::chrono::seconds(60))});
+    const dist::Mesh mesh({.dp_shard = 3}, rank, store, test::mesh_options());
     nn::manual_init_seed(99);  // different weights, then overwritten by the file
     llama3::Llama3 model(test::parity_args(), 32, at::TensorOptions());
     const Parallelized parallel = parallelize(model, mesh, llama3::parallel_plan(model, mesh));

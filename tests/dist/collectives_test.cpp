@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: BSD-3-Clause
-// Mesh layout and the differentiable collectives, on Gloo with ranks as threads.
+// Mesh layout and the differentiable collectives, on the strict backend with ranks as threads.
 #include <ATen/ATen.h>
 
+#include "dist/rank_test_util.hpp"
 #include "test_util.hpp"
 #include "titan/core/config.hpp"
 #include "titan/core/error.hpp"
@@ -12,8 +13,7 @@
 using namespace titan;
 
 namespace {
-const dist::MeshOptions kFast{.init_timeout = test::patience(std::chrono::seconds(60)),
-                              .timeout = test::patience(std::chrono::seconds(60))};
+const dist::MeshOptions kFast = test::mesh_options();
 }
 
 TEST_CASE("mesh_shape infers dp_shard and names every factor on a mismatch", "[dist][mesh]") {

@@ -126,7 +126,8 @@ TEST_CASE("The watchdog dumps a late collective and stops the rank's collectives
   titan::dist::run_local_ranks(2, [&](int64_t rank, const titan::dist::Store& store) {
     const auto g = titan::dist::ProcessGroup::create("g", store, rank, 2, {0, 1},
                                                      {.init_timeout = titan::test::patience(std::chrono::seconds(60)),
-                                                      .timeout = titan::test::patience(std::chrono::seconds(5))});
+                                                      .timeout = titan::test::patience(std::chrono::seconds(5)),
+                                                      .backend = "strict"});
     at::Tensor x = at::ones({4});
     try {
       if (rank == 1) {  // late: issues nothing until the dump exists, and then may not

@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "dist/rank_test_util.hpp"
 #include "parallel/parity_util.hpp"
 #include "test_util.hpp"
 #include "titan/core/profile_scope.hpp"
@@ -51,9 +52,7 @@ TEST_CASE("Profiler: 2 FSDP ranks as threads each write a Chrome trace with aten
   std::vector<std::optional<fs::path>> traces(2);
   std::set<ProfilerBackend> backends;
   dist::run_local_ranks(2, [&](int64_t rank, const dist::Store& store) {
-    const dist::Mesh mesh({.dp_shard = 2}, rank, store,
-                          {.init_timeout = titan::test::patience(std::chrono::seconds(60)),
-                           .timeout = titan::test::patience(std::chrono::seconds(60))});
+    const dist::Mesh mesh({.dp_shard = 2}, rank, store, test::mesh_options());
     nn::manual_init_seed(42);
     llama3::Llama3 model(test::parity_args(), 32, at::TensorOptions());
     const Parallelized parallel = parallelize(model, mesh, llama3::parallel_plan(model, mesh));
@@ -93,9 +92,7 @@ TEST_CASE("Profiler: 2 FSDP ranks as threads each write a Chrome trace with aten
 TEST_CASE("Profiler: 2 TP ranks as threads record their TP collectives", "[metrics][profiler][tp]") {
   test::TempDir dump;
   dist::run_local_ranks(2, [&](int64_t rank, const dist::Store& store) {
-    const dist::Mesh mesh({.tp = 2}, rank, store,
-                          {.init_timeout = titan::test::patience(std::chrono::seconds(60)),
-                           .timeout = titan::test::patience(std::chrono::seconds(60))});
+    const dist::Mesh mesh({.tp = 2}, rank, store, test::mesh_options());
     nn::manual_init_seed(42);
     llama3::Llama3 model(test::parity_args(), 32, at::TensorOptions());
     const Parallelized parallel = parallelize(model, mesh, llama3::parallel_plan(model, mesh));

@@ -12,6 +12,7 @@
 #include <map>
 #include <nlohmann/json.hpp>
 
+#include "dist/rank_test_util.hpp"
 #include "test_util.hpp"
 #include "titan/core/config.hpp"
 #include "titan/dist/local_ranks.hpp"
@@ -193,7 +194,7 @@ TEST_CASE("gpt_oss refuses context and tensor parallelism with the reason, and b
   for (const titan::dist::MeshShape shape : {titan::dist::MeshShape{.cp = 2}, titan::dist::MeshShape{.tp = 2}}) {
     std::vector<std::string> errors(2);
     titan::dist::run_local_ranks(2, [&](int64_t rank, const titan::dist::Store& store) {
-      const titan::dist::Mesh mesh(shape, rank, store);
+      const titan::dist::Mesh mesh(shape, rank, store, titan::test::mesh_options());
       errors[static_cast<size_t>(rank)] = titan::test::error_of([&] { model.parallel_plan(config, mesh); });
     });
     const bool cp = shape.cp == 2;

@@ -10,6 +10,7 @@
 
 #include <mutex>
 
+#include "dist/rank_test_util.hpp"
 #include "test_util.hpp"
 #include "titan/core/config.hpp"
 #include "titan/dist/local_ranks.hpp"
@@ -126,9 +127,7 @@ void check_against_one_rank(const dist::MeshShape& shape) {
   std::mutex mutex;
   std::vector<Result> results(static_cast<size_t>(shape.world_size()));
   dist::run_local_ranks(shape.world_size(), [&](int64_t rank, const dist::Store& store) {
-    const dist::Mesh mesh(shape, rank, store,
-                          {.init_timeout = titan::test::patience(std::chrono::seconds(120)),
-                           .timeout = titan::test::patience(std::chrono::seconds(120))});
+    const dist::Mesh mesh(shape, rank, store, titan::test::mesh_options(std::chrono::seconds(120)));
     Result r = train(mesh);
     std::lock_guard lock(mutex);
     results[static_cast<size_t>(rank)] = std::move(r);

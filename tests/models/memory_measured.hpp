@@ -9,6 +9,7 @@
 
 #include <ATen/ATen.h>
 
+#include "dist/rank_test_util.hpp"
 #include "test_util.hpp"
 #include "titan/core/memory_tracker.hpp"
 #include "titan/dist/local_ranks.hpp"
@@ -68,9 +69,7 @@ std::vector<MemoryParts> measure_ranks(const dist::MeshShape& shape, const Measu
   std::vector<MemoryParts> out(static_cast<size_t>(shape.world_size()));
   std::mutex mutex;
   dist::run_local_ranks(shape.world_size(), [&](int64_t rank, const dist::Store& store) {
-    const dist::Mesh mesh(
-        shape, rank, store,
-        {.init_timeout = patience(std::chrono::seconds(120)), .timeout = patience(std::chrono::seconds(120))});
+    const dist::Mesh mesh(shape, rank, store, mesh_options(std::chrono::seconds(120)));
     const MemoryParts parts = measure_rank(mesh);
     const std::lock_guard lock(mutex);
     out[static_cast<size_t>(rank)] = parts;

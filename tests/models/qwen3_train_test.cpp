@@ -18,6 +18,7 @@
 #include <nlohmann/json.hpp>
 
 #include "dist/launch_test_util.hpp"
+#include "dist/rank_test_util.hpp"
 #include "test_util.hpp"
 #include "titan/core/config.hpp"
 #include "titan/core/memory_tracker.hpp"
@@ -163,9 +164,7 @@ std::vector<Result> check_against_one_rank(const dist::MeshShape& shape) {
   std::mutex mutex;
   std::vector<Result> results(static_cast<size_t>(shape.world_size()));
   dist::run_local_ranks(shape.world_size(), [&](int64_t rank, const dist::Store& store) {
-    const dist::Mesh mesh(shape, rank, store,
-                          {.init_timeout = titan::test::patience(std::chrono::seconds(120)),
-                           .timeout = titan::test::patience(std::chrono::seconds(120))});
+    const dist::Mesh mesh(shape, rank, store, test::mesh_options(std::chrono::seconds(120)));
     Result r = train(mesh);
     std::lock_guard lock(mutex);
     results[static_cast<size_t>(rank)] = std::move(r);
@@ -301,7 +300,7 @@ TEST_CASE("expert tensor parallelism is refused with the key and the fix where i
   // A TP plan that leaves the whole MoE SequenceParallel would sum each rank's own expert slice over tp.
   std::string error;
   dist::run_local_ranks(2, [&](int64_t rank, const dist::Store& store) {
-    const dist::Mesh mesh({.tp = 2, .etp = 2}, rank, store);
+    const dist::Mesh mesh({.tp = 2, .etp = 2}, rank, store, test::mesh_options());
     nn::manual_init_seed(42);
     qwen3::Qwen3 model(parity_args(), kSeq, at::TensorOptions());
     parallel::ParallelPlan plan = model.parallel_plan(parity_config(), mesh);

@@ -10,6 +10,7 @@
 #include <array>
 #include <map>
 
+#include "dist/rank_test_util.hpp"
 #include "nn/bf16_gemm_scope.hpp"
 #include "test_util.hpp"
 #include "titan/core/cpu_info.hpp"
@@ -167,12 +168,10 @@ TEST_CASE("nn::linear under CPU bf16 autocast: widened and native give one bf16 
 namespace titan::test {
 
 TEST_CASE("bf16 GEMM choice: every rank takes rank 0's, whatever its own timing said", "[nn][bf16_gemm][dist]") {
-  const dist::MeshOptions options{.init_timeout = patience(std::chrono::seconds(60)),
-                                  .timeout = patience(std::chrono::seconds(60))};
   for (const auto rank0 : {nn::Bf16Gemm::native, nn::Bf16Gemm::widened}) {
     const auto other = rank0 == nn::Bf16Gemm::native ? nn::Bf16Gemm::widened : nn::Bf16Gemm::native;
     dist::run_local_ranks(3, [&](int64_t rank, const dist::Store& store) {
-      const dist::Mesh mesh({.dp_shard = 3}, rank, store, options);
+      const dist::Mesh mesh({.dp_shard = 3}, rank, store, mesh_options());
       const nn::Bf16Gemm agreed = nn::agree_bf16_gemm(mesh.group("world"), rank == 0 ? rank0 : other);
       RANK_CHECK(agreed == rank0);
     });

@@ -8,6 +8,7 @@
 
 #include <mutex>
 
+#include "dist/rank_test_util.hpp"
 #include "test_util.hpp"
 #include "titan/dist/local_ranks.hpp"
 #include "titan/dist/mesh.hpp"
@@ -18,9 +19,7 @@ namespace {
 
 constexpr double kTol = 1e-5;
 // On the strict backend: both K/V exchanges held to NCCL's rules (tests/dist/nccl_rules_test.cpp).
-const dist::MeshOptions kQuick{.backend = "strict",
-                               .init_timeout = titan::test::patience(std::chrono::seconds(60)),
-                               .timeout = titan::test::patience(std::chrono::seconds(60))};
+const dist::MeshOptions kQuick = mesh_options();
 
 struct AttentionCase {
   int64_t cp = 2;

@@ -11,6 +11,7 @@
 #include <cmath>
 #include <limits>
 
+#include "dist/rank_test_util.hpp"
 #include "test_util.hpp"
 #include "titan/dist/local_ranks.hpp"
 #include "titan/dist/mesh.hpp"
@@ -114,7 +115,7 @@ TEST_CASE("a biased Linear adds its bias, and tensor parallelism refuses it", "[
   };
   std::vector<std::string> errors(2);
   dist::run_local_ranks(2, [&](int64_t rank, const dist::Store& store) {
-    const dist::Mesh mesh({.tp = 2}, rank, store);
+    const dist::Mesh mesh({.tp = 2}, rank, store, mesh_options());
     OneLinear model;
     parallel::ParallelPlan plan;
     plan.tensor_parallel.add("proj", parallel::RowwiseParallel{});

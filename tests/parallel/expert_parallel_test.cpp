@@ -17,6 +17,7 @@
 #include <mutex>
 #include <vector>
 
+#include "dist/rank_test_util.hpp"
 #include "test_util.hpp"
 #include "titan/core/config.hpp"
 #include "titan/core/config_loader.hpp"
@@ -38,9 +39,7 @@ constexpr int64_t kSteps = 6;
 constexpr double kLr = 0.5;
 
 // On the strict backend: expert parallelism's all-to-alls held to NCCL's rules (tests/dist/nccl_rules_test.cpp).
-const dist::MeshOptions kFastMesh{.backend = "strict",
-                                  .init_timeout = titan::test::patience(std::chrono::seconds(60)),
-                                  .timeout = titan::test::patience(std::chrono::seconds(60))};
+const dist::MeshOptions kFastMesh = titan::test::mesh_options();
 
 nn::MoEArgs moe_args(int64_t experts) {
   return {.num_experts = experts,

@@ -21,6 +21,7 @@
 #include <algorithm>
 #include <mutex>
 
+#include "dist/rank_test_util.hpp"
 #include "parity_util.hpp"
 #include "test_util.hpp"
 #include "titan/dist/local_ranks.hpp"
@@ -30,9 +31,7 @@ namespace titan::test {
 /// The final weights' absolute tolerance: 5% of one AdamW step's largest move (lr).
 inline constexpr double kWeightAtol = 0.05 * kParityLr;
 
-inline const dist::MeshOptions kFast{.backend = "strict",
-                                     .init_timeout = patience(std::chrono::seconds(120)),
-                                     .timeout = patience(std::chrono::seconds(120))};
+inline const dist::MeshOptions kFast = mesh_options(std::chrono::seconds(120));
 
 inline const ParityResult& single_rank() {
   static const ParityResult result = train_parity(dist::Mesh(), {});
