@@ -15,7 +15,9 @@ int main(int argc, char** argv) {
   using namespace titan;
   try {
     const JobConfig cfg = parse_args(argc, argv);
-    const dist::Mesh mesh = dist::Mesh::from_launch_env(cfg.parallelism);
+    // comm.backend: auto is Gloo on this CPU loop; strict checks NCCL's rules on it.
+    const dist::Mesh mesh = dist::Mesh::from_launch_env(
+        cfg.parallelism, {.backend = cfg.comm.backend == "auto" ? std::string("gloo") : cfg.comm.backend});
     log::set_rank(static_cast<int>(mesh.rank()));
 
     nn::manual_init_seed(static_cast<uint64_t>(cfg.debug.seed.value_or(0)));  // layout-invariant init

@@ -210,8 +210,10 @@ at::Device pick_device() {
 
 int run(const Options& o, const JobConfig& config) {
   const at::Device device = pick_device();
-  const dist::Mesh mesh =
-      dist::Mesh::from_launch_env(config.parallelism, {.backend = device.is_cuda() ? "nccl" : "gloo"});
+  const std::string backend = config.comm.backend != "auto" ? config.comm.backend
+                              : device.is_cuda()            ? "nccl"
+                                                            : "gloo";  // strict on CPUs too
+  const dist::Mesh mesh = dist::Mesh::from_launch_env(config.parallelism, {.backend = backend});
   log::set_rank(static_cast<int>(mesh.rank()));
   TITAN_CHECK_NOT_IMPLEMENTED(
       mesh.size("pp") == 1 && mesh.size("cp") == 1,

@@ -9,8 +9,10 @@
 
 #include <mutex>
 #include <numeric>
+#include <regex>
 #include <sstream>
 
+#include "dist/launch_test_util.hpp"
 #include "dist/rank_test_util.hpp"
 #include "test_util.hpp"
 #include "titan/dist/local_ranks.hpp"
@@ -348,4 +350,37 @@ TEST_CASE("strict: an expert-parallel all-to-all skipped on one rank is named", 
                               Catch::Contains("rank 1 (global 1) sending 4 rows to rank 0 (global 0), which receives "
                                               "2 from it"));
   }
+}
+
+TEST_CASE("strict: a titan job the tests start over processes runs on the strict backend unless it names one",
+          "[dist][strict][launch]") {
+  const std::vector<std::string> job = {test::titan_run_path(),
+                                        "--nproc-per-node",
+                                        "2",
+                                        "--",
+                                        (test::binary_dir() / "bin" / "train_llama3").string(),
+                                        "--training.steps",
+                                        "1"};
+  CHECK(test::strict_by_default(job) ==
+        test::concat(job, {"--comm.backend", "strict", "--fault_tolerance.process_group", "strict"}));
+  // An opt-out keeps its backend; one process, or a program that reads no JobConfig, is left alone.
+  // plain Gloo: the opt-out itself, which this checks.
+  const std::vector<std::string> gloo = test::concat(job, {"--comm.backend", "gloo"});
+  CHECK(test::strict_by_default(gloo) == test::concat(gloo, {"--fault_tolerance.process_group", "strict"}));
+  const std::vector<std::string> single(job.begin() + 4, job.end());
+  CHECK(test::strict_by_default(single) == single);
+  const std::vector<std::string> probe = {test::titan_run_path(), "--nproc-per-node", "2", "--",
+                                          test::env_probe_path()};
+  CHECK(test::strict_by_default(probe) == probe);
+}
+
+TEST_CASE("strict: the trainer under titan-run in a test says it runs on the strict backend",
+          "[dist][strict][launch][train][full]") {
+  test::TempDir dump;
+  test::Subprocess run(test::fsdp2_debug_job(dump.path.string(), 1, {}), {{"TITAN_LOG_LEVEL", "info"}});
+  test::require_exit(run, 0, 300);
+  // Rank 0 logs the mesh (every rank builds it from the same flags): "[rank 0] ... Mesh dp_replicate(1) * ... = 2
+  // (torchrun launch, strict backend)".
+  INFO(run.output());
+  CHECK(std::regex_search(run.output(), std::regex(R"(\[rank 0\] [^\n]*launch, strict backend\))")));
 }

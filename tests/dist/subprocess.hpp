@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: BSD-3-Clause
 // A child process for the launcher tests: stdout and stderr merged into one pipe, read with deadlines
-// so a hung child fails the test instead of hanging it.
+// so a hung child fails the test instead of hanging it. A titan job launched over processes runs on the strict
+// backend unless its command line names a backend (strict_by_default).
 #pragma once
 
 #include <catch2/catch.hpp>
@@ -10,9 +11,11 @@
 #include <spawn.h>
 #include <sys/wait.h>
 #include <unistd.h>
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <csignal>
+#include <filesystem>
 #include <functional>
 #include <map>
 #include <optional>
@@ -25,13 +28,36 @@ extern char** environ;
 
 namespace titan::test {
 
+/// argv, with `--comm.backend strict` (and `--fault_tolerance.process_group strict`) appended when it launches a
+/// titan program that reads them over processes (under titan-run or torchrun) and does not name that backend itself:
+/// every multi-process test job runs on the strict backend, Gloo with NCCL's rules enforced, unless it opts out with
+/// `--comm.backend gloo` and says why (docs/testing.md lists those).
+inline std::vector<std::string> strict_by_default(std::vector<std::string> argv) {
+  const auto name = [](const std::string& arg) { return std::filesystem::path(arg).filename().string(); };
+  const auto any = [&](auto&& pred) { return std::any_of(argv.begin(), argv.end(), pred); };
+  const bool launched =
+      any([&](const std::string& a) { return name(a) == "titan-run" || a == "torch.distributed.run"; });
+  // The programs whose mesh follows comm.backend: the trainers, the examples that parse a JobConfig, generation.
+  static const std::vector<std::string> kPrograms = {"train", "train_llama3", "custom_loop", "custom_model",
+                                                     "titan-generate"};
+  const bool titan_job = any(
+      [&](const std::string& a) { return std::find(kPrograms.begin(), kPrograms.end(), name(a)) != kPrograms.end(); });
+  if (!launched || !titan_job) return argv;
+  for (const std::string key : {"--comm.backend", "--fault_tolerance.process_group"}) {
+    if (!any([&](const std::string& a) { return a == key; })) argv.insert(argv.end(), {key, "strict"});
+  }
+  return argv;
+}
+
 class Subprocess {
  public:
   using Clock = std::chrono::steady_clock;
 
-  /// Starts argv[0] (a path) with the test's environment changed by `env` (nullopt removes a variable).
-  explicit Subprocess(const std::vector<std::string>& argv,
+  /// Starts argv[0] (a path) with the test's environment changed by `env` (nullopt removes a variable), and a
+  /// titan job over processes on the strict backend (strict_by_default).
+  explicit Subprocess(const std::vector<std::string>& command,
                       const std::map<std::string, std::optional<std::string>>& env = {}) {
+    const std::vector<std::string> argv = strict_by_default(command);
     std::vector<std::string> entries;
     for (char** e = environ; *e != nullptr; ++e) {
       const std::string entry = *e;
