@@ -126,6 +126,27 @@ bool is_loopback_address(const std::string& address) {
   return IN6_IS_ADDR_V4MAPPED(&v6) && v6.s6_addr[12] == 127;
 }
 
+void check_ifnames(const std::vector<std::string>& names, const std::vector<NetInterface>& interfaces) {
+  for (const std::string& name : names) {
+    const auto it =
+        std::find_if(interfaces.begin(), interfaces.end(), [&](const NetInterface& i) { return i.name == name; });
+    TITAN_CHECK_VALUE(it != interfaces.end(),
+                      "[titan::dist] expected GLOO_SOCKET_IFNAME to name network interfaces of this host, got '{}', "
+                      "which does not exist. Interfaces here: {}. Set GLOO_SOCKET_IFNAME to one that reaches the "
+                      "other hosts, or unset it to use the one that routes to MASTER_ADDR.",
+                      name, describe(interfaces));
+    TITAN_CHECK_VALUE(!it->addresses.empty(),
+                      "[titan::dist] expected the interface '{}' named by GLOO_SOCKET_IFNAME to have an IPv4 or IPv6 "
+                      "address, got none. Interfaces here: {}. Bring it up with an address, or name another.",
+                      name, describe(interfaces));
+  }
+}
+
+void check_gloo_ifname_env() {
+  const char* env = std::getenv("GLOO_SOCKET_IFNAME");
+  if (env != nullptr) check_ifnames(split_ifnames(env), net_interfaces());
+}
+
 std::pair<bool, std::vector<std::string>> gloo_endpoints(const std::string& ifname_env, const std::string& store_host,
                                                          const std::vector<NetInterface>& interfaces,
                                                          bool spans_hosts) {
@@ -142,19 +163,7 @@ std::pair<bool, std::vector<std::string>> gloo_endpoints(const std::string& ifna
                       store_host, local);
     return {false, {local}};
   }
-  for (const std::string& name : names) {
-    const auto it =
-        std::find_if(interfaces.begin(), interfaces.end(), [&](const NetInterface& i) { return i.name == name; });
-    TITAN_CHECK_VALUE(it != interfaces.end(),
-                      "[titan::dist] expected GLOO_SOCKET_IFNAME to name network interfaces of this host, got '{}', "
-                      "which does not exist. Interfaces here: {}. Set GLOO_SOCKET_IFNAME to one that reaches the "
-                      "other hosts, or unset it to use the one that routes to MASTER_ADDR.",
-                      name, describe(interfaces));
-    TITAN_CHECK_VALUE(!it->addresses.empty(),
-                      "[titan::dist] expected the interface '{}' named by GLOO_SOCKET_IFNAME to have an IPv4 or IPv6 "
-                      "address, got none. Interfaces here: {}. Bring it up with an address, or name another.",
-                      name, describe(interfaces));
-  }
+  check_ifnames(names, interfaces);
   return {true, names};
 }
 

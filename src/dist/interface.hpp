@@ -41,6 +41,13 @@ std::string store_host(const c10::intrusive_ptr<c10d::Store>& store);
 /// True for a loopback address literal (127.0.0.0/8, ::1, ::ffff:127.x.y.z); false for names.
 bool is_loopback_address(const std::string& address);
 
+/// Fails naming the interfaces of this host when one of `names` is missing or has no address.
+void check_ifnames(const std::vector<std::string>& names, const std::vector<NetInterface>& interfaces);
+
+/// check_ifnames on GLOO_SOCKET_IFNAME's value, if set: before the store, so a host whose ranks all fail
+/// here cannot leave the other hosts waiting on a store that has gone.
+void check_gloo_ifname_env();
+
 /// How Gloo connects: the interfaces named by `ifname_env` (GLOO_SOCKET_IFNAME's value; checked
 /// against `interfaces`, an unknown name throws c10::ValueError listing those that exist), else the
 /// local address towards `store_host` ("127.0.0.1" when there is no TCP store). `.first` is true for

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "flight_recorder_impl.hpp"
+#include "interface.hpp"
 #include "store_impl.hpp"
 #include "titan/core/config.hpp"
 #include "titan/core/error.hpp"
@@ -169,6 +170,7 @@ Mesh Mesh::from_launch_env(const MeshShape& shape, const MeshOptions& options) {
                     "WORLD_SIZE ({}) ranks, got {}. Launch {} ranks or change the degrees.",
                     env.world_size, shape, shape.world_size());
   if (env.world_size == 1) return Mesh();
+  if (options.backend != "nccl") detail::check_gloo_ifname_env();
   const Store store = Store::tcp(env.master_addr, env.master_port, env.rank == 0, env.world_size, options.init_timeout);
   detail::attach_store(store.impl()->store, env.rank, env.world_size);  // flight recorder: stop requests
   return Mesh(shape, env.rank, store, options);
