@@ -101,9 +101,8 @@ TEST_CASE(
     CHECK(precomputed.ranks[rank].losses == hp.ranks[rank].losses);
     CHECK(flat.ranks[rank].losses == hp.ranks[rank].losses);
   }
-  // It trains: untrained, the batches alone move the loss by ~0.01; the parity model (dim 64) plateaus for 5
-  // steps, then falls (measured 6.692 -> 6.617 by step 8).
-  CHECK(one.losses.back() < one.losses.front() - 0.04);
+  // That the parity job trains is shown once, over more steps (tests/parallel/parity_trains_test.cpp): at lr 0
+  // its batches alone move the loss by 0.05 from step to step, and these 8 steps fall by 0.11, within 5 of those.
 
   // The wire: float8 weights move 1 byte per element instead of 4. They are ~95% of the debug
   // model's elements, but the units gather unequally often (blocks in forward and again in backward,

@@ -46,8 +46,7 @@ TEST_CASE("float8 TP 2: whole-tensor scales give the one-device float8 losses", 
   }
   WARN("float8 TP 2 vs one device, max relative loss difference over " << one.losses.size() << " steps: " << max_rel);
   CHECK(results[0].losses == results[1].losses);  // the loss is all-reduced: every rank reports the same
-  // It trains: the dim-64 parity model plateaus for 5 steps, then falls (measured 6.692 -> 6.617 by step 8).
-  CHECK(one.losses.back() < one.losses.front() - 0.04);
+  // That the parity job trains is shown once, over more steps (tests/parallel/parity_trains_test.cpp).
 }
 
 namespace {

@@ -30,8 +30,12 @@ TEST_CASE("deepseek_v3 debugmodel trains through the Trainer", "[models][deepsee
   trainer.train();
   const std::vector<double> losses = trainer.core().loss_history();
   REQUIRE(losses.size() == 6);
-  CHECK(losses.front() > 7.0);                   // ~ln(2048) from a random init
-  CHECK(losses.back() < losses.front() - 0.15);  // measured 8.05 -> 7.80
+  CHECK(losses.front() > 7.0);  // ~ln(2048) from a random init
+  // Whether it trains is not told by these 6 steps of 2 x 32 tokens: at lr 0 the loss scatters by 0.13 from
+  // step to step (batch noise), and the run falls by less than the 5 of those the check asks (8.05 -> 7.80).
+  // DeepSeek-V3 training through the trainer is shown by tests/train/expert_parallel_trainer_test.cpp (its tiny
+  // flavor).
+
   // MoE FLOPs: 3 of 8 routed experts per token, so far below 6 x all non-embedding parameters.
   const auto& model = trainer.model();
   const int64_t embedding = model.args().vocab_size * model.args().dim;

@@ -11,6 +11,7 @@
 #include <mutex>
 
 #include "dist/rank_test_util.hpp"
+#include "it_trains.hpp"
 #include "test_util.hpp"
 #include "titan/core/config.hpp"
 #include "titan/dist/local_ranks.hpp"
@@ -64,7 +65,7 @@ struct Result {
   int64_t local_experts = 0;        // rows of this rank's w1_bias: E / ep
 };
 
-Result train(const dist::Mesh& mesh) {
+Result train(const dist::Mesh& mesh, int64_t steps = kSteps) {
   nn::manual_init_seed(42);
   gpt_oss::GptOss model(parity_args(), kSeq, at::TensorOptions());
   const Parallelized applied = parallelize(model, mesh, model.parallel_plan(parity_config(), mesh));
@@ -81,7 +82,7 @@ Result train(const dist::Mesh& mesh) {
   };
   const int64_t local = kBatch / mesh.size("dp");
   Result result;
-  for (int64_t step = 0; step < kSteps; ++step) {
+  for (int64_t step = 0; step < steps; ++step) {
     optimizer.zero_grad();
     // Learnable sequences: arithmetic progressions mod V, the same global batch on every rank.
     auto gen = at::make_generator<at::CPUGeneratorImpl>(1000 + step);
@@ -121,9 +122,8 @@ Result train(const dist::Mesh& mesh) {
 // so every layout routes every token the same way.
 void check_against_one_rank(const dist::MeshShape& shape) {
   static const Result one = train(dist::Mesh());
-  // It trained: the mean of the last three steps' losses below the first three's.
-  const auto mean3 = [](auto begin) { return (begin[0] + begin[1] + begin[2]) / 3.0; };
-  CHECK(mean3(one.losses.end() - 3) < mean3(one.losses.begin()) - 0.1);
+  // That it trains is shown over more steps ("gpt_oss trains: ..."): at lr 0 these 10 batches alone move the
+  // loss by 0.1 from step to step, about as much as the run falls.
   std::mutex mutex;
   std::vector<Result> results(static_cast<size_t>(shape.world_size()));
   dist::run_local_ranks(shape.world_size(), [&](int64_t rank, const dist::Store& store) {
@@ -171,6 +171,13 @@ TEST_CASE("gpt_oss plan: routed experts are FSDP units of their own and every bl
   CHECK(models::expert_parallel_plan(shape, 2, at::kFloat).moe_modules ==
         std::vector<std::string>{"layers.0.moe", "layers.1.moe"});
   CHECK_FALSE(shape.pipeline_and_context_parallel);
+}
+
+// The parity runs' 10 steps fall by less than their batch noise allows a check to tell (above); 24 steps of the
+// same job on one rank fall beyond it (measured 5.26 -> 4.32, the last 8 steps' mean 0.92 below the first 8's).
+TEST_CASE("gpt_oss trains: 24 steps of the parity job on one rank fall beyond the batch noise",
+          "[models][gpt_oss][train][slow]") {
+  CHECK_TRAINS(train(dist::Mesh(), 24).losses);
 }
 
 TEST_CASE("gpt_oss under FSDP 2 matches one rank", "[models][gpt_oss][parallel][fsdp][parity]") {

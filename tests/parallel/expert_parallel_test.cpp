@@ -188,9 +188,9 @@ void check_against_one_device(const dist::MeshShape& shape, bool skewed = false)
       CHECK(at::allclose(r.weights[i], ref.weights[i], 1e-5, 1e-6));
     }
   }
-  // The bias really moved and steered: it is not all zeros, and the loss went down.
+  // The bias really moved and steered: it is not all zeros. (The loss tells nothing of training here: the 6
+  // SGD steps move it by ~1e-5, at lr 50 as at 0.5, while the batches alone move it by ~0.15.)
   CHECK(ref.biases.back()[0].abs().max().item<double>() > 0.0);
-  CHECK(ref.losses.back() < ref.losses.front());
 }
 
 }  // namespace

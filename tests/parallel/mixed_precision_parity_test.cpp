@@ -60,9 +60,8 @@ TEST_CASE("FSDP 2 with bf16 params and fp32 reduce tracks one device under bf16 
   // bf16 really ran: an FSDP run that ignored param_dtype would reproduce fp32 to reordering (1e-6).
   CHECK(fsdp_vs_fp32 > 1e-4);
   CHECK(max_diff_fp32 > 1e-5);
-  // It trains: the dim-64 parity model's first steps are a plateau (measured 6.623 -> 6.590 over 10 steps of 8 x 32
-  // tokens; untrained, the batches alone move the loss by ~0.01).
-  CHECK(one.losses.back() < one.losses.front() - 0.02);
+  // That the parity job trains is shown once, over more steps (tests/parallel/parity_trains_test.cpp): at lr 0
+  // these batches alone move the loss by 0.05 from step to step, more than these 10 steps fall.
 }
 
 TEST_CASE("FSDP 2 with bf16 params gathers bf16: half the bytes of fp32, fp32 shards and gradients",

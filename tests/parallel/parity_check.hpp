@@ -73,8 +73,8 @@ inline void check_parity(const dist::MeshShape& shape, const ParityRun& run = {}
       CHECK(at::allclose(r.weights[i], expected, 1e-4, kWeightAtol));
     }
   }
-  // It really trained: 6.748 -> 6.629 in 8 steps (2026-12-03), each step's loss also on a new batch.
-  CHECK(ref.losses.back() < ref.losses.front() - 0.05);
+  // That the reference trains is shown once for the job, over more steps than these 8, whose fall stays within
+  // the batch noise (tests/parallel/parity_trains_test.cpp).
 }
 
 }  // namespace titan::test
