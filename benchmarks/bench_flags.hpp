@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <sstream>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <variant>
 #include <vector>
@@ -17,7 +18,7 @@
 
 namespace titan::bench {
 
-/// string, integer, boolean (1/true/0/false) or comma-separated integers.
+/// string, integer, boolean (1/true/0/false, or the flag alone for true) or comma-separated integers.
 using FlagTarget = std::variant<std::string*, int64_t*, bool*, std::vector<int64_t>*>;
 
 inline void parse_flags(int argc, char** argv, const char* program,
@@ -25,6 +26,13 @@ inline void parse_flags(int argc, char** argv, const char* program,
   for (int i = 1; i < argc; i += 2) {
     const std::string key = argv[i];
     auto it = std::find_if(flags.begin(), flags.end(), [&](const auto& f) { return f.first == key; });
+    // A boolean flag alone (last, or followed by another flag) is true: `--dry-run`.
+    if (it != flags.end() && std::holds_alternative<bool*>(it->second) &&
+        (i + 1 == argc || std::string_view(argv[i + 1]).starts_with("--"))) {
+      *std::get<bool*>(it->second) = true;
+      --i;
+      continue;
+    }
     std::vector<std::string> names;
     for (const auto& f : flags) names.push_back(f.first);
     TITAN_CHECK_VALUE(it != flags.end() && i + 1 < argc, "[{}] expected one of {} followed by a value, got '{}'.",

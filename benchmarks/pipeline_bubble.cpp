@@ -18,7 +18,11 @@
 // Under each configuration it notes the stages' training FLOPs (models::pipeline_costs) as the largest
 // stage over the mean, for the split run (--split) and for torchtitan's default split of the same model.
 // Ranks compete for cores when pp exceeds them (pp 4 on a 2-core machine): a measured bubble then
-// mixes pipeline idle time with contention; see docs/performance.md. Run:
+// mixes pipeline idle time with contention; see docs/performance.md.
+// Every configuration of the grid is planned before any is timed: one a schedule refuses (DualPipeV
+// takes at least 2 pp microbatches, 1F1B pp) is skipped with the schedule's own message, so one grid
+// covers every schedule. --dry-run stops there: each configuration's stages and its bubble simulated at
+// unit costs, nothing timed. Run:
 //   build/bin/bench_pipeline --pp 4,2 --microbatches 4,8,16 --n-layers 15 --split flops
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
@@ -35,6 +39,7 @@
 #include <string>
 #include <thread>
 #include <tuple>
+#include <variant>
 #include <vector>
 
 #include "../tests/alloc_tracker.hpp"
@@ -66,14 +71,17 @@ using Clock = std::chrono::steady_clock;
 struct Options {
   /// Schedules to run, comma-separated.
   std::string schedules = "GPipe,1F1B,Interleaved1F1B,ZBVZeroBubble,InterleavedZeroBubble,DualPipeV";
-  std::vector<int64_t> pp{4};                   ///< pipeline degrees (ranks as threads)
-  std::vector<int64_t> microbatches{4, 8, 16};  ///< microbatches per step (1 sequence each)
-  std::string flavor = "debugmodel";            ///< Llama 3 flavor
-  int64_t n_layers = 0;                         ///< blocks of the flavor (0 = the flavor's own)
-  std::string split = "layers";                 ///< parallelism.pipeline_parallel_split: layers or flops
-  int64_t seq_len = 256;                        ///< tokens per sequence
-  int64_t steps = 3;                            ///< timed steps (after 1 warm-up step)
-  std::string svg_dir{};                        ///< when set, each configuration's last measured timeline as SVG here
+  std::vector<int64_t> pp{4};  ///< pipeline degrees (ranks as threads)
+  /// Microbatches per step (1 sequence each); 8 = 2 pp is the fewest DualPipeV takes at pp 4, so every
+  /// schedule runs every default.
+  std::vector<int64_t> microbatches{8, 16};
+  std::string flavor = "debugmodel";  ///< Llama 3 flavor
+  int64_t n_layers = 0;               ///< blocks of the flavor (0 = the flavor's own)
+  std::string split = "layers";       ///< parallelism.pipeline_parallel_split: layers or flops
+  int64_t seq_len = 256;              ///< tokens per sequence
+  int64_t steps = 3;                  ///< timed steps (after 1 warm-up step)
+  std::string svg_dir{};              ///< when set, each configuration's last measured timeline as SVG here
+  bool dry_run = false;               ///< plan and check every configuration, time none
 };
 
 Options parse(int argc, char** argv) {
@@ -87,7 +95,8 @@ Options parse(int argc, char** argv) {
                              {"--split", &o.split},
                              {"--seq-len", &o.seq_len},
                              {"--steps", &o.steps},
-                             {"--svg-dir", &o.svg_dir}});
+                             {"--svg-dir", &o.svg_dir},
+                             {"--dry-run", &o.dry_run}});
   return o;
 }
 
@@ -126,6 +135,19 @@ titan::parallel::PipelinePlan make_plan(const Options& o, int64_t pp, PipelineSc
 
 titan::parallel::PipelinePlan make_plan(const Options& o, int64_t pp, PipelineSchedule schedule) {
   return make_plan(o, pp, schedule, split_by(o.split));
+}
+
+/// The program of one configuration, or why the schedule refuses it: the message of its input check
+/// (a c10::ValueError from the split or the program: too few microbatches, stages that do not divide).
+/// Anything else is a fault and propagates.
+std::variant<PipelineProgram, std::string> plan_config(const Options& o, int64_t pp, PipelineSchedule schedule,
+                                                       int64_t microbatches) {
+  try {
+    const auto stages = static_cast<int64_t>(make_plan(o, pp, schedule).stages.size());
+    return titan::parallel::make_pipeline_program(schedule, pp, stages, microbatches);
+  } catch (const c10::ValueError& e) {
+    return titan::error_message(e);
+  }
 }
 
 /// The largest stage's training FLOPs over the mean stage's: 1 is a balanced pipeline; the slowest
@@ -503,6 +525,51 @@ std::string table_row(int64_t pp, PipelineSchedule schedule, int64_t m, int64_t 
       join(peak_activation_bytes(run.program, profile.activation_bytes), mib));
 }
 
+/// (pp, schedule) -> the microbatch counts the schedule takes there, in the order given.
+using Accepted = std::map<std::pair<int64_t, PipelineSchedule>, std::vector<int64_t>>;
+
+/// Plans every configuration of the grid; prints each one a schedule refuses, with its reason.
+Accepted plan_grid(const Options& o, const std::vector<PipelineSchedule>& schedules, int64_t* skipped) {
+  Accepted accepted;
+  for (int64_t pp : o.pp) {
+    for (PipelineSchedule schedule : schedules) {
+      for (int64_t m : o.microbatches) {
+        const auto planned = plan_config(o, pp, schedule, m);
+        if (const auto* reason = std::get_if<std::string>(&planned)) {
+          fmt::print("skipped: pp {} {} m {}: {}\n", pp, schedule, m, *reason);
+          ++*skipped;
+        } else {
+          accepted[{pp, schedule}].push_back(m);
+        }
+      }
+    }
+  }
+  return accepted;
+}
+
+/// --dry-run: each accepted configuration's stages and its program's bubble at unit costs (F 1, B 2, I 1,
+/// W 1): the plan the timed run would follow.
+void print_plan(const Options& o, const std::vector<PipelineSchedule>& schedules, const Accepted& accepted) {
+  using namespace titan::parallel;
+  fmt::print(
+      "| pp | schedule | m | stages | actions on the busiest rank | simulated bubble (F 1, B 2, I 1, W 1) | "
+      "theoretical |\n| --- | --- | --- | --- | --- | --- | --- |\n");
+  for (int64_t pp : o.pp) {
+    for (PipelineSchedule schedule : schedules) {
+      const auto it = accepted.find({pp, schedule});
+      if (it == accepted.end()) continue;
+      for (int64_t m : it->second) {
+        const PipelineProgram program = std::get<PipelineProgram>(plan_config(o, pp, schedule, m));
+        size_t busiest = 0;
+        for (const auto& actions : program.actions) busiest = std::max(busiest, actions.size());
+        fmt::print("| {} | {} | {} | {} | {} | {:.1f}% | {:.1f}% |\n", pp, schedule, m, program.num_stages, busiest,
+                   100 * bubble_fraction(simulate_pipeline(program)),
+                   100 * theoretical_bubble(schedule, pp, m, program.num_stages / pp, PipelineCosts{}));
+      }
+    }
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -511,21 +578,37 @@ int main(int argc, char** argv) {
     const Options o = parse(argc, argv);
     const std::vector<PipelineSchedule> schedules = parse_schedules(o.schedules);
     TITAN_CHECK_VALUE(o.steps >= 1, "[bench_pipeline] expected --steps >= 1, got {}.", o.steps);
+    if (o.dry_run) {
+      fmt::print("pipeline plan: {} ({} blocks) seq_len {}, split by {}\n\n", o.flavor, model_args(o).n_layers,
+                 o.seq_len, o.split);
+    } else {
+      fmt::print(
+          "pipeline bubble: {} ({} blocks) seq_len {}, split by {}, 1 sequence per microbatch, {} timed steps after "
+          "1 warm-up, ranks as threads (Gloo), 1 intra-op thread/rank, {} hardware threads\n\n",
+          o.flavor, model_args(o).n_layers, o.seq_len, o.split, o.steps, std::thread::hardware_concurrency());
+    }
+    int64_t skipped = 0;
+    const Accepted accepted = plan_grid(o, schedules, &skipped);
+    const auto total = static_cast<int64_t>(o.pp.size() * schedules.size() * o.microbatches.size());
+    if (o.dry_run) {
+      print_plan(o, schedules, accepted);
+      fmt::print("\ndry run: {} of {} configurations planned, {} skipped, nothing timed\n", total - skipped, total,
+                 skipped);
+      return 0;
+    }
     at::set_num_threads(1);
-    fmt::print(
-        "pipeline bubble: {} ({} blocks) seq_len {}, split by {}, 1 sequence per microbatch, {} timed steps after 1 "
-        "warm-up, ranks as threads (Gloo), 1 intra-op thread/rank, {} hardware threads\n\n",
-        o.flavor, model_args(o).n_layers, o.seq_len, o.split, o.steps, std::thread::hardware_concurrency());
     fmt::print("{}\n", kTableHeader);
     std::fflush(stdout);
     std::vector<std::string> notes;  // per (pp, schedule), printed under the table
     for (int64_t pp : o.pp) {
       for (PipelineSchedule schedule : schedules) {
+        const auto it = accepted.find({pp, schedule});
+        if (it == accepted.end()) continue;
         const parallel::PipelinePlan plan = make_plan(o, pp, schedule);
         const StageProfile profile = profile_stages(o, plan);
         const int64_t stages = static_cast<int64_t>(plan.stages.size());
         const int64_t per_rank = stages / pp;
-        for (int64_t m : o.microbatches) {
+        for (int64_t m : it->second) {
           const RunResult run = run_config(o, pp, schedule, m);
           fmt::print("{}\n", table_row(pp, schedule, m, per_rank, run, profile));
           std::fflush(stdout);
@@ -547,6 +630,7 @@ int main(int argc, char** argv) {
     }
     fmt::print("\n");
     for (const std::string& note : notes) fmt::print("{}\n", note);
+    fmt::print("{} of {} configurations timed, {} skipped\n", total - skipped, total, skipped);
     return 0;
   } catch (const std::exception& e) {
     fmt::print(stderr, "bench_pipeline: {}\n", error_message(e));
