@@ -578,6 +578,7 @@ int main(int argc, char** argv) {
     const Options o = parse(argc, argv);
     const std::vector<PipelineSchedule> schedules = parse_schedules(o.schedules);
     TITAN_CHECK_VALUE(o.steps >= 1, "[bench_pipeline] expected --steps >= 1, got {}.", o.steps);
+    split_by(o.split);  // a bad --split fails here, not as every configuration refused
     if (o.dry_run) {
       fmt::print("pipeline plan: {} ({} blocks) seq_len {}, split by {}\n\n", o.flavor, model_args(o).n_layers,
                  o.seq_len, o.split);
