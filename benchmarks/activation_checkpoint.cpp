@@ -34,9 +34,9 @@
 #include "titan/dist/mesh.hpp"
 #include "titan/models/llama3/args.hpp"
 #include "titan/models/llama3/model.hpp"
-#include "titan/models/llama3/parallelize.hpp"
 #include "titan/nn/init.hpp"
 #include "titan/parallel/parallelize.hpp"
+#include "titan/parallel/planner.hpp"
 
 namespace {
 
@@ -115,8 +115,9 @@ Result run(const titan::llama3::Llama3Args& args, const Options& o, const Mode& 
   const std::vector<std::string> paths = block_paths(args);
   titan::llama3::Llama3 blocks(args, o.seq, at::TensorOptions(), paths);
   blocks.init_weights();
-  titan::parallel::ParallelPlan plan{.activation_checkpoint =
-                                         titan::llama3::activation_checkpoint_plan(args, mode.config)};
+  titan::parallel::ParallelPlan plan{.activation_checkpoint = titan::parallel::activation_checkpoint_plan(
+                                         titan::llama3::Llama3::build(args)->sharding_spec().blocks, mode.config,
+                                         /*has_moe=*/false)};
   const titan::Parallelized applied = titan::parallelize(blocks, titan::dist::Mesh(), plan);
   auto gen = at::make_generator<at::CPUGeneratorImpl>(3);
   const at::Tensor x = at::randn({o.batch, o.seq, args.dim}, gen);          // (B, S, D)

@@ -25,11 +25,11 @@
 #include "titan/dist/local_ranks.hpp"
 #include "titan/dist/mesh.hpp"
 #include "titan/models/llama3/model.hpp"
-#include "titan/models/llama3/parallelize.hpp"
 #include "titan/nn/init.hpp"
 #include "titan/optim/adamw.hpp"
 #include "titan/optim/clip.hpp"
 #include "titan/parallel/parallelize.hpp"
+#include "titan/parallel/planner.hpp"
 #include "titan/train/step.hpp"
 
 namespace {
@@ -77,7 +77,7 @@ RankResult run_rank(const Options& o, const titan::dist::Mesh& mesh) {
   llama3::Llama3 model(args, o.seq_len, at::TensorOptions());
   RankResult result;
   result.param_bytes = llama3::Llama3(args, o.seq_len, at::TensorOptions().device(at::kMeta)).num_params() * 4;
-  parallel::ParallelPlan plan = llama3::parallel_plan(model, mesh);
+  parallel::ParallelPlan plan = parallel::plan(model.sharding_spec(), {}, mesh.shape());
   plan.data_parallel.options.reshard_after_forward = *parse_choice<ReshardAfterForward>(o.reshard_after_forward);
   plan.data_parallel.options.overlap = o.overlap != 0;
   const Parallelized parallel = parallelize(model, mesh, plan);

@@ -49,15 +49,14 @@
 #include "titan/core/error.hpp"
 #include "titan/dist/local_ranks.hpp"
 #include "titan/dist/mesh.hpp"
-#include "titan/models/decoder_plan.hpp"
 #include "titan/models/llama3/model.hpp"
-#include "titan/models/llama3/parallelize.hpp"
 #include "titan/nn/init.hpp"
 #include "titan/nn/loss.hpp"
 #include "titan/optim/adamw.hpp"
 #include "titan/optim/clip.hpp"
 #include "titan/parallel/parallelize.hpp"
 #include "titan/parallel/pipeline.hpp"
+#include "titan/parallel/planner.hpp"
 
 namespace {
 
@@ -130,7 +129,10 @@ titan::parallel::PipelinePlan make_plan(const Options& o, int64_t pp, PipelineSc
   titan::ParallelismConfig parallelism;
   parallelism.pipeline_parallel_schedule = schedule;
   parallelism.pipeline_parallel_split = split;
-  return titan::llama3::pipeline_plan(model_args(o), pp, parallelism, o.seq_len);
+  titan::llama3::Llama3Args args = model_args(o);
+  args.max_seq_len = o.seq_len;  // the FLOPs split weighs attention at the run's sequence length
+  const titan::parallel::ShardingSpec spec = titan::llama3::Llama3::build(args)->sharding_spec();
+  return titan::parallel::pipeline_plan(spec.pipeline, spec.pipeline_costs, pp, parallelism);
 }
 
 titan::parallel::PipelinePlan make_plan(const Options& o, int64_t pp, PipelineSchedule schedule) {
@@ -156,10 +158,8 @@ double flops_imbalance(const Options& o, const std::vector<std::vector<std::stri
   using namespace titan;
   const llama3::Llama3Args args = model_args(o);
   const auto whole = std::make_shared<llama3::Llama3>(args, o.seq_len, at::TensorOptions().device(at::kMeta));
-  parallel::PipelineSplit split{.input_modules = {"tok_embeddings"}, .output_modules = {"norm", "output"}};
-  for (int64_t i = 0; i < args.n_layers; ++i) split.layer_modules.push_back(fmt::format("layers.{}", i));
-  const std::vector<double> costs =
-      parallel::pipeline_stage_costs(split, models::pipeline_costs(*whole, o.seq_len), stages);
+  const parallel::ShardingSpec spec = whole->sharding_spec();
+  const std::vector<double> costs = parallel::pipeline_stage_costs(spec.pipeline, spec.pipeline_costs, stages);
   double total = 0;
   for (double c : costs) total += c;
   return *std::max_element(costs.begin(), costs.end()) / (total / static_cast<double>(costs.size()));

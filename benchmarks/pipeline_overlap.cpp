@@ -26,12 +26,12 @@
 #include "titan/dist/local_ranks.hpp"
 #include "titan/dist/mesh.hpp"
 #include "titan/models/llama3/model.hpp"
-#include "titan/models/llama3/parallelize.hpp"
 #include "titan/nn/init.hpp"
 #include "titan/optim/adamw.hpp"
 #include "titan/optim/clip.hpp"
 #include "titan/parallel/parallelize.hpp"
 #include "titan/parallel/pipeline.hpp"
+#include "titan/parallel/planner.hpp"
 
 namespace {
 
@@ -68,7 +68,9 @@ ModeResult run(const Options& o, bool overlap) {
     ParallelismConfig parallelism;
     parallelism.pipeline_parallel_schedule = PipelineSchedule::dual_pipe_v;
     parallelism.pipeline_parallel_expert_parallel_overlap = overlap;
-    const parallel::PipelinePlan pipeline = llama3::pipeline_plan(args, o.pp, parallelism);
+    const parallel::ShardingSpec spec = llama3::Llama3::build(args)->sharding_spec();
+    const parallel::PipelinePlan pipeline =
+        parallel::pipeline_plan(spec.pipeline, spec.pipeline_costs, o.pp, parallelism);
     bench::PipelineRank r(args, o.seq_len, pipeline, mesh);
     auto& [model, plan, applied, params, optimizer] = r;
     parallel::Pipeline& pipe = r.pipe();

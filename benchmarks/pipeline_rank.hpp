@@ -8,11 +8,11 @@
 
 #include "titan/dist/mesh.hpp"
 #include "titan/models/llama3/model.hpp"
-#include "titan/models/llama3/parallelize.hpp"
 #include "titan/nn/init.hpp"
 #include "titan/optim/adamw.hpp"
 #include "titan/parallel/parallelize.hpp"
 #include "titan/parallel/pipeline.hpp"
+#include "titan/parallel/planner.hpp"
 
 namespace titan::bench {
 
@@ -20,7 +20,7 @@ struct PipelineRank {
   PipelineRank(const llama3::Llama3Args& args, int64_t seq_len, const parallel::PipelinePlan& pipeline,
                const dist::Mesh& mesh)
       : model(seeded(args), seq_len, at::TensorOptions(), parallel::pipeline_modules(pipeline, mesh)),
-        plan(with_pipeline(llama3::parallel_plan(model, mesh), pipeline)),
+        plan(with_pipeline(parallel::plan(model.sharding_spec(), {}, mesh.shape()), pipeline)),
         applied(parallelize(model, mesh, plan)),
         params(initialised(model)),
         optimizer(params, {.lr = 1e-4}) {}

@@ -33,12 +33,12 @@
 #include "titan/float8/converter.hpp"
 #include "titan/metrics/metrics.hpp"
 #include "titan/models/llama3/model.hpp"
-#include "titan/models/llama3/parallelize.hpp"
 #include "titan/nn/bf16_gemm.hpp"
 #include "titan/nn/init.hpp"
 #include "titan/optim/adamw.hpp"
 #include "titan/optim/clip.hpp"
 #include "titan/parallel/parallelize.hpp"
+#include "titan/parallel/planner.hpp"
 #include "titan/train/step.hpp"
 
 namespace {
@@ -159,7 +159,7 @@ int main(int argc, char** argv) {
     }
     const bool bf16 = o.mixed_precision == "bf16";
     // No-op on one rank.
-    parallel::ParallelPlan plan = llama3::parallel_plan(model, *mesh);
+    parallel::ParallelPlan plan = parallel::plan(model.sharding_spec(), {}, mesh->shape());
     plan.data_parallel.options.collectives = o.collectives_choice;
     plan.data_parallel.options.reshard_after_forward = *parse_choice<ReshardAfterForward>(o.reshard_after_forward);
     plan.data_parallel.options.overlap = o.overlap != 0;

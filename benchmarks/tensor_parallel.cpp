@@ -24,11 +24,11 @@
 #include "titan/dist/local_ranks.hpp"
 #include "titan/dist/mesh.hpp"
 #include "titan/models/llama3/model.hpp"
-#include "titan/models/llama3/parallelize.hpp"
 #include "titan/nn/init.hpp"
 #include "titan/optim/adamw.hpp"
 #include "titan/optim/clip.hpp"
 #include "titan/parallel/parallelize.hpp"
+#include "titan/parallel/planner.hpp"
 #include "titan/train/step.hpp"
 
 namespace {
@@ -67,10 +67,10 @@ RankResult run_rank(const Options& o, const titan::dist::Mesh& mesh, int64_t n_l
   args.n_layers = n_layers;
   nn::manual_init_seed(0);
   llama3::Llama3 model(args, o.seq_len, at::TensorOptions());
-  parallel::ParallelPlan plan = llama3::parallel_plan(model, mesh);
+  parallel::ParallelPlan plan = parallel::plan(model.sharding_spec(), {}, mesh.shape());
   if (mesh.size("tp") > 1) {
-    plan.tensor_parallel = llama3::tensor_parallel_plan(
-        model, mesh.size("tp"), {.sequence_parallel = o.sequence_parallel, .loss_parallel = o.sequence_parallel});
+    plan.tensor_parallel = parallel::tensor_parallel_plan(model.sharding_spec(), mesh.size("tp"), o.sequence_parallel,
+                                                          /*loss_parallel=*/o.sequence_parallel);
     plan.tensor_parallel.async = o.async;
   }
   const Parallelized parallel = parallelize(model, mesh, plan);

@@ -1,67 +1,69 @@
 // SPDX-License-Identifier: BSD-3-Clause
-// Your own training loop from titan's parts, on any layout the launcher and the config describe:
-// mesh, model on the device, its plan applied in one call, init on the shards (every layout starts
-// from the same weights), AdamW and the LR schedule from their config sections, then each step from the
-// parts the Trainer runs too (train/step.hpp): pull_microbatches, forward_backward, optimizer_step.
+// Your own training loop from titan's public components, with every feature the Trainer has that changes what is
+// trained: any registered family (model.name), any layout the launcher and the config describe (FSDP, TP, PP, CP,
+// EP), checkpoints with exact resume, validation, MoE balancing, preemption; CPU or GPU. It makes the Trainer's
+// calls in the Trainer's order, so it gives the Trainer's losses and grad norms bit for bit (a test checks).
 //   build/bin/custom_loop --job.config_file configs/llama3_debugmodel_cpu.toml --training.steps 10
 //   build/bin/titan-run --nproc-per-node 2 build/bin/custom_loop --job.config_file configs/llama3_debugmodel_cpu.toml
-//       --training.steps 10 --parallelism.tensor_parallel_degree 2         (one command line; FSDP without it;
-//       --parallelism.pipeline_parallel_degree 2 for a two-stage pipeline,
-//       --parallelism.context_parallel_degree 2 to split each sequence over the 2 ranks)
-#include <ATen/Parallel.h>
+//       --training.steps 10 --parallelism.tensor_parallel_degree 2   (one command line; FSDP without the last key;
+//       --model.name qwen3 --model.flavor debugmodel_moe --parallelism.expert_parallel_degree 2 for MoE)
 #include <titan/titan.hpp>
 
 int main(int argc, char** argv) {
   using namespace titan;
   try {
-    const JobConfig cfg = parse_args(argc, argv);
-    // comm.backend: auto is Gloo on this CPU loop; strict checks NCCL's rules on it.
-    const dist::Mesh mesh = dist::Mesh::from_launch_env(
-        cfg.parallelism, {.backend = cfg.comm.backend == "auto" ? std::string("gloo") : cfg.comm.backend});
-    log::set_rank(static_cast<int>(mesh.rank()));
-
-    nn::manual_init_seed(static_cast<uint64_t>(cfg.debug.seed.value_or(0)));  // layout-invariant init
-    // Under pipeline parallelism a rank builds only its stages' modules (the plan says which).
-    const parallel::PipelinePlan pipeline =
-        llama3::pipeline_plan(llama3::flavor(cfg.model.flavor), mesh.size("pp"), cfg.parallelism);
-    auto model = llama3::Llama3::build(
-        cfg, 0, at::kCPU,
-        mesh.size("pp") > 1 ? parallel::pipeline_modules(pipeline, mesh) : std::vector<std::string>{});
-    const parallel::ParallelPlan plan = model->parallel_plan(cfg, mesh);
-    const Parallelized parallel = parallelize(*model, mesh, plan);
-    model->init_weights();  // each rank fills only its shards
-
-    auto tokenizer = build_tokenizer(cfg, model->vocab_size());
-    auto loader = build_dataloader(cfg, tokenizer, mesh.coordinate("dp"), mesh.size("dp"));
-    const int64_t microbatches = gradient_accumulation_steps(cfg, mesh.size("dp"));
-    AdamW optimizer(model->unique_parameters(), cfg.optimizer);
+    // Config, mesh, device, the seed every rank shares, the run folder.
+    const RunContext run(parse_args(argc, argv));
+    const JobConfig& cfg = run.config();
+    // The model this rank trains: planned once from its sharding spec, built (under PP its stages), parallelized,
+    // initialised shard by shard.
+    const RankModel<models::Decoder> model(run, models::decoder_args(cfg));
+    const auto tokenizer = build_tokenizer(run, model->vocab_size());
+    const auto loader = build_dataloader(cfg, tokenizer, run.dp_rank(), run.dp_degree());
+    AdamW optimizer(model.parameters(), cfg.optimizer);
     const LRSchedule schedule(cfg.lr_scheduler, cfg.training.steps);
-    MetricsProcessor metrics({.flops_per_token = model->num_flops_per_token(cfg.training.seq_len),
-                              .peak_flops = peak_flops(at::kCPU, at::get_num_threads()).flops,
-                              .non_data_parallel_size = mesh.size("tp") * mesh.size("pp") * mesh.size("cp")});
-    // The whole model, or under PP the stages this rank holds: the step runs whichever the layout needs.
-    const StepModel step_model{
-        .forward =
-            [&](const at::Tensor& tokens, const nn::AttentionContext& context) {
-              return model->forward(tokens, context);  // logits (B, S, V), or (B, S, V/tp) under loss parallel
-            },
-        .stage_forward =
-            [&](int64_t stage, const at::Tensor& x, const nn::AttentionContext& context) {
-              return model->forward_part(x, plan.pipeline.stages[static_cast<size_t>(stage)], context);
-            }};
+    const MoeBalancing moe(run, model.model(), model.parallel());  // a no-op for a dense model
+    // Everything a checkpoint holds; a resumed run continues at state.step + 1.
+    TrainingState state({.parameters = model.parameters(),
+                         .names = model.parameter_names(),
+                         .optimizer = &optimizer,
+                         .loader = loader.get(),
+                         .expert_biases = moe.expert_biases(),
+                         .mesh = &run.mesh(),
+                         .run_state = run.run_state()});
+    MetricsProcessor metrics = training_metrics(run, model.counts());
+    Checkpointing checkpoints(run, model->hf_adapter());
+    checkpoints.load(state);
+    std::optional<Validation> validation;
+    if (cfg.validation.enable) validation.emplace(run, tokenizer);
+    const Preemption preemption(run);
 
-    for (int64_t step = 1; step <= cfg.training.steps; ++step) {
-      // This rank's slices of the global batch (under CP its part of each sequence, with the attention context
-      // its forward needs) and the valid tokens of the whole global batch, which every loss is divided by.
-      const StepBatch batch = pull_microbatches(*loader, parallel, mesh, microbatches);
+    for (int stop = 0; state.step < cfg.training.steps && stop == 0;) {
+      const int64_t step = state.step + 1;
       optimizer.zero_grad();
-      // The pipeline schedule under PP, else forward + backward; the loss comes back summed over dp and cp.
-      const ForwardBackwardResult fb = forward_backward(parallel, step_model, batch, mesh, at::kCPU);
+      // This rank's slices of the global batch (under CP its part of each sequence) and the valid tokens of the
+      // whole global batch, which every loss is divided by; then the pipeline schedule under PP, else forward and
+      // backward. The loss comes back summed over dp and cp.
+      const StepBatch batch = pull_microbatches(*loader, model.parallel(), run.mesh(), run.grad_accum_steps());
+      const ForwardBackwardResult fb = forward_backward(model.parallel(), model.step_model(), batch, run.mesh(),
+                                                        run.device(), model.bf16_autocast());
+      state.step = step;
+      const std::vector<at::Tensor> loads = moe.balance();  // expert biases, before the weights move
       const double lr = cfg.optimizer.lr * schedule.factor(step - 1);
-      const double grad_norm = optimizer_step(optimizer, lr, cfg.training.max_norm, mesh);  // clip, then AdamW
+      const double grad_norm = optimizer_step(optimizer, lr, cfg.training.max_norm, run.mesh());  // clip, AdamW
       metrics.add_step(fb.tokens, batch.load_seconds);
-      metrics.log(step, fb.loss, grad_norm, lr);
+      if (is_log_step(cfg, step)) {
+        if (const double ratio = moe.max_load_ratio(loads); ratio > 0) metrics.add_scalar("moe/max_load_ratio", ratio);
+        metrics.log(step, fb.loss, grad_norm, lr);
+      }
+      if (validation && validation->due(step)) {
+        const ValidationResult r = validation->run(model.step_model(), model.parallel());
+        if (r.tokens > 0) metrics.log_validation(step, r.loss(), r.tokens);
+      }
+      stop = preemption.stop_signal();  // every rank agrees to stop after this step, with a checkpoint
+      checkpoints.maybe_save(state, stop != 0);
     }
+    checkpoints.wait();
     return 0;
   } catch (const std::exception& e) {
     log::error("{}", error_message(e));

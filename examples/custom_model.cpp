@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: BSD-3-Clause
 // Your own model in titan's Trainer: a GPT-J-style decoder (attention and a GELU MLP side by side on one
-// norm), none of the bundled families, with its own parallel plan (FSDP units, Megatron TP), trained by
-// Trainer<ParallelLM> with everything the bundled models get: data, checkpoints, metrics, any layout.
+// norm), none of the bundled families. It is only a model: built from its own arguments, it declares how it may
+// be sharded (FSDP units, Megatron's tensor-parallel roles) and never reads the job config; Trainer<ParallelLM>
+// trains it with everything the bundled models get: data, checkpoints, metrics, any layout.
 //   build/bin/custom_model --training.steps 20
 //   build/bin/titan-run --nproc-per-node 4 build/bin/custom_model \
 //       --parallelism.data_parallel_shard_degree 2 --parallelism.tensor_parallel_degree 2
@@ -29,28 +30,35 @@ struct Block : torch::nn::Module {
   std::shared_ptr<nn::Linear> up, down;      // weights (4D, D), (D, 4D)
 };
 
+/// The model's own arguments.
+struct ParallelLMArgs {
+  /// Rows of the embedding and of the head.
+  int64_t vocab_size = kDefaultVocab;
+  /// Longest sequence (RoPE tables).
+  int64_t max_seq_len = 256;
+};
+
 class ParallelLM : public torch::nn::Module {
  public:
-  ParallelLM(int64_t vocab, int64_t seq_len, const at::TensorOptions& o) : vocab_(vocab) {
-    embed = register_module("embed", std::make_shared<nn::Embedding>(vocab, kDim, o));
+  using Args = ParallelLMArgs;
+  ParallelLM(const Args& args, const at::TensorOptions& o) : vocab_(args.vocab_size) {
+    embed = register_module("embed", std::make_shared<nn::Embedding>(vocab_, kDim, o));
     auto container = register_module("blocks", std::make_shared<torch::nn::Module>());
     for (int64_t i = 0; i < kBlocks; ++i)
       blocks.push_back(container->register_module(std::to_string(i), std::make_shared<Block>(o)));
     norm = register_module("norm", std::make_shared<nn::RMSNorm>(kDim, 1e-5, o));
-    head = register_module("head", std::make_shared<nn::Linear>(kDim, vocab, o));
+    head = register_module("head", std::make_shared<nn::Linear>(kDim, vocab_, o));
     if (o.device().type() != at::kMeta)
-      rope_ = nn::make_rope_tables({.head_dim = kDim / kHeads, .max_positions = seq_len}, o.device());
+      rope_ = nn::make_rope_tables({.head_dim = kDim / kHeads, .max_positions = args.max_seq_len}, o.device());
   }
 
   // What Trainer<ParallelLM> calls (the TrainableModel concept).
-  static std::shared_ptr<ParallelLM> build(const JobConfig& config, int64_t vocab, const at::Device& device,
-                                           const std::vector<std::string>& modules = {}) {
-    TITAN_CHECK_NOT_IMPLEMENTED(modules.empty(),
+  static std::shared_ptr<ParallelLM> build(const Args& args, const ModelBuild& where) {
+    TITAN_CHECK_NOT_IMPLEMENTED(where.modules.empty(),
                                 "[custom_model] expected no pipeline split, got {} modules. Set "
                                 "parallelism.pipeline_parallel_degree 1.",
-                                modules.size());
-    return std::make_shared<ParallelLM>(vocab > 0 ? vocab : kDefaultVocab, config.training.seq_len,
-                                        at::TensorOptions().device(device));
+                                where.modules.size());
+    return std::make_shared<ParallelLM>(args, at::TensorOptions().device(where.device));
   }
   at::Tensor forward(const at::Tensor& tokens, const nn::AttentionContext& context = {}) const {
     at::Tensor h = embed->forward(tokens);  // (B, S, D)
@@ -76,34 +84,36 @@ class ParallelLM : public torch::nn::Module {
   }
   std::vector<at::Tensor> unique_parameters() const { return parameters(); }
   int64_t vocab_size() const { return vocab_; }
-  int64_t num_params() const {
+  int64_t num_params() const {  // global shapes: the same count before and after parallelize
     int64_t n = 0;
-    for (const auto& p : parameters()) n += p.numel();
+    for (const auto& p : parameters()) n += parallel::global_numel(p);
     return n;
   }
   int64_t num_flops_per_token(int64_t seq_len) const {
     return 6 * (num_params() - vocab_ * kDim) + 12 * kBlocks * kDim * seq_len;
   }
-  // FSDP units: the embedding, each block, norm + head; TP as Megatron's with replicated activations.
-  parallel::ParallelPlan parallel_plan(const JobConfig& config, const dist::Mesh& mesh) const {
-    parallel::ParallelPlan plan;
-    plan.data_parallel.units.push_back({"embed"});
-    for (int64_t i = 0; i < kBlocks; ++i) plan.data_parallel.units.push_back({fmt::format("blocks.{}", i)});
-    plan.data_parallel.units.push_back({"norm", "head"});
-    plan.data_parallel.options = models::data_parallel_options(*this, config, mesh);
-    if (mesh.size("tp") == 1) return plan;
-    using parallel::Placement;
-    plan.tensor_parallel.add("embed", parallel::RowwiseParallel{.input_layout = Placement::replicate(),
-                                                                .output_layout = Placement::replicate()});
+  // FSDP units: the embedding, each block, norm + head; TP as Megatron's, activations replicated between blocks
+  // (attention and the MLP read the same normed input, so there is no one module whose input to gather).
+  parallel::ShardingSpec sharding_spec() const {
+    using Role = parallel::TensorParallelRole;
+    parallel::ShardingSpec spec{
+        .model = "custom_model", .sequence_parallel = false, .tensor_parallel_divides = {{"heads", kHeads}}};
+    spec.fsdp_units.push_back({"embed"});
+    spec.tensor_parallel.emplace_back("embed", Role::vocab_embedding);
     for (int64_t i = 0; i < kBlocks; ++i) {
       const std::string b = fmt::format("blocks.{}", i);
+      spec.fsdp_units.push_back({b});
+      spec.blocks.push_back(b);
+      spec.attention.push_back(b + ".attention");
       for (const char* w : {".attention.wq", ".attention.wk", ".attention.wv", ".up"})
-        plan.tensor_parallel.add(b + w, parallel::ColwiseParallel{});
-      for (const char* w : {".attention.wo", ".down"}) plan.tensor_parallel.add(b + w, parallel::RowwiseParallel{});
+        spec.tensor_parallel.emplace_back(b + w, Role::colwise);
+      for (const char* w : {".attention.wo", ".down"}) spec.tensor_parallel.emplace_back(b + w, Role::rowwise);
     }
-    plan.tensor_parallel.add("head",
-                             parallel::ColwiseParallel{.loss_parallel = !config.parallelism.disable_loss_parallel});
-    return plan;
+    spec.fsdp_units.push_back({"norm", "head"});
+    spec.tensor_parallel.emplace_back("head", Role::head);
+    spec.refused.push_back(
+        {"pp", "this example builds no pipeline parts. Set parallelism.pipeline_parallel_degree 1."});
+    return spec;
   }
   std::shared_ptr<const checkpoint::HfAdapter> hf_adapter() const { return nullptr; }  // no HF twin
 
@@ -126,7 +136,8 @@ int main(int argc, char** argv) {
     ConfigNotes notes;
     JobConfig config = parse_args(argc, argv, &notes);
     for (const auto& note : notes) log::warn("{}", note);
-    Trainer<ParallelLM> trainer(std::move(config));
+    // The model's arguments are its own; the job only says how long a sequence it sees.
+    Trainer<ParallelLM> trainer(config, {.max_seq_len = config.training.seq_len});
     trainer.train();
     return 0;
   } catch (const std::exception& e) {

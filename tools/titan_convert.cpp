@@ -32,6 +32,7 @@
 #include "titan/core/log.hpp"
 #include "titan/core/tool_args.hpp"
 #include "titan/models/decoder.hpp"
+#include "titan/models/job_args.hpp"
 #include "titan/models/model_spec.hpp"
 #include "titan/train/trainer.hpp"
 
@@ -115,7 +116,7 @@ void to_hf(const titan::ToolArgs& args) {
   } else {
     titan::JobConfig config = args.config;
     config.training.seq_len = 1;
-    model = titan::models::model_spec(config.model.name).build(config, vocab, at::kMeta, {});
+    model = titan::models::build_model(config, vocab, {.device = at::kMeta});
   }
   if (model->shape().tied == has_output) {
     throw std::invalid_argument(fmt::format(

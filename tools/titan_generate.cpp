@@ -35,11 +35,12 @@
 #include "titan/dist/mesh.hpp"
 #include "titan/dist/process_group.hpp"
 #include "titan/models/decoder.hpp"
-#include "titan/models/decoder_plan.hpp"
+#include "titan/models/job_args.hpp"
 #include "titan/models/model_spec.hpp"
 #include "titan/nn/generate.hpp"
 #include "titan/nn/kv_cache.hpp"
 #include "titan/parallel/parallelize.hpp"
+#include "titan/parallel/planner.hpp"
 #include "titan/train/data_setup.hpp"
 #include "titan/train/trainer.hpp"
 
@@ -186,7 +187,7 @@ std::shared_ptr<models::Decoder> build_model(const Source& source, JobConfig con
                     (source.folder / "index.json").string());
   const int64_t vocab = tensors.at("model.tok_embeddings.weight").at("global_shape").at(0).get<int64_t>();
   config.training.seq_len = seq_len;
-  return models::model_spec(config.model.name).build(config, vocab, device, {});
+  return models::build_model(config, vocab, {.device = device});
 }
 
 std::shared_ptr<data::Tokenizer> tokenizer_of(const Options& o, const Source& source, const JobConfig& config,
@@ -222,7 +223,7 @@ int run(const Options& o, const JobConfig& config) {
       mesh.size("pp"), mesh.size("cp"));
 
   const Source source = resolve(o.checkpoint);
-  // The shapes first (on meta, for one position): the vocabulary bounds the prompts, max_seq_len their length.
+  // The shapes first (on meta, for one position): the vocabulary bounds the prompts.
   const models::DecoderShape shape = build_model(source, config, 1, at::kMeta)->shape();
   const auto tokenizer = tokenizer_of(o, source, config, shape.vocab_size, mesh);
   std::vector<std::vector<int64_t>> prompts;
@@ -241,19 +242,15 @@ int run(const Options& o, const JobConfig& config) {
                         shape.vocab_size, id);
     }
   }
-  TITAN_CHECK_VALUE(longest + o.generate.max_new_tokens <= shape.max_seq_len,
-                    "[titan-generate] expected the longest prompt ({} tokens) + --max-new-tokens ({}) <= {} (the "
-                    "model's max_seq_len), got {}. Lower --max-new-tokens or shorten the prompt.",
-                    longest, o.generate.max_new_tokens, shape.max_seq_len, longest + o.generate.max_new_tokens);
-
-  // The model with RoPE tables for exactly prompt + new tokens, tensor-parallel when tp > 1 (the
+  // The model with RoPE tables for exactly prompt + new tokens (past the flavor's max_seq_len with torchtitan's
+  // warning, as training takes a longer sequence), tensor-parallel when tp > 1 (the
   // training plan without sequence or loss parallel: a step of one token cannot be split by sequence,
   // and sampling wants whole logits), then the weights (each rank reading its shards).
   const auto model = build_model(source, config, longest + o.generate.max_new_tokens, device);
   parallel::ParallelPlan plan;
   if (mesh.size("tp") > 1) {
-    plan.tensor_parallel = models::tensor_parallel_plan(shape, mesh.size("tp"), /*sequence_parallel=*/false,
-                                                        /*loss_parallel=*/false);
+    plan.tensor_parallel = parallel::tensor_parallel_plan(model->sharding_spec(), mesh.size("tp"),
+                                                          /*sequence_parallel=*/false, /*loss_parallel=*/false);
   }
   const Parallelized parallel = parallelize(*model, mesh, plan);
   const std::vector<at::Tensor> params = model->unique_parameters();
@@ -267,9 +264,8 @@ int run(const Options& o, const JobConfig& config) {
   } else {
     checkpoint::load(source.folder, state, {"optimizer", "lr_scheduler", "dataloader", "train_state"});
   }
-  log::info("Loaded {} ({} parameters on this rank, {}) from {} {}", shape.where, model->num_params(),
-            parallel.describe(), source.hf ? "the Hugging Face folder" : "the titan checkpoint",
-            source.folder.string());
+  log::info("Loaded {} ({} parameters, {}) from {} {}", shape.where, model->num_params(), parallel.describe(),
+            source.hf ? "the Hugging Face folder" : "the titan checkpoint", source.folder.string());
 
   nn::GenerateConfig generate = o.generate;
   generate.eos_id = o.eos_id.value_or(tokenizer && tokenizer->eos_id() ? *tokenizer->eos_id() : -1);

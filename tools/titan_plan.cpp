@@ -22,6 +22,7 @@
 #include "titan/core/tool_args.hpp"
 #include "titan/metrics/metrics.hpp"
 #include "titan/models/decoder.hpp"
+#include "titan/models/job_args.hpp"
 #include "titan/models/memory_plan.hpp"
 
 namespace {
@@ -185,7 +186,7 @@ int main(int argc, char** argv) {
     const titan::JobConfig& config = args.config;
     TITAN_CHECK_VALUE(!flags.do_search || flags.plan.world_size > 0,
                       "[titan-plan] expected --gpus N with --search, got none. Say how many devices to fill.");
-    const auto model = titan::models::Decoder::build(config);  // model.name's family on meta: shapes only
+    const auto model = titan::models::build_model(config, 0, {});  // model.name's family on meta: shapes only
     auto emit = [&](const titan::models::MemoryPlan& plan) {
       if (flags.emit_config.empty()) return;
       // Temp file + rename: a job file read by a trainer is never half-written.

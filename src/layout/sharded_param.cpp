@@ -160,4 +160,12 @@ const ShardedParam* sharded_param(const at::Tensor& p) {
   return binding && binding->orphaned.empty() ? &binding->info : nullptr;
 }
 
+int64_t global_numel(const at::Tensor& p) {
+  const ShardedParam* sharded = sharded_param(p);
+  if (sharded == nullptr) return p.numel();
+  int64_t n = 1;
+  for (const int64_t d : sharded->global_shape) n *= d;
+  return n;
+}
+
 }  // namespace titan::parallel

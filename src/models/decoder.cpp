@@ -6,10 +6,9 @@
 #include <algorithm>
 #include <cmath>
 
-#include "titan/core/config.hpp"
 #include "titan/core/error.hpp"
 #include "titan/layout/sharded_param.hpp"
-#include "titan/models/decoder_plan.hpp"
+#include "titan/models/decoder_spec.hpp"
 #include "titan/models/model_spec.hpp"
 #include "titan/nn/kv_cache.hpp"
 #include "titan/parallel/activation_checkpoint.hpp"
@@ -91,13 +90,15 @@ Decoder::Decoder(DecoderShape shape, int64_t seq_len, const at::TensorOptions& o
   }
 }
 
-std::shared_ptr<Decoder> Decoder::build(const JobConfig& config, int64_t vocab_size, const at::Device& device,
-                                        const std::vector<std::string>& modules) {
-  return model_spec(config.model.name).build(config, vocab_size, device, modules);
+std::shared_ptr<Decoder> Decoder::build(const DecoderArgs& args, const ModelBuild& where) {
+  return model_spec(args.family).build(args, where);
 }
 
-parallel::ParallelPlan Decoder::parallel_plan(const JobConfig& config, const dist::Mesh& mesh) const {
-  return decoder_parallel_plan(*this, config, mesh);
+parallel::ShardingSpec Decoder::sharding_spec() const {
+  parallel::ShardingSpec spec = decoder_sharding_spec(shape_);
+  const bool whole = tok_embeddings && norm && static_cast<int64_t>(layers.size()) == shape_.n_layers;
+  if (whole) spec.pipeline_costs = pipeline_costs(*this, seq_len_);
+  return spec;
 }
 
 std::shared_ptr<const checkpoint::HfAdapter> Decoder::hf_adapter() const { return nullptr; }
@@ -198,7 +199,7 @@ std::vector<at::Tensor> Decoder::unique_parameters() const { return models::uniq
 
 int64_t Decoder::num_params() const {
   int64_t n = 0;
-  for (const auto& p : unique_parameters()) n += p.numel();
+  for (const auto& p : unique_parameters()) n += parallel::global_numel(p);
   return n;
 }
 

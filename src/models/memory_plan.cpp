@@ -11,15 +11,17 @@
 
 #include "memory_plan_detail.hpp"
 #include "titan/core/error.hpp"
-#include "titan/models/decoder_plan.hpp"
+#include "titan/models/decoder_spec.hpp"
+#include "titan/models/job_args.hpp"
 #include "titan/models/model_spec.hpp"
+#include "titan/parallel/planner.hpp"
 
 namespace titan::models {
 namespace detail {
 namespace {
 
 // TP splits a head projection (and its bias) on dim 0, wo on dim 1, a dense feed-forward's w1/w3 on dim
-// 0 and w2 on dim 1, the embedding and the output on dim 0 (models::tensor_parallel_plan); the
+// 0 and w2 on dim 1, the embedding and the output on dim 0 (models::decoder_sharding_spec); the
 // replicated attention modules, the norms and the whole MoE (its experts replicated) stay whole.
 int tp_dim_of(const std::string& name, const DecoderShape& shape) {
   if (name == "tok_embeddings.weight" || name == "output.weight") return 0;
@@ -66,7 +68,8 @@ std::vector<ParamShape> param_shapes(const Decoder& model, const std::vector<std
 
 AcPolicy ac_policy(const ActivationCheckpointConfig& ac, const DecoderShape& shape) {
   // The plan's own parser checks the mode and option (the same errors the trainer gives).
-  (void)activation_checkpoint_plan(shape.n_layers, ac, !shape.moe_layers.empty(), shape.where);
+  (void)parallel::activation_checkpoint_plan(decoder_sharding_spec(shape).blocks, ac, !shape.moe_layers.empty(),
+                                             shape.where);
   AcPolicy p{.mode = ac.mode};
   if (ac.mode == AcMode::full) p.name = "full";
   if (ac.mode == AcMode::selective) {
@@ -86,7 +89,7 @@ Context make_context(const Decoder& model, const JobConfig& config, const PlanOp
   // The family's attention memory model, or nn::Attention's.
   AttentionMemoryModel attention = model_spec(config.model.name).attention_memory;
   if (!attention) attention = nn_attention_memory;
-  auto units = data_parallel_units(model.shape());
+  auto units = model.sharding_spec().fsdp_units;
   auto params = param_shapes(model, units);
   return Context{.model = model,
                  .config = config,
@@ -115,7 +118,9 @@ void check_layout(const Decoder& model, const JobConfig& cfg, const dist::MeshSh
                               "[titan::models::plan_memory] expected tensor_parallel_degree 1 for {}, got {}: its "
                               "tensor parallelism is not built yet. Use data and expert parallelism.",
                               shape.where, m.tp);
-  if (m.tp > 1) (void)tensor_parallel_plan(shape, m.tp, /*sequence_parallel=*/true, /*loss_parallel=*/true);
+  if (m.tp > 1)
+    (void)parallel::tensor_parallel_plan(model.sharding_spec(), m.tp, /*sequence_parallel=*/true,
+                                         /*loss_parallel=*/true);
   TITAN_CHECK_NOT_IMPLEMENTED(shape.pipeline_and_context_parallel || (m.pp == 1 && m.cp == 1),
                               "[titan::models::plan_memory] expected pipeline_parallel_degree and "
                               "context_parallel_degree 1 for {}, got pp {} and cp {}: its pipeline and context "
@@ -208,7 +213,7 @@ MemoryPlan plan_memory(const Decoder& model, const JobConfig& config, const Plan
 }
 
 MemoryPlan plan_memory(const JobConfig& config, const PlanOptions& options) {
-  const auto model = model_spec(config.model.name).build(config, 0, at::kMeta, {});
+  const auto model = build_model(config, 0, {.device = at::kMeta});
   return plan_memory(*model, config, options);
 }
 

@@ -15,8 +15,9 @@
 
 #include "memory_plan_detail.hpp"
 #include "titan/core/error.hpp"
-#include "titan/models/decoder_plan.hpp"
+#include "titan/models/decoder_spec.hpp"
 #include "titan/parallel/pipeline_schedule.hpp"
+#include "titan/parallel/planner.hpp"
 
 namespace titan::models::detail {
 namespace {
@@ -138,12 +139,14 @@ MemoryPlan evaluate(const Context& c, const Layout& l) {
     terms[static_cast<size_t>(block->layer_id)] = block_terms(*block, c.attention, x);
 
   // Which modules each pp rank holds.
-  const auto stages = m.pp > 1 ? pipeline_plan(shape.n_layers, m.pp, cfg.parallelism,
-                                               cfg.parallelism.pipeline_parallel_split == PipelineSplitBy::flops
-                                                   ? pipeline_costs(c.model, cfg.training.seq_len)
-                                                   : parallel::PipelineModuleCosts{})
-                                     .stages
-                               : std::vector<std::vector<std::string>>{};
+  const auto stages = m.pp > 1
+                          ? parallel::pipeline_plan(decoder_sharding_spec(shape).pipeline,
+                                                    cfg.parallelism.pipeline_parallel_split == PipelineSplitBy::flops
+                                                        ? pipeline_costs(c.model, cfg.training.seq_len)
+                                                        : parallel::PipelineModuleCosts{},
+                                                    m.pp, cfg.parallelism, shape.where)
+                                .stages
+                          : std::vector<std::vector<std::string>>{};
   std::vector<RankModules> ranks(static_cast<size_t>(m.pp));
   parallel::PipelineProgram program;
   const int64_t pp_microbatches = m.pp > 1 ? l.local_batch / l.microbatch : 1;

@@ -7,7 +7,7 @@
 #include <algorithm>
 
 #include "memory_plan_detail.hpp"
-#include "titan/models/decoder_plan.hpp"
+#include "titan/models/decoder_spec.hpp"
 #include "titan/parallel/pipeline_schedule.hpp"
 
 namespace titan::models::detail {

@@ -8,10 +8,10 @@
 #include <mutex>
 #include <nlohmann/json.hpp>
 
-#include "titan/core/config.hpp"
 #include "titan/core/error.hpp"
 #include "titan/models/deepseek_v3/hf_adapter.hpp"
 #include "titan/models/deepseek_v3/model.hpp"
+#include "titan/models/detail/family_args.hpp"
 #include "titan/models/gpt_oss/hf_adapter.hpp"
 #include "titan/models/gpt_oss/model.hpp"
 #include "titan/models/llama3/hf_adapter.hpp"
@@ -23,17 +23,16 @@
 namespace titan::models {
 namespace {
 
-// The spec of a family whose class has Model::build(config, vocab, device, modules) and a constructor
+// The spec of a family whose class has Model::build(args, where), its flavors' arguments and a constructor
 // (Args, seq_len, options).
 template <class Model, class ArgsFromHf>
 ModelSpec bundled(std::string name, std::vector<std::string> architectures, std::vector<std::string> (*flavors)(),
-                  ArgsFromHf args_from_hf) {
-  return {.name = std::move(name),
+                  typename Model::Args (*flavor)(std::string_view), ArgsFromHf args_from_hf) {
+  return {.name = name,
           .hf_architectures = std::move(architectures),
           .flavors = flavors,
-          .build = [](const JobConfig& config, int64_t vocab, const at::Device& device,
-                      const std::vector<std::string>& modules) -> std::shared_ptr<Decoder> {
-            return Model::build(config, vocab, device, modules);
+          .build = [name, flavor](const DecoderArgs& args, const ModelBuild& where) -> std::shared_ptr<Decoder> {
+            return Model::build(detail::family_args(flavor(args.flavor), args, name), where);
           },
           .from_hf = [args_from_hf](const nlohmann::json& hf, int64_t seq_len,
                                     const at::Device& device) -> std::shared_ptr<Decoder> {
@@ -52,14 +51,15 @@ struct Registry {
 
   Registry() {
     for (ModelSpec spec :
-         {bundled<llama3::Llama3>("llama3", {"LlamaForCausalLM"}, llama3::flavor_names, llama3::args_from_hf_config),
+         {bundled<llama3::Llama3>("llama3", {"LlamaForCausalLM"}, llama3::flavor_names, llama3::flavor,
+                                  llama3::args_from_hf_config),
           bundled<qwen3::Qwen3>("qwen3", {"Qwen3ForCausalLM", "Qwen3MoeForCausalLM"}, qwen3::flavor_names,
-                                qwen3::args_from_hf_config),
+                                qwen3::flavor, qwen3::args_from_hf_config),
           with_attention_memory(
               bundled<deepseek_v3::DeepSeekV3>("deepseek_v3", {"DeepseekV3ForCausalLM"}, deepseek_v3::flavor_names,
-                                               deepseek_v3::args_from_hf_config),
+                                               deepseek_v3::flavor, deepseek_v3::args_from_hf_config),
               deepseek_v3::attention_memory),
-          bundled<gpt_oss::GptOss>("gpt_oss", {"GptOssForCausalLM"}, gpt_oss::flavor_names,
+          bundled<gpt_oss::GptOss>("gpt_oss", {"GptOssForCausalLM"}, gpt_oss::flavor_names, gpt_oss::flavor,
                                    gpt_oss::args_from_hf_config)}) {
       specs.emplace(spec.name, std::move(spec));
     }

@@ -244,7 +244,7 @@ void bind_expert_shard(const std::string& fqn, const at::Tensor& w, std::vector<
                     "[titan::parallel::apply_expert_parallel] expected '{}' outside the tensor-parallel plan under "
                     "expert tensor parallelism (etp {}), got it under a SequenceParallel style, which would sum its "
                     "gradient over tp although each tp rank holds a different slice. Name the MoE's router and "
-                    "shared experts in plan.tensor_parallel instead of the whole MoE (models::tensor_parallel_plan "
+                    "shared experts in plan.tensor_parallel instead of the whole MoE (parallel::tensor_parallel_plan "
                     "with sharded_experts = true does), or set parallelism.expert_tensor_parallel_degree 1.",
                     fqn, etp);
   std::function<at::Tensor(const at::Tensor&)> transform = prior ? prior->transform : nullptr;

@@ -9,6 +9,9 @@
 #include "titan/data/auto_tokenizer.hpp"
 #include "titan/data/dataloader.hpp"
 #include "titan/data/source.hpp"
+#include "titan/data/tokenizer.hpp"
+#include "titan/dist/mesh.hpp"
+#include "titan/train/run_context.hpp"
 
 namespace titan {
 namespace {
@@ -151,6 +154,24 @@ std::unique_ptr<data::DataLoader> build_validation_dataloader(const JobConfig& c
   std::vector<data::WeightedSource> sources{
       {.source = open_dataset(config.training, v.dataset, v.dataset_path.value_or("")), .weight = 1.0}};
   return std::make_unique<data::DataLoader>(std::move(sources), std::move(tokenizer), c);
+}
+
+}  // namespace titan
+
+namespace titan {
+
+std::shared_ptr<data::Tokenizer> build_tokenizer(const RunContext& run, int64_t model_vocab_size) {
+  const JobConfig& config = run.config();
+  // Rank 0 first: a tokenizer trained on first use is written to the cache, which the others read.
+  std::shared_ptr<data::Tokenizer> tokenizer;
+  if (run.mesh().rank() == 0) tokenizer = build_tokenizer(config, model_vocab_size);
+  run.mesh().group("world").barrier();
+  if (run.mesh().rank() != 0) tokenizer = build_tokenizer(config, model_vocab_size);
+  TITAN_CHECK_VALUE(tokenizer->vocab_size() <= model_vocab_size,
+                    "[titan::Trainer] expected a tokenizer with at most {} tokens (the model's vocab_size), got {} "
+                    "from model.hf_assets_path='{}'. Use a matching tokenizer or flavor.",
+                    model_vocab_size, tokenizer->vocab_size(), config.model.hf_assets_path);
+  return tokenizer;
 }
 
 }  // namespace titan

@@ -9,6 +9,7 @@
 #include "titan/checkpoint/safetensors.hpp"
 #include "titan/core/config.hpp"
 #include "titan/models/decoder.hpp"
+#include "titan/models/job_args.hpp"
 #include "titan/models/model_spec.hpp"
 #include "titan/train/trainer.hpp"
 #include "tool_run.hpp"
@@ -29,7 +30,7 @@ TEST_CASE("titan-convert to-hf takes the model from model.name and model.flavor 
   JobConfig config;
   config.model.name = "qwen3";
   config.training.seq_len = 16;
-  const auto model = models::model_spec("qwen3").build(config, 0, at::kCPU, {});
+  const auto model = models::build_model(config, 0, {.device = at::kCPU});
   const std::vector<at::Tensor> params = model->unique_parameters();
   const std::vector<std::string> names = parameter_names(*model, params);
   std::vector<std::pair<std::string, at::Tensor>> tensors;

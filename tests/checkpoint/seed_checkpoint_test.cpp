@@ -10,6 +10,7 @@
 #include "test_util.hpp"
 #include "titan/checkpoint/seed_checkpoint.hpp"
 #include "titan/dist/local_ranks.hpp"
+#include "titan/parallel/planner.hpp"
 
 using namespace titan;
 
@@ -46,7 +47,7 @@ TEST_CASE("a seed checkpoint loads onto FSDP shards and the safetensors package 
     const dist::Mesh mesh({.dp_shard = 3}, rank, store, test::mesh_options());
     nn::manual_init_seed(99);  // different weights, then overwritten by the file
     llama3::Llama3 model(test::parity_args(), 32, at::TensorOptions());
-    const Parallelized parallel = parallelize(model, mesh, llama3::parallel_plan(model, mesh));
+    const Parallelized parallel = parallelize(model, mesh, parallel::plan(model.sharding_spec(), {}, mesh.shape()));
     model.init_weights();
     checkpoint::load_seed_checkpoint(model, path);
     const auto params = model.unique_parameters();

@@ -104,7 +104,7 @@ TEST_CASE("float8 training: the debug model with each recipe stays within 0.02 o
   titan::Trainer<titan::llama3::Llama3> reference(config);
   reference.train();
   const auto fp32 = reference.core().loss_history();
-  CHECK(reference.core().float8_converted().empty());
+  CHECK(reference.rank_model().float8_converted().empty());
   for (const auto recipe :
        {titan::Float8Recipe::tensorwise, titan::Float8Recipe::rowwise, titan::Float8Recipe::rowwise_with_gw_hp}) {
     for (const bool emulate : {false, true}) {
@@ -117,7 +117,7 @@ TEST_CASE("float8 training: the debug model with each recipe stays within 0.02 o
       config.float8.emulate = emulate;
       config.float8.filter_fqns = {"output"};
       titan::Trainer<titan::llama3::Llama3> trainer(config);
-      CHECK(trainer.core().float8_converted().size() == 42);
+      CHECK(trainer.rank_model().float8_converted().size() == 42);
       trainer.train();
       const auto f8_losses = trainer.core().loss_history();
       REQUIRE(f8_losses.size() == fp32.size());

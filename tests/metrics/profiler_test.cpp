@@ -19,9 +19,9 @@
 #include "titan/dist/local_ranks.hpp"
 #include "titan/metrics/profiler.hpp"
 #include "titan/models/llama3/model.hpp"
-#include "titan/models/llama3/parallelize.hpp"
 #include "titan/nn/loss.hpp"
 #include "titan/parallel/parallelize.hpp"
+#include "titan/parallel/planner.hpp"
 
 using namespace titan;
 namespace fs = std::filesystem;
@@ -55,7 +55,7 @@ TEST_CASE("Profiler: 2 FSDP ranks as threads each write a Chrome trace with aten
     const dist::Mesh mesh({.dp_shard = 2}, rank, store, test::mesh_options());
     nn::manual_init_seed(42);
     llama3::Llama3 model(test::parity_args(), 32, at::TensorOptions());
-    const Parallelized parallel = parallelize(model, mesh, llama3::parallel_plan(model, mesh));
+    const Parallelized parallel = parallelize(model, mesh, parallel::plan(model.sharding_spec(), {}, mesh.shape()));
     model.init_weights();
     const at::Tensor tokens = at::randint(512, {1, 32}, at::kLong);  // (B, S)
     // Steps 1-2: step 1 warms up, step 2 records and is saved as iteration_2.
@@ -95,7 +95,7 @@ TEST_CASE("Profiler: 2 TP ranks as threads record their TP collectives", "[metri
     const dist::Mesh mesh({.tp = 2}, rank, store, test::mesh_options());
     nn::manual_init_seed(42);
     llama3::Llama3 model(test::parity_args(), 32, at::TensorOptions());
-    const Parallelized parallel = parallelize(model, mesh, llama3::parallel_plan(model, mesh));
+    const Parallelized parallel = parallelize(model, mesh, parallel::plan(model.sharding_spec(), {}, mesh.shape()));
     model.init_weights();
     const at::Tensor tokens = at::randint(512, {2, 32}, at::kLong);  // (B, S), the same on both ranks
     Profiler profiler({.folder = dump.path / "traces", .rank = rank, .freq = 1, .warmup = 0, .active = 1});

@@ -5,7 +5,7 @@
 #include <fmt/format.h>
 
 #include "test_util.hpp"
-#include "titan/models/decoder_plan.hpp"
+#include "titan/models/decoder_spec.hpp"
 #include "titan/models/deepseek_v3/model.hpp"
 #include "titan/train/trainer.hpp"
 #include "train/train_test_util.hpp"
@@ -48,7 +48,7 @@ TEST_CASE("deepseek_v3 debugmodel trains through the Trainer", "[models][deepsee
 
 TEST_CASE("deepseek_v3 plan: dense blocks one FSDP unit and MoE blocks two", "[models][deepseek_v3][parallel]") {
   const deepseek_v3::DeepSeekV3 model(deepseek_v3::flavor("debugmodel"), 32, at::TensorOptions().device(at::kMeta));
-  const auto units = models::data_parallel_units(deepseek_v3::decoder_shape(model.args()));
+  const auto units = model.sharding_spec().fsdp_units;
   // tok_embeddings, the dense layers.0, two units for each of the 5 MoE blocks, norm + output.
   REQUIRE(units.size() == 1 + 1 + 2 * 5 + 1);
   CHECK(units[0] == std::vector<std::string>{"tok_embeddings"});

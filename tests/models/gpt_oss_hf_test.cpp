@@ -152,16 +152,18 @@ namespace {
 // moving exports weights that transformers routes differently (see docs/gpt_oss.md).
 struct UnbiasedDebugGptOss : gpt_oss::GptOss {
   using gpt_oss::GptOss::GptOss;
-  static std::shared_ptr<UnbiasedDebugGptOss> build(const JobConfig& config, int64_t vocab_size,
-                                                    const at::Device& device,
-                                                    const std::vector<std::string>& modules = {}) {
-    gpt_oss::GptOssArgs args = gpt_oss::flavor("debugmodel");
-    args.moe.load_balance_coeff = 0.0;
-    if (vocab_size > 0) args.vocab_size = vocab_size;
-    return std::make_shared<UnbiasedDebugGptOss>(args, config.training.seq_len, at::TensorOptions().device(device),
-                                                 modules);
+  static std::shared_ptr<UnbiasedDebugGptOss> build(const gpt_oss::GptOssArgs& args, const ModelBuild& where) {
+    return std::make_shared<UnbiasedDebugGptOss>(args, args.max_seq_len, at::TensorOptions().device(where.device),
+                                                 where.modules);
   }
 };
+
+gpt_oss::GptOssArgs unbiased_debug_args(int64_t seq_len) {
+  gpt_oss::GptOssArgs args = gpt_oss::flavor("debugmodel");
+  args.moe.load_balance_coeff = 0.0;
+  args.max_seq_len = seq_len;
+  return args;
+}
 
 }  // namespace
 
@@ -173,7 +175,7 @@ TEST_CASE("a gpt-oss debugmodel trained by titan's Trainer exports to HF and tra
   c.checkpoint.enable = true;
   c.checkpoint.last_save_in_hf = true;
   c.metrics.disable_color_printing = true;
-  Trainer<UnbiasedDebugGptOss> trainer(c);
+  Trainer<UnbiasedDebugGptOss> trainer(c, unbiased_debug_args(c.training.seq_len));
   trainer.train();
   const fs::path hf = dir.path / "checkpoint" / "step-3";
   REQUIRE(fs::exists(hf / "config.json"));

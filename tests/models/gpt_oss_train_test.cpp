@@ -17,13 +17,14 @@
 #include "titan/dist/local_ranks.hpp"
 #include "titan/dist/mesh.hpp"
 #include "titan/layout/sharded_param.hpp"
-#include "titan/models/decoder_plan.hpp"
+#include "titan/models/decoder_spec.hpp"
 #include "titan/models/gpt_oss/model.hpp"
 #include "titan/nn/init.hpp"
 #include "titan/optim/adamw.hpp"
 #include "titan/optim/clip.hpp"
 #include "titan/parallel/expert_parallel.hpp"
 #include "titan/parallel/parallelize.hpp"
+#include "titan/parallel/planner.hpp"
 #include "titan/train/step.hpp"
 
 using namespace titan;
@@ -68,7 +69,9 @@ struct Result {
 Result train(const dist::Mesh& mesh, int64_t steps = kSteps) {
   nn::manual_init_seed(42);
   gpt_oss::GptOss model(parity_args(), kSeq, at::TensorOptions());
-  const Parallelized applied = parallelize(model, mesh, model.parallel_plan(parity_config(), mesh));
+  const Parallelized applied = parallelize(
+      model, mesh,
+      parallel::plan(model.sharding_spec(), parallel::plan_options(parity_config(), model, false), mesh.shape()));
   model.init_weights();  // after sharding: every rank fills only its shard
   // The Trainer's MoE bookkeeping: the plan's expert parallelism, or (ep = 1) the layers recorded.
   const parallel::ExpertParallel moe =
@@ -160,6 +163,7 @@ TEST_CASE("gpt_oss plan: routed experts are FSDP units of their own and every bl
           "[models][gpt_oss][parallel]") {
   const gpt_oss::GptOss model(parity_args(), kSeq, at::TensorOptions().device(at::kMeta));
   const models::DecoderShape shape = gpt_oss::decoder_shape(model.args());
+  const parallel::ShardingSpec spec = model.sharding_spec();
   const std::vector<std::vector<std::string>> want{
       {"tok_embeddings"},
       {"layers.0.attention_norm", "layers.0.attention", "layers.0.ffn_norm", "layers.0.moe.router"},
@@ -167,8 +171,8 @@ TEST_CASE("gpt_oss plan: routed experts are FSDP units of their own and every bl
       {"layers.1.attention_norm", "layers.1.attention", "layers.1.ffn_norm", "layers.1.moe.router"},
       {"layers.1.moe.experts"},
       {"norm", "output"}};
-  CHECK(models::data_parallel_units(shape) == want);
-  CHECK(models::expert_parallel_plan(shape, 2, at::kFloat).moe_modules ==
+  CHECK(spec.fsdp_units == want);
+  CHECK(parallel::expert_parallel_plan(spec.moe, 2, 1, at::kFloat).moe_modules ==
         std::vector<std::string>{"layers.0.moe", "layers.1.moe"});
   CHECK_FALSE(shape.pipeline_and_context_parallel);
 }

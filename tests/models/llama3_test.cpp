@@ -6,6 +6,7 @@
 
 #include "test_util.hpp"
 #include "titan/core/config.hpp"
+#include "titan/models/job_args.hpp"
 #include "titan/models/llama3/model.hpp"
 
 using titan::llama3::Llama3;
@@ -106,11 +107,17 @@ TEST_CASE("llama3 forward is causal and shaped (B, S, V)", "[models][llama3]") {
   CHECK_FALSE(at::allclose(logits.narrow(1, 8, 4), logits2.narrow(1, 8, 4), 1e-6, 1e-6));
 }
 
-TEST_CASE("llama3 rejects seq_len beyond the model's max", "[models][llama3][errors]") {
+TEST_CASE("llama3 sizes the model to a seq_len past the flavor's max and rejects an unknown flavor",
+          "[models][llama3][errors]") {
+  using Job = titan::models::JobArgs<Llama3>;
   titan::JobConfig config;
+  // torchtitan's update_from_config: max_seq_len becomes the job's sequence length (a warning past the flavor's).
   config.training.seq_len = 200'000;
-  CHECK_THROWS_WITH(Llama3::build(config), Catch::Contains("training.seq_len") && Catch::Contains("131072"));
+  CHECK(Job::make(config).max_seq_len == 200'000);
+  CHECK(Llama3::build(Job::make(config))->seq_len() == 200'000);
+  CHECK_THROWS_WITH(Llama3(titan::llama3::flavor("debugmodel"), 200'000, at::TensorOptions().device(at::kMeta)),
+                    Catch::Contains("training.seq_len") && Catch::Contains("131072"));
   config.training.seq_len = 64;
   config.model.flavor = "9B";
-  CHECK_THROWS_WITH(Llama3::build(config), Catch::Contains("model.flavor") && Catch::Contains("debugmodel"));
+  CHECK_THROWS_WITH(Job::make(config), Catch::Contains("model.flavor") && Catch::Contains("debugmodel"));
 }

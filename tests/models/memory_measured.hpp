@@ -19,13 +19,15 @@
 #include "titan/nn/loss.hpp"
 #include "titan/optim/adamw.hpp"
 #include "titan/parallel/parallelize.hpp"
+#include "titan/parallel/planner.hpp"
 
 namespace titan::test {
 
 /// One rank of `model` (built on the CPU for this job): two training steps under the tracker (zero_grad, forward +
 /// loss + backward under the activations scope, AdamW), the second step's parts as the trainer reports them.
 inline MemoryParts measure_rank(models::Decoder& model, const dist::Mesh& mesh, const JobConfig& config) {
-  const Parallelized applied = parallelize(model, mesh, model.parallel_plan(config, mesh));
+  const Parallelized applied = parallelize(
+      model, mesh, parallel::plan(model.sharding_spec(), parallel::plan_options(config, model, false), mesh.shape()));
   at::manual_seed(1);
   nn::manual_init_seed(1);
   model.init_weights();

@@ -15,6 +15,7 @@
 #include "titan/core/memory_tracker.hpp"
 #include "titan/dist/local_ranks.hpp"
 #include "titan/dist/mesh.hpp"
+#include "titan/models/job_args.hpp"
 #include "titan/models/llama3/model.hpp"
 #include "titan/models/memory_plan.hpp"
 #include "titan/nn/init.hpp"
@@ -47,7 +48,7 @@ JobConfig job(const Case& c) {
 std::vector<MemoryParts> measure(const Case& c) {
   const JobConfig config = job(c);
   return measure_ranks(c.shape, [&](const dist::Mesh& mesh) {
-    return measure_rank(*llama3::Llama3::build(config, 0, at::kCPU), mesh, config);
+    return measure_rank(*models::build_model(config, 0, {.device = at::kCPU}), mesh, config);
   });
 }
 
@@ -69,7 +70,7 @@ TEST_CASE("memory plan: six CPU layouts measured by the tracker within 10 percen
           "[models][memory_plan][dist][full]") {
   for (const Case& c : cases()) {
     const JobConfig config = job(c);
-    const auto model = llama3::Llama3::build(config);
+    const auto model = models::build_model(config, 0, {});
     const models::MemoryPlan plan =
         models::plan_memory(*model, config, {.world_size = c.shape.world_size(), .gpu = false});
     const std::vector<MemoryParts> measured = measure(c);

@@ -12,10 +12,12 @@
 #include "titan/core/config.hpp"
 #include "titan/core/config_loader.hpp"
 #include "titan/models/decoder.hpp"
+#include "titan/models/job_args.hpp"
 #include "titan/models/memory_plan.hpp"
 
 using Catch::Matchers::Contains;
 using titan::JobConfig;
+using titan::models::build_model;
 using titan::models::Decoder;
 using titan::models::plan_memory;
 using titan::test::error_of;
@@ -56,7 +58,7 @@ TEST_CASE("memory plan: DeepSeek-V3 16B's experts are FSDP-sharded without EP an
           "[models][memory_plan][moe]") {
   for (const int64_t ep : {1, 8}) {
     const JobConfig c = moe_job("deepseek_v3", "16B", ep);
-    const auto model = Decoder::build(c);
+    const auto model = build_model(c, 0, {});
     const auto plan = plan_memory(*model, c, {.world_size = 16, .device_memory = k80GB});
     INFO("ep " << ep);
     CHECK(plan.mesh.ep == ep);
@@ -68,7 +70,7 @@ TEST_CASE("memory plan: DeepSeek-V3 16B's experts are FSDP-sharded without EP an
   // EP 8 of 16 ranks: each rank holds 64 / 8 experts split again over efsdp 2, FSDP 16's 64 / 16, as
   // torchtitan's efsdp mesh has it; EP 16 would hold the same experts whole.
   const JobConfig fsdp = moe_job("deepseek_v3", "16B", 1);
-  const auto model = Decoder::build(fsdp);
+  const auto model = build_model(fsdp, 0, {});
   const int64_t with_ep = plan_memory(*model, moe_job("deepseek_v3", "16B", 8), {.world_size = 16}).parts.parameters;
   CHECK(with_ep == plan_memory(*model, fsdp, {.world_size = 16}).parts.parameters);
 }
@@ -77,7 +79,7 @@ TEST_CASE("memory plan: expert tensor parallelism splits the experts' hidden dim
           "[models][memory_plan][moe]") {
   JobConfig c = moe_job("deepseek_v3", "16B", 1);
   c.parallelism.tensor_parallel_degree = 2;
-  const auto model = Decoder::build(c);
+  const auto model = build_model(c, 0, {});
   const titan::models::PlanOptions h100{.world_size = 16, .device_memory = k80GB, .peak_flops = 989e12};
   const auto whole = plan_memory(*model, c, h100);
   c.parallelism.expert_tensor_parallel_degree = 2;
@@ -101,7 +103,7 @@ TEST_CASE("memory plan: expert tensor parallelism splits the experts' hidden dim
 TEST_CASE("memory plan: an MoE model's FLOPs count its active parameters and EP's all-to-alls cost step time",
           "[models][memory_plan][moe]") {
   const JobConfig no_ep = moe_job("qwen3", "30B-A3B", 1);
-  const auto model = Decoder::build(no_ep);
+  const auto model = build_model(no_ep, 0, {});
   const titan::models::PlanOptions h100{.world_size = 16, .device_memory = k80GB, .peak_flops = 989e12};
   const auto plain = plan_memory(*model, no_ep, h100);
   const double tokens = 2.0 * 4096;  // per device per step
@@ -143,7 +145,7 @@ TEST_CASE("memory plan: gpt-oss's MoE blocks keep their routed slots and full AC
 TEST_CASE("memory plan: the search over an MoE model's layouts tries expert parallelism",
           "[models][memory_plan][moe]") {
   const JobConfig c = moe_job("qwen3", "30B-A3B", 1);
-  const auto model = Decoder::build(c);
+  const auto model = build_model(c, 0, {});
   const auto plans = titan::models::search_layouts(*model, c, {.device_memory = k80GB, .peak_flops = 989e12},
                                                    {.gpus = 16, .limit = 200});
   REQUIRE(!plans.empty());
@@ -160,7 +162,7 @@ TEST_CASE("memory plan: the search over an MoE model's layouts tries expert para
   // A dense model's search never borrows ranks for ep.
   JobConfig dense;
   titan::apply_preset(dense, "llama3_8b");
-  const auto llama = Decoder::build(dense);
+  const auto llama = build_model(dense, 0, {});
   for (const auto& p :
        titan::models::search_layouts(*llama, dense, {.device_memory = k80GB, .peak_flops = 989e12}, {.gpus = 8})) {
     CHECK(p.mesh.ep == 1);

@@ -13,6 +13,7 @@
 #include "titan/core/config.hpp"
 #include "titan/core/config_loader.hpp"
 #include "titan/metrics/metrics.hpp"
+#include "titan/models/job_args.hpp"
 #include "titan/models/llama3/model.hpp"
 #include "titan/models/memory_plan.hpp"
 
@@ -47,7 +48,7 @@ constexpr int64_t kTensorsPerBlock = 9;  // 7 matrices + 2 norm weights
 TEST_CASE("memory plan: 8B on 8 GPUs with FSDP pins parameters and optimizer state", "[models][memory_plan]") {
   JobConfig c = preset("llama3_8b");
   c.training.local_batch_size = 2;  // torchtitan's published run: lbs 2, seq 8192, selective op AC
-  const auto model = Llama3::build(c);
+  const auto model = titan::models::build_model(c, 0, {});
   const auto plan = plan_memory(*model, c, {.world_size = 8, .device_memory = k96GB});
   // D 4096, 32 blocks, kv dim 8 x 128 = 1024, FFN 14336, vocab 128256; fp32 parameters over 8 shards.
   const int64_t D = 4096, V = 128256;
@@ -68,7 +69,7 @@ TEST_CASE("memory plan: 70B on 256 GPUs with FSDP 32 and TP 8 pins parameters an
           "[models][memory_plan]") {
   JobConfig c = preset("llama3_70b");  // tp 8, full AC, lbs 8 in the TOML; the published run used lbs 16
   c.training.local_batch_size = 16;
-  const auto model = Llama3::build(c);
+  const auto model = titan::models::build_model(c, 0, {});
   const auto plan = plan_memory(*model, c, {.world_size = 256, .device_memory = k96GB});
   CHECK(plan.mesh.dp_shard == 32);
   CHECK(plan.mesh.tp == 8);
@@ -84,7 +85,7 @@ TEST_CASE("memory plan: 70B on 256 GPUs with FSDP 32 and TP 8 pins parameters an
 TEST_CASE("memory plan: fused_opt_states_bf16 halves exp_avg and exp_avg_sq", "[models][memory_plan]") {
   JobConfig c = preset("llama3_8b");
   c.training.local_batch_size = 2;
-  const auto model = Llama3::build(c);
+  const auto model = titan::models::build_model(c, 0, {});
   const auto fp32 = plan_memory(*model, c, {.world_size = 8, .device_memory = k80GB});
   c.optimizer.implementation = titan::OptimizerImplementation::fused_opt_states_bf16;
   const auto bf16 = plan_memory(*model, c, {.world_size = 8, .device_memory = k80GB});
@@ -109,7 +110,7 @@ TEST_CASE("memory plan: 405B on 512 GPUs with FSDP 8 TP 8 and PP 8 pins a middle
   c.parallelism.pipeline_parallel_degree = 8;
   c.parallelism.pipeline_parallel_schedule = titan::PipelineSchedule::schedule_1f1b;
   c.training.local_batch_size = 32;  // torchtitan's run: lbs 32, gbs 256, microbatch 1
-  const auto model = Llama3::build(c);
+  const auto model = titan::models::build_model(c, 0, {});
   const auto plan = plan_memory(*model, c, {.world_size = 512, .device_memory = k96GB});
   CHECK(plan.mesh.dp_shard == 8);
   // 126 blocks + embeddings + head count as 128 layers: 16 per stage; the embeddings and the head each
@@ -129,7 +130,7 @@ TEST_CASE("memory plan: 405B on 512 GPUs with FSDP 8 TP 8 and PP 8 pins a middle
 TEST_CASE("memory plan: the 8B search over 8 GPUs ranks FSDP 8 in its top 3 and says why", "[models][memory_plan]") {
   JobConfig c = preset("llama3_8b");
   c.training.local_batch_size = 2;  // the published batch: 16 sequences over 8 GPUs
-  const auto model = Llama3::build(c);
+  const auto model = titan::models::build_model(c, 0, {});
   const auto plans =
       titan::models::search_layouts(*model, c, {.device_memory = k96GB, .peak_flops = 989e12}, {.gpus = 8, .limit = 3});
   REQUIRE(plans.size() == 3);
@@ -154,7 +155,7 @@ TEST_CASE("memory plan: the 70B search picks NeMo's 70B layout, and FSDP 32 x TP
   c.training.local_batch_size = 16;    // 512 sequences of 8192 tokens a step, the published batch
   c.compile.enable = true;
   c.model.converters = {"float8"};
-  const auto model = Llama3::build(c);
+  const auto model = titan::models::build_model(c, 0, {});
   const titan::models::PlanOptions h100{.device_memory = k96GB, .peak_flops = 989e12};
   // NVIDIA NeMo's Llama 3 70B pretraining recipe (NVIDIA/NeMo nemo/collections/llm/recipes/llama3_70b.py:
   // tensor_parallelism 4, pipeline_parallelism 4, context_parallelism 2, sequence parallel, global batch
@@ -191,7 +192,7 @@ TEST_CASE("memory plan: the 405B search holding PP 8 ranks FSDP 8 x TP 8 x PP 8 
   JobConfig c = preset("llama3_405b");  // tp 8, full AC, compile, float8, async TP
   c.parallelism.pipeline_parallel_degree = 8;
   c.training.local_batch_size = 32;  // 256 sequences a step over dp 8, the published batch
-  const auto model = Llama3::build(c);
+  const auto model = titan::models::build_model(c, 0, {});
   const auto plans = titan::models::search_layouts(*model, c, {.device_memory = k96GB, .peak_flops = 989e12},
                                                    {.gpus = 512, .limit = 3, .hold = {"pp"}});
   REQUIRE(plans.size() == 3);
@@ -207,7 +208,7 @@ TEST_CASE("memory plan: the 405B search holding PP 8 ranks FSDP 8 x TP 8 x PP 8 
 TEST_CASE("memory plan: the step time adds the communication the layout cannot hide", "[models][memory_plan]") {
   JobConfig c = preset("llama3_70b");
   c.training.local_batch_size = 16;
-  const auto model = Llama3::build(c);
+  const auto model = titan::models::build_model(c, 0, {});
   const titan::models::PlanOptions h100{.world_size = 256, .device_memory = k96GB, .peak_flops = 989e12};
   const auto plan = plan_memory(*model, c, h100);
   // TP 8 inside a node: four (T, D) bf16 collectives per block, forward, backward and full AC's recompute.
@@ -260,7 +261,7 @@ TEST_CASE("titan-plan --json and --emit-config write the plan for scripts and th
 TEST_CASE("memory plan: the 405B search over 512 GPUs lists layouts that fit best first",
           "[models][memory_plan][full]") {
   JobConfig c = preset("llama3_405b");
-  const auto model = Llama3::build(c);
+  const auto model = titan::models::build_model(c, 0, {});
   const auto plans = titan::models::search_layouts(*model, c, {.device_memory = k80GB, .peak_flops = 989e12},
                                                    {.gpus = 512, .limit = 50});
   REQUIRE(!plans.empty());
@@ -277,7 +278,7 @@ TEST_CASE("memory plan: a pipeline split by FLOPs plans the stages the trainer c
   c.training.local_batch_size = 4;
   // A 32768-token vocabulary makes the head weigh several blocks: cut by FLOPs, stage 0 takes more blocks
   // beside the embedding (whose lookup costs no FLOPs) than torchtitan's count gives it.
-  const auto model = titan::models::Decoder::build(c, 32768, at::kMeta);
+  const auto model = titan::models::build_model(c, 32768, {});
   const titan::models::PlanOptions cpu{.world_size = 2, .gpu = false};
   const auto by_layers = plan_memory(*model, c, cpu);
   c.parallelism.pipeline_parallel_split = titan::PipelineSplitBy::flops;
@@ -294,7 +295,7 @@ TEST_CASE("memory plan: a pipeline split by FLOPs plans the stages the trainer c
 
 TEST_CASE("memory plan: activations fall from none to selective to op to full", "[models][memory_plan]") {
   JobConfig c = preset("llama3_8b");
-  const auto model = Llama3::build(c);
+  const auto model = titan::models::build_model(c, 0, {});
   auto activations = [&](titan::AcMode mode, const std::string& option) {
     c.activation_checkpoint.mode = mode;
     c.activation_checkpoint.selective_ac_option = option;
@@ -311,7 +312,7 @@ TEST_CASE("memory plan: activations fall from none to selective to op to full", 
 
 TEST_CASE("memory plan: bad input gives errors that name the fix", "[models][memory_plan]") {
   JobConfig c = preset("llama3_8b");
-  const auto model = Llama3::build(c);
+  const auto model = titan::models::build_model(c, 0, {});
   auto plan_error = [&](const JobConfig& config, titan::models::PlanOptions options = {.world_size = 8}) {
     return error_of([&] { plan_memory(*model, config, options); });
   };

@@ -133,19 +133,19 @@ TEST_CASE("titan-convert to-hf turns a trained qwen3 MoE checkpoint into a folde
   // tensor for: the conversion leaves them out instead of failing on them. The model is debugmodel_moe cut to 2
   // blocks of 4 experts (the flavor's 64 experts are 300M parameters): a family registered for the test, trained
   // by Trainer<models::Decoder>; titan-convert, another process, gets the shapes --like titan's own HF export.
-  models::register_model({.name = "qwen3_tiny_moe",
-                          .flavors = [] { return std::vector<std::string>{"debugmodel_moe"}; },
-                          .build = [](const JobConfig& config, int64_t vocab, const at::Device& device,
-                                      const std::vector<std::string>& modules) -> std::shared_ptr<models::Decoder> {
-                            qwen3::Qwen3Args args = qwen3::flavor("debugmodel_moe");
-                            args.n_layers = 2;
-                            args.moe.num_experts = 4;
-                            args.moe.top_k = 2;
-                            args.moe_inter_dim = 64;
-                            if (vocab > 0) args.vocab_size = vocab;
-                            return std::make_shared<qwen3::Qwen3>(args, config.training.seq_len,
-                                                                  at::TensorOptions().device(device), modules);
-                          }});
+  models::register_model(
+      {.name = "qwen3_tiny_moe",
+       .flavors = [] { return std::vector<std::string>{"debugmodel_moe"}; },
+       .build = [](const models::DecoderArgs& job, const ModelBuild& where) -> std::shared_ptr<models::Decoder> {
+         qwen3::Qwen3Args args = qwen3::flavor("debugmodel_moe");
+         args.n_layers = 2;
+         args.moe.num_experts = 4;
+         args.moe.top_k = 2;
+         args.moe_inter_dim = 64;
+         if (job.vocab_size > 0) args.vocab_size = job.vocab_size;
+         args.max_seq_len = job.max_seq_len;
+         return qwen3::Qwen3::build(args, where);
+       }});
   test::TempDir dir;
   JobConfig c = test::tinyshakespeare_job(dir.path, /*seq_len=*/32, /*local_batch=*/2, /*steps=*/2, /*seed=*/11);
   c.model.name = "qwen3_tiny_moe";

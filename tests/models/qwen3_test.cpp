@@ -12,6 +12,7 @@
 
 #include "test_util.hpp"
 #include "titan/core/config.hpp"
+#include "titan/models/job_args.hpp"
 #include "titan/models/qwen3/hf_adapter.hpp"
 #include "titan/models/qwen3/model.hpp"
 #include "titan/nn/init.hpp"
@@ -182,8 +183,9 @@ TEST_CASE("qwen3 refuses a top_k larger than the experts with the fix", "[models
   titan::JobConfig config;
   config.model.name = "qwen3";
   config.model.flavor = "7B";
-  CHECK_THROWS_WITH(Qwen3::build(config), Catch::Contains("model.flavor") && Catch::Contains("debugmodel_moe"));
+  using Job = titan::models::JobArgs<Qwen3>;
+  CHECK_THROWS_WITH(Job::make(config), Catch::Contains("model.flavor") && Catch::Contains("debugmodel_moe"));
   config.model.name = "llama3";
   config.model.flavor = "debugmodel";
-  CHECK_THROWS_WITH(Qwen3::build(config), Catch::Contains("model.name = 'qwen3'"));
+  CHECK_THROWS_WITH(Job::make(config), Catch::Contains("model.name = 'qwen3'"));
 }

@@ -26,13 +26,14 @@
 #include "titan/dist/local_ranks.hpp"
 #include "titan/dist/mesh.hpp"
 #include "titan/layout/sharded_param.hpp"
-#include "titan/models/decoder_plan.hpp"
+#include "titan/models/decoder_spec.hpp"
 #include "titan/models/qwen3/model.hpp"
 #include "titan/nn/init.hpp"
 #include "titan/optim/adamw.hpp"
 #include "titan/optim/clip.hpp"
 #include "titan/parallel/expert_parallel.hpp"
 #include "titan/parallel/parallelize.hpp"
+#include "titan/parallel/planner.hpp"
 #include "titan/train/step.hpp"
 #include "titan/train/trainer.hpp"
 #include "train/train_test_util.hpp"
@@ -91,7 +92,8 @@ Result train(const dist::Mesh& mesh, int64_t steps = kSteps) {
   const TrackMemory track(tracker);
   qwen3::Qwen3 model(parity_args(), kSeq, at::TensorOptions());  // whole: booked to `other`
   Result result;
-  result.plan = model.parallel_plan(parity_config(), mesh);
+  result.plan =
+      parallel::plan(model.sharding_spec(), parallel::plan_options(parity_config(), model, false), mesh.shape());
   std::map<std::string, const void*> before;  // each parameter's storage before parallelize
   for (const auto& item : model.named_parameters(/*recurse=*/true)) before[item.key()] = item.value().storage().data();
   // What parallelize keeps of each parameter (its local shard) is allocated here, under `parameters`; weights it
@@ -198,8 +200,8 @@ std::vector<Result> check_against_one_rank(const dist::MeshShape& shape) {
 TEST_CASE("qwen3 plan: routed experts are FSDP units of their own and MoE and q/k norms are replicated over tp",
           "[models][qwen3][parallel]") {
   const qwen3::Qwen3 model(parity_args(), kSeq, at::TensorOptions().device(at::kMeta));
-  const models::DecoderShape shape = qwen3::decoder_shape(model.args());
-  const auto units = models::data_parallel_units(shape);
+  const parallel::ShardingSpec spec = model.sharding_spec();
+  const auto units = spec.fsdp_units;
   const std::vector<std::vector<std::string>> want{
       {"tok_embeddings"},
       {"layers.0.attention_norm", "layers.0.attention", "layers.0.ffn_norm", "layers.0.moe.router"},
@@ -210,15 +212,16 @@ TEST_CASE("qwen3 plan: routed experts are FSDP units of their own and MoE and q/
       {"norm", "output"}};
   CHECK(units == want);
   const std::string tp = format_as(parallel::ParallelPlan{
-      .tensor_parallel = models::tensor_parallel_plan(shape, 2, /*sequence_parallel=*/true, true)});
+      .tensor_parallel = parallel::tensor_parallel_plan(spec, 2, /*sequence_parallel=*/true, true)});
   CHECK_THAT(tp, Catch::Contains("layers.0.attention.q_norm: SequenceParallel"));
   CHECK_THAT(tp, Catch::Contains("layers.0.moe: SequenceParallel"));
   CHECK_THAT(tp, Catch::Contains("layers.1.feed_forward.w2: RowwiseParallel"));
   CHECK_FALSE(tp.find("layers.0.feed_forward") != std::string::npos);
-  // TP refuses tied embeddings (debugmodel), naming the model.
+  // TP refuses tied embeddings without a head module (debugmodel), naming the model and the tied weights.
   const qwen3::Qwen3 tied(qwen3::flavor("debugmodel"), kSeq, at::TensorOptions().device(at::kMeta));
-  CHECK_THROWS_WITH(models::tensor_parallel_plan(qwen3::decoder_shape(tied.args()), 2, true, true),
-                    Catch::Contains("[titan::qwen3::tensor_parallel_plan] expected an untied output layer"));
+  CHECK_THROWS_WITH(parallel::tensor_parallel_plan(tied.sharding_spec(), 2, true, true),
+                    Catch::Contains("[titan::qwen3::plan] expected a head module declared for the tied weights "
+                                    "output.weight -> tok_embeddings.weight"));
 }
 
 // The parity runs' 10 steps fall by less than their batch noise allows a check to tell (above); 24 steps of the
@@ -309,8 +312,9 @@ TEST_CASE("expert tensor parallelism is refused with the key and the fix where i
     const dist::Mesh mesh({.tp = 2, .etp = 2}, rank, store, test::mesh_options());
     nn::manual_init_seed(42);
     qwen3::Qwen3 model(parity_args(), kSeq, at::TensorOptions());
-    parallel::ParallelPlan plan = model.parallel_plan(parity_config(), mesh);
-    plan.tensor_parallel = models::tensor_parallel_plan(qwen3::decoder_shape(model.args()), 2, true, true);
+    parallel::ParallelPlan plan =
+        parallel::plan(model.sharding_spec(), parallel::plan_options(parity_config(), model, false), mesh.shape());
+    plan.tensor_parallel = parallel::tensor_parallel_plan(model.sharding_spec(), 2, true, true);
     try {
       (void)parallelize(model, mesh, plan);
     } catch (const std::exception& e) {
@@ -412,13 +416,18 @@ namespace {
 // The parity model (4 experts, top-2, load_balance_coeff 1e-3) with the tests' tokenizer's vocab, for the Trainer.
 struct TinyQwen3Moe : qwen3::Qwen3 {
   using qwen3::Qwen3::Qwen3;
-  static std::shared_ptr<TinyQwen3Moe> build(const JobConfig& config, int64_t vocab_size, const at::Device& device,
-                                             const std::vector<std::string>& modules = {}) {
-    qwen3::Qwen3Args args = parity_args();
-    args.vocab_size = vocab_size > 0 ? vocab_size : 2048;
-    return std::make_shared<TinyQwen3Moe>(args, config.training.seq_len, at::TensorOptions().device(device), modules);
+  static std::shared_ptr<TinyQwen3Moe> build(const qwen3::Qwen3Args& args, const ModelBuild& where) {
+    return std::make_shared<TinyQwen3Moe>(args, args.max_seq_len, at::TensorOptions().device(where.device),
+                                          where.modules);
   }
 };
+
+qwen3::Qwen3Args tiny_moe_args() {
+  qwen3::Qwen3Args args = parity_args();
+  args.vocab_size = 2048;
+  args.max_seq_len = 32;
+  return args;
+}
 
 JobConfig moe_job(const std::filesystem::path& dump) {
   JobConfig c = test::tinyshakespeare_job(dump, /*seq_len=*/32, /*local_batch=*/2, /*steps=*/4, /*seed=*/7);
@@ -447,7 +456,7 @@ std::vector<at::Tensor> expert_biases(const torch::nn::Module& model) {
 
 TEST_CASE("qwen3-moe trainer updates the expert bias and resumes it bitwise", "[models][qwen3][train][moe][resume]") {
   test::TempDir straight, resumed;
-  Trainer<TinyQwen3Moe> a(moe_job(straight.path));
+  Trainer<TinyQwen3Moe> a(moe_job(straight.path), tiny_moe_args());
   a.train();
   const std::vector<double> want = a.core().loss_history();
   const std::vector<at::Tensor> bias = expert_biases(a.model());
@@ -471,7 +480,7 @@ TEST_CASE("qwen3-moe trainer updates the expert bias and resumes it bitwise", "[
   std::filesystem::create_directories(resumed.path / "checkpoint");
   std::filesystem::copy(straight.path / "checkpoint" / "step-2", resumed.path / "checkpoint" / "step-2",
                         std::filesystem::copy_options::recursive);
-  Trainer<TinyQwen3Moe> b(moe_job(resumed.path));
+  Trainer<TinyQwen3Moe> b(moe_job(resumed.path), tiny_moe_args());
   b.train();
   const std::vector<double> got = b.core().loss_history();
   REQUIRE(got.size() == 2);

@@ -20,9 +20,15 @@
 #include "titan/dist/local_ranks.hpp"
 #include "titan/nn/saved_ops.hpp"
 #include "titan/parallel/activation_checkpoint.hpp"
+#include "titan/parallel/planner.hpp"
 
 namespace titan::test {
 namespace {
+
+// The blocks activation checkpointing may wrap, as the model declares them.
+std::vector<std::string> blocks_of(const llama3::Llama3Args& args) {
+  return llama3::Llama3(args, 32, at::TensorOptions().device(at::kMeta)).sharding_spec().blocks;
+}
 
 // Losses, grad norms and final weights of `run` on `shape`, per rank, with and without AC.
 void check_bitwise(const dist::MeshShape& shape, const ParityRun& with_ac) {
@@ -60,8 +66,8 @@ ForwardBackward forward_backward(AcMode mode, const std::string& option) {
   llama3::Llama3 model(parity_args(), 256, at::TensorOptions());
   nn::manual_init_seed(1);
   model.init_weights();
-  parallel::ParallelPlan plan{.activation_checkpoint = llama3::activation_checkpoint_plan(
-                                  parity_args(), {.mode = mode, .selective_ac_option = option})};
+  parallel::ParallelPlan plan{.activation_checkpoint = parallel::activation_checkpoint_plan(
+                                  blocks_of(parity_args()), {.mode = mode, .selective_ac_option = option}, false)};
   const Parallelized applied = parallelize(model, dist::Mesh(), plan);
   const at::Tensor tokens = at::randint(parity_args().vocab_size, {2, 256}, at::kLong);
   ForwardBackward result;
@@ -202,30 +208,35 @@ TEST_CASE("the recompute replays the forward's random draws", "[parallel][ac]") 
 
 TEST_CASE("AC settings that cannot run are errors naming the key", "[parallel][ac]") {
   const auto args = parity_args();
+  const auto blocks = blocks_of(args);
   CHECK(error_of([&] {
-          (void)llama3::activation_checkpoint_plan(args, {.mode = AcMode::selective, .selective_ac_option = "every"});
+          (void)parallel::activation_checkpoint_plan(
+              blocks, {.mode = AcMode::selective, .selective_ac_option = "every"}, false);
         }).find("activation_checkpoint.selective_ac_option to be an integer N >= 1") != std::string::npos);
   CHECK(error_of([&] {
-          (void)llama3::activation_checkpoint_plan(args, {.mode = AcMode::selective, .selective_ac_option = "0"});
+          (void)parallel::activation_checkpoint_plan(blocks, {.mode = AcMode::selective, .selective_ac_option = "0"},
+                                                     false);
         }).find("got '0'") != std::string::npos);
   CHECK(error_of([&] {
-          (void)llama3::activation_checkpoint_plan(args, {.mode = AcMode::memory_budget});
+          (void)parallel::activation_checkpoint_plan(blocks, {.mode = AcMode::memory_budget}, false);
         }).find("activation_checkpoint.mode none, full or selective, got memory_budget") != std::string::npos);
   // torchtitan's counting: selective 2 wraps blocks 2, 4, 6 (layers.1, .3, .5); op checkpoints every block.
-  CHECK(llama3::activation_checkpoint_plan(args, {.mode = AcMode::selective, .selective_ac_option = "2"}).modules ==
-        std::vector<std::string>{"layers.1", "layers.3", "layers.5"});
+  CHECK(parallel::activation_checkpoint_plan(blocks, {.mode = AcMode::selective, .selective_ac_option = "2"}, false)
+            .modules == std::vector<std::string>{"layers.1", "layers.3", "layers.5"});
   const parallel::ActivationCheckpointPlan per_op =
-      llama3::activation_checkpoint_plan(args, {.mode = AcMode::selective, .selective_ac_option = "op"});
+      parallel::activation_checkpoint_plan(blocks, {.mode = AcMode::selective, .selective_ac_option = "op"}, false);
   CHECK(per_op.modules.size() == 6);
   CHECK(per_op.per_op);
   CHECK(per_op.force_recompute_mm.empty());  // torchtitan's default names a MoE router: nothing in Llama
   // A force-recompute entry must name Linear modules of the model.
   const auto parallelize_with = [&](std::vector<std::string> fqns) {
     llama3::Llama3 model(args, 64, at::TensorOptions());
-    parallel::ParallelPlan plan{.activation_checkpoint = llama3::activation_checkpoint_plan(
-                                    args, {.mode = AcMode::selective,
-                                           .selective_ac_option = "op",
-                                           .per_op_sac_force_recompute_mm_shapes_by_fqns = std::move(fqns)})};
+    parallel::ParallelPlan plan{.activation_checkpoint = parallel::activation_checkpoint_plan(
+                                    blocks,
+                                    {.mode = AcMode::selective,
+                                     .selective_ac_option = "op",
+                                     .per_op_sac_force_recompute_mm_shapes_by_fqns = std::move(fqns)},
+                                    false)};
     return error_of([&] { (void)parallelize(model, dist::Mesh(), plan); });
   };
   CHECK(parallelize_with({"feed_forward.w9"})
@@ -233,7 +244,7 @@ TEST_CASE("AC settings that cannot run are errors naming the key", "[parallel][a
   CHECK(parallelize_with({"feed_forward"}).find("to match Linear modules, got 'layers.0.feed_forward'") !=
         std::string::npos);
   CHECK(parallelize_with({"feed_forward.w2"}) == "(no error)");
-  CHECK(llama3::activation_checkpoint_plan(args, {.mode = AcMode::none}).modules.empty());
+  CHECK(parallel::activation_checkpoint_plan(blocks, {.mode = AcMode::none}, false).modules.empty());
 }
 
 // Zero-bubble under AC: the checkpointed blocks recompute once, in the I pass, and leave their weight

@@ -11,6 +11,7 @@
 #include "test_util.hpp"
 #include "titan/dist/local_ranks.hpp"
 #include "titan/parallel/context_parallel.hpp"
+#include "titan/parallel/planner.hpp"
 
 namespace titan::test {
 
@@ -50,7 +51,7 @@ TEST_CASE("FSDP under CP shards over dp_shard_cp and says so", "[parallel][cp]")
   dist::run_local_ranks(2, [&](int64_t rank, const dist::Store& store) {
     const dist::Mesh mesh({.cp = 2}, rank, store, kFast);
     llama3::Llama3 model(parity_args(), 32, at::TensorOptions());
-    const Parallelized applied = parallelize(model, mesh, llama3::parallel_plan(model, mesh));
+    const Parallelized applied = parallelize(model, mesh, parallel::plan(model.sharding_spec(), {}, mesh.shape()));
     RANK_CHECK_INFO(applied.describe(), applied.describe() == "CP(cp=2, headtail, allgather) + FSDP(dp_shard_cp=2)");
     const parallel::ShardedParam* sp =
         parallel::sharded_param(model.layers[0]->attention_as<nn::Attention>()->wq->weight);
@@ -63,21 +64,21 @@ TEST_CASE("context-parallel plans and batches that cannot run are clear errors",
     const dist::Mesh mesh({.cp = 2}, rank, store, kFast);
     {  // a cp mesh whose plan names no attention
       llama3::Llama3 model(parity_args(), 32, at::TensorOptions());
-      parallel::ParallelPlan plan = llama3::parallel_plan(model, mesh);
+      parallel::ParallelPlan plan = parallel::plan(model.sharding_spec(), {}, mesh.shape());
       plan.context_parallel.attention_modules.clear();
       const std::string error = error_of([&] { (void)parallelize(model, mesh, plan); });
       RANK_CHECK_INFO(error, error.find("has no CP-capable attention declared") != std::string::npos);
     }
     {  // a module that is not a CP-capable attention
       llama3::Llama3 model(parity_args(), 32, at::TensorOptions());
-      parallel::ParallelPlan plan = llama3::parallel_plan(model, mesh);
+      parallel::ParallelPlan plan = parallel::plan(model.sharding_spec(), {}, mesh.shape());
       plan.context_parallel.attention_modules = {"layers.0.feed_forward"};
       const std::string error = error_of([&] { (void)parallelize(model, mesh, plan); });
       RANK_CHECK_INFO(error,
                       error.find("path 'layers.0.feed_forward' to be a CP-capable attention") != std::string::npos);
     }
     llama3::Llama3 model(parity_args(), 64, at::TensorOptions());
-    const Parallelized applied = parallelize(model, mesh, llama3::parallel_plan(model, mesh));
+    const Parallelized applied = parallelize(model, mesh, parallel::plan(model.sharding_spec(), {}, mesh.shape()));
     model.init_weights();
     const at::Tensor tokens = at::zeros({2, 34}, at::kLong);
     {  // 34 tokens do not split into 2 x 2 chunks
@@ -100,7 +101,8 @@ TEST_CASE("CP x TP with heads that tp does not divide is a clear error", "[paral
   args.n_kv_heads = 6;
   args.dim = 192;
   llama3::Llama3 model(args, 32, at::TensorOptions().device(at::kMeta));
-  const std::string error = error_of([&] { (void)llama3::tensor_parallel_plan(model, 4); });
+  const std::string error =
+      error_of([&] { (void)parallel::tensor_parallel_plan(model.sharding_spec(), 4, true, true); });
   CHECK(error.find("divisible by the tensor-parallel degree 4") != std::string::npos);
 }
 

@@ -8,6 +8,7 @@
 #include "test_util.hpp"
 #include "titan/dist/local_ranks.hpp"
 #include "titan/parallel/data_parallel.hpp"
+#include "titan/parallel/planner.hpp"
 
 using namespace titan;
 
@@ -54,7 +55,7 @@ TEST_CASE("FSDP initial weights equal the single-rank ones from the seed alone",
     const dist::Mesh mesh({.dp_shard = 3}, rank, store, kFast);
     nn::manual_init_seed(42);
     llama3::Llama3 model(test::parity_args(), 64, at::TensorOptions());
-    const Parallelized parallel = parallelize(model, mesh, llama3::parallel_plan(model, mesh));
+    const Parallelized parallel = parallelize(model, mesh, parallel::plan(model.sharding_spec(), {}, mesh.shape()));
     model.init_weights();
     const auto params = model.unique_parameters();
     for (size_t i = 0; i < params.size(); ++i) {
@@ -89,7 +90,7 @@ TEST_CASE("reshard_after_forward frees gathered parameters between forward and b
          {ReshardAfterForward::always, ReshardAfterForward::default_, ReshardAfterForward::never}) {
       nn::manual_init_seed(1);
       llama3::Llama3 model(test::parity_args(), 32, at::TensorOptions());
-      parallel::ParallelPlan plan = llama3::parallel_plan(model, mesh);
+      parallel::ParallelPlan plan = parallel::plan(model.sharding_spec(), {}, mesh.shape());
       plan.data_parallel.options.reshard_after_forward = policy;
       const Parallelized parallel = parallelize(model, mesh, plan);
       parallel::DataParallel* dp = parallel.data_parallel();

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: BSD-3-Clause
-// A model spec whose plan hook is spelled right (HookModel<true>) or wrong (HookModel<false>, which
-// declares paralel_plan): TrainableModel must accept the first and reject the second, by name.
+// A model whose sharding hook is spelled right (HookModel<true>) or wrong (HookModel<false>, which
+// declares sharding_spek): TrainableModel must accept the first and reject the second, by name.
 #pragma once
 
 #include <memory>
@@ -13,10 +13,8 @@ namespace titan::test {
 
 template <bool kSpelledRight>
 struct HookModel : torch::nn::Module {
-  static std::shared_ptr<HookModel> build(const JobConfig&, int64_t, const at::Device&,
-                                          const std::vector<std::string>& = {}) {
-    return nullptr;
-  }
+  struct Args {};
+  static std::shared_ptr<HookModel> build(const Args&, const ModelBuild&) { return nullptr; }
   at::Tensor forward(const at::Tensor& tokens, const nn::AttentionContext& = {}) const { return tokens; }
   at::Tensor forward_part(const at::Tensor& x, const std::vector<std::string>&,
                           const nn::AttentionContext& = {}) const {
@@ -27,8 +25,8 @@ struct HookModel : torch::nn::Module {
   int64_t vocab_size() const { return 0; }
   int64_t num_params() const { return 0; }
   int64_t num_flops_per_token(int64_t) const { return 0; }
-  parallel::ParallelPlan parallel_plan(const JobConfig&, const dist::Mesh&) const requires kSpelledRight { return {}; }
-  parallel::ParallelPlan paralel_plan(const JobConfig&, const dist::Mesh&) const requires(!kSpelledRight) { return {}; }
+  parallel::ShardingSpec sharding_spec() const requires kSpelledRight { return {}; }
+  parallel::ShardingSpec sharding_spek() const requires(!kSpelledRight) { return {}; }
   std::shared_ptr<const checkpoint::HfAdapter> hf_adapter() const { return nullptr; }
 };
 

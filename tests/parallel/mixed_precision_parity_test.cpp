@@ -10,6 +10,7 @@
 
 #include "parity_check.hpp"
 #include "titan/parallel/data_parallel.hpp"
+#include "titan/parallel/planner.hpp"
 
 namespace {
 
@@ -72,7 +73,7 @@ TEST_CASE("FSDP 2 with bf16 params gathers bf16: half the bytes of fp32, fp32 sh
     for (const auto dtype : {at::kFloat, at::kBFloat16}) {
       titan::nn::manual_init_seed(1);
       titan::llama3::Llama3 model(titan::test::parity_args(), 32, at::TensorOptions());
-      titan::parallel::ParallelPlan plan = titan::llama3::parallel_plan(model, mesh);
+      titan::parallel::ParallelPlan plan = titan::parallel::plan(model.sharding_spec(), {}, mesh.shape());
       // Every unit stays gathered after forward, so the gathered bytes are the whole model's.
       plan.data_parallel.options.reshard_after_forward = titan::ReshardAfterForward::never;
       plan.data_parallel.options.param_dtype = dtype;

@@ -16,6 +16,7 @@
 #include "titan/models/trainable_model.hpp"
 #include "titan/nn/layers.hpp"
 #include "titan/parallel/parallelize.hpp"
+#include "titan/parallel/planner.hpp"
 
 using namespace titan;
 using test::error_of;
@@ -48,7 +49,7 @@ TEST_CASE("parallelize applies TP and FSDP in one call and the handle describes 
     const dist::Mesh mesh({.dp_shard = 2, .tp = 2}, rank, store, kFast);
     nn::manual_init_seed(5);
     llama3::Llama3 model(test::parity_args(), 32, at::TensorOptions());
-    const Parallelized parallel = parallelize(model, mesh, llama3::parallel_plan(model, mesh));
+    const Parallelized parallel = parallelize(model, mesh, parallel::plan(model.sharding_spec(), {}, mesh.shape()));
     RANK_CHECK_INFO(parallel.describe(), parallel.describe().find("TP(tp=2") == 0);
     RANK_CHECK_INFO(parallel.describe(), parallel.describe().find("+ FSDP(dp_shard=2)") != std::string::npos);
     // TP shards the rows of wq, FSDP those rows again: a quarter of wq lives here.
@@ -70,7 +71,7 @@ TEST_CASE("a plan naming a missing module is an error naming the path, before an
   dist::run_local_ranks(2, [&](int64_t rank, const dist::Store& store) {
     const dist::Mesh mesh({.tp = 2}, rank, store, kFast);
     llama3::Llama3 model(test::parity_args(), 32, at::TensorOptions());
-    parallel::ParallelPlan plan = llama3::parallel_plan(model, mesh);
+    parallel::ParallelPlan plan = parallel::plan(model.sharding_spec(), {}, mesh.shape());
     plan.tensor_parallel.add("layers.0.attention.wz", parallel::ColwiseParallel{});
     const std::string error = error_of([&] { (void)parallelize(model, mesh, plan); });
     RANK_CHECK_INFO(error, error.find("plan.tensor_parallel path 'layers.0.attention.wz'") != std::string::npos);
@@ -132,7 +133,7 @@ TEST_CASE("a model used after its parallelize() handle is gone is an error namin
     nn::manual_init_seed(1);
     llama3::Llama3 model(test::parity_args(), 32, at::TensorOptions());
     {
-      const Parallelized parallel = parallelize(model, mesh, llama3::parallel_plan(model, mesh));
+      const Parallelized parallel = parallelize(model, mesh, parallel::plan(model.sharding_spec(), {}, mesh.shape()));
       model.init_weights();
       RANK_CHECK(model.forward(at::zeros({1, 32}, at::kLong)).size(-1) == 512);  // fine while it lives
     }
@@ -140,7 +141,8 @@ TEST_CASE("a model used after its parallelize() handle is gone is an error namin
     RANK_CHECK_INFO(error, error.find("'tok_embeddings.weight'") != std::string::npos);
     RANK_CHECK_INFO(error, error.find("Keep the titan::Parallelized handle alive") != std::string::npos);
     // And the model cannot be parallelized a second time.
-    const std::string again = error_of([&] { (void)parallelize(model, mesh, llama3::parallel_plan(model, mesh)); });
+    const std::string again =
+        error_of([&] { (void)parallelize(model, mesh, parallel::plan(model.sharding_spec(), {}, mesh.shape())); });
     RANK_CHECK_INFO(again, again.find("already bound by an earlier parallelize()") != std::string::npos);
   });
 }

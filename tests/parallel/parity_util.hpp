@@ -14,7 +14,6 @@
 #include "titan/float8/converter.hpp"
 #include "titan/layout/sharded_param.hpp"
 #include "titan/models/llama3/model.hpp"
-#include "titan/models/llama3/parallelize.hpp"
 #include "titan/nn/init.hpp"
 #include "titan/nn/loss.hpp"
 #include "titan/optim/adamw.hpp"
@@ -22,6 +21,7 @@
 #include "titan/parallel/context_parallel.hpp"
 #include "titan/parallel/parallelize.hpp"
 #include "titan/parallel/pipeline.hpp"
+#include "titan/parallel/planner.hpp"
 #include "titan/train/step.hpp"
 
 namespace titan::test {
@@ -103,30 +103,29 @@ inline at::Tensor whole(const at::Tensor& p, const dist::Mesh& mesh) { return pa
 inline ParityResult train_parity(const dist::Mesh& mesh, const ParityRun& run) {
   nn::manual_init_seed(42);
   // Under PP the rank builds only its stages' modules.
-  parallel::PipelinePlan pipeline;
-  if (mesh.size("pp") > 1) {
-    pipeline = llama3::pipeline_plan(
-        parity_args(), mesh.size("pp"),
-        {.pipeline_parallel_layers_per_stage =
-             run.layers_per_stage > 0 ? std::optional<int64_t>(run.layers_per_stage) : std::nullopt,
-         .pipeline_parallel_schedule = run.schedule,
-         .pipeline_parallel_schedule_csv = run.schedule_csv,
-         .pipeline_parallel_expert_parallel_overlap = run.overlap_f_b});
-  }
+  // The plan, as the Trainer makes it: from the whole model's spec (shapes only) and the run's settings, before
+  // the rank builds its part (under PP only its stages' modules).
+  const parallel::ShardingSpec spec =
+      llama3::Llama3(parity_args(), run.seq_len, at::TensorOptions().device(at::kMeta)).sharding_spec();
+  parallel::ParallelPlan plan = parallel::plan(
+      spec,
+      {.parallelism = {.pipeline_parallel_layers_per_stage =
+                           run.layers_per_stage > 0 ? std::optional<int64_t>(run.layers_per_stage) : std::nullopt,
+                       .pipeline_parallel_schedule = run.schedule,
+                       .pipeline_parallel_schedule_csv = run.schedule_csv,
+                       .pipeline_parallel_expert_parallel_overlap = run.overlap_f_b},
+       .activation_checkpoint = {.mode = run.ac_mode, .selective_ac_option = run.ac_option}},
+      mesh.shape());
   const std::vector<std::string> modules =
-      pipeline.stages.empty() ? std::vector<std::string>{} : parallel::pipeline_modules(pipeline, mesh);
+      plan.pipeline.stages.empty() ? std::vector<std::string>{} : parallel::pipeline_modules(plan.pipeline, mesh);
   llama3::Llama3 model(parity_args(), run.seq_len, at::TensorOptions(), modules);
   ParityResult result;
   if (run.float8) float8::convert_to_float8(model, {.filter_fqns = {"output"}});
-  parallel::ParallelPlan plan = llama3::parallel_plan(model, mesh);
-  plan.pipeline = pipeline;
-  plan.activation_checkpoint =
-      llama3::activation_checkpoint_plan(parity_args(), {.mode = run.ac_mode, .selective_ac_option = run.ac_option});
   plan.context_parallel.load_balance = run.load_balance;
   plan.context_parallel.rotate = run.rotate;
   if (mesh.size("tp") > 1) {
-    plan.tensor_parallel = llama3::tensor_parallel_plan(
-        model, mesh.size("tp"), {.sequence_parallel = run.sequence_parallel, .loss_parallel = run.loss_parallel});
+    plan.tensor_parallel =
+        parallel::tensor_parallel_plan(spec, mesh.size("tp"), run.sequence_parallel, run.loss_parallel);
     plan.tensor_parallel.async = run.async_tp;
     plan.tensor_parallel.trace = run.trace;
   }

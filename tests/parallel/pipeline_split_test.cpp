@@ -11,10 +11,11 @@
 
 #include "titan/core/config.hpp"
 #include "titan/core/config_loader.hpp"
-#include "titan/models/decoder_plan.hpp"
+#include "titan/dist/mesh.hpp"
+#include "titan/models/decoder_spec.hpp"
 #include "titan/models/llama3/model.hpp"
-#include "titan/models/llama3/parallelize.hpp"
 #include "titan/parallel/pipeline_schedule.hpp"
+#include "titan/parallel/planner.hpp"
 
 using namespace titan;
 using namespace titan::parallel;
@@ -27,6 +28,12 @@ PipelineSplit llm(int64_t layers) {
   PipelineSplit split{.input_modules = {"tok_embeddings"}, .output_modules = {"norm", "output"}};
   for (int64_t i = 0; i < layers; ++i) split.layer_modules.push_back(fmt::format("layers.{}", i));
   return split;
+}
+
+// The stages a pipeline plan cuts a Llama 3 of `args` into, its blocks weighed at seq_len tokens.
+Parts split_of(const llama3::Llama3Args& args, int64_t seq_len, int64_t pp, const ParallelismConfig& p) {
+  const ShardingSpec spec = llama3::Llama3(args, seq_len, at::TensorOptions().device(at::kMeta)).sharding_spec();
+  return parallel::pipeline_plan(spec.pipeline, spec.pipeline_costs, pp, p).stages;
 }
 
 double max_of(const std::vector<double>& v) { return *std::max_element(v.begin(), v.end()); }
@@ -113,9 +120,11 @@ TEST_CASE("the cost split says what is wrong", "[parallel][pipeline][split]") {
                     Contains("expected a finite cost >= 0 for every module, got -1 for layers.1"));
   // A flops split needs the blocks' FLOPs, and a given module list is not cut again.
   ParallelismConfig p{.pipeline_parallel_split = PipelineSplitBy::flops};
-  CHECK_THROWS_WITH(models::pipeline_plan(6, 2, p), Contains("expected each of the 6 blocks' FLOPs"));
-  CHECK_THROWS_WITH(llama3::pipeline_plan(llama3::flavor("debugmodel"), 2, p),
-                    Contains("expected the training seq_len"));
+  CHECK_THROWS_WITH(parallel::pipeline_plan(llm(6), {}, 2, p), Contains("expected each of the 6 blocks' FLOPs"));
+  // A pipeline part knows only its own blocks' FLOPs: its spec has none, and the planner says where to get them.
+  const llama3::Llama3 part(llama3::flavor("debugmodel"), 32, at::TensorOptions().device(at::kMeta), {"layers.0"});
+  CHECK_THROWS_WITH(parallel::plan(part.sharding_spec(), {.parallelism = p}, dist::MeshShape{.pp = 2}),
+                    Contains("a model built whole, on meta, knows them"));
   JobConfig job;
   job.parallelism.pipeline_parallel_split = PipelineSplitBy::flops;
   job.parallelism.module_fqns_per_model_part = Parts{{"tok_embeddings", "layers.0"}, {"norm", "output"}};
@@ -138,7 +147,7 @@ TEST_CASE("a Llama 3 split by FLOPs: stages within 5% of the mean, summing to nu
                               {PipelineSchedule::schedule_1f1b, 2}}) {
     const ParallelismConfig p{.pipeline_parallel_split = PipelineSplitBy::flops,
                               .pipeline_parallel_schedule = schedule};
-    const Parts parts = llama3::pipeline_plan(args, pp, p, seq_len).stages;
+    const Parts parts = split_of(args, seq_len, pp, p);
     const std::vector<double> stage = pipeline_stage_costs(llm(15), costs, parts);
     CHECK(std::accumulate(stage.begin(), stage.end(), 0.0) ==
           Approx(static_cast<double>(whole->num_flops_per_token(seq_len))));
@@ -149,7 +158,7 @@ TEST_CASE("a Llama 3 split by FLOPs: stages within 5% of the mean, summing to nu
   llama3::Llama3Args wide = llama3::flavor("debugmodel");
   wide.vocab_size = 32768;
   const ParallelismConfig p{.pipeline_parallel_split = PipelineSplitBy::flops};
-  const Parts parts = llama3::pipeline_plan(wide, 2, p, seq_len).stages;
+  const Parts parts = split_of(wide, seq_len, 2, p);
   CHECK(parts == Parts{{"tok_embeddings", "layers.0", "layers.1", "layers.2", "layers.3", "layers.4", "layers.5"},
                        {"norm", "output"}});
 }
@@ -158,15 +167,15 @@ TEST_CASE("the default split is still torchtitan's", "[parallel][pipeline][split
   // generate_llm_fqn_per_model_part(4, 8): effective 10 = 3,3,2,2.
   const ParallelismConfig p{.pipeline_parallel_schedule = PipelineSchedule::interleaved_1f1b};
   CHECK(p.pipeline_parallel_split == PipelineSplitBy::layers);
-  CHECK(models::pipeline_plan(8, 2, p).stages == Parts{{"tok_embeddings", "layers.0", "layers.1"},
-                                                       {"layers.2", "layers.3", "layers.4"},
-                                                       {"layers.5", "layers.6"},
-                                                       {"layers.7", "norm", "output"}});
+  CHECK(parallel::pipeline_plan(llm(8), {}, 2, p).stages == Parts{{"tok_embeddings", "layers.0", "layers.1"},
+                                                                  {"layers.2", "layers.3", "layers.4"},
+                                                                  {"layers.5", "layers.6"},
+                                                                  {"layers.7", "norm", "output"}});
   // layers_per_stage 2 with 6 layers: (6 + 1 + 1) / 2 = 4 stages on 2 ranks.
   const ParallelismConfig per{.pipeline_parallel_layers_per_stage = 2,
                               .pipeline_parallel_schedule = PipelineSchedule::interleaved_1f1b};
-  CHECK(llama3::pipeline_plan(llama3::flavor("debugmodel"), 2, per).stages == Parts{{"tok_embeddings", "layers.0"},
-                                                                                    {"layers.1", "layers.2"},
-                                                                                    {"layers.3", "layers.4"},
-                                                                                    {"layers.5", "norm", "output"}});
+  CHECK(split_of(llama3::flavor("debugmodel"), 32, 2, per) == Parts{{"tok_embeddings", "layers.0"},
+                                                                    {"layers.1", "layers.2"},
+                                                                    {"layers.3", "layers.4"},
+                                                                    {"layers.5", "norm", "output"}});
 }

@@ -12,6 +12,7 @@
 #include "titan/core/config_loader.hpp"
 #include "titan/dist/local_ranks.hpp"
 #include "titan/parallel/pipeline.hpp"
+#include "titan/parallel/planner.hpp"
 
 using namespace titan;
 using test::check_parity;
@@ -138,7 +139,7 @@ TEST_CASE("pipeline plans that cannot run are clear errors", "[parallel][pipelin
   // A single-stage schedule with two stages per rank.
   {
     llama3::Llama3 model(args, 16, at::TensorOptions().device(at::kMeta));
-    parallel::ParallelPlan plan = llama3::parallel_plan(model, dist::Mesh());
+    parallel::ParallelPlan plan = parallel::plan(model.sharding_spec(), {}, dist::MeshShape{});
     plan.pipeline = {.stages = {{"tok_embeddings", "layers.0", "layers.1", "layers.2"},
                                 {"layers.3", "layers.4", "layers.5", "norm", "output"}}};
     CHECK_THROWS_WITH((void)parallelize(model, dist::Mesh(), plan),
@@ -148,7 +149,7 @@ TEST_CASE("pipeline plans that cannot run are clear errors", "[parallel][pipelin
   dist::run_local_ranks(2, [&](int64_t rank, const dist::Store& store) {
     const dist::Mesh mesh({.pp = 2}, rank, store, kFast);
     llama3::Llama3 model(args, 16, at::TensorOptions().device(at::kMeta));  // the whole model on both ranks
-    parallel::ParallelPlan plan = llama3::parallel_plan(model, mesh);
+    parallel::ParallelPlan plan = parallel::plan(model.sharding_spec(), {}, mesh.shape());
     RANK_CHECK(plan.pipeline.stages.size() == 2);
     std::string error;
     try {
@@ -161,10 +162,10 @@ TEST_CASE("pipeline plans that cannot run are clear errors", "[parallel][pipelin
   // The local batch must split into microbatches.
   dist::run_local_ranks(2, [&](int64_t rank, const dist::Store& store) {
     const dist::Mesh mesh({.pp = 2}, rank, store, kFast);
-    parallel::PipelinePlan pipeline = llama3::pipeline_plan(args, 2, {.pipeline_parallel_microbatch_size = 2});
-    llama3::Llama3 model(args, 16, at::TensorOptions(), parallel::pipeline_modules(pipeline, mesh));
-    parallel::ParallelPlan plan = llama3::parallel_plan(model, mesh);
-    plan.pipeline = pipeline;
+    const llama3::Llama3 whole(args, 16, at::TensorOptions().device(at::kMeta));
+    const parallel::ParallelPlan plan =
+        parallel::plan(whole.sharding_spec(), {.parallelism = {.pipeline_parallel_microbatch_size = 2}}, mesh.shape());
+    llama3::Llama3 model(args, 16, at::TensorOptions(), parallel::pipeline_modules(plan.pipeline, mesh));
     Parallelized applied = parallelize(model, mesh, plan);
     model.init_weights();
     const at::Tensor tokens = at::zeros({3, 16}, at::kLong);  // (B, S): 3 sequences, microbatches of 2
@@ -172,7 +173,7 @@ TEST_CASE("pipeline plans that cannot run are clear errors", "[parallel][pipelin
     try {
       (void)applied.pipeline()->step(
           [&](int64_t s, const at::Tensor& x, const nn::AttentionContext& c) {
-            return model.forward_part(x, pipeline.stages[s], c);
+            return model.forward_part(x, plan.pipeline.stages[s], c);
           },
           tokens, tokens, {}, 1.0);
     } catch (const c10::Error& e) {

@@ -9,6 +9,7 @@
 #include "parity_check.hpp"
 #include "test_util.hpp"
 #include "titan/dist/local_ranks.hpp"
+#include "titan/parallel/planner.hpp"
 #include "titan/parallel/tensor_parallel.hpp"
 
 using namespace titan;
@@ -112,7 +113,7 @@ TEST_CASE("TP 2 keeps half of the sharded parameters per rank and vocab-sharded 
     const dist::Mesh mesh({.tp = 2}, rank, store, kFast);
     nn::manual_init_seed(3);
     llama3::Llama3 model(test::parity_args(), 32, at::TensorOptions());
-    const Parallelized parallel = parallelize(model, mesh, llama3::parallel_plan(model, mesh));
+    const Parallelized parallel = parallelize(model, mesh, parallel::plan(model.sharding_spec(), {}, mesh.shape()));
     model.init_weights();
     int64_t local = 0;
     for (const auto& p : model.unique_parameters()) local += p.nbytes();
@@ -124,7 +125,8 @@ TEST_CASE("TP 2 keeps half of the sharded parameters per rank and vocab-sharded 
 
 TEST_CASE("the Llama 3 plan prints each path and style", "[parallel][tp][plan]") {
   const llama3::Llama3 meta(test::parity_args(), 32, at::TensorOptions().device(at::kMeta));
-  const parallel::ParallelPlan plan{.tensor_parallel = llama3::tensor_parallel_plan(meta, 2)};
+  const parallel::ParallelPlan plan{.tensor_parallel =
+                                        parallel::tensor_parallel_plan(meta.sharding_spec(), 2, true, true)};
   const std::string text = fmt::format("{}", plan);
   CHECK(text.find("tok_embeddings: RowwiseParallel(input=Replicate(), output=Shard(1))\n") != std::string::npos);
   CHECK(text.find("layers.0.attention: PrepareModuleInput(input=Shard(1), desired=Replicate())\n") !=
@@ -157,7 +159,7 @@ TEST_CASE("a plan is validated against the model before anything is sharded", "[
   CHECK(error_of(uneven, 7).find("'layers.0.feed_forward.w2' input features") != std::string::npos);
   // Heads must divide: the parity model has 4 heads.
   const llama3::Llama3 meta(test::parity_args(), 32, at::TensorOptions().device(at::kMeta));
-  CHECK_THROWS_WITH(llama3::tensor_parallel_plan(meta, 3),
+  CHECK_THROWS_WITH(parallel::tensor_parallel_plan(meta.sharding_spec(), 3, true, true),
                     Catch::Contains(fmt::format("n_heads ({})", test::parity_args().n_heads)));
 }
 
@@ -165,7 +167,7 @@ TEST_CASE("an invalid plan leaves the model untouched", "[parallel][tp][plan]") 
   dist::run_local_ranks(2, [&](int64_t rank, const dist::Store& store) {
     const dist::Mesh mesh({.tp = 2}, rank, store, kFast);
     llama3::Llama3 model(test::parity_args(), 32, at::TensorOptions());
-    parallel::ParallelPlan plan{.data_parallel = {.units = llama3::data_parallel_units(model)}};
+    parallel::ParallelPlan plan{.data_parallel = {.units = model.sharding_spec().fsdp_units}};
     plan.tensor_parallel.add("layers.0.attention.wq", parallel::ColwiseParallel{})
         .add("layers.0.nothing", parallel::SequenceParallel{});
     bool threw = false;

@@ -49,7 +49,8 @@ judge curve20 "$bad" 1 "FAIL fp32, 20 steps, vs the golden CPU curve: 0.0002 at 
       "ok   fp32, 20 steps learns" "FAIL: 1 of 2 checks: fp32, 20 steps, vs the golden CPU curve"
 
 # curves200: the committed curves themselves (fp32 5e-5 off) pass. Broken: fp32 2e-4 off at one step, bf16
-# that is fp32 (a silent fallback: no effect), float8 with 3 times its effect: three failures, all reported.
+# that is fp32 (a silent fallback: no effect), float8 with 3 times its effect: three failures, all reported (the
+# bounds and distances follow the committed CSV, so only their form is matched here).
 curves "$good" curves200/fp32 200 "cpu['fp32'][s - 1] + 5e-5"
 curves "$good" curves200/bf16 200 "cpu['bf16'][s - 1]"
 curves "$good" curves200/float8_tensorwise 200 "cpu['float8_tensorwise'][s - 1]"
@@ -61,8 +62,8 @@ curves "$bad" curves200/fp32 200 "cpu['fp32'][s - 1] + (2e-4 if s == 100 else 0)
 curves "$bad" curves200/bf16 200 "cpu['fp32'][s - 1] + (2e-4 if s == 100 else 0)"
 curves "$bad" curves200/float8_tensorwise 200 "cpu['fp32'][s - 1] + 3 * (cpu['float8_tensorwise'][s - 1] - cpu['fp32'][s - 1])"
 judge curves200 "$bad" 1 "FAIL fp32, 200 steps, vs the committed CPU curve: 0.0002 at step 100" \
-      "FAIL bf16's effect (distance from this GPU's fp32): 0 (bound: in (0.000399, 0.00359]" \
-      "FAIL float8_tensorwise's effect (distance from this GPU's fp32): 0.0187" \
+      "FAIL bf16's effect (distance from this GPU's fp32): 0 (bound: in (" \
+      "FAIL float8_tensorwise's effect (distance from this GPU's fp32): 0.0" \
       "ok   float8_tensorwise, 200 steps learns" "FAIL: 3 of 6 checks"
 
 # Bit for bit: titan-run at world size 1 and per-op AC against curve20; one ulp off fails.
@@ -122,7 +123,7 @@ printf '%s\n' $'programs\tPASS\t3\t\tcarried' $'curves200\tFAIL\t40\t90\t' $'thr
 echo "GPU: Stand-in GPU, 80 GiB" >"$bad/machine.txt"
 "$py" "$check" summary --results "$bad" --out "$bad/out" >/dev/null
 for text in "    GPU: Stand-in GPU, 80 GiB" "| sanitizer | SKIP | 0 | 150 | deadline: limit 150 s, 12 s left |" \
-            "| curves200 | bf16's effect (distance from this GPU's fp32) | 0 | in (0.000399, 0.00359]: " \
+            "| curves200 | bf16's effect (distance from this GPU's fp32) | 0 | in (" \
             "| titan | 1B (16 layers, 1.50B) | bf16 | 4 x 2048 | 40000 | 400.0 | 40.4% | 27.9 | 0.200 |"; do
   grep -qF -- "$text" "$bad/out/summary.md" || fail "expected $bad/out/summary.md to hold: $text"
 done

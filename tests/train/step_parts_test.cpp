@@ -11,11 +11,13 @@
 #include "test_util.hpp"
 #include "titan/data/dataloader.hpp"
 #include "titan/dist/mesh.hpp"
+#include "titan/models/job_args.hpp"
 #include "titan/models/llama3/model.hpp"
 #include "titan/nn/init.hpp"
 #include "titan/nn/loss.hpp"
 #include "titan/optim/adamw.hpp"
 #include "titan/parallel/parallelize.hpp"
+#include "titan/parallel/planner.hpp"
 #include "titan/train/data_setup.hpp"
 #include "titan/train/step.hpp"
 #include "train/train_test_util.hpp"
@@ -33,11 +35,17 @@ struct Setup {
   // The debug model, built and initialised alike each call.
   std::shared_ptr<titan::llama3::Llama3> model() const {
     titan::nn::manual_init_seed(42);
-    auto m = titan::llama3::Llama3::build(config, 0, at::kCPU);
+    auto m =
+        titan::llama3::Llama3::build(titan::models::JobArgs<titan::llama3::Llama3>::make(config), {.device = at::kCPU});
     m->init_weights();
     return m;
   }
 };
+
+titan::parallel::ParallelPlan plan_of(const titan::llama3::Llama3& model, const Setup& s) {
+  return titan::parallel::plan(model.sharding_spec(), titan::parallel::plan_options(s.config, model, false),
+                               s.mesh.shape());
+}
 
 double norm_of_grads(const std::vector<at::Tensor>& params) {
   double sum = 0;
@@ -54,7 +62,7 @@ TEST_CASE("Step parts: pull_microbatches and forward_backward give the plain ste
   Setup s;
   s.config.training.global_batch_size = 4;  // 2 microbatches of 2 on one rank
   auto model = s.model();
-  const titan::Parallelized parallel = titan::parallelize(*model, s.mesh, model->parallel_plan(s.config, s.mesh));
+  const titan::Parallelized parallel = titan::parallelize(*model, s.mesh, plan_of(*model, s));
   auto loader = titan::build_dataloader(s.config, titan::build_tokenizer(s.config, model->vocab_size()), 0, 1);
   const int64_t count = titan::gradient_accumulation_steps(s.config, 1);
   REQUIRE(count == 2);
@@ -103,7 +111,7 @@ TEST_CASE("Step parts: pull_microbatches and forward_backward give the plain ste
 TEST_CASE("Step parts: a missing forward or no microbatch is an error naming it", "[train][step_parts]") {
   Setup s;
   auto model = s.model();
-  const titan::Parallelized parallel = titan::parallelize(*model, s.mesh, model->parallel_plan(s.config, s.mesh));
+  const titan::Parallelized parallel = titan::parallelize(*model, s.mesh, plan_of(*model, s));
   auto loader = titan::build_dataloader(s.config, titan::build_tokenizer(s.config, model->vocab_size()), 0, 1);
   CHECK_THROWS_WITH(titan::pull_microbatches(*loader, parallel, s.mesh, 0),
                     Contains("[titan::pull_microbatches] expected at least 1 microbatch, got 0"));

@@ -53,6 +53,10 @@ struct ShardedParam : TensorLayout {
 /// The sharding of p, or nullptr when p is an ordinary (whole, local) tensor.
 const ShardedParam* sharded_param(const at::Tensor& p);
 
+/// Elements of the whole tensor behind p (its global shape when sharded): a count that does not depend on whether
+/// it is asked before or after parallelize.
+int64_t global_numel(const at::Tensor& p);
+
 /// The whole tensor behind p (DTensor.full_tensor()): all-gathered over every axis p is sharded on,
 /// padding dropped. Collective over those axes of mesh; a copy of p when p is not sharded.
 at::Tensor full_tensor(const at::Tensor& p, const dist::Mesh& mesh);

@@ -27,22 +27,17 @@
 #include <vector>
 
 #include "titan/models/decoder_shape.hpp"
+#include "titan/models/trainable_model.hpp"
 #include "titan/nn/attention.hpp"
 #include "titan/nn/attention_context.hpp"
 #include "titan/nn/init.hpp"
 #include "titan/nn/layers.hpp"
 #include "titan/nn/moe.hpp"
 #include "titan/nn/rope.hpp"
-#include "titan/parallel/plan.hpp"
+#include "titan/parallel/sharding_spec.hpp"
 
-namespace titan {
-struct JobConfig;
-}
 namespace titan::checkpoint {
 class HfAdapter;
-}
-namespace titan::dist {
-class Mesh;
 }
 namespace titan::nn {
 class KVCache;
@@ -87,8 +82,23 @@ class DecoderBlock : public torch::nn::Module {
   std::shared_ptr<nn::MoE> moe;                   // MoE blocks; null in a dense block
 };
 
+/// A registered family's model, as the registry builds it: the arguments of Trainer<models::Decoder>.
+struct DecoderArgs {
+  /// The family (model.name): "llama3", "qwen3", "deepseek_v3", "gpt_oss" or one added with register_model.
+  std::string family = "llama3";
+  /// Its flavor (model.flavor).
+  std::string flavor = "debugmodel";
+  /// Longest sequence, the RoPE tables' length; 0 keeps the flavor's max_seq_len (a job sets training.seq_len).
+  int64_t max_seq_len = 0;
+  /// Vocabulary size; 0 keeps the flavor's.
+  int64_t vocab_size = 0;
+  /// Weight of DeepSeek-V3's sequence-wise auxiliary balance loss; 0: none (MoE families only).
+  double moe_load_balance_loss_weight = 0;
+};
+
 class Decoder : public torch::nn::Module {
  public:
+  using Args = DecoderArgs;
   using BlockFactory = std::function<DecoderBlock::Parts(int64_t layer_id)>;
   /// Builds the model with uninitialised parameters; `seq_len` must not exceed shape.max_seq_len.
   /// With `modules` (top-level paths: "tok_embeddings", "layers.N", "norm", "output") only those
@@ -96,14 +106,12 @@ class Decoder : public torch::nn::Module {
   Decoder(DecoderShape shape, int64_t seq_len, const at::TensorOptions& options,
           const std::vector<std::string>& modules, const BlockFactory& make_block);
 
-  /// The model of the job's model.name from the registry (models/model_spec.hpp), built on `device`
-  /// (default meta); `vocab_size` > 0 overrides the flavor's; `modules` as in the constructor. With it
+  /// The family `args.family` from the registry (models/model_spec.hpp), built where `where` says. With it
   /// `Trainer<models::Decoder>` trains any registered family.
-  static std::shared_ptr<Decoder> build(const JobConfig& config, int64_t vocab_size = 0,
-                                        const at::Device& device = at::kMeta,
-                                        const std::vector<std::string>& modules = {});
-  /// The plan the job config asks for on mesh: models::decoder_parallel_plan unless a family overrides it.
-  virtual parallel::ParallelPlan parallel_plan(const JobConfig& config, const dist::Mesh& mesh) const;
+  static std::shared_ptr<Decoder> build(const DecoderArgs& args, const ModelBuild& where = {});
+  /// How the model may be sharded: models::decoder_sharding_spec of its shape, with its pipeline costs when the
+  /// model is whole. A family with exceptions overrides it.
+  virtual parallel::ShardingSpec sharding_spec() const;
   /// Maps the model to and from its Hugging Face twin; nullptr (the default): none.
   virtual std::shared_ptr<const checkpoint::HfAdapter> hf_adapter() const;
 
@@ -124,7 +132,8 @@ class Decoder : public torch::nn::Module {
   void init_weights(const nn::InitSite& root);
   /// Parameters without duplicates (tied weights once), in registration order.
   std::vector<at::Tensor> unique_parameters() const;
-  /// Number of parameters, every expert included (tied weights counted once).
+  /// Number of parameters of the modules this model holds, every expert included (tied weights once), from their
+  /// global shapes: the same before and after parallelize.
   int64_t num_params() const;
   /// torchtitan's training FLOPs per token: 6 * (non-embedding parameters, of the routed experts the
   /// top_k / num_experts active share; a tied embedding counts as the output matmul it also is) +
@@ -156,6 +165,5 @@ class Decoder : public torch::nn::Module {
 
 }  // namespace titan::models
 
-#include "titan/models/trainable_model.hpp"
 static_assert(titan::TrainableModel<titan::models::Decoder>,
               "models::Decoder (any registered family, Trainer<models::Decoder>) must satisfy TrainableModel");

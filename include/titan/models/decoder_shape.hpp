@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: BSD-3-Clause
-// What the decoder skeleton (models/decoder.hpp) and its plan pieces (models/decoder_plan.hpp) need to
+// What the decoder skeleton (models/decoder.hpp) and its sharding spec (models/decoder_spec.hpp) need to
 // know of a family's arguments. A family fills one from its args; everything else is written once.
 #pragma once
 

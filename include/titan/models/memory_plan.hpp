@@ -7,7 +7,7 @@
 // layouts that fit a number of GPUs. `titan-plan` prints it; the trainer's measured figures
 // (core/memory_tracker.hpp) are the same parts. What it models and how well: docs/memory_planner.md.
 //
-//   auto model = titan::models::Decoder::build(config);                // model.name's family, meta: no memory
+//   auto model = titan::models::build_model(config, 0, {});            // model.name's family, meta: no memory
 //   auto plan = titan::models::plan_memory(*model, config, {.world_size = 512, .device_memory = 80e9});
 //   fmt::print("{}", titan::models::format_plan(plan));
 #pragma once

@@ -1,14 +1,15 @@
 // SPDX-License-Identifier: BSD-3-Clause
-// Model specs: one registry entry per model family, which every tool looks up by model.name (the trainer's
-// `Trainer<models::Decoder>`, the bundled `train`, titan-generate, titan-convert) or by a Hugging Face
-// config's `architectures` (titan-convert, titan-generate --hf). No tool names a family. The bundled
-// families (llama3, qwen3, deepseek_v3, gpt_oss) are registered on first use; a user adds theirs once at start-up:
+// Model specs: one registry entry per model family, which every tool looks up by name (the trainer's
+// `Trainer<models::Decoder>`, the bundled `train`, titan-generate, titan-convert, titan-plan) or by a Hugging Face
+// config's `architectures` (titan-convert, titan-generate --hf). No tool names a family. The bundled families
+// (llama3, qwen3, deepseek_v3, gpt_oss) are registered on first use; a user adds theirs once at start-up:
 //
 //   titan::models::register_model({.name = "mymodel",
 //                                  .flavors = [] { return std::vector<std::string>{"debugmodel"}; },
-//                                  .build = [](const JobConfig& c, int64_t vocab, const at::Device& d,
-//                                              const std::vector<std::string>& parts) { ... }});
+//                                  .build = [](const models::DecoderArgs& a, const ModelBuild& where) { ... }});
 //   titan::Trainer<titan::models::Decoder> trainer(config);  // config.model.name = "mymodel"
+//
+// models/job_args.hpp turns a job config into a family's arguments.
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -24,12 +25,13 @@
 #include "titan/models/memory_model.hpp"
 
 namespace titan {
-struct JobConfig;
+struct ModelBuild;
 }
 
 namespace titan::models {
 
 class Decoder;
+struct DecoderArgs;
 
 /// A model family as the tools see it.
 struct ModelSpec {
@@ -39,11 +41,9 @@ struct ModelSpec {
   std::vector<std::string> hf_architectures{};
   /// Its model.flavor names, sorted.
   std::function<std::vector<std::string>()> flavors{};
-  /// Builds the model for a job (model.flavor, training.seq_len) on a device (meta: shapes only); vocab_size > 0
-  /// overrides the flavor's; a non-empty module list builds only those top-level modules (a pipeline part).
-  std::function<std::shared_ptr<Decoder>(const JobConfig& config, int64_t vocab_size, const at::Device& device,
-                                         const std::vector<std::string>& modules)>
-      build{};
+  /// Builds a model of the family (args.flavor's arguments with args' replacements) where `where` says (meta:
+  /// shapes only; a module list: a pipeline part).
+  std::function<std::shared_ptr<Decoder>(const DecoderArgs& args, const ModelBuild& where)> build{};
   /// Builds the architecture a Hugging Face config.json describes, for seq_len positions; null: no HF import.
   std::function<std::shared_ptr<Decoder>(const nlohmann::json& hf_config, int64_t seq_len, const at::Device& device)>
       from_hf{};

@@ -16,10 +16,14 @@ struct WeightedSource;
 }  // namespace titan::data
 
 namespace titan {
+class RunContext;
 
 /// The tokenizer of model.hf_assets_path, or one trained on the dataset and cached on first use. Logs
 /// (warn) when the default corpus stands in for "c4_test" (see build_sources).
 std::shared_ptr<data::Tokenizer> build_tokenizer(const JobConfig& config, int64_t model_vocab_size);
+/// The same for every rank of a run: rank 0 first (a tokenizer trained on first use is cached, and the others read
+/// it), then a check that it fits the model's vocabulary (an error names model.hf_assets_path).
+std::shared_ptr<data::Tokenizer> build_tokenizer(const RunContext& run, int64_t model_vocab_size);
 
 /// Microbatches per rank per step: training.global_batch_size / (local_batch_size x dp_degree)
 /// (1 when global_batch_size is -1). Throws ConfigError when it does not divide.

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: BSD-3-Clause
 #include "titan/models/deepseek_v3/args.hpp"
 
-#include "titan/models/decoder_plan.hpp"
+#include "titan/models/decoder_spec.hpp"
 #include "titan/nn/rope.hpp"
 
 namespace titan::deepseek_v3 {

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: BSD-3-Clause
 #include "titan/models/deepseek_v3/model.hpp"
-#include "titan/models/detail/build_family.hpp"
+#include "titan/models/detail/family_args.hpp"
 
 #include <ATen/ATen.h>
 
@@ -8,7 +8,7 @@
 
 #include "titan/core/error.hpp"
 #include "titan/layout/module_hooks.hpp"
-#include "titan/models/decoder_plan.hpp"
+#include "titan/models/decoder_spec.hpp"
 #include "titan/nn/init.hpp"
 #include "titan/nn/kv_cache.hpp"
 #include "titan/nn/sequence_attention.hpp"
@@ -183,10 +183,8 @@ DeepSeekV3::DeepSeekV3(const DeepSeekV3Args& args, int64_t seq_len, const at::Te
   }
 }
 
-std::shared_ptr<DeepSeekV3> DeepSeekV3::build(const JobConfig& config, int64_t vocab_size, const at::Device& device,
-                                              const std::vector<std::string>& modules) {
-  return models::detail::build_family<DeepSeekV3>(
-      "deepseek_v3", [](std::string_view f) { return flavor(f); }, config, vocab_size, device, modules);
+std::shared_ptr<DeepSeekV3> DeepSeekV3::build(const DeepSeekV3Args& args, const ModelBuild& where) {
+  return models::detail::build_family<DeepSeekV3>(args, where);
 }
 
 }  // namespace titan::deepseek_v3

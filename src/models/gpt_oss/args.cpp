@@ -2,7 +2,7 @@
 #include "titan/models/gpt_oss/args.hpp"
 
 #include "titan/core/error.hpp"
-#include "titan/models/decoder_plan.hpp"
+#include "titan/models/decoder_spec.hpp"
 
 namespace titan::gpt_oss {
 

@@ -1,12 +1,10 @@
 // SPDX-License-Identifier: BSD-3-Clause
 #include "titan/models/gpt_oss/model.hpp"
-#include "titan/models/detail/build_family.hpp"
+#include "titan/models/detail/family_args.hpp"
 
 #include <cmath>
 
 #include "titan/core/error.hpp"
-#include "titan/dist/mesh.hpp"
-#include "titan/models/decoder_plan.hpp"
 
 namespace titan::gpt_oss {
 
@@ -78,24 +76,24 @@ GptOss::GptOss(const GptOssArgs& args, int64_t seq_len, const at::TensorOptions&
   if (options.device().type() != at::kMeta) set_rope(rope_tables(args, seq_len, options.device()));
 }
 
-parallel::ParallelPlan GptOss::parallel_plan(const JobConfig& config, const dist::Mesh& mesh) const {
-  TITAN_CHECK_NOT_IMPLEMENTED(mesh.size("cp") == 1,
-                              "[titan::gpt_oss::parallel_plan] expected cp = 1, got {}: the attention sinks and the "
-                              "sliding window are not built into the context-parallel attention. Set "
-                              "parallelism.context_parallel_degree 1.",
-                              mesh.size("cp"));
-  TITAN_CHECK_NOT_IMPLEMENTED(mesh.size("tp") == 1,
-                              "[titan::gpt_oss::parallel_plan] expected tp = 1, got {}: tensor parallelism of the "
-                              "biased q/k/v/o projections and the per-head sinks is not built. Use data and expert "
-                              "parallelism (parallelism.data_parallel_shard_degree, expert_parallel_degree).",
-                              mesh.size("tp"));
-  return models::decoder_parallel_plan(*this, config, mesh);
+parallel::ShardingSpec GptOss::sharding_spec() const {
+  parallel::ShardingSpec spec = Decoder::sharding_spec();
+  for (parallel::RefusedAxis& r : spec.refused) {
+    if (r.axis == "cp") {
+      r.reason =
+          "the attention sinks and the sliding window are not built into the context-parallel attention. "
+          "Set parallelism.context_parallel_degree 1.";
+    } else if (r.axis == "tp") {
+      r.reason =
+          "tensor parallelism of the biased q/k/v/o projections and the per-head sinks is not built. Use "
+          "data and expert parallelism (parallelism.data_parallel_shard_degree, expert_parallel_degree).";
+    }
+  }
+  return spec;
 }
 
-std::shared_ptr<GptOss> GptOss::build(const JobConfig& config, int64_t vocab_size, const at::Device& device,
-                                      const std::vector<std::string>& modules) {
-  return models::detail::build_family<GptOss>(
-      "gpt_oss", [](std::string_view f) { return flavor(f); }, config, vocab_size, device, modules);
+std::shared_ptr<GptOss> GptOss::build(const GptOssArgs& args, const ModelBuild& where) {
+  return models::detail::build_family<GptOss>(args, where);
 }
 
 }  // namespace titan::gpt_oss

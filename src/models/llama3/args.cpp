@@ -7,7 +7,7 @@
 #include <map>
 
 #include "titan/core/error.hpp"
-#include "titan/models/decoder_plan.hpp"
+#include "titan/models/decoder_spec.hpp"
 
 namespace titan::llama3 {
 

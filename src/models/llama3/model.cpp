@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: BSD-3-Clause
 #include "titan/models/llama3/model.hpp"
-#include "titan/models/detail/build_family.hpp"
+#include "titan/models/detail/family_args.hpp"
 
 #include <cmath>
 
@@ -44,10 +44,8 @@ Llama3::Llama3(const Llama3Args& args, int64_t seq_len, const at::TensorOptions&
   }
 }
 
-std::shared_ptr<Llama3> Llama3::build(const JobConfig& config, int64_t vocab_size, const at::Device& device,
-                                      const std::vector<std::string>& modules) {
-  return models::detail::build_family<Llama3>(
-      "llama3", [](std::string_view f) { return flavor(f); }, config, vocab_size, device, modules);
+std::shared_ptr<Llama3> Llama3::build(const Llama3Args& args, const ModelBuild& where) {
+  return models::detail::build_family<Llama3>(args, where);
 }
 
 }  // namespace titan::llama3

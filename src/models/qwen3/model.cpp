@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: BSD-3-Clause
 #include "titan/models/qwen3/model.hpp"
-#include "titan/models/detail/build_family.hpp"
+#include "titan/models/detail/family_args.hpp"
 
 #include <cmath>
 
@@ -64,10 +64,8 @@ Qwen3::Qwen3(const Qwen3Args& args, int64_t seq_len, const at::TensorOptions& op
   }
 }
 
-std::shared_ptr<Qwen3> Qwen3::build(const JobConfig& config, int64_t vocab_size, const at::Device& device,
-                                    const std::vector<std::string>& modules) {
-  return models::detail::build_family<Qwen3>(
-      "qwen3", [](std::string_view f) { return flavor(f); }, config, vocab_size, device, modules);
+std::shared_ptr<Qwen3> Qwen3::build(const Qwen3Args& args, const ModelBuild& where) {
+  return models::detail::build_family<Qwen3>(args, where);
 }
 
 }  // namespace titan::qwen3

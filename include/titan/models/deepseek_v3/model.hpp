@@ -15,14 +15,8 @@
 #include "titan/models/memory_model.hpp"
 #include "titan/parallel/plan.hpp"
 
-namespace titan {
-struct JobConfig;
-}
 namespace titan::checkpoint {
 class HfAdapter;
-}
-namespace titan::dist {
-class Mesh;
 }
 
 namespace titan::deepseek_v3 {
@@ -83,11 +77,9 @@ class DeepSeekV3 : public models::Decoder {
   DeepSeekV3(const DeepSeekV3Args& args, int64_t seq_len, const at::TensorOptions& options,
              const std::vector<std::string>& modules = {});
 
-  /// Builds from the job config (model.name deepseek_v3, model.flavor, training.seq_len) on `device`
-  /// (default meta); `vocab_size` > 0 overrides the flavor's; `modules` as in the constructor.
-  static std::shared_ptr<DeepSeekV3> build(const JobConfig& config, int64_t vocab_size = 0,
-                                           const at::Device& device = at::kMeta,
-                                           const std::vector<std::string>& modules = {});
+  using Args = DeepSeekV3Args;
+  /// Builds the model from its arguments (RoPE tables for args.max_seq_len positions) where `where` says.
+  static std::shared_ptr<DeepSeekV3> build(const DeepSeekV3Args& args, const ModelBuild& where = {});
 
   /// Maps this model to and from Hugging Face DeepseekV3ForCausalLM weights (see hf_adapter.hpp).
   std::shared_ptr<const checkpoint::HfAdapter> hf_adapter() const override;
@@ -100,5 +92,4 @@ class DeepSeekV3 : public models::Decoder {
 
 }  // namespace titan::deepseek_v3
 
-#include "titan/models/trainable_model.hpp"
 static_assert(titan::TrainableModel<titan::deepseek_v3::DeepSeekV3>, "DeepSeekV3 must satisfy TrainableModel");

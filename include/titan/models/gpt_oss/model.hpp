@@ -7,7 +7,7 @@
 // gate_bias, biased_experts, activation). RoPE rotates adjacent pairs (titan's nn::rope) where HF
 // rotates halves: wq/wk rows and biases are stored permuted within each head and the HF adapter converts.
 //
-//   auto model = titan::gpt_oss::GptOss::build(config, 0, at::kCPU);  // model.name "gpt_oss"
+//   auto model = titan::gpt_oss::GptOss::build(titan::gpt_oss::flavor("debugmodel"), {.device = at::kCPU});
 //   model->init_weights();
 //   at::Tensor logits = model->forward(tokens);                          // (B, S) -> (B, S, V)
 #pragma once
@@ -20,14 +20,8 @@
 #include "titan/models/gpt_oss/args.hpp"
 #include "titan/parallel/plan.hpp"
 
-namespace titan {
-struct JobConfig;
-}
 namespace titan::checkpoint {
 class HfAdapter;
-}
-namespace titan::dist {
-class Mesh;
 }
 
 namespace titan::gpt_oss {
@@ -43,15 +37,13 @@ class GptOss : public models::Decoder {
   GptOss(const GptOssArgs& args, int64_t seq_len, const at::TensorOptions& options,
          const std::vector<std::string>& modules = {});
 
-  /// Builds from the job config (model.name "gpt_oss", model.flavor, training.seq_len) on `device`
-  /// (default meta); `vocab_size` > 0 overrides the flavor's; `modules` as in the constructor.
-  static std::shared_ptr<GptOss> build(const JobConfig& config, int64_t vocab_size = 0,
-                                       const at::Device& device = at::kMeta,
-                                       const std::vector<std::string>& modules = {});
+  using Args = GptOssArgs;
+  /// Builds the model from its arguments (RoPE tables for args.max_seq_len positions) where `where` says.
+  static std::shared_ptr<GptOss> build(const GptOssArgs& args, const ModelBuild& where = {});
 
-  /// models::decoder_parallel_plan (FSDP/HSDP/DDP, expert parallelism, activation checkpointing) after
-  /// refusing what gpt-oss's layers lack: context parallelism (sinks, window) and tensor parallelism (biases).
-  parallel::ParallelPlan parallel_plan(const JobConfig& config, const dist::Mesh& mesh) const override;
+  /// The decoder's spec, refusing what gpt-oss's layers lack with their reasons: context parallelism (sinks,
+  /// window), tensor parallelism (biases, sinks) and pipeline parallelism (not tested).
+  parallel::ShardingSpec sharding_spec() const override;
   /// Maps this model to and from Hugging Face GptOssForCausalLM weights.
   std::shared_ptr<const checkpoint::HfAdapter> hf_adapter() const override;
 

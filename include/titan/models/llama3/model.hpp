@@ -14,14 +14,8 @@
 #include "titan/models/llama3/args.hpp"
 #include "titan/parallel/plan.hpp"
 
-namespace titan {
-struct JobConfig;
-}
 namespace titan::checkpoint {
 class HfAdapter;
-}
-namespace titan::dist {
-class Mesh;
 }
 namespace titan::llama3 {
 
@@ -33,11 +27,9 @@ class Llama3 : public models::Decoder {
   Llama3(const Llama3Args& args, int64_t seq_len, const at::TensorOptions& options,
          const std::vector<std::string>& modules = {});
 
-  /// Builds from the job config (model.flavor, training.seq_len) on `device` (default meta);
-  /// `vocab_size` > 0 overrides the flavor's; `modules` as in the constructor.
-  static std::shared_ptr<Llama3> build(const JobConfig& config, int64_t vocab_size = 0,
-                                       const at::Device& device = at::kMeta,
-                                       const std::vector<std::string>& modules = {});
+  using Args = Llama3Args;
+  /// Builds the model from its arguments (RoPE tables for args.max_seq_len positions) where `where` says.
+  static std::shared_ptr<Llama3> build(const Llama3Args& args, const ModelBuild& where = {});
 
   /// Maps this model to and from Hugging Face LlamaForCausalLM weights (see hf_adapter.hpp).
   std::shared_ptr<const checkpoint::HfAdapter> hf_adapter() const override;
@@ -50,5 +42,4 @@ class Llama3 : public models::Decoder {
 
 }  // namespace titan::llama3
 
-#include "titan/models/trainable_model.hpp"
 static_assert(titan::TrainableModel<titan::llama3::Llama3>, "Llama3 must satisfy TrainableModel");

@@ -7,7 +7,7 @@
 // where torchtitan and HF rotate halves, so wq/wk rows and the q/k norm weights are stored permuted
 // within each head; the HF adapter converts (the model computes the same function).
 //
-//   auto model = titan::qwen3::Qwen3::build(config, 0, at::kCPU);  // model.name "qwen3"
+//   auto model = titan::qwen3::Qwen3::build(titan::qwen3::flavor("0.6B"), {.device = at::kCPU});
 //   model->init_weights();
 //   at::Tensor logits = model->forward(tokens);                     // (B, S) -> (B, S, V)
 #pragma once
@@ -20,14 +20,8 @@
 #include "titan/models/qwen3/args.hpp"
 #include "titan/parallel/plan.hpp"
 
-namespace titan {
-struct JobConfig;
-}
 namespace titan::checkpoint {
 class HfAdapter;
-}
-namespace titan::dist {
-class Mesh;
 }
 
 namespace titan::qwen3 {
@@ -43,11 +37,9 @@ class Qwen3 : public models::Decoder {
   Qwen3(const Qwen3Args& args, int64_t seq_len, const at::TensorOptions& options,
         const std::vector<std::string>& modules = {});
 
-  /// Builds from the job config (model.name "qwen3", model.flavor, training.seq_len) on `device`
-  /// (default meta); `vocab_size` > 0 overrides the flavor's; `modules` as in the constructor.
-  static std::shared_ptr<Qwen3> build(const JobConfig& config, int64_t vocab_size = 0,
-                                      const at::Device& device = at::kMeta,
-                                      const std::vector<std::string>& modules = {});
+  using Args = Qwen3Args;
+  /// Builds the model from its arguments (RoPE tables for args.max_seq_len positions) where `where` says.
+  static std::shared_ptr<Qwen3> build(const Qwen3Args& args, const ModelBuild& where = {});
 
   /// Maps this model to and from Hugging Face Qwen3ForCausalLM / Qwen3MoeForCausalLM weights.
   std::shared_ptr<const checkpoint::HfAdapter> hf_adapter() const override;
@@ -60,5 +52,4 @@ class Qwen3 : public models::Decoder {
 
 }  // namespace titan::qwen3
 
-#include "titan/models/trainable_model.hpp"
 static_assert(titan::TrainableModel<titan::qwen3::Qwen3>, "Qwen3 must satisfy TrainableModel");

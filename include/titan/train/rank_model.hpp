@@ -1,0 +1,122 @@
+// SPDX-License-Identifier: BSD-3-Clause
+// RankModel<Model>: a model as one rank of a job trains it. Built once on the meta device, where it is counted and
+// planned (its ShardingSpec and the job's settings through parallel::plan, once); then built on the rank's device
+// (under pipeline parallelism only its stages), converted (model.converters: float8), made parallel by the plan
+// and initialised shard by shard, so every layout starts from the same weights; its parameters in the training
+// dtype. The Trainer holds one; so does a loop of your own:
+//
+//   titan::RunContext run(titan::parse_args(argc, argv));
+//   titan::RankModel<titan::models::Decoder> model(run, titan::models::decoder_args(run.config()));
+//   titan::AdamW optimizer(model.parameters(), run.config().optimizer);
+#pragma once
+
+#include <fmt/format.h>
+
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "titan/core/log.hpp"
+#include "titan/models/trainable_model.hpp"
+#include "titan/parallel/parallelize.hpp"
+#include "titan/parallel/plan.hpp"
+#include "titan/train/run_context.hpp"
+#include "titan/train/step.hpp"
+
+namespace titan {
+
+/// A model's size as MFU counts it: the whole model, whatever part of it a rank holds.
+struct ModelCounts {
+  /// Parameters (every expert, tied weights once).
+  int64_t num_params = 0;
+  /// Training FLOPs per token at training.seq_len.
+  int64_t flops_per_token = 0;
+};
+
+/// The parameter names (FQNs) of `params` in `model` (a tied tensor: its first name).
+std::vector<std::string> parameter_names(const torch::nn::Module& model, const std::vector<at::Tensor>& params);
+
+namespace detail {
+/// model.converters applied to `model` (float8: float8::convert_to_float8 with [float8]'s options); the converted
+/// module paths. `log_report` logs what the conversion did (the meta model converts quietly).
+std::vector<std::string> convert_model(const RunContext& run, torch::nn::Module& model, bool log_report);
+/// parallel::plan of `spec` with the job's options (parallel::plan_options of the converted meta model) on the
+/// run's mesh.
+parallel::ParallelPlan plan_for_run(const RunContext& run, const parallel::ShardingSpec& spec,
+                                    const torch::nn::Module& converted);
+/// Applies `plan` over the run's mesh and logs what it applied.
+Parallelized parallelize_for_run(const RunContext& run, torch::nn::Module& model, const parallel::ParallelPlan& plan);
+/// Casts `params` to training.dtype and makes them require gradients.
+void prepare_parameters(const RunContext& run, const std::vector<at::Tensor>& params);
+/// The stages of `plan` this rank builds (empty without a pipeline: the whole model).
+std::vector<std::string> rank_modules(const RunContext& run, const parallel::ParallelPlan& plan);
+/// Whether forwards run under bf16 autocast: fp32 parameters that no data parallelism casts, with
+/// training.mixed_precision_param bfloat16 (torchtitan's single-device mixed precision; on CPU only when asked).
+bool bf16_autocast(const RunContext& run, const Parallelized& parallel);
+
+}  // namespace detail
+
+template <TrainableModel Model>
+class RankModel {
+ public:
+  RankModel(const RunContext& run, const typename Model::Args& args) {
+    // On the meta device first: counted and planned before any memory is allocated.
+    const std::shared_ptr<Model> whole = Model::build(args, {.device = at::kMeta});
+    counts_ = {.num_params = whole->num_params(),
+               .flops_per_token = whole->num_flops_per_token(run.config().training.seq_len)};
+    log::info("Model {} {}: {} parameters", run.config().model.name, run.config().model.flavor, counts_.num_params);
+    run.seed_for_init();
+    // The meta model converts as the real one will, so the plan knows the float8 weights FSDP gathers.
+    detail::convert_model(run, *whole, /*log_report=*/false);
+    plan_ = detail::plan_for_run(run, whole->sharding_spec(), *whole);
+    model_ = Model::build(args, {.device = run.device(), .modules = detail::rank_modules(run, plan_)});
+    // Converters swap layers' math before anything is sharded, as torchtitan converts first.
+    float8_converted_ = detail::convert_model(run, *model_, /*log_report=*/true);
+    // Shard first (the PP split, TP, then FSDP on the TP shards), then initialise: each rank fills only its shard.
+    parallel_ = std::make_unique<Parallelized>(detail::parallelize_for_run(run, *model_, plan_));
+    model_->init_weights();
+    parameters_ = model_->unique_parameters();
+    names_ = titan::parameter_names(*model_, parameters_);
+    detail::prepare_parameters(run, parameters_);
+    autocast_ = detail::bf16_autocast(run, *parallel_);
+  }
+
+  Model& model() const { return *model_; }
+  Model* operator->() const { return model_.get(); }
+  /// The plan, computed once.
+  const parallel::ParallelPlan& plan() const { return plan_; }
+  /// The parallel state the plan left (the loss, the pipeline, the local batch).
+  const Parallelized& parallel() const { return *parallel_; }
+  const ModelCounts& counts() const { return counts_; }
+  /// Trainable tensors, each once, and their FQNs (the checkpoint's keys).
+  const std::vector<at::Tensor>& parameters() const { return parameters_; }
+  const std::vector<std::string>& parameter_names() const { return names_; }
+  /// Whether the step runs the forwards under bf16 autocast (forward_backward's bf16_autocast).
+  bool bf16_autocast() const { return autocast_; }
+  /// The module paths the float8 converter converted (empty without it).
+  const std::vector<std::string>& float8_converted() const { return float8_converted_; }
+  /// The forwards the step parts run: the whole model, or under PP stage s of the plan.
+  StepModel step_model() const {
+    Model* raw = model_.get();
+    return {.forward = [raw](const at::Tensor& tokens,
+                             const nn::AttentionContext& context) { return raw->forward(tokens, context); },
+            .stage_forward =
+                [raw, stages = plan_.pipeline.stages](int64_t stage, const at::Tensor& x,
+                                                      const nn::AttentionContext& context) {
+                  return raw->forward_part(x, stages[static_cast<size_t>(stage)], context);
+                }};
+  }
+
+ private:
+  std::shared_ptr<Model> model_;
+  parallel::ParallelPlan plan_;
+  std::unique_ptr<Parallelized> parallel_;
+  ModelCounts counts_;
+  std::vector<at::Tensor> parameters_;
+  std::vector<std::string> names_;
+  std::vector<std::string> float8_converted_;
+  bool autocast_ = false;
+};
+
+}  // namespace titan

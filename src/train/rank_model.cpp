@@ -1,0 +1,81 @@
+// SPDX-License-Identifier: BSD-3-Clause
+#include "titan/train/rank_model.hpp"
+
+#include <ATen/ATen.h>
+#include <c10/core/GradMode.h>
+
+#include <algorithm>
+
+#include "titan/dist/mesh.hpp"
+#include "titan/float8/converter.hpp"
+#include "titan/parallel/pipeline.hpp"
+#include "titan/parallel/planner.hpp"
+
+namespace titan {
+
+std::vector<std::string> parameter_names(const torch::nn::Module& model, const std::vector<at::Tensor>& params) {
+  std::vector<std::string> names;
+  const auto named = model.named_parameters(/*recurse=*/true);
+  for (const auto& p : params) {
+    for (const auto& item : named) {
+      if (item.value().unsafeGetTensorImpl() == p.unsafeGetTensorImpl()) {
+        names.push_back(item.key());
+        break;
+      }
+    }
+  }
+  return names;
+}
+
+namespace detail {
+
+std::vector<std::string> convert_model(const RunContext& run, torch::nn::Module& model, bool log_report) {
+  const JobConfig& config = run.config();
+  const auto& names = config.model.converters;
+  if (std::none_of(names.begin(), names.end(), [](const std::string& n) { return is_float8_converter(n); })) return {};
+  const float8::Float8Conversion report = float8::convert_to_float8(model, float8::converter_options(config.float8));
+  if (log_report && !report.converted.empty() && run.mesh().size("tp") > 1 &&
+      config.float8.recipe_name.value_or(Float8Recipe::tensorwise) != Float8Recipe::tensorwise) {
+    log::warn(
+        "float8 rowwise recipes under tensor parallelism: each rank scales its own weight and activation shards "
+        "(the TP styles give whole-tensor scales to tensorwise float8 only, as torchao's), so losses differ "
+        "slightly from one device's float8 run");
+  }
+  return report.converted;
+}
+
+parallel::ParallelPlan plan_for_run(const RunContext& run, const parallel::ShardingSpec& spec,
+                                    const torch::nn::Module& converted) {
+  return parallel::plan(spec, parallel::plan_options(run.config(), converted, run.device().is_cuda()),
+                        run.mesh().shape());
+}
+
+Parallelized parallelize_for_run(const RunContext& run, torch::nn::Module& model, const parallel::ParallelPlan& plan) {
+  Parallelized applied = titan::parallelize(model, run.mesh(), plan);
+  if (const std::string what = applied.describe(); what != "one device") log::info("Applied {} to the model", what);
+  return applied;
+}
+
+void prepare_parameters(const RunContext& run, const std::vector<at::Tensor>& params) {
+  const at::ScalarType dtype = scalar_type(run.config().training.dtype);
+  if (dtype != at::kFloat) {
+    at::NoGradGuard no_grad;
+    for (at::Tensor p : params) p.set_data(p.to(dtype));
+  }
+  for (at::Tensor p : params) p.requires_grad_(true);
+}
+
+std::vector<std::string> rank_modules(const RunContext& run, const parallel::ParallelPlan& plan) {
+  if (plan.pipeline.stages.empty()) return {};
+  return parallel::pipeline_modules(plan.pipeline, run.mesh());
+}
+
+bool bf16_autocast(const RunContext& run, const Parallelized& parallel) {
+  // Unlike torchtitan, which turns mixed precision off under TP or PP without FSDP, titan autocasts there.
+  const TrainingConfig& training = run.config().training;
+  return parallel.data_parallel() == nullptr && training.dtype == DType::float32 &&
+         mixed_precision_param(training, run.device().is_cuda()) == DType::bfloat16;
+}
+
+}  // namespace detail
+}  // namespace titan

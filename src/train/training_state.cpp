@@ -1,0 +1,73 @@
+// SPDX-License-Identifier: BSD-3-Clause
+#include "titan/train/training_state.hpp"
+
+#include <ATen/ATen.h>
+#include <ATen/CPUGeneratorImpl.h>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "titan/checkpoint/checkpoint.hpp"
+#include "titan/core/log.hpp"
+#include "titan/data/dataloader.hpp"
+
+namespace titan {
+
+TrainingState::TrainingState(Parts parts) : parts_(std::move(parts)) {
+  // A state without names still checkpoints, under positional keys (stable for one model type).
+  for (size_t i = parts_.names.size(); i < parts_.parameters.size(); ++i)
+    parts_.names.push_back(fmt::format("param_{}", i));
+}
+
+checkpoint::State TrainingState::state() const {
+  checkpoint::State state;
+  checkpoint::add_model(state, parts_.names, parts_.parameters, parts_.mesh);
+  if (parts_.optimizer != nullptr) checkpoint::add_optimizer(state, parts_.names, *parts_.optimizer, parts_.mesh);
+  // The MoE expert biases: buffers, not parameters, so a group of their own ("moe.<fqn>"); a checkpoint
+  // without it loads as before (its bias stays zero), and HF exports of the model group stay as they were.
+  // Each pipeline stage holds (and writes) the biases of its own layers.
+  for (const auto& [name, bias] : parts_.expert_biases)
+    state.tensors.push_back(checkpoint::state_tensor("moe." + name, bias, parts_.mesh, /*per_stage=*/true));
+  // The schedule is a pure function of the step: its state is the step (torch's LambdaLR last_epoch).
+  state.values["lr_scheduler"] = {{"last_epoch", step}};
+  // At a step boundary the loader's state is the same on every rank and loads under any dp degree.
+  if (parts_.loader != nullptr) state.values["dataloader"] = parts_.loader->state();
+  state.values["train_state"] = {{"step", step}};
+  // What else its numbers depend on: the bf16 GEMM kernel (train/run_state.hpp), compared on resume.
+  state.values["train_state"].update(run_state_json(parts_.run_state));
+  const at::Tensor rng = at::detail::getDefaultCPUGenerator().get_state();  // (n,) uint8
+  state.tensors.push_back(checkpoint::state_tensor("train_state.rng_cpu", rng, parts_.mesh));
+  return state;
+}
+
+void TrainingState::apply(const checkpoint::State& state, const nlohmann::json& values) {
+  for (const auto& st : state.tensors) {
+    for (auto& [name, bias] : parts_.expert_biases) {
+      if (st.key == "moe." + name && !st.tensor.is_same(bias)) bias.copy_(st.tensor);
+    }
+  }
+  if (values.contains("train_state")) {
+    step = values.at("train_state").at("step").get<int64_t>();
+    if (const auto change = run_state_change(values.at("train_state"), parts_.run_state)) log::warn("{}", *change);
+    for (const auto& st : state.tensors) {
+      at::Generator cpu = at::detail::getDefaultCPUGenerator();
+      if (st.key == "train_state.rng_cpu") cpu.set_state(st.tensor);
+    }
+  }
+  if (values.contains("dataloader") && parts_.loader != nullptr) {
+    const nlohmann::json& loader = values.at("dataloader");
+    parts_.loader->load_state(loader);
+    // The sample sequence continues only with the same global batch; the data-parallel degree and the
+    // accumulation split may change (an elastic restart on fewer or more ranks).
+    const int64_t saved = loader.value("global_batch_size", parts_.loader->global_batch_size());
+    if (saved != parts_.loader->global_batch_size()) {
+      log::warn(
+          "The checkpoint was trained with a global batch of {} sequences; this run's is {} (training.local_batch_size "
+          "x gradient accumulation steps x data-parallel degree), so its batches are not the checkpoint's sequence. "
+          "Set training.global_batch_size {} to keep it.",
+          saved, parts_.loader->global_batch_size(), saved);
+    }
+  }
+}
+
+}  // namespace titan
