@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <functional>
 #include <iterator>
 #include <type_traits>
 #include <vector>
@@ -79,6 +80,61 @@ std::vector<int64_t> members(const Coord& self, const std::vector<int>& axes, co
     ranks.push_back(rank_of(c, sizes));
   }
   return ranks;
+}
+
+// Makes the group `unique` of the world ranks `ranks` in which this rank is `group_rank`.
+using MakeGroup =
+    std::function<ProcessGroup(const std::string& unique, int64_t group_rank, std::vector<int64_t> ranks)>;
+
+void check_mesh(const MeshShape& shape, int64_t rank) {
+  TITAN_CHECK_VALUE(rank >= 0 && rank < shape.world_size(),
+                    "[titan::dist::Mesh] expected 0 <= RANK < {} ({}), got RANK {}.", shape.world_size(), shape, rank);
+  TITAN_CHECK_VALUE(shape.ep >= 1 && (shape.dp_shard * shape.cp) % shape.ep == 0,
+                    "[titan::dist::Mesh] expected ep dividing dp_shard({}) * cp({}), got ep {}. Change "
+                    "parallelism.expert_parallel_degree.",
+                    shape.dp_shard, shape.cp, shape.ep);
+  TITAN_CHECK_VALUE(shape.etp == 1 || shape.etp == shape.tp,
+                    "[titan::dist::Mesh] expected etp 1 or tp ({}), got etp {}. Change "
+                    "parallelism.expert_tensor_parallel_degree to 1 or {}.",
+                    shape.tp, shape.etp, shape.tp);
+}
+
+// Every group of rank's view of a mesh of `shape`, each made by `make`. Every rank walks the names in the same
+// order; each joins only its own groups, and a flattened set with the same members as an earlier group shares
+// that group.
+std::map<std::string, ProcessGroup, std::less<>> mesh_groups(const MeshShape& shape, int64_t rank,
+                                                             const MakeGroup& make) {
+  check_mesh(shape, rank);
+  const auto sizes = sizes_of(shape);
+  const Coord self = coordinate_of(rank, sizes);
+  std::map<std::string, ProcessGroup, std::less<>> groups;
+  std::map<std::vector<int64_t>, ProcessGroup> by_members;
+  auto join = [&](std::string_view name, const std::vector<int64_t>& ranks) {
+    if (auto it = by_members.find(ranks); it != by_members.end()) {
+      groups.emplace(std::string(name), it->second);
+      return;
+    }
+    int64_t group_rank = 0;
+    while (ranks[static_cast<size_t>(group_rank)] != rank) ++group_rank;
+    ProcessGroup group = make(fmt::format("{}/{}", name, fmt::join(ranks, "-")), group_rank, ranks);
+    by_members.emplace(ranks, group);
+    groups.emplace(std::string(name), group);
+  };
+  for (std::string_view name : Mesh::axis_names()) join(name, members(self, axes_of(name), sizes));
+  // Expert parallelism: dp_shard_cp (index i = dp_shard * cp + cp, in its group order) unflattened
+  // into (efsdp, ep), ep fastest, as torchtitan's sparse mesh.
+  const std::vector<int64_t> shard_cp = members(self, axes_of("dp_shard_cp"), sizes);
+  const int64_t i = self[2] * shape.cp + self[3];
+  std::vector<int64_t> ep_ranks, efsdp_ranks;
+  for (int64_t j = 0; j < static_cast<int64_t>(shard_cp.size()); ++j) {
+    if (j / shape.ep == i / shape.ep) ep_ranks.push_back(shard_cp[static_cast<size_t>(j)]);
+    if (j % shape.ep == i % shape.ep) efsdp_ranks.push_back(shard_cp[static_cast<size_t>(j)]);
+  }
+  join("ep", ep_ranks);
+  join("efsdp", efsdp_ranks);
+  // The experts' tensor-parallel axis is tp itself (torchtitan's ep x etp mesh with etp = tp), or no axis.
+  groups.emplace("etp", shape.etp > 1 ? groups.at("tp") : ProcessGroup::single("etp"));
+  return groups;
 }
 
 }  // namespace
@@ -189,54 +245,24 @@ Mesh::Mesh() {
 
 Mesh::Mesh(const MeshShape& shape, int64_t rank, const Store& store, const MeshOptions& options)
     : shape_(shape), rank_(rank) {
-  const auto sizes = sizes_of(shape);
-  TITAN_CHECK_VALUE(rank >= 0 && rank < shape.world_size(),
-                    "[titan::dist::Mesh] expected 0 <= RANK < {} ({}), got RANK {}.", shape.world_size(), shape, rank);
-  const Coord self = coordinate_of(rank, sizes);
-  TITAN_CHECK_VALUE(shape.ep >= 1 && (shape.dp_shard * shape.cp) % shape.ep == 0,
-                    "[titan::dist::Mesh] expected ep dividing dp_shard({}) * cp({}), got ep {}. Change "
-                    "parallelism.expert_parallel_degree.",
-                    shape.dp_shard, shape.cp, shape.ep);
-  TITAN_CHECK_VALUE(shape.etp == 1 || shape.etp == shape.tp,
-                    "[titan::dist::Mesh] expected etp 1 or tp ({}), got etp {}. Change "
-                    "parallelism.expert_tensor_parallel_degree to 1 or {}.",
-                    shape.tp, shape.etp, shape.tp);
   const GroupOptions group_options{
       .init_timeout = options.init_timeout, .timeout = options.timeout, .backend = options.backend};
-  // Every rank walks the names in the same order; each joins only its own groups, and a flattened
-  // set with the same members as an earlier group shares that communicator.
-  std::map<std::vector<int64_t>, ProcessGroup> by_members;
-  auto join = [&](std::string_view name, const std::vector<int64_t>& ranks) {
-    if (auto it = by_members.find(ranks); it != by_members.end()) {
-      groups_.emplace(std::string(name), it->second);
-      return;
-    }
-    int64_t group_rank = 0;
-    while (ranks[static_cast<size_t>(group_rank)] != rank) ++group_rank;
-    const std::string unique = fmt::format("{}/{}", name, fmt::join(ranks, "-"));
-    ProcessGroup group =
-        ProcessGroup::create(unique, store, group_rank, static_cast<int64_t>(ranks.size()), ranks, group_options);
-    by_members.emplace(ranks, group);
-    groups_.emplace(std::string(name), group);
-  };
-  for (std::string_view name : axis_names()) join(name, members(self, axes_of(name), sizes));
-  // Expert parallelism: dp_shard_cp (index i = dp_shard * cp + cp, in its group order) unflattened
-  // into (efsdp, ep), ep fastest, as torchtitan's sparse mesh.
-  const std::vector<int64_t> shard_cp = members(self, axes_of("dp_shard_cp"), sizes);
-  const int64_t i = self[2] * shape.cp + self[3];
-  std::vector<int64_t> ep_ranks, efsdp_ranks;
-  for (int64_t j = 0; j < static_cast<int64_t>(shard_cp.size()); ++j) {
-    if (j / shape.ep == i / shape.ep) ep_ranks.push_back(shard_cp[static_cast<size_t>(j)]);
-    if (j % shape.ep == i % shape.ep) efsdp_ranks.push_back(shard_cp[static_cast<size_t>(j)]);
-  }
-  join("ep", ep_ranks);
-  join("efsdp", efsdp_ranks);
-  // The experts' tensor-parallel axis is tp itself (torchtitan's ep x etp mesh with etp = tp), or no axis.
-  if (shape.etp > 1) {
-    groups_.emplace("etp", group("tp"));
-  } else {
-    groups_.emplace("etp", ProcessGroup::single("etp"));
-  }
+  groups_ = mesh_groups(shape, rank, [&](const std::string& unique, int64_t group_rank, std::vector<int64_t> ranks) {
+    const auto size = static_cast<int64_t>(ranks.size());
+    return ProcessGroup::create(unique, store, group_rank, size, std::move(ranks), group_options);
+  });
+}
+
+Mesh Mesh::virtual_mesh(const MeshShape& shape, int64_t rank) {
+  Mesh mesh;
+  mesh.shape_ = shape;
+  mesh.rank_ = rank;
+  mesh.groups_ =
+      mesh_groups(shape, rank, [](const std::string& unique, int64_t group_rank, std::vector<int64_t> ranks) {
+        const auto size = static_cast<int64_t>(ranks.size());
+        return ProcessGroup::unconnected(unique, group_rank, size, std::move(ranks));
+      });
+  return mesh;
 }
 
 const ProcessGroup& Mesh::group(std::string_view axis) const {

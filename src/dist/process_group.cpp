@@ -33,7 +33,8 @@ struct GroupImpl {
   int64_t rank = 0;
   int64_t size = 1;
   std::vector<int64_t> global_ranks;
-  c10::intrusive_ptr<c10d::Backend> backend;  // null for a group of one
+  c10::intrusive_ptr<c10d::Backend> backend;  // null for a group of one, or an unconnected one
+  bool unconnected = false;                   // several ranks, no backend (a planning mesh): no calls
   std::atomic<int64_t> all_gather_bytes{0}, reduce_scatter_bytes{0}, all_reduce_bytes{0}, other_bytes{0}, calls{0};
   std::atomic<int64_t> wait_ns{0};
   std::atomic<int64_t> seq{0};  // collectives issued (flight recorder's per-group sequence number)
@@ -85,6 +86,18 @@ void check_peer(int64_t peer, const char* what, int64_t rank, int64_t size, cons
                     "[titan::dist::ProcessGroup] expected to {} another rank of group '{}' (size {}), got rank {} "
                     "from rank {}. Check the stage placement.",
                     what, group, size, peer, rank);
+}
+
+// Whether a call has no backend to go through: a group of one copies locally; an unconnected group of several
+// (a planning mesh's) refuses it.
+bool without_backend(const detail::GroupImpl& g, const char* op) {
+  if (g.backend) return false;
+  TITAN_CHECK_VALUE(!g.unconnected,
+                    "[titan::dist::ProcessGroup] expected no {} on group '{}' of {} ranks, got one: it belongs to a "
+                    "planning mesh (dist::Mesh::virtual_mesh), which has sizes and ranks but no process group. Plan "
+                    "on the meta device over it; communicate over a Mesh built from a store (Mesh::from_launch_env).",
+                    op, g.name, g.size);
+  return true;
 }
 
 // A strict group checks its tensors' device, and a collective's place in every rank's order (signature
@@ -195,6 +208,20 @@ ProcessGroup ProcessGroup::single(std::string name) {
   return ProcessGroup(std::move(impl));
 }
 
+ProcessGroup ProcessGroup::unconnected(std::string name, int64_t rank, int64_t size,
+                                       std::vector<int64_t> global_ranks) {
+  TITAN_CHECK_VALUE(size >= 1 && rank >= 0 && rank < size && static_cast<int64_t>(global_ranks.size()) == size,
+                    "[titan::dist::ProcessGroup] expected 0 <= rank < size and size members for group '{}', got rank "
+                    "{} of {} with {} members.",
+                    name, rank, size, global_ranks.size());
+  ProcessGroup g = single(std::move(name));
+  g.impl_->rank = rank;
+  g.impl_->size = size;
+  g.impl_->global_ranks = std::move(global_ranks);
+  g.impl_->unconnected = size > 1;
+  return g;
+}
+
 ProcessGroup ProcessGroup::create(std::string name, const Store& store, int64_t rank, int64_t size,
                                   std::vector<int64_t> global_ranks, const GroupOptions& options) {
   TITAN_CHECK_VALUE(size >= 1 && rank >= 0 && rank < size,
@@ -253,7 +280,7 @@ const std::vector<int64_t>& ProcessGroup::global_ranks() const { return impl_->g
 c10::Device ProcessGroup::device() const { return impl_->device; }
 
 Work ProcessGroup::all_reduce(at::Tensor& tensor, ReduceOp op) const {
-  if (!impl_->backend) return {};
+  if (without_backend(*impl_, "all_reduce")) return {};
   check_contiguous(tensor, "all_reduce", impl_->name);
   if (op == ReduceOp::kAvg) tensor.div_(static_cast<double>(impl_->size));
   impl_->all_reduce_bytes += 2 * (impl_->size - 1) * nbytes(tensor) / impl_->size;
@@ -270,7 +297,7 @@ Work ProcessGroup::all_gather(at::Tensor& out, const at::Tensor& in) const {
       out.numel() == in.numel() * impl_->size,
       "[titan::dist::ProcessGroup] expected an all-gather output of {} x {} elements on group '{}', got {}.",
       impl_->size, in.numel(), impl_->name, out.numel());
-  if (!impl_->backend) {
+  if (without_backend(*impl_, "all_gather")) {
     out.view_as(in).copy_(in);
     return {};
   }
@@ -291,7 +318,7 @@ Work ProcessGroup::reduce_scatter(at::Tensor& out, const at::Tensor& in, ReduceO
       impl_->size, out.numel(), impl_->name, in.numel());
   TITAN_CHECK_VALUE(op == ReduceOp::kSum || op == ReduceOp::kAvg,
                     "[titan::dist::ProcessGroup] expected SUM or AVG for reduce-scatter on group '{}'.", impl_->name);
-  if (!impl_->backend) {
+  if (without_backend(*impl_, "reduce_scatter")) {
     out.copy_(in.view_as(out));
     return {};
   }
@@ -314,7 +341,7 @@ Work ProcessGroup::all_to_all(at::Tensor& out, const at::Tensor& in) const {
                     "[titan::dist::ProcessGroup] expected all-to-all tensors of equal size on "
                     "group '{}', got {} and {}.",
                     impl_->name, in.numel(), out.numel());
-  if (!impl_->backend) {
+  if (without_backend(*impl_, "all_to_all")) {
     out.copy_(in);
     return {};
   }
@@ -343,7 +370,7 @@ Work ProcessGroup::all_to_all(at::Tensor& out, const at::Tensor& in, const std::
                     "[titan::dist::ProcessGroup] expected all-to-all rows {} in and {} out (the splits' sums) on "
                     "group '{}', got {} and {}. Exchange the counts first.",
                     in_rows, out_rows, impl_->name, in.dim() >= 1 ? in.size(0) : 0, out.dim() >= 1 ? out.size(0) : 0);
-  if (!impl_->backend) {
+  if (without_backend(*impl_, "all_to_all")) {
     out.copy_(in);
     return {};
   }
@@ -363,7 +390,7 @@ Work ProcessGroup::all_to_all(at::Tensor& out, const at::Tensor& in, const std::
 }
 
 Work ProcessGroup::broadcast(at::Tensor& tensor, int64_t root) const {
-  if (!impl_->backend) return {};
+  if (without_backend(*impl_, "broadcast")) return {};
   check_contiguous(tensor, "broadcast", impl_->name);
   impl_->other_bytes += impl_->rank == root ? nbytes(tensor) : 0;
   ++impl_->calls;
@@ -385,6 +412,7 @@ Work ProcessGroup::recv(at::Tensor& tensor, int64_t src, int64_t tag) const {
 
 Work ProcessGroup::batch_isend_irecv(const std::vector<P2POp>& ops) const {
   if (ops.empty()) return {};
+  if (impl_->unconnected) without_backend(*impl_, ops[0].send ? "send" : "recv");
   // NCCL moves a rank's message to itself inside a group (the one-GPU device check exercises p2p so);
   // anywhere else a peer is another rank.
   const bool to_self_ok = impl_->backend && impl_->backend->getBackendName() == "nccl" && ops.size() > 1;
@@ -422,7 +450,7 @@ Work ProcessGroup::batch_isend_irecv(const std::vector<P2POp>& ops) const {
 }
 
 void ProcessGroup::barrier() const {
-  if (!impl_->backend) return;
+  if (without_backend(*impl_, "barrier")) return;
   issue(impl_, "barrier", at::Tensor(), [&] { return impl_->backend->barrier(); },
         {.tensors = {}, .signature = "barrier"})
       .wait();

@@ -5,6 +5,8 @@
 // Expert parallelism borrows its axis from dp_shard x cp as torchtitan does: dp_shard_cp unflattened
 // into (efsdp, ep), ep fastest; the groups "ep" and "efsdp" exist on every mesh (size 1 without EP).
 // Expert tensor parallelism (etp) is 1 or tp: the group "etp" is then the tp group, or this rank alone.
+// A planning mesh (Mesh::virtual_mesh) has the same groups with sizes and ranks but no process group behind
+// them: titan::parallelize applies a plan over it to a model on the meta device, as titan-plan does.
 #pragma once
 
 #include <array>
@@ -66,6 +68,11 @@ class Mesh {
   /// world ranks must call it with the same shape and a store they share.
   Mesh(const MeshShape& shape, int64_t rank, const Store& store, const MeshOptions& options = {});
 
+  /// Rank `rank`'s view of a mesh of `shape` with no process group: every group reports its size, this rank's
+  /// place and its members as a real mesh's would, and refuses any collective or point-to-point call with an
+  /// error naming it. For planning: titan::parallelize over it shards a model built on the meta device (nothing is
+  /// allocated, nobody is met) exactly as over the real mesh. Errors name the factor for a bad shape or rank.
+  static Mesh virtual_mesh(const MeshShape& shape, int64_t rank);
   /// The mesh of this process as the launcher (titan-run, torchrun, srun) describes it: reads the
   /// launch environment, meets the other ranks at MASTER_ADDR:MASTER_PORT and builds the groups.
   /// One process: the single-rank mesh. shape must multiply to WORLD_SIZE (errors name each factor).

@@ -88,6 +88,10 @@ class ProcessGroup {
  public:
   /// A group of one rank: every collective is a local copy (no backend, no threads).
   static ProcessGroup single(std::string name);
+  /// A group of `size` ranks with no backend: it knows its members and this rank's place among them, and
+  /// refuses every collective and point-to-point call with an error naming the group (size 1: single()).
+  /// What a planning mesh (Mesh::virtual_mesh) is made of.
+  static ProcessGroup unconnected(std::string name, int64_t rank, int64_t size, std::vector<int64_t> global_ranks);
   /// Joins the group `name` as group rank `rank` of `size` over store (blocks until all joined).
   static ProcessGroup create(std::string name, const Store& store, int64_t rank, int64_t size,
                              std::vector<int64_t> global_ranks, const GroupOptions& options);
