@@ -99,6 +99,23 @@ std::vector<std::string> DataParallel::unit_names() const {
   return names;
 }
 
+std::vector<DataParallelUnit> DataParallel::units() const {
+  std::vector<DataParallelUnit> out;
+  for (const detail::Unit& unit : state_->units) {
+    DataParallelUnit& u = out.emplace_back(DataParallelUnit{.name = unit.name});
+    for (const detail::UnitParam& p : unit.params) {
+      const detail::Binding* binding = detail::find_binding(p.param);
+      u.params.push_back({.fqn = binding != nullptr ? binding->info.fqn : std::string(),
+                          .gathered_numel = c10::multiply_integers(p.full_shape),
+                          .shard_numel = p.param.numel(),
+                          .float8 = p.float8});
+    }
+  }
+  return out;
+}
+
+bool DataParallel::defers_gradient_sync() const { return !state_->gradient_sync; }
+
 int64_t DataParallel::gathered_bytes() const { return state_->gathered_bytes(); }
 std::vector<DataParallelEvent> DataParallel::trace() const { return state_->events; }
 void DataParallel::clear_trace() { state_->events.clear(); }

@@ -215,6 +215,7 @@ ParallelPlan local_part(const torch::nn::Module& model, const ParallelPlan& plan
   std::erase_if(local.context_parallel.attention_modules, other_stage);
   std::erase_if(local.expert_parallel.moe_modules, other_stage);
   std::erase_if(local.activation_checkpoint.modules, other_stage);
+  std::erase_if(local.data_parallel.options.float8_all_gather, other_stage);  // weights FQNs, under their modules
   std::erase_if(local.data_parallel.units, [&](const std::vector<std::string>& unit) {
     size_t away = 0;
     for (const auto& path : unit) away += other_stage(path) ? 1 : 0;
@@ -278,6 +279,9 @@ std::string Parallelized::describe() const {
 parallel::Pipeline* Parallelized::pipeline() const { return state_ ? state_->pp.get() : nullptr; }
 parallel::TensorParallel* Parallelized::tensor_parallel() const { return state_ ? state_->tp.get() : nullptr; }
 parallel::DataParallel* Parallelized::data_parallel() const { return state_ ? state_->dp.get() : nullptr; }
+parallel::DataParallel* Parallelized::expert_data_parallel() const {
+  return state_ ? state_->expert_dp.get() : nullptr;
+}
 parallel::ContextParallel* Parallelized::context_parallel() const { return state_ ? state_->cp.get() : nullptr; }
 parallel::ExpertParallel* Parallelized::expert_parallel() const { return state_ ? state_->ep.get() : nullptr; }
 

@@ -44,6 +44,26 @@ struct DataParallelEvent {
   int64_t unit = -1;       ///< which unit (-1: none)
 };
 
+/// One parameter of a unit as this rank holds it.
+struct DataParallelParam {
+  /// Its name (FQN).
+  std::string fqn{};
+  /// Elements one all-gather of it lands: the unsharded tensor (a TP or EP shard's whole, under those).
+  int64_t gathered_numel = 0;
+  /// Elements of this rank's shard, the padding to equal rows included.
+  int64_t shard_numel = 0;
+  /// Gathered in float8 (options.float8_all_gather on a sharded unit).
+  bool float8 = false;
+};
+
+/// One unit as this rank holds it.
+struct DataParallelUnit {
+  /// "layers.0", "norm+output", "root".
+  std::string name{};
+  /// Its parameters in gather order.
+  std::vector<DataParallelParam> params{};
+};
+
 /// The applied data parallelism of one model on one rank (owned by the parallelize() handle).
 class DataParallel {
  public:
@@ -56,6 +76,12 @@ class DataParallel {
   int64_t num_units() const;
   /// Names of the units, e.g. {"tok_embeddings", "layers.0", ..., "norm+output", "root"}.
   std::vector<std::string> unit_names() const;
+  /// The units in order with their parameters as this rank holds them: what the memory planner reads of an
+  /// applied plan (titan-plan parallelizes on the meta device and counts these).
+  std::vector<DataParallelUnit> units() const;
+  /// Whether each backward's unsharded gradients accumulate until the step's end and are reduced once (under a
+  /// pipeline: one reduction for all microbatches) rather than reduced by each backward.
+  bool defers_gradient_sync() const;
   /// Bytes of gathered (unsharded) parameters currently held.
   int64_t gathered_bytes() const;
   /// The trace since the last clear_trace() (empty unless options.trace).

@@ -63,6 +63,8 @@ class [[nodiscard]] Parallelized {
   parallel::TensorParallel* tensor_parallel() const;
   /// The FSDP/HSDP/DDP state; null when the mesh has no data-parallel axis.
   parallel::DataParallel* data_parallel() const;
+  /// The FSDP (or DDP) of the expert-parallel experts over efsdp x dp_replicate; null without it.
+  parallel::DataParallel* expert_data_parallel() const;
   /// The context-parallel split; null when the mesh has no cp axis.
   parallel::ContextParallel* context_parallel() const;
   /// The expert-parallel MoE layers; null when the mesh has no ep axis (ep = 1).
