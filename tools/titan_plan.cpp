@@ -2,9 +2,9 @@
 // titan-plan: what one rank of a job of any registered family (llama3, qwen3, deepseek_v3, gpt_oss; dense
 // or MoE) holds (parameters, gradients, optimizer state, activations, communication buffers), the
 // caching allocator's reserved peak against the device memory, and the step time from a cost model
-// (compute plus the communication the layout cannot hide, EP's all-to-alls included), from the model
-// built on the meta device: nothing is allocated. With --search, the layouts of --gpus devices that fit
-// (expert parallelism included for an MoE model), fastest first. See docs/memory_planner.md.
+// (compute plus the communication the layout cannot hide, EP's all-to-alls included), from the job's plan
+// applied to the model built on the meta device: nothing is allocated. With --search, the layouts of --gpus
+// devices that fit (expert parallelism included for an MoE model), fastest first. See docs/memory_planner.md.
 //   titan-plan --config llama3_70b --gpus 256 --parallelism.tensor_parallel_degree 8 --device-memory H100
 //   titan-plan --config llama3_405b --search --gpus 512 --device-memory 80GB --emit-config best.toml
 //   titan-plan --model.name deepseek_v3 --model.flavor 671B --gpus 512 --parallelism.expert_parallel_degree 64
@@ -22,8 +22,7 @@
 #include "titan/core/tool_args.hpp"
 #include "titan/metrics/metrics.hpp"
 #include "titan/models/decoder.hpp"
-#include "titan/models/job_args.hpp"
-#include "titan/models/memory_plan.hpp"
+#include "titan/planner/memory_plan.hpp"
 
 namespace {
 
@@ -70,8 +69,8 @@ const titan::ToolSpec kSpec = {
         "H100's)"};
 
 struct Flags {
-  titan::models::PlanOptions plan{};
-  titan::models::SearchOptions search{};
+  titan::planner::PlanOptions plan{};
+  titan::planner::SearchOptions search{};
   bool do_search = false;
   bool json = false;
   std::string emit_config{};
@@ -186,33 +185,34 @@ int main(int argc, char** argv) {
     const titan::JobConfig& config = args.config;
     TITAN_CHECK_VALUE(!flags.do_search || flags.plan.world_size > 0,
                       "[titan-plan] expected --gpus N with --search, got none. Say how many devices to fill.");
-    const auto model = titan::models::build_model(config, 0, {});  // model.name's family on meta: shapes only
-    auto emit = [&](const titan::models::MemoryPlan& plan) {
+    titan::planner::MemoryPlanner planner(config);  // model.name's family on the meta device: no memory
+    auto emit = [&](const titan::planner::MemoryPlan& plan) {
       if (flags.emit_config.empty()) return;
       // Temp file + rename: a job file read by a trainer is never half-written.
-      titan::checkpoint::write_file_atomically(flags.emit_config, titan::models::plan_toml(plan));
+      titan::checkpoint::write_file_atomically(flags.emit_config, titan::planner::plan_toml(plan));
     };
     if (flags.json) {
       if (flags.do_search) {
-        const auto plans = titan::models::search_layouts(*model, config, flags.plan, flags.search);
+        const auto plans = planner.search(config, flags.plan, flags.search);
         std::string out = "[";
-        for (size_t i = 0; i < plans.size(); ++i) out += (i ? ",\n " : "") + titan::models::plan_json(plans[i]);
+        for (size_t i = 0; i < plans.size(); ++i) out += (i ? ",\n " : "") + titan::planner::plan_json(plans[i]);
         fmt::print("{}]\n", out);
         if (!plans.empty()) emit(plans.front());
         return plans.empty() ? 2 : 0;
       }
-      const auto plan = titan::models::plan_memory(*model, config, flags.plan);
-      fmt::print("{}\n", titan::models::plan_json(plan));
+      const auto plan = planner.plan(config, flags.plan);
+      fmt::print("{}\n", titan::planner::plan_json(plan));
       emit(plan);
       return plan.fits() ? 0 : 2;
     }
-    const titan::models::DecoderShape& shape = model->shape();
+    const titan::models::DecoderShape& shape = planner.model().shape();
     const std::string moe = shape.moe_num_experts > 0
                                 ? fmt::format(", {} MoE layers of {} experts (top {})", shape.moe_layers.size(),
                                               shape.moe_num_experts, shape.moe_top_k)
                                 : std::string();
     fmt::print("model         {} {} ({} parameters{}), seq_len {}, local batch {}, {}\n", config.model.name,
-               config.model.flavor, model->num_params(), moe, config.training.seq_len, config.training.local_batch_size,
+               config.model.flavor, planner.model().num_params(), moe, config.training.seq_len,
+               config.training.local_batch_size,
                flags.plan.gpu
                    ? fmt::format("GPU run ({} mixed precision)",
                                  titan::choice_name(titan::mixed_precision_param(config.training, /*cuda=*/true)))
@@ -221,17 +221,17 @@ int main(int argc, char** argv) {
                flags.device, flags.plan.peak_flops, flags.plan.gpus_per_node, flags.plan.intra_node_bw,
                flags.plan.inter_node_bw);
     if (flags.do_search) {
-      const auto plans = titan::models::search_layouts(*model, config, flags.plan, flags.search);
+      const auto plans = planner.search(config, flags.plan, flags.search);
       fmt::print("layouts of {} devices that fit {} per device, fastest first:\n{}", flags.search.gpus,
-                 titan::models::format_bytes(flags.plan.device_memory), titan::models::format_search(plans));
+                 titan::planner::format_bytes(flags.plan.device_memory), titan::planner::format_search(plans));
       if (!plans.empty()) {
-        fmt::print("\nbest:\n{}", titan::models::format_plan(plans.front()));
+        fmt::print("\nbest:\n{}", titan::planner::format_plan(plans.front()));
         emit(plans.front());
       }
       return plans.empty() ? 2 : 0;
     }
-    const auto plan = titan::models::plan_memory(*model, config, flags.plan);
-    fmt::print("{}", titan::models::format_plan(plan));
+    const auto plan = planner.plan(config, flags.plan);
+    fmt::print("{}", titan::planner::format_plan(plan));
     emit(plan);
     return plan.fits() ? 0 : 2;
   } catch (const std::exception& e) {

@@ -5,7 +5,7 @@
 // allocation sets (FSDP's gathers and reductions tag theirs `communication`). Live and peak bytes per
 // category; peaks restart per step. Ranks as threads each get their own figures. On CUDA the caching
 // allocator's statistics are used instead (metrics/metrics.hpp); the planner that predicts these same
-// parts is models/memory_plan.hpp. See docs/memory_planner.md.
+// parts is planner/memory_plan.hpp. See docs/memory_planner.md.
 //
 //   titan::MemoryTracker tracker;                    // this rank's
 //   titan::TrackMemory track(tracker);               // this thread's CPU allocations book to it

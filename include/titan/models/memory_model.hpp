@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: BSD-3-Clause
-// The family's part of the memory planner (models/memory_plan.hpp): what one block's attention keeps for
+// The family's part of the memory planner (planner/memory_plan.hpp): what one block's attention keeps for
 // backward. The planner counts everything else of a block itself (norms, the dense or MoE feed-forward,
 // routing, expert dispatch) from the built model's modules; attention differs by family (grouped-query
 // attention with q/k norms or sinks, DeepSeek-V3's latent attention), so a family whose blocks are not

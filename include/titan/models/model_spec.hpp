@@ -47,7 +47,7 @@ struct ModelSpec {
   /// Builds the architecture a Hugging Face config.json describes, for seq_len positions; null: no HF import.
   std::function<std::shared_ptr<Decoder>(const nlohmann::json& hf_config, int64_t seq_len, const at::Device& device)>
       from_hf{};
-  /// What one block's attention keeps for backward, for the memory planner (models/memory_plan.hpp); null:
+  /// What one block's attention keeps for backward, for the memory planner (planner/memory_plan.hpp); null:
   /// nn::Attention's (models::nn_attention_memory). Everything else of a block the planner counts itself.
   AttentionMemoryModel attention_memory{};
 };

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: BSD-3-Clause
 // Multi-head latent attention's memory for the planner (models/memory_model.hpp): one term per tensor
 // autograd keeps in MultiLatentAttention::forward (model.cpp), checked against the memory tracker on CPU
-// (tests/models/memory_measured_moe_test.cpp).
+// (tests/planner/memory_measured_moe_test.cpp).
 #include "titan/core/error.hpp"
 #include "titan/models/deepseek_v3/model.hpp"
 

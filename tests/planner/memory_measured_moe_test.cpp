@@ -6,7 +6,7 @@
 // (dp_shard 2 borrowed by ep 2: experts split over ep, the rest FSDP-sharded) and FSDP 4 x EP 2 (two ranks
 // hold each expert). Each rank runs the trainer's step (zero_grad, forward + loss + backward under the
 // activations scope, AdamW) twice with titan's memory tracker installed, and the second step's figures are
-// compared with plan_memory's.
+// compared with the planner's.
 //
 // Tolerances: parameters, gradients and optimizer state are counts of tensors the plan knows exactly, so
 // they must match to the byte. Activations and communication within 10%, as for Llama 3: the planner
@@ -19,7 +19,7 @@
 #include <functional>
 #include <mutex>
 
-#include "models/memory_measured.hpp"
+#include "planner/memory_measured.hpp"
 #include "test_util.hpp"
 #include "titan/core/config.hpp"
 #include "titan/core/memory_tracker.hpp"
@@ -27,12 +27,12 @@
 #include "titan/dist/mesh.hpp"
 #include "titan/models/deepseek_v3/model.hpp"
 #include "titan/models/gpt_oss/model.hpp"
-#include "titan/models/memory_plan.hpp"
 #include "titan/models/qwen3/model.hpp"
 #include "titan/nn/init.hpp"
 #include "titan/nn/loss.hpp"
 #include "titan/optim/adamw.hpp"
 #include "titan/parallel/parallelize.hpp"
+#include "titan/planner/memory_plan.hpp"
 
 namespace titan::test {
 namespace {
@@ -81,22 +81,24 @@ gpt_oss::GptOssArgs small_gpt_oss() {
 
 struct Family {
   std::string name;  // model.name: the planner's attention model
-  std::function<std::shared_ptr<models::Decoder>(const at::Device&)> build;
+  // The model on a device; `modules`: a pipeline rank's part (empty: whole).
+  std::function<std::shared_ptr<models::Decoder>(const at::Device&, const std::vector<std::string>& modules)> build;
 };
 
 const std::vector<Family>& families() {
   static const std::vector<Family> all = {
       {.name = "qwen3",
-       .build = [](const at::Device& d) -> std::shared_ptr<models::Decoder> {
-         return std::make_shared<qwen3::Qwen3>(small_qwen3_moe(), kSeqLen, at::TensorOptions().device(d));
+       .build = [](const at::Device& d, const std::vector<std::string>& m) -> std::shared_ptr<models::Decoder> {
+         return std::make_shared<qwen3::Qwen3>(small_qwen3_moe(), kSeqLen, at::TensorOptions().device(d), m);
        }},
       {.name = "deepseek_v3",
-       .build = [](const at::Device& d) -> std::shared_ptr<models::Decoder> {
-         return std::make_shared<deepseek_v3::DeepSeekV3>(small_deepseek_v3(), kSeqLen, at::TensorOptions().device(d));
+       .build = [](const at::Device& d, const std::vector<std::string>& m) -> std::shared_ptr<models::Decoder> {
+         return std::make_shared<deepseek_v3::DeepSeekV3>(small_deepseek_v3(), kSeqLen, at::TensorOptions().device(d),
+                                                          m);
        }},
       {.name = "gpt_oss",
-       .build = [](const at::Device& d) -> std::shared_ptr<models::Decoder> {
-         return std::make_shared<gpt_oss::GptOss>(small_gpt_oss(), kSeqLen, at::TensorOptions().device(d));
+       .build = [](const at::Device& d, const std::vector<std::string>& m) -> std::shared_ptr<models::Decoder> {
+         return std::make_shared<gpt_oss::GptOss>(small_gpt_oss(), kSeqLen, at::TensorOptions().device(d), m);
        }},
   };
   return all;
@@ -123,7 +125,8 @@ JobConfig job(const Family& f, const Case& c) {
 
 std::vector<MemoryParts> measure(const Family& f, const Case& c) {
   const JobConfig config = job(f, c);
-  return measure_ranks(c.shape, [&](const dist::Mesh& mesh) { return measure_rank(*f.build(at::kCPU), mesh, config); });
+  return measure_ranks(c.shape,
+                       [&](const dist::Mesh& mesh) { return measure_rank(*f.build(at::kCPU, {}), mesh, config); });
 }
 
 const std::vector<Case>& cases() {
@@ -142,13 +145,12 @@ const std::vector<Case>& cases() {
 
 TEST_CASE(
     "memory plan: Qwen3-MoE DeepSeek-V3 and gpt-oss CPU layouts with EP measured by the tracker within 10 percent",
-    "[models][memory_plan][dist][moe][full]") {
+    "[planner][memory_plan][dist][moe][full]") {
   for (const Family& f : families()) {
     for (const Case& c : cases()) {
       const JobConfig config = job(f, c);
-      const auto model = f.build(at::kMeta);
-      const models::MemoryPlan plan =
-          models::plan_memory(*model, config, {.world_size = c.shape.world_size(), .gpu = false});
+      planner::MemoryPlanner memory_planner([&](const std::vector<std::string>& m) { return f.build(at::kMeta, m); });
+      const planner::MemoryPlan plan = memory_planner.plan(config, {.world_size = c.shape.world_size(), .gpu = false});
       const std::vector<MemoryParts> measured = measure(f, c);
       for (size_t rank = 0; rank < measured.size(); ++rank) {
         const MemoryParts& m = measured[rank];

@@ -8,7 +8,7 @@
 
 #include "memory_plan_detail.hpp"
 
-namespace titan::models {
+namespace titan::planner {
 
 using detail::kGiB;
 
@@ -140,4 +140,4 @@ std::string plan_toml(const MemoryPlan& p) {
       p.mesh.dp_shard, p.mesh.tp, p.mesh.pp, p.microbatch, p.mesh.cp, p.mesh.ep, p.local_batch, p.global_batch, ac);
 }
 
-}  // namespace titan::models
+}  // namespace titan::planner

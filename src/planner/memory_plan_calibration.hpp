@@ -2,16 +2,16 @@
 // The planner's fitted constants. Everything else the plan computes is argued from the code it models
 // (tensor sizes, collectives, the pipeline's program); these are read off torchtitan's published H100
 // runs (pytorch/torchtitan benchmarks/llama3_h100_202412_torchtitan.md), each from the one row named at
-// its field, the first row of the file that needs it. tests/models/memory_plan_calibration_test.cpp
+// its field, the first row of the file that needs it. tests/planner/memory_plan_calibration_test.cpp
 // refits every one from its row, checks the values here are that fit, and holds the plan to its bands
 // only on the rows no constant saw (docs/memory_planner.md, "Calibration").
 #pragma once
 
 #include <cstdint>
 
-#include "titan/models/memory_plan.hpp"
+#include "titan/planner/memory_plan.hpp"
 
-namespace titan::models::detail {
+namespace titan::planner::detail {
 
 struct Calibration {
   /// Compute efficiency (hardware FLOPs, recompute included, over peak) of an eager bf16 step: fits Table 1's FSDP row.
@@ -36,8 +36,8 @@ struct Calibration {
   }
 };
 
-/// plan_memory with `calibration` in place of the fitted constants: how the fit and its held-out test plan a row.
-MemoryPlan plan_memory(const Decoder& model, const JobConfig& config, const PlanOptions& options,
+/// planner.plan with `calibration` in place of the fitted constants: how the fit and its held-out test plan a row.
+MemoryPlan plan_memory(MemoryPlanner& planner, const JobConfig& config, const PlanOptions& options,
                        const Calibration& calibration);
 
-}  // namespace titan::models::detail
+}  // namespace titan::planner::detail

@@ -1,18 +1,25 @@
 // SPDX-License-Identifier: BSD-3-Clause
 // The memory planner: what one rank of a job holds, by part (parameters, gradients, optimizer state,
-// activations, communication buffers), for any registered family (dense or MoE) from the model built on
-// the meta device and the job's layout, without allocating anything; on GPU the caching allocator's
-// reserved peak and what lives outside it; the step time from a cost model (compute plus the
-// communication the layout cannot hide, expert parallelism's all-to-alls included); and a search over
-// layouts that fit a number of GPUs. `titan-plan` prints it; the trainer's measured figures
-// (core/memory_tracker.hpp) are the same parts. What it models and how well: docs/memory_planner.md.
+// activations, communication buffers), for any registered family (dense or MoE), without allocating
+// anything; on GPU the caching allocator's reserved peak and what lives outside it; the step time from a
+// cost model (compute plus the communication the layout cannot hide, expert parallelism's all-to-alls
+// included); and a search over layouts that fit a number of GPUs. `titan-plan` prints it.
 //
-//   auto model = titan::models::build_model(config, 0, {});            // model.name's family, meta: no memory
-//   auto plan = titan::models::plan_memory(*model, config, {.world_size = 512, .device_memory = 80e9});
-//   fmt::print("{}", titan::models::format_plan(plan));
+// It plans on the job's own plan: parallel::plan of the model's sharding spec and the job's settings, the
+// one the Trainer applies, applied by titan::parallelize to the model built on the meta device over a
+// planning mesh of the layout's shape (dist::Mesh::virtual_mesh: no process group). Parameters, gradients
+// and optimizer state are the shards parallelize leaves; activations, buffers and the step time are
+// modelled from the same plan. The trainer's measured figures (core/memory_tracker.hpp) are the same
+// parts. What it models and how well: docs/memory_planner.md.
+//
+//   titan::planner::MemoryPlanner planner(config);  // model.name's family on the meta device: no memory
+//   auto plan = planner.plan(config, {.world_size = 512, .device_memory = 80e9});
+//   fmt::print("{}", titan::planner::format_plan(plan));
 #pragma once
 
 #include <cstdint>
+#include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -22,10 +29,11 @@
 namespace titan {
 struct JobConfig;
 }
-
 namespace titan::models {
-
 class Decoder;
+}
+
+namespace titan::planner {
 
 /// What the planner assumes about the machine.
 struct PlanOptions {
@@ -92,15 +100,6 @@ struct MemoryPlan {
   int64_t headroom() const { return device_memory - reserved - outside_allocator; }
 };
 
-/// Plans `config`'s layout for `model` (built on any device; only shapes are read; config.model.name names
-/// its family, whose ModelSpec::attention_memory counts the attention). Errors name the key: degrees that
-/// do not multiply to the world size, heads not divisible by tp, seq_len not divisible by cp, an
-/// expert_parallel_degree that does not divide the experts (or a dense model's ep > 1), a batch not
-/// divisible into microbatches, an unknown AC mode or option.
-MemoryPlan plan_memory(const Decoder& model, const JobConfig& config, const PlanOptions& options = {});
-/// The same for config.model.name's family and flavor, built on the meta device.
-MemoryPlan plan_memory(const JobConfig& config, const PlanOptions& options = {});
-
 /// What --search varies.
 struct SearchOptions {
   /// Devices to fill (required).
@@ -111,13 +110,52 @@ struct SearchOptions {
   std::vector<std::string> hold{};
 };
 
-/// Every layout of `search.gpus` devices (dp_shard x tp x pp x cp, tp <= 8; for an MoE model every ep
-/// dividing dp_shard x cp and the experts; AC none / selective 2 / op / full, microbatch size) that fits
-/// options.device_memory at the config's global batch, fastest first by predicted tokens/s per device
-/// (ties: more memory left at the reserved peak first). `search.hold` narrows it to the layouts that keep
-/// the named choices as the config has them (an unknown name, or dp_shard held at -1, is an error).
-std::vector<MemoryPlan> search_layouts(const Decoder& model, const JobConfig& config, const PlanOptions& options,
-                                       const SearchOptions& search);
+/// Builds the planned model on the meta device: whole (no modules), or a pipeline rank's part of it (its
+/// top-level modules, ModelBuild::modules), as the Trainer builds it.
+using MetaBuilder = std::function<std::shared_ptr<models::Decoder>(const std::vector<std::string>& modules)>;
+
+namespace detail {
+struct PlannerState;
+}
+
+/// Plans jobs on one model. It applies each layout's plan once (a search's layouts share what places the
+/// parameters: tp, ep, etp, dp_shard x cp, dp_replicate, the pipeline's stages, float8's all-gather) and keeps
+/// what parallelize left, so a search over hundreds of layouts applies a few dozen plans. Not thread-safe.
+class MemoryPlanner {
+ public:
+  /// config.model.name's family and flavor at training.seq_len (models::build_model on the meta device).
+  explicit MemoryPlanner(const JobConfig& config);
+  /// Any model: `build` makes it (or a pipeline rank's part of it) on the meta device.
+  explicit MemoryPlanner(MetaBuilder build);
+  ~MemoryPlanner();
+  MemoryPlanner(MemoryPlanner&&) noexcept;
+  MemoryPlanner& operator=(MemoryPlanner&&) noexcept;
+
+  /// The whole model on the meta device.
+  const models::Decoder& model() const;
+  /// Plans `config`'s layout (config.model.name's ModelSpec::attention_memory counts the attention). Errors name
+  /// the key: degrees that do not multiply to the world size, heads not divisible by tp, seq_len not divisible by
+  /// cp, an expert_parallel_degree that does not divide the experts (or a dense model's ep > 1), a batch not
+  /// divisible into microbatches, an unknown AC mode or option, and whatever parallel::plan or parallelize refuse.
+  MemoryPlan plan(const JobConfig& config, const PlanOptions& options = {});
+  /// Every layout of `what.gpus` devices (dp_shard x tp x pp x cp, tp <= 8; for an MoE model every ep dividing
+  /// dp_shard x cp and the experts; AC none / selective 2 / op / full, microbatch size) that fits
+  /// options.device_memory at the config's global batch, fastest first by predicted tokens/s per device (ties:
+  /// more memory left at the reserved peak first). `what.hold` narrows it to the layouts that keep the named
+  /// choices as the config has them (an unknown name, or dp_shard held at -1, is an error).
+  std::vector<MemoryPlan> search(const JobConfig& config, const PlanOptions& options, const SearchOptions& what);
+
+  /// Machinery (the model, its sharding spec, the applied plans kept), for the planner's own code.
+  detail::PlannerState& state() { return *state_; }
+
+ private:
+  std::unique_ptr<detail::PlannerState> state_;
+};
+
+/// MemoryPlanner(config).plan(config, options).
+MemoryPlan plan_memory(const JobConfig& config, const PlanOptions& options = {});
+/// MemoryPlanner(config).search(config, options, what).
+std::vector<MemoryPlan> search_layouts(const JobConfig& config, const PlanOptions& options, const SearchOptions& what);
 
 /// "1.50 GiB".
 std::string format_bytes(int64_t bytes);
@@ -133,4 +171,4 @@ std::string plan_json(const MemoryPlan& plan);
 /// (expert_parallel_degree included), the batch and the AC mode.
 std::string plan_toml(const MemoryPlan& plan);
 
-}  // namespace titan::models
+}  // namespace titan::planner

@@ -13,14 +13,14 @@
 #include "titan/core/config.hpp"
 #include "titan/core/config_loader.hpp"
 #include "titan/metrics/metrics.hpp"
+#include "titan/models/decoder.hpp"
 #include "titan/models/job_args.hpp"
 #include "titan/models/llama3/model.hpp"
-#include "titan/models/memory_plan.hpp"
+#include "titan/planner/memory_plan.hpp"
 
 using Catch::Matchers::Contains;
 using titan::JobConfig;
 using titan::llama3::Llama3;
-using titan::models::plan_memory;
 using titan::test::error_of;
 
 namespace {
@@ -45,11 +45,11 @@ constexpr int64_t kTensorsPerBlock = 9;  // 7 matrices + 2 norm weights
 
 }  // namespace
 
-TEST_CASE("memory plan: 8B on 8 GPUs with FSDP pins parameters and optimizer state", "[models][memory_plan]") {
+TEST_CASE("memory plan: 8B on 8 GPUs with FSDP pins parameters and optimizer state", "[planner][memory_plan]") {
   JobConfig c = preset("llama3_8b");
   c.training.local_batch_size = 2;  // torchtitan's published run: lbs 2, seq 8192, selective op AC
-  const auto model = titan::models::build_model(c, 0, {});
-  const auto plan = plan_memory(*model, c, {.world_size = 8, .device_memory = k96GB});
+  titan::planner::MemoryPlanner planner(c);
+  const auto plan = planner.plan(c, {.world_size = 8, .device_memory = k96GB});
   // D 4096, 32 blocks, kv dim 8 x 128 = 1024, FFN 14336, vocab 128256; fp32 parameters over 8 shards.
   const int64_t D = 4096, V = 128256;
   const int64_t elements = 32 * block_elements(D, 1024, 14336, 1, 8) + (2 * V * D + D) / 8;
@@ -62,15 +62,15 @@ TEST_CASE("memory plan: 8B on 8 GPUs with FSDP pins parameters and optimizer sta
   CHECK(plan.fits());
   CHECK(plan.parts.total() < k96GB);
   // torchtitan reserved 82.4 GiB of the 96 GB part for this job: the allocator's peak does not fit 80 GB.
-  CHECK(!plan_memory(*model, c, {.world_size = 8, .device_memory = k80GB}).fits());
+  CHECK(!planner.plan(c, {.world_size = 8, .device_memory = k80GB}).fits());
 }
 
 TEST_CASE("memory plan: 70B on 256 GPUs with FSDP 32 and TP 8 pins parameters and optimizer state",
-          "[models][memory_plan]") {
+          "[planner][memory_plan]") {
   JobConfig c = preset("llama3_70b");  // tp 8, full AC, lbs 8 in the TOML; the published run used lbs 16
   c.training.local_batch_size = 16;
-  const auto model = titan::models::build_model(c, 0, {});
-  const auto plan = plan_memory(*model, c, {.world_size = 256, .device_memory = k96GB});
+  titan::planner::MemoryPlanner planner(c);
+  const auto plan = planner.plan(c, {.world_size = 256, .device_memory = k96GB});
   CHECK(plan.mesh.dp_shard == 32);
   CHECK(plan.mesh.tp == 8);
   const int64_t D = 8192, V = 128256;
@@ -82,13 +82,13 @@ TEST_CASE("memory plan: 70B on 256 GPUs with FSDP 32 and TP 8 pins parameters an
   CHECK(plan.fits());
 }
 
-TEST_CASE("memory plan: fused_opt_states_bf16 halves exp_avg and exp_avg_sq", "[models][memory_plan]") {
+TEST_CASE("memory plan: fused_opt_states_bf16 halves exp_avg and exp_avg_sq", "[planner][memory_plan]") {
   JobConfig c = preset("llama3_8b");
   c.training.local_batch_size = 2;
-  const auto model = titan::models::build_model(c, 0, {});
-  const auto fp32 = plan_memory(*model, c, {.world_size = 8, .device_memory = k80GB});
+  titan::planner::MemoryPlanner planner(c);
+  const auto fp32 = planner.plan(c, {.world_size = 8, .device_memory = k80GB});
   c.optimizer.implementation = titan::OptimizerImplementation::fused_opt_states_bf16;
-  const auto bf16 = plan_memory(*model, c, {.world_size = 8, .device_memory = k80GB});
+  const auto bf16 = planner.plan(c, {.world_size = 8, .device_memory = k80GB});
   // The 8B case above: fp32 parameters over 8 shards; the moments now 2 bytes an element, the step
   // counters still 4 bytes a tensor.
   const int64_t D = 4096, V = 128256;
@@ -105,13 +105,13 @@ TEST_CASE("memory plan: fused_opt_states_bf16 halves exp_avg and exp_avg_sq", "[
   CHECK(bf16.parts.total() == fp32.parts.total() - elements * 4);
 }
 
-TEST_CASE("memory plan: 405B on 512 GPUs with FSDP 8 TP 8 and PP 8 pins a middle stage", "[models][memory_plan]") {
+TEST_CASE("memory plan: 405B on 512 GPUs with FSDP 8 TP 8 and PP 8 pins a middle stage", "[planner][memory_plan]") {
   JobConfig c = preset("llama3_405b");  // tp 8, full AC
   c.parallelism.pipeline_parallel_degree = 8;
   c.parallelism.pipeline_parallel_schedule = titan::PipelineSchedule::schedule_1f1b;
   c.training.local_batch_size = 32;  // torchtitan's run: lbs 32, gbs 256, microbatch 1
-  const auto model = titan::models::build_model(c, 0, {});
-  const auto plan = plan_memory(*model, c, {.world_size = 512, .device_memory = k96GB});
+  titan::planner::MemoryPlanner planner(c);
+  const auto plan = planner.plan(c, {.world_size = 512, .device_memory = k96GB});
   CHECK(plan.mesh.dp_shard == 8);
   // 126 blocks + embeddings + head count as 128 layers: 16 per stage; the embeddings and the head each
   // take a block's place on the first and last stage, so the middle stages hold 16 blocks and the
@@ -127,12 +127,11 @@ TEST_CASE("memory plan: 405B on 512 GPUs with FSDP 8 TP 8 and PP 8 pins a middle
   CHECK(plan.fits());
 }
 
-TEST_CASE("memory plan: the 8B search over 8 GPUs ranks FSDP 8 in its top 3 and says why", "[models][memory_plan]") {
+TEST_CASE("memory plan: the 8B search over 8 GPUs ranks FSDP 8 in its top 3 and says why", "[planner][memory_plan]") {
   JobConfig c = preset("llama3_8b");
   c.training.local_batch_size = 2;  // the published batch: 16 sequences over 8 GPUs
-  const auto model = titan::models::build_model(c, 0, {});
-  const auto plans =
-      titan::models::search_layouts(*model, c, {.device_memory = k96GB, .peak_flops = 989e12}, {.gpus = 8, .limit = 3});
+  titan::planner::MemoryPlanner planner(c);
+  const auto plans = planner.search(c, {.device_memory = k96GB, .peak_flops = 989e12}, {.gpus = 8, .limit = 3});
   REQUIRE(plans.size() == 3);
   bool fsdp8 = false;
   for (const auto& p : plans) {
@@ -141,7 +140,7 @@ TEST_CASE("memory plan: the 8B search over 8 GPUs ranks FSDP 8 in its top 3 and 
     CHECK(p.headroom() >= 0);
   }
   CHECK(fsdp8);
-  CHECK_THAT(titan::models::format_search(plans), Contains("compute"));
+  CHECK_THAT(titan::planner::format_search(plans), Contains("compute"));
   for (size_t i = 1; i < plans.size(); ++i) CHECK(plans[i - 1].tokens_per_second >= plans[i].tokens_per_second);
 }
 
@@ -150,17 +149,17 @@ TEST_CASE("memory plan: the 8B search over 8 GPUs ranks FSDP 8 in its top 3 and 
 // instead picks the layout NVIDIA publishes for the same model and batch, and puts torchtitan's first
 // or in its top 3 once it holds what torchtitan's table held.
 TEST_CASE("memory plan: the 70B search picks NeMo's 70B layout, and FSDP 32 x TP 8 once it holds TP 8 and full AC",
-          "[models][memory_plan]") {
+          "[planner][memory_plan]") {
   JobConfig c = preset("llama3_70b");  // tp 8, full AC
   c.training.local_batch_size = 16;    // 512 sequences of 8192 tokens a step, the published batch
   c.compile.enable = true;
   c.model.converters = {"float8"};
-  const auto model = titan::models::build_model(c, 0, {});
-  const titan::models::PlanOptions h100{.device_memory = k96GB, .peak_flops = 989e12};
+  titan::planner::MemoryPlanner planner(c);
+  const titan::planner::PlanOptions h100{.device_memory = k96GB, .peak_flops = 989e12};
   // NVIDIA NeMo's Llama 3 70B pretraining recipe (NVIDIA/NeMo nemo/collections/llm/recipes/llama3_70b.py:
   // tensor_parallelism 4, pipeline_parallelism 4, context_parallelism 2, sequence parallel, global batch
   // 512 of seq 8192, micro batch 1, no activation recompute) on 256 GPUs is dp 8 of that.
-  const auto open = titan::models::search_layouts(*model, c, h100, {.gpus = 256, .limit = 3});
+  const auto open = planner.search(c, h100, {.gpus = 256, .limit = 3});
   REQUIRE(open.size() == 3);
   const auto& best = open.front();
   CHECK(best.mesh.tp == 4);
@@ -172,7 +171,7 @@ TEST_CASE("memory plan: the 70B search picks NeMo's 70B layout, and FSDP 32 x TP
   CHECK(best.global_batch == 512);
   // Held to torchtitan's TP 8 and full AC, dp, pp, cp and the microbatch are still searched: no PP or
   // CP is worth its cost there, and FSDP 32 x TP 8 comes first.
-  const auto held = titan::models::search_layouts(*model, c, h100, {.gpus = 256, .limit = 3, .hold = {"tp", "ac"}});
+  const auto held = planner.search(c, h100, {.gpus = 256, .limit = 3, .hold = {"tp", "ac"}});
   REQUIRE(held.size() == 3);
   for (const auto& p : held) {
     CHECK(p.mesh.tp == 8);
@@ -183,18 +182,18 @@ TEST_CASE("memory plan: the 70B search picks NeMo's 70B layout, and FSDP 32 x TP
   CHECK(held.front().mesh.cp == 1);
   CHECK(held.front().global_batch == 512);
   CHECK(held.front().tokens_per_second < best.tokens_per_second);
-  CHECK_THAT(error_of([&] { titan::models::search_layouts(*model, c, h100, {.gpus = 256, .hold = {"tensor"}}); }),
+  CHECK_THAT(error_of([&] { planner.search(c, h100, {.gpus = 256, .hold = {"tensor"}}); }),
              Contains("--hold") && Contains("got 'tensor'"));
 }
 
 TEST_CASE("memory plan: the 405B search holding PP 8 ranks FSDP 8 x TP 8 x PP 8 in its top 3",
-          "[models][memory_plan]") {
+          "[planner][memory_plan]") {
   JobConfig c = preset("llama3_405b");  // tp 8, full AC, compile, float8, async TP
   c.parallelism.pipeline_parallel_degree = 8;
   c.training.local_batch_size = 32;  // 256 sequences a step over dp 8, the published batch
-  const auto model = titan::models::build_model(c, 0, {});
-  const auto plans = titan::models::search_layouts(*model, c, {.device_memory = k96GB, .peak_flops = 989e12},
-                                                   {.gpus = 512, .limit = 3, .hold = {"pp"}});
+  titan::planner::MemoryPlanner planner(c);
+  const auto plans =
+      planner.search(c, {.device_memory = k96GB, .peak_flops = 989e12}, {.gpus = 512, .limit = 3, .hold = {"pp"}});
   REQUIRE(plans.size() == 3);
   bool published = false;
   for (const auto& p : plans) {
@@ -205,12 +204,12 @@ TEST_CASE("memory plan: the 405B search holding PP 8 ranks FSDP 8 x TP 8 x PP 8 
   CHECK(published);
 }
 
-TEST_CASE("memory plan: the step time adds the communication the layout cannot hide", "[models][memory_plan]") {
+TEST_CASE("memory plan: the step time adds the communication the layout cannot hide", "[planner][memory_plan]") {
   JobConfig c = preset("llama3_70b");
   c.training.local_batch_size = 16;
-  const auto model = titan::models::build_model(c, 0, {});
-  const titan::models::PlanOptions h100{.world_size = 256, .device_memory = k96GB, .peak_flops = 989e12};
-  const auto plan = plan_memory(*model, c, h100);
+  titan::planner::MemoryPlanner planner(c);
+  const titan::planner::PlanOptions h100{.world_size = 256, .device_memory = k96GB, .peak_flops = 989e12};
+  const auto plan = planner.plan(c, h100);
   // TP 8 inside a node: four (T, D) bf16 collectives per block, forward, backward and full AC's recompute.
   const double T = 16 * 8192, D = 8192;
   const double bytes = 4 * T * D * 2 * 7.0 / 8.0 * 3 * 80;
@@ -218,21 +217,21 @@ TEST_CASE("memory plan: the step time adds the communication the layout cannot h
   CHECK(plan.step_seconds == Approx(plan.time.total()));
   // Async TP hides all but the first of tp chunks; a slower NVLink shows in the TP term only.
   c.parallelism.enable_async_tensor_parallel = true;
-  CHECK(plan_memory(*model, c, h100).time.tp == Approx(plan.time.tp / 8));
+  CHECK(planner.plan(c, h100).time.tp == Approx(plan.time.tp / 8));
   c.parallelism.enable_async_tensor_parallel = false;
   auto slow = h100;
   slow.intra_node_bw = 225e9;
-  const auto slower = plan_memory(*model, c, slow);
+  const auto slower = planner.plan(c, slow);
   CHECK(slower.time.tp == Approx(2 * plan.time.tp));
   CHECK(slower.time.compute == Approx(plan.time.compute));
   // A stated MFU replaces the calibrated compute efficiency.
   auto stated = h100;
   stated.mfu = 0.5;
-  CHECK(plan_memory(*model, c, stated).time.compute == Approx(plan.flops_per_step / (989e12 * 0.5)));
+  CHECK(planner.plan(c, stated).time.compute == Approx(plan.flops_per_step / (989e12 * 0.5)));
 }
 
 TEST_CASE("titan-plan --json and --emit-config write the plan for scripts and the trainer",
-          "[models][memory_plan][tools]") {
+          "[planner][memory_plan][tools]") {
   const auto bin = titan::test::binary_dir() / "bin" / "titan-plan";
   const auto out = titan::test::binary_dir() / "titan-plan-json-test.txt";
   const auto toml = titan::test::binary_dir() / "titan-plan-emit-test.toml";
@@ -259,11 +258,10 @@ TEST_CASE("titan-plan --json and --emit-config write the plan for scripts and th
 
 // Its time and memory (seconds, under 1 GB) are measured in docs/memory_planner.md, not here.
 TEST_CASE("memory plan: the 405B search over 512 GPUs lists layouts that fit best first",
-          "[models][memory_plan][full]") {
+          "[planner][memory_plan][full]") {
   JobConfig c = preset("llama3_405b");
-  const auto model = titan::models::build_model(c, 0, {});
-  const auto plans = titan::models::search_layouts(*model, c, {.device_memory = k80GB, .peak_flops = 989e12},
-                                                   {.gpus = 512, .limit = 50});
+  titan::planner::MemoryPlanner planner(c);
+  const auto plans = planner.search(c, {.device_memory = k80GB, .peak_flops = 989e12}, {.gpus = 512, .limit = 50});
   REQUIRE(!plans.empty());
   for (const auto& p : plans) {
     CHECK(p.fits());
@@ -272,17 +270,20 @@ TEST_CASE("memory plan: the 405B search over 512 GPUs lists layouts that fit bes
   for (size_t i = 1; i < plans.size(); ++i) CHECK(plans[i - 1].tokens_per_second >= plans[i].tokens_per_second);
 }
 
-TEST_CASE("memory plan: a pipeline split by FLOPs plans the stages the trainer cuts", "[models][memory_plan]") {
+TEST_CASE("memory plan: a pipeline split by FLOPs plans the stages the trainer cuts", "[planner][memory_plan]") {
   JobConfig c = preset("llama3_debugmodel");
   c.parallelism.pipeline_parallel_degree = 2;
   c.training.local_batch_size = 4;
   // A 32768-token vocabulary makes the head weigh several blocks: cut by FLOPs, stage 0 takes more blocks
   // beside the embedding (whose lookup costs no FLOPs) than torchtitan's count gives it.
-  const auto model = titan::models::build_model(c, 32768, {});
-  const titan::models::PlanOptions cpu{.world_size = 2, .gpu = false};
-  const auto by_layers = plan_memory(*model, c, cpu);
+  titan::planner::MemoryPlanner planner([&](const std::vector<std::string>& modules) {
+    return titan::models::build_model(c, 32768, {.device = at::kMeta, .modules = modules});
+  });
+  const titan::models::Decoder* model = &planner.model();
+  const titan::planner::PlanOptions cpu{.world_size = 2, .gpu = false};
+  const auto by_layers = planner.plan(c, cpu);
   c.parallelism.pipeline_parallel_split = titan::PipelineSplitBy::flops;
-  const auto by_flops = plan_memory(*model, c, cpu);
+  const auto by_flops = planner.plan(c, cpu);
   const auto& b = model->shape();
   const int64_t block = (model->num_params() - 2 * b.vocab_size * b.dim - b.dim) / b.n_layers;  // fp32 elements
   // The shown (largest) rank is the head's in both: torchtitan's count gives it 3 blocks, the FLOPs cut fewer.
@@ -293,13 +294,13 @@ TEST_CASE("memory plan: a pipeline split by FLOPs plans the stages the trainer c
   CHECK(by_flops.parts.parameters == (head + 2 * block) * 4);
 }
 
-TEST_CASE("memory plan: activations fall from none to selective to op to full", "[models][memory_plan]") {
+TEST_CASE("memory plan: activations fall from none to selective to op to full", "[planner][memory_plan]") {
   JobConfig c = preset("llama3_8b");
-  const auto model = titan::models::build_model(c, 0, {});
+  titan::planner::MemoryPlanner planner(c);
   auto activations = [&](titan::AcMode mode, const std::string& option) {
     c.activation_checkpoint.mode = mode;
     c.activation_checkpoint.selective_ac_option = option;
-    return plan_memory(*model, c, {.world_size = 8}).parts.activations;
+    return planner.plan(c, {.world_size = 8}).parts.activations;
   };
   const int64_t none = activations(titan::AcMode::none, "2");
   const int64_t every2 = activations(titan::AcMode::selective, "2");
@@ -310,11 +311,11 @@ TEST_CASE("memory plan: activations fall from none to selective to op to full", 
   CHECK(op > full);
 }
 
-TEST_CASE("memory plan: bad input gives errors that name the fix", "[models][memory_plan]") {
+TEST_CASE("memory plan: bad input gives errors that name the fix", "[planner][memory_plan]") {
   JobConfig c = preset("llama3_8b");
-  const auto model = titan::models::build_model(c, 0, {});
-  auto plan_error = [&](const JobConfig& config, titan::models::PlanOptions options = {.world_size = 8}) {
-    return error_of([&] { plan_memory(*model, config, options); });
+  titan::planner::MemoryPlanner planner(c);
+  auto plan_error = [&](const JobConfig& config, titan::planner::PlanOptions options = {.world_size = 8}) {
+    return error_of([&] { planner.plan(config, options); });
   };
   JobConfig bad = c;
   bad.activation_checkpoint.selective_ac_option = "every";
@@ -347,7 +348,7 @@ TEST_CASE("memory plan: bad input gives errors that name the fix", "[models][mem
   CHECK(titan::gpu_memory_bytes("NVIDIA H200").value() == 141'000'000'000);
 }
 
-TEST_CASE("titan-plan prints a plan and lists a search", "[models][memory_plan][tools]") {
+TEST_CASE("titan-plan prints a plan and lists a search", "[planner][memory_plan][tools]") {
   const auto bin = titan::test::binary_dir() / "bin" / "titan-plan";
   const auto out = titan::test::binary_dir() / "titan-plan-test.txt";
   const std::string plan_cmd =
@@ -382,7 +383,7 @@ TEST_CASE("titan-plan prints a plan and lists a search", "[models][memory_plan][
 }
 
 TEST_CASE("titan-plan --optimizer.implementation fused_opt_states_bf16 reports half the moment bytes",
-          "[models][memory_plan][tools]") {
+          "[planner][memory_plan][tools]") {
   const auto bin = titan::test::binary_dir() / "bin" / "titan-plan";
   const auto out = titan::test::binary_dir() / "titan-plan-bf16-states-test.txt";
   // The "optimizer" line's exact byte count.

@@ -12,14 +12,12 @@
 #include "titan/core/config.hpp"
 #include "titan/core/config_loader.hpp"
 #include "titan/models/decoder.hpp"
-#include "titan/models/job_args.hpp"
-#include "titan/models/memory_plan.hpp"
+#include "titan/planner/memory_plan.hpp"
 
 using Catch::Matchers::Contains;
 using titan::JobConfig;
-using titan::models::build_model;
 using titan::models::Decoder;
-using titan::models::plan_memory;
+using titan::planner::plan_memory;
 using titan::test::error_of;
 
 namespace {
@@ -55,35 +53,37 @@ int64_t rank_param_bytes(const Decoder& model, int64_t shards, int64_t ep) {
 }  // namespace
 
 TEST_CASE("memory plan: DeepSeek-V3 16B's experts are FSDP-sharded without EP and split over ep with it",
-          "[models][memory_plan][moe]") {
+          "[planner][memory_plan][moe]") {
   for (const int64_t ep : {1, 8}) {
     const JobConfig c = moe_job("deepseek_v3", "16B", ep);
-    const auto model = build_model(c, 0, {});
-    const auto plan = plan_memory(*model, c, {.world_size = 16, .device_memory = k80GB});
+    titan::planner::MemoryPlanner planner(c);
+    const Decoder& model = planner.model();
+    const auto plan = planner.plan(c, {.world_size = 16, .device_memory = k80GB});
     INFO("ep " << ep);
     CHECK(plan.mesh.ep == ep);
-    CHECK(plan.parts.parameters == rank_param_bytes(*model, 16, ep));
+    CHECK(plan.parts.parameters == rank_param_bytes(model, 16, ep));
     CHECK(plan.parts.gradients == plan.parts.parameters);
     // AdamW: two moments like each shard and a 4-byte step per tensor.
-    CHECK(plan.parts.optimizer == 2 * plan.parts.parameters + 4 * static_cast<int64_t>(model->parameters().size()));
+    CHECK(plan.parts.optimizer == 2 * plan.parts.parameters + 4 * static_cast<int64_t>(model.parameters().size()));
   }
   // EP 8 of 16 ranks: each rank holds 64 / 8 experts split again over efsdp 2, FSDP 16's 64 / 16, as
   // torchtitan's efsdp mesh has it; EP 16 would hold the same experts whole.
   const JobConfig fsdp = moe_job("deepseek_v3", "16B", 1);
-  const auto model = build_model(fsdp, 0, {});
-  const int64_t with_ep = plan_memory(*model, moe_job("deepseek_v3", "16B", 8), {.world_size = 16}).parts.parameters;
-  CHECK(with_ep == plan_memory(*model, fsdp, {.world_size = 16}).parts.parameters);
+  titan::planner::MemoryPlanner planner(fsdp);
+  const int64_t with_ep = planner.plan(moe_job("deepseek_v3", "16B", 8), {.world_size = 16}).parts.parameters;
+  CHECK(with_ep == planner.plan(fsdp, {.world_size = 16}).parts.parameters);
 }
 
 TEST_CASE("memory plan: expert tensor parallelism splits the experts' hidden dim over tp and gathers their tokens",
-          "[models][memory_plan][moe]") {
+          "[planner][memory_plan][moe]") {
   JobConfig c = moe_job("deepseek_v3", "16B", 1);
   c.parallelism.tensor_parallel_degree = 2;
-  const auto model = build_model(c, 0, {});
-  const titan::models::PlanOptions h100{.world_size = 16, .device_memory = k80GB, .peak_flops = 989e12};
-  const auto whole = plan_memory(*model, c, h100);
+  titan::planner::MemoryPlanner planner(c);
+  const Decoder* model = &planner.model();
+  const titan::planner::PlanOptions h100{.world_size = 16, .device_memory = k80GB, .peak_flops = 989e12};
+  const auto whole = planner.plan(c, h100);
   c.parallelism.expert_tensor_parallel_degree = 2;
-  const auto split = plan_memory(*model, c, h100);
+  const auto split = planner.plan(c, h100);
   CHECK(split.mesh.etp == 2);
   // The routed experts: (E, F, D) and (E, D, F) fp32, FSDP-split over the 8 dp_shard ranks, now also over etp.
   int64_t expert_numel = 0;
@@ -97,24 +97,25 @@ TEST_CASE("memory plan: expert tensor parallelism splits the experts' hidden dim
   CHECK(whole.time.ep == 0);
   CHECK(split.time.ep > 0);
   c.parallelism.expert_tensor_parallel_degree = 4;
-  CHECK_THAT(error_of([&] { plan_memory(*model, c, h100); }), Contains("expert_tensor_parallel_degree"));
+  CHECK_THAT(error_of([&] { planner.plan(c, h100); }), Contains("expert_tensor_parallel_degree"));
 }
 
 TEST_CASE("memory plan: an MoE model's FLOPs count its active parameters and EP's all-to-alls cost step time",
-          "[models][memory_plan][moe]") {
+          "[planner][memory_plan][moe]") {
   const JobConfig no_ep = moe_job("qwen3", "30B-A3B", 1);
-  const auto model = build_model(no_ep, 0, {});
-  const titan::models::PlanOptions h100{.world_size = 16, .device_memory = k80GB, .peak_flops = 989e12};
-  const auto plain = plan_memory(*model, no_ep, h100);
+  titan::planner::MemoryPlanner planner(no_ep);
+  const Decoder* model = &planner.model();
+  const titan::planner::PlanOptions h100{.world_size = 16, .device_memory = k80GB, .peak_flops = 989e12};
+  const auto plain = planner.plan(no_ep, h100);
   const double tokens = 2.0 * 4096;  // per device per step
   CHECK(plain.flops_per_step == Approx(static_cast<double>(model->num_flops_per_token(4096)) * tokens));
   // 3B of 30B parameters are active: far below 6N per token.
   CHECK(plain.flops_per_step < 0.2 * 6.0 * static_cast<double>(model->num_params()) * tokens);
   CHECK(plain.time.ep == 0);
-  const auto with_ep = plan_memory(*model, moe_job("qwen3", "30B-A3B", 8), h100);
+  const auto with_ep = planner.plan(moe_job("qwen3", "30B-A3B", 8), h100);
   CHECK(with_ep.time.ep > 0);
   CHECK(with_ep.step_seconds > with_ep.time.compute);
-  CHECK_THAT(titan::models::largest_terms(with_ep), Contains("EP all-to-all"));
+  CHECK_THAT(titan::planner::largest_terms(with_ep), Contains("EP all-to-all"));
   // Per MoE layer, dispatch and combine send 7/8 of the 2 x 4096 x 8 slots of 2048 bf16 features, forward
   // and backward, plus selective 2's recompute of every other block.
   const double per_layer = 2.0 * (2 * 4096 * 8) * 2048 * 2 * 7.0 / 8.0;
@@ -127,7 +128,7 @@ TEST_CASE("memory plan: an MoE model's FLOPs count its active parameters and EP'
 }
 
 TEST_CASE("memory plan: gpt-oss's MoE blocks keep their routed slots and full AC keeps only block inputs",
-          "[models][memory_plan][moe]") {
+          "[planner][memory_plan][moe]") {
   JobConfig c = moe_job("gpt_oss", "debugmodel", 1);
   c.training.seq_len = 512;
   auto activations = [&](titan::AcMode mode) {
@@ -143,11 +144,10 @@ TEST_CASE("memory plan: gpt-oss's MoE blocks keep their routed slots and full AC
 }
 
 TEST_CASE("memory plan: the search over an MoE model's layouts tries expert parallelism",
-          "[models][memory_plan][moe]") {
+          "[planner][memory_plan][moe]") {
   const JobConfig c = moe_job("qwen3", "30B-A3B", 1);
-  const auto model = build_model(c, 0, {});
-  const auto plans = titan::models::search_layouts(*model, c, {.device_memory = k80GB, .peak_flops = 989e12},
-                                                   {.gpus = 16, .limit = 200});
+  const auto plans =
+      titan::planner::search_layouts(c, {.device_memory = k80GB, .peak_flops = 989e12}, {.gpus = 16, .limit = 200});
   REQUIRE(!plans.empty());
   bool with_ep = false;
   for (const auto& p : plans) {
@@ -157,24 +157,23 @@ TEST_CASE("memory plan: the search over an MoE model's layouts tries expert para
     CHECK((p.mesh.dp_shard * p.mesh.cp) % p.mesh.ep == 0);
   }
   CHECK(with_ep);
-  CHECK_THAT(titan::models::format_search(plans), Contains(" ep "));
-  CHECK_THAT(titan::models::plan_toml(plans.front()), Contains("expert_parallel_degree"));
+  CHECK_THAT(titan::planner::format_search(plans), Contains(" ep "));
+  CHECK_THAT(titan::planner::plan_toml(plans.front()), Contains("expert_parallel_degree"));
   // A dense model's search never borrows ranks for ep.
   JobConfig dense;
   titan::apply_preset(dense, "llama3_8b");
-  const auto llama = build_model(dense, 0, {});
   for (const auto& p :
-       titan::models::search_layouts(*llama, dense, {.device_memory = k80GB, .peak_flops = 989e12}, {.gpus = 8})) {
+       titan::planner::search_layouts(dense, {.device_memory = k80GB, .peak_flops = 989e12}, {.gpus = 8})) {
     CHECK(p.mesh.ep == 1);
   }
 }
 
 TEST_CASE("memory plan: MoE layouts the trainer would refuse give errors that name the fix",
-          "[models][memory_plan][moe]") {
+          "[planner][memory_plan][moe]") {
   // ep must divide the 64 experts (it divides dp_shard 24 here).
   const JobConfig three = moe_job("deepseek_v3", "16B", 3);
   CHECK_THAT(error_of([&] { plan_memory(three, {.world_size = 24}); }),
-             Contains("[titan::models::plan_memory] expected expert_parallel_degree to divide the 64 experts, got 3"));
+             Contains("[titan::planner::plan_memory] expected expert_parallel_degree to divide the 64 experts, got 3"));
   // A dense model has no experts to split.
   JobConfig dense = moe_job("llama3", "debugmodel", 2);
   dense.training.seq_len = 256;
@@ -193,7 +192,7 @@ TEST_CASE("memory plan: MoE layouts the trainer would refuse give errors that na
              Contains("expected tensor_parallel_degree 1 for titan::gpt_oss, got 2"));
 }
 
-TEST_CASE("titan-plan plans an MoE family with expert parallelism", "[models][memory_plan][moe][tools]") {
+TEST_CASE("titan-plan plans an MoE family with expert parallelism", "[planner][memory_plan][moe][tools]") {
   const auto bin = titan::test::binary_dir() / "bin" / "titan-plan";
   const auto out = titan::test::binary_dir() / "titan-plan-moe-test.txt";
   const std::string cmd = fmt::format(

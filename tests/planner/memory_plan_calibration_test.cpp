@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: BSD-3-Clause
 // The planner's calibration on torchtitan's published H100 runs, held out. Each fitted constant
-// (src/models/memory_plan_calibration.hpp) is refit here from the one row it names; the stored value must
+// (src/planner/memory_plan_calibration.hpp) is refit here from the one row it names; the stored value must
 // be that fit to its digits and must reproduce its row to the table's rounding. The bands (memory within
 // 10%, tokens/s within 25%) are then held only on the rows no constant saw.
 //
@@ -17,15 +17,16 @@
 #include <string>
 #include <vector>
 
-#include "../../src/models/memory_plan_calibration.hpp"
+#include "../../src/planner/memory_plan_calibration.hpp"
 #include "titan/core/config.hpp"
 #include "titan/core/config_loader.hpp"
 #include "titan/models/llama3/model.hpp"
-#include "titan/models/memory_plan.hpp"
+#include "titan/planner/memory_plan.hpp"
 
 using titan::JobConfig;
-using titan::models::MemoryPlan;
-using titan::models::detail::Calibration;
+using titan::planner::MemoryPlan;
+using titan::planner::MemoryPlanner;
+using titan::planner::detail::Calibration;
 
 namespace {
 
@@ -140,30 +141,36 @@ std::vector<PublishedRow> published_rows() {
   return rows;
 }
 
-// The row's model on the meta device. torchtitan sizes the RoPE table from training.seq_len, so the
-// 262,144-token rows run the flavors past their 131,072; the plan reads no RoPE table.
-std::shared_ptr<titan::llama3::Llama3> model_of(const PublishedRow& row) {
+// The planner of the row's model on the meta device. torchtitan sizes the RoPE table from training.seq_len, so
+// the 262,144-token rows run the flavors past their 131,072; the plan reads no RoPE table.
+MemoryPlanner planner_of(const PublishedRow& row) {
   titan::llama3::Llama3Args args = titan::llama3::flavor(row.config.model.flavor);
   args.max_seq_len = std::max(args.max_seq_len, row.config.training.seq_len);
-  return std::make_shared<titan::llama3::Llama3>(args, row.config.training.seq_len,
-                                                 at::TensorOptions().device(at::kMeta));
+  const int64_t seq_len = row.config.training.seq_len;
+  return MemoryPlanner([args, seq_len](const std::vector<std::string>& modules) {
+    return std::make_shared<titan::llama3::Llama3>(args, seq_len, at::TensorOptions().device(at::kMeta), modules);
+  });
 }
 
-MemoryPlan plan_row(const titan::models::Decoder& model, const PublishedRow& row, const Calibration& calibration,
-                    double mfu = 0) {
-  return titan::models::detail::plan_memory(
-      model, row.config, {.world_size = row.gpus, .device_memory = k96GB, .peak_flops = kH100Peak, .mfu = mfu},
+MemoryPlan plan_row(MemoryPlanner& planner, const PublishedRow& row, const Calibration& calibration, double mfu = 0) {
+  return titan::planner::detail::plan_memory(
+      planner, row.config, {.world_size = row.gpus, .device_memory = k96GB, .peak_flops = kH100Peak, .mfu = mfu},
       calibration);
+}
+
+MemoryPlan plan_row(const PublishedRow& row, const Calibration& calibration) {
+  MemoryPlanner planner = planner_of(row);
+  return plan_row(planner, row, calibration);
 }
 
 // The compute efficiency at which the plan reproduces the row's tokens/s. Tokens/s never falls as the
 // efficiency rises (compute shrinks; the communication it hid can at most show), so bisection finds it;
 // 40 halvings of the log-interval leave it to 1e-10.
-double implied_efficiency(const titan::models::Decoder& model, const PublishedRow& row) {
+double implied_efficiency(MemoryPlanner& planner, const PublishedRow& row) {
   double lo = 0.01, hi = 1.0;
   for (int i = 0; i < 40; ++i) {
     const double mid = std::sqrt(lo * hi);
-    (plan_row(model, row, {}, mid).tokens_per_second < row.tokens_per_second ? lo : hi) = mid;
+    (plan_row(planner, row, {}, mid).tokens_per_second < row.tokens_per_second ? lo : hi) = mid;
   }
   return std::sqrt(lo * hi);
 }
@@ -171,12 +178,12 @@ double implied_efficiency(const titan::models::Decoder& model, const PublishedRo
 // The fragmentation (`field`, the fraction the row's layout uses) at which the plan reproduces the row's
 // memory: reserved is linear in it (states + transient x (1 + f)), so two plans give the line and the
 // published GiB its point.
-double implied_fragmentation(const titan::models::Decoder& model, const PublishedRow& row, double Calibration::*field) {
+double implied_fragmentation(MemoryPlanner& planner, const PublishedRow& row, double Calibration::*field) {
   Calibration c;
   c.*field = 0;
-  const auto at0 = static_cast<double>(plan_row(model, row, c).reserved);
+  const auto at0 = static_cast<double>(plan_row(planner, row, c).reserved);
   c.*field = 1;
-  const auto at1 = static_cast<double>(plan_row(model, row, c).reserved);
+  const auto at1 = static_cast<double>(plan_row(planner, row, c).reserved);
   return (row.gib * kGiB - at0) / (at1 - at0);
 }
 
@@ -205,15 +212,15 @@ Calibration fit(const std::vector<PublishedRow>& rows) {
     const auto row = std::find_if(rows.begin(), rows.end(),
                                   [&](const PublishedRow& r) { return r.speed == k.fits || r.memory == k.fits; });
     REQUIRE(row != rows.end());
-    const auto model = model_of(*row);
+    MemoryPlanner planner = planner_of(*row);
     if (row->speed == k.fits) {
       const JobConfig& cfg = row->config;
       c.*k.field = 1.0;
       const double others = c.compute_efficiency(cfg.compile.enable, !cfg.model.converters.empty(),
                                                  cfg.parallelism.context_parallel_degree);
-      c.*k.field = implied_efficiency(*model, *row) / others;
+      c.*k.field = implied_efficiency(planner, *row) / others;
     } else {
-      c.*k.field = implied_fragmentation(*model, *row, k.field);
+      c.*k.field = implied_fragmentation(planner, *row, k.field);
     }
   }
   return c;
@@ -221,7 +228,7 @@ Calibration fit(const std::vector<PublishedRow>& rows) {
 
 }  // namespace
 
-TEST_CASE("memory plan: each fitted constant is its own row's fit and reproduces that row", "[models][memory_plan]") {
+TEST_CASE("memory plan: each fitted constant is its own row's fit and reproduces that row", "[planner][memory_plan]") {
   const std::vector<PublishedRow> rows = published_rows();
   const Calibration fitted = fit(rows);
   const Calibration stored;
@@ -237,7 +244,7 @@ TEST_CASE("memory plan: each fitted constant is its own row's fit and reproduces
   int64_t calibrating = 0;
   for (const PublishedRow& row : rows) {
     if (row.speed == Fits::nothing && row.memory == Fits::nothing) continue;
-    const auto plan = plan_row(*model_of(row), row, stored);
+    const auto plan = plan_row(row, stored);
     INFO(fmt::format("{}: {:.0f} tokens/s (published {:.0f}), {:.2f} GiB (published {:.1f})", row.name,
                      plan.tokens_per_second, row.tokens_per_second, static_cast<double>(plan.reserved) / kGiB,
                      row.gib));
@@ -249,10 +256,10 @@ TEST_CASE("memory plan: each fitted constant is its own row's fit and reproduces
 }
 
 TEST_CASE("memory plan: torchtitan's held-out H100 rows within 10 percent of memory and 25 percent of tokens/s",
-          "[models][memory_plan]") {
+          "[planner][memory_plan]") {
   int64_t memory_rows = 0, speed_rows = 0;
   for (const PublishedRow& row : published_rows()) {
-    const auto plan = plan_row(*model_of(row), row, Calibration{});
+    const auto plan = plan_row(row, Calibration{});
     const double gib = static_cast<double>(plan.reserved) / kGiB;
     fmt::print("planner held out | {} | {} | {:.1f} / {:.1f} GiB ({:.3f}) | {} | {:.0f} / {:.0f} tokens/s ({:.3f})\n",
                row.name, row.memory != Fits::nothing ? "calibrates" : "held out", gib, row.gib, gib / row.gib,
@@ -280,7 +287,8 @@ TEST_CASE("memory plan: torchtitan's held-out H100 rows within 10 percent of mem
 // all the same. And Table 5's 1F1B row runs the same model, layout, schedule and 8 microbatches of
 // 32,768 tokens (4 x 8,192) as Table 6's CP 1 row: the plan's bytes are equal, the published peaks are
 // 82.5 and 75.3 GiB. No count of tensors can tell these apart; the band has to hold both.
-TEST_CASE("memory plan: Table 6's CP rows differ from its CP 1 row only by the gathered K/V", "[models][memory_plan]") {
+TEST_CASE("memory plan: Table 6's CP rows differ from its CP 1 row only by the gathered K/V",
+          "[planner][memory_plan]") {
   const std::vector<PublishedRow> rows = published_rows();
   auto row_named = [&](const std::string& name) {
     const auto it = std::find_if(rows.begin(), rows.end(), [&](const PublishedRow& r) { return r.name == name; });
@@ -288,9 +296,9 @@ TEST_CASE("memory plan: Table 6's CP rows differ from its CP 1 row only by the g
     return *it;
   };
   const PublishedRow cp1 = row_named("T6 405B FSDP 8 x TP 8 x PP 8, seq 32768, lbs 8");
-  const MemoryPlan base = plan_row(*model_of(cp1), cp1, Calibration{});
+  const MemoryPlan base = plan_row(cp1, Calibration{});
   const PublishedRow one_f_one_b = row_named("T5 405B FSDP 8 x TP 8 x PP 8, 1F1B, lbs 32");
-  const MemoryPlan twin = plan_row(*model_of(one_f_one_b), one_f_one_b, Calibration{});
+  const MemoryPlan twin = plan_row(one_f_one_b, Calibration{});
   CHECK(twin.parts.parameters == base.parts.parameters);
   CHECK(twin.parts.gradients == base.parts.gradients);
   CHECK(twin.parts.optimizer == base.parts.optimizer);
@@ -302,7 +310,7 @@ TEST_CASE("memory plan: Table 6's CP rows differ from its CP 1 row only by the g
        {"T6 FSDP 4 x CP 2, seq 65536", "T6 FSDP 2 x CP 4, seq 131072", "T6 FSDP 1 x CP 8, seq 262144"}) {
     INFO(name);
     const PublishedRow row = row_named(name);
-    const MemoryPlan plan = plan_row(*model_of(row), row, Calibration{});
+    const MemoryPlan plan = plan_row(row, Calibration{});
     CHECK(plan.parts.parameters == base.parts.parameters);
     CHECK(plan.parts.gradients == base.parts.gradients);
     CHECK(plan.parts.optimizer == base.parts.optimizer);
@@ -318,12 +326,12 @@ TEST_CASE("memory plan: Table 6's CP rows differ from its CP 1 row only by the g
 
 // Why PP has a fraction of its own: with Table 1's for every layout, every held-out PP row would be low
 // (and the 1F1B and CP 8 rows past the 10% band), while every row without PP is within 4% with it.
-TEST_CASE("memory plan: Table 1's fragmentation alone plans every PP row low", "[models][memory_plan]") {
+TEST_CASE("memory plan: Table 1's fragmentation alone plans every PP row low", "[planner][memory_plan]") {
   Calibration one_fraction;
   one_fraction.pipeline_fragmentation = one_fraction.transient_fragmentation;
   double worst = 1.0;
   for (const PublishedRow& row : published_rows()) {
-    const auto plan = plan_row(*model_of(row), row, one_fraction);
+    const auto plan = plan_row(row, one_fraction);
     const double ratio = static_cast<double>(plan.reserved) / kGiB / row.gib;
     fmt::print("planner one fraction | {} | {:.1f} / {:.1f} GiB ({:.3f})\n", row.name,
                static_cast<double>(plan.reserved) / kGiB, row.gib, ratio);

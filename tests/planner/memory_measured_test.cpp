@@ -2,14 +2,14 @@
 // The planner against the tracker: six CPU layouts of the debug model (one rank without AC, with full and with per-op
 // AC, FSDP 2 with and without AC, TP 2), ranks as threads over Gloo. Each rank runs the trainer's step (zero_grad,
 // forward + loss + backward under the activations scope, AdamW) twice with titan's memory tracker installed, and the
-// second step's figures are compared with plan_memory's: parameters, gradients and optimizer state exactly, activations
-// and communication buffers within 10%.
+// second step's figures are compared with planner::plan_memory's: parameters, gradients and optimizer state exactly,
+// activations and communication buffers within 10%.
 #include <ATen/ATen.h>
 #include <fmt/format.h>
 
 #include <mutex>
 
-#include "models/memory_measured.hpp"
+#include "planner/memory_measured.hpp"
 #include "test_util.hpp"
 #include "titan/core/config.hpp"
 #include "titan/core/memory_tracker.hpp"
@@ -17,11 +17,11 @@
 #include "titan/dist/mesh.hpp"
 #include "titan/models/job_args.hpp"
 #include "titan/models/llama3/model.hpp"
-#include "titan/models/memory_plan.hpp"
 #include "titan/nn/init.hpp"
 #include "titan/nn/loss.hpp"
 #include "titan/optim/adamw.hpp"
 #include "titan/parallel/parallelize.hpp"
+#include "titan/planner/memory_plan.hpp"
 
 namespace titan::test {
 namespace {
@@ -67,12 +67,10 @@ const std::vector<Case>& cases() {
 }  // namespace
 
 TEST_CASE("memory plan: six CPU layouts measured by the tracker within 10 percent",
-          "[models][memory_plan][dist][full]") {
+          "[planner][memory_plan][dist][full]") {
   for (const Case& c : cases()) {
     const JobConfig config = job(c);
-    const auto model = models::build_model(config, 0, {});
-    const models::MemoryPlan plan =
-        models::plan_memory(*model, config, {.world_size = c.shape.world_size(), .gpu = false});
+    const planner::MemoryPlan plan = planner::plan_memory(config, {.world_size = c.shape.world_size(), .gpu = false});
     const std::vector<MemoryParts> measured = measure(c);
     for (size_t rank = 0; rank < measured.size(); ++rank) {
       const MemoryParts& m = measured[rank];

@@ -14,45 +14,7 @@
 #include "titan/nn/attention.hpp"
 #include "titan/nn/moe.hpp"
 
-namespace titan::models {
-
-int64_t rms_norm_saved(int64_t rows, int64_t width, const ActivationShapes& x) {
-  const int64_t n = rows * width;
-  // CPU's composite rms_norm keeps its normalized input in fp32 (and, for a 2-byte input, the fp32 copy
-  // too); CUDA's fused kernel keeps the input and rstd only.
-  const int64_t extra = x.fused_norm ? 0 : n * (x.bytes == 4 ? 4 : 6);
-  return n * x.bytes + rows * 4 + extra;
-}
-
-AttentionMemory nn_attention_memory(const nn::AttentionLayer& layer, const ActivationShapes& x) {
-  const auto* attention = dynamic_cast<const nn::Attention*>(&layer);
-  TITAN_CHECK_VALUE(attention != nullptr,
-                    "[titan::models::plan_memory] expected the blocks' attention to be an nn::Attention or the "
-                    "family to register its memory model, got a {}. Set ModelSpec::attention_memory.",
-                    layer.name());
-  const int64_t T = x.tokens();
-  const int64_t a = x.bytes;
-  const int64_t H = attention->n_heads / x.tp;
-  const int64_t KVH = attention->n_kv_heads / x.tp;
-  const int64_t HD = attention->head_dim;
-  const int64_t D = attention->wq->weight.size(1);
-  const int64_t lse = x.b * H * x.s * 4;  // SDPA's log-sum-exp (B, H, S) fp32
-  AttentionMemory m;
-  // Rotated q and k and v (SDPA keeps them); SDPA's output is laid out (B, S, H, HD), so wo's input is a
-  // view of it; RoPE keeps only its (constant) table, the complex multiply's gradient needs the other
-  // factor alone. Sinks and a window merge into the kernel's output and log-sum-exp: the same tensors.
-  m.attention_out = T * H * HD * a + lse;
-  m.saved = T * (H + 2 * KVH) * HD * a + m.attention_out;
-  // Qwen3's q/k norms over each head: each keeps its input (the projection's output) and its statistics.
-  if (attention->q_norm) m.saved += rms_norm_saved(T * H, HD, x) + rms_norm_saved(T * KVH, HD, x);
-  if (x.cp > 1) m.gathered_kv = 2 * T * x.cp * KVH * HD * a;  // the whole sequence's K and V
-  m.matmuls = {{T, D, H * HD}, {T, D, KVH * HD}, {T, D, KVH * HD}, {T, H * HD, D}};
-  return m;
-}
-
-}  // namespace titan::models
-
-namespace titan::models::detail {
+namespace titan::planner::detail {
 namespace {
 
 // A SwiGLU feed-forward of hidden width F (per rank) over `tokens`: w1 out, silu out, w3 out, their
@@ -69,7 +31,7 @@ int64_t expert_activation_saved(const nn::MoE& moe) {
 
 // An MoE layer over `tokens` (its input, the norm's output, is the block's). N = tokens x top_k slots.
 // Its shared experts' matmuls go to `matmuls`.
-void add_moe(const nn::MoE& moe, int64_t tokens, const Shapes& x, BlockTerms* t, std::vector<Matmul>* matmuls) {
+void add_moe(const nn::MoE& moe, int64_t tokens, const Shapes& x, BlockTerms* t, std::vector<models::Matmul>* matmuls) {
   const int64_t a = x.bytes;
   const int64_t D = x.D;
   const int64_t E = moe.args.num_experts;
@@ -129,17 +91,23 @@ void add_moe(const nn::MoE& moe, int64_t tokens, const Shapes& x, BlockTerms* t,
 
 }  // namespace
 
-BlockTerms block_terms(const DecoderBlock& block, const AttentionMemoryModel& attention, const Shapes& x) {
+BlockAc block_ac(const parallel::ActivationCheckpointPlan& ac, const std::string& block) {
+  if (std::find(ac.modules.begin(), ac.modules.end(), block) == ac.modules.end()) return BlockAc::none;
+  return ac.per_op ? BlockAc::op : BlockAc::full;
+}
+
+BlockTerms block_terms(const models::DecoderBlock& block, const models::AttentionMemoryModel& attention,
+                       const Shapes& x) {
   BlockTerms t;
   const int64_t T = x.tokens();
   const int64_t a = x.bytes;
   const int64_t D = x.D;
-  const AttentionMemory att = attention(*block.attention, x);
+  const models::AttentionMemory att = attention(*block.attention, x);
   t.input = x.Tn() * D * a;
   // Both norms (attention_norm keeps the block input, ffn_norm the residual after attention) and the
   // norm output the attention projections read (all-gathered under TP).
-  t.full = 2 * rms_norm_saved(x.Tn(), D, x) + T * D * a + att.saved + att.gathered_kv;
-  std::vector<Matmul> matmuls = att.matmuls;
+  t.full = 2 * models::rms_norm_saved(x.Tn(), D, x) + T * D * a + att.saved + att.gathered_kv;
+  std::vector<models::Matmul> matmuls = att.matmuls;
   t.backward = x.Tn() * D * a;  // the gradient arriving at the block's output
   if (block.feed_forward) {
     const int64_t F = block.feed_forward->w1->weight.size(0) / x.tp;
@@ -178,7 +146,7 @@ int64_t head_saved(const Shapes& x) {
   // logits log_softmax's fp32 output.
   const int64_t T = x.tokens();
   const int64_t loss = x.fused_loss ? T * x.V * x.bytes + T * 8 : T * x.V * 4;
-  return rms_norm_saved(x.Tn(), x.D, x) + T * x.D * x.bytes + loss;
+  return models::rms_norm_saved(x.Tn(), x.D, x) + T * x.D * x.bytes + loss;
 }
 
 int64_t loss_transient(const Shapes& x) {
@@ -196,4 +164,4 @@ int64_t loss_transient(const Shapes& x) {
   return std::max(logits, 2 * T * x.V * 4);
 }
 
-}  // namespace titan::models::detail
+}  // namespace titan::planner::detail
