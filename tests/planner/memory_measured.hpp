@@ -15,6 +15,7 @@
 #include "titan/dist/local_ranks.hpp"
 #include "titan/dist/mesh.hpp"
 #include "titan/models/decoder.hpp"
+#include "titan/models/qwen3/args.hpp"
 #include "titan/nn/init.hpp"
 #include "titan/nn/loss.hpp"
 #include "titan/optim/adamw.hpp"
@@ -22,6 +23,24 @@
 #include "titan/parallel/planner.hpp"
 
 namespace titan::test {
+
+/// Qwen3-MoE's routing and layout, shrunk: D 64, 3 blocks (block 0 dense), 4 heads of 16 over 2 KV heads, 8 experts
+/// of 64 hidden, top 2.
+inline qwen3::Qwen3Args small_qwen3_moe() {
+  qwen3::Qwen3Args a = qwen3::flavor("debugmodel_moe");
+  a.dim = 64;
+  a.n_layers = 3;
+  a.n_heads = 4;
+  a.n_kv_heads = 2;
+  a.head_dim = 16;
+  a.hidden_dim = 128;
+  a.vocab_size = 256;
+  a.moe_inter_dim = 64;
+  a.moe.num_experts = 8;
+  a.moe.top_k = 2;
+  a.mlp_only_layers = {0};
+  return a;
+}
 
 /// One rank of `model` (built on the CPU for this job): two training steps under the tracker (zero_grad, forward +
 /// loss + backward under the activations scope, AdamW), the second step's parts as the trainer reports them.

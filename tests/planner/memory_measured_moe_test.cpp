@@ -39,23 +39,6 @@ namespace {
 
 constexpr int64_t kSeqLen = 128;
 
-// Qwen3-MoE's routing and layout, shrunk: 8 experts of 64 hidden, top 2, block 0 dense.
-qwen3::Qwen3Args small_qwen3_moe() {
-  qwen3::Qwen3Args a = qwen3::flavor("debugmodel_moe");
-  a.dim = 64;
-  a.n_layers = 3;
-  a.n_heads = 4;
-  a.n_kv_heads = 2;
-  a.head_dim = 16;
-  a.hidden_dim = 128;
-  a.vocab_size = 256;
-  a.moe_inter_dim = 64;
-  a.moe.num_experts = 8;
-  a.moe.top_k = 2;
-  a.mlp_only_layers = {0};
-  return a;
-}
-
 // DeepSeek-V3's tiny flavor (MLA dims 32 latent, 16 + 8 q/k, 16 v; 8 experts top 3, 2 shared) with a
 // smaller vocabulary, so the blocks, not the loss, hold most of the activations.
 deepseek_v3::DeepSeekV3Args small_deepseek_v3() {
