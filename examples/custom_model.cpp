@@ -84,13 +84,13 @@ class ParallelLM : public torch::nn::Module {
   }
   std::vector<at::Tensor> unique_parameters() const { return parameters(); }
   int64_t vocab_size() const { return vocab_; }
-  int64_t num_params() const {  // global shapes: the same count before and after parallelize
-    int64_t n = 0;
-    for (const auto& p : parameters()) n += parallel::global_numel(p);
-    return n;
-  }
-  int64_t num_flops_per_token(int64_t seq_len) const {
-    return 6 * (num_params() - vocab_ * kDim) + 12 * kBlocks * kDim * seq_len;
+  int64_t num_params() const { return nn::parameter_count(*this); }  // global shapes: the same after parallelize
+  int64_t num_flops_per_token(int64_t seq_len) const {               // the embedding is looked up, not multiplied
+    return nn::training_flops_per_token({.matmul_params = num_params() - nn::parameter_count(*embed),
+                                         .layers = kBlocks,
+                                         .heads = kHeads,
+                                         .head_dim = kDim / kHeads,
+                                         .seq_len = seq_len});
   }
   // FSDP units: the embedding, each block, norm + head; TP as Megatron's, activations replicated between blocks
   // (attention and the MLP read the same normed input, so there is no one module whose input to gather).

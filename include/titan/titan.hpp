@@ -72,6 +72,7 @@
 #include "titan/nn/attention.hpp"
 #include "titan/nn/attention_context.hpp"
 #include "titan/nn/bf16_gemm.hpp"
+#include "titan/nn/counts.hpp"
 #include "titan/nn/generate.hpp"
 #include "titan/nn/init.hpp"
 #include "titan/nn/kv_cache.hpp"

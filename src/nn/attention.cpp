@@ -27,7 +27,8 @@ Attention::Attention(int64_t dim, int64_t n_heads_, int64_t n_kv_heads_, const a
     : n_heads(n_heads_),
       n_kv_heads(n_kv_heads_),
       head_dim(extra.head_dim > 0 ? extra.head_dim : dim / n_heads_),
-      sliding_window(extra.sliding_window) {
+      sliding_window(extra.sliding_window),
+      position_encoding(extra.position_encoding) {
   TITAN_CHECK_VALUE(extra.head_dim > 0 || dim % n_heads == 0,
                     "[titan::nn::Attention] expected dim divisible by n_heads, got dim={} "
                     "n_heads={}.",
@@ -62,12 +63,16 @@ at::Tensor Attention::forward(const at::Tensor& x, const RopeTables& rope, const
       q = q_norm->forward(q);  // (B, S, H, HD)
       k = k_norm->forward(k);  // (B, S, KVH, HD)
     }
-    q = apply_rope(q, rope, context.positions).transpose(1, 2);  // (B, H, S, HD)
-    k = apply_rope(k, rope, context.positions).transpose(1, 2);  // (B, KVH, S, HD)
-    v = v.transpose(1, 2);                                       // (B, KVH, S, HD)
-    const at::Tensor out = attend(q, k, v, context);             // (B, H, S, HD)
+    q = rotate(q, rope, context.positions).transpose(1, 2);  // (B, H, S, HD)
+    k = rotate(k, rope, context.positions).transpose(1, 2);  // (B, KVH, S, HD)
+    v = v.transpose(1, 2);                                   // (B, KVH, S, HD)
+    const at::Tensor out = attend(q, k, v, context);         // (B, H, S, HD)
     return wo->forward(out.transpose(1, 2).reshape({bsz, seq, -1}));
   });
+}
+
+at::Tensor Attention::rotate(const at::Tensor& x, const RopeTables& rope, const at::Tensor& positions) const {
+  return position_encoding == PositionEncoding::rope ? apply_rope(x, rope, positions) : x;
 }
 
 at::Tensor Attention::attend(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
@@ -99,8 +104,8 @@ at::Tensor Attention::forward_cached(const at::Tensor& x, const RopeTables& rope
       q = q_norm->forward(q);  // (B, S, H, HD)
       k = k_norm->forward(k);  // (B, S, KVH, HD)
     }
-    q = apply_rope(q, rope, positions).transpose(1, 2);                     // (B, H, S, HD)
-    k = apply_rope(k, rope, positions).transpose(1, 2);                     // (B, KVH, S, HD)
+    q = rotate(q, rope, positions).transpose(1, 2);                         // (B, H, S, HD)
+    k = rotate(k, rope, positions).transpose(1, 2);                         // (B, KVH, S, HD)
     const auto [keys, values] = cache.append(layer, k, v.transpose(1, 2));  // (B, KVH, T, HD)
     const at::Tensor out = sinks.defined() || sliding_window > 0
                                ? cached_sink_attention(q, keys, values, mask, sinks, sliding_window)

@@ -157,4 +157,19 @@ void normal_(at::Tensor& t, const InitSite& site, double mean, double std) {
   });
 }
 
+void constant_(at::Tensor& t, double value) {
+  at::NoGradGuard no_grad;
+  const Region r = region_of(t);
+  if (r.local_shape.empty() || t.size(0) == r.local_shape[0]) {
+    t.fill_(value);
+    return;
+  }
+  t.zero_();  // padding rows of a dim-0 shard
+  t.narrow(0, 0, r.local_shape[0]).fill_(value);
+}
+
+void zeros_(at::Tensor& t) { constant_(t, 0.0); }
+
+void ones_(at::Tensor& t) { constant_(t, 1.0); }
+
 }  // namespace titan::nn

@@ -4,10 +4,10 @@
 #include <ATen/ATen.h>
 #include <ATen/OpMathType.h>
 #include <ATen/autocast_mode.h>
-#include <c10/core/GradMode.h>
 
 #include "titan/layout/module_hooks.hpp"
 #include "titan/layout/sharded_param.hpp"
+#include "titan/nn/init.hpp"
 #include "titan/nn/saved_ops.hpp"
 #include "titan/nn/split_backward.hpp"
 
@@ -71,9 +71,26 @@ at::Tensor RMSNorm::forward(const at::Tensor& x) const {
   });
 }
 
-void RMSNorm::reset_parameters() {
-  at::NoGradGuard no_grad;
-  weight.fill_(1.0);
+void RMSNorm::reset_parameters() { ones_(weight); }
+
+LayerNorm::LayerNorm(int64_t dim, double eps_, const at::TensorOptions& options, bool bias_) : eps(eps_) {
+  weight = register_parameter("weight", at::empty({dim}, options));
+  if (bias_) bias = register_parameter("bias", at::empty({dim}, options));
+}
+
+at::Tensor LayerNorm::forward(const at::Tensor& x) const {
+  return parallel::module_call(*this, x, [&](const at::Tensor& in) {
+    return parallel::with_param(weight, [&](const at::Tensor& w) {
+      if (!bias.defined()) return at::layer_norm(in, {in.size(-1)}, w, {}, eps);
+      return parallel::with_param(bias,
+                                  [&](const at::Tensor& b) { return at::layer_norm(in, {in.size(-1)}, w, b, eps); });
+    });
+  });
+}
+
+void LayerNorm::reset_parameters() {
+  ones_(weight);
+  if (bias.defined()) zeros_(bias);
 }
 
 }  // namespace titan::nn

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: BSD-3-Clause
 // Causal grouped-query self-attention through the SDPA kernels (flash on CPU and CUDA), with RoPE on
-// q and k and no biases; optionally a head_dim independent of dim, an RMSNorm on each q and k head
-// before RoPE (Qwen3's q/k norm), and gpt-oss's projection biases, per-head sinks and sliding window
+// q and k (or no position encoding of its own) and no biases; optionally a head_dim independent of dim, an RMSNorm on
+// each q and k head before RoPE (Qwen3's q/k norm), and gpt-oss's projection biases, per-head sinks and sliding window
 // (nn/sink_attention.hpp). The forward's nn::AttentionContext supplies per-document positions and
 // masks and, under context parallelism, the sequence's split over the cp ranks (see sequence_attention.hpp).
 #pragma once
@@ -32,8 +32,19 @@ class AttentionLayer : public torch::nn::Module, public ContextParallelCapable {
   virtual void init_weights(const InitSite& site, double out_std) = 0;
 };
 
+/// How attention itself encodes positions.
+enum class PositionEncoding {
+  /// Rotary embeddings on q and k (Llama, Qwen3, DeepSeek-V3, gpt-oss): the forward's RopeTables.
+  rope,
+  /// None: positions reach the model elsewhere (GPT-2's learned absolute position embeddings, added to the token
+  /// embeddings); the forward's RopeTables are not read and may be empty.
+  none,
+};
+
 /// What Attention adds to Llama's shape.
 struct AttentionOptions {
+  /// Rotary embeddings on q and k, or none.
+  PositionEncoding position_encoding = PositionEncoding::rope;
   /// Per-head dimension; 0 = dim / n_heads (Llama). Qwen3 sets it on its own (n_heads * head_dim != dim).
   int64_t head_dim = 0;
   /// RMSNorm every query and key head over head_dim before RoPE (Qwen3), weights q_norm, k_norm (HD).
@@ -63,7 +74,8 @@ class Attention : public AttentionLayer {
   int64_t n_heads;
   int64_t n_kv_heads;
   int64_t head_dim;
-  int64_t sliding_window;           // 0: full causal
+  int64_t sliding_window;  // 0: full causal
+  PositionEncoding position_encoding;
   std::shared_ptr<Linear> wq;       // weight (H*HD, D), bias (H*HD) with bias
   std::shared_ptr<Linear> wk;       // weight (KVH*HD, D), bias (KVH*HD) with bias
   std::shared_ptr<Linear> wv;       // weight (KVH*HD, D), bias (KVH*HD) with bias
@@ -73,6 +85,8 @@ class Attention : public AttentionLayer {
   std::shared_ptr<RMSNorm> k_norm;  // weight (HD); null without qk_norm
 
  private:
+  /// x (B, S, heads, HD) at `positions` rotated by RoPE, or as is without a position encoding of its own.
+  at::Tensor rotate(const at::Tensor& x, const RopeTables& rope, const at::Tensor& positions) const;
   /// q (B, H, S, HD), k, v (B, KVH, S, HD) -> (B, H, S, HD): causal, or with the sinks and window.
   at::Tensor attend(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                     const AttentionContext& context) const;

@@ -51,6 +51,14 @@ void trunc_normal_(at::Tensor& t, const InitSite& site, double mean, double std,
 /// In-place N(mean, std) (Box-Muller on two counter-based uniforms per element).
 void normal_(at::Tensor& t, const InitSite& site, double mean, double std);
 
+/// In-place `value` in every element this rank holds (its shard's padding rows, which are no element of the whole
+/// tensor, stay zero like the random initialisers leave them): the same whole tensor on every layout, no draws.
+void constant_(at::Tensor& t, double value);
+/// constant_(t, 0): biases, a LayerNorm's bias.
+void zeros_(at::Tensor& t);
+/// constant_(t, 1): a norm's weight.
+void ones_(at::Tensor& t);
+
 namespace detail {
 /// Uniform [0, 1) doubles for t's local elements (the valid, unpadded region), shape = that region;
 /// with row_count >= 0 only rows [row_begin, row_begin + row_count) of it.

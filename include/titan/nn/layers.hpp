@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: BSD-3-Clause
 // The basic layers every titan model is built from. They own plain parameters (no biases unless a
-// family asks, as gpt-oss does; Llama has none) created on any device, including meta, so a 405B model
-// can be counted without memory.
+// model asks, as gpt-oss and GPT-2-shaped models do; Llama has none) created on any device, including meta, so a
+// 405B model can be counted without memory.
 // Parallelism (FSDP, TP) wraps or re-places these parameters later; the math lives here once.
 #pragma once
 
@@ -53,6 +53,21 @@ class RMSNorm : public torch::nn::Module {
   void reset_parameters();
 
   at::Tensor weight;  // (D)
+  double eps;
+};
+
+/// LayerNorm: (x - mean(x)) / sqrt(var(x) + eps) * weight + bias over the last dim (biased variance, as
+/// torch.nn.LayerNorm), at::layer_norm's numerics (fp32 statistics for bf16 input). Under tensor parallelism it takes
+/// the sequence_norm role as RMSNorm does: weight and bias whole, their gradients summed over tp.
+class LayerNorm : public torch::nn::Module {
+ public:
+  LayerNorm(int64_t dim, double eps, const at::TensorOptions& options, bool bias = true);
+  at::Tensor forward(const at::Tensor& x) const;  // (..., D) -> (..., D)
+  /// weight ones, bias zeros (torch.nn.LayerNorm's reset_parameters).
+  void reset_parameters();
+
+  at::Tensor weight;  // (D)
+  at::Tensor bias;    // (D); undefined without a bias
   double eps;
 };
 
