@@ -20,7 +20,7 @@ int main(int argc, char** argv) {
     const RankModel<models::Decoder> model(run, models::decoder_args(cfg));
     const auto tokenizer = build_tokenizer(run, model->vocab_size());
     const auto loader = build_dataloader(cfg, tokenizer, run.dp_rank(), run.dp_degree());
-    AdamW optimizer(model.parameters(), cfg.optimizer);
+    AdamW optimizer(model.parameters(), cfg.optimizer, model.parameter_names());  // names: exclude_from_weight_decay
     const LRSchedule schedule(cfg.lr_scheduler, cfg.training.steps);
     const MoeBalancing moe(run, model.model(), model.parallel());  // a no-op for a dense model
     // Everything a checkpoint holds; a resumed run continues at state.step + 1.

@@ -4,18 +4,75 @@
 #include <ATen/ATen.h>
 #include <c10/core/GradMode.h>
 
+#include <fmt/format.h>
+
+#include <algorithm>
 #include <cmath>
+#include <regex>
 
 #include "titan/core/error.hpp"
 #include "titan/optim/detail/adam_bf16_states.hpp"
 
 namespace titan {
 
-AdamW::AdamW(std::vector<at::Tensor> params, const OptimizerConfig& config)
+namespace {
+
+// Each parameter's settings: those of the first group whose pattern its name contains a match of, else the config's.
+std::vector<ParamSettings> settings_of(const std::vector<at::Tensor>& params, const std::vector<std::string>& names,
+                                       const std::vector<ParamGroup>& groups, double weight_decay) {
+  std::vector<ParamSettings> settings(params.size(), {.weight_decay = weight_decay});
+  if (groups.empty()) return settings;
+  TITAN_CHECK_VALUE(names.size() == params.size(),
+                    "[titan::AdamW] expected a name for each of the {} parameters to place them in parameter groups "
+                    "(optimizer.exclude_from_weight_decay), got {} names. Pass the parameters' FQNs "
+                    "(RankModel::parameter_names, titan::parameter_names).",
+                    params.size(), names.size());
+  std::vector<std::regex> patterns;
+  for (const ParamGroup& g : groups) {
+    TITAN_CHECK_VALUE(g.lr_scale >= 0 && g.weight_decay.value_or(0) >= 0,
+                      "[titan::AdamW] expected parameter group '{}' with non-negative weight_decay and lr_scale, got "
+                      "{} and {}.",
+                      g.pattern, g.weight_decay.value_or(weight_decay), g.lr_scale);
+    try {
+      patterns.emplace_back(g.pattern, std::regex::ECMAScript);
+    } catch (const std::regex_error& e) {
+      throw ConfigError("optimizer.exclude_from_weight_decay",
+                        fmt::format("[titan::AdamW] expected parameter group patterns "
+                                    "(optimizer.exclude_from_weight_decay, or the ParamGroups passed to AdamW) to be "
+                                    "ECMAScript regular expressions, got '{}' ({}). Escape special characters (\\. "
+                                    "for a dot).",
+                                    g.pattern, e.what()));
+    }
+  }
+  for (size_t i = 0; i < params.size(); ++i) {
+    for (size_t g = 0; g < groups.size(); ++g) {
+      if (!std::regex_search(names[i], patterns[g])) continue;
+      settings[i] = {.weight_decay = groups[g].weight_decay.value_or(weight_decay), .lr_scale = groups[g].lr_scale};
+      break;
+    }
+  }
+  return settings;
+}
+
+}  // namespace
+
+std::vector<ParamGroup> param_groups(const OptimizerConfig& config) {
+  std::vector<ParamGroup> groups;
+  for (const std::string& pattern : config.exclude_from_weight_decay) {
+    groups.push_back({.pattern = pattern, .weight_decay = 0.0});
+  }
+  return groups;
+}
+
+AdamW::AdamW(std::vector<at::Tensor> params, const OptimizerConfig& config, const std::vector<std::string>& names,
+             const std::vector<ParamGroup>& groups)
     : params_(std::move(params)), config_(config) {
   TITAN_CHECK_VALUE(config_.lr >= 0 && config_.eps >= 0 && config_.weight_decay >= 0,
                     "[titan::AdamW] expected non-negative optimizer.lr, eps and weight_decay, got {}, {}, {}.",
                     config_.lr, config_.eps, config_.weight_decay);
+  std::vector<ParamGroup> all = groups;
+  for (ParamGroup& g : param_groups(config_)) all.push_back(std::move(g));
+  settings_ = settings_of(params_, names, all, config_.weight_decay);
   const bool bf16_states = config_.implementation == OptimizerImplementation::fused_opt_states_bf16;
   for (size_t i = 0; i < params_.size(); ++i) {
     const at::Tensor& p = params_[i];
@@ -51,18 +108,41 @@ void AdamW::step(double lr) {
   if (active.empty()) return;
   switch (config_.implementation) {
     case OptimizerImplementation::fused:
-      step_fused(lr, active);
+    case OptimizerImplementation::foreach:
+      // The multi-tensor kernels take one lr and one weight decay: one call per distinct pair, in first-use order.
+      for (std::vector<size_t> batch : same_settings(active)) {
+        const ParamSettings& s = settings_[batch.front()];
+        if (config_.implementation == OptimizerImplementation::fused) {
+          step_fused(lr * s.lr_scale, s.weight_decay, batch);
+        } else {
+          step_foreach(lr * s.lr_scale, s.weight_decay, batch);
+        }
+      }
       break;
     case OptimizerImplementation::fused_opt_states_bf16:
       step_bf16_states(lr, active);
-      break;
-    case OptimizerImplementation::foreach:
-      step_foreach(lr, active);
       break;
     case OptimizerImplementation::for_loop:
       step_for_loop(lr, active);
       break;
   }
+}
+
+std::vector<std::vector<size_t>> AdamW::same_settings(const std::vector<size_t>& active) const {
+  std::vector<std::vector<size_t>> batches;
+  for (size_t i : active) {
+    const ParamSettings& s = settings_[i];
+    auto it = std::find_if(batches.begin(), batches.end(), [&](const std::vector<size_t>& b) {
+      const ParamSettings& o = settings_[b.front()];
+      return o.weight_decay == s.weight_decay && o.lr_scale == s.lr_scale;
+    });
+    if (it == batches.end()) {
+      batches.push_back({i});
+    } else {
+      it->push_back(i);
+    }
+  }
+  return batches;
 }
 
 namespace {
@@ -89,25 +169,25 @@ ActiveLists gather(const std::vector<size_t>& active, const std::vector<at::Tens
 }
 }  // namespace
 
-void AdamW::step_fused(double lr, const std::vector<size_t>& active) {
+void AdamW::step_fused(double lr, double weight_decay, const std::vector<size_t>& active) {
   auto t = gather(active, params_, exp_avgs_, exp_avg_sqs_, steps_);
   const auto& c = config_;
   if (c.name == OptimizerName::adamw) {
     at::_fused_adamw_(t.params, t.grads, t.exp_avgs, t.exp_avg_sqs, /*max_exp_avg_sqs=*/{}, t.steps, lr, c.beta1,
-                      c.beta2, c.weight_decay, c.eps, /*amsgrad=*/false, /*maximize=*/false);
+                      c.beta2, weight_decay, c.eps, /*amsgrad=*/false, /*maximize=*/false);
   } else {
     at::_fused_adam_(t.params, t.grads, t.exp_avgs, t.exp_avg_sqs, /*max_exp_avg_sqs=*/{}, t.steps, lr, c.beta1,
-                     c.beta2, c.weight_decay, c.eps, /*amsgrad=*/false, /*maximize=*/false);
+                     c.beta2, weight_decay, c.eps, /*amsgrad=*/false, /*maximize=*/false);
   }
 }
 
-void AdamW::step_foreach(double lr, const std::vector<size_t>& active) {
+void AdamW::step_foreach(double lr, double weight_decay, const std::vector<size_t>& active) {
   auto t = gather(active, params_, exp_avgs_, exp_avg_sqs_, steps_);
   const auto& c = config_;
   if (c.name == OptimizerName::adamw) {
-    at::_foreach_mul_(t.params, 1.0 - lr * c.weight_decay);
-  } else if (c.weight_decay != 0) {
-    t.grads = at::_foreach_add(t.grads, t.params, c.weight_decay);  // Adam: L2 decay, new tensors
+    at::_foreach_mul_(t.params, 1.0 - lr * weight_decay);
+  } else if (weight_decay != 0) {
+    t.grads = at::_foreach_add(t.grads, t.params, weight_decay);  // Adam: L2 decay, new tensors
   }
   at::_foreach_lerp_(t.exp_avgs, t.grads, 1.0 - c.beta1);
   at::_foreach_mul_(t.exp_avg_sqs, c.beta2);
@@ -129,17 +209,19 @@ void AdamW::step_for_loop(double lr, const std::vector<size_t>& active) {
     at::Tensor g = p.grad();
     steps_[i].add_(1);
     const double t = steps_[i].item<double>();
+    const double lr_i = lr * settings_[i].lr_scale;
+    const double weight_decay = settings_[i].weight_decay;
     if (c.name == OptimizerName::adamw) {
-      p.mul_(1.0 - lr * c.weight_decay);
-    } else if (c.weight_decay != 0) {
-      g = g.add(p, c.weight_decay);
+      p.mul_(1.0 - lr_i * weight_decay);
+    } else if (weight_decay != 0) {
+      g = g.add(p, weight_decay);
     }
     exp_avgs_[i].lerp_(g, 1.0 - c.beta1);
     exp_avg_sqs_[i].mul_(c.beta2).addcmul_(g, g, 1.0 - c.beta2);
     const double bc1 = 1.0 - std::pow(c.beta1, t);
     const double bc2 = 1.0 - std::pow(c.beta2, t);
     const at::Tensor denom = (exp_avg_sqs_[i].sqrt() / std::sqrt(bc2)).add_(c.eps);
-    p.addcdiv_(exp_avgs_[i], denom, -lr / bc1);
+    p.addcdiv_(exp_avgs_[i], denom, -lr_i / bc1);
   }
 }
 
@@ -150,11 +232,11 @@ void AdamW::step_bf16_states(double lr, const std::vector<size_t>& active) {
     detail::adam_step_bf16_states(
         {.param = params_[i], .grad = params_[i].grad(), .exp_avg = exp_avgs_[i], .exp_avg_sq = exp_avg_sqs_[i]},
         {.decoupled = c.name == OptimizerName::adamw,
-         .lr = lr,
+         .lr = lr * settings_[i].lr_scale,
          .beta1 = c.beta1,
          .beta2 = c.beta2,
          .eps = c.eps,
-         .weight_decay = c.weight_decay,
+         .weight_decay = settings_[i].weight_decay,
          .step = steps_[i].item<double>()});
   }
 }

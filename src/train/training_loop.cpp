@@ -48,7 +48,7 @@ TrainingLoop::TrainingLoop(const RunContext& run, TrainedModel model) : run_(run
   const JobConfig& c = run.config();
   tokenizer_ = build_tokenizer(run, model_.vocab_size);
   loader_ = build_dataloader(c, tokenizer_, run.dp_rank(), run.dp_degree());
-  optimizer_ = std::make_unique<AdamW>(model_.parameters, c.optimizer);
+  optimizer_ = std::make_unique<AdamW>(model_.parameters, c.optimizer, model_.names);
   schedule_ = std::make_unique<LRSchedule>(c.lr_scheduler, c.training.steps);
   moe_ = std::make_unique<MoeBalancing>(run, *model_.module, *model_.parallel);
   state_ = std::make_unique<TrainingState>(TrainingState::Parts{.parameters = model_.parameters,

@@ -112,12 +112,15 @@ struct OptimizerConfig {
   double eps = 1e-8;
   /// Decoupled weight decay coefficient.
   double weight_decay = 0.1;
+  /// Regexes searched in parameter names; a match gets no weight decay (e.g. ["bias", "norm", "embeddings"]).
+  std::vector<std::string> exclude_from_weight_decay{};
   /// Kernel flavor: for-loop, foreach, fused, or fused_opt_states_bf16 (bf16 exp_avg / exp_avg_sq).
   OptimizerImplementation implementation = OptimizerImplementation::fused;
   /// Step the optimizer inside backward (no gradient clipping then).
   bool early_step_in_backward = false;
 };
-TITAN_CONFIG(OptimizerConfig, name, lr, beta1, beta2, eps, weight_decay, implementation, early_step_in_backward)
+TITAN_CONFIG(OptimizerConfig, name, lr, beta1, beta2, eps, weight_decay, exclude_from_weight_decay, implementation,
+             early_step_in_backward)
 
 /// Linear warmup, optional stable phase, then decay (warmup-stable-decay).
 struct LRSchedulerConfig {

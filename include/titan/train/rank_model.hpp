@@ -7,7 +7,7 @@
 //
 //   titan::RunContext run(titan::parse_args(argc, argv));
 //   titan::RankModel<titan::models::Decoder> model(run, titan::models::decoder_args(run.config()));
-//   titan::AdamW optimizer(model.parameters(), run.config().optimizer);
+//   titan::AdamW optimizer(model.parameters(), run.config().optimizer, model.parameter_names());
 #pragma once
 
 #include <fmt/format.h>
