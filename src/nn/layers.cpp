@@ -5,6 +5,8 @@
 #include <ATen/OpMathType.h>
 #include <ATen/autocast_mode.h>
 
+#include <utility>
+
 #include "titan/layout/module_hooks.hpp"
 #include "titan/layout/sharded_param.hpp"
 #include "titan/nn/init.hpp"
@@ -24,10 +26,14 @@ at::Tensor Linear::forward(const at::Tensor& x) const {
         weight, [&](const at::Tensor& w, const parallel::GatheredFloat8* float8) {
           return matmul ? matmul(in, w, {.float8 = float8, .tp_group = tp_group}) : nn::linear(in, w, this);
         });
-    if (!bias.defined()) return y;
-    // Added after the (kept, converted or widened) matmul, in its output dtype as autocast's linear would.
-    return parallel::with_param(bias, [&](const at::Tensor& b) { return y + b.to(y.scalar_type()); });
+    return bias_after_reduction ? y : add_bias(y);
   });
+}
+
+at::Tensor Linear::add_bias(const at::Tensor& y) const {
+  if (!bias.defined()) return y;
+  // Added after the (kept, converted or widened) matmul, in its output dtype as autocast's linear would.
+  return parallel::with_param(bias, [&](const at::Tensor& b) { return y + b.to(y.scalar_type()); });
 }
 
 Embedding::Embedding(int64_t num_embeddings, int64_t dim, const at::TensorOptions& options) {
@@ -37,6 +43,14 @@ Embedding::Embedding(int64_t num_embeddings, int64_t dim, const at::TensorOption
 at::Tensor Embedding::forward(const at::Tensor& tokens) const {
   return parallel::module_call(*this, tokens, [&](const at::Tensor& in) {
     return parallel::with_param(weight, [&](const at::Tensor& w) { return at::embedding(w, in); });
+  });
+}
+
+TiedLinear::TiedLinear(std::shared_ptr<Embedding> embedding) : embedding_(std::move(embedding)) {}
+
+at::Tensor TiedLinear::forward(const at::Tensor& x) const {
+  return parallel::module_call(*this, x, [&](const at::Tensor& in) {
+    return parallel::with_param(embedding_->weight, [&](const at::Tensor& w) { return nn::linear(in, w, this); });
   });
 }
 

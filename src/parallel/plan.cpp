@@ -15,7 +15,8 @@ std::string kind_name(const ParallelStyle& style) {
         if constexpr (std::is_same_v<S, ColwiseParallel>) return "ColwiseParallel";
         if constexpr (std::is_same_v<S, RowwiseParallel>) return "RowwiseParallel";
         if constexpr (std::is_same_v<S, SequenceParallel>) return "SequenceParallel";
-        return "PrepareModuleInput";
+        if constexpr (std::is_same_v<S, PrepareModuleInput>) return "PrepareModuleInput";
+        return "PrepareModuleOutput";
       },
       style);
 }
@@ -31,6 +32,8 @@ std::string format_as(const ParallelStyle& style) {
     args = fmt::format("input={}, output={}", r->input_layout.str(), r->output_layout.str());
   } else if (const auto* p = std::get_if<PrepareModuleInput>(&style)) {
     args = fmt::format("input={}, desired={}", p->input_layout.str(), p->desired_input_layout.str());
+  } else if (const auto* o = std::get_if<PrepareModuleOutput>(&style)) {
+    args = fmt::format("output={}, desired={}", o->output_layout.str(), o->desired_output_layout.str());
   }
   return fmt::format("{}({})", kind_name(style), args);
 }

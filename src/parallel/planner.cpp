@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <optional>
 #include <stdexcept>
 
 #include "titan/core/error.hpp"
@@ -26,6 +27,13 @@ void check_axes(const ShardingSpec& spec, const dist::MeshShape& mesh) {
     TITAN_CHECK_NOT_IMPLEMENTED(size == 1 || r == nullptr, "[{}::plan] expected {} = 1, got {}: {}", spec.model, axis,
                                 size, r == nullptr ? "" : r->reason);
   }
+  // Before the pipeline modules: declaring them would not help.
+  TITAN_CHECK_NOT_IMPLEMENTED(mesh.pp == 1 || spec.tied.empty(),
+                              "[{}::plan] expected no tied weights under pipeline parallelism, got {} -> {} with pp = "
+                              "{}: the first and last stage would share one tensor. Untie them (a head of its own), or "
+                              "set parallelism.pipeline_parallel_degree 1.",
+                              spec.model, spec.tied.empty() ? "" : spec.tied.front().first,
+                              spec.tied.empty() ? "" : spec.tied.front().second, mesh.pp);
   TITAN_CHECK_VALUE(mesh.pp == 1 || !spec.pipeline.layer_modules.empty(),
                     "[{}::plan] expected the modules a pipeline may cut between (ShardingSpec::pipeline), got none "
                     "with pp = {}. Declare them in the model's sharding spec, or set "
@@ -51,6 +59,8 @@ ParallelStyle style_of(TensorParallelRole role, const Placement& between, bool l
       return RowwiseParallel{.output_layout = between};
     case TensorParallelRole::vocab_embedding:
       return RowwiseParallel{.input_layout = Placement::replicate(), .output_layout = between};
+    case TensorParallelRole::position_embedding:
+      return PrepareModuleOutput{.output_layout = Placement::replicate(), .desired_output_layout = between};
     case TensorParallelRole::sequence_norm:
     case TensorParallelRole::replicated:
     case TensorParallelRole::moe:
@@ -66,6 +76,25 @@ ParallelStyle style_of(TensorParallelRole role, const Placement& between, bool l
       fmt::format("[titan::parallel::plan] expected a tensor-parallel role, got {}.", static_cast<int>(role)));
 }
 
+// The role spec gives the module of `fqn` (a parameter's name: its module is what precedes the last '.').
+std::optional<TensorParallelRole> role_of_owner(const ShardingSpec& spec, const std::string& fqn) {
+  const std::string module = fqn.substr(0, fqn.rfind('.') == std::string::npos ? 0 : fqn.rfind('.'));
+  const auto it = std::find_if(spec.tensor_parallel.begin(), spec.tensor_parallel.end(),
+                               [&](const auto& e) { return e.first == module; });
+  return it == spec.tensor_parallel.end() ? std::nullopt : std::optional<TensorParallelRole>(it->second);
+}
+
+// One vocabulary split serves a tied pair: the embedding's rows over tp are the head's output features over tp.
+void check_tied(const ShardingSpec& spec, const std::string& user, const std::string& owner) {
+  TITAN_CHECK_NOT_IMPLEMENTED(role_of_owner(spec, user) == TensorParallelRole::head &&
+                                  role_of_owner(spec, owner) == TensorParallelRole::vocab_embedding,
+                              "[{}::plan] expected a head module declared for the tied weights {} -> {} under tensor "
+                              "parallelism (the user's module with TensorParallelRole::head, e.g. an nn::TiedLinear, "
+                              "the owner's with vocab_embedding), got other roles: the output projection would have no "
+                              "vocab-parallel form. Declare both roles, or untie the weights.",
+                              spec.model, user, owner);
+}
+
 }  // namespace
 
 TensorParallelPlan tensor_parallel_plan(const ShardingSpec& spec, int64_t degree, bool sequence_parallel,
@@ -76,20 +105,18 @@ TensorParallelPlan tensor_parallel_plan(const ShardingSpec& spec, int64_t degree
                       "divides it.",
                       spec.model, what, count, degree);
   }
-  const bool tied_head = std::any_of(spec.tensor_parallel.begin(), spec.tensor_parallel.end(),
-                                     [](const auto& e) { return e.second == TensorParallelRole::head; });
-  TITAN_CHECK_NOT_IMPLEMENTED(spec.tied.empty() || tied_head,
-                              "[{}::plan] expected a head module declared for the tied weights {} -> {} under tensor "
-                              "parallelism, got none: the output projection would have no vocab-parallel form. "
-                              "Declare the head (TensorParallelRole::head) or untie the weights.",
-                              spec.model, spec.tied.empty() ? "" : spec.tied.front().first,
-                              spec.tied.empty() ? "" : spec.tied.front().second);
+  for (const auto& [user, owner] : spec.tied) check_tied(spec, user, owner);
   // Between blocks activations are sequence-sharded (SP) or replicated; inside attention and the feed-forward
   // they are replicated over the sequence and sharded over heads / hidden features.
   const Placement between = sequence_parallel ? Placement::shard(1) : Placement::replicate();
   TensorParallelPlan plan;
   for (const auto& [path, role] : spec.tensor_parallel) {
-    if ((role == TensorParallelRole::sequence_norm || role == TensorParallelRole::moe) && !sequence_parallel) continue;
+    // Without sequence parallelism the residual stream is replicated: these roles have nothing to redistribute.
+    if ((role == TensorParallelRole::sequence_norm || role == TensorParallelRole::moe ||
+         role == TensorParallelRole::position_embedding) &&
+        !sequence_parallel) {
+      continue;
+    }
     if (role == TensorParallelRole::moe && sharded_experts) {
       // Routing is per token: this rank's sequence shard through experts split over tp, whose gradients are each
       // rank's own (expert parallelism gathers the tokens for them); only the router and shared experts are whole.

@@ -17,8 +17,9 @@ namespace titan::parallel {
 
 void detail::validate_tensor_parallel(const torch::nn::Module& model, const TensorParallelPlan& plan, int64_t degree) {
   auto& root = const_cast<torch::nn::Module&>(model);  // only read
+  std::vector<const c10::TensorImpl*> vocab_sharded;   // in plan order: what a tied head may compute on
   for (const auto& [path, style] : plan.styles) {
-    detail::check_style(path, detail::find_module(root, path, "tensor_parallel"), style, degree);
+    detail::check_style(path, detail::find_module(root, path, "tensor_parallel"), style, degree, vocab_sharded);
   }
 }
 

@@ -130,9 +130,16 @@ struct RowwiseHook final : ModuleHook {
   TpContext ctx;
   int64_t vocab_begin = -1;  // an Embedding's shard [vocab_begin, vocab_end); -1 for a Linear
   int64_t vocab_end = -1;
+  const ShardableLayer* biased = nullptr;  // a Linear whose bias this hook adds after the sum; null: none
   RowwiseHook(RowwiseParallel s, TpContext c) : style(s), ctx(std::move(c)) {}
 
   at::Tensor call(const at::Tensor& x, c10::function_ref<at::Tensor(const at::Tensor&)> inner) const override {
+    const at::Tensor sum = reduced(x, inner);  // (..., out), Replicate() or this rank's Shard(d)
+    return biased != nullptr ? biased->add_bias(sum) : sum;
+  }
+
+ private:
+  at::Tensor reduced(const at::Tensor& x, c10::function_ref<at::Tensor(const at::Tensor&)> inner) const {
     auto partial = [&](const at::Tensor& in) {  // this rank's term of the output sum
       if (vocab_begin >= 0) {
         // Tokens outside this rank's rows look up row 0 and are zeroed: the sum over ranks is the lookup.
@@ -145,6 +152,20 @@ struct RowwiseHook final : ModuleHook {
     const at::Tensor sum = partial(x);
     const ProfileScope profile("TP::all_reduce");
     return dist::all_reduce(sum, ctx.group);
+  }
+};
+
+struct PrepareOutputHook final : ModuleHook {
+  PrepareModuleOutput style;
+  TpContext ctx;
+  PrepareOutputHook(PrepareModuleOutput s, TpContext c) : style(s), ctx(std::move(c)) {}
+
+  at::Tensor call(const at::Tensor& x, c10::function_ref<at::Tensor(const at::Tensor&)> inner) const override {
+    const at::Tensor y = inner(x);
+    if (style.desired_output_layout.kind == Kind::kShard) {
+      return dist::split_to_shard(y, ctx.group, style.desired_output_layout.dim);
+    }
+    return dist::gather_to_replicate(y, ctx.group, style.output_layout.dim);
   }
 };
 
@@ -162,6 +183,22 @@ struct PrepareInputHook final : ModuleHook {
   }
 };
 
+// Binds param whole on every tp rank with its gradient summed over tp (each rank's use saw only its share of the
+// tokens): a sequence-parallel norm's weights, a rowwise bias under a sequence-sharded output.
+void bind_whole_summed(const std::string& fqn, const at::Tensor& param, const TpContext& ctx) {
+  TITAN_CHECK_VALUE(find_binding(param) == nullptr,
+                    "[titan::parallelize] expected '{}' "
+                    "to get one style, got a second.",
+                    fqn);
+  ShardedParam info;
+  static_cast<TensorLayout&>(info) = TensorLayout::whole(param.sizes().vec());
+  info.fqn = fqn;
+  info.local = param;
+  dist::ProcessGroup group = ctx.group;
+  bind_param(param, {.info = std::move(info),
+                     .transform = [group](const at::Tensor& w) { return dist::copy_to_group(w, group); }});
+}
+
 void check_layout(const std::string& path, const char* what, const Placement& layout) {
   TITAN_CHECK_VALUE(layout.kind != Kind::kPartial,
                     "[titan::parallel::ParallelPlan] expected '{}' {} Replicate() or "
@@ -177,7 +214,8 @@ at::Tensor* weight_of(torch::nn::Module& module, ShardableLayer::Role role) {
 
 }  // namespace
 
-void check_style(const std::string& path, const torch::nn::Module& module, const ParallelStyle& style, int64_t degree) {
+void check_style(const std::string& path, const torch::nn::Module& module, const ParallelStyle& style, int64_t degree,
+                 std::vector<const c10::TensorImpl*>& vocab_sharded) {
   // Only sizes are read; the interface hands out the weight non-const.
   auto& m = const_cast<torch::nn::Module&>(module);
   const at::Tensor* linear = weight_of(m, ShardableLayer::Role::kLinear);
@@ -191,12 +229,15 @@ void check_style(const std::string& path, const torch::nn::Module& module, const
   };
   const bool colwise_or_rowwise =
       std::holds_alternative<ColwiseParallel>(style) || std::holds_alternative<RowwiseParallel>(style);
-  // A rowwise bias would be added once per rank before the sum, a colwise one needs sharding too.
-  TITAN_CHECK_NOT_IMPLEMENTED(!colwise_or_rowwise || !module.named_parameters(/*recurse=*/false).contains("bias"),
-                              "[titan::parallel::ParallelPlan] expected '{}' (Colwise/RowwiseParallel) without a "
-                              "bias, got one: tensor parallelism of biased projections is not built. Run this model "
-                              "with parallelism.tensor_parallel_degree 1.",
-                              path);
+  // A bias the layer does not hand to the style would be added once per rank before a rowwise sum, or left whole
+  // beside a colwise layer's sharded output features.
+  auto* layer = dynamic_cast<ShardableLayer*>(&m);
+  TITAN_CHECK_VALUE(!colwise_or_rowwise || !module.named_parameters(/*recurse=*/false).contains("bias") ||
+                        (layer != nullptr && layer->shardable_bias() != nullptr),
+                    "[titan::parallel::ParallelPlan] expected '{}' (Colwise/RowwiseParallel) to hand its bias to the "
+                    "style (ShardableLayer::shardable_bias and add_bias, as titan::nn::Linear does), got a {} with a "
+                    "parameter 'bias' it does not declare. Implement both for the layer.",
+                    path, module.name());
   if (const auto* s = std::get_if<ColwiseParallel>(&style)) {
     TITAN_CHECK_VALUE(linear != nullptr,
                       "[titan::parallel::ParallelPlan] expected '{}' (ColwiseParallel) to be a "
@@ -210,6 +251,15 @@ void check_style(const std::string& path, const torch::nn::Module& module, const
         "got Replicate().",
         path);
     divides(*linear, 0, "output features");
+    if (layer->tied()) {
+      TITAN_CHECK_VALUE(
+          std::find(vocab_sharded.begin(), vocab_sharded.end(), linear->unsafeGetTensorImpl()) != vocab_sharded.end(),
+          "[titan::parallel::ParallelPlan] expected the tied head '{}' (ColwiseParallel) after the "
+          "embedding whose weight it reads, sharded by its vocabulary (RowwiseParallel on the "
+          "embedding), got no earlier entry sharding that weight: its one tensor cannot be whole for "
+          "one and split for the other. Name the embedding first (TensorParallelRole::vocab_embedding).",
+          path);
+    }
   } else if (const auto* r = std::get_if<RowwiseParallel>(&style)) {
     TITAN_CHECK_VALUE(linear != nullptr || embedding != nullptr,
                       "[titan::parallel::ParallelPlan] expected '{}' "
@@ -218,11 +268,27 @@ void check_style(const std::string& path, const torch::nn::Module& module, const
                       path, module.name());
     check_layout(path, "input_layout", r->input_layout);
     check_layout(path, "output_layout", r->output_layout);
+    TITAN_CHECK_NOT_IMPLEMENTED(!layer->tied(),
+                                "[titan::parallel::ParallelPlan] expected the tied head '{}' under ColwiseParallel "
+                                "(the vocabulary split of the embedding it shares), got RowwiseParallel. Give it the "
+                                "head role.",
+                                path);
     if (linear) divides(*linear, 1, "input features");
-    if (embedding) divides(*embedding, 0, "vocabulary");
+    if (embedding) {
+      divides(*embedding, 0, "vocabulary");
+      vocab_sharded.push_back(embedding->unsafeGetTensorImpl());
+    }
   } else if (const auto* p = std::get_if<PrepareModuleInput>(&style)) {
     check_layout(path, "input_layout", p->input_layout);
     check_layout(path, "desired_input_layout", p->desired_input_layout);
+  } else if (const auto* o = std::get_if<PrepareModuleOutput>(&style)) {
+    check_layout(path, "output_layout", o->output_layout);
+    check_layout(path, "desired_output_layout", o->desired_output_layout);
+    TITAN_CHECK_VALUE((o->output_layout.kind == Kind::kShard) != (o->desired_output_layout.kind == Kind::kShard),
+                      "[titan::parallel::ParallelPlan] expected '{}' (PrepareModuleOutput) to go from Replicate() to "
+                      "Shard(d) or from Shard(d) to Replicate(), got {} -> {}. Drop the style where the layouts "
+                      "agree.",
+                      path, o->output_layout.str(), o->desired_output_layout.str());
   }
 }
 
@@ -245,9 +311,17 @@ AppliedStyle apply_style(const std::string& path, torch::nn::Module& module, con
     applied.layer = {shared_owner(module, path), layer};
   }
   if (const auto* s = std::get_if<ColwiseParallel>(&style)) {
-    at::Tensor& weight = *weight_of(module, ShardableLayer::Role::kLinear);
-    shard_param(param_name(path, "weight"), weight, 0, ctx);
-    applied.params.push_back(weight);
+    auto* layer = dynamic_cast<ShardableLayer*>(&module);
+    // A tied head computes on the vocabulary shard its embedding's style made (validated: that style came first).
+    if (!layer->tied()) {
+      at::Tensor& weight = layer->shardable_weight();
+      shard_param(param_name(path, "weight"), weight, 0, ctx);
+      applied.params.push_back(weight);
+    }
+    if (at::Tensor* bias = layer->shardable_bias()) {  // split with the output features it is added to
+      shard_param(param_name(path, "bias"), *bias, 0, ctx);
+      applied.params.push_back(*bias);
+    }
     applied.hook = std::make_shared<ColwiseHook>(*s, ctx, prepared);
     applied.loss_parallel = s->loss_parallel;
   } else if (const auto* r = std::get_if<RowwiseParallel>(&style)) {
@@ -258,30 +332,33 @@ AppliedStyle apply_style(const std::string& path, torch::nn::Module& module, con
       hook->vocab_begin = sharded_param(*embedding)->offset[0];
       hook->vocab_end = hook->vocab_begin + embedding->size(0);
     } else {
-      at::Tensor& weight = *weight_of(module, ShardableLayer::Role::kLinear);
+      auto* layer = dynamic_cast<ShardableLayer*>(&module);
+      at::Tensor& weight = layer->shardable_weight();
       shard_param(param_name(path, "weight"), weight, 1, ctx);
       applied.params.push_back(weight);
+      if (at::Tensor* bias = layer->shardable_bias()) {
+        // Whole, added once to the sum. Its gradient is the output gradient summed over the tokens: a replicated
+        // output's gradient is whole on every rank (after Megatron's g), a sequence shard's covers this rank's tokens
+        // only, so there it is summed over tp as a sequence-parallel norm's weight is.
+        layer->bias_after_reduction = true;
+        hook->biased = layer;
+        if (r->output_layout.kind == Kind::kShard) {
+          bind_whole_summed(param_name(path, "bias"), *bias, ctx);
+          applied.params.push_back(*bias);
+        }
+      }
     }
     applied.hook = std::move(hook);
   } else if (std::holds_alternative<SequenceParallel>(style)) {
     // Each rank sees only its sequence chunk, so each weight gradient is a partial sum.
     for (auto& item : module.named_parameters(/*recurse=*/true)) {
-      const std::string fqn = param_name(path, item.key().c_str());
-      TITAN_CHECK_VALUE(find_binding(item.value()) == nullptr,
-                        "[titan::parallelize] expected '{}' "
-                        "to get one style, got a second.",
-                        fqn);
-      ShardedParam info;
-      static_cast<TensorLayout&>(info) = TensorLayout::whole(item.value().sizes().vec());
-      info.fqn = fqn;
-      info.local = item.value();
-      dist::ProcessGroup group = ctx.group;
-      bind_param(item.value(), {.info = std::move(info),
-                                .transform = [group](const at::Tensor& w) { return dist::copy_to_group(w, group); }});
+      bind_whole_summed(param_name(path, item.key().c_str()), item.value(), ctx);
       applied.params.push_back(item.value());
     }
   } else if (const auto* p = std::get_if<PrepareModuleInput>(&style)) {
     applied.hook = std::make_shared<PrepareInputHook>(*p, ctx);
+  } else if (const auto* o = std::get_if<PrepareModuleOutput>(&style)) {
+    applied.hook = std::make_shared<PrepareOutputHook>(*o, ctx);
   }
   return applied;
 }

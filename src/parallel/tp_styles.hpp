@@ -52,14 +52,19 @@ struct TensorParallelState {
   ~TensorParallelState() {
     for (const Hook& h : hooks) remove_module_hook(h.module, h.hook.get());
     for (const auto& [owner, layer] : layers) {
-      if (!owner.expired()) layer->tp_group = nullptr;
+      if (owner.expired()) continue;
+      layer->tp_group = nullptr;
+      layer->bias_after_reduction = false;
     }
     for (const auto& p : params) unbind_param(p);
   }
 };
 
-/// Checks that style fits module (path names it in errors); degree = tp size.
-void check_style(const std::string& path, const torch::nn::Module& module, const ParallelStyle& style, int64_t degree);
+/// Checks that style fits module (path names it in errors); degree = tp size. `vocab_sharded` holds the weights the
+/// plan's earlier entries split by vocabulary (RowwiseParallel embeddings): a tied head's must be one of them; this
+/// entry's embedding weight is added.
+void check_style(const std::string& path, const torch::nn::Module& module, const ParallelStyle& style, int64_t degree,
+                 std::vector<const c10::TensorImpl*>& vocab_sharded);
 
 /// Whether a PrepareModuleInput (to a replicated input) names an ancestor of path. Such a module's input, and every
 /// replicated activation its forward derives from it (MLA's kv_norm output feeding wkv_b), has its gradient summed

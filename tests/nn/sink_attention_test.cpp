@@ -3,7 +3,7 @@
 // written out: scores q k^T / sqrt(HD), keys outside the window or the document masked, one sink logit per
 // head appended to every row, softmax, the sink column dropped. Values and the gradients of q, k, v and
 // the sinks, with grouped-query heads; the KV-cache form against the training form; a biased Linear; the
-// refusals (context parallelism, tensor parallelism of a biased projection). Tolerances: fp32 with the
+// refusals (context parallelism, tensor parallelism of a bias the layer does not declare). Tolerances: fp32 with the
 // flash kernel's blockwise softmax against one softmax over the row, ~1e-7 relative per sum; 1e-5.
 #include <ATen/ATen.h>
 #include <torch/csrc/autograd/autograd.h>
@@ -97,7 +97,8 @@ TEST_CASE("sink attention over a KV cache equals the training form", "[nn][atten
   }
 }
 
-TEST_CASE("a biased Linear adds its bias, and tensor parallelism refuses it", "[nn][layers]") {
+TEST_CASE("a biased Linear adds its bias, and tensor parallelism refuses a bias its layer does not hand over",
+          "[nn][layers]") {
   nn::Linear linear(3, 2, at::TensorOptions(), /*bias=*/true);
   {
     at::NoGradGuard no_grad;
@@ -108,21 +109,27 @@ TEST_CASE("a biased Linear adds its bias, and tensor parallelism refuses it", "[
   CHECK(at::equal(y, at::tensor({6.5f, 14.f}).view({1, 2})));
   CHECK(linear.named_parameters().contains("bias"));
   CHECK_FALSE(nn::Linear(3, 2, at::TensorOptions()).named_parameters().contains("bias"));
-  // A rowwise bias would be added once per rank before the sum: refused before anything is sharded.
-  struct OneLinear : torch::nn::Module {
-    std::shared_ptr<nn::Linear> proj =
-        register_module("proj", std::make_shared<nn::Linear>(4, 4, at::TensorOptions(), true));
+  // A projection of one's own whose bias the style cannot see would add it once per rank before a rowwise sum:
+  // refused before anything is sharded (nn::Linear hands its bias over; tests/parallel/tp_user_layers_test.cpp).
+  struct OwnProjection : torch::nn::Module, parallel::ShardableLayer {
+    at::Tensor weight = register_parameter("weight", at::zeros({4, 4}));  // (out, in)
+    at::Tensor bias = register_parameter("bias", at::zeros({4}));         // (out), not declared to the style
+    Role shardable_role() const override { return Role::kLinear; }
+    at::Tensor& shardable_weight() override { return weight; }
+  };
+  struct OneProjection : torch::nn::Module {
+    std::shared_ptr<OwnProjection> proj = register_module("proj", std::make_shared<OwnProjection>());
   };
   std::vector<std::string> errors(2);
   dist::run_local_ranks(2, [&](int64_t rank, const dist::Store& store) {
     const dist::Mesh mesh({.tp = 2}, rank, store, mesh_options());
-    OneLinear model;
+    OneProjection model;
     parallel::ParallelPlan plan;
     plan.tensor_parallel.add("proj", parallel::RowwiseParallel{});
     errors[static_cast<size_t>(rank)] = error_of([&] { (void)parallelize(model, mesh, plan); });
   });
-  CHECK_THAT(errors[0], Catch::Contains("expected 'proj' (Colwise/RowwiseParallel) without a bias") &&
-                            Catch::Contains("parallelism.tensor_parallel_degree 1"));
+  CHECK_THAT(errors[0], Catch::Contains("expected 'proj' (Colwise/RowwiseParallel) to hand its bias to the style") &&
+                            Catch::Contains("shardable_bias"));
 }
 
 TEST_CASE("sink attention refuses a context-parallel split, naming the fix", "[nn][attention][sinks][errors]") {

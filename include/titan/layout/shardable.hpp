@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: BSD-3-Clause
-// What a tensor-parallel style may do with a layer: shard its weight along the role's dims. A layer
-// says what it is by implementing this interface (titan::nn::Linear and Embedding do); the styles
-// never look at concrete layer types, so a user's own projection can be named by a plan too.
+// What a tensor-parallel style may do with a layer: shard its weight (and a linear layer's bias) along the role's
+// dims. A layer says what it is by implementing this interface (titan::nn::Linear, Embedding and TiedLinear do); the
+// styles never look at concrete layer types, so a user's own projection can be named by a plan too.
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -23,6 +23,18 @@ class ShardableLayer {
   virtual Role shardable_role() const = 0;
   /// The registered weight parameter (the style rebinds it to its tp shard).
   virtual at::Tensor& shardable_weight() = 0;
+  /// A linear layer's registered bias (out_features), or null: colwise shards it with the output features; rowwise
+  /// keeps it whole and adds it once, after the sum over tp (add_bias).
+  virtual at::Tensor* shardable_bias() { return nullptr; }
+  /// y (..., out) plus the bias, as the layer's forward adds it; a rowwise style calls it after the reduction.
+  virtual at::Tensor add_bias(const at::Tensor& y) const { return y; }
+  /// Whether the weight belongs to another layer (a head tied to an embedding, nn::TiedLinear): the owner's style
+  /// shards it, and a colwise style on this layer computes on that shard without sharding it again.
+  virtual bool tied() const { return false; }
+
+  /// Set by a rowwise style while it lives: the layer's forward leaves its bias out and the style adds it after
+  /// summing the partial outputs (added before, it would be counted once per rank).
+  bool bias_after_reduction = false;
 
   /// The tensor-parallel group the style sharded the weight over (null: none, or one rank); the layer's
   /// forward hands it to a float8 matmul, whose tensorwise scales then span the shards. Set by the style,

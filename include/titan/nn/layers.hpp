@@ -9,6 +9,7 @@
 #include <torch/nn/module.h>
 
 #include <functional>
+#include <memory>
 
 #include "titan/layout/shardable.hpp"
 #include "titan/layout/sharded_param.hpp"
@@ -28,6 +29,8 @@ class Linear : public torch::nn::Module, public parallel::ShardableLayer {
   at::Tensor forward(const at::Tensor& x) const;  // (..., in) -> (..., out)
   Role shardable_role() const override { return Role::kLinear; }
   at::Tensor& shardable_weight() override { return weight; }
+  at::Tensor* shardable_bias() override { return bias.defined() ? &bias : nullptr; }
+  at::Tensor add_bias(const at::Tensor& y) const override;  // (..., out) -> (..., out)
 
   at::Tensor weight;      // (out_features, in_features)
   at::Tensor bias;        // (out_features); undefined without a bias
@@ -43,6 +46,23 @@ class Embedding : public torch::nn::Module, public parallel::ShardableLayer {
   at::Tensor& shardable_weight() override { return weight; }
 
   at::Tensor weight;  // (V, D)
+};
+
+/// An output projection that is an Embedding's weight read the other way (tied input and output embeddings):
+/// y = x E^T with E the embedding's (V, D) weight. It owns no parameter, so the model's parameters hold E once, under
+/// the embedding's name; under FSDP it reads E through with_param as the embedding does. Under tensor parallelism the
+/// embedding's vocab split (Shard(0)) is the colwise split of this head, so a colwise style here computes on that shard
+/// (loss parallel: vocab-sharded logits) and shards nothing.
+class TiedLinear : public torch::nn::Module, public parallel::ShardableLayer {
+ public:
+  explicit TiedLinear(std::shared_ptr<Embedding> embedding);
+  at::Tensor forward(const at::Tensor& x) const;  // (..., D) -> (..., V)
+  Role shardable_role() const override { return Role::kLinear; }
+  at::Tensor& shardable_weight() override { return embedding_->weight; }
+  bool tied() const override { return true; }
+
+ private:
+  std::shared_ptr<Embedding> embedding_;  // not registered here: it is the model's module under its own name
 };
 
 /// RMSNorm: x / sqrt(mean(x^2) + eps) * weight, computed in fp32 and cast back.

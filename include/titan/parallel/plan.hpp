@@ -7,12 +7,15 @@
 // Tensor-parallel styles, by module path, say what a module receives and returns along the tp axis
 // (activations are (B, S, ...), the sequence on dim 1):
 //
-//   ColwiseParallel     weight Shard(0); output keeps the local columns (Shard(-1)) or gathers them
-//   RowwiseParallel     weight Shard(1) (an Embedding: Shard(0), the vocabulary); the partial output is
-//                       all-reduced (Replicate) or reduce-scattered along the sequence (Shard(1))
-//   SequenceParallel    a norm on sequence-sharded activations; its weight's gradient is all-reduced
-//   PrepareModuleInput  redistributes a module's input once for the layers inside it, e.g. gathers
-//                       the sequence (Shard(1) -> Replicate) before wq/wk/wv
+//   ColwiseParallel      weight and bias Shard(0); output keeps the local columns (Shard(-1)) or gathers them
+//   RowwiseParallel      weight Shard(1) (an Embedding: Shard(0), the vocabulary); the partial output is
+//                        all-reduced (Replicate) or reduce-scattered along the sequence (Shard(1)), then the
+//                        bias (whole) is added once
+//   SequenceParallel     a norm on sequence-sharded activations; its weight's gradient is all-reduced
+//   PrepareModuleInput   redistributes a module's input once for the layers inside it, e.g. gathers
+//                        the sequence (Shard(1) -> Replicate) before wq/wk/wv
+//   PrepareModuleOutput  redistributes a module's output, e.g. keeps this rank's sequence shard of a
+//                        position embedding's (Replicate -> Shard(1)) to add to the token embedding's
 //
 // Example (a two-layer MLP, Megatron style, then FSDP with one unit per block):
 //   ParallelPlan plan{.data_parallel = {.units = {{"mlp"}}}};
@@ -36,7 +39,8 @@ class Module;
 
 namespace titan::parallel {
 
-/// Linear with output features split over tp (weight Shard(0)).
+/// Linear with output features split over tp (weight and bias Shard(0)), or a head tied to an embedding
+/// (nn::TiedLinear) computing on the shard the embedding's RowwiseParallel made.
 struct ColwiseParallel {
   /// Replicate() (used as is; its gradient is all-reduced) or Shard(d) (gathered along d first).
   Placement input_layout = Placement::replicate();
@@ -46,8 +50,9 @@ struct ColwiseParallel {
   bool loss_parallel = false;
 };
 
-/// Linear with input features split over tp (weight Shard(1)), or a vocab-parallel Embedding (weight
-/// Shard(0); out-of-shard tokens contribute zeros).
+/// Linear with input features split over tp (weight Shard(1); the bias whole, added once after the sum, its gradient
+/// summed over tp under a Shard(d) output, where each rank saw its chunk of the tokens), or a vocab-parallel Embedding
+/// (weight Shard(0); out-of-shard tokens contribute zeros).
 struct RowwiseParallel {
   /// Shard(-1): the local input features (a colwise output); Replicate(): the whole input (tokens).
   Placement input_layout = Placement::shard(-1);
@@ -66,7 +71,19 @@ struct PrepareModuleInput {
   Placement desired_input_layout = Placement::replicate();
 };
 
-using ParallelStyle = std::variant<ColwiseParallel, RowwiseParallel, SequenceParallel, PrepareModuleInput>;
+/// Redistributes a module's output after the layers inside it ran (torch's PrepareModuleOutput). Replicate() ->
+/// Shard(d): this rank's chunk along d, the gradient all-gathered back, so replicated weights inside get the whole
+/// gradient on every rank (a learned position embedding under sequence parallelism); Shard(d) -> Replicate(): gathered,
+/// each rank's chunk of the (replicated) gradient back.
+struct PrepareModuleOutput {
+  /// Layout the module's layers produce: Replicate() or Shard(d).
+  Placement output_layout = Placement::replicate();
+  /// Layout its consumers expect: Shard(d) from Replicate(), or Replicate() from Shard(d).
+  Placement desired_output_layout = Placement::shard(1);
+};
+
+using ParallelStyle =
+    std::variant<ColwiseParallel, RowwiseParallel, SequenceParallel, PrepareModuleInput, PrepareModuleOutput>;
 
 /// "ColwiseParallel(input=Shard(1), output=Shard(-1), loss_parallel)"
 std::string format_as(const ParallelStyle& style);

@@ -31,6 +31,10 @@ enum class TensorParallelRole {
   rowwise,
   /// An Embedding over the vocabulary, rows split over tp; its output summed (or sequence-scattered).
   vocab_embedding,
+  /// An Embedding over positions (GPT-2's learned absolute positions), whole on every rank, whose output
+  /// (B or 1, S, D) adds to the token embedding's: under sequence parallelism each rank keeps its sequence shard of
+  /// it, and the gradient is gathered back whole; without, nothing to do.
+  position_embedding,
   /// A module applied token by token on the residual stream (a norm): on sequence shards under sequence
   /// parallelism, weights whole, gradients summed over tp.
   sequence_norm,
@@ -40,7 +44,9 @@ enum class TensorParallelRole {
   /// A container (attention, feed-forward) whose input is gathered from the sequence shards once for the
   /// layers inside it.
   module_input,
-  /// The output projection: colwise; the logits stay vocab-sharded under loss parallel, else gathered.
+  /// The output projection: colwise; the logits stay vocab-sharded under loss parallel, else gathered. A head tied to
+  /// the vocab_embedding (an nn::TiedLinear, listed in ShardingSpec::tied) computes on the embedding's vocabulary
+  /// shard, which is the same split.
   head,
   /// An MoE layer (listed in ShardingSpec::moe too): each rank's sequence shard through experts whole on every
   /// rank (gradients summed over tp), or, under expert tensor parallelism, through experts that expert
@@ -91,7 +97,10 @@ struct ShardingSpec {
   /// Training FLOPs per token of pipeline.layer_modules (and input, output) for a split by FLOPs; empty layers:
   /// not known (the planner then refuses parallelism.pipeline_parallel_split = flops).
   PipelineModuleCosts pipeline_costs{};
-  /// (user, owner) of tied weights by FQN ({"output.weight", "tok_embeddings.weight"}).
+  /// (user, owner) of tied weights by FQN ({"output.weight", "tok_embeddings.weight"}): the user's module reads the
+  /// owner's parameter (nn::TiedLinear), which the model holds once. Under tensor parallelism the user's module must
+  /// have the head role and the owner's the vocab_embedding role (one vocabulary split serves both); a pipeline would
+  /// put them on two stages and is refused.
   std::vector<std::pair<std::string, std::string>> tied{};
   /// Axes the model cannot be sharded over.
   std::vector<RefusedAxis> refused{};
