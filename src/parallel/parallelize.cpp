@@ -34,10 +34,11 @@ namespace {
 // At most this many names per error line: enough to find the culprit, short enough to read.
 constexpr size_t kMaxNames = 8;
 
-std::string name_list(const std::vector<std::string>& names) {
+std::string name_list(const std::vector<std::string>& names, const char* quote = "'") {
   const size_t shown = std::min(names.size(), kMaxNames);
-  std::string out =
-      fmt::format("'{}'", fmt::join(names.begin(), names.begin() + static_cast<std::ptrdiff_t>(shown), "', '"));
+  const std::string separator = fmt::format("{}, {}", quote, quote);
+  std::string out = fmt::format(
+      "{}{}{}", quote, fmt::join(names.begin(), names.begin() + static_cast<std::ptrdiff_t>(shown), separator), quote);
   if (names.size() > shown) out += fmt::format(" and {} more", names.size() - shown);
   return out;
 }
@@ -81,6 +82,22 @@ struct PlanContract final : Contract, std::enable_shared_from_this<PlanContract>
                       "return module_call(*this, x, [&](const at::Tensor& in) {{ ... }}).",
                       model, name_list(unhooked));
     passed.store(true, std::memory_order_relaxed);
+  }
+
+  // The parameters a layer sees only a shard of (FSDP, TP) that no layer has read through with_param yet, in the
+  // order the plan applied them (forward order), each as "'fqn' (4, 8) of (8, 8)".
+  std::vector<std::string> unread_shards() const {
+    std::vector<std::string> out;
+    for (const auto& [fqn, p] : params) {
+      const Binding* binding = find_binding(p);
+      if (binding == nullptr || binding->used.value.load(std::memory_order_relaxed) ||
+          binding->info.local_shape == binding->info.global_shape) {
+        continue;
+      }
+      out.push_back(fmt::format("'{}' ({}) of ({})", fqn, fmt::join(p.sizes(), ", "),
+                                fmt::join(binding->info.global_shape, ", ")));
+    }
+    return out;
   }
 };
 
@@ -297,6 +314,27 @@ at::Tensor Parallelized::cross_entropy_sum(const at::Tensor& logits, const at::T
 
 void Parallelized::check_contracts() const {
   if (state_ && state_->contract) state_->contract->check();
+}
+
+at::Tensor Parallelized::run_forward(const std::function<at::Tensor()>& forward) const {
+  try {
+    return forward();
+  } catch (const c10::Error& e) {
+    // Once the contract passed, every parameter was read through with_param: the error is the model's own.
+    const auto* contract = state_ ? state_->contract.get() : nullptr;
+    if (contract == nullptr || contract->passed.load(std::memory_order_relaxed)) throw;
+    const std::vector<std::string> unread = contract->unread_shards();
+    TITAN_CHECK_VALUE(unread.empty(),
+                      "[titan::parallelize] expected every parameter of {} under the plan to be read through "
+                      "titan::parallel::with_param, got the first forward failing inside ATen before {} {} read so: "
+                      "under the plan a parameter holds only this rank's shard, so a layer that reads it directly "
+                      "computes on the shard (the failing layer reads the first of them, most likely). Build those "
+                      "layers from titan::nn layers, or read the weight as "
+                      "with_param(weight, [&](const at::Tensor& w) {{ ... }}). ATen's error: {}",
+                      contract->model, parallel::detail::name_list(unread, ""), unread.size() == 1 ? "was" : "were",
+                      e.what_without_backtrace());
+    throw;  // every sharded parameter was read through with_param: the error is the model's own
+  }
 }
 
 Parallelized parallelize(torch::nn::Module& model, const dist::Mesh& mesh, const parallel::ParallelPlan& full_plan) {

@@ -135,7 +135,7 @@ ForwardBackwardResult forward_backward(const Parallelized& parallel, const StepM
     const parallel::StageForward stage_forward = [&](int64_t stage, const at::Tensor& x,
                                                      const nn::AttentionContext& context) {
       const AutocastScope scope(bf16_autocast, device.type());
-      return model.stage_forward(stage, x, context);
+      return parallel.run_forward([&] { return model.stage_forward(stage, x, context); });
     };
     // Each accumulation microbatch runs through the schedule in local_batch_size /
     // pipeline_parallel_microbatch_size pipeline microbatches.
@@ -148,7 +148,11 @@ ForwardBackwardResult forward_backward(const Parallelized& parallel, const StepM
     TITAN_CHECK_VALUE(static_cast<bool>(model.forward),
                       "[titan::forward_backward] expected StepModel::forward, got none. Set it to the model's "
                       "forward(tokens, context).");
-    fb = forward_backward(model.forward, batch.microbatches, device, batch.global_valid_tokens, bf16_autocast, loss);
+    // A layer that reads a sharded parameter around with_param fails in the first forward: the error names it.
+    const ModelForward forward = [&](const at::Tensor& tokens, const nn::AttentionContext& context) {
+      return parallel.run_forward([&] { return model.forward(tokens, context); });
+    };
+    fb = forward_backward(forward, batch.microbatches, device, batch.global_valid_tokens, bf16_autocast, loss);
   }
   fb.tokens = batch.tokens;
   fb.loss = sum_over(mesh, "dp_cp", fb.loss);  // each dp rank's slice, each cp rank's part of the sequences

@@ -12,11 +12,13 @@
 //
 // After the first backward it checks what it cannot see at apply time: a parameter under the plan
 // that a layer read directly instead of through with_param (a torch::nn::Linear under DDP would
-// silently diverge), or a module the plan named whose forward never went through module_call.
+// silently diverge), or a module the plan named whose forward never went through module_call. A first
+// forward that fails on a sharded parameter read directly (FSDP, TP) is reported by run_forward.
 #pragma once
 
 #include <ATen/core/Tensor.h>
 
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -83,6 +85,13 @@ class [[nodiscard]] Parallelized {
   /// module the plan named never ran through module_call. Runs by itself at the end of the first
   /// backward that reaches the plan's parameters; the Trainer also calls it after its first step.
   void check_contracts() const;
+  /// Runs `forward` (a forward of the model under this handle) and returns its output. Before the contract has
+  /// passed (the first forward), an ATen error from it comes back naming the sharded parameters no layer has read
+  /// through with_param yet: under FSDP or TP a layer that reads a parameter directly sees only this rank's shard and
+  /// fails inside ATen on its shape (under DDP, whole parameters, the first backward reports it).
+  /// titan::forward_backward runs every forward through it; a loop of your own that calls the model's forward
+  /// itself writes run_forward([&] { return model->forward(tokens); }).
+  at::Tensor run_forward(const std::function<at::Tensor()>& forward) const;
 
  private:
   friend Parallelized parallelize(torch::nn::Module&, const dist::Mesh&, const parallel::ParallelPlan&);
