@@ -37,7 +37,6 @@ const std::vector<Unsupported>& unsupported_table() {
   static const std::vector<Unsupported> rows = {
       {"job.custom_config_module", is_non_empty,
        "titan has no Python config extensions (use register_preset): ignored"},
-      {"metrics.enable_wandb", is_true, "Weights & Biases has no C++ client: ignored"},
       {"model.converters", has_unsupported_converter,
        "only the float8 converter is supported so far (mx and grouped-mm converters are not): those are ignored"},
       {"optimizer.early_step_in_backward", is_true,

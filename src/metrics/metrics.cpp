@@ -42,24 +42,6 @@ double percent(int64_t part, int64_t whole) {
   return whole > 0 ? 100.0 * static_cast<double>(part) / static_cast<double>(whole) : 0.0;
 }
 
-// Every number of a record as a TensorBoard scalar, under its JSONL key.
-std::vector<Scalar> scalars_of(const nlohmann::json& record) {
-  std::vector<Scalar> scalars;
-  for (const auto& [key, value] : record.items()) {
-    if (key != "step" && value.is_number()) scalars.push_back({.tag = key, .value = value.get<double>()});
-  }
-  return scalars;
-}
-
-// One record to each sink, flushed: a line of the JSONL, an event of the event file.
-void write(std::ofstream& jsonl, TensorBoardWriter* tensorboard, int64_t step, const nlohmann::json& record) {
-  if (jsonl.is_open()) {
-    jsonl << record.dump() << '\n';
-    jsonl.flush();
-  }
-  if (tensorboard != nullptr) tensorboard->add_scalars(step, scalars_of(record));
-}
-
 }  // namespace
 
 std::string format_duration(double seconds) {
@@ -94,15 +76,11 @@ void reset_peak_memory(const at::Device& device) {
 
 MetricsProcessor::MetricsProcessor(Options options)
     : options_(std::move(options)), last_log_(std::chrono::steady_clock::now()) {
-  if (!options_.jsonl_path.empty()) {
-    jsonl_.open(options_.jsonl_path, std::ios::app);
-    TITAN_CHECK(jsonl_.good(),
-                "[titan::MetricsProcessor] expected a writable metrics file, got an error opening "
-                "'{}'. Check job.dump_folder.",
-                options_.jsonl_path.string());
-  }
+  if (!options_.jsonl_path.empty()) sinks_.push_back(std::make_unique<JsonlWriter>(options_.jsonl_path));
   if (!options_.tensorboard_folder.empty()) {
-    tensorboard_ = std::make_unique<TensorBoardWriter>(options_.tensorboard_folder);
+    auto tensorboard = std::make_unique<TensorBoardWriter>(options_.tensorboard_folder);
+    tensorboard_ = tensorboard.get();
+    sinks_.push_back(std::move(tensorboard));
   }
 }
 
@@ -115,7 +93,17 @@ std::optional<std::filesystem::path> MetricsProcessor::tensorboard_file() const 
   return tensorboard_->path();
 }
 
+void MetricsProcessor::add_sink(std::unique_ptr<MetricsSink> sink) {
+  TITAN_CHECK(sink != nullptr, "[titan::MetricsProcessor::add_sink] expected a sink, got nullptr.");
+  sinks_.push_back(std::move(sink));
+}
+
+void MetricsProcessor::write(int64_t step, const nlohmann::json& record) {
+  for (const auto& sink : sinks_) sink->write(step, record);
+}
+
 void MetricsProcessor::add_step(int64_t tokens, double data_seconds) {
+  for (const auto& sink : sinks_) sink->flush();
   tokens_since_log_ += tokens;
   tokens_seen_ += tokens;
   data_seconds_since_log_ += data_seconds;
@@ -154,7 +142,7 @@ StepMetrics MetricsProcessor::log(int64_t step, double loss, double grad_norm, d
   }
   if (!first_log_) first_log_.emplace(step, now);
   log::info("{}", format_line(m));
-  if (jsonl_.is_open() || tensorboard_) {
+  if (!sinks_.empty()) {
     nlohmann::json record = {
         {"step", m.step},
         {"loss_metrics/global_avg_loss", m.loss},
@@ -184,7 +172,7 @@ StepMetrics MetricsProcessor::log(int64_t step, double loss, double grad_norm, d
       record["memory/communication(GiB)"] = static_cast<double>(m.parts->communication) / kGiB;
     }
     for (const auto& [key, value] : scalars_) record[key] = value;
-    write(jsonl_, tensorboard_.get(), step, record);
+    write(step, record);
   }
   scalars_.clear();
   if (m.memory.num_alloc_retries > 0 || m.memory.num_ooms > 0) {
@@ -224,7 +212,7 @@ void MetricsProcessor::log_validation(int64_t step, double loss, int64_t tokens)
                                  {"validation_metrics/loss", loss},
                                  {"validation_metrics/perplexity", perplexity},
                                  {"validation_metrics/tokens", tokens}};
-  write(jsonl_, tensorboard_.get(), step, record);
+  write(step, record);
 }
 
 }  // namespace titan

@@ -1,62 +1,36 @@
 // SPDX-License-Identifier: BSD-3-Clause
-// TensorBoardWriter (see metrics/tensorboard.hpp). The protobuf wire format of the few fields used:
+// TensorBoardWriter (see metrics/tensorboard.hpp). The messages and fields written (wire format in
+// metrics/detail/protobuf_wire.hpp):
 //   Event   { double wall_time = 1; int64 step = 2; string file_version = 3; Summary summary = 5; }
 //   Summary { repeated Value value = 1; }
 //   Value   { string tag = 1; float simple_value = 2; }
-// A field is a varint key (field number << 3 | wire type) then its payload: varint (0), 64-bit
-// little-endian (1), length-delimited (2: varint length, bytes) or 32-bit little-endian (5).
 #include "titan/metrics/tensorboard.hpp"
 
 #include <fmt/format.h>
 #include <unistd.h>
+#include <nlohmann/json.hpp>
 
-#include <bit>
 #include <cerrno>
 #include <chrono>
 #include <cstring>
+#include <vector>
 
+#include "host_name.hpp"
 #include "titan/core/error.hpp"
 #include "titan/metrics/detail/crc32c.hpp"
+#include "titan/metrics/detail/protobuf_wire.hpp"
 
 namespace titan {
 namespace {
 
-static_assert(std::endian::native == std::endian::little, "event files are little-endian; titan writes them raw");
-
-enum WireType : uint8_t { kVarint = 0, kFixed64 = 1, kLengthDelimited = 2, kFixed32 = 5 };
-
-void put_varint(std::string& out, uint64_t v) {
-  while (v >= 0x80) {
-    out.push_back(static_cast<char>((v & 0x7F) | 0x80));
-    v >>= 7;
-  }
-  out.push_back(static_cast<char>(v));
-}
-
-void put_key(std::string& out, int field, WireType type) {
-  put_varint(out, (static_cast<uint64_t>(field) << 3) | type);
-}
-
-template <class T>
-void put_raw(std::string& out, T value) {
-  char bytes[sizeof(T)];
-  std::memcpy(bytes, &value, sizeof(T));
-  out.append(bytes, sizeof(T));
-}
-
-void put_bytes(std::string& out, int field, std::string_view bytes) {
-  put_key(out, field, kLengthDelimited);
-  put_varint(out, bytes.size());
-  out.append(bytes);
-}
+using namespace detail::pb;
 
 // Event fields 1 and 2, which every event carries.
 std::string event_header(double wall_time, int64_t step) {
   std::string event;
   put_key(event, 1, kFixed64);
   put_raw(event, wall_time);
-  put_key(event, 2, kVarint);
-  put_varint(event, static_cast<uint64_t>(step));  // negative steps take 10 bytes, as protobuf's int64
+  put_int(event, 2, step);
   return event;
 }
 
@@ -78,12 +52,6 @@ double wall_time_now() {
   return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
 }
 
-std::string host_name() {
-  char name[256] = {};
-  if (gethostname(name, sizeof(name) - 1) != 0 || name[0] == '\0') return "localhost";
-  return name;
-}
-
 }  // namespace
 
 std::filesystem::path tensorboard_folder(const std::filesystem::path& dump_folder, const std::string& save_tb_folder,
@@ -101,7 +69,8 @@ TensorBoardWriter::TensorBoardWriter(const std::filesystem::path& folder) {
   std::error_code ec;
   std::filesystem::create_directories(folder, ec);
   const double now = wall_time_now();
-  path_ = folder / fmt::format("events.out.tfevents.{}.{}.{}", static_cast<int64_t>(now), host_name(), getpid());
+  path_ =
+      folder / fmt::format("events.out.tfevents.{}.{}.{}", static_cast<int64_t>(now), detail::host_name(), getpid());
   file_ = std::fopen(path_.c_str(), "wb");
   TITAN_CHECK(file_ != nullptr,
               "[titan::TensorBoardWriter] expected a writable event file, got '{}' opening '{}'. Check "
@@ -118,6 +87,14 @@ TensorBoardWriter::~TensorBoardWriter() {
 
 void TensorBoardWriter::add_scalars(int64_t step, std::span<const Scalar> scalars) {
   write_record(scalar_event(wall_time_now(), step, scalars));
+}
+
+void TensorBoardWriter::write(int64_t step, const nlohmann::json& record) {
+  std::vector<Scalar> scalars;
+  for (const auto& [key, value] : record.items()) {
+    if (key != "step" && value.is_number()) scalars.push_back({.tag = key, .value = value.get<double>()});
+  }
+  add_scalars(step, scalars);
 }
 
 void TensorBoardWriter::write_record(const std::string& data) {

@@ -11,11 +11,11 @@ and of N distinct tags at least (default 1 each: two empty files do not match). 
 everything matches.
 """
 import glob
-import json
 import os
 import struct
 import sys
 
+from metrics_jsonl import compare, jsonl_values
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 
@@ -34,14 +34,7 @@ def main():
         print(f"expected one event file in {folder}, got {files}")
         return 1
 
-    expected = {}  # (tag, step) -> value
-    with open(jsonl) as f:
-        for line in f:
-            record = json.loads(line)
-            step = record.pop("step")
-            for tag, value in record.items():
-                if isinstance(value, (int, float)) and not isinstance(value, bool):
-                    expected[(tag, step)] = float(value)
+    expected = {key: float(value) for key, value in jsonl_values(jsonl).items()}  # (tag, step) -> value
 
     acc = EventAccumulator(files[0], size_guidance={"scalars": 0})  # 0: keep every event
     acc.Reload()
@@ -50,20 +43,10 @@ def main():
         for event in acc.Scalars(tag):
             got[(tag, event.step)] = event.value
 
-    errors = []
-    missing = sorted(set(expected) - set(got))
-    extra = sorted(set(got) - set(expected))
-    if missing:
-        errors.append(f"{len(missing)} JSONL scalars missing from the event file, first {missing[:5]}")
-    if extra:
-        errors.append(f"{len(extra)} event-file scalars not in the JSONL, first {extra[:5]}")
-    compared = 0
-    for key in sorted(set(expected) & set(got)):
-        if only is not None and key[0] not in only:
-            continue
-        compared += 1
-        if got[key] != float32(expected[key]):
-            errors.append(f"{key}: event file {got[key]!r}, JSONL {expected[key]!r} (float32 {float32(expected[key])!r})")
+    errors, compared = compare(
+        expected, got, "event file", lambda g, e: g == float32(e),
+        lambda key: f"{key}: event file {got[key]!r}, JSONL {expected[key]!r} (float32 {float32(expected[key])!r})",
+        only)
     steps = sorted({step for _, step in got})
     tags = {tag for tag, _ in got}
     if len(steps) < min_steps or len(tags) < min_tags:

@@ -4,6 +4,8 @@
 #pragma once
 
 #include <filesystem>
+#include <string_view>
+#include <vector>
 
 #include "test_util.hpp"
 #include "titan/core/config.hpp"
@@ -23,6 +25,40 @@ inline JobConfig tinyshakespeare_job(const std::filesystem::path& dump, int64_t 
   c.training.steps = steps;
   c.training.num_threads = 1;
   c.debug.seed = seed;
+  return c;
+}
+
+/// The one entry of `folder` whose name starts with `prefix` (a run's timestamped folder, a W&B run); fails the
+/// test when there are none or several.
+inline std::filesystem::path only_entry(const std::filesystem::path& folder, std::string_view prefix = "") {
+  std::vector<std::filesystem::path> found;
+  for (const auto& entry : std::filesystem::directory_iterator(folder)) {
+    if (entry.path().filename().string().starts_with(prefix)) found.push_back(entry.path());
+  }
+  INFO(folder.string() << ", entries starting with '" << prefix << "'");
+  REQUIRE(found.size() == 1);
+  return found[0];
+}
+
+/// Validation of one-batch steps (batch 2, seq 32) on tinyshakespeare every `freq` steps, `steps` batches each.
+inline void validate_tinyshakespeare(JobConfig& c, int64_t freq, int64_t steps) {
+  c.validation.enable = true;
+  c.validation.dataset = "tinyshakespeare";
+  c.validation.dataset_path = c.training.dataset_path;
+  c.validation.freq = freq;
+  c.validation.steps = steps;
+  c.validation.local_batch_size = 2;
+  c.validation.seq_len = 32;
+}
+
+/// The run the metrics sinks' tests log (TensorBoard, W&B): 5 steps of seq 32, batch 2, logged at steps 1, 2,
+/// 4 and 5, a one-batch validation at 2 and 4, metrics.jsonl on, the sinks' folder `board`.
+inline JobConfig metrics_sink_job(const std::filesystem::path& dump) {
+  JobConfig c = tinyshakespeare_job(dump, /*seq_len=*/32, /*local_batch=*/2, /*steps=*/5, /*seed=*/1);
+  c.metrics.log_freq = 2;
+  c.metrics.enable_jsonl = true;
+  c.metrics.save_tb_folder = "board";
+  validate_tinyshakespeare(c, /*freq=*/2, /*steps=*/1);
   return c;
 }
 

@@ -20,13 +20,7 @@ TEST_CASE("Validation: every validation.freq steps the loss and perplexity go to
       titan::test::tinyshakespeare_job(dir.path, /*seq_len=*/32, /*local_batch=*/2, /*steps=*/4, /*seed=*/1);
   c.metrics.log_freq = 2;
   c.metrics.enable_jsonl = true;
-  c.validation.enable = true;
-  c.validation.dataset = "tinyshakespeare";
-  c.validation.dataset_path = c.training.dataset_path;
-  c.validation.freq = 2;
-  c.validation.steps = 3;
-  c.validation.local_batch_size = 2;
-  c.validation.seq_len = 32;
+  titan::test::validate_tinyshakespeare(c, /*freq=*/2, /*steps=*/3);
   titan::Trainer<titan::llama3::Llama3> trainer(c);
   trainer.train();
 

@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: BSD-3-Clause
 // Training metrics the way torchtitan reports them: tokens/s per device, TFLOPs and MFU from the
 // 6N + 12*L*D*S FLOP formula, memory peaks, step/data time; printed as one fixed-field console
-// line (with progress and ETA) and written as the same record to <run_dir>/metrics.jsonl and, when
-// asked, to TensorBoard event files (metrics/tensorboard.hpp).
+// line (with progress and ETA) and handed as one record to its sinks (metrics/sink.hpp):
+// <run_dir>/metrics.jsonl, TensorBoard event files (metrics/tensorboard.hpp), a W&B run (metrics/wandb.hpp).
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -10,7 +10,6 @@
 #include <chrono>
 #include <cstdint>
 #include <filesystem>
-#include <fstream>
 #include <functional>
 #include <map>
 #include <memory>
@@ -18,9 +17,11 @@
 #include <string>
 #include <string_view>
 #include <utility>
+#include <vector>
 
 #include "titan/core/log.hpp"
 #include "titan/core/memory_tracker.hpp"
+#include "titan/metrics/sink.hpp"
 
 namespace titan {
 
@@ -104,7 +105,11 @@ class MetricsProcessor {
   MetricsProcessor(MetricsProcessor&&) noexcept;
   MetricsProcessor& operator=(MetricsProcessor&&) noexcept;
 
-  /// Called by the loop: tokens read this step and seconds spent waiting on the data loader.
+  /// Adds a destination for every record from now on, beside the JSONL and the event file of the Options
+  /// (a W&B run, a user's own).
+  void add_sink(std::unique_ptr<MetricsSink> sink);
+  /// Called by the loop once per step, before that step's log: tokens read this step and seconds spent
+  /// waiting on the data loader. The previous step's records are complete then (sinks are flushed).
   void add_step(int64_t tokens, double data_seconds);
   /// Builds the record for `step` over the steps since the last log, prints and writes it. The ETA
   /// is the mean step time since the first log of this process (step 1's warm-up left out), times
@@ -121,8 +126,10 @@ class MetricsProcessor {
 
  private:
   Options options_;
-  std::ofstream jsonl_;
-  std::unique_ptr<TensorBoardWriter> tensorboard_;
+  void write(int64_t step, const nlohmann::json& record);
+
+  std::vector<std::unique_ptr<MetricsSink>> sinks_{};
+  TensorBoardWriter* tensorboard_ = nullptr;  // one of sinks_, when Options::tensorboard_folder was given
   std::optional<std::pair<int64_t, std::chrono::steady_clock::time_point>> first_log_{};  // step, time
   std::chrono::steady_clock::time_point last_log_;
   int64_t tokens_since_log_ = 0;

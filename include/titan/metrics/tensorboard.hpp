@@ -13,6 +13,8 @@
 #include <span>
 #include <string>
 
+#include "titan/metrics/sink.hpp"
+
 namespace titan {
 
 /// One scalar of a step: `tag` as TensorBoard shows it ("loss_metrics/global_avg_loss").
@@ -28,17 +30,19 @@ std::filesystem::path tensorboard_folder(const std::filesystem::path& dump_folde
 
 /// One event file, appended a record at a time and flushed after each, so a crash loses at most the
 /// record being written.
-class TensorBoardWriter {
+class TensorBoardWriter final : public MetricsSink {
  public:
   /// Creates `folder` and a new file events.out.tfevents.<unix seconds>.<host>.<pid> in it that
   /// starts with the file_version event. Throws naming the path when it cannot be written.
   explicit TensorBoardWriter(const std::filesystem::path& folder);
-  ~TensorBoardWriter();
+  ~TensorBoardWriter() override;
   TensorBoardWriter(const TensorBoardWriter&) = delete;
   TensorBoardWriter& operator=(const TensorBoardWriter&) = delete;
 
   /// Writes one event at `step` holding every scalar, stamped with the current wall time.
   void add_scalars(int64_t step, std::span<const Scalar> scalars);
+  /// Every number of `record` but "step" as a scalar of the same name, in one event.
+  void write(int64_t step, const nlohmann::json& record) override;
   /// The event file.
   const std::filesystem::path& path() const { return path_; }
 
