@@ -247,6 +247,8 @@ def read_symbols(pairs, root, program=False):
     listing = subprocess.run(["objdump", "-t", "-w"] + [obj for obj, _ in pairs], check=True, capture_output=True,
                              text=True).stdout
     source_of = {obj: os.path.relpath(src, root).replace(os.sep, "/") for obj, src in pairs}
+    for _, src in pairs:
+        batch_members(src, root)
     line_re = re.compile(r"^[0-9a-f]+ (.{7}) (\S+)\t([0-9a-f]+)\s+(?:\.hidden |\.protected |\.internal )?(\S+)$")
     symbols, current = [], None
     for line in listing.splitlines():
@@ -305,7 +307,41 @@ def simplify(name):
     return re.sub(r"\)( const| volatile| &&| &)+", ")", "".join(out))
 
 
-def ambient(symbols):
+# A batch file (cmake/TitanBatches.cmake) -> the sources it includes, relative to the root.
+BATCHES = {}
+
+
+def batch_members(src, root):
+    """Records the sources of a batch file, whose object holds the state of all of them."""
+    rel = os.path.relpath(src, root).replace(os.sep, "/")
+    if rel in BATCHES or not re.search(r"/batches/[^/]+/batch_\d+\.cpp$", rel):
+        return
+    folder = os.path.dirname(src)
+    text = open(src, encoding="utf-8").read()
+    BATCHES[rel] = [os.path.relpath(os.path.normpath(os.path.join(folder, inc)), root).replace(os.sep, "/")
+                    for inc in re.findall(r'^#include "([^"]+)"', text, re.M)]
+
+
+def member_source(source, name, root):
+    """The source of a batch that declares `name`: the member naming most of its last components (a variable,
+    and the function or class around it)."""
+    members = BATCHES.get(source)
+    if not members:
+        return source
+    # A component followed by "(" is a function: the member must define it, not only call it.
+    parts = [(m.group(1), m.group(2) == "(") for m in re.finditer(r"([A-Za-z_]\w*)(\()?", name)]
+    def score(member):
+        text = open(os.path.join(root, member), encoding="utf-8").read()
+        text = re.sub(r'//[^\n]*|/\*.*?\*/|"(?:\\.|[^"\\\n])*"', " ", text, flags=re.S)  # code only
+        total = 0
+        for i, (part, function) in enumerate(parts):
+            pattern = r"\b" + re.escape(part) + (r"\s*\([^;{}]*\)[^;{}]*\{" if function else r"\b")
+            total += 2 ** i if re.search(pattern, text) else 0
+        return total
+    return max(members, key=score)
+
+
+def ambient(symbols, root=None):
     """name -> Found, one per piece of the library's writable state (its companions folded in)."""
     mangled = [CLONE_SUFFIX.sub("", s.mangled) for s in symbols]
     found = {}
@@ -317,6 +353,8 @@ def ambient(symbols):
             continue
         if sym.program and (not name.startswith("titan::") or name.startswith(PROGRAM_NAMESPACES)):
             continue
+        if root is not None and sym.source in BATCHES:
+            sym = sym._replace(source=member_source(sym.source, name, root))
         key = (sym.source if sym.local else "", name)
         have = found.get(key)
         tls = sym.section.startswith((".tbss", ".tdata"))
@@ -483,7 +521,13 @@ def probe_text():
 def compile_probe(build, folder):
     """Compiles the probe with the compile command of a library source (its flags, its precompiled header)."""
     entries = json.load(open(os.path.join(build, "compile_commands.json"), encoding="utf-8"))
-    model = next((e for e in entries if e["file"].replace(os.sep, "/").endswith("/src/nn/attention.cpp")), None)
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    for e in entries:
+        batch_members(e["file"], root)
+    def holds_attention(e):
+        rel = os.path.relpath(e["file"], root).replace(os.sep, "/")
+        return rel == "src/nn/attention.cpp" or "src/nn/attention.cpp" in BATCHES.get(rel, [])
+    model = next((e for e in entries if holds_attention(e)), None)
     if model is None:
         fail(f"expected src/nn/attention.cpp in {build}/compile_commands.json, got none.")
     os.makedirs(folder, exist_ok=True)
@@ -553,7 +597,7 @@ def main():
             fail("expected --probe FOLDER and --expect FORM together.")
         return run_probe(build, root, args.probe, args.expect)
     library, programs = library_objects(build), program_objects(build, root)
-    found = ambient(read_symbols(library, root) + read_symbols(programs, root, program=True))
+    found = ambient(read_symbols(library, root) + read_symbols(programs, root, program=True), root)
     problems = check(found, TABLE, root)
     if problems:
         print("\n".join(problems))

@@ -8,10 +8,13 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <mutex>
 #include <random>
 #include <sstream>
 #include <string>
+
+#include <nlohmann/json.hpp>
 
 #include "titan/core/error.hpp"
 
@@ -112,6 +115,24 @@ inline std::string read_file(const fs::path& p) {
 inline void write_file(const fs::path& p, const std::string& s) {
   std::ofstream out(p, std::ios::binary);
   out << s;
+}
+
+/// step -> loss from a run's metrics.jsonl (a resumed run appends; the latest line of a step wins).
+inline std::map<int64_t, double> metrics_losses(const fs::path& dump) {
+  std::map<int64_t, double> out;
+  std::istringstream in(read_file(dump / "metrics.jsonl"));
+  for (std::string line; std::getline(in, line);) {
+    const auto j = nlohmann::json::parse(line);
+    if (j.contains("loss_metrics/global_avg_loss")) {
+      out[j.at("step").get<int64_t>()] = j.at("loss_metrics/global_avg_loss").get<double>();
+    }
+  }
+  return out;
+}
+
+/// A checkpoint folder's index.json.
+inline nlohmann::json checkpoint_index(const fs::path& folder) {
+  return nlohmann::json::parse(read_file(folder / "index.json"));
 }
 
 }  // namespace titan::test

@@ -17,7 +17,7 @@ namespace {
 constexpr std::string_view kAutoFilter = "auto_filter_small_kn";
 
 // The matmul a converted Linear computes with; its type marks the Linear as converted.
-struct Float8Matmul {
+struct ConvertedMatmul {
   Float8LinearConfig config{};
   at::Tensor operator()(const at::Tensor& x, const at::Tensor& w, const parallel::WeightUse& use) const {
     return float8_linear(x, w, config, use);
@@ -87,7 +87,7 @@ Float8Conversion convert_to_float8(torch::nn::Module& model, const Float8Convert
       report.skipped.emplace_back(fqn, *reason);
       continue;
     }
-    linear->matmul = Float8Matmul{.config = options.config};
+    linear->matmul = ConvertedMatmul{.config = options.config};
     report.converted.push_back(fqn);
   }
   log::info("float8: {} of {} Linear layers compute in float8 (recipe {}{})", report.converted.size(),
@@ -101,7 +101,7 @@ std::vector<std::string> fsdp_float8_weights(const torch::nn::Module& model) {
   auto& root = const_cast<torch::nn::Module&>(model);  // only read
   for (const auto& item : root.named_modules("", /*include_self=*/false)) {
     auto* linear = dynamic_cast<nn::Linear*>(item.value().get());
-    const Float8Matmul* f8 = linear == nullptr ? nullptr : linear->matmul.target<Float8Matmul>();
+    const ConvertedMatmul* f8 = linear == nullptr ? nullptr : linear->matmul.target<ConvertedMatmul>();
     if (f8 == nullptr) continue;
     TITAN_CHECK_VALUE(f8->config.recipe == Recipe::kTensorwise,
                       "[titan::float8] expected float8.enable_fsdp_float8_all_gather only with recipe_name "

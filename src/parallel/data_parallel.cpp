@@ -18,10 +18,9 @@
 namespace titan::parallel {
 namespace {
 
+// "" is the root: every parameter is under it.
 bool under(const std::string& fqn, const std::string& module_path) {
-  return module_path.empty() || fqn == module_path ||
-         (fqn.size() > module_path.size() && fqn.compare(0, module_path.size(), module_path) == 0 &&
-          fqn[module_path.size()] == '.');
+  return module_path.empty() || detail::is_under(fqn, module_path);
 }
 
 std::string unit_name(const std::vector<std::string>& paths) {

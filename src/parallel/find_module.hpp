@@ -11,6 +11,12 @@
 
 namespace titan::parallel::detail {
 
+/// Whether the parameter or module `name` is the module at `path` or lies under it ("layers.1.w" under "layers.1",
+/// not under "layers.10").
+inline bool is_under(const std::string& name, const std::string& path) {
+  return name == path || (name.size() > path.size() && name.starts_with(path) && name[path.size()] == '.');
+}
+
 /// The submodule at `path` ("" names the root); `section` names the plan section in the error. It walks the
 /// path's names down the children (a submodule's name has no dot), not the whole tree: a plan names every
 /// module of a model, and a planner applies plans by the dozen.

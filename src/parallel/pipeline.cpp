@@ -9,6 +9,7 @@
 
 #include <set>
 
+#include "find_module.hpp"
 #include "pipeline_state.hpp"
 #include "titan/core/error.hpp"
 #include "titan/dist/mesh.hpp"
@@ -28,11 +29,6 @@ std::vector<int64_t> ranks_of_stages(const PipelinePlan& plan, int64_t pp) {
                     "Change parallelism.pipeline_parallel_layers_per_stage or module_fqns_per_model_part.",
                     pp, stages);
   return stage_ranks(placement(plan), pp, stages);
-}
-
-// Whether `name` is `path` or lies under it.
-bool under(const std::string& name, const std::string& path) {
-  return name == path || (name.size() > path.size() && name.starts_with(path) && name[path.size()] == '.');
 }
 
 }  // namespace
@@ -99,7 +95,7 @@ void validate_pipeline(const torch::nn::Module& model, const PipelinePlan& plan,
   }
   for (const auto& item : model.named_parameters(/*recurse=*/true)) {
     bool owned = false;
-    for (const auto& path : seen) owned = owned || under(item.key(), path);
+    for (const auto& path : seen) owned = owned || detail::is_under(item.key(), path);
     TITAN_CHECK_VALUE(owned,
                       "[titan::parallelize] expected every parameter in a pipeline stage, got '{}' in none. Add its "
                       "module to a stage.",
@@ -117,7 +113,7 @@ std::unique_ptr<Pipeline> apply_pipeline(torch::nn::Module& model, const Pipelin
     auto& params = state->params[s];
     for (const auto& item : named) {
       for (const auto& path : plan.stages[static_cast<size_t>(s)]) {
-        if (under(item.key(), path)) {
+        if (detail::is_under(item.key(), path)) {
           params.push_back(item.value());
           break;
         }

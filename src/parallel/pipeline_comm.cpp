@@ -22,6 +22,8 @@ namespace titan::parallel {
 namespace {
 
 using Op = PipelineAction::Op;
+using detail::is_recv;
+using detail::is_send;
 
 struct Links {
   const PipelineProgram& program;
@@ -64,9 +66,6 @@ struct Less {
   }
 };
 using ActionSet = std::set<PipelineAction, Less>;
-
-bool is_send(Op op) { return op == Op::kSendForward || op == Op::kSendBackward; }
-bool is_recv(Op op) { return op == Op::kRecvForward || op == Op::kRecvBackward; }
 
 /// Where a communication action of a rank goes: the peer rank, and the message as its send names it.
 struct Message {

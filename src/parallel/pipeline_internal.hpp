@@ -32,6 +32,13 @@ RankOrders dual_pipe_v_order(int64_t pp, int64_t microbatches,
                              std::vector<std::vector<OverlappedPair>>* overlapped = nullptr);
 
 /// Dense index of an action: ((stage * kOps) + op) * microbatches + microbatch.
+inline bool is_send(PipelineAction::Op op) {
+  return op == PipelineAction::Op::kSendForward || op == PipelineAction::Op::kSendBackward;
+}
+inline bool is_recv(PipelineAction::Op op) {
+  return op == PipelineAction::Op::kRecvForward || op == PipelineAction::Op::kRecvBackward;
+}
+
 inline constexpr int64_t kOps = 8;
 inline int64_t action_index(const PipelineAction& a, int64_t microbatches) {
   return (a.stage * kOps + static_cast<int64_t>(a.op)) * microbatches + a.microbatch;

@@ -19,10 +19,9 @@ namespace titan::parallel {
 namespace {
 
 using Op = PipelineAction::Op;
+using detail::is_recv;
+using detail::is_send;
 constexpr int64_t kNowhere = -1;
-
-bool is_send(Op op) { return op == Op::kSendForward || op == Op::kSendBackward; }
-bool is_recv(Op op) { return op == Op::kRecvForward || op == Op::kRecvBackward; }
 
 PipelineAction with(Op op, int64_t stage, int64_t microbatch) {
   return {.op = op, .stage = stage, .microbatch = microbatch};

@@ -101,10 +101,6 @@ void flip_byte(const fs::path& path, int64_t offset) {
   f.write(&c, 1);
 }
 
-nlohmann::json index_of(const fs::path& folder) {
-  return nlohmann::json::parse(test::read_file(folder / "index.json"));
-}
-
 // Trials per fuzz test: 1,000 in the full suite; scripts/slow_tests.sh sets TITAN_FUZZ_TRIALS=10000.
 int fuzz_trials() {
   const char* value = std::getenv("TITAN_FUZZ_TRIALS");
@@ -122,7 +118,7 @@ TEST_CASE("a checkpoint of 2-D shards loads bitwise onto any other rectangles", 
   const fs::path folder = dir.path / "step-3";
   save_grid(s, folder, 3);
   CHECK_FALSE(fs::exists(dir.path / ".tmp-save"));
-  const auto index = index_of(folder);
+  const auto index = titan::test::checkpoint_index(folder);
   CHECK(index.at("tensors").at("model.matrix").at("shards").size() == 4);
   CHECK(index.at("tensors").at("train_state.scalar").at("shards").size() == 1);
   CHECK(index.at("files").size() == 4);
@@ -153,7 +149,7 @@ TEST_CASE("a flipped byte a truncated file or a missing shard is an error naming
 
   SECTION("flipped byte") {
     save_grid(s, folder, 3);
-    const auto shard = index_of(folder).at("tensors").at("optimizer.cube").at("shards").at(2);
+    const auto shard = titan::test::checkpoint_index(folder).at("tensors").at("optimizer.cube").at("shards").at(2);
     flip_byte(folder / shard.at("file").get<std::string>(), shard.at("begin").get<int64_t>() + 5);
     CHECK_FALSE(checkpoint::check_complete(folder));  // sizes are intact: only the checksum can tell
     CHECK_THROWS_WITH(load_whole(), Catch::Contains("optimizer.cube") && Catch::Contains("rank-00002.safetensors") &&
@@ -559,7 +555,7 @@ TEST_CASE("the last save holds the model only in export_dtype", "[checkpoint][po
   toy.set(3);
   checkpoint::Checkpointer(c, dir.path, mesh).save(3, toy.state(), /*last=*/true);
   const fs::path folder = dir.path / "checkpoint" / "step-3";
-  const auto index = index_of(folder);
+  const auto index = titan::test::checkpoint_index(folder);
   CHECK(index.at("tensors").size() == 1);
   CHECK(index.at("tensors").at("model.weight").at("dtype") == "BF16");
   ToyState into;
@@ -632,9 +628,9 @@ TEST_CASE("AdamW moments load across fp32 and bf16 (fused_opt_states_bf16) check
   save_one(fp32, dir.path / "fp32");
   save_one(bf16, dir.path / "bf16");
   // Each saves its moments in its own dtype.
-  CHECK(index_of(dir.path / "fp32").at("tensors").at("optimizer.w.exp_avg").at("dtype") == "F32");
-  CHECK(index_of(dir.path / "bf16").at("tensors").at("optimizer.w.exp_avg").at("dtype") == "BF16");
-  CHECK(index_of(dir.path / "bf16").at("tensors").at("optimizer.w.step").at("dtype") == "F32");
+  CHECK(titan::test::checkpoint_index(dir.path / "fp32").at("tensors").at("optimizer.w.exp_avg").at("dtype") == "F32");
+  CHECK(titan::test::checkpoint_index(dir.path / "bf16").at("tensors").at("optimizer.w.exp_avg").at("dtype") == "BF16");
+  CHECK(titan::test::checkpoint_index(dir.path / "bf16").at("tensors").at("optimizer.w.step").at("dtype") == "F32");
   // The loader copies into the optimizer's own tensors, which keep their dtype: fp32 moments round to
   // nearest even (as Tensor::to), bf16 ones widen exactly.
   for (const auto& [from, to] : {std::pair{"fp32", OptimizerImplementation::fused_opt_states_bf16},

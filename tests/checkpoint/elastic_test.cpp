@@ -120,17 +120,6 @@ std::vector<std::string> elastic_job(int64_t nproc, const fs::path& dump) {
           "false", "--job.dump_folder", dump.string(), "--metrics.log_freq", "1"};
 }
 
-// step -> loss from metrics.jsonl (a resumed run appends; the latest line of a step wins).
-std::map<int64_t, double> losses(const fs::path& dump) {
-  std::map<int64_t, double> out;
-  std::istringstream in(titan::test::read_file(dump / "metrics.jsonl"));
-  for (std::string line; std::getline(in, line);) {
-    const auto j = nlohmann::json::parse(line);
-    out[j.at("step").get<int64_t>()] = j.at("loss_metrics/global_avg_loss").get<double>();
-  }
-  return out;
-}
-
 const std::map<std::string, std::optional<std::string>> kEnv = {
     {"RANK", std::nullopt}, {"WORLD_SIZE", std::nullopt}, {"TITAN_LOG_LEVEL", "info"}};
 
@@ -144,7 +133,7 @@ TEST_CASE("elastic: 4 ranks to step 10 then a restart on 2 ranks to step 20 foll
   Subprocess four(elastic_job(4, straight.path), kEnv);
   require_exit(four, 0, 120);
   CHECK_THAT(four.output(), Contains("gradient accumulation steps 1"));
-  const auto want = losses(straight.path);
+  const auto want = titan::test::metrics_losses(straight.path);
   REQUIRE(want.size() == 20);
 
   // The restart: the same command on 2 ranks, in a run folder whose newest checkpoint is step 10.
@@ -157,7 +146,7 @@ TEST_CASE("elastic: 4 ranks to step 10 then a restart on 2 ranks to step 20 foll
              Contains("Resuming at step 11 (global batch 8 = local batch 2 x 2 accumulation steps x data-parallel "
                       "degree 2)"));
   CHECK_THAT(two.output(), !Contains("not the checkpoint's sequence"));
-  const auto got = losses(restarted.path);
+  const auto got = titan::test::metrics_losses(restarted.path);
   REQUIRE(got.size() == 10);
   for (int64_t step = 11; step <= 20; ++step) {
     INFO("step " << step);

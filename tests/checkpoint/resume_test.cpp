@@ -30,21 +30,6 @@ std::vector<std::string> titan_run(int64_t nproc, const std::vector<std::string>
   return concat({titan::test::titan_run_path(), "--nproc-per-node", std::to_string(nproc), "--"}, args);
 }
 
-// step -> loss from metrics.jsonl (a resumed run appends; the latest line of a step wins).
-std::map<int64_t, double> losses(const fs::path& dump) {
-  std::map<int64_t, double> out;
-  std::istringstream in(titan::test::read_file(dump / "metrics.jsonl"));
-  for (std::string line; std::getline(in, line);) {
-    const auto j = nlohmann::json::parse(line);
-    out[j.at("step").get<int64_t>()] = j.at("loss_metrics/global_avg_loss").get<double>();
-  }
-  return out;
-}
-
-nlohmann::json index_of(const fs::path& folder) {
-  return nlohmann::json::parse(titan::test::read_file(folder / "index.json"));
-}
-
 const std::map<std::string, std::optional<std::string>> kSingle = {
     {"RANK", std::nullopt}, {"WORLD_SIZE", std::nullopt}, {"TITAN_LOG_LEVEL", "info"}};
 
@@ -64,7 +49,7 @@ TEST_CASE("exact resume: 40 steps equal 20 then a new process resuming for 20 bi
   Subprocess second(concat(trainer_args(resumed.path, 40, 4), ckpt), kSingle);
   require_exit(second, 0, 600);
   CHECK_THAT(second.output(), Catch::Contains("Resuming at step 21"));
-  const auto want = losses(straight.path), got = losses(resumed.path);
+  const auto want = titan::test::metrics_losses(straight.path), got = titan::test::metrics_losses(resumed.path);
   REQUIRE(want.size() == 40);
   REQUIRE(got.size() == 40);
   for (int64_t step = 1; step <= 40; ++step) {
@@ -100,9 +85,10 @@ void check_reshard(const Layout& from, const std::vector<Layout>& to) {
   run(from, original.path, {});
   const fs::path step4 = original.path / "checkpoint" / "step-4";
   REQUIRE_FALSE(titan::checkpoint::check_complete(step4));
-  CHECK(index_of(step4).at("files").size() == static_cast<size_t>(from.nproc));
-  const auto want = losses(original.path);
-  const nlohmann::json stream = index_of(original.path / "checkpoint" / "step-8").at("values").at("dataloader");
+  CHECK(titan::test::checkpoint_index(step4).at("files").size() == static_cast<size_t>(from.nproc));
+  const auto want = titan::test::metrics_losses(original.path);
+  const nlohmann::json stream =
+      titan::test::checkpoint_index(original.path / "checkpoint" / "step-8").at("values").at("dataloader");
   for (const Layout& layout : to) {
     INFO(from.name << " -> " << layout.name);
     TempDir dump;
@@ -110,7 +96,7 @@ void check_reshard(const Layout& from, const std::vector<Layout>& to) {
         run(layout, dump.path,
             {"--checkpoint.initial_load_path", step4.string(), "--checkpoint.initial_load_model_only", "false"});
     CHECK_THAT(output, Catch::Contains("Resuming at step 5"));
-    const auto got = losses(dump.path);
+    const auto got = titan::test::metrics_losses(dump.path);
     REQUIRE(got.size() == 4);
     for (int64_t step = 5; step <= 8; ++step) {
       INFO("step " << step);
@@ -120,7 +106,7 @@ void check_reshard(const Layout& from, const std::vector<Layout>& to) {
       CHECK(got.at(step) == Approx(want.at(step)).epsilon(1e-5));
     }
     // The loader ends where the original's did: no window repeated or skipped on the way.
-    CHECK(index_of(dump.path / "checkpoint" / "step-8").at("values").at("dataloader") == stream);
+    CHECK(titan::test::checkpoint_index(dump.path / "checkpoint" / "step-8").at("values").at("dataloader") == stream);
   }
 }
 

@@ -19,6 +19,9 @@
 #include "titan/train/trainer.hpp"
 #include "train/train_test_util.hpp"
 
+// Its own namespace: the build compiles sources in batches, where file-local names must not meet.
+namespace gpt_oss_hf_test {
+
 using namespace titan;
 namespace fs = std::filesystem;
 
@@ -192,3 +195,5 @@ TEST_CASE("a gpt-oss debugmodel trained by titan's Trainer exports to HF and tra
   INFO("max abs logit difference " << diff);
   CHECK(diff < kLogitTolerance);
 }
+
+}  // namespace gpt_oss_hf_test

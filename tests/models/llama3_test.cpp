@@ -9,6 +9,9 @@
 #include "titan/models/job_args.hpp"
 #include "titan/models/llama3/model.hpp"
 
+// Its own namespace: the build compiles sources in batches, where file-local names must not meet.
+namespace llama3_test {
+
 using titan::llama3::Llama3;
 using titan::llama3::Llama3Args;
 
@@ -121,3 +124,5 @@ TEST_CASE("llama3 sizes the model to a seq_len past the flavor's max and rejects
   config.model.flavor = "9B";
   CHECK_THROWS_WITH(Job::make(config), Catch::Contains("model.flavor") && Catch::Contains("debugmodel"));
 }
+
+}  // namespace llama3_test

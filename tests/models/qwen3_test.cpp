@@ -17,6 +17,9 @@
 #include "titan/models/qwen3/model.hpp"
 #include "titan/nn/init.hpp"
 
+// Its own namespace: the build compiles sources in batches, where file-local names must not meet.
+namespace qwen3_test {
+
 using titan::qwen3::Qwen3;
 using titan::qwen3::Qwen3Args;
 
@@ -189,3 +192,5 @@ TEST_CASE("qwen3 refuses a top_k larger than the experts with the fix", "[models
   config.model.flavor = "debugmodel";
   CHECK_THROWS_WITH(Job::make(config), Catch::Contains("model.name = 'qwen3'"));
 }
+
+}  // namespace qwen3_test

@@ -38,6 +38,9 @@
 #include "titan/train/trainer.hpp"
 #include "train/train_test_util.hpp"
 
+// Its own namespace: the build compiles sources in batches, where file-local names must not meet.
+namespace qwen3_train_test {
+
 using namespace titan;
 
 namespace {
@@ -490,3 +493,5 @@ TEST_CASE("qwen3-moe trainer updates the expert bias and resumes it bitwise", "[
   REQUIRE(resumed_bias.size() == bias.size());
   for (size_t i = 0; i < bias.size(); ++i) CHECK(at::equal(resumed_bias[i], bias[i]));
 }
+
+}  // namespace qwen3_train_test

@@ -164,23 +164,10 @@ std::string run_two_hosts(const Hosts& hosts, const std::vector<std::string>& jo
   return run_nodes([&](int k) { return static_node(hosts, k, job, master); }, env);
 }
 
-// step -> loss from metrics.jsonl (a resumed run appends; the latest line of a step wins).
-std::map<int64_t, double> losses(const fs::path& dump) {
-  std::map<int64_t, double> out;
-  std::istringstream in(titan::test::read_file(dump / "metrics.jsonl"));
-  for (std::string line; std::getline(in, line);) {
-    const auto j = nlohmann::json::parse(line);
-    if (j.contains("loss_metrics/global_avg_loss")) {
-      out[j.at("step").get<int64_t>()] = j.at("loss_metrics/global_avg_loss").get<double>();
-    }
-  }
-  return out;
-}
-
 // Steps first..last of `got` match `want` within 1e-5 relative: the same 8 sequences per step, reduced in
 // another order over the network (fp32 differences of ~1e-7 carried through a few Adam steps).
 void check_losses(const fs::path& want_dump, const fs::path& got_dump, int64_t first, int64_t last) {
-  const auto want = losses(want_dump), got = losses(got_dump);
+  const auto want = titan::test::metrics_losses(want_dump), got = titan::test::metrics_losses(got_dump);
   for (int64_t step = first; step <= last; ++step) {
     INFO("step " << step);
     REQUIRE(want.count(step) == 1);
@@ -320,7 +307,7 @@ TEST_CASE("two hosts: GLOO_SOCKET_IFNAME picks the interface and a wrong one is 
   TempDir good, bad;
   // The right interface: the job trains.
   run_two_hosts(hosts, concat(trainer(good.path, 1, 2), kFsdp4), {{"GLOO_SOCKET_IFNAME", "tn0"}});
-  CHECK(losses(good.path).size() == 1);
+  CHECK(titan::test::metrics_losses(good.path).size() == 1);
   // A wrong one: every rank stops within a minute naming it and the interfaces of its host, before the
   // store, so each host stops on its own: host 1 started after host 0 has gone does not wait for its store.
   const auto start = std::chrono::steady_clock::now();

@@ -8,6 +8,9 @@
 #include "titan/nn/init.hpp"
 #include "titan/nn/layers.hpp"
 
+// Its own namespace: the build compiles sources in batches, where file-local names must not meet.
+namespace layer_norm_test {
+
 using namespace titan;
 
 namespace {
@@ -66,3 +69,5 @@ TEST_CASE("LayerNorm in bf16 keeps fp32 statistics and resets to ones and zeros"
   // One bf16 rounding of values of size ~2: 2^-8 relative.
   CHECK(at::allclose(y.to(at::kDouble), want, 1e-2, 1e-2));
 }
+
+}  // namespace layer_norm_test

@@ -12,6 +12,9 @@
 #include "titan/core/config_loader.hpp"
 #include "titan/optim/adamw.hpp"
 
+// Its own namespace: the build compiles sources in batches, where file-local names must not meet.
+namespace param_groups_test {
+
 using namespace titan;
 
 namespace {
@@ -118,3 +121,5 @@ TEST_CASE("optimizer.exclude_from_weight_decay is a config key and its groups ne
   CHECK_THAT(test::error_of([&] { AdamW optimizer(params, bad, kNames); }),
              Catch::Contains("optimizer.exclude_from_weight_decay") && Catch::Contains("'(bias'"));
 }
+
+}  // namespace param_groups_test

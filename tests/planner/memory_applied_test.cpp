@@ -28,7 +28,7 @@
 #include "titan/parallel/planner.hpp"
 #include "titan/planner/memory_plan.hpp"
 
-namespace titan::test {
+namespace titan::test::memory_applied_test {
 namespace {
 
 // A family's model on a device; `modules`: a pipeline rank's part (empty: the whole model).
@@ -164,4 +164,4 @@ TEST_CASE("memory plan: a layer a model's sharding spec keeps whole under TP is 
   for (const auto& [pp_rank, bytes] : held_bytes(whole_last_ffn, config, shape)) CHECK(whole.parts.parameters == bytes);
 }
 
-}  // namespace titan::test
+}  // namespace titan::test::memory_applied_test

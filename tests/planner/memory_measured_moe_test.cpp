@@ -34,7 +34,7 @@
 #include "titan/parallel/parallelize.hpp"
 #include "titan/planner/memory_plan.hpp"
 
-namespace titan::test {
+namespace titan::test::memory_measured_moe_test {
 namespace {
 
 constexpr int64_t kSeqLen = 128;
@@ -156,4 +156,4 @@ TEST_CASE(
   }
 }
 
-}  // namespace titan::test
+}  // namespace titan::test::memory_measured_moe_test

@@ -23,7 +23,7 @@
 #include "titan/parallel/parallelize.hpp"
 #include "titan/planner/memory_plan.hpp"
 
-namespace titan::test {
+namespace titan::test::memory_measured_test {
 namespace {
 
 struct Case {
@@ -127,4 +127,4 @@ TEST_CASE("memory tracker books each rank thread apart and frees to the allocati
   CHECK(a.live(MemoryCategory::gradients) == 0);
 }
 
-}  // namespace titan::test
+}  // namespace titan::test::memory_measured_test

@@ -18,6 +18,9 @@
 #include "titan/models/llama3/model.hpp"
 #include "titan/planner/memory_plan.hpp"
 
+// Its own namespace: the build compiles sources in batches, where file-local names must not meet.
+namespace memory_plan_test {
+
 using Catch::Matchers::Contains;
 using titan::JobConfig;
 using titan::llama3::Llama3;
@@ -407,3 +410,5 @@ TEST_CASE("titan-plan --optimizer.implementation fused_opt_states_bf16 reports h
   CHECK(std::system(cmd.c_str()) != 0);
   CHECK_THAT(titan::test::read_file(out), Contains("optimizer.implementation") && Contains("training.dtype"));
 }
+
+}  // namespace memory_plan_test

@@ -19,6 +19,8 @@ void write_all(int fd, const std::string& data) {
   }
 }
 
+void say(const std::string& message) { write_all(STDERR_FILENO, "titan-run: " + message + "\n"); }
+
 void LinePrefixer::feed(const char* data, std::size_t size) {
   std::string out;
   for (std::size_t i = 0; i < size; ++i) {

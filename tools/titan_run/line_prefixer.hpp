@@ -28,4 +28,7 @@ class LinePrefixer {
 /// write() all of `data` to `fd`, retrying short writes; output errors are ignored (nowhere to report).
 void write_all(int fd, const std::string& data);
 
+/// One line of titan-run's own on stderr, "titan-run: <message>".
+void say(const std::string& message);
+
 }  // namespace titan_run

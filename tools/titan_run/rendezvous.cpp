@@ -25,8 +25,6 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-void say(const std::string& message) { write_all(STDERR_FILENO, "titan-run: " + message + "\n"); }
-
 std::string endpoint(const Options& o) { return o.master_addr + ":" + std::to_string(o.master_port); }
 
 // Every address of host:port, for bind (passive) or connect.

@@ -31,8 +31,6 @@ std::string signal_name(int sig) {
   return abbrev != nullptr ? std::string("SIG") + abbrev : "signal " + std::to_string(sig);
 }
 
-void say(const std::string& message) { write_all(STDERR_FILENO, "titan-run: " + message + "\n"); }
-
 // A folder of the launcher's own for the hang report: a rank whose heartbeat finder saw another rank hang
 // writes one line to <folder>/hang (TITAN_RUN_HANG_FILE, src/dist/heartbeat.cpp) before any rank exits, so
 // the failure can name the hung rank rather than the first rank that exited. Removed with the launcher.
