@@ -46,11 +46,12 @@ inline std::vector<std::string> concat(std::vector<std::string> a, const std::ve
   return a;
 }
 
-/// train_llama3 and its flags for the deterministic CPU debug job: the debug model on tinyshakespeare (the tests'
-/// BPE tokenizer), one thread per rank, `steps` steps of `local_batch` sequences of 32 tokens per rank, every step
-/// logged to `dump`.
-inline std::vector<std::string> debug_trainer(const fs::path& dump, int64_t steps, int64_t local_batch) {
-  return {(binary_dir() / "bin" / "train_llama3").string(),
+/// `program` (a program of bin/) and its flags for the deterministic CPU debug job: the debug flavor on
+/// tinyshakespeare (the tests' BPE tokenizer), one thread per rank, `steps` steps of `local_batch` sequences of 32
+/// tokens per rank, every step logged to `dump`. Later flags override these.
+inline std::vector<std::string> debug_job(const std::string& program, const fs::path& dump, int64_t steps,
+                                          int64_t local_batch) {
+  return {(binary_dir() / "bin" / program).string(),
           "--model.flavor",
           "debugmodel",
           "--model.hf_assets_path",
@@ -77,6 +78,11 @@ inline std::vector<std::string> debug_trainer(const fs::path& dump, int64_t step
           dump.string(),
           "--metrics.log_freq",
           "1"};
+}
+
+/// train_llama3 with the debug job's flags.
+inline std::vector<std::string> debug_trainer(const fs::path& dump, int64_t steps, int64_t local_batch) {
+  return debug_job("train_llama3", dump, steps, local_batch);
 }
 
 /// The fault-tolerance tests' job: debug_trainer with 2 FSDP ranks of 2 sequences each.

@@ -334,54 +334,9 @@ namespace {
 
 // The debug model on tinyshakespeare (the tests' BPE tokenizer), deterministic, one thread.
 std::vector<std::string> driver_args(const std::filesystem::path& dump, int64_t steps) {
-  return {(test::binary_dir() / "bin" / "train").string(),
-          "--model.name",
-          "qwen3",
-          "--model.flavor",
-          "debugmodel",
-          "--model.hf_assets_path",
-          test::test_tokenizer().string(),
-          "--training.dataset",
-          "tinyshakespeare",
-          "--training.dataset_path",
-          test::tinyshakespeare().string(),
-          "--training.seq_len",
-          "32",
-          "--training.local_batch_size",
-          "2",
-          "--training.steps",
-          std::to_string(steps),
-          "--training.num_threads",
-          "1",
-          "--debug.seed",
-          "7",
-          "--debug.deterministic",
-          "true",
-          "--lr_scheduler.warmup_steps",
-          "2",
-          "--lr_scheduler.total_steps",
-          "4",
-          "--checkpoint.enable",
-          "true",
-          "--checkpoint.interval",
-          "2",
-          "--checkpoint.last_save_model_only",
-          "false",
-          "--metrics.log_freq",
-          "1",
-          "--job.dump_folder",
-          dump.string()};
-}
-
-// step -> loss from metrics.jsonl (a resumed run appends; the latest line of a step wins).
-std::map<int64_t, double> logged_losses(const std::filesystem::path& dump) {
-  std::map<int64_t, double> out;
-  std::istringstream in(test::read_file(dump / "metrics.jsonl"));
-  for (std::string line; std::getline(in, line);) {
-    const auto j = nlohmann::json::parse(line);
-    out[j.at("step").get<int64_t>()] = j.at("loss_metrics/global_avg_loss").get<double>();
-  }
-  return out;
+  return test::concat(test::debug_job("train", dump, steps, /*local_batch=*/2),
+                      {"--model.name", "qwen3", "--lr_scheduler.total_steps", "4", "--checkpoint.enable", "true",
+                       "--checkpoint.interval", "2", "--checkpoint.last_save_model_only", "false"});
 }
 
 }  // namespace
@@ -400,7 +355,7 @@ TEST_CASE("train --model.name qwen3 resumes from its checkpoint bitwise", "[mode
   test::Subprocess second(driver_args(resumed.path, 4), env);
   test::require_exit(second, 0, 300);
   CHECK_THAT(second.output(), Catch::Contains("Resuming at step 3"));
-  const auto want = logged_losses(straight.path), got = logged_losses(resumed.path);
+  const auto want = test::metrics_losses(straight.path), got = test::metrics_losses(resumed.path);
   REQUIRE(want.size() == 4);
   REQUIRE(got.size() == 4);
   for (int64_t step = 1; step <= 4; ++step) {

@@ -25,49 +25,11 @@ struct Job {
 // `program` on tinyshakespeare under titan-run with 2 ranks: `steps` steps of 4 sequences of 32 tokens, a full
 // checkpoint every 3 steps and at the end.
 std::vector<std::string> job_args(const std::string& program, const Job& job, const fs::path& dump, int64_t steps) {
-  std::vector<std::string> args = {titan_run_path(),
-                                   "--nproc-per-node",
-                                   "2",
-                                   "--",
-                                   (binary_dir() / "bin" / program).string(),
-                                   "--model.name",
-                                   job.model,
-                                   "--model.flavor",
-                                   job.flavor,
-                                   "--model.hf_assets_path",
-                                   test_tokenizer().string(),
-                                   "--training.dataset",
-                                   "tinyshakespeare",
-                                   "--training.dataset_path",
-                                   tinyshakespeare().string(),
-                                   "--training.seq_len",
-                                   "32",
-                                   "--training.local_batch_size",
-                                   "2",
-                                   "--training.steps",
-                                   std::to_string(steps),
-                                   "--training.num_threads",
-                                   "1",
-                                   "--debug.seed",
-                                   "7",
-                                   "--debug.deterministic",
-                                   "true",
-                                   "--lr_scheduler.warmup_steps",
-                                   "2",
-                                   "--optimizer.lr",
-                                   "1e-2",
-                                   "--activation_checkpoint.mode",
-                                   "none",
-                                   "--metrics.log_freq",
-                                   "1",
-                                   "--checkpoint.enable",
-                                   "true",
-                                   "--checkpoint.interval",
-                                   "3",
-                                   "--checkpoint.last_save_model_only",
-                                   "false",
-                                   "--job.dump_folder",
-                                   dump.string()};
+  std::vector<std::string> args =
+      concat({titan_run_path(), "--nproc-per-node", "2", "--"}, debug_job(program, dump, steps, /*local_batch=*/2));
+  args.insert(args.end(), {"--model.name", job.model, "--model.flavor", job.flavor, "--optimizer.lr", "1e-2",
+                           "--activation_checkpoint.mode", "none", "--checkpoint.enable", "true",
+                           "--checkpoint.interval", "3", "--checkpoint.last_save_model_only", "false"});
   args.insert(args.end(), job.degrees.begin(), job.degrees.end());
   return args;
 }
