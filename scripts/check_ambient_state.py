@@ -214,7 +214,9 @@ def compile_entries(build):
 
 def library_objects(build):
     """(object path, source path) for every object of libtitan.a, checked against the archive and the sources."""
-    pairs = [(obj, src) for obj, src in compile_entries(build) if "/CMakeFiles/titan.dir/" in obj.replace(os.sep, "/")]
+    # titan's own objects and its CUDA glue's (an object library of its own: CMakeLists.txt says why).
+    parts = ("/CMakeFiles/titan.dir/", "/CMakeFiles/titan_cuda.dir/")
+    pairs = [(obj, src) for obj, src in compile_entries(build) if any(p in obj.replace(os.sep, "/") for p in parts)]
     archive = os.path.join(build, "libtitan.a")
     if not pairs or not os.path.exists(archive):
         fail(f"expected {archive} and its objects, got none. Build it: cmake --build {build} --target titan")
