@@ -23,6 +23,9 @@ build_consumer() {
   shift 3
   rm -rf "$build"
   mkdir -p "$(dirname "$build")"
+  # Paths under the clone hashed relative to it (as the main build's ccache launcher does), so that a fresh
+  # clone's consumer is compiled from the cache.
+  export CCACHE_BASEDIR="${CCACHE_BASEDIR:-$(cd "$here/../.." && pwd)}" CCACHE_NOHASHDIR=1
   "$cmake" -S "$here/consumer" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_PREFIX_PATH="$prefix" \
     -DCMAKE_CXX_COMPILER_LAUNCHER=ccache "$@" >"$build.configure.log" 2>&1 ||
     { cat "$build.configure.log"; fail "the consumer did not configure"; }
