@@ -30,6 +30,7 @@ APT_PACKAGES=(
   iproute2 procps   # ip netns / veth: the multi-host tests' hosts; pgrep: their teardown finds what is left
   libgloo-dev   # headers only: the torch wheel ships c10d's ProcessGroupGloo.hpp but not the gloo headers it includes
   fortunes fortunes-min   # the default training corpus: real English quotations
+  slurmctld slurmd slurm-client munge   # tests/slurm: the sbatch script under a real Slurm in network namespaces
 )
 missing=()
 for pkg in "${APT_PACKAGES[@]}"; do
