@@ -105,6 +105,7 @@
 #include "titan/parallel/sharding_spec.hpp"
 #include "titan/parallel/tensor_parallel.hpp"
 #include "titan/planner/memory_plan.hpp"
+#include "titan/quant/nf4.hpp"
 #include "titan/train/checkpointing.hpp"
 #include "titan/train/data_setup.hpp"
 #include "titan/train/moe_balancing.hpp"
