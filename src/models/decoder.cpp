@@ -24,9 +24,11 @@ DecoderBlock::DecoderBlock(int64_t layer_id_, Parts parts, const DecoderShape& s
                     "attention {}, feed_forward {}, moe {}. Fix the family's block factory.",
                     shape.where, layer_id_, parts.attention != nullptr, parts.feed_forward != nullptr,
                     parts.moe != nullptr);
-  attention_norm = register_module("attention_norm", std::make_shared<nn::RMSNorm>(shape.dim, shape.norm_eps, options));
+  attention_norm = register_module(
+      "attention_norm", std::make_shared<nn::RMSNorm>(shape.dim, shape.norm_eps, options, shape.norm_unit_offset));
   attention = register_module("attention", std::move(parts.attention));
-  ffn_norm = register_module("ffn_norm", std::make_shared<nn::RMSNorm>(shape.dim, shape.norm_eps, options));
+  ffn_norm = register_module("ffn_norm",
+                             std::make_shared<nn::RMSNorm>(shape.dim, shape.norm_eps, options, shape.norm_unit_offset));
   if (parts.moe) {
     moe = register_module("moe", std::move(parts.moe));
   } else {
@@ -84,7 +86,8 @@ Decoder::Decoder(DecoderShape shape, int64_t seq_len, const at::TensorOptions& o
                                                 std::make_shared<DecoderBlock>(i, make_block(i), shape_, options)));
   }
   if (part.holds("norm"))
-    norm = register_module("norm", std::make_shared<nn::RMSNorm>(shape_.dim, shape_.norm_eps, options));
+    norm = register_module(
+        "norm", std::make_shared<nn::RMSNorm>(shape_.dim, shape_.norm_eps, options, shape_.norm_unit_offset));
   if (!shape_.tied && part.holds("output")) {
     output = register_module("output", std::make_shared<nn::Linear>(shape_.dim, shape_.vocab_size, options));
   }
@@ -210,8 +213,9 @@ int64_t Decoder::num_flops_per_token(int64_t seq_len) const {
       shape_.moe_num_experts > 0 ? g.routed_experts * shape_.moe_top_k / shape_.moe_num_experts : 0;
   // The embedding lookup is not a matmul, unless the same matrix is also the output head.
   const int64_t head = shape_.tied ? g.embedding : 0;
-  return 6 * (g.dense + head + g.router + g.shared_experts + active_experts) +
-         6 * shape_.n_layers * shape_.n_heads * (shape_.head_dim + shape_.v_head_dim) * seq_len;
+  int64_t attention = 0;
+  for (int64_t i = 0; i < shape_.n_layers; ++i) attention += attention_flops_per_token(shape_, i, seq_len);
+  return 6 * (g.dense + head + g.router + g.shared_experts + active_experts) + attention;
 }
 
 std::vector<std::shared_ptr<nn::MoE>> Decoder::moe_layers() const {

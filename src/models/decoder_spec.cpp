@@ -96,6 +96,7 @@ void add_block_roles(parallel::ShardingSpec& spec, const DecoderShape& shape, in
   if (is_moe_layer(shape, i)) {
     parallel::MoeModule moe{.path = block + ".moe", .replicated = {"router"}};
     if (shape.shared_experts) moe.replicated.push_back("shared_experts");
+    if (shape.shared_expert_gate) moe.replicated.push_back("shared_gate");
     spec.moe.push_back(std::move(moe));
     tp.emplace_back(block + ".moe", Role::moe);
     return;
@@ -121,6 +122,7 @@ parallel::ShardingSpec decoder_sharding_spec(const DecoderShape& shape) {
       std::vector<std::string> dense{block + ".attention_norm", block + ".attention", block + ".ffn_norm",
                                      block + ".moe.router"};
       if (shape.shared_experts) dense.push_back(block + ".moe.shared_experts");
+      if (shape.shared_expert_gate) dense.push_back(block + ".moe.shared_gate");
       spec.fsdp_units.push_back(std::move(dense));
       spec.fsdp_units.push_back({block + ".moe.experts"});
     } else {
@@ -160,6 +162,12 @@ parallel::ShardingSpec decoder_sharding_spec(const DecoderShape& shape) {
   return spec;
 }
 
+int64_t attention_flops_per_token(const DecoderShape& shape, int64_t layer, int64_t seq_len) {
+  const auto& linear = shape.linear_attention_layers;
+  if (std::find(linear.begin(), linear.end(), layer) != linear.end()) return shape.linear_attention_flops;
+  return 6 * shape.n_heads * (shape.head_dim + shape.v_head_dim) * seq_len;
+}
+
 parallel::PipelineModuleCosts pipeline_costs(const Decoder& model, int64_t seq_len) {
   const DecoderShape& shape = model.shape();
   TITAN_CHECK_VALUE(model.tok_embeddings && model.norm && static_cast<int64_t>(model.layers.size()) == shape.n_layers,
@@ -170,9 +178,11 @@ parallel::PipelineModuleCosts pipeline_costs(const Decoder& model, int64_t seq_l
     const int64_t experts = shape.moe_num_experts > 0 ? g.routed_experts * shape.moe_top_k / shape.moe_num_experts : 0;
     return 6.0 * static_cast<double>(g.dense + g.router + g.shared_experts + experts);
   };
-  const double attention = 6.0 * static_cast<double>(shape.n_heads * (shape.head_dim + shape.v_head_dim) * seq_len);
   parallel::PipelineModuleCosts costs;
-  for (const auto& block : model.layers) costs.layers.push_back(flops(parameter_groups(*block)) + attention);
+  for (const auto& block : model.layers) {
+    costs.layers.push_back(flops(parameter_groups(*block)) +
+                           static_cast<double>(attention_flops_per_token(shape, block->layer_id, seq_len)));
+  }
   costs.output = flops(parameter_groups(*model.norm));
   costs.output += shape.tied ? 6.0 * static_cast<double>(model.tok_embeddings->weight.numel())
                              : flops(parameter_groups(*model.output));

@@ -19,6 +19,8 @@
 #include "titan/models/model_spec.hpp"
 #include "titan/models/qwen3/hf_adapter.hpp"
 #include "titan/models/qwen3/model.hpp"
+#include "titan/models/qwen3_5/hf_adapter.hpp"
+#include "titan/models/qwen3_5/model.hpp"
 
 namespace titan::models {
 namespace {
@@ -60,7 +62,11 @@ struct Registry {
                                                deepseek_v3::flavor, deepseek_v3::args_from_hf_config),
               deepseek_v3::attention_memory),
           bundled<gpt_oss::GptOss>("gpt_oss", {"GptOssForCausalLM"}, gpt_oss::flavor_names, gpt_oss::flavor,
-                                   gpt_oss::args_from_hf_config)}) {
+                                   gpt_oss::args_from_hf_config),
+          bundled<qwen3_5::Qwen35>("qwen3_5", {"Qwen3_5ForCausalLM"}, qwen3_5::flavor_names, qwen3_5::flavor,
+                                   qwen3_5::args_from_hf_config),
+          bundled<qwen3_5::Qwen35>("qwen3_5_moe", {"Qwen3_5MoeForCausalLM"}, qwen3_5::moe_flavor_names,
+                                   qwen3_5::moe_flavor, qwen3_5::args_from_hf_config)}) {
       specs.emplace(spec.name, std::move(spec));
     }
   }

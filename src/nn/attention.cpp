@@ -28,6 +28,7 @@ Attention::Attention(int64_t dim, int64_t n_heads_, int64_t n_kv_heads_, const a
       n_kv_heads(n_kv_heads_),
       head_dim(extra.head_dim > 0 ? extra.head_dim : dim / n_heads_),
       sliding_window(extra.sliding_window),
+      rotary_dim(extra.rotary_dim > 0 ? extra.rotary_dim : head_dim),
       position_encoding(extra.position_encoding) {
   TITAN_CHECK_VALUE(extra.head_dim > 0 || dim % n_heads == 0,
                     "[titan::nn::Attention] expected dim divisible by n_heads, got dim={} "
@@ -39,14 +40,21 @@ Attention::Attention(int64_t dim, int64_t n_heads_, int64_t n_kv_heads_, const a
                     n_heads, n_kv_heads);
   TITAN_CHECK_VALUE(extra.sliding_window >= 0, "[titan::nn::Attention] expected sliding_window >= 0 (0: none), got {}.",
                     extra.sliding_window);
+  TITAN_CHECK_VALUE(rotary_dim > 0 && rotary_dim <= head_dim && rotary_dim % 2 == 0,
+                    "[titan::nn::Attention] expected an even rotary_dim in [2, head_dim = {}] (0: head_dim), got {}. "
+                    "Fix the rotary fraction.",
+                    head_dim, extra.rotary_dim);
   wq = register_module("wq", std::make_shared<Linear>(dim, n_heads * head_dim, options, extra.bias));
   wk = register_module("wk", std::make_shared<Linear>(dim, n_kv_heads * head_dim, options, extra.bias));
   wv = register_module("wv", std::make_shared<Linear>(dim, n_kv_heads * head_dim, options, extra.bias));
   wo = register_module("wo", std::make_shared<Linear>(n_heads * head_dim, dim, options, extra.bias));
+  if (extra.output_gate) wg = register_module("wg", std::make_shared<Linear>(dim, n_heads * head_dim, options));
   if (extra.sinks) sinks = register_parameter("sinks", at::empty({n_heads}, options));
   if (extra.qk_norm) {
-    q_norm = register_module("q_norm", std::make_shared<RMSNorm>(head_dim, extra.qk_norm_eps, options));
-    k_norm = register_module("k_norm", std::make_shared<RMSNorm>(head_dim, extra.qk_norm_eps, options));
+    q_norm = register_module(
+        "q_norm", std::make_shared<RMSNorm>(head_dim, extra.qk_norm_eps, options, extra.qk_norm_unit_offset));
+    k_norm = register_module(
+        "k_norm", std::make_shared<RMSNorm>(head_dim, extra.qk_norm_eps, options, extra.qk_norm_unit_offset));
   }
 }
 
@@ -67,12 +75,21 @@ at::Tensor Attention::forward(const at::Tensor& x, const RopeTables& rope, const
     k = rotate(k, rope, context.positions).transpose(1, 2);  // (B, KVH, S, HD)
     v = v.transpose(1, 2);                                   // (B, KVH, S, HD)
     const at::Tensor out = attend(q, k, v, context);         // (B, H, S, HD)
-    return wo->forward(out.transpose(1, 2).reshape({bsz, seq, -1}));
+    return project_out(out.transpose(1, 2).reshape({bsz, seq, -1}), in);
   });
 }
 
 at::Tensor Attention::rotate(const at::Tensor& x, const RopeTables& rope, const at::Tensor& positions) const {
-  return position_encoding == PositionEncoding::rope ? apply_rope(x, rope, positions) : x;
+  if (position_encoding != PositionEncoding::rope) return x;
+  if (rotary_dim == head_dim) return apply_rope(x, rope, positions);
+  return at::cat(
+      {apply_rope(x.narrow(-1, 0, rotary_dim), rope, positions), x.narrow(-1, rotary_dim, head_dim - rotary_dim)},
+      -1);  // (B, S, heads, HD)
+}
+
+at::Tensor Attention::project_out(const at::Tensor& out, const at::Tensor& x) const {
+  if (!wg) return wo->forward(out);
+  return wo->forward(out * at::sigmoid(wg->forward(x)));  // (B, S, D)
 }
 
 at::Tensor Attention::attend(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
@@ -109,8 +126,8 @@ at::Tensor Attention::forward_cached(const at::Tensor& x, const RopeTables& rope
     const auto [keys, values] = cache.append(layer, k, v.transpose(1, 2));  // (B, KVH, T, HD)
     const at::Tensor out = sinks.defined() || sliding_window > 0
                                ? cached_sink_attention(q, keys, values, mask, sinks, sliding_window)
-                               : cached_attention(q, keys, values, mask);  // (B, H, S, HD)
-    return wo->forward(out.transpose(1, 2).reshape({bsz, count, -1}));     // (B, S, D)
+                               : cached_attention(q, keys, values, mask);   // (B, H, S, HD)
+    return project_out(out.transpose(1, 2).reshape({bsz, count, -1}), in);  // (B, S, D)
   });
 }
 
@@ -118,8 +135,9 @@ void Attention::init_weights(const InitSite& site, double out_std) {
   // torchtitan's gpt-oss (the biased attention) draws its input projections from the block's std too.
   const double in_std = wq->bias.defined() ? out_std : kInStd;
   const std::pair<const char*, Linear*> projections[] = {
-      {"wq", wq.get()}, {"wk", wk.get()}, {"wv", wv.get()}, {"wo", wo.get()}};
+      {"wq", wq.get()}, {"wk", wk.get()}, {"wv", wv.get()}, {"wo", wo.get()}, {"wg", wg.get()}};
   for (const auto& [name, linear] : projections) {
+    if (linear == nullptr) continue;
     const double sd = linear == wo.get() ? out_std : in_std;
     trunc_normal_(linear->weight, site / fmt::format("{}.weight", name), 0.0, sd, kCutLow, kCutHigh);
     if (linear->bias.defined())

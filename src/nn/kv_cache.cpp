@@ -8,7 +8,11 @@
 namespace titan::nn {
 
 KVCache::KVCache(int64_t n_layers, int64_t capacity, const at::Tensor& pad)
-    : capacity_(capacity), pad_(pad), keys_(static_cast<size_t>(n_layers)), values_(static_cast<size_t>(n_layers)) {
+    : capacity_(capacity),
+      pad_(pad),
+      keys_(static_cast<size_t>(n_layers)),
+      values_(static_cast<size_t>(n_layers)),
+      states_(static_cast<size_t>(n_layers)) {
   TITAN_CHECK_VALUE(n_layers > 0 && capacity > 0,
                     "[titan::nn::KVCache] expected n_layers > 0 and capacity > 0, got {} and {}.", n_layers, capacity);
   TITAN_CHECK_VALUE(!pad.defined() || (pad.dim() == 1 && pad.scalar_type() == at::kLong),
@@ -55,6 +59,15 @@ std::pair<at::Tensor, at::Tensor> KVCache::append(int64_t layer, const at::Tenso
 }
 
 void KVCache::advance(int64_t count) { length_ += count; }
+
+at::Tensor& KVCache::recurrent_state(int64_t layer, int64_t slot) {
+  TITAN_CHECK_VALUE(layer >= 0 && layer < static_cast<int64_t>(states_.size()) && slot >= 0,
+                    "[titan::nn::KVCache] expected a layer in [0, {}) and a slot >= 0, got layer {} slot {}.",
+                    states_.size(), layer, slot);
+  std::vector<at::Tensor>& slots = states_[static_cast<size_t>(layer)];
+  if (slot >= static_cast<int64_t>(slots.size())) slots.resize(static_cast<size_t>(slot + 1));
+  return slots[static_cast<size_t>(slot)];
+}
 
 at::Tensor cached_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& mask) {
   return at::scaled_dot_product_attention(q, k, v, mask, /*dropout_p=*/0.0, /*is_causal=*/false,

@@ -73,7 +73,8 @@ at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& w, double eps) {  // 
 
 }  // namespace
 
-RMSNorm::RMSNorm(int64_t dim, double eps_, const at::TensorOptions& options) : eps(eps_) {
+RMSNorm::RMSNorm(int64_t dim, double eps_, const at::TensorOptions& options, bool unit_offset_)
+    : eps(eps_), unit_offset(unit_offset_) {
   weight = register_parameter("weight", at::empty({dim}, options));
 }
 
@@ -81,11 +82,21 @@ at::Tensor RMSNorm::forward(const at::Tensor& x) const {
   // at::rms_norm accumulates in fp32 for bf16 input (torchtitan's nn.RMSNorm numerics), with the
   // weight applied in the same op.
   return parallel::module_call(*this, x, [&](const at::Tensor& in) {
-    return parallel::with_param(weight, [&](const at::Tensor& w) { return nn::rms_norm(in, w, eps); });
+    return parallel::with_param(weight, [&](const at::Tensor& w) {
+      if (!unit_offset) return nn::rms_norm(in, w, eps);
+      // 1 + w in fp32 (HF's Qwen3.5 numerics): in bf16 the sum would round away most of w.
+      return nn::rms_norm(in.to(at::kFloat), w.to(at::kFloat) + 1.0, eps).to(in.scalar_type());
+    });
   });
 }
 
-void RMSNorm::reset_parameters() { ones_(weight); }
+void RMSNorm::reset_parameters() {
+  if (unit_offset) {
+    zeros_(weight);
+  } else {
+    ones_(weight);
+  }
+}
 
 LayerNorm::LayerNorm(int64_t dim, double eps_, const at::TensorOptions& options, bool bias_) : eps(eps_) {
   weight = register_parameter("weight", at::empty({dim}, options));

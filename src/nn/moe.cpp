@@ -114,6 +114,11 @@ void validate(const MoEArgs& a) {
   TITAN_CHECK_VALUE(a.num_shared_experts >= 0,
                     "[titan::nn::MoE] expected num_shared_experts >= 0, got {}. Use 0 for no shared experts.",
                     a.num_shared_experts);
+  TITAN_CHECK_VALUE(a.shared_expert_dim >= 0 && (!a.shared_expert_gate || a.num_shared_experts > 0),
+                    "[titan::nn::MoE] expected shared_expert_dim >= 0 and shared experts under a shared_expert_gate, "
+                    "got shared_expert_dim {}, num_shared_experts {}, shared_expert_gate {}. Set num_shared_experts "
+                    "1 for a gated shared expert.",
+                    a.shared_expert_dim, a.num_shared_experts, a.shared_expert_gate);
   TITAN_CHECK_VALUE(a.activation == ExpertActivation::swiglu || (a.swiglu_alpha > 0.0 && a.swiglu_limit > 0.0),
                     "[titan::nn::MoE] expected clamped_swiglu's swiglu_alpha and swiglu_limit > 0, got {} and {}. Use "
                     "gpt-oss's 1.702 and 7.0.",
@@ -345,8 +350,11 @@ MoE::MoE(const MoEArgs& args_, int64_t dim, int64_t hidden_dim, const at::Tensor
   router = register_module("router", std::make_shared<TokenChoiceTopKRouter>(dim, args, options));
   experts = register_module("experts", std::make_shared<GroupedExperts>(dim, hidden_dim, args, options));
   if (args.num_shared_experts > 0) {
-    shared_experts = register_module("shared_experts",
-                                     std::make_shared<FeedForward>(dim, hidden_dim * args.num_shared_experts, options));
+    const int64_t shared_dim =
+        args.shared_expert_dim > 0 ? args.shared_expert_dim : hidden_dim * args.num_shared_experts;
+    shared_experts = register_module("shared_experts", std::make_shared<FeedForward>(dim, shared_dim, options));
+    if (args.shared_expert_gate)
+      shared_gate = register_module("shared_gate", std::make_shared<Linear>(dim, 1, options));
   }
   const at::TensorOptions fp32 = options.dtype(at::kFloat);
   if (args.load_balance_coeff > 0.0) expert_bias = register_buffer("expert_bias", at::zeros({args.num_experts}, fp32));
@@ -382,7 +390,11 @@ at::Tensor MoE::forward(const at::Tensor& x) const {
           ? per_slot.sum(1)
           : at::bmm(r.top_scores.view({tokens, 1, k}), per_slot.to(at::kFloat)).squeeze(1).to(x.scalar_type());
   out = out.view(x.sizes());  // (B, S, D)
-  out = shared_experts ? shared_experts->forward(x) + out : out;
+  if (shared_gate) {
+    out = at::sigmoid(shared_gate->forward(x)) * shared_experts->forward(x) + out;  // (B, S, D)
+  } else if (shared_experts) {
+    out = shared_experts->forward(x) + out;
+  }
   if (args.load_balance_loss_weight == 0.0 || !c10::GradMode::is_enabled() || !r.scores.requires_grad()) return out;
   const at::Tensor aux = sequence_balance_loss(r.scores, r.selected_experts, x.size(0), args.load_balance_loss_weight) *
                          aux_loss_scale;  // ()
@@ -397,6 +409,7 @@ void MoE::init_weights(const InitSite& site, double init_std) {
   experts->init_weights(site / "experts", init_std);
   router->init_weights(site / "router", init_std);
   if (shared_experts) shared_experts->init_weights(site / "shared_experts", init_std);
+  if (shared_gate) trunc_normal_(shared_gate->weight, site / "shared_gate.weight", 0.0, init_std, -2.0, 2.0);
   at::NoGradGuard no_grad;
   if (expert_bias.defined()) expert_bias.zero_();
   tokens_per_expert.zero_();

@@ -84,7 +84,8 @@ class DecoderBlock : public torch::nn::Module {
 
 /// A registered family's model, as the registry builds it: the arguments of Trainer<models::Decoder>.
 struct DecoderArgs {
-  /// The family (model.name): "llama3", "qwen3", "deepseek_v3", "gpt_oss" or one added with register_model.
+  /// The family (model.name): "llama3", "qwen3", "qwen3_5", "qwen3_5_moe", "deepseek_v3", "gpt_oss" or one added
+  /// with register_model.
   std::string family = "llama3";
   /// Its flavor (model.flavor).
   std::string flavor = "debugmodel";
@@ -136,8 +137,9 @@ class Decoder : public torch::nn::Module {
   /// global shapes: the same before and after parallelize.
   int64_t num_params() const;
   /// torchtitan's training FLOPs per token: 6 * (non-embedding parameters, of the routed experts the
-  /// top_k / num_experts active share; a tied embedding counts as the output matmul it also is) +
-  /// 6 * L * H * (head_dim + v_head_dim) * S.
+  /// top_k / num_experts active share; a tied embedding counts as the output matmul it also is) + each block's
+  /// attention_flops_per_token (models/decoder_spec.hpp): 6 * L * H * (head_dim + v_head_dim) * S without linear
+  /// attention.
   int64_t num_flops_per_token(int64_t seq_len) const;
   /// The MoE layers this part holds, in block order (for expert-bias updates and load logging).
   std::vector<std::shared_ptr<nn::MoE>> moe_layers() const;

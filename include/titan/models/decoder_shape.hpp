@@ -28,6 +28,8 @@ struct DecoderShape {
   int64_t v_head_dim = 0;
   /// Epsilon of the block norms and the final norm.
   double norm_eps = 1e-5;
+  /// The block norms and the final norm scale by 1 + weight (Qwen3.5's zero-centred norms).
+  bool norm_unit_offset = false;
   /// Longest sequence the model supports; training.seq_len may not exceed it.
   int64_t max_seq_len = 0;
   /// The output projection is the embedding matrix (no `output` module).
@@ -41,6 +43,12 @@ struct DecoderShape {
   std::vector<int64_t> moe_layers{};
   /// Those MoE layers have `moe.shared_experts`.
   bool shared_experts = false;
+  /// Their shared experts' output is scaled by a sigmoid gate, `moe.shared_gate` (Qwen3.5-MoE).
+  bool shared_expert_gate = false;
+  /// Blocks whose attention is linear (Gated DeltaNet): a recurrent state in place of a softmax over the sequence.
+  std::vector<int64_t> linear_attention_layers{};
+  /// Training FLOPs per token of one such block's recurrence (beside its projections' 6N); none grow with S.
+  int64_t linear_attention_flops = 0;
   /// Experts each token is routed to (for the active-parameter FLOPs); 0 without MoE.
   int64_t moe_top_k = 0;
   /// Routed experts per MoE layer; 0 without MoE.

@@ -89,9 +89,14 @@ ParameterGroups parameter_groups(const torch::nn::Module& model);
 
 class Decoder;
 
+/// Training FLOPs per token of block `layer`'s attention beyond its projections, at seq_len tokens per sequence:
+/// 6 x H x (head_dim + v_head_dim) x seq_len for softmax attention (torchtitan's, no causal discount), the shape's
+/// linear_attention_flops for a linear-attention block.
+int64_t attention_flops_per_token(const DecoderShape& shape, int64_t layer, int64_t seq_len);
+
 /// Training FLOPs per token of each part a pipeline split places, at seq_len tokens per sequence, as
 /// num_flops_per_token counts them (their sum is num_flops_per_token): a block 6 x its parameters (of the
-/// routed experts the top_k / num_experts active share) + 6 x H x (head_dim + v_head_dim) x seq_len; the
+/// routed experts the top_k / num_experts active share) + its attention_flops_per_token; the
 /// embedding lookup 0; norm + output 6 x their parameters (a tied embedding, as the head it also is).
 /// `model` must hold every module (build it on meta).
 parallel::PipelineModuleCosts pipeline_costs(const Decoder& model, int64_t seq_len);

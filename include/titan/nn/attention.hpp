@@ -2,8 +2,9 @@
 // Causal grouped-query self-attention through the SDPA kernels (flash on CPU and CUDA), with RoPE on
 // q and k (or no position encoding of its own) and no biases; optionally a head_dim independent of dim, an RMSNorm on
 // each q and k head before RoPE (Qwen3's q/k norm), and gpt-oss's projection biases, per-head sinks and sliding window
-// (nn/sink_attention.hpp). The forward's nn::AttentionContext supplies per-document positions and
-// masks and, under context parallelism, the sequence's split over the cp ranks (see sequence_attention.hpp).
+// (nn/sink_attention.hpp), and Qwen3.5's RoPE on part of each head and sigmoid output gate. The forward's
+// nn::AttentionContext supplies per-document positions and masks and, under context parallelism, the sequence's split
+// over the cp ranks (see sequence_attention.hpp).
 #pragma once
 
 #include <memory>
@@ -51,6 +52,14 @@ struct AttentionOptions {
   bool qk_norm = false;
   /// Epsilon of the q/k norms.
   double qk_norm_eps = 1e-6;
+  /// The q/k norms scale by 1 + weight (Qwen3.5's zero-centred norms, nn::RMSNorm's unit_offset).
+  bool qk_norm_unit_offset = false;
+  /// RoPE rotates the first rotary_dim features of each q/k head and passes the rest (Qwen3.5: head_dim / 4);
+  /// 0 = all of them. The RopeTables cover rotary_dim.
+  int64_t rotary_dim = 0;
+  /// A sigmoid gate per output feature, sigmoid(wg x) with wg (H*HD, D), multiplies the attention output before wo
+  /// (Qwen3.5's gated attention).
+  bool output_gate = false;
   /// wq/wk/wv/wo have biases (gpt-oss).
   bool bias = false;
   /// A learned logit per query head joins every softmax denominator, `sinks` (H) (gpt-oss).
@@ -75,18 +84,23 @@ class Attention : public AttentionLayer {
   int64_t n_kv_heads;
   int64_t head_dim;
   int64_t sliding_window;  // 0: full causal
+  int64_t rotary_dim;      // features of each head RoPE rotates (head_dim: all)
   PositionEncoding position_encoding;
   std::shared_ptr<Linear> wq;       // weight (H*HD, D), bias (H*HD) with bias
   std::shared_ptr<Linear> wk;       // weight (KVH*HD, D), bias (KVH*HD) with bias
   std::shared_ptr<Linear> wv;       // weight (KVH*HD, D), bias (KVH*HD) with bias
   std::shared_ptr<Linear> wo;       // weight (D, H*HD), bias (D) with bias
+  std::shared_ptr<Linear> wg;       // weight (H*HD, D); null without output_gate
   at::Tensor sinks;                 // (H); undefined without sinks
   std::shared_ptr<RMSNorm> q_norm;  // weight (HD); null without qk_norm
   std::shared_ptr<RMSNorm> k_norm;  // weight (HD); null without qk_norm
 
  private:
-  /// x (B, S, heads, HD) at `positions` rotated by RoPE, or as is without a position encoding of its own.
+  /// x (B, S, heads, HD) at `positions` rotated by RoPE (its first rotary_dim features), or as is without a
+  /// position encoding of its own.
   at::Tensor rotate(const at::Tensor& x, const RopeTables& rope, const at::Tensor& positions) const;
+  /// The attention output (B, S, H*HD) through the output gate, then wo: (B, S, D).
+  at::Tensor project_out(const at::Tensor& out, const at::Tensor& x) const;
   /// q (B, H, S, HD), k, v (B, KVH, S, HD) -> (B, H, S, HD): causal, or with the sinks and window.
   at::Tensor attend(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                     const AttentionContext& context) const;

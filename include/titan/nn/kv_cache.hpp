@@ -4,7 +4,8 @@
 // from the cache. A batch of prompts of different lengths is left-padded to one length: row b's
 // first pad[b] columns are padding, masked as keys and skipped by RoPE (row b's first real token
 // has position 0), so every row decodes in the same column and a step is one (B, 1) forward.
-// Inference only (no autograd); the training path never sees it.
+// A recurrent layer (nn::GatedDeltaNet) keeps its state here instead of keys and values. Inference only (no
+// autograd); the training path never sees it.
 //
 //   nn::KVCache cache(model.args().n_layers, tokens.size(1) + max_new_tokens, pad);
 //   at::Tensor logits = model.forward_cached(tokens, cache);   // prefill: (B, S, V)
@@ -45,12 +46,17 @@ class KVCache {
   /// Marks `count` more columns filled (after every layer has appended them).
   void advance(int64_t count);
 
+  /// Slot `slot` of a recurrent layer's state (Gated DeltaNet's: its convolutions' last inputs and the delta rule's
+  /// state), kept beside the keys and values: undefined until the layer stores it, then replaced every step.
+  at::Tensor& recurrent_state(int64_t layer, int64_t slot);
+
  private:
   int64_t capacity_ = 0;
   int64_t length_ = 0;
   at::Tensor pad_{};                // (B) int64
   std::vector<at::Tensor> keys_{};  // per layer (B, KVH, capacity, HD)
   std::vector<at::Tensor> values_{};
+  std::vector<std::vector<at::Tensor>> states_{};  // per layer, per slot
 };
 
 /// Attention of q (B, H, S, HD) over all cached columns k, v (B, KVH, T, HD) with cache.mask (GQA

@@ -65,15 +65,19 @@ class TiedLinear : public torch::nn::Module, public parallel::ShardableLayer {
   std::shared_ptr<Embedding> embedding_;  // not registered here: it is the model's module under its own name
 };
 
-/// RMSNorm: x / sqrt(mean(x^2) + eps) * weight, computed in fp32 and cast back.
+/// RMSNorm: x / sqrt(mean(x^2) + eps) * weight, computed in fp32 and cast back. With unit_offset the scale is
+/// 1 + weight (Gemma's and Qwen3.5's zero-centred norms: the weight starts at 0, where bf16 is finest, and weight
+/// decay pulls the scale toward 1), computed in fp32.
 class RMSNorm : public torch::nn::Module {
  public:
-  RMSNorm(int64_t dim, double eps, const at::TensorOptions& options);
+  RMSNorm(int64_t dim, double eps, const at::TensorOptions& options, bool unit_offset = false);
   at::Tensor forward(const at::Tensor& x) const;  // (..., D) -> (..., D)
+  /// The identity scale: weight 1, or 0 with unit_offset.
   void reset_parameters();
 
   at::Tensor weight;  // (D)
   double eps;
+  bool unit_offset;
 };
 
 /// LayerNorm: (x - mean(x)) / sqrt(var(x) + eps) * weight + bias over the last dim (biased variance, as

@@ -39,6 +39,11 @@ struct MoEArgs {
   int64_t num_experts = 8;
   /// Shared experts (every token, no routing), fused into one SwiGLU of hidden_dim * this; 0 = none.
   int64_t num_shared_experts = 1;
+  /// Hidden size of that SwiGLU when it is not hidden_dim * num_shared_experts (Qwen3.5-MoE's
+  /// shared_expert_intermediate_size); 0 = hidden_dim * num_shared_experts.
+  int64_t shared_expert_dim = 0;
+  /// The shared experts' output is multiplied by sigmoid(shared_gate x), shared_gate (1, D) (Qwen3.5-MoE).
+  bool shared_expert_gate = false;
   /// Router score function, "softmax" (over experts) or "sigmoid" (per expert); computed in fp32.
   std::string score_func = "sigmoid";
   /// Divide the top_k scores of a token by their sum (DeepSeek-V3 with sigmoid).
@@ -223,6 +228,7 @@ class MoE : public torch::nn::Module {
   std::shared_ptr<TokenChoiceTopKRouter> router;
   std::shared_ptr<GroupedExperts> experts;
   std::shared_ptr<FeedForward> shared_experts;  // null when num_shared_experts == 0
+  std::shared_ptr<Linear> shared_gate;          // weight (1, D); null without shared_expert_gate
   at::Tensor expert_bias;                       // (E) fp32 buffer; undefined when load_balance_coeff == 0
   at::Tensor tokens_per_expert;                 // (E) fp32, accumulated by forward; not a checkpointed buffer
   /// The weight of one sequence's auxiliary loss in the objective: 1 (the default) adds the sum over the

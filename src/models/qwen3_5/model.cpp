@@ -1,0 +1,113 @@
+// SPDX-License-Identifier: BSD-3-Clause
+#include "titan/models/qwen3_5/model.hpp"
+#include "titan/models/detail/family_args.hpp"
+
+#include <cmath>
+
+namespace titan::qwen3_5 {
+
+models::DecoderShape decoder_shape(const Qwen35Args& args) {
+  const nn::GatedDeltaNetOptions& l = args.linear;
+  models::DecoderShape shape{
+      .where = "titan::qwen3_5",
+      .vocab_size = args.vocab_size,
+      .dim = args.dim,
+      .n_layers = args.n_layers,
+      .n_heads = args.n_heads,
+      .n_kv_heads = args.n_kv_heads,
+      .head_dim = args.head_dim,
+      .v_head_dim = args.head_dim,
+      .norm_eps = args.norm_eps,
+      .norm_unit_offset = true,
+      .max_seq_len = args.max_seq_len,
+      .tied = args.tie_word_embeddings,
+      .head_projections = {"wq", "wk", "wv", "wg"},
+      .replicated_attention = {"q_norm", "k_norm"},
+      .shared_experts = args.moe_enabled,
+      .shared_expert_gate = args.moe_enabled,
+      // The delta rule's three state products per token and value head (read with k, write k delta^T, read with
+      // q), 2 FLOPs a multiply-add, 3x for forward and backward: what the softmax term counts for attention.
+      .linear_attention_flops = 18 * l.n_value_heads * l.key_head_dim * l.value_head_dim,
+      .moe_top_k = args.moe_enabled ? args.moe.top_k : 0,
+      .moe_num_experts = args.moe_enabled ? args.moe.num_experts : 0,
+      .pipeline_and_context_parallel = false,
+      .tensor_parallel = false};
+  for (int64_t i = 0; i < args.n_layers; ++i) {
+    if (!args.is_full_attention(i)) shape.linear_attention_layers.push_back(i);
+    if (args.moe_enabled) shape.moe_layers.push_back(i);
+  }
+  return shape;
+}
+
+namespace {
+
+const Qwen35Args& validated(const Qwen35Args& args) {
+  args.validate();
+  return args;
+}
+
+std::shared_ptr<nn::AttentionLayer> mixer(const Qwen35Args& a, int64_t layer, const at::TensorOptions& options) {
+  if (!a.is_full_attention(layer)) {
+    nn::GatedDeltaNetOptions linear = a.linear;
+    linear.norm_eps = a.norm_eps;
+    return std::make_shared<nn::GatedDeltaNet>(a.dim, linear, options);
+  }
+  return std::make_shared<nn::Attention>(a.dim, a.n_heads, a.n_kv_heads, options,
+                                         nn::AttentionOptions{.head_dim = a.head_dim,
+                                                              .qk_norm = true,
+                                                              .qk_norm_eps = a.norm_eps,
+                                                              .qk_norm_unit_offset = true,
+                                                              .rotary_dim = a.rotary_dim(),
+                                                              .output_gate = true});
+}
+
+}  // namespace
+
+Qwen35::Qwen35(const Qwen35Args& args, int64_t seq_len, const at::TensorOptions& options,
+               const std::vector<std::string>& modules)
+    : Decoder(decoder_shape(validated(args)), seq_len, options, modules,
+              [&](int64_t layer) {
+                const double depth =
+                    args.depth_init ? static_cast<double>(layer + 1) : static_cast<double>(args.n_layers);
+                models::DecoderBlock::Parts parts{.attention = mixer(args, layer, options),
+                                                  .init_std = 0.02 / std::sqrt(2.0 * depth)};
+                if (args.moe_enabled) {
+                  parts.moe = std::make_shared<nn::MoE>(args.moe, args.dim, args.moe_inter_dim, options);
+                } else {
+                  parts.feed_forward = std::make_shared<nn::FeedForward>(args.dim, args.hidden_dim, options);
+                }
+                return parts;
+              }),
+      args_(args) {
+  if (options.device().type() != at::kMeta) {
+    // RoPE tables are derived, not parameters: rebuilt on the model's device, never checkpointed. They cover the
+    // rotated quarter of a head.
+    set_rope(nn::make_rope_tables(
+        {.head_dim = args.rotary_dim(), .max_positions = seq_len, .theta = args.rope_theta, .llama3_scaling = false},
+        options.device()));
+  }
+}
+
+parallel::ShardingSpec Qwen35::sharding_spec() const {
+  parallel::ShardingSpec spec = Decoder::sharding_spec();
+  // The skeleton's generic reasons, said for this family (a tied flavor's pipeline is also refused by the plan).
+  spec.refused = {
+      {"tp",
+       "tensor parallelism of the Gated DeltaNet blocks (their convolutions and per-head decay) is not built. Use data "
+       "parallelism (parallelism.data_parallel_shard_degree)."},
+      {"cp",
+       "context parallelism of the Gated DeltaNet blocks (their recurrent state passed from rank to rank) is not "
+       "built. Set parallelism.context_parallel_degree 1."},
+      {"pp", "pipeline parallelism of Qwen3.5 is not tested yet. Set parallelism.pipeline_parallel_degree 1."}};
+  if (args_.moe_enabled) {
+    spec.refused.push_back(
+        {"ep", "expert parallelism of Qwen3.5-MoE is not tested yet. Set parallelism.expert_parallel_degree 1."});
+  }
+  return spec;
+}
+
+std::shared_ptr<Qwen35> Qwen35::build(const Qwen35Args& args, const ModelBuild& where) {
+  return models::detail::build_family<Qwen35>(args, where);
+}
+
+}  // namespace titan::qwen3_5

@@ -1,0 +1,120 @@
+// SPDX-License-Identifier: BSD-3-Clause
+// Qwen3.5 under FSDP 2 (ranks as threads on the strict backend: NCCL's rules over Gloo) trains as in one process: a
+// small Qwen3.5 (three Gated DeltaNet blocks with grouped value heads and 8-token chunks, one gated full-attention
+// block) planned from its sharding spec alone, 6 AdamW steps on 32-token sequences, every other step with two
+// documents per row (the recurrence and the convolution restart, RoPE positions per document).
+//
+// Tolerance, 1e-5 relative on losses and grad norms, 1e-5 absolute and relative on every final weight, argued as in
+// tests/parallel/user_model_parity_test.cpp: the layouts compute the same fp32 math with sums in another order
+// (~1e-7 relative per reduction), and AdamW (lr 1e-3, eps 1e-6) moves an element whose gradient is at rounding level
+// by at most lr * dg / eps < 1e-6 per step. A sharding error changes a gradient by its own size: the loss from that
+// step, and the weights by up to lr per step.
+#include <ATen/ATen.h>
+#include <fmt/format.h>
+
+#include <map>
+#include <mutex>
+
+#include "parallel/parity_check.hpp"
+#include "test_util.hpp"
+#include "titan/dist/local_ranks.hpp"
+#include "titan/models/qwen3_5/model.hpp"
+#include "titan/optim/adamw.hpp"
+#include "titan/parallel/parallelize.hpp"
+#include "titan/parallel/planner.hpp"
+#include "titan/train/rank_model.hpp"
+#include "titan/train/step.hpp"
+
+namespace qwen3_5_train_test {
+namespace {
+
+using namespace titan;
+
+constexpr int64_t kSteps = 6;
+constexpr double kLr = 1e-3;
+const test::ParityRun kBatches{.global_batch = 4, .seq_len = 32};
+
+qwen3_5::Qwen35Args small_args() {
+  return {.dim = 64,
+          .n_layers = 4,
+          .n_heads = 4,
+          .n_kv_heads = 2,
+          .head_dim = 16,
+          .vocab_size = 512,
+          .hidden_dim = 128,
+          .max_seq_len = 64,
+          .linear = {.n_key_heads = 2, .n_value_heads = 4, .key_head_dim = 16, .value_head_dim = 16, .chunk_size = 8},
+          .tie_word_embeddings = false};
+}
+
+struct Trained {
+  std::vector<double> losses{}, grad_norms{};
+  std::map<std::string, at::Tensor> weights{};  // whole, by name
+};
+
+Trained train(const dist::Mesh& mesh) {
+  nn::manual_init_seed(11);
+  const auto meta = qwen3_5::Qwen35::build(small_args(), {.device = at::kMeta});
+  const parallel::ParallelPlan plan = parallel::plan(meta->sharding_spec(), {}, mesh.shape());
+  const auto model = qwen3_5::Qwen35::build(small_args(), {.device = at::kCPU});
+  const Parallelized parallel = parallelize(*model, mesh, plan);
+  model->init_weights();
+  const std::vector<at::Tensor> params = model->unique_parameters();
+  const std::vector<std::string> names = parameter_names(*model, params);
+  AdamW optimizer(params, {.lr = kLr, .eps = 1e-6, .weight_decay = 0.1}, names);
+  const StepModel step_model{.forward = [&](const at::Tensor& tokens, const nn::AttentionContext& context) {
+    return model->forward(tokens, context);
+  }};
+  const int64_t local = kBatches.global_batch / mesh.size("dp");
+  const auto [documents, positions] = test::global_documents(kBatches);  // (B, S) each
+  Trained out;
+  for (int64_t step = 0; step < kSteps; ++step) {
+    const auto [input, labels] = test::global_batch(step, kBatches, small_args().vocab_size);
+    const int64_t row = mesh.coordinate("dp") * local;
+    const auto rows = [&](const at::Tensor& t) { return t.narrow(0, row, local); };
+    nn::AttentionContext context;
+    if (step % 2 == 1) context = {.positions = rows(positions), .document_ids = rows(documents)};
+    const StepBatch batch{.microbatches = {{rows(input), rows(labels), context}},
+                          .tokens = local * kBatches.seq_len,
+                          .global_valid_tokens = count_valid_tokens(labels)};
+    optimizer.zero_grad();
+    out.losses.push_back(forward_backward(parallel, step_model, batch, mesh, at::kCPU).loss);
+    out.grad_norms.push_back(optimizer_step(optimizer, kLr, /*max_norm=*/1.0, mesh));
+  }
+  for (size_t i = 0; i < params.size(); ++i) out.weights[names[i]] = parallel::full_tensor(params[i], mesh);
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("qwen3_5 with Gated DeltaNet blocks trains under FSDP 2 as in one process",
+          "[models][qwen3_5][fsdp][parity]") {
+  const Trained ref = train(dist::Mesh());
+  const dist::MeshShape shape{.dp_shard = 2};
+  std::mutex mutex;
+  std::vector<Trained> results(static_cast<size_t>(shape.world_size()));
+  dist::run_local_ranks(shape.world_size(), [&](int64_t rank, const dist::Store& store) {
+    const dist::Mesh mesh(shape, rank, store, test::kFast);
+    Trained r = train(mesh);
+    std::lock_guard lock(mutex);
+    results[static_cast<size_t>(rank)] = std::move(r);
+  });
+  for (size_t rank = 0; rank < results.size(); ++rank) {
+    const Trained& r = results[rank];
+    INFO(fmt::format("{} rank {}", shape, rank));
+    for (int64_t s = 0; s < kSteps; ++s) {
+      INFO("step " << s + 1 << " loss " << r.losses[s] << " vs " << ref.losses[s]);
+      CHECK(r.losses[s] == Approx(ref.losses[s]).epsilon(1e-5));
+      CHECK(r.grad_norms[s] == Approx(ref.grad_norms[s]).epsilon(1e-5));
+    }
+    REQUIRE(r.weights.size() == ref.weights.size());
+    for (const auto& [name, expected] : ref.weights) {
+      const at::Tensor& got = r.weights.at(name);
+      INFO(name << " max abs diff " << (got - expected).abs().max().item<double>());
+      CHECK(at::allclose(got, expected, 1e-5, 1e-5));
+    }
+  }
+  CHECK(ref.losses.back() < ref.losses.front() - 0.05);  // it trained
+}
+
+}  // namespace qwen3_5_train_test
