@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: BSD-3-Clause
 // Generation with a KV cache: greedy titan-generate on a small random Llama exported to Hugging Face
-// format, and on random Qwen3, Qwen3-MoE and DeepSeek-V3 models made by transformers, gives transformers'
-// generate(do_sample=False) tokens; every cached step's logits equal a
+// format, and on random Qwen3, Qwen3-MoE, DeepSeek-V3, gpt-oss and Qwen3.5-MoE models made by transformers, gives
+// transformers' generate(do_sample=False) tokens; every cached step's logits equal a
 // full recompute without a cache (left-padded prompts of different lengths in one batch); TP 2 under
 // titan-run gives one process's tokens; a seed reproduces a sampled run and another seed changes it.
 #include <ATen/ATen.h>
@@ -152,8 +152,8 @@ TEST_CASE("greedy titan-generate on a titan model exported to HF equals transfor
 }
 
 TEST_CASE(
-    "greedy titan-generate on HF Qwen3-MoE (a dense block among them), DeepSeek-V3 and gpt-oss models equals "
-    "transformers' generate",
+    "greedy titan-generate on HF Qwen3-MoE (a dense block among them), DeepSeek-V3, gpt-oss and Qwen3.5-MoE models "
+    "equals transformers' generate",
     "[generate][hf][full]") {
   // transformers makes each random model (norms around 1, matrices N(0, 0.08^2): greedy choices by clear
   // margins); titan-generate picks the family by the config's architectures and decodes through its
@@ -164,8 +164,10 @@ TEST_CASE(
     const char* flags;
   };
   // Qwen3-MoE's oracle model keeps block 1 dense (mlp_only_layers): dense Qwen3 blocks and q/k norms are in it.
+  // Qwen3.5-MoE's: three Gated DeltaNet blocks (their convolution and delta-rule state carried by the cache, the
+  // left padding of the shorter prompts kept out of it) around a gated full-attention block.
   const Family family = GENERATE(Family{"qwen3_oracle.py", " --moe"}, Family{"hf_deepseek_v3.py", " --q-lora"},
-                                 Family{"hf_gpt_oss.py", ""});
+                                 Family{"hf_gpt_oss.py", ""}, Family{"qwen3_5_oracle.py", " --moe"});
   INFO(family.oracle << family.flags);
   test::TempDir dir;
   const fs::path hf = dir.path / "hf";
