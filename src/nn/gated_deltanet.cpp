@@ -37,6 +37,11 @@ CausalConv1d::CausalConv1d(int64_t channels, int64_t kernel, const at::TensorOpt
 }
 
 at::Tensor CausalConv1d::forward(const at::Tensor& x, const at::Tensor& history, const at::Tensor& document_ids) const {
+  return parallel::module_call(*this, x, [&](const at::Tensor& in) { return convolve(in, history, document_ids); });
+}
+
+at::Tensor CausalConv1d::convolve(const at::Tensor& x, const at::Tensor& history,
+                                  const at::Tensor& document_ids) const {
   return parallel::with_param(weight, [&](const at::Tensor& w) {
     const int64_t kernel = w.size(1);
     const at::Tensor in = history.defined()
@@ -59,6 +64,18 @@ at::Tensor CausalConv1d::forward(const at::Tensor& x, const at::Tensor& history,
   });
 }
 
+HeadDecay::HeadDecay(int64_t heads, const at::TensorOptions& options) {
+  weight = register_parameter("weight", at::empty({heads}, options));
+}
+
+at::Tensor HeadDecay::forward(const at::Tensor& a) const {
+  return parallel::module_call(*this, a, [&](const at::Tensor& in) {
+    return parallel::with_param(weight, [&](const at::Tensor& w) {
+      return -w.to(at::kFloat).exp() * at::softplus(in.to(at::kFloat));  // (..., H)
+    });
+  });
+}
+
 GatedDeltaNet::GatedDeltaNet(int64_t dim, const GatedDeltaNetOptions& o, const at::TensorOptions& tensor_options)
     : options(o) {
   TITAN_CHECK_VALUE(o.n_key_heads > 0 && o.n_value_heads % o.n_key_heads == 0 && o.key_head_dim > 0 &&
@@ -74,12 +91,11 @@ GatedDeltaNet::GatedDeltaNet(int64_t dim, const GatedDeltaNetOptions& o, const a
   wv = register_module("wv", std::make_shared<Linear>(dim, values, tensor_options));
   wz = register_module("wz", std::make_shared<Linear>(dim, values, tensor_options));
   wb = register_module("wb", std::make_shared<Linear>(dim, o.n_value_heads, tensor_options));
-  wa = register_module("wa", std::make_shared<Linear>(dim, o.n_value_heads, tensor_options));
+  wa = register_module("wa", std::make_shared<Linear>(dim, o.n_value_heads, tensor_options, /*bias=*/true));
   conv_q = register_module("conv_q", std::make_shared<CausalConv1d>(keys, o.conv_kernel, tensor_options));
   conv_k = register_module("conv_k", std::make_shared<CausalConv1d>(keys, o.conv_kernel, tensor_options));
   conv_v = register_module("conv_v", std::make_shared<CausalConv1d>(values, o.conv_kernel, tensor_options));
-  a_log = register_parameter("a_log", at::empty({o.n_value_heads}, tensor_options));
-  dt_bias = register_parameter("dt_bias", at::empty({o.n_value_heads}, tensor_options));
+  decay = register_module("decay", std::make_shared<HeadDecay>(o.n_value_heads, tensor_options));
   norm = register_module("norm", std::make_shared<RMSNorm>(o.value_head_dim, o.norm_eps, tensor_options));
   wo = register_module("wo", std::make_shared<Linear>(values, dim, tensor_options));
 }
@@ -99,12 +115,7 @@ at::Tensor GatedDeltaNet::mix(const at::Tensor& x, const at::Tensor& document_id
   const at::Tensor k = convolved(*wk, *conv_k, carry ? &carry->k : nullptr, options.key_head_dim);    // (B, S, Hk, dk)
   const at::Tensor v = convolved(*wv, *conv_v, carry ? &carry->v : nullptr, options.value_head_dim);  // (B, S, Hv, dv)
   const at::Tensor beta = at::sigmoid(wb->forward(x));                                                // (B, S, Hv)
-  // The log decay in fp32 (HF's): exp(a_log) overflows fp16 and softplus loses small values in bf16.
-  const at::Tensor g = parallel::with_param(a_log, [&](const at::Tensor& a) {
-    return parallel::with_param(dt_bias, [&](const at::Tensor& dt) {
-      return -a.to(at::kFloat).exp() * at::softplus(wa->forward(x).to(at::kFloat) + dt.to(at::kFloat));
-    });
-  });  // (B, S, Hv)
+  const at::Tensor g = decay->forward(wa->forward(x));                                                // (B, S, Hv) fp32
   const DeltaRuleInputs rule{.q = l2_normalize(q.to(at::kFloat)) / std::sqrt(static_cast<double>(options.key_head_dim)),
                              .k = l2_normalize(k.to(at::kFloat)),
                              .v = v,
@@ -166,12 +177,10 @@ void GatedDeltaNet::init_weights(const InitSite& site, double out_std) {
   for (const auto& [name, conv] : convs) {
     trunc_normal_(conv->weight, site / (std::string(name) + ".weight"), 0.0, tap_std, -2.0 * tap_std, 2.0 * tap_std);
   }
-  ones_(dt_bias);
-  {
-    const InitSite a_site = site / "a_log";
-    const at::Tensor u = detail::counter_uniform(a_log, a_site.seed(), a_site.stream(), 1).squeeze(-1);  // [0, 1)
-    detail::write_local(a_log, (kDecayRateLow + (kDecayRateHigh - kDecayRateLow) * u).log());
-  }
+  ones_(wa->bias);
+  const InitSite rate = site / "decay.weight";
+  const at::Tensor u = detail::counter_uniform(decay->weight, rate.seed(), rate.stream(), 1).squeeze(-1);  // [0, 1)
+  detail::write_local(decay->weight, (kDecayRateLow + (kDecayRateHigh - kDecayRateLow) * u).log());
   norm->reset_parameters();
 }
 

@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 
 #include <cmath>
+#include <map>
 #include <nlohmann/json.hpp>
 
 #include "test_util.hpp"
@@ -74,7 +75,8 @@ TEST_CASE("qwen3_5 blocks alternate three Gated DeltaNet blocks and one gated so
   CHECK(named["layers.0.attention.wq.weight"].sizes() == at::IntArrayRef({4 * 32, 256}));
   CHECK(named["layers.0.attention.wv.weight"].sizes() == at::IntArrayRef({8 * 32, 256}));
   CHECK(named["layers.0.attention.conv_v.weight"].sizes() == at::IntArrayRef({8 * 32, 4}));
-  CHECK(named["layers.0.attention.a_log"].sizes() == at::IntArrayRef({8}));
+  CHECK(named["layers.0.attention.decay.weight"].sizes() == at::IntArrayRef({8}));  // log A
+  CHECK(named["layers.0.attention.wa.bias"].sizes() == at::IntArrayRef({8}));       // dt_bias
   CHECK(named["layers.0.attention.norm.weight"].sizes() == at::IntArrayRef({32}));
   CHECK_FALSE(named.contains("layers.0.attention.wg.weight"));
   CHECK_FALSE(named.contains("output.weight"));  // debugmodel ties the output to the embedding
@@ -150,19 +152,29 @@ TEST_CASE("qwen3_5 computes each packed document as if it ran alone", "[models][
   CHECK_FALSE(at::allclose(model.forward(tokens).narrow(1, 9, 15), second, 0, 1e-3));
 }
 
-TEST_CASE("qwen3_5 refuses tensor, context, pipeline and expert parallelism with the reason",
-          "[models][qwen3_5][errors]") {
+TEST_CASE("qwen3_5 refuses context, pipeline and expert parallelism with the reason", "[models][qwen3_5][errors]") {
   const auto dense = meta_model(titan::qwen3_5::flavor("debugmodel"));
   const auto plan_on = [&](const Qwen35& model, const titan::dist::MeshShape& mesh) {
     return titan::test::error_of([&] { titan::parallel::plan(model.sharding_spec(), {}, mesh); });
   };
-  CHECK_THAT(plan_on(*dense, {.dp_shard = 2, .tp = 2}),
-             Catch::Contains("[titan::qwen3_5::plan] expected tp = 1, got 2") && Catch::Contains("Gated DeltaNet"));
-  CHECK_THAT(plan_on(*dense, {.cp = 2}),
-             Catch::Contains("expected cp = 1, got 2") && Catch::Contains("context_parallel_degree 1"));
+  CHECK_THAT(plan_on(*dense, {.cp = 2}), Catch::Contains("[titan::qwen3_5::plan] expected cp = 1, got 2") &&
+                                             Catch::Contains("Gated DeltaNet") &&
+                                             Catch::Contains("context_parallel_degree 1"));
   const auto moe = meta_model(titan::qwen3_5::moe_flavor("debugmodel_moe"));
   CHECK_THAT(plan_on(*moe, {.pp = 2}), Catch::Contains("expected pp = 1, got 2") && Catch::Contains("not tested"));
   CHECK_THAT(plan_on(*moe, {.dp_shard = 2, .ep = 2}), Catch::Contains("expected ep = 1, got 2"));
+  // Tensor parallelism splits a Gated DeltaNet block's heads: projections, convolution channels and decay rates.
+  // (Untied: the skeleton's tied output has no vocab-parallel head.)
+  Qwen35Args untied = titan::qwen3_5::flavor("debugmodel");
+  untied.tie_word_embeddings = false;
+  const titan::parallel::ParallelPlan tp = titan::parallel::plan(meta_model(untied)->sharding_spec(), {}, {.tp = 2});
+  std::map<std::string, std::string> styles;
+  for (const auto& [path, style] : tp.tensor_parallel.styles) styles[path] = titan::parallel::format_as(style);
+  CHECK_THAT(styles.at("layers.0.attention.conv_v"), Catch::StartsWith("ColwiseParallel"));
+  CHECK_THAT(styles.at("layers.0.attention.decay"), Catch::StartsWith("ColwiseParallel"));
+  CHECK_THAT(styles.at("layers.0.attention.wo"), Catch::StartsWith("RowwiseParallel"));
+  CHECK_THAT(styles.at("layers.3.attention.wg"), Catch::StartsWith("ColwiseParallel"));
+  CHECK_FALSE(styles.contains("layers.0.attention.wg"));
   // FSDP is built.
   const titan::parallel::ParallelPlan fsdp = titan::parallel::plan(dense->sharding_spec(), {}, {.dp_shard = 2});
   CHECK(fsdp.data_parallel.units.size() == 1 + 8 + 1);

@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: BSD-3-Clause
-// Qwen3.5 under FSDP 2 (ranks as threads on the strict backend: NCCL's rules over Gloo) trains as in one process: a
+// Qwen3.5 under FSDP 2, TP 2 (every block's heads split, Gated DeltaNet's included) and FSDP 2 x TP 2 (ranks as
+// threads on the strict backend: NCCL's rules over Gloo) trains as in one process: a
 // small Qwen3.5 (three Gated DeltaNet blocks with grouped value heads and 8-token chunks, one gated full-attention
 // block) planned from its sharding spec alone, 6 AdamW steps on 32-token sequences, every other step with two
 // documents per row (the recurrence and the convolution restart, RoPE positions per document).
@@ -85,12 +86,8 @@ Trained train(const dist::Mesh& mesh) {
   return out;
 }
 
-}  // namespace
-
-TEST_CASE("qwen3_5 with Gated DeltaNet blocks trains under FSDP 2 as in one process",
-          "[models][qwen3_5][fsdp][parity]") {
+void check_against_one_process(const dist::MeshShape& shape) {
   const Trained ref = train(dist::Mesh());
-  const dist::MeshShape shape{.dp_shard = 2};
   std::mutex mutex;
   std::vector<Trained> results(static_cast<size_t>(shape.world_size()));
   dist::run_local_ranks(shape.world_size(), [&](int64_t rank, const dist::Store& store) {
@@ -115,6 +112,22 @@ TEST_CASE("qwen3_5 with Gated DeltaNet blocks trains under FSDP 2 as in one proc
     }
   }
   CHECK(ref.losses.back() < ref.losses.front() - 0.05);  // it trained
+}
+
+}  // namespace
+
+TEST_CASE("qwen3_5 with Gated DeltaNet blocks trains under FSDP 2 as in one process",
+          "[models][qwen3_5][fsdp][parity]") {
+  check_against_one_process({.dp_shard = 2});
+}
+
+TEST_CASE("qwen3_5 with Gated DeltaNet heads split over TP 2 trains as in one process",
+          "[models][qwen3_5][tp][parity]") {
+  check_against_one_process({.tp = 2});
+}
+
+TEST_CASE("qwen3_5 trains under FSDP 2 x TP 2 as in one process", "[models][qwen3_5][tp][fsdp][parity][full]") {
+  check_against_one_process({.dp_shard = 2, .tp = 2});
 }
 
 }  // namespace qwen3_5_train_test

@@ -2,9 +2,14 @@
 // Gated DeltaNet, the linear attention of Qwen3.5's (and Qwen3-Next's) hybrid blocks, as a decoder block's
 // attention sublayer: q, k, v projections, each through a short causal depthwise convolution and SiLU; q and k
 // L2-normalised (fp32), q scaled by dk^-1/2; per value head a step beta = sigmoid(wb x) and a log decay
-// g = -exp(a_log) softplus(wa x + dt_bias); the gated delta rule (nn/gated_delta_rule.hpp) over the sequence; the
+// g = -exp(A_log) softplus(wa x + dt_bias); the gated delta rule (nn/gated_delta_rule.hpp) over the sequence; the
 // output RMSNorm-ed per head and gated by silu(wz x); wo back to the model width. No positions: order is the
 // recurrence's. Document ids restart the state and the convolution at each new document.
+//
+// Every per-head tensor splits over value (and key) heads for tensor parallelism: the projections' rows, the
+// convolutions' channels and the decay rates are ShardableLayers a ColwiseParallel style shards on dim 0 (inside the
+// attention module, whose input is prepared once, they communicate nothing), wo is rowwise, the output norm (one
+// head's features) replicated.
 //
 //   nn::GatedDeltaNet mixer(dim, {.n_key_heads = 16, .n_value_heads = 32}, options);
 //   at::Tensor y = mixer.forward(x, {}, {});   // (B, S, D) -> (B, S, D)
@@ -12,6 +17,7 @@
 
 #include <memory>
 
+#include "titan/layout/shardable.hpp"
 #include "titan/nn/attention.hpp"
 
 namespace titan::nn {
@@ -34,15 +40,34 @@ struct GatedDeltaNetOptions {
   int64_t chunk_size = 64;
 };
 
-/// A causal depthwise convolution over the sequence, no bias: out_t = sum_j weight[:, j] x_{t-K+1+j}.
-class CausalConv1d : public torch::nn::Module {
+/// A causal depthwise convolution over the sequence, no bias: out_t = sum_j weight[:, j] x_{t-K+1+j}. Its channels
+/// split like a linear layer's output features.
+class CausalConv1d : public torch::nn::Module, public parallel::ShardableLayer {
  public:
   CausalConv1d(int64_t channels, int64_t kernel, const at::TensorOptions& options);
   /// x (B, S, C) -> (B, S, C). Inputs before the sequence come from `history` (B, K-1, C), zeros when undefined;
   /// with document ids (B, S) an input of another document (nn::document_runs) counts as zero.
   at::Tensor forward(const at::Tensor& x, const at::Tensor& history = {}, const at::Tensor& document_ids = {}) const;
+  Role shardable_role() const override { return Role::kLinear; }
+  at::Tensor& shardable_weight() override { return weight; }
 
-  at::Tensor weight;  // (C, K)
+  at::Tensor weight;  // (C, K), Shard(0) on tp
+
+ private:
+  at::Tensor convolve(const at::Tensor& x, const at::Tensor& history, const at::Tensor& document_ids) const;
+};
+
+/// Each value head's log decay from its input: g = -exp(weight) * softplus(a), weight = log A (HF's A_log). Its heads
+/// split like a linear layer's output features.
+class HeadDecay : public torch::nn::Module, public parallel::ShardableLayer {
+ public:
+  HeadDecay(int64_t heads, const at::TensorOptions& options);
+  /// a (..., H) -> g (..., H) fp32 (exp(weight) overflows fp16, softplus loses small inputs in bf16).
+  at::Tensor forward(const at::Tensor& a) const;
+  Role shardable_role() const override { return Role::kLinear; }
+  at::Tensor& shardable_weight() override { return weight; }
+
+  at::Tensor weight;  // (H), Shard(0) on tp
 };
 
 class GatedDeltaNet : public AttentionLayer {
@@ -55,7 +80,7 @@ class GatedDeltaNet : public AttentionLayer {
   at::Tensor forward_cached(const at::Tensor& x, const RopeTables& rope, const at::Tensor& positions,
                             const at::Tensor& mask, KVCache& cache, int64_t layer) const override;
   /// Projections trunc-normal(0.02), wo trunc-normal(out_std), convolution taps N(0, 1/K) cut at 2 std (a unit input
-  /// keeps about unit variance), dt_bias 1, a_log = log(A) for A uniform in [0.01, 16) (HF's), norm 1.
+  /// keeps about unit variance), wa's bias (dt_bias) 1, decay log(A) for A uniform in [0.01, 16) (HF's), norm 1.
   void init_weights(const InitSite& site, double out_std) override;
 
   GatedDeltaNetOptions options;
@@ -64,12 +89,11 @@ class GatedDeltaNet : public AttentionLayer {
   std::shared_ptr<Linear> wv;            // weight (Hv*dv, D)
   std::shared_ptr<Linear> wz;            // weight (Hv*dv, D): the output gate
   std::shared_ptr<Linear> wb;            // weight (Hv, D): beta
-  std::shared_ptr<Linear> wa;            // weight (Hv, D): the decay's input
+  std::shared_ptr<Linear> wa;            // weight (Hv, D), bias (Hv) (HF's dt_bias): the decay's input
   std::shared_ptr<CausalConv1d> conv_q;  // weight (Hk*dk, K)
   std::shared_ptr<CausalConv1d> conv_k;  // weight (Hk*dk, K)
   std::shared_ptr<CausalConv1d> conv_v;  // weight (Hv*dv, K)
-  at::Tensor a_log;                      // (Hv): log of the decay rate A
-  at::Tensor dt_bias;                    // (Hv)
+  std::shared_ptr<HeadDecay> decay;      // weight (Hv): log of the decay rate A
   std::shared_ptr<RMSNorm> norm;         // weight (dv)
   std::shared_ptr<Linear> wo;            // weight (D, Hv*dv)
 

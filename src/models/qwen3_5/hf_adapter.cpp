@@ -52,8 +52,8 @@ constexpr Entry kLinearAttention[] = {
     {"attention.wz.weight", "linear_attn.in_proj_z.weight", Layout::same},
     {"attention.wb.weight", "linear_attn.in_proj_b.weight", Layout::same},
     {"attention.wa.weight", "linear_attn.in_proj_a.weight", Layout::same},
-    {"attention.a_log", "linear_attn.A_log", Layout::same},
-    {"attention.dt_bias", "linear_attn.dt_bias", Layout::same},
+    {"attention.wa.bias", "linear_attn.dt_bias", Layout::same},
+    {"attention.decay.weight", "linear_attn.A_log", Layout::same},
     {"attention.norm.weight", "linear_attn.norm.weight", Layout::same},
     {"attention.wo.weight", "linear_attn.out_proj.weight", Layout::same},
 };

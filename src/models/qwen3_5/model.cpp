@@ -2,6 +2,7 @@
 #include "titan/models/qwen3_5/model.hpp"
 #include "titan/models/detail/family_args.hpp"
 
+#include <algorithm>
 #include <cmath>
 
 namespace titan::qwen3_5 {
@@ -30,8 +31,7 @@ models::DecoderShape decoder_shape(const Qwen35Args& args) {
       .linear_attention_flops = 18 * l.n_value_heads * l.key_head_dim * l.value_head_dim,
       .moe_top_k = args.moe_enabled ? args.moe.top_k : 0,
       .moe_num_experts = args.moe_enabled ? args.moe.num_experts : 0,
-      .pipeline_and_context_parallel = false,
-      .tensor_parallel = false};
+      .pipeline_and_context_parallel = false};
   for (int64_t i = 0; i < args.n_layers; ++i) {
     if (!args.is_full_attention(i)) shape.linear_attention_layers.push_back(i);
     if (args.moe_enabled) shape.moe_layers.push_back(i);
@@ -88,13 +88,39 @@ Qwen35::Qwen35(const Qwen35Args& args, int64_t seq_len, const at::TensorOptions&
   }
 }
 
+namespace {
+
+// A Gated DeltaNet block's tensor-parallel roles inside its attention module: every per-head tensor split over the
+// heads (the projections' rows, the convolutions' channels, the decay rates), wo rowwise, the per-head output norm
+// whole.
+void linear_attention_roles(std::vector<std::pair<std::string, parallel::TensorParallelRole>>& roles,
+                            const std::string& attention) {
+  using Role = parallel::TensorParallelRole;
+  auto first =
+      std::find_if(roles.begin(), roles.end(), [&](const auto& r) { return r.first.starts_with(attention + "."); });
+  const auto end =
+      std::find_if(first, roles.end(), [&](const auto& r) { return !r.first.starts_with(attention + "."); });
+  first = roles.erase(first, end);
+  std::vector<std::pair<std::string, Role>> mine;
+  for (const char* w : {"wq", "wk", "wv", "conv_q", "conv_k", "conv_v", "wz", "wb", "wa", "decay"}) {
+    mine.emplace_back(attention + "." + w, Role::colwise);
+  }
+  mine.emplace_back(attention + ".norm", Role::replicated);
+  mine.emplace_back(attention + ".wo", Role::rowwise);
+  roles.insert(first, mine.begin(), mine.end());
+}
+
+}  // namespace
+
 parallel::ShardingSpec Qwen35::sharding_spec() const {
   parallel::ShardingSpec spec = Decoder::sharding_spec();
+  for (const int64_t i : shape().linear_attention_layers) {
+    linear_attention_roles(spec.tensor_parallel, "layers." + std::to_string(i) + ".attention");
+  }
+  spec.tensor_parallel_divides.emplace_back("linear_num_key_heads", args_.linear.n_key_heads);
+  spec.tensor_parallel_divides.emplace_back("linear_num_value_heads", args_.linear.n_value_heads);
   // The skeleton's generic reasons, said for this family (a tied flavor's pipeline is also refused by the plan).
   spec.refused = {
-      {"tp",
-       "tensor parallelism of the Gated DeltaNet blocks (their convolutions and per-head decay) is not built. Use data "
-       "parallelism (parallelism.data_parallel_shard_degree)."},
       {"cp",
        "context parallelism of the Gated DeltaNet blocks (their recurrent state passed from rank to rank) is not "
        "built. Set parallelism.context_parallel_degree 1."},

@@ -40,9 +40,9 @@ class Qwen35 : public models::Decoder {
   /// Builds the model from its arguments (RoPE tables for args.max_seq_len positions) where `where` says.
   static std::shared_ptr<Qwen35> build(const Qwen35Args& args, const ModelBuild& where = {});
 
-  /// The decoder's spec, refusing what is not built for the family with the reason: tensor parallelism (Gated
-  /// DeltaNet's convolutions and per-head decay), context parallelism (the recurrence's state would pass between
-  /// ranks), pipeline and expert parallelism (not tested).
+  /// The decoder's spec with a Gated DeltaNet block's tensor-parallel roles (its heads split: projections,
+  /// convolution channels, decay rates), refusing with the reason what is not built: context parallelism (the
+  /// recurrence's state would pass between ranks), pipeline and expert parallelism (not tested).
   parallel::ShardingSpec sharding_spec() const override;
   /// Maps this model to and from Hugging Face Qwen3_5ForCausalLM / Qwen3_5MoeForCausalLM weights.
   std::shared_ptr<const checkpoint::HfAdapter> hf_adapter() const override;
