@@ -155,6 +155,10 @@ TABLE = [
     ("src/models/deepseek_v3/args.cpp", "titan::deepseek_v3::(anonymous namespace)::flavors()::table", "const",
      "flavors"),
     ("src/models/gpt_oss/args.cpp", "titan::gpt_oss::(anonymous namespace)::flavors()::table", "const", "flavors"),
+    ("src/models/qwen3_5/args.cpp", "titan::qwen3_5::(anonymous namespace)::dense_flavors()::table", "const",
+     "flavors"),
+    ("src/models/qwen3_5/args.cpp", "titan::qwen3_5::(anonymous namespace)::moe_flavors()::table", "const",
+     "flavors"),
     ("src/models/llama3/hf_adapter.cpp",
      "titan::llama3::(anonymous namespace)::Llama3HfAdapter::hf_name()::block_re", "const", "an HF layer name"),
     ("src/models/qwen3/hf_adapter.cpp",
@@ -164,6 +168,8 @@ TABLE = [
      "an HF layer name"),
     ("src/models/gpt_oss/hf_adapter.cpp",
      "titan::gpt_oss::(anonymous namespace)::GptOssHfAdapter::find()::block_re", "const", "an HF layer name"),
+    ("src/models/qwen3_5/hf_adapter.cpp",
+     "titan::qwen3_5::(anonymous namespace)::Qwen35HfAdapter::find()::block_re", "const", "an HF layer name"),
 ]
 # Model code may hold registries and constants: what it reads when a model is built, never in its forward.
 MODEL_DIRS = ("src/models/", "include/titan/models/")
