@@ -15,12 +15,11 @@
 // 2x covers titan rounding in another order. A layout error (a misplaced head, the gate's rows taken for the
 // query's, a convolution channel off by one, the unit offset of a norm lost) moves logits by 1e-2 or more.
 #include <ATen/ATen.h>
-#include <ATen/CPUGeneratorImpl.h>
 #include <fmt/format.h>
 
 #include <algorithm>
 
-#include "dist/subprocess.hpp"
+#include "models/hf_export_util.hpp"
 #include "test_util.hpp"
 #include "titan/checkpoint/checkpoint.hpp"
 #include "titan/checkpoint/hf.hpp"
@@ -28,8 +27,6 @@
 #include "titan/models/model_spec.hpp"
 #include "titan/models/qwen3_5/hf_adapter.hpp"
 #include "titan/models/qwen3_5/model.hpp"
-#include "titan/train/trainer.hpp"
-#include "train/train_test_util.hpp"
 
 namespace qwen3_5_hf_test {
 namespace {
@@ -118,28 +115,11 @@ TEST_CASE("an HF Qwen3.5-MoE saved by transformers loads into titan with the sam
 TEST_CASE("a qwen3_5 debugmodel trained by titan exports to HF and transformers reproduces its loss",
           "[checkpoint][hf][qwen3_5][train][full]") {
   test::TempDir dir;
-  JobConfig c = test::tinyshakespeare_job(dir.path, /*seq_len=*/32, /*local_batch=*/2, /*steps=*/3, /*seed=*/11);
-  c.model.name = "qwen3_5";
-  c.checkpoint.enable = true;
-  c.checkpoint.last_save_in_hf = true;
-  c.metrics.disable_color_printing = true;
-  Trainer<models::Decoder> trainer(c);
-  trainer.train();
-  const fs::path hf = dir.path / "checkpoint" / "step-3";
-  REQUIRE(fs::exists(hf / "config.json"));
-
-  const at::Tensor tokens = at::randint(trainer.model().vocab_size(), {2, 17},
-                                        at::make_generator<at::CPUGeneratorImpl>(3), at::kLong);  // (B, S+1)
-  const fs::path tokens_file = dir.path / "tokens.safetensors", out = dir.path / "hf_loss.safetensors";
-  checkpoint::write_safetensors(tokens_file, {{"tokens", tokens}});
-  REQUIRE(test::run_python("qwen3_5_oracle.py", fmt::format("loss \"{}\" \"{}\" \"{}\"", hf.string(),
-                                                            tokens_file.string(), out.string())) == 0);
-  const at::Tensor logits = titan_logits(trainer.model(), tokens.narrow(1, 0, 16));  // (B, S, V)
-  const double loss = at::cross_entropy_loss(logits.flatten(0, 1), tokens.narrow(1, 1, 16).flatten()).item<double>();
-  const checkpoint::SafetensorsFile got(out);
-  check_logits(logits, got);
+  const test::TrainedExport run = test::train_and_read_back(dir.path, "qwen3_5", "qwen3_5_oracle.py");
+  const checkpoint::SafetensorsFile got(run.oracle_out);
+  check_logits(run.logits, got);
   // The mean of the same per-token losses: within the logits' tolerance.
-  CHECK(got.read("loss").item<double>() == Approx(loss).margin(kLogitTolerance));
+  CHECK(got.read("loss").item<double>() == Approx(run.loss).margin(kLogitTolerance));
 }
 
 }  // namespace qwen3_5_hf_test

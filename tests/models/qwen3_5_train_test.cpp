@@ -13,12 +13,8 @@
 #include <ATen/ATen.h>
 #include <fmt/format.h>
 
-#include <map>
-#include <mutex>
-
 #include "parallel/parity_check.hpp"
 #include "test_util.hpp"
-#include "titan/dist/local_ranks.hpp"
 #include "titan/models/qwen3_5/model.hpp"
 #include "titan/optim/adamw.hpp"
 #include "titan/parallel/parallelize.hpp"
@@ -48,12 +44,7 @@ qwen3_5::Qwen35Args small_args() {
           .tie_word_embeddings = false};
 }
 
-struct Trained {
-  std::vector<double> losses{}, grad_norms{};
-  std::map<std::string, at::Tensor> weights{};  // whole, by name
-};
-
-Trained train(const dist::Mesh& mesh) {
+test::NamedRun train(const dist::Mesh& mesh) {
   nn::manual_init_seed(11);
   const auto meta = qwen3_5::Qwen35::build(small_args(), {.device = at::kMeta});
   const parallel::ParallelPlan plan = parallel::plan(meta->sharding_spec(), {}, mesh.shape());
@@ -68,7 +59,7 @@ Trained train(const dist::Mesh& mesh) {
   }};
   const int64_t local = kBatches.global_batch / mesh.size("dp");
   const auto [documents, positions] = test::global_documents(kBatches);  // (B, S) each
-  Trained out;
+  test::NamedRun out;
   for (int64_t step = 0; step < kSteps; ++step) {
     const auto [input, labels] = test::global_batch(step, kBatches, small_args().vocab_size);
     const int64_t row = mesh.coordinate("dp") * local;
@@ -86,48 +77,20 @@ Trained train(const dist::Mesh& mesh) {
   return out;
 }
 
-void check_against_one_process(const dist::MeshShape& shape) {
-  const Trained ref = train(dist::Mesh());
-  std::mutex mutex;
-  std::vector<Trained> results(static_cast<size_t>(shape.world_size()));
-  dist::run_local_ranks(shape.world_size(), [&](int64_t rank, const dist::Store& store) {
-    const dist::Mesh mesh(shape, rank, store, test::kFast);
-    Trained r = train(mesh);
-    std::lock_guard lock(mutex);
-    results[static_cast<size_t>(rank)] = std::move(r);
-  });
-  for (size_t rank = 0; rank < results.size(); ++rank) {
-    const Trained& r = results[rank];
-    INFO(fmt::format("{} rank {}", shape, rank));
-    for (int64_t s = 0; s < kSteps; ++s) {
-      INFO("step " << s + 1 << " loss " << r.losses[s] << " vs " << ref.losses[s]);
-      CHECK(r.losses[s] == Approx(ref.losses[s]).epsilon(1e-5));
-      CHECK(r.grad_norms[s] == Approx(ref.grad_norms[s]).epsilon(1e-5));
-    }
-    REQUIRE(r.weights.size() == ref.weights.size());
-    for (const auto& [name, expected] : ref.weights) {
-      const at::Tensor& got = r.weights.at(name);
-      INFO(name << " max abs diff " << (got - expected).abs().max().item<double>());
-      CHECK(at::allclose(got, expected, 1e-5, 1e-5));
-    }
-  }
-  CHECK(ref.losses.back() < ref.losses.front() - 0.05);  // it trained
-}
-
 }  // namespace
 
 TEST_CASE("qwen3_5 with Gated DeltaNet blocks trains under FSDP 2 as in one process",
           "[models][qwen3_5][fsdp][parity]") {
-  check_against_one_process({.dp_shard = 2});
+  test::check_named_runs({.dp_shard = 2}, train);
 }
 
 TEST_CASE("qwen3_5 with Gated DeltaNet heads split over TP 2 trains as in one process",
           "[models][qwen3_5][tp][parity]") {
-  check_against_one_process({.tp = 2});
+  test::check_named_runs({.tp = 2}, train);
 }
 
 TEST_CASE("qwen3_5 trains under FSDP 2 x TP 2 as in one process", "[models][qwen3_5][tp][fsdp][parity][full]") {
-  check_against_one_process({.dp_shard = 2, .tp = 2});
+  test::check_named_runs({.dp_shard = 2, .tp = 2}, train);
 }
 
 }  // namespace qwen3_5_train_test

@@ -8,6 +8,7 @@
 #include <fmt/format.h>
 
 #include "dist/subprocess.hpp"
+#include "models/hf_export_util.hpp"
 #include "test_util.hpp"
 #include "titan/checkpoint/checkpoint.hpp"
 #include "titan/checkpoint/hf.hpp"
@@ -103,28 +104,11 @@ TEST_CASE("an HF Qwen3 with tied embeddings loads into titan with the same logit
 TEST_CASE("a qwen3 debugmodel trained by titan exports to HF and transformers reproduces its loss",
           "[checkpoint][hf][qwen3][train][full]") {
   test::TempDir dir;
-  JobConfig c = test::tinyshakespeare_job(dir.path, /*seq_len=*/32, /*local_batch=*/2, /*steps=*/3, /*seed=*/11);
-  c.model.name = "qwen3";
-  c.checkpoint.enable = true;
-  c.checkpoint.last_save_in_hf = true;
-  c.metrics.disable_color_printing = true;
-  Trainer<qwen3::Qwen3> trainer(c);
-  trainer.train();
-  const fs::path hf = dir.path / "checkpoint" / "step-3";
-  REQUIRE(fs::exists(hf / "config.json"));
-
-  const at::Tensor tokens = at::randint(trainer.model().vocab_size(), {2, 17},
-                                        at::make_generator<at::CPUGeneratorImpl>(3), at::kLong);  // (B, S+1)
-  const fs::path tokens_file = dir.path / "tokens.safetensors", out = dir.path / "hf_loss.safetensors";
-  checkpoint::write_safetensors(tokens_file, {{"tokens", tokens}});
-  REQUIRE(test::run_python("qwen3_oracle.py", fmt::format("loss \"{}\" \"{}\" \"{}\"", hf.string(),
-                                                          tokens_file.string(), out.string())) == 0);
-  const at::Tensor logits = titan_logits(trainer.model(), tokens.narrow(1, 0, 16));  // (B, S, V)
-  const double loss = at::cross_entropy_loss(logits.flatten(0, 1), tokens.narrow(1, 1, 16).flatten()).item<double>();
-  const checkpoint::SafetensorsFile got(out);
-  CHECK((got.read("logits") - logits).abs().max().item<double>() < kLogitTolerance);
+  const test::TrainedExport run = test::train_and_read_back(dir.path, "qwen3", "qwen3_oracle.py");
+  const checkpoint::SafetensorsFile got(run.oracle_out);
+  CHECK((got.read("logits") - run.logits).abs().max().item<double>() < kLogitTolerance);
   // The mean of the same per-token losses: within the logits' tolerance.
-  CHECK(got.read("loss").item<double>() == Approx(loss).margin(kLogitTolerance));
+  CHECK(got.read("loss").item<double>() == Approx(run.loss).margin(kLogitTolerance));
 }
 
 TEST_CASE("titan-convert to-hf turns a trained qwen3 MoE checkpoint into a folder transformers loads",

@@ -19,6 +19,8 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <functional>
+#include <map>
 #include <mutex>
 
 #include "dist/rank_test_util.hpp"
@@ -75,6 +77,45 @@ inline void check_parity(const dist::MeshShape& shape, const ParityRun& run = {}
   }
   // That the reference trains is shown once for the job, over more steps than these 8, whose fall stays within
   // the batch noise (tests/parallel/parity_trains_test.cpp).
+}
+
+/// A model's training as one rank sees it: each step's loss and grad norm, and the whole weights at the end by name.
+struct NamedRun {
+  std::vector<double> losses{};
+  std::vector<double> grad_norms{};
+  std::map<std::string, at::Tensor> weights{};
+};
+
+/// Trains with `train` in one process and on every rank of `shape` (threads, the strict backend) and checks each rank
+/// against the one process: losses and grad norms to 1e-5 relative, every whole weight to 1e-5 absolute and relative
+/// (the argument: tests/parallel/user_model_parity_test.cpp); and that the one process trained (its loss fell).
+inline void check_named_runs(const dist::MeshShape& shape, const std::function<NamedRun(const dist::Mesh&)>& train) {
+  const NamedRun ref = train(dist::Mesh());
+  std::mutex mutex;
+  std::vector<NamedRun> results(static_cast<size_t>(shape.world_size()));
+  dist::run_local_ranks(shape.world_size(), [&](int64_t rank, const dist::Store& store) {
+    const dist::Mesh mesh(shape, rank, store, kFast);
+    NamedRun r = train(mesh);
+    std::lock_guard lock(mutex);
+    results[static_cast<size_t>(rank)] = std::move(r);
+  });
+  for (size_t rank = 0; rank < results.size(); ++rank) {
+    const NamedRun& r = results[rank];
+    INFO(fmt::format("{} rank {}", shape, rank));
+    REQUIRE(r.losses.size() == ref.losses.size());
+    for (size_t s = 0; s < ref.losses.size(); ++s) {
+      INFO("step " << s + 1 << " loss " << r.losses[s] << " vs " << ref.losses[s]);
+      CHECK(r.losses[s] == Approx(ref.losses[s]).epsilon(1e-5));
+      CHECK(r.grad_norms[s] == Approx(ref.grad_norms[s]).epsilon(1e-5));
+    }
+    REQUIRE(r.weights.size() == ref.weights.size());
+    for (const auto& [name, expected] : ref.weights) {
+      const at::Tensor& got = r.weights.at(name);
+      INFO(name << " max abs diff " << (got - expected).abs().max().item<double>());
+      CHECK(at::allclose(got, expected, 1e-5, 1e-5));
+    }
+  }
+  CHECK(ref.losses.back() < ref.losses.front() - 0.05);  // it trained
 }
 
 }  // namespace titan::test

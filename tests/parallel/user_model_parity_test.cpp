@@ -15,13 +15,9 @@
 #include <ATen/ATen.h>
 #include <fmt/format.h>
 
-#include <map>
-#include <mutex>
-
 #include "parallel/gpt2_model.hpp"
 #include "parallel/parity_check.hpp"
 #include "test_util.hpp"
-#include "titan/dist/local_ranks.hpp"
 #include "titan/optim/adamw.hpp"
 #include "titan/optim/clip.hpp"
 #include "titan/parallel/parallelize.hpp"
@@ -37,12 +33,7 @@ constexpr double kLr = 1e-3;
 const Gpt2Args kArgs{};
 const ParityRun kBatches{.global_batch = 4, .seq_len = 16};
 
-struct Trained {
-  std::vector<double> losses{}, grad_norms{};
-  std::map<std::string, at::Tensor> weights{};  // whole, by name
-};
-
-Trained train(const dist::Mesh& mesh) {
+NamedRun train(const dist::Mesh& mesh) {
   nn::manual_init_seed(11);
   // As a loop of one's own: the plan from the model's spec and the mesh's shape, no job config.
   const parallel::ParallelPlan plan =
@@ -62,7 +53,7 @@ Trained train(const dist::Mesh& mesh) {
     return model->forward(tokens, context);
   }};
   const int64_t local = kBatches.global_batch / mesh.size("dp");
-  Trained out;
+  NamedRun out;
   for (int64_t step = 0; step < kSteps; ++step) {
     const auto [input, labels] = global_batch(step, kBatches, kArgs.vocab_size);
     const int64_t row = mesh.coordinate("dp") * local;
@@ -77,48 +68,20 @@ Trained train(const dist::Mesh& mesh) {
   return out;
 }
 
-void check_against_one_process(const dist::MeshShape& shape) {
-  const Trained ref = train(dist::Mesh());
-  std::mutex mutex;
-  std::vector<Trained> results(static_cast<size_t>(shape.world_size()));
-  dist::run_local_ranks(shape.world_size(), [&](int64_t rank, const dist::Store& store) {
-    const dist::Mesh mesh(shape, rank, store, kFast);
-    Trained r = train(mesh);
-    std::lock_guard lock(mutex);
-    results[static_cast<size_t>(rank)] = std::move(r);
-  });
-  for (size_t rank = 0; rank < results.size(); ++rank) {
-    const Trained& r = results[rank];
-    INFO(fmt::format("{} rank {}", shape, rank));
-    for (int64_t s = 0; s < kSteps; ++s) {
-      INFO("step " << s + 1 << " loss " << r.losses[s] << " vs " << ref.losses[s]);
-      CHECK(r.losses[s] == Approx(ref.losses[s]).epsilon(1e-5));
-      CHECK(r.grad_norms[s] == Approx(ref.grad_norms[s]).epsilon(1e-5));
-    }
-    REQUIRE(r.weights.size() == ref.weights.size());
-    for (const auto& [name, expected] : ref.weights) {
-      const at::Tensor& got = r.weights.at(name);
-      INFO(name << " max abs diff " << (got - expected).abs().max().item<double>());
-      CHECK(at::allclose(got, expected, 1e-5, 1e-5));
-    }
-  }
-  CHECK(ref.losses.back() < ref.losses.front() - 0.05);  // it trained
-}
-
 }  // namespace
 
 TEST_CASE(
     "a model of its own with tied head, learned positions, LayerNorm and biases trains under FSDP 2 x TP 2 "
     "as in one process",
     "[parallel][tp][fsdp][parity][user_model]") {
-  check_against_one_process({.dp_shard = 2, .tp = 2});
+  check_named_runs({.dp_shard = 2, .tp = 2}, train);
 }
 
 TEST_CASE(
     "a model of its own with tied head, learned positions, LayerNorm and biases trains under TP 2 as in one "
     "process",
     "[parallel][tp][parity][user_model]") {
-  check_against_one_process({.tp = 2});
+  check_named_runs({.tp = 2}, train);
 }
 
 }  // namespace titan::test
