@@ -42,25 +42,30 @@ at::Tensor CausalConv1d::forward(const at::Tensor& x, const at::Tensor& history,
 
 at::Tensor CausalConv1d::convolve(const at::Tensor& x, const at::Tensor& history,
                                   const at::Tensor& document_ids) const {
+  TITAN_CHECK_VALUE(!history.defined() || !document_ids.defined(),
+                    "[titan::nn::CausalConv1d] expected no history with document ids, got both. Decode one document "
+                    "per row.");
   return parallel::with_param(weight, [&](const at::Tensor& w) {
     const int64_t kernel = w.size(1);
+    const int64_t seq = x.size(1);
     const at::Tensor in = history.defined()
                               ? at::cat({history.to(x.scalar_type()), x}, 1)
                               : at::constant_pad_nd(x, {0, 0, kernel - 1, 0});  // (B, K-1+S, C): zeros before the start
-    if (!document_ids.defined()) {
-      return at::conv1d(in.transpose(1, 2), w.unsqueeze(1), /*bias=*/{}, /*stride=*/at::IntArrayRef{1},
-                        /*padding=*/at::IntArrayRef{0}, /*dilation=*/at::IntArrayRef{1}, /*groups=*/w.size(0))
-          .transpose(1, 2);  // (B, S, C)
+    // Tap j reads the input K-1-j tokens back: K shifted multiply-adds, which CPU runs far faster than a depthwise
+    // at::conv1d (and its backward). With documents a tap reading another document's token reads zero: each
+    // document convolved alone (the runs before the sequence are never a token's own; their inputs are zeros anyway).
+    const at::Tensor runs = document_ids.defined()
+                                ? at::constant_pad_nd(document_runs(document_ids), {kernel - 1, 0}, -1)
+                                : at::Tensor();  // (B, K-1+S)
+    at::Tensor out;                              // (B, S, C)
+    for (int64_t j = 0; j < kernel; ++j) {
+      at::Tensor tap = in.narrow(1, j, seq) * w.select(1, j);  // (B, S, C)
+      if (runs.defined()) {
+        tap = tap * runs.narrow(1, j, seq).eq(runs.narrow(1, kernel - 1, seq)).unsqueeze(-1).to(x.scalar_type());
+      }
+      out = out.defined() ? out + tap : tap;
     }
-    TITAN_CHECK_VALUE(!history.defined(),
-                      "[titan::nn::CausalConv1d] expected no history with document ids, got both. Decode one "
-                      "document per row.");
-    // Each window (K taps ending at t), taps of another document zeroed: what the convolution of each document alone
-    // gives. The runs before the sequence are never t's (their inputs are zeros anyway).
-    const at::Tensor runs = at::constant_pad_nd(document_runs(document_ids), {kernel - 1, 0}, -1);  // (B, K-1+S)
-    const at::Tensor same = runs.unfold(1, kernel, 1).eq(runs.narrow(1, kernel - 1, x.size(1)).unsqueeze(-1));
-    const at::Tensor windows = in.unfold(1, kernel, 1);                    // (B, S, C, K)
-    return (windows * same.unsqueeze(2).to(x.scalar_type()) * w).sum(-1);  // (B, S, C)
+    return out;
   });
 }
 
