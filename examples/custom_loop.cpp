@@ -20,13 +20,16 @@ int main(int argc, char** argv) {
     const RankModel<models::Decoder> model(run, models::decoder_args(cfg));
     const auto tokenizer = build_tokenizer(run, model->vocab_size());
     const auto loader = build_dataloader(cfg, tokenizer, run.dp_rank(), run.dp_degree());
-    AdamW optimizer(model.parameters(), cfg.optimizer, model.parameter_names());  // names: exclude_from_weight_decay
+    // optimizer.name: AdamW (or Adam), or Muon for the hidden matrices with AdamW for the embeddings and the head.
+    const std::unique_ptr<Optimizer> optimizer =
+        build_optimizer(model.parameters(), cfg.optimizer, model.parameter_names(),
+                        {.mesh = &run.mesh(), .adamw_modules = model.embedding_and_head_modules()});
     const LRSchedule schedule(cfg.lr_scheduler, cfg.training.steps);
     const MoeBalancing moe(run, model.model(), model.parallel());  // a no-op for a dense model
     // Everything a checkpoint holds; a resumed run continues at state.step + 1.
     TrainingState state({.parameters = model.parameters(),
                          .names = model.parameter_names(),
-                         .optimizer = &optimizer,
+                         .optimizer = optimizer.get(),
                          .loader = loader.get(),
                          .expert_biases = moe.expert_biases(),
                          .mesh = &run.mesh(),
@@ -40,7 +43,7 @@ int main(int argc, char** argv) {
 
     for (int stop = 0; state.step < cfg.training.steps && stop == 0;) {
       const int64_t step = state.step + 1;
-      optimizer.zero_grad();
+      optimizer->zero_grad();
       // This rank's slices of the global batch (under CP its part of each sequence) and the valid tokens of the
       // whole global batch, which every loss is divided by; then the pipeline schedule under PP, else forward and
       // backward. The loss comes back summed over dp and cp.
@@ -50,7 +53,7 @@ int main(int argc, char** argv) {
       state.step = step;
       const std::vector<at::Tensor> loads = moe.balance();  // expert biases, before the weights move
       const double lr = cfg.optimizer.lr * schedule.factor(step - 1);
-      const double grad_norm = optimizer_step(optimizer, lr, cfg.training.max_norm, run.mesh());  // clip, AdamW
+      const double grad_norm = optimizer_step(*optimizer, lr, cfg.training.max_norm, run.mesh());  // clip, step
       metrics.add_step(fb.tokens, batch.load_seconds);
       if (is_log_step(cfg, step)) {
         if (const double ratio = moe.max_load_ratio(loads); ratio > 0) metrics.add_scalar("moe/max_load_ratio", ratio);

@@ -95,6 +95,7 @@
 #include "titan/optim/adamw.hpp"
 #include "titan/optim/clip.hpp"
 #include "titan/optim/lr_schedule.hpp"
+#include "titan/optim/muon.hpp"
 #include "titan/optim/optimizer.hpp"
 #include "titan/parallel/activation_checkpoint.hpp"
 #include "titan/parallel/context_parallel.hpp"

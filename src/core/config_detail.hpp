@@ -81,6 +81,7 @@ inline std::string type_name(Tag<double>) { return "float"; }
 inline std::string type_name(Tag<bool>) { return "bool"; }
 inline std::string type_name(Tag<std::string>) { return "str"; }
 inline std::string type_name(Tag<std::vector<std::string>>) { return "list[str]"; }
+inline std::string type_name(Tag<std::vector<double>>) { return "list[float]"; }
 inline std::string type_name(Tag<std::vector<std::vector<std::string>>>) { return "list[list[str]]"; }
 template <Choice E>
 std::string type_name(Tag<E>) {
@@ -96,6 +97,7 @@ inline std::string expectation(Tag<double>) { return "a number"; }
 inline std::string expectation(Tag<bool>) { return "true or false"; }
 inline std::string expectation(Tag<std::string>) { return "a string"; }
 inline std::string expectation(Tag<std::vector<std::string>>) { return "a list of strings"; }
+inline std::string expectation(Tag<std::vector<double>>) { return "a list of numbers"; }
 inline std::string expectation(Tag<std::vector<std::vector<std::string>>>) { return "a list of lists of strings"; }
 template <Choice E>
 std::string expectation(Tag<E>) {
@@ -111,6 +113,7 @@ inline json to_json_value(const double& v) { return v; }
 inline json to_json_value(const bool& v) { return v; }
 inline json to_json_value(const std::string& v) { return v; }
 inline json to_json_value(const std::vector<std::string>& v) { return v; }
+inline json to_json_value(const std::vector<double>& v) { return v; }
 inline json to_json_value(const std::vector<std::vector<std::string>>& v) { return v; }
 template <Choice E>
 json to_json_value(const E& v) {
@@ -134,6 +137,7 @@ void from_json_value(double& out, const json& j, Where where);
 void from_json_value(bool& out, const json& j, Where where);
 void from_json_value(std::string& out, const json& j, Where where);
 void from_json_value(std::vector<std::string>& out, const json& j, Where where);
+void from_json_value(std::vector<double>& out, const json& j, Where where);
 void from_json_value(std::vector<std::vector<std::string>>& out, const json& j, Where where);
 /// A choice is spelled as in its table; anything else names the key, the value and the choices.
 template <Choice E>
@@ -159,6 +163,7 @@ void from_text(double& out, std::string_view text, Where where);
 void from_text(bool& out, std::string_view text, Where where);
 void from_text(std::string& out, std::string_view text, Where where);
 void from_text(std::vector<std::string>& out, std::string_view text, Where where);
+void from_text(std::vector<double>& out, std::string_view text, Where where);
 void from_text(std::vector<std::vector<std::string>>& out, std::string_view text, Where where);
 template <Choice E>
 void from_text(E& out, std::string_view text, Where where) {

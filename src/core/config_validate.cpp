@@ -60,12 +60,22 @@ void validate_training(const TrainingConfig& t) {
   if (t.dataloader.prefetch_factor) positive("training.dataloader.prefetch_factor", *t.dataloader.prefetch_factor);
 }
 
-void validate_optimizer(const OptimizerConfig& o, const LRSchedulerConfig& s) {
-  non_negative("optimizer.lr", o.lr);
-  require(o.beta1 >= 0 && o.beta1 < 1, "optimizer.beta1", "in [0, 1)", o.beta1);
-  require(o.beta2 >= 0 && o.beta2 < 1, "optimizer.beta2", "in [0, 1)", o.beta2);
-  require(o.eps > 0, "optimizer.eps", "> 0", o.eps);
-  non_negative("optimizer.weight_decay", o.weight_decay);
+// The Muon keys (torch.optim.Muon's checks, momentum below 1); the matrices' schedule is muon_lr x lr / optimizer.lr.
+void validate_muon(const OptimizerConfig& o) {
+  if (o.name == OptimizerName::muon) {
+    require(o.lr > 0, "optimizer.lr", "> 0 with optimizer.name = \"Muon\" (the matrices follow lr / optimizer.lr)",
+            o.lr);
+  }
+  non_negative("optimizer.muon_lr", o.muon_lr);
+  non_negative("optimizer.muon_weight_decay", o.muon_weight_decay);
+  require(o.muon_momentum >= 0 && o.muon_momentum < 1, "optimizer.muon_momentum", "in [0, 1)", o.muon_momentum);
+  require(o.muon_ns_coefficients.size() == 3, "optimizer.muon_ns_coefficients", "to hold three numbers (a, b, c)",
+          o.muon_ns_coefficients);
+  require(o.muon_eps > 0, "optimizer.muon_eps", "> 0", o.muon_eps);
+  require(o.muon_ns_steps >= 1 && o.muon_ns_steps < 100, "optimizer.muon_ns_steps", "in 1 .. 99", o.muon_ns_steps);
+}
+
+void validate_lr_scheduler(const LRSchedulerConfig& s) {
   non_negative("lr_scheduler.warmup_steps", s.warmup_steps);
   if (s.total_steps) positive("lr_scheduler.total_steps", *s.total_steps);
   if (s.decay_ratio) unit_interval("lr_scheduler.decay_ratio", *s.decay_ratio);
@@ -202,10 +212,20 @@ void validate_converters(const ModelConfig& m, const Float8Config& f) {
 
 bool is_float8_converter(std::string_view name) { return name == "float8" || name == "quantize.linear.float8"; }
 
+void validate(const OptimizerConfig& o) {
+  non_negative("optimizer.lr", o.lr);
+  require(o.beta1 >= 0 && o.beta1 < 1, "optimizer.beta1", "in [0, 1)", o.beta1);
+  require(o.beta2 >= 0 && o.beta2 < 1, "optimizer.beta2", "in [0, 1)", o.beta2);
+  require(o.eps > 0, "optimizer.eps", "> 0", o.eps);
+  non_negative("optimizer.weight_decay", o.weight_decay);
+  validate_muon(o);
+}
+
 void validate(const JobConfig& config) {
   validate_converters(config.model, config.float8);
   validate_training(config.training);
-  validate_optimizer(config.optimizer, config.lr_scheduler);
+  validate(config.optimizer);
+  validate_lr_scheduler(config.lr_scheduler);
   validate_optimizer_dtype(config.optimizer, config.training);
   validate_parallelism(config.parallelism);
   validate_checkpointing(config.checkpoint, config.activation_checkpoint);

@@ -90,6 +90,16 @@ void from_json_value(std::vector<std::string>& out, const json& j, Where where) 
   out = std::move(items);
 }
 
+void from_json_value(std::vector<double>& out, const json& j, Where where) {
+  if (!j.is_array()) type_error(where, "a list of numbers", j.dump());
+  std::vector<double> items;
+  for (const json& item : j) {
+    if (!item.is_number()) type_error(where, "a list of numbers", j.dump());
+    items.push_back(item.get<double>());
+  }
+  out = std::move(items);
+}
+
 void from_json_value(std::vector<std::vector<std::string>>& out, const json& j, Where where) {
   if (!j.is_array()) type_error(where, "a list of lists of strings", j.dump());
   std::vector<std::vector<std::string>> parts;
@@ -140,6 +150,16 @@ void from_text(std::string& out, std::string_view text, Where) { out = std::stri
 
 void from_text(std::vector<std::string>& out, std::string_view text, Where where) {
   if (!from_json_text(out, text, where)) out = split_list(text, ',');
+}
+
+void from_text(std::vector<double>& out, std::string_view text, Where where) {
+  if (from_json_text(out, text, where)) return;
+  std::vector<double> items;
+  for (const std::string& item : split_list(text, ',')) {
+    if (!parse_number(std::string_view(item), items.emplace_back()))
+      type_error(where, "a list of numbers", quoted(text));
+  }
+  out = std::move(items);
 }
 
 void from_text(std::vector<std::vector<std::string>>& out, std::string_view text, Where where) {

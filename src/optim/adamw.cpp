@@ -15,36 +15,33 @@
 
 namespace titan {
 
-namespace {
-
-// Each parameter's settings: those of the first group whose pattern its name contains a match of, else the config's.
-std::vector<ParamSettings> settings_of(const std::vector<at::Tensor>& params, const std::vector<std::string>& names,
-                                       const std::vector<ParamGroup>& groups, double weight_decay) {
-  std::vector<ParamSettings> settings(params.size(), {.weight_decay = weight_decay});
+std::vector<ParamSettings> param_settings(size_t count, const std::vector<std::string>& names,
+                                          const std::vector<ParamGroup>& groups, double weight_decay) {
+  std::vector<ParamSettings> settings(count, {.weight_decay = weight_decay});
   if (groups.empty()) return settings;
-  TITAN_CHECK_VALUE(names.size() == params.size(),
-                    "[titan::AdamW] expected a name for each of the {} parameters to place them in parameter groups "
-                    "(optimizer.exclude_from_weight_decay), got {} names. Pass the parameters' FQNs "
+  TITAN_CHECK_VALUE(names.size() == count,
+                    "[titan::param_settings] expected a name for each of the {} parameters to place them in parameter "
+                    "groups (optimizer.exclude_from_weight_decay), got {} names. Pass the parameters' FQNs "
                     "(RankModel::parameter_names, titan::parameter_names).",
-                    params.size(), names.size());
+                    count, names.size());
   std::vector<std::regex> patterns;
   for (const ParamGroup& g : groups) {
     TITAN_CHECK_VALUE(g.lr_scale >= 0 && g.weight_decay.value_or(0) >= 0,
-                      "[titan::AdamW] expected parameter group '{}' with non-negative weight_decay and lr_scale, got "
-                      "{} and {}.",
+                      "[titan::param_settings] expected parameter group '{}' with non-negative weight_decay and "
+                      "lr_scale, got {} and {}.",
                       g.pattern, g.weight_decay.value_or(weight_decay), g.lr_scale);
     try {
       patterns.emplace_back(g.pattern, std::regex::ECMAScript);
     } catch (const std::regex_error& e) {
       throw ConfigError("optimizer.exclude_from_weight_decay",
-                        fmt::format("[titan::AdamW] expected parameter group patterns "
+                        fmt::format("[titan::param_settings] expected parameter group patterns "
                                     "(optimizer.exclude_from_weight_decay, or the ParamGroups passed to AdamW) to be "
                                     "ECMAScript regular expressions, got '{}' ({}). Escape special characters (\\. "
                                     "for a dot).",
                                     g.pattern, e.what()));
     }
   }
-  for (size_t i = 0; i < params.size(); ++i) {
+  for (size_t i = 0; i < count; ++i) {
     for (size_t g = 0; g < groups.size(); ++g) {
       if (!std::regex_search(names[i], patterns[g])) continue;
       settings[i] = {.weight_decay = groups[g].weight_decay.value_or(weight_decay), .lr_scale = groups[g].lr_scale};
@@ -53,8 +50,6 @@ std::vector<ParamSettings> settings_of(const std::vector<at::Tensor>& params, co
   }
   return settings;
 }
-
-}  // namespace
 
 std::vector<ParamGroup> param_groups(const OptimizerConfig& config) {
   std::vector<ParamGroup> groups;
@@ -72,7 +67,7 @@ AdamW::AdamW(std::vector<at::Tensor> params, const OptimizerConfig& config, cons
                     config_.lr, config_.eps, config_.weight_decay);
   std::vector<ParamGroup> all = groups;
   for (ParamGroup& g : param_groups(config_)) all.push_back(std::move(g));
-  settings_ = settings_of(params_, names, all, config_.weight_decay);
+  settings_ = param_settings(params_.size(), names, all, config_.weight_decay);
   const bool bf16_states = config_.implementation == OptimizerImplementation::fused_opt_states_bf16;
   for (size_t i = 0; i < params_.size(); ++i) {
     const at::Tensor& p = params_[i];

@@ -77,5 +77,15 @@ bool bf16_autocast(const RunContext& run, const Parallelized& parallel) {
          mixed_precision_param(training, run.device().is_cuda()) == DType::bfloat16;
 }
 
+std::vector<std::string> embedding_and_head_modules(const parallel::ShardingSpec& spec) {
+  using Role = parallel::TensorParallelRole;
+  std::vector<std::string> modules;
+  for (const auto& [path, role] : spec.tensor_parallel) {
+    if (role == Role::vocab_embedding || role == Role::position_embedding || role == Role::head)
+      modules.push_back(path);
+  }
+  return modules;
+}
+
 }  // namespace detail
 }  // namespace titan

@@ -21,8 +21,8 @@
 #include "titan/dist/flight_recorder.hpp"
 #include "titan/dist/heartbeat.hpp"
 #include "titan/dist/mesh.hpp"
-#include "titan/optim/adamw.hpp"
 #include "titan/optim/lr_schedule.hpp"
+#include "titan/optim/muon.hpp"
 #include "titan/parallel/parallelize.hpp"
 #include "titan/parallel/pipeline.hpp"
 #include "titan/train/checkpointing.hpp"
@@ -48,7 +48,8 @@ TrainingLoop::TrainingLoop(const RunContext& run, TrainedModel model) : run_(run
   const JobConfig& c = run.config();
   tokenizer_ = build_tokenizer(run, model_.vocab_size);
   loader_ = build_dataloader(c, tokenizer_, run.dp_rank(), run.dp_degree());
-  optimizer_ = std::make_unique<AdamW>(model_.parameters, c.optimizer, model_.names);
+  optimizer_ = build_optimizer(model_.parameters, c.optimizer, model_.names,
+                               {.mesh = &run.mesh(), .adamw_modules = model_.adamw_modules});
   schedule_ = std::make_unique<LRSchedule>(c.lr_scheduler, c.training.steps);
   moe_ = std::make_unique<MoeBalancing>(run, *model_.module, *model_.parallel);
   state_ = std::make_unique<TrainingState>(TrainingState::Parts{.parameters = model_.parameters,

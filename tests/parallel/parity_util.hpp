@@ -8,6 +8,7 @@
 #include <optional>
 #include <string>
 
+#include "titan/checkpoint/checkpoint.hpp"
 #include "titan/core/config.hpp"
 #include "titan/dist/functional.hpp"
 #include "titan/dist/mesh.hpp"
@@ -16,12 +17,13 @@
 #include "titan/models/llama3/model.hpp"
 #include "titan/nn/init.hpp"
 #include "titan/nn/loss.hpp"
-#include "titan/optim/adamw.hpp"
 #include "titan/optim/clip.hpp"
+#include "titan/optim/muon.hpp"
 #include "titan/parallel/context_parallel.hpp"
 #include "titan/parallel/parallelize.hpp"
 #include "titan/parallel/pipeline.hpp"
 #include "titan/parallel/planner.hpp"
+#include "titan/train/rank_model.hpp"
 #include "titan/train/step.hpp"
 
 namespace titan::test {
@@ -53,6 +55,10 @@ struct ParityRun {
   bool float8 = false;             ///< float8 tensorwise Linears (the converter, output kept high precision)
   bool float8_all_gather = false;  ///< with float8 under FSDP: all-gather the float8 weights in float8
   bool float8_precompute = false;  ///< with float8_all_gather: one amax all-reduce per step
+  OptimizerName optimizer = OptimizerName::adamw;  ///< AdamW, or Muon (its matrices at kParityLr too)
+  int64_t first_step = 0;                          ///< the step to start at (a resumed run: the load's)
+  std::string load{};                              ///< a checkpoint folder to load before the first step
+  std::string save{};                              ///< a checkpoint folder to save to after the last step
 };
 
 struct ParityResult {
@@ -60,7 +66,7 @@ struct ParityResult {
   std::vector<double> grad_norms;   ///< global grad norm per step
   std::vector<at::Tensor> weights;  ///< whole parameters after the last step (unique_parameters order)
   std::vector<std::string> names;   ///< FQN of each of weights (a pipeline rank: its stages' only)
-  int64_t local_state_bytes = 0;    ///< this rank's params + grads + AdamW state
+  int64_t local_state_bytes = 0;    ///< this rank's params + grads + optimizer state
   Parallelized applied;             ///< the model's parallel state (alive with the result)
 };
 
@@ -100,14 +106,27 @@ inline std::pair<at::Tensor, at::Tensor> global_documents(const ParityRun& run) 
 /// The whole parameter behind p (all-gathered over every axis it is sharded on).
 inline at::Tensor whole(const at::Tensor& p, const dist::Mesh& mesh) { return parallel::full_tensor(p, mesh); }
 
-inline ParityResult train_parity(const dist::Mesh& mesh, const ParityRun& run) {
+/// The parity model on one rank of `mesh`: sharded by the plan the Trainer would make, initialised from the seed
+/// (every layout starts from the same weights).
+struct ParityModel {
+  std::shared_ptr<llama3::Llama3> model;        ///< this rank's part (under PP its stages)
+  parallel::ParallelPlan plan;                  ///< the plan applied
+  Parallelized applied;                         ///< the model's parallel state
+  std::vector<at::Tensor> params;               ///< unique_parameters
+  std::vector<std::string> names;               ///< FQN of each of params
+  std::vector<std::string> embedding_and_head;  ///< the spec's embedding and head modules (AdamW's under Muon)
+};
+
+inline ParityModel parity_model(const dist::Mesh& mesh, const ParityRun& run) {
   nn::manual_init_seed(42);
   // Under PP the rank builds only its stages' modules.
   // The plan, as the Trainer makes it: from the whole model's spec (shapes only) and the run's settings, before
   // the rank builds its part (under PP only its stages' modules).
   const parallel::ShardingSpec spec =
       llama3::Llama3(parity_args(), run.seq_len, at::TensorOptions().device(at::kMeta)).sharding_spec();
-  parallel::ParallelPlan plan = parallel::plan(
+  ParityModel m;
+  m.embedding_and_head = titan::detail::embedding_and_head_modules(spec);
+  m.plan = parallel::plan(
       spec,
       {.parallelism = {.pipeline_parallel_layers_per_stage =
                            run.layers_per_stage > 0 ? std::optional<int64_t>(run.layers_per_stage) : std::nullopt,
@@ -116,10 +135,11 @@ inline ParityResult train_parity(const dist::Mesh& mesh, const ParityRun& run) {
                        .pipeline_parallel_expert_parallel_overlap = run.overlap_f_b},
        .activation_checkpoint = {.mode = run.ac_mode, .selective_ac_option = run.ac_option}},
       mesh.shape());
+  parallel::ParallelPlan& plan = m.plan;
   const std::vector<std::string> modules =
       plan.pipeline.stages.empty() ? std::vector<std::string>{} : parallel::pipeline_modules(plan.pipeline, mesh);
-  llama3::Llama3 model(parity_args(), run.seq_len, at::TensorOptions(), modules);
-  ParityResult result;
+  m.model = std::make_shared<llama3::Llama3>(parity_args(), run.seq_len, at::TensorOptions(), modules);
+  llama3::Llama3& model = *m.model;
   if (run.float8) float8::convert_to_float8(model, {.filter_fqns = {"output"}});
   plan.context_parallel.load_balance = run.load_balance;
   plan.context_parallel.rotate = run.rotate;
@@ -135,21 +155,50 @@ inline ParityResult train_parity(const dist::Mesh& mesh, const ParityRun& run) {
                                 .trace = run.trace};
   if (run.float8_all_gather) plan.data_parallel.options.float8_all_gather = float8::fsdp_float8_weights(model);
   plan.data_parallel.options.float8_precompute_scales = run.float8_precompute;
-  result.applied = parallelize(model, mesh, plan);
+  m.applied = parallelize(model, mesh, plan);
+  model.init_weights();  // after sharding: every rank fills only its shard
+  m.params = model.unique_parameters();
+  for (const auto& p : m.params) {
+    for (const auto& item : model.named_parameters(/*recurse=*/true)) {
+      if (item.value().is_same(p)) m.names.push_back(item.key());
+    }
+  }
+  return m;
+}
+
+/// The model and optimizer state of a parity run, as the checkpoint saves and loads it.
+inline checkpoint::State parity_state(const ParityModel& m, const Optimizer& optimizer, const dist::Mesh& mesh) {
+  checkpoint::State state;
+  checkpoint::add_model(state, m.names, m.params, &mesh);
+  checkpoint::add_optimizer(state, m.names, optimizer, &mesh);
+  return state;
+}
+
+inline ParityResult train_parity(const dist::Mesh& mesh, const ParityRun& run) {
+  ParityModel m = parity_model(mesh, run);
+  llama3::Llama3& model = *m.model;
+  const parallel::ParallelPlan& plan = m.plan;
+  ParityResult result;
+  result.applied = std::move(m.applied);
   const Parallelized& applied = result.applied;
   // Plain cross-entropy unless the logits are vocab-sharded.
   const LossFn loss = [&applied](const at::Tensor& logits, const at::Tensor& labels) {
     return applied.cross_entropy_sum(logits, labels);
   };
-  model.init_weights();  // after sharding: every rank fills only its shard
-  const auto params = model.unique_parameters();
-  AdamW optimizer(params, {.lr = kParityLr, .weight_decay = 0.1});
+  const auto& params = m.params;
+  const std::unique_ptr<Optimizer> optimizer =
+      build_optimizer(params, {.name = run.optimizer, .lr = kParityLr, .weight_decay = 0.1, .muon_lr = kParityLr},
+                      m.names, {.mesh = &mesh, .adamw_modules = m.embedding_and_head});
+  if (!run.load.empty()) {
+    checkpoint::State state = parity_state(m, *optimizer, mesh);
+    checkpoint::load(run.load, state);
+  }
   const int64_t dp = mesh.size("dp");
   const int64_t dp_rank = mesh.coordinate("dp");
   const int64_t local = run.global_batch / dp;
   const auto [documents, positions] = run.documents ? global_documents(run) : std::pair<at::Tensor, at::Tensor>();
-  for (int64_t step = 0; step < run.steps; ++step) {
-    optimizer.zero_grad();
+  for (int64_t step = run.first_step; step < run.steps; ++step) {
+    optimizer->zero_grad();
     auto [input, labels] = global_batch(step, run, parity_args().vocab_size);
     std::vector<Microbatch> micro;
     const int64_t per_micro = local / run.accumulation;
@@ -182,20 +231,17 @@ inline ParityResult train_parity(const dist::Mesh& mesh, const ParityRun& run) {
     mesh.group("dp_cp").all_reduce(loss).wait();  // each dp rank's rows, each cp rank's part of them
     result.losses.push_back(loss.item<double>());
     result.grad_norms.push_back(clip_grad_norm_(params, 1.0, &mesh));
-    optimizer.step(kParityLr);
+    optimizer->step(kParityLr);
   }
+  if (!run.save.empty()) checkpoint::save(run.save, parity_state(m, *optimizer, mesh), mesh, run.steps);
   for (const auto& p : params) {
     result.local_state_bytes += p.nbytes() + (p.grad().defined() ? p.grad().nbytes() : 0);
   }
   for (size_t i = 0; i < params.size(); ++i) {
-    for (const ParamState& s : optimizer.state(i)) result.local_state_bytes += s.like_param ? s.tensor.nbytes() : 0;
+    for (const ParamState& s : optimizer->state(i)) result.local_state_bytes += s.like_param ? s.tensor.nbytes() : 0;
   }
   for (const auto& p : params) result.weights.push_back(whole(p, mesh));
-  for (const auto& p : params) {
-    for (const auto& item : model.named_parameters(/*recurse=*/true)) {
-      if (item.value().is_same(p)) result.names.push_back(item.key());
-    }
-  }
+  result.names = m.names;
   return result;
 }
 

@@ -14,8 +14,17 @@ namespace titan {
 enum class OptimizerName {
   adamw,  ///< decoupled weight decay (torch.optim.AdamW)
   adam,   ///< L2 weight decay added to the gradient (torch.optim.Adam)
+  muon,   ///< Muon for the 2-D hidden matrices (torch.optim.Muon), AdamW for the other parameters
 };
-TITAN_CHOICES(OptimizerName, {OptimizerName::adamw, "AdamW"}, {OptimizerName::adam, "Adam"})
+TITAN_CHOICES(OptimizerName, {OptimizerName::adamw, "AdamW"}, {OptimizerName::adam, "Adam"},
+              {OptimizerName::muon, "Muon"})
+
+/// optimizer.muon_adjust_lr_fn: how Muon scales the lr of an (A, B) matrix (torch.optim.Muon's adjust_lr_fn).
+enum class MuonAdjustLr {
+  original,         ///< sqrt(max(1, A / B)) (Keller Jordan's Muon)
+  match_rms_adamw,  ///< 0.2 sqrt(max(A, B)): AdamW's update RMS, so AdamW's lr and decay carry over (Moonlight)
+};
+TITAN_CHOICES(MuonAdjustLr, {MuonAdjustLr::original, "original"}, {MuonAdjustLr::match_rms_adamw, "match_rms_adamw"})
 
 /// optimizer.implementation: kernels with identical math.
 enum class OptimizerImplementation {

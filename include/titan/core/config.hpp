@@ -98,7 +98,7 @@ struct ModelConfig {
 TITAN_CONFIG(ModelConfig, name, flavor, hf_assets_path, tokenizer_path, converters, print_after_conversion,
              moe_load_balance_loss_weight)
 
-/// AdamW hyperparameters.
+/// The optimizer: AdamW (or Adam), or Muon for the hidden matrices with AdamW for the rest.
 struct OptimizerConfig {
   /// Optimizer: AdamW (decoupled weight decay) or Adam (L2 weight decay).
   OptimizerName name = OptimizerName::adamw;
@@ -118,9 +118,28 @@ struct OptimizerConfig {
   OptimizerImplementation implementation = OptimizerImplementation::fused;
   /// Step the optimizer inside backward (no gradient clipping then).
   bool early_step_in_backward = false;
+  /// Muon: peak lr of the 2-D hidden matrices; the schedule scales it as it scales lr (the rest steps with AdamW).
+  double muon_lr = 1e-3;
+  /// Muon: decoupled weight decay of the matrices.
+  double muon_weight_decay = 0.1;
+  /// Muon: momentum coefficient, in [0, 1).
+  double muon_momentum = 0.95;
+  /// Muon: Nesterov momentum.
+  bool muon_nesterov = true;
+  /// Muon: the Newton-Schulz quintic's coefficients (a, b, c).
+  std::vector<double> muon_ns_coefficients{3.4445, -4.7750, 2.0315};
+  /// Muon: floor of the Frobenius norm the Newton-Schulz input is divided by.
+  double muon_eps = 1e-7;
+  /// Muon: Newton-Schulz iterations, 1 to 99.
+  int64_t muon_ns_steps = 5;
+  /// Muon: lr scale of an (A, B) matrix: original sqrt(max(1, A/B)) or match_rms_adamw 0.2 sqrt(max(A, B)).
+  MuonAdjustLr muon_adjust_lr_fn = MuonAdjustLr::original;
+  /// Muon: regexes searched in parameter names; a match steps with AdamW (as embeddings, the head, non-2-D do).
+  std::vector<std::string> muon_exclude{};
 };
 TITAN_CONFIG(OptimizerConfig, name, lr, beta1, beta2, eps, weight_decay, exclude_from_weight_decay, implementation,
-             early_step_in_backward)
+             early_step_in_backward, muon_lr, muon_weight_decay, muon_momentum, muon_nesterov, muon_ns_coefficients,
+             muon_eps, muon_ns_steps, muon_adjust_lr_fn, muon_exclude)
 
 /// Linear warmup, optional stable phase, then decay (warmup-stable-decay).
 struct LRSchedulerConfig {

@@ -66,6 +66,8 @@ std::vector<std::string> config_keys();
 
 /// Throws ConfigError naming the first key with an impossible value (steps <= 0, unknown decay_type, ...).
 void validate(const JobConfig& config);
+/// The [optimizer] part of validate(JobConfig), for an optimizer built from code with a config of its own.
+void validate(const OptimizerConfig& optimizer);
 
 /// The notes for keys set to a value titan does not support yet (see src/core/config_support.cpp).
 std::vector<std::string> unsupported_notes(const JobConfig& config);

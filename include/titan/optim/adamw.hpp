@@ -40,11 +40,16 @@ struct ParamGroup {
 /// The groups optimizer.exclude_from_weight_decay asks for: one per pattern, weight decay 0, lr as the rest.
 std::vector<ParamGroup> param_groups(const OptimizerConfig& config);
 
-/// The settings AdamW steps one parameter with.
+/// The settings a parameter steps with.
 struct ParamSettings {
   double weight_decay = 0.0;
   double lr_scale = 1.0;
 };
+
+/// Each of `count` parameters' settings: those of the first group whose pattern its name (`names`, required when
+/// there are groups) contains a match of, else {weight_decay, 1}. AdamW and Muon place their parameters so.
+std::vector<ParamSettings> param_settings(size_t count, const std::vector<std::string>& names,
+                                          const std::vector<ParamGroup>& groups, double weight_decay);
 
 class AdamW final : public Optimizer {
  public:

@@ -7,7 +7,9 @@
 //
 //   titan::RunContext run(titan::parse_args(argc, argv));
 //   titan::RankModel<titan::models::Decoder> model(run, titan::models::decoder_args(run.config()));
-//   titan::AdamW optimizer(model.parameters(), run.config().optimizer, model.parameter_names());
+//   auto optimizer = titan::build_optimizer(model.parameters(), run.config().optimizer, model.parameter_names(),
+//                                           {.mesh = &run.mesh(), .adamw_modules =
+//                                           model.embedding_and_head_modules()});
 #pragma once
 
 #include <fmt/format.h>
@@ -51,6 +53,8 @@ Parallelized parallelize_for_run(const RunContext& run, torch::nn::Module& model
 void prepare_parameters(const RunContext& run, const std::vector<at::Tensor>& params);
 /// The stages of `plan` this rank builds (empty without a pipeline: the whole model).
 std::vector<std::string> rank_modules(const RunContext& run, const parallel::ParallelPlan& plan);
+/// The module paths of spec's embeddings and output head (the vocab_embedding, position_embedding and head roles).
+std::vector<std::string> embedding_and_head_modules(const parallel::ShardingSpec& spec);
 /// Whether forwards run under bf16 autocast: fp32 parameters that no data parallelism casts, with
 /// training.mixed_precision_param bfloat16 (torchtitan's single-device mixed precision; on CPU only when asked).
 bool bf16_autocast(const RunContext& run, const Parallelized& parallel);
@@ -69,7 +73,9 @@ class RankModel {
     run.seed_for_init();
     // The meta model converts as the real one will, so the plan knows the float8 weights FSDP gathers.
     detail::convert_model(run, *whole, /*log_report=*/false);
-    plan_ = detail::plan_for_run(run, whole->sharding_spec(), *whole);
+    const parallel::ShardingSpec spec = whole->sharding_spec();
+    plan_ = detail::plan_for_run(run, spec, *whole);
+    embedding_and_head_ = detail::embedding_and_head_modules(spec);
     model_ = Model::build(args, {.device = run.device(), .modules = detail::rank_modules(run, plan_)});
     // Converters swap layers' math before anything is sharded, as torchtitan converts first.
     float8_converted_ = detail::convert_model(run, *model_, /*log_report=*/true);
@@ -92,6 +98,8 @@ class RankModel {
   /// Trainable tensors, each once, and their FQNs (the checkpoint's keys).
   const std::vector<at::Tensor>& parameters() const { return parameters_; }
   const std::vector<std::string>& parameter_names() const { return names_; }
+  /// The module paths of the model's embeddings and output head (its spec's roles): Muon leaves them to AdamW.
+  const std::vector<std::string>& embedding_and_head_modules() const { return embedding_and_head_; }
   /// Whether the step runs the forwards under bf16 autocast (forward_backward's bf16_autocast).
   bool bf16_autocast() const { return autocast_; }
   /// The module paths the float8 converter converted (empty without it).
@@ -115,6 +123,7 @@ class RankModel {
   ModelCounts counts_;
   std::vector<at::Tensor> parameters_;
   std::vector<std::string> names_;
+  std::vector<std::string> embedding_and_head_;
   std::vector<std::string> float8_converted_;
   bool autocast_ = false;
 };

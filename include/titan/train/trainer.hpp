@@ -47,6 +47,7 @@ class Trainer {
                                                                 .step_model = model_->step_model(),
                                                                 .parameters = model_->parameters(),
                                                                 .names = model_->parameter_names(),
+                                                                .adamw_modules = model_->embedding_and_head_modules(),
                                                                 .hf_adapter = model_->model().hf_adapter(),
                                                                 .counts = model_->counts(),
                                                                 .vocab_size = model_->model().vocab_size(),

@@ -49,6 +49,8 @@ struct TrainedModel {
   std::vector<at::Tensor> parameters{};
   /// FQN of each of parameters (checkpoint keys).
   std::vector<std::string> names{};
+  /// Module paths whose parameters AdamW steps under optimizer.name = "Muon": the embeddings and the head.
+  std::vector<std::string> adamw_modules{};
   /// HF import/export; null = none.
   std::shared_ptr<const checkpoint::HfAdapter> hf_adapter{};
   /// The whole model's parameters and FLOPs per token.
