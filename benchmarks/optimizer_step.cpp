@@ -9,6 +9,7 @@
 #include <ATen/Parallel.h>
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -36,7 +37,9 @@ int main(int argc, char** argv) {
   }
   fmt::print("optimizer step, Llama 3 {} ({:.1f}M parameters), fp32, {} threads, median of {}\n", flavor,
              static_cast<double>(numel) / 1e6, at::get_num_threads(), iters);
-  fmt::print("| optimizer | step ms | Newton-Schulz ms | state MiB |\n| --- | ---: | ---: | ---: |\n");
+  fmt::print(
+      "| optimizer | step ms | Newton-Schulz ms (GFLOP/s) | state MiB |\n"
+      "| --- | ---: | ---: | ---: |\n");
   const auto mib = [](int64_t bytes) { return static_cast<double>(bytes) / (1 << 20); };
 
   titan::AdamW adamw(params, {.lr = 1e-4}, names);
@@ -50,11 +53,18 @@ int main(int argc, char** argv) {
     if (muon.is_matrix(i)) matrices.push_back(params[i].grad());
   }
   const titan::NewtonSchulz ns{};
+  // Per iteration on X (m, n), m <= n: X X^T (2 m^2 n), b A + c A^2 (2 m^3), (..) X (2 m^2 n).
+  double ns_flops = 0;
+  for (const at::Tensor& g : matrices) {
+    const auto m = static_cast<double>(std::min(g.size(0), g.size(1)));
+    const auto n = static_cast<double>(std::max(g.size(0), g.size(1)));
+    ns_flops += static_cast<double>(ns.steps) * (4 * m * m * n + 2 * m * m * m);
+  }
   const double ns_ms = 1e3 * titan::bench::median_seconds(iters, [&] {
                          for (const at::Tensor& g : matrices) titan::newton_schulz(g, ns);
                        });
   const double muon_ms = 1e3 * titan::bench::median_seconds(iters, [&] { muon.step(1e-4); });
-  fmt::print("| Muon ({} matrices) + AdamW (the rest) | {:.2f} | {:.2f} | {:.1f} |\n", matrices.size(), muon_ms, ns_ms,
-             mib(muon.state_bytes()));
+  fmt::print("| Muon ({} matrices) + AdamW (the rest) | {:.2f} | {:.2f} ({:.1f}) | {:.1f} |\n", matrices.size(),
+             muon_ms, ns_ms, ns_flops / ns_ms / 1e6, mib(muon.state_bytes()));
   return 0;
 }

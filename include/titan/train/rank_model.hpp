@@ -8,8 +8,7 @@
 //   titan::RunContext run(titan::parse_args(argc, argv));
 //   titan::RankModel<titan::models::Decoder> model(run, titan::models::decoder_args(run.config()));
 //   auto optimizer = titan::build_optimizer(model.parameters(), run.config().optimizer, model.parameter_names(),
-//                                           {.mesh = &run.mesh(), .adamw_modules =
-//                                           model.embedding_and_head_modules()});
+//       {.mesh = &run.mesh(), .adamw_modules = model.embedding_and_head_modules()});
 #pragma once
 
 #include <fmt/format.h>
