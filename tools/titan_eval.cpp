@@ -39,10 +39,11 @@ namespace {
 
 const ToolSpec kSpec = {
     .name = "titan-eval",
-    .usage = "usage: titan-eval [--checkpoint PATH] [--tasks FILE|DIR ...] [--text FILE ...] [--paragraphs]\n"
-             "                  [--max-length N] [--batch-size N] [--limit N] [--output text|jsonl] [--samples]\n"
-             "                  [config keys: --job.config_file FILE, --model.flavor NAME, --model.hf_assets_path DIR,\n"
-             "                  --parallelism.data_parallel_shard_degree N, --parallelism.tensor_parallel_degree N, ...]\n",
+    .usage =
+        "usage: titan-eval [--checkpoint PATH] [--tasks FILE|DIR ...] [--text FILE ...] [--paragraphs]\n"
+        "                  [--max-length N] [--batch-size N] [--limit N] [--output text|jsonl] [--samples]\n"
+        "                  [config keys: --job.config_file FILE, --model.flavor NAME, --model.hf_assets_path DIR,\n"
+        "                  --parallelism.data_parallel_shard_degree N, --parallelism.tensor_parallel_degree N, ...]\n",
     .flags = {{.name = "--checkpoint",
                .value = "PATH",
                .help = "a titan step folder, its parent (the newest step) or a Hugging Face folder (default: "
@@ -58,10 +59,12 @@ const ToolSpec kSpec = {
               {.name = "--batch-size", .value = "N", .help = "requests per forward (default 8)"},
               {.name = "--limit", .value = "N", .help = "only the first N documents of each task"},
               {.name = "--output", .value = "text|jsonl", .help = "a table, or one JSON object per task"},
-              {.name = "--samples", .help = "with --output jsonl: every document's [loglikelihood, greedy] pairs"}},
-    .keys = "model.name, model.flavor, model.hf_assets_path (the tokenizer when the checkpoint has none), "
-            "training.seq_len (the default --max-length), parallelism.* (FSDP and TP degrees), job.dump_folder and "
-            "checkpoint.folder (the default checkpoint)"};
+              {.name = "--samples",
+               .help = "with --output jsonl: every document's [loglikelihood, greedy, tokens] and metrics"}},
+    .keys =
+        "model.name, model.flavor, model.hf_assets_path (the tokenizer when the checkpoint has none), "
+        "training.seq_len (the default --max-length), parallelism.* (FSDP and TP degrees), job.dump_folder and "
+        "checkpoint.folder (the default checkpoint)"};
 
 struct Options {
   /// Titan checkpoint (step folder or its parent) or Hugging Face folder.
@@ -96,7 +99,8 @@ Options options_of(const ToolArgs& args) {
   for (const std::string& path : args.values("--tasks")) {
     for (const fs::path& file : task_files(path)) o.tasks.push_back(eval::read_task(file));
   }
-  for (const std::string& path : args.values("--text")) o.tasks.push_back(eval::text_task(path, args.has("--paragraphs")));
+  for (const std::string& path : args.values("--text"))
+    o.tasks.push_back(eval::text_task(path, args.has("--paragraphs")));
   TITAN_CHECK_VALUE(!o.tasks.empty(), "[titan-eval] expected at least one --tasks FILE|DIR or --text FILE, got none.");
   const int64_t limit = args.integer("--limit", -1);
   TITAN_CHECK_VALUE(limit == -1 || limit >= 1, "[titan-eval] expected --limit >= 1, got {}.", limit);
@@ -104,9 +108,11 @@ Options options_of(const ToolArgs& args) {
     if (limit > 0 && static_cast<int64_t>(task.docs.size()) > limit) task.docs.resize(static_cast<size_t>(limit));
   }
   o.scoring.max_length = args.integer("--max-length", config.training.seq_len);
-  TITAN_CHECK_VALUE(o.scoring.max_length >= 1, "[titan-eval] expected --max-length >= 1, got {}.", o.scoring.max_length);
+  TITAN_CHECK_VALUE(o.scoring.max_length >= 1, "[titan-eval] expected --max-length >= 1, got {}.",
+                    o.scoring.max_length);
   o.scoring.batch_size = args.integer("--batch-size", o.scoring.batch_size);
-  TITAN_CHECK_VALUE(o.scoring.batch_size >= 1, "[titan-eval] expected --batch-size >= 1, got {}.", o.scoring.batch_size);
+  TITAN_CHECK_VALUE(o.scoring.batch_size >= 1, "[titan-eval] expected --batch-size >= 1, got {}.",
+                    o.scoring.batch_size);
   o.output = args.value("--output").value_or("text");
   TITAN_CHECK_VALUE(o.output == "text" || o.output == "jsonl", "[titan-eval] expected --output text|jsonl, got '{}'.",
                     o.output);
@@ -131,9 +137,7 @@ parallel::ParallelPlan eval_plan(const models::Decoder& model, const JobConfig& 
 
 int run(Options o, const JobConfig& config) {
   const at::Device device = inference_device();
-  const std::string backend = config.comm.backend != "auto" ? config.comm.backend
-                              : device.is_cuda()            ? "nccl"
-                                                            : "gloo";
+  const std::string backend = config.comm.backend != "auto" ? config.comm.backend : device.is_cuda() ? "nccl" : "gloo";
   const dist::Mesh mesh = dist::Mesh::from_launch_env(config.parallelism, {.backend = backend});
   log::set_rank(static_cast<int>(mesh.rank()));
   TITAN_CHECK_NOT_IMPLEMENTED(

@@ -29,13 +29,14 @@ TaskResult evaluate(const Task& task, const data::Tokenizer& tokenizer, const Lo
       Score whole{.loglikelihood = 0, .greedy = false};
       for (size_t i = first[d]; i < first[d + 1]; ++i) {
         whole.loglikelihood += scores[i].loglikelihood;
-        doc.tokens += static_cast<int64_t>(requests[i].continuation.size());
+        whole.tokens += scores[i].tokens;
       }
       doc.responses.push_back(whole);
     } else {
       doc.responses.assign(scores.begin() + static_cast<std::ptrdiff_t>(first[d]),
                            scores.begin() + static_cast<std::ptrdiff_t>(first[d + 1]));
     }
+    doc.metrics = doc_metrics(task, task.docs[d], doc.responses);
     result.docs.push_back(std::move(doc));
   }
   result.metrics = task_metrics(task, result.docs);

@@ -2,6 +2,7 @@
 #include "titan/eval/metrics.hpp"
 
 #include <cmath>
+#include <map>
 #include <numbers>
 
 #include "titan/core/error.hpp"
@@ -65,13 +66,13 @@ int64_t count_words(std::string_view text) {
   return pieces;
 }
 
-int64_t predicted_choice(const Doc& doc, const DocScores& scores, std::string_view metric) {
-  TITAN_CHECK(scores.responses.size() == doc.choices.size(),
-              "[titan::eval] expected a score per choice ({}), got {}.", doc.choices.size(), scores.responses.size());
+int64_t predicted_choice(const Doc& doc, const std::vector<Score>& responses, std::string_view metric) {
+  TITAN_CHECK(responses.size() == doc.choices.size(), "[titan::eval] expected a score per choice ({}), got {}.",
+              doc.choices.size(), responses.size());
   int64_t best = 0;
   double best_value = -INFINITY;
   for (size_t i = 0; i < doc.choices.size(); ++i) {
-    double value = scores.responses[i].loglikelihood;
+    double value = responses[i].loglikelihood;
     if (metric == "acc_norm") value /= static_cast<double>(count_chars(doc.choices[i]));
     if (metric == "acc_bytes") value /= static_cast<double>(doc.choices[i].size());
     if (value > best_value) {
@@ -82,32 +83,41 @@ int64_t predicted_choice(const Doc& doc, const DocScores& scores, std::string_vi
   return best;
 }
 
+Metrics doc_metrics(const Task& task, const Doc& doc, const std::vector<Score>& responses) {
+  Metrics out;
+  for (const std::string& metric : task.metrics) {
+    if (task.output_type == OutputType::multiple_choice) {
+      out.emplace_back(metric, predicted_choice(doc, responses, metric) == doc.gold ? 1.0 : 0.0);
+    } else if (task.output_type == OutputType::loglikelihood && metric == "acc") {
+      out.emplace_back(metric, responses.at(0).greedy ? 1.0 : 0.0);
+    }
+  }
+  return out;
+}
+
 Metrics task_metrics(const Task& task, const std::vector<DocScores>& docs) {
   TITAN_CHECK(docs.size() == task.docs.size(), "[titan::eval] expected scores for {} documents, got {}.",
               task.docs.size(), docs.size());
   Metrics out;
   double ll = 0, words = 0, bytes = 0, tokens = 0;
-  std::vector<double> lls, greedy;
+  std::vector<double> lls;
+  std::map<std::string, std::vector<double>> per_doc;
   for (size_t d = 0; d < docs.size(); ++d) {
     for (const Score& s : docs[d].responses) {
       ll += s.loglikelihood;
       lls.push_back(s.loglikelihood);
-      greedy.push_back(s.greedy ? 1.0 : 0.0);
+      tokens += static_cast<double>(s.tokens);
     }
+    for (const auto& [metric, value] : doc_metrics(task, task.docs[d], docs[d].responses))
+      per_doc[metric].push_back(value);
     words += static_cast<double>(count_words(task.docs[d].target));
     bytes += static_cast<double>(task.docs[d].target.size());
-    tokens += static_cast<double>(docs[d].tokens);
   }
   for (const std::string& metric : task.metrics) {
-    if (task.output_type == OutputType::multiple_choice) {
-      std::vector<double> right;
-      for (size_t d = 0; d < docs.size(); ++d)
-        right.push_back(predicted_choice(task.docs[d], docs[d], metric) == task.docs[d].gold ? 1.0 : 0.0);
-      add_mean(out, metric, right);
+    if (per_doc.contains(metric)) {
+      add_mean(out, metric, per_doc.at(metric));
     } else if (metric == "perplexity") {
       out.emplace_back(metric, std::exp(-mean(lls)));
-    } else if (metric == "acc") {
-      add_mean(out, metric, greedy);
     } else if (metric == "word_perplexity") {
       out.emplace_back(metric, std::exp(-ll / words));
     } else if (metric == "byte_perplexity") {

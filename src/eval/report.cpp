@@ -16,15 +16,16 @@ nlohmann::json result_json(const TaskResult& result, bool docs) {
                         {"input_tokens", result.stats.input_tokens},
                         {"scored_tokens", result.stats.scored_tokens},
                         {"seconds", result.seconds},
-                        {"tokens_per_second", result.seconds > 0
-                                                  ? static_cast<double>(result.stats.input_tokens) / result.seconds
-                                                  : 0.0}};
+                        {"tokens_per_second",
+                         result.seconds > 0 ? static_cast<double>(result.stats.input_tokens) / result.seconds : 0.0}};
   if (docs) {
     nlohmann::json rows = nlohmann::json::array();
     for (const DocScores& doc : result.docs) {
       nlohmann::json responses = nlohmann::json::array();
-      for (const Score& s : doc.responses) responses.push_back({s.loglikelihood, s.greedy});
-      rows.push_back({{"responses", responses}});
+      for (const Score& s : doc.responses) responses.push_back({s.loglikelihood, s.greedy, s.tokens});
+      nlohmann::json values = nlohmann::json::object();
+      for (const auto& [name, value] : doc.metrics) values[name] = value;
+      rows.push_back({{"responses", responses}, {"metrics", values}});
     }
     out["docs"] = rows;
   }

@@ -85,7 +85,8 @@ std::vector<TokenRequest> doc_requests(const Task& task, const Doc& doc, const d
         out.push_back(encode_pair(tokenizer, doc.context, task.target_delimiter + choice, prefix));
       return out;
     }
-    case OutputType::loglikelihood: return {encode_pair(tokenizer, doc.context, doc.target, prefix)};
+    case OutputType::loglikelihood:
+      return {encode_pair(tokenizer, doc.context, doc.target, prefix)};
     case OutputType::loglikelihood_rolling:
       return rolling_windows(encode(tokenizer, doc.target), prefix, max_length);
   }

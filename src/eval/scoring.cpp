@@ -77,7 +77,7 @@ std::vector<Score> score(const std::vector<TokenRequest>& requests, const Logits
       const int64_t scored = static_cast<int64_t>(r.continuation.size());
       // The positions whose next token is a continuation token: the input's last `scored`.
       const at::Tensor rows = logits[row].slice(0, length - scored, length).to(at::kCPU, at::kDouble);  // (C, V)
-      const at::Tensor logp = at::log_softmax(rows, -1);                                                 // (C, V)
+      const at::Tensor logp = at::log_softmax(rows, -1);                                                // (C, V)
       const at::Tensor target = at::tensor(r.continuation, at::kLong).unsqueeze(1);                     // (C, 1)
       acc[i][0] = logp.gather(1, target).sum().item<double>();
       acc[i][1] = at::equal(rows.argmax(-1), target.squeeze(1)) ? 1.0 : 0.0;
@@ -89,11 +89,17 @@ std::vector<Score> score(const std::vector<TokenRequest>& requests, const Logits
   }
   if (options.dp_size > 1) {
     TITAN_CHECK(static_cast<bool>(options.all_reduce_sum),
-                "[titan::eval] expected ScoringOptions::all_reduce_sum with dp_size {} > 1, got none.", options.dp_size);
+                "[titan::eval] expected ScoringOptions::all_reduce_sum with dp_size {} > 1, got none.",
+                options.dp_size);
     options.all_reduce_sum(results);
   }
   std::vector<Score> out(static_cast<size_t>(n));
-  for (int64_t i = 0; i < n; ++i) out[static_cast<size_t>(i)] = {acc[i][0], acc[i][1] > 0.5};
+  for (int64_t i = 0; i < n; ++i) {
+    out[static_cast<size_t>(i)] = {
+        .loglikelihood = acc[i][0],
+        .greedy = acc[i][1] > 0.5,
+        .tokens = static_cast<int64_t>(requests[static_cast<size_t>(i)].continuation.size())};
+  }
   return out;
 }
 

@@ -22,11 +22,28 @@ namespace fs = std::filesystem;
 using Json = nlohmann::ordered_json;
 
 // The keys read, and those lm-eval uses for what titan-eval does not run (few-shot, filters, generation, code).
-const std::vector<std::string> kKeys = {
-    "task", "tag", "dataset_path", "dataset_name", "dataset_kwargs", "test_split", "validation_split",
-    "training_split", "fewshot_split", "output_type", "doc_to_text", "doc_to_target", "doc_to_choice", "description",
-    "target_delimiter", "fewshot_delimiter", "num_fewshot", "metric_list", "metadata", "should_decontaminate",
-    "doc_to_decontamination_query", "repeats"};
+const std::vector<std::string> kKeys = {"task",
+                                        "tag",
+                                        "dataset_path",
+                                        "dataset_name",
+                                        "dataset_kwargs",
+                                        "test_split",
+                                        "validation_split",
+                                        "training_split",
+                                        "fewshot_split",
+                                        "output_type",
+                                        "doc_to_text",
+                                        "doc_to_target",
+                                        "doc_to_choice",
+                                        "description",
+                                        "target_delimiter",
+                                        "fewshot_delimiter",
+                                        "num_fewshot",
+                                        "metric_list",
+                                        "metadata",
+                                        "should_decontaminate",
+                                        "doc_to_decontamination_query",
+                                        "repeats"};
 
 std::string read_text(const fs::path& path, std::string_view what) {
   std::ifstream in(path, std::ios::binary);
@@ -52,8 +69,8 @@ std::vector<std::string> read_metrics(const Json& config, const Task& task) {
   if (!config.contains("metric_list")) return default_metrics(task.output_type);
   const Json& list = config.at("metric_list");
   TITAN_CHECK_VALUE(list.is_array() && !list.empty(),
-                    "[titan::eval] {}: expected a list of '- metric: NAME' entries, got {}.", where(task, "metric_list"),
-                    list.dump());
+                    "[titan::eval] {}: expected a list of '- metric: NAME' entries, got {}.",
+                    where(task, "metric_list"), list.dump());
   const std::vector<std::string> known = known_metrics(task.output_type);
   std::vector<std::string> metrics;
   for (const Json& entry : list) {
@@ -72,7 +89,8 @@ std::vector<std::string> read_metrics(const Json& config, const Task& task) {
     if (entry.contains("aggregation")) {
       TITAN_CHECK_VALUE(entry.at("aggregation") == default_aggregation(metric),
                         "[titan::eval] {}: expected {}'s aggregation {} (lm-eval's), got {}. Remove the aggregation.",
-                        where(task, "metric_list"), metric, default_aggregation(metric), entry.at("aggregation").dump());
+                        where(task, "metric_list"), metric, default_aggregation(metric),
+                        entry.at("aggregation").dump());
     }
     metrics.push_back(metric);
   }
@@ -98,7 +116,8 @@ std::vector<fs::path> split_files(const Json& config, const Task& task) {
     TITAN_CHECK_VALUE(key == "data_files", "[titan::eval] {}: expected only data_files, got '{}'.",
                       where(task, "dataset_kwargs"), key);
   }
-  const Json split_key = config.contains("test_split") ? config.at("test_split") : config.value("validation_split", Json());
+  const Json split_key =
+      config.contains("test_split") ? config.at("test_split") : config.value("validation_split", Json());
   TITAN_CHECK_VALUE(split_key.is_string(),
                     "[titan::eval] {}: expected test_split or validation_split to name the split evaluated, got none.",
                     where(task, "test_split"));
@@ -247,26 +266,34 @@ Doc doc_of(const Json& config, const Json& row, const Task& task) {
 
 std::string_view output_type_name(OutputType type) {
   switch (type) {
-    case OutputType::multiple_choice: return "multiple_choice";
-    case OutputType::loglikelihood: return "loglikelihood";
-    case OutputType::loglikelihood_rolling: return "loglikelihood_rolling";
+    case OutputType::multiple_choice:
+      return "multiple_choice";
+    case OutputType::loglikelihood:
+      return "loglikelihood";
+    case OutputType::loglikelihood_rolling:
+      return "loglikelihood_rolling";
   }
   return "?";
 }
 
 std::vector<std::string> default_metrics(OutputType type) {
   switch (type) {
-    case OutputType::multiple_choice: return {"acc", "acc_norm"};
-    case OutputType::loglikelihood: return {"perplexity", "acc"};
-    case OutputType::loglikelihood_rolling: return {"word_perplexity", "byte_perplexity", "bits_per_byte"};
+    case OutputType::multiple_choice:
+      return {"acc", "acc_norm"};
+    case OutputType::loglikelihood:
+      return {"perplexity", "acc"};
+    case OutputType::loglikelihood_rolling:
+      return {"word_perplexity", "byte_perplexity", "bits_per_byte"};
   }
   return {};
 }
 
 std::vector<std::string> known_metrics(OutputType type) {
   switch (type) {
-    case OutputType::multiple_choice: return {"acc", "acc_norm", "acc_bytes"};
-    case OutputType::loglikelihood: return {"perplexity", "acc"};
+    case OutputType::multiple_choice:
+      return {"acc", "acc_norm", "acc_bytes"};
+    case OutputType::loglikelihood:
+      return {"perplexity", "acc"};
     case OutputType::loglikelihood_rolling:
       return {"word_perplexity", "byte_perplexity", "bits_per_byte", "token_perplexity"};
   }
@@ -304,8 +331,8 @@ Task read_task(const fs::path& yaml) {
                     "(lm-eval's default is generate_until, which titan-eval does not run).",
                     where(task, "output_type"), type.dump());
   TITAN_CHECK_VALUE(config.value("num_fewshot", Json(0)) == 0 || config.at("num_fewshot").is_null(),
-                    "[titan::eval] {}: expected 0 (titan-eval evaluates zero-shot), got {}.", where(task, "num_fewshot"),
-                    config.at("num_fewshot").dump());
+                    "[titan::eval] {}: expected 0 (titan-eval evaluates zero-shot), got {}.",
+                    where(task, "num_fewshot"), config.at("num_fewshot").dump());
   TITAN_CHECK_VALUE(config.value("repeats", Json(1)) == 1, "[titan::eval] {}: expected 1, got {}.",
                     where(task, "repeats"), config.at("repeats").dump());
   TITAN_CHECK_VALUE(task.output_type != OutputType::multiple_choice || config.contains("doc_to_choice"),

@@ -27,7 +27,8 @@ std::string_view trim_expression(std::string_view s) {
 bool name_char(char c) { return std::isalnum(static_cast<unsigned char>(c)) != 0 || c == '_'; }
 
 // The value `path` ("choices.text", "answers[0]", "meta['label']") names in doc.
-const nlohmann::ordered_json& lookup(std::string_view path, const nlohmann::ordered_json& doc, const TemplateSite& site) {
+const nlohmann::ordered_json& lookup(std::string_view path, const nlohmann::ordered_json& doc,
+                                     const TemplateSite& site) {
   const std::string where(path);
   const nlohmann::ordered_json* value = &doc;
   size_t i = 0;
@@ -71,7 +72,8 @@ const nlohmann::ordered_json& lookup(std::string_view path, const nlohmann::orde
       TITAN_CHECK_VALUE(value->is_object() && value->contains(key),
                         "[titan::eval] {}: {}: expected the document to have '{}' (in '{}'), got {}. Name a field of "
                         "the data file.",
-                        site.file, site.key, key, where, value->dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
+                        site.file, site.key, key, where,
+                        value->dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
       value = &(*value)[key];
     }
   }

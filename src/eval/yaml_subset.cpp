@@ -22,8 +22,10 @@ size_t comment_start(std::string_view s) {
   for (size_t i = 0; i < s.size(); ++i) {
     const char c = s[i];
     if (quote != 0) {
-      if (c == '\\' && quote == '"') ++i;
-      else if (c == quote) quote = 0;
+      if (c == '\\' && quote == '"')
+        ++i;
+      else if (c == quote)
+        quote = 0;
     } else if (c == '"' || c == '\'') {
       // A quote opens a quoted scalar only where a scalar starts; "it's" in a plain scalar is a letter.
       if (i == 0 || s[i - 1] == ' ' || s[i - 1] == '[' || s[i - 1] == ',' || s[i - 1] == ':') quote = c;
@@ -66,19 +68,21 @@ class Parser {
   nlohmann::ordered_json document() {
     if (lines_.empty()) return nullptr;
     nlohmann::ordered_json out = block(lines_[0].indent);
-    if (next_ < lines_.size()) fail(lines_[next_].number, "the document to end, got more text at a smaller indentation");
+    if (next_ < lines_.size())
+      fail(lines_[next_].number, "the document to end, got more text at a smaller indentation");
     return out;
   }
 
  private:
   template <class... T>
   [[noreturn]] void fail(int line, fmt::format_string<T...> what, T&&... args) const {
-    throw c10::ValueError({__func__, __FILE__, static_cast<uint32_t>(__LINE__)},
-                          fmt::format("[titan::eval] {}:{}: expected {}. titan-eval reads the part of YAML that lm-eval "
-                                      "task files use (mappings, '- ' sequences, plain or quoted one-line scalars, "
-                                      "[a, b] lists); write the value that way (a quoted string with \\n for "
-                                      "several lines).",
-                                      file_, line, fmt::format(what, std::forward<T>(args)...)));
+    throw c10::ValueError(
+        {__func__, __FILE__, static_cast<uint32_t>(__LINE__)},
+        fmt::format("[titan::eval] {}:{}: expected {}. titan-eval reads the part of YAML that lm-eval "
+                    "task files use (mappings, '- ' sequences, plain or quoted one-line scalars, "
+                    "[a, b] lists); write the value that way (a quoted string with \\n for "
+                    "several lines).",
+                    file_, line, fmt::format(what, std::forward<T>(args)...)));
   }
   template <class... T>
   void fail_if(bool bad, int line, fmt::format_string<T...> what, T&&... args) const {
@@ -87,9 +91,7 @@ class Parser {
 
   static bool is_item(const std::string& text) { return text == "-" || text.starts_with("- "); }
 
-  nlohmann::ordered_json block(int indent) {
-    return is_item(lines_[next_].text) ? sequence(indent) : mapping(indent);
-  }
+  nlohmann::ordered_json block(int indent) { return is_item(lines_[next_].text) ? sequence(indent) : mapping(indent); }
 
   // The value of a key or item whose text ended at the line before next_: a nested block, or null.
   nlohmann::ordered_json nested(int indent, bool sequence_at_same_indent) {
@@ -138,8 +140,9 @@ class Parser {
   static size_t key_colon(std::string_view text) {
     if (text.starts_with('"') || text.starts_with('\'')) {
       const size_t close = text.find(text[0], 1);
-      return close != std::string_view::npos && close + 1 < text.size() && text[close + 1] == ':' ? close + 1
-                                                                                                  : std::string_view::npos;
+      return close != std::string_view::npos && close + 1 < text.size() && text[close + 1] == ':'
+                 ? close + 1
+                 : std::string_view::npos;
     }
     if (text.starts_with('[') || text.starts_with('{')) return std::string_view::npos;
     for (size_t i = 0; i < text.size(); ++i) {
@@ -167,8 +170,10 @@ class Parser {
     char quote = 0;
     for (size_t i = 0; i <= inner.size() && !inner.empty(); ++i) {
       if (i < inner.size() && quote != 0) {
-        if (inner[i] == '\\' && quote == '"') ++i;
-        else if (inner[i] == quote) quote = 0;
+        if (inner[i] == '\\' && quote == '"')
+          ++i;
+        else if (inner[i] == quote)
+          quote = 0;
       } else if (i < inner.size() && (inner[i] == '"' || inner[i] == '\'')) {
         quote = inner[i];
       } else if (i == inner.size() || inner[i] == ',') {
@@ -186,7 +191,10 @@ class Parser {
     const char first = text[0];
     fail_if(first == '|' || first == '>', line, "a one-line value, got the block scalar '{}'", text);
     fail_if(first == '{', line, "no flow mapping (quote a Jinja template: \"{{{{x}}}}\"), got '{}'", text);
-    fail_if(first == '&' || first == '*' || first == '!', line, "no anchors, aliases or tags, got '{}'", text);
+    fail_if(first == '&' || first == '*' || first == '!', line,
+            "no anchors, aliases or tags (lm-eval's !function runs Python, which titan-eval does not: precompute its "
+            "result in the data file), got '{}'",
+            text);
     if (first == '"') return double_quoted(text, line);
     if (first == '\'') {
       std::string out;
@@ -219,23 +227,41 @@ class Parser {
       }
       fail_if(++i == text.size(), line, "an escape after '\\', got the end of {}", text);
       switch (text[i]) {
-        case 'n': out += '\n'; break;
-        case 't': out += '\t'; break;
-        case 'r': out += '\r'; break;
-        case '0': out += '\0'; break;
-        case '"': out += '"'; break;
-        case '\\': out += '\\'; break;
-        case '/': out += '/'; break;
-        case ' ': out += ' '; break;
+        case 'n':
+          out += '\n';
+          break;
+        case 't':
+          out += '\t';
+          break;
+        case 'r':
+          out += '\r';
+          break;
+        case '0':
+          out += '\0';
+          break;
+        case '"':
+          out += '"';
+          break;
+        case '\\':
+          out += '\\';
+          break;
+        case '/':
+          out += '/';
+          break;
+        case ' ':
+          out += ' ';
+          break;
         case 'u': {
           uint32_t code = 0;
-          const auto [end, ec] = std::from_chars(text.data() + i + 1, text.data() + std::min(i + 5, text.size()), code, 16);
+          const auto [end, ec] =
+              std::from_chars(text.data() + i + 1, text.data() + std::min(i + 5, text.size()), code, 16);
           fail_if(ec != std::errc() || end != text.data() + i + 5, line, "\\u and 4 hex digits, got {}", text);
           append_utf8(out, code);
           i += 4;
           break;
         }
-        default: fail(line, "an escape YAML defines (\\n \\t \\r \\0 \\\" \\\\ \\/ \\u), got '\\{}'", text[i]);
+        default:
+          fail(line, "an escape YAML defines (\\n \\t \\r \\0 \\\" \\\\ \\/ \\u), got '\\{}'", text[i]);
       }
     }
     fail_if(i + 1 != text.size(), line, "one closed double-quoted scalar, got {}", text);

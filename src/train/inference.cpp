@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: BSD-3-Clause
 #include "titan/train/inference.hpp"
 
-#include <ATen/Context.h>
 #include <ATen/ATen.h>
+#include <ATen/Context.h>
 #include <nlohmann/json.hpp>
 
 #include <fstream>
@@ -25,10 +25,11 @@ namespace titan {
 namespace fs = std::filesystem;
 
 InferenceCheckpoint resolve_inference_checkpoint(const fs::path& path, std::string_view tool) {
-  TITAN_CHECK_VALUE(fs::is_directory(path),
-                    "[{}] expected --checkpoint (default: <job.dump_folder>/<checkpoint.folder>) to name a titan "
-                    "checkpoint folder (step-N or its parent) or a Hugging Face folder, got '{}', which is not a folder.",
-                    tool, path.string());
+  TITAN_CHECK_VALUE(
+      fs::is_directory(path),
+      "[{}] expected --checkpoint (default: <job.dump_folder>/<checkpoint.folder>) to name a titan "
+      "checkpoint folder (step-N or its parent) or a Hugging Face folder, got '{}', which is not a folder.",
+      tool, path.string());
   if (fs::exists(path / "config.json")) return {path, true};
   if (fs::exists(path / "index.json")) return {path, false};
   for (const auto& [step, folder] : checkpoint::list_steps(path)) {

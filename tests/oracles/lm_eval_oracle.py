@@ -6,7 +6,7 @@
 Runs the tasks of TASK_DIR (lm-eval task YAMLs, read with --include_path; their data_files are relative to
 TASK_DIR, so it runs there) on the model and tokenizer of HF_DIR with max_length=MAX_LENGTH and batch size 1,
 and writes OUT (JSON): for each task its aggregated metrics and, per document, the (log-likelihood, is_greedy)
-of each request. Log-softmax runs in float64 (softmax_dtype), so lm-eval's sums carry no float32 rounding.
+of each request and lm-eval's per-document metric values. Log-softmax runs in float64 (softmax_dtype), so lm-eval's sums carry no float32 rounding.
 """
 import json
 import os
@@ -44,14 +44,14 @@ def main(argv):
         metrics = {key.split(",")[0]: value for key, value in results["results"][task].items()
                    if "," in key and isinstance(value, (int, float))}
         samples = sorted(results["samples"][task], key=lambda s: s["doc_id"])
-        report[task] = {
-            "metrics": metrics,
-            "docs": [{"doc_id": s["doc_id"],
-                      "responses": [[float(r[0][0]) if isinstance(r[0], (list, tuple)) else float(r[0]),
-                                     bool(r[0][1]) if isinstance(r[0], (list, tuple)) else False]
-                                    for r in s["resps"]]}
-                     for s in samples],
-        }
+        docs = []
+        for s in samples:
+            # resps: one [response] per request; a response is (loglikelihood, is_greedy), or a float (rolling).
+            responses = [[float(r[0][0]), bool(r[0][1])] if isinstance(r[0], (list, tuple)) else [float(r[0]), False]
+                         for r in s["resps"]]
+            values = {m: s[m] for m in ("acc", "acc_norm", "acc_bytes") if m in s}
+            docs.append({"doc_id": s["doc_id"], "responses": responses, "metrics": values})
+        report[task] = {"metrics": metrics, "docs": docs}
     tmp = f"{out}.tmp.{os.getpid()}"
     with open(tmp, "w", encoding="utf-8") as f:
         json.dump(report, f, indent=1)

@@ -42,7 +42,8 @@ TaskResult evaluate(const Task& task, const data::Tokenizer& tokenizer, const Lo
                     const ScoringOptions& options);
 
 /// One JSON object: task, output_type, metrics (name -> value), input and scored tokens, seconds, tokens/s; with
-/// `docs`, each document's responses as [loglikelihood, greedy] pairs (lm-eval's resps).
+/// `docs`, each document's responses as [loglikelihood, greedy, tokens] (lm-eval's resps, with the continuation
+/// tokens scored) and its per-document metrics (lm-eval's samples' acc, acc_norm, acc_bytes).
 nlohmann::json result_json(const TaskResult& result, bool docs);
 
 /// The results as a table for the console: task, metric, value, stderr.

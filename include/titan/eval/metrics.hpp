@@ -21,15 +21,15 @@
 
 namespace titan::eval {
 
-/// One document's scores: its requests' (a rolling document's windows added into one).
+/// Metric values by name, in the task's metric order.
+using Metrics = std::vector<std::pair<std::string, double>>;
+
+/// One document's scores: its requests' (a rolling document's windows added into one), and the values of the
+/// task's per-document metrics (lm-eval's samples: acc, acc_norm, acc_bytes as 0 or 1).
 struct DocScores {
   std::vector<Score> responses{};
-  /// loglikelihood_rolling: tokens scored (for token_perplexity).
-  int64_t tokens = 0;
+  Metrics metrics{};
 };
-
-/// A task's metrics in its metric order, each mean followed by its _stderr.
-using Metrics = std::vector<std::pair<std::string, double>>;
 
 /// Unicode code points of UTF-8 `text` (Python's len(str)).
 int64_t count_chars(std::string_view text);
@@ -38,9 +38,13 @@ int64_t count_words(std::string_view text);
 
 /// The predicted choice of a multiple-choice document under `metric` (acc, acc_norm or acc_bytes): the first
 /// index of the largest log-likelihood, normalised as the metric says.
-int64_t predicted_choice(const Doc& doc, const DocScores& scores, std::string_view metric);
+int64_t predicted_choice(const Doc& doc, const std::vector<Score>& responses, std::string_view metric);
 
-/// The task's metrics from every document's scores (in task.docs order).
+/// The per-document metric values of `doc` (acc, acc_norm, acc_bytes of the task's metrics; none for
+/// loglikelihood_rolling, whose metrics are ratios of sums).
+Metrics doc_metrics(const Task& task, const Doc& doc, const std::vector<Score>& responses);
+
+/// The task's metrics from every document's scores (in task.docs order); means are followed by their _stderr.
 Metrics task_metrics(const Task& task, const std::vector<DocScores>& docs);
 
 }  // namespace titan::eval

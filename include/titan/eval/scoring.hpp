@@ -26,6 +26,8 @@ struct Score {
   double loglikelihood = 0;
   /// Every continuation token is the argmax of its position's logits.
   bool greedy = false;
+  /// Continuation tokens scored.
+  int64_t tokens = 0;
 };
 
 struct ScoringOptions {
