@@ -5,6 +5,7 @@
 #include "titan/eval/task.hpp"
 
 #include <algorithm>
+#include <array>
 #include <fstream>
 #include <sstream>
 
@@ -22,28 +23,28 @@ namespace fs = std::filesystem;
 using Json = nlohmann::ordered_json;
 
 // The keys read, and those lm-eval uses for what titan-eval does not run (few-shot, filters, generation, code).
-const std::vector<std::string> kKeys = {"task",
-                                        "tag",
-                                        "dataset_path",
-                                        "dataset_name",
-                                        "dataset_kwargs",
-                                        "test_split",
-                                        "validation_split",
-                                        "training_split",
-                                        "fewshot_split",
-                                        "output_type",
-                                        "doc_to_text",
-                                        "doc_to_target",
-                                        "doc_to_choice",
-                                        "description",
-                                        "target_delimiter",
-                                        "fewshot_delimiter",
-                                        "num_fewshot",
-                                        "metric_list",
-                                        "metadata",
-                                        "should_decontaminate",
-                                        "doc_to_decontamination_query",
-                                        "repeats"};
+constexpr std::array<std::string_view, 22> kKeys = {"task",
+                                                    "tag",
+                                                    "dataset_path",
+                                                    "dataset_name",
+                                                    "dataset_kwargs",
+                                                    "test_split",
+                                                    "validation_split",
+                                                    "training_split",
+                                                    "fewshot_split",
+                                                    "output_type",
+                                                    "doc_to_text",
+                                                    "doc_to_target",
+                                                    "doc_to_choice",
+                                                    "description",
+                                                    "target_delimiter",
+                                                    "fewshot_delimiter",
+                                                    "num_fewshot",
+                                                    "metric_list",
+                                                    "metadata",
+                                                    "should_decontaminate",
+                                                    "doc_to_decontamination_query",
+                                                    "repeats"};
 
 std::string read_text(const fs::path& path, std::string_view what) {
   std::ifstream in(path, std::ios::binary);
