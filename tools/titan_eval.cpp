@@ -12,7 +12,6 @@
 #include <ATen/ATen.h>
 #include <fmt/format.h>
 
-#include <algorithm>
 #include <filesystem>
 #include <iostream>
 #include <string>
@@ -79,25 +78,13 @@ struct Options {
   bool samples = false;
 };
 
-std::vector<fs::path> task_files(const fs::path& path) {
-  if (!fs::is_directory(path)) return {path};
-  std::vector<fs::path> files;
-  for (const auto& entry : fs::directory_iterator(path)) {
-    if (entry.path().extension() == ".yaml" || entry.path().extension() == ".yml") files.push_back(entry.path());
-  }
-  std::sort(files.begin(), files.end());
-  TITAN_CHECK_VALUE(!files.empty(), "[titan-eval] expected task YAMLs in the folder --tasks '{}', got none.",
-                    path.string());
-  return files;
-}
-
 Options options_of(const ToolArgs& args) {
   const JobConfig& config = args.config;
   Options o;
   o.checkpoint =
       args.value("--checkpoint").value_or((fs::path(config.job.dump_folder) / config.checkpoint.folder).string());
   for (const std::string& path : args.values("--tasks")) {
-    for (const fs::path& file : task_files(path)) o.tasks.push_back(eval::read_task(file));
+    for (eval::Task& task : eval::read_tasks(path)) o.tasks.push_back(std::move(task));
   }
   for (const std::string& path : args.values("--text"))
     o.tasks.push_back(eval::text_task(path, args.has("--paragraphs")));
@@ -137,9 +124,7 @@ parallel::ParallelPlan eval_plan(const models::Decoder& model, const JobConfig& 
 
 int run(Options o, const JobConfig& config) {
   const at::Device device = inference_device();
-  const std::string backend = config.comm.backend != "auto" ? config.comm.backend : device.is_cuda() ? "nccl" : "gloo";
-  const dist::Mesh mesh = dist::Mesh::from_launch_env(config.parallelism, {.backend = backend});
-  log::set_rank(static_cast<int>(mesh.rank()));
+  const dist::Mesh mesh = inference_mesh(config, device);
   TITAN_CHECK_NOT_IMPLEMENTED(
       mesh.size("pp") == 1 && mesh.size("cp") == 1,
       "[titan-eval] expected data parallelism and tensor parallelism only, got pp {} and cp {}. Unset "

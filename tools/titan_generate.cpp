@@ -141,11 +141,7 @@ Options options_of(const ToolArgs& args) {
 
 int run(const Options& o, const JobConfig& config) {
   const at::Device device = inference_device();
-  const std::string backend = config.comm.backend != "auto" ? config.comm.backend
-                              : device.is_cuda()            ? "nccl"
-                                                            : "gloo";  // strict on CPUs too
-  const dist::Mesh mesh = dist::Mesh::from_launch_env(config.parallelism, {.backend = backend});
-  log::set_rank(static_cast<int>(mesh.rank()));
+  const dist::Mesh mesh = inference_mesh(config, device);
   TITAN_CHECK_NOT_IMPLEMENTED(
       mesh.size("pp") == 1 && mesh.size("cp") == 1,
       "[titan-generate] expected only tensor parallelism (parallelism.tensor_parallel_degree), got pp {} and cp {}. "

@@ -118,6 +118,7 @@
 #include "titan/quant/nf4.hpp"
 #include "titan/train/checkpointing.hpp"
 #include "titan/train/data_setup.hpp"
+#include "titan/train/evaluation.hpp"
 #include "titan/train/inference.hpp"
 #include "titan/train/moe_balancing.hpp"
 #include "titan/train/preemption.hpp"

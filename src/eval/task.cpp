@@ -353,6 +353,26 @@ Task read_task(const fs::path& yaml) {
   return task;
 }
 
+std::vector<Task> read_tasks(const fs::path& file_or_folder, int64_t limit) {
+  std::vector<fs::path> files = {file_or_folder};
+  if (fs::is_directory(file_or_folder)) {
+    files.clear();
+    for (const auto& entry : fs::directory_iterator(file_or_folder)) {
+      if (entry.path().extension() == ".yaml" || entry.path().extension() == ".yml") files.push_back(entry.path());
+    }
+    std::sort(files.begin(), files.end());
+    TITAN_CHECK_VALUE(!files.empty(), "[titan::eval] expected task YAMLs in the folder '{}', got none.",
+                      file_or_folder.string());
+  }
+  std::vector<Task> tasks;
+  for (const fs::path& file : files) {
+    tasks.push_back(read_task(file));
+    if (limit > 0 && static_cast<int64_t>(tasks.back().docs.size()) > limit)
+      tasks.back().docs.resize(static_cast<size_t>(limit));
+  }
+  return tasks;
+}
+
 Task text_task(const fs::path& file, bool paragraphs) {
   Task task{.name = file.stem().string(),
             .output_type = OutputType::loglikelihood_rolling,

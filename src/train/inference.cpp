@@ -10,6 +10,7 @@
 #include "titan/checkpoint/checkpoint.hpp"
 #include "titan/checkpoint/hf.hpp"
 #include "titan/core/error.hpp"
+#include "titan/core/log.hpp"
 #include "titan/data/tokenizer.hpp"
 #include "titan/dist/launch_env.hpp"
 #include "titan/dist/mesh.hpp"
@@ -89,6 +90,13 @@ c10::Device inference_device() {
   if (!at::hasCUDA()) return c10::Device(c10::kCPU);
   const int64_t local_rank = dist::read_launch_env().local_rank;
   return c10::Device(c10::kCUDA, static_cast<c10::DeviceIndex>(local_rank % at::getNumGPUs()));
+}
+
+dist::Mesh inference_mesh(const JobConfig& config, const c10::Device& device) {
+  const std::string backend = config.comm.backend != "auto" ? config.comm.backend : device.is_cuda() ? "nccl" : "gloo";
+  dist::Mesh mesh = dist::Mesh::from_launch_env(config.parallelism, {.backend = backend});
+  log::set_rank(static_cast<int>(mesh.rank()));
+  return mesh;
 }
 
 }  // namespace titan

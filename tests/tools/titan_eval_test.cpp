@@ -223,3 +223,50 @@ TEST_CASE("titan-eval names a missing task file, an unknown metric and a checkpo
     CHECK_THAT(run.output(), Catch::Contains(expected));
   }
 }
+
+TEST_CASE("evaluation every eval.interval steps logs titan-eval's metrics of that step's checkpoint",
+          "[eval][tools][train][full]") {
+  // One process, TP 2 (sequence and loss parallel: vocab-sharded logits gathered) and FSDP 2 (batches split).
+  const std::string layout =
+      GENERATE("one process", "--parallelism.tensor_parallel_degree", "--parallelism.data_parallel_shard_degree");
+  INFO(layout);
+  test::TempDir dir;
+  const std::string tasks = (test::test_dir() / "assets" / "eval").string();
+  std::vector<std::string> argv = test::concat(test::debug_trainer(dir.path, /*steps=*/2, /*local_batch=*/2),
+                                               {"--eval.interval", "2", "--eval.tasks", tasks, "--eval.limit", "6",
+                                                "--checkpoint.enable", "true", "--checkpoint.interval", "2"});
+  if (layout != "one process") {
+    argv = test::concat({test::titan_run_path(), "--nproc-per-node", "2", "--"}, argv);
+    argv.insert(argv.end(), {layout, "2"});
+  }
+  run_ok(argv);
+  nlohmann::json logged;
+  std::istringstream lines(test::read_file(dir.path / "metrics.jsonl"));
+  for (std::string line; std::getline(lines, line);) {
+    const nlohmann::json record = nlohmann::json::parse(line);
+    if (record.contains("eval/shakespeare_mc/acc")) logged = record;
+  }
+  REQUIRE(logged.value("step", 0) == 2);
+
+  std::vector<std::string> args = eval_args(dir.path / "checkpoint");
+  args.insert(args.end(), {"--limit", "6", "--max-length", "32"});  // eval.max_length 0: training.seq_len, 32
+  const auto offline = results_of(run_ok(args));
+  REQUIRE(offline.size() == 3);
+  int compared = 0;
+  for (const auto& [task, r] : offline) {
+    for (const auto& [metric, value] : r.at("metrics").items()) {
+      INFO(task << " " << metric);
+      const std::string key = fmt::format("eval/{}/{}", task, metric);
+      REQUIRE(logged.contains(key));
+      const double want = value.get<double>(), got = logged.at(key).get<double>();
+      // The same weights and requests; TP and FSDP reorder float32 sums (~1e-7 per token, as above).
+      if (metric.starts_with("acc")) {
+        CHECK(got == want);
+      } else {
+        CHECK(std::abs(got - want) <= kMetricRelTolerance * std::abs(want));
+      }
+      ++compared;
+    }
+  }
+  CHECK(compared >= 10);
+}

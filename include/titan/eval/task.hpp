@@ -60,6 +60,10 @@ std::vector<std::string> known_metrics(OutputType type);
 /// few-shot, !function, generate_until, ...), an unknown metric, a field a template names that a document lacks.
 Task read_task(const std::filesystem::path& yaml);
 
+/// The tasks of a task YAML, or of every *.yaml of a folder (in name order), each cut to its first `limit`
+/// documents when limit > 0. A folder without YAMLs is an error naming it.
+std::vector<Task> read_tasks(const std::filesystem::path& file_or_folder, int64_t limit = -1);
+
 /// A perplexity task over a plain text file (titan-eval --text FILE): one loglikelihood_rolling document per
 /// file, or one per paragraph (blank-line separated) with `paragraphs`; its metrics are lm-eval's
 /// word_perplexity, byte_perplexity and bits_per_byte, plus titan's token_perplexity.

@@ -65,4 +65,8 @@ std::shared_ptr<data::Tokenizer> inference_tokenizer(const InferenceCheckpoint& 
 /// The local rank's GPU when there is one (LOCAL_RANK of the launch environment), else the CPU.
 c10::Device inference_device();
 
+/// The mesh of the launch environment with the degrees of parallelism.*, over comm.backend ("auto": NCCL for a
+/// GPU, Gloo on CPUs); logs as its rank from now on. Collective: every rank calls it.
+dist::Mesh inference_mesh(const JobConfig& config, const c10::Device& device);
+
 }  // namespace titan
