@@ -43,10 +43,7 @@ const ToolSpec kSpec = {
         "                  [--max-length N] [--batch-size N] [--limit N] [--output text|jsonl] [--samples]\n"
         "                  [config keys: --job.config_file FILE, --model.flavor NAME, --model.hf_assets_path DIR,\n"
         "                  --parallelism.data_parallel_shard_degree N, --parallelism.tensor_parallel_degree N, ...]\n",
-    .flags = {{.name = "--checkpoint",
-               .value = "PATH",
-               .help = "a titan step folder, its parent (the newest step) or a Hugging Face folder (default: "
-                       "<job.dump_folder>/<checkpoint.folder>)"},
+    .flags = {inference_checkpoint_flag(),
               {.name = "--tasks",
                .value = "FILE|DIR",
                .help = "an lm-eval task YAML over local data, or a folder of them (repeat the flag)"},
@@ -81,8 +78,7 @@ struct Options {
 Options options_of(const ToolArgs& args) {
   const JobConfig& config = args.config;
   Options o;
-  o.checkpoint =
-      args.value("--checkpoint").value_or((fs::path(config.job.dump_folder) / config.checkpoint.folder).string());
+  o.checkpoint = inference_checkpoint_path(args);
   for (const std::string& path : args.values("--tasks")) {
     for (eval::Task& task : eval::read_tasks(path)) o.tasks.push_back(std::move(task));
   }
@@ -140,9 +136,7 @@ int run(Options o, const JobConfig& config) {
                     "tokenizer the model was trained with (--model.hf_assets_path).",
                     shape.vocab_size, tokenizer->vocab_size());
   const Parallelized parallel = parallelize(*model, mesh, eval_plan(*model, config, mesh, device.is_cuda()));
-  load_inference_weights(*model, source, mesh);
-  log::info("Loaded {} ({} parameters, {}) from {} {}", shape.where, model->num_params(), parallel.describe(),
-            source.hf ? "the Hugging Face folder" : "the titan checkpoint", source.folder.string());
+  load_inference_weights(*model, parallel, source, mesh);
 
   o.scoring.device = device;
   o.scoring.dp_rank = mesh.coordinate("dp");

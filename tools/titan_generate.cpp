@@ -49,10 +49,7 @@ const ToolSpec kSpec = {
         "                      [--greedy | --temperature T --top-k K --top-p P] [--eos-id ID] [--no-bos]\n"
         "                      [--output text|jsonl] [--prompt-ids 1,2,3] [config keys: --job.config_file FILE,\n"
         "                      --model.flavor NAME, --debug.seed S, --parallelism.tensor_parallel_degree N, ...]\n",
-    .flags = {{.name = "--checkpoint",
-               .value = "PATH",
-               .help = "a titan step folder, its parent (the newest step) or a Hugging Face folder (default: "
-                       "<job.dump_folder>/<checkpoint.folder>)"},
+    .flags = {inference_checkpoint_flag(),
               {.name = "--prompt", .value = "TEXT", .help = "a prompt, one batch row each (repeat the flag)"},
               {.name = "--prompt-ids", .value = "1,2,3", .help = "a prompt given as token ids (after the text ones)"},
               {.name = "--max-new-tokens", .value = "N", .help = "most tokens generated per prompt (default 64)"},
@@ -114,8 +111,7 @@ std::vector<int64_t> id_list(const std::string& text) {
 Options options_of(const ToolArgs& args) {
   const JobConfig& config = args.config;
   Options o;
-  o.checkpoint =
-      args.value("--checkpoint").value_or((fs::path(config.job.dump_folder) / config.checkpoint.folder).string());
+  o.checkpoint = inference_checkpoint_path(args);
   o.prompts = args.values("--prompt");
   for (const std::string& ids : args.values("--prompt-ids")) o.prompt_ids.push_back(id_list(ids));
   o.generate.max_new_tokens = args.integer("--max-new-tokens", o.generate.max_new_tokens);
@@ -182,9 +178,7 @@ int run(const Options& o, const JobConfig& config) {
                                                           /*sequence_parallel=*/false, /*loss_parallel=*/false);
   }
   const Parallelized parallel = parallelize(*model, mesh, plan);
-  load_inference_weights(*model, source, mesh);
-  log::info("Loaded {} ({} parameters, {}) from {} {}", shape.where, model->num_params(), parallel.describe(),
-            source.hf ? "the Hugging Face folder" : "the titan checkpoint", source.folder.string());
+  load_inference_weights(*model, parallel, source, mesh);
 
   nn::GenerateConfig generate = o.generate;
   generate.eos_id = o.eos_id.value_or(tokenizer && tokenizer->eos_id() ? *tokenizer->eos_id() : -1);

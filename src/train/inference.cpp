@@ -18,6 +18,7 @@
 #include "titan/models/decoder.hpp"
 #include "titan/models/job_args.hpp"
 #include "titan/models/model_spec.hpp"
+#include "titan/parallel/parallelize.hpp"
 #include "titan/train/data_setup.hpp"
 #include "titan/train/rank_model.hpp"
 
@@ -60,7 +61,21 @@ std::shared_ptr<models::Decoder> build_inference_model(const InferenceCheckpoint
   return models::build_model(config, vocab, {.device = device});
 }
 
-void load_inference_weights(const models::Decoder& model, const InferenceCheckpoint& source, const dist::Mesh& mesh) {
+ToolFlag inference_checkpoint_flag() {
+  return {.name = "--checkpoint",
+          .value = "PATH",
+          .help =
+              "a titan step folder, its parent (the newest step) or a Hugging Face folder (default: "
+              "<job.dump_folder>/<checkpoint.folder>)"};
+}
+
+std::string inference_checkpoint_path(const ToolArgs& args) {
+  const JobConfig& config = args.config;
+  return args.value("--checkpoint").value_or((fs::path(config.job.dump_folder) / config.checkpoint.folder).string());
+}
+
+void load_inference_weights(const models::Decoder& model, const Parallelized& parallel,
+                            const InferenceCheckpoint& source, const dist::Mesh& mesh) {
   const std::vector<at::Tensor> params = model.unique_parameters();
   checkpoint::State state;
   checkpoint::add_model(state, parameter_names(model, params), params, &mesh);
@@ -72,6 +87,8 @@ void load_inference_weights(const models::Decoder& model, const InferenceCheckpo
   } else {
     checkpoint::load(source.folder, state, {"optimizer", "lr_scheduler", "dataloader", "train_state"});
   }
+  log::info("Loaded {} ({} parameters, {}) from {} {}", model.shape().where, model.num_params(), parallel.describe(),
+            source.hf ? "the Hugging Face folder" : "the titan checkpoint", source.folder.string());
 }
 
 bool has_own_tokenizer(const InferenceCheckpoint& source) { return fs::exists(source.folder / "tokenizer.json"); }

@@ -18,6 +18,7 @@
 #include <string_view>
 
 #include "titan/core/config.hpp"
+#include "titan/core/tool_args.hpp"
 
 namespace titan::data {
 class Tokenizer;
@@ -31,6 +32,8 @@ class Decoder;
 
 namespace titan {
 
+class Parallelized;
+
 /// Where the weights are.
 struct InferenceCheckpoint {
   /// A titan step folder (index.json) or a Hugging Face folder (config.json).
@@ -38,6 +41,12 @@ struct InferenceCheckpoint {
   /// A Hugging Face folder.
   bool hf = false;
 };
+
+/// The tools' --checkpoint flag (for a ToolSpec): a titan step folder, its parent or a Hugging Face folder.
+ToolFlag inference_checkpoint_flag();
+
+/// --checkpoint's value, else the job's <job.dump_folder>/<checkpoint.folder>.
+std::string inference_checkpoint_path(const ToolArgs& args);
 
 /// The checkpoint `path` names: a Hugging Face folder, a titan step folder, or the newest complete step under a
 /// titan checkpoint root. Errors start with `[tool]` and name --checkpoint and its default.
@@ -50,9 +59,11 @@ std::shared_ptr<models::Decoder> build_inference_model(const InferenceCheckpoint
                                                        int64_t seq_len, const c10::Device& device,
                                                        std::string_view tool);
 
-/// Fills `model` (parallelized or whole) from `source`, each rank reading its shards: the parameters and the MoE
-/// expert biases (routing buffers). Optimizer, LR schedule and data loader states are not read.
-void load_inference_weights(const models::Decoder& model, const InferenceCheckpoint& source, const dist::Mesh& mesh);
+/// Fills `model` (parallelized by `parallel`, or whole) from `source`, each rank reading its shards: the
+/// parameters and the MoE expert biases (routing buffers), and logs what was loaded. Optimizer, LR schedule and
+/// data loader states are not read.
+void load_inference_weights(const models::Decoder& model, const Parallelized& parallel,
+                            const InferenceCheckpoint& source, const dist::Mesh& mesh);
 
 /// True when the checkpoint folder holds its own tokenizer (tokenizer.json).
 bool has_own_tokenizer(const InferenceCheckpoint& source);
