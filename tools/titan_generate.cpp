@@ -18,31 +18,24 @@
 #include <algorithm>
 #include <chrono>
 #include <filesystem>
-#include <fstream>
 #include <iostream>
 #include <optional>
 #include <string>
 #include <vector>
 
-#include "titan/checkpoint/checkpoint.hpp"
-#include "titan/checkpoint/hf.hpp"
 #include "titan/core/config.hpp"
 #include "titan/core/error.hpp"
 #include "titan/core/log.hpp"
 #include "titan/core/tool_args.hpp"
 #include "titan/data/tokenizer.hpp"
-#include "titan/dist/launch_env.hpp"
 #include "titan/dist/mesh.hpp"
 #include "titan/dist/process_group.hpp"
 #include "titan/models/decoder.hpp"
-#include "titan/models/job_args.hpp"
-#include "titan/models/model_spec.hpp"
 #include "titan/nn/generate.hpp"
 #include "titan/nn/kv_cache.hpp"
 #include "titan/parallel/parallelize.hpp"
 #include "titan/parallel/planner.hpp"
-#include "titan/train/data_setup.hpp"
-#include "titan/train/trainer.hpp"
+#include "titan/train/inference.hpp"
 
 namespace fs = std::filesystem;
 using namespace titan;
@@ -56,10 +49,7 @@ const ToolSpec kSpec = {
         "                      [--greedy | --temperature T --top-k K --top-p P] [--eos-id ID] [--no-bos]\n"
         "                      [--output text|jsonl] [--prompt-ids 1,2,3] [config keys: --job.config_file FILE,\n"
         "                      --model.flavor NAME, --debug.seed S, --parallelism.tensor_parallel_degree N, ...]\n",
-    .flags = {{.name = "--checkpoint",
-               .value = "PATH",
-               .help = "a titan step folder, its parent (the newest step) or a Hugging Face folder (default: "
-                       "<job.dump_folder>/<checkpoint.folder>)"},
+    .flags = {inference_checkpoint_flag(),
               {.name = "--prompt", .value = "TEXT", .help = "a prompt, one batch row each (repeat the flag)"},
               {.name = "--prompt-ids", .value = "1,2,3", .help = "a prompt given as token ids (after the text ones)"},
               {.name = "--max-new-tokens", .value = "N", .help = "most tokens generated per prompt (default 64)"},
@@ -121,8 +111,7 @@ std::vector<int64_t> id_list(const std::string& text) {
 Options options_of(const ToolArgs& args) {
   const JobConfig& config = args.config;
   Options o;
-  o.checkpoint =
-      args.value("--checkpoint").value_or((fs::path(config.job.dump_folder) / config.checkpoint.folder).string());
+  o.checkpoint = inference_checkpoint_path(args);
   o.prompts = args.values("--prompt");
   for (const std::string& ids : args.values("--prompt-ids")) o.prompt_ids.push_back(id_list(ids));
   o.generate.max_new_tokens = args.integer("--max-new-tokens", o.generate.max_new_tokens);
@@ -146,86 +135,22 @@ Options options_of(const ToolArgs& args) {
   return o;
 }
 
-// The checkpoint to read: a Hugging Face folder, a titan step folder, or the newest complete step
-// under a titan checkpoint root.
-struct Source {
-  fs::path folder{};
-  bool hf = false;
-};
-
-Source resolve(const fs::path& path) {
-  TITAN_CHECK_VALUE(fs::is_directory(path),
-                    "[titan-generate] expected --checkpoint (default: <job.dump_folder>/<checkpoint.folder>) to name a "
-                    "titan checkpoint folder (step-N or its parent) or a Hugging Face folder, got '{}', which is not a "
-                    "folder.",
-                    path.string());
-  if (fs::exists(path / "config.json")) return {path, true};
-  if (fs::exists(path / "index.json")) return {path, false};
-  for (const auto& [step, folder] : checkpoint::list_steps(path)) {
-    if (!checkpoint::check_complete(folder)) return {folder, fs::exists(folder / "config.json")};
-  }
-  TITAN_CHECK_VALUE(
-      false,
-      "[titan-generate] expected --checkpoint '{}' to hold config.json (Hugging Face), index.json (a titan "
-      "step folder) or complete step-N folders, got none. Point it at <dump_folder>/checkpoint.",
-      path.string());
-  return {};
-}
-
-// The model for seq_len positions on device: the architecture of config.json (its `architectures` picks
-// the family) for an HF folder; model.name and model.flavor with the weights' vocabulary for a titan checkpoint.
-std::shared_ptr<models::Decoder> build_model(const Source& source, JobConfig config, int64_t seq_len,
-                                             const at::Device& device) {
-  if (source.hf) {
-    const nlohmann::json hf = checkpoint::HfReader(source.folder).config();
-    return models::model_spec_for_hf(hf).from_hf(hf, seq_len, device);
-  }
-  std::ifstream in(source.folder / "index.json");
-  const auto tensors = nlohmann::json::parse(in).at("tensors");
-  TITAN_CHECK_VALUE(tensors.contains("model.tok_embeddings.weight"),
-                    "[titan-generate] expected model.tok_embeddings.weight in '{}', got a checkpoint without it.",
-                    (source.folder / "index.json").string());
-  const int64_t vocab = tensors.at("model.tok_embeddings.weight").at("global_shape").at(0).get<int64_t>();
-  config.training.seq_len = seq_len;
-  return models::build_model(config, vocab, {.device = device});
-}
-
-std::shared_ptr<data::Tokenizer> tokenizer_of(const Options& o, const Source& source, const JobConfig& config,
-                                              int64_t vocab_size, const dist::Mesh& mesh) {
-  // The checkpoint's own tokenizer, else the job's: model.hf_assets_path, or trained as the trainer trains it.
-  if (fs::exists(source.folder / "tokenizer.json")) return data::load_tokenizer(source.folder);
-  if (o.prompts.empty()) return nullptr;  // ids only
-  // The job's tokenizer: rank 0 first, so a tokenizer trained on first use is trained once.
-  std::shared_ptr<data::Tokenizer> tokenizer;
-  if (mesh.rank() == 0) tokenizer = build_tokenizer(config, vocab_size);
-  mesh.group("world").barrier();
-  if (mesh.rank() != 0) tokenizer = build_tokenizer(config, vocab_size);
-  return tokenizer;
-}
-
-at::Device pick_device() {
-  if (!at::hasCUDA()) return at::Device(at::kCPU);
-  const int64_t local_rank = dist::read_launch_env().local_rank;
-  return at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(local_rank % at::getNumGPUs()));
-}
-
 int run(const Options& o, const JobConfig& config) {
-  const at::Device device = pick_device();
-  const std::string backend = config.comm.backend != "auto" ? config.comm.backend
-                              : device.is_cuda()            ? "nccl"
-                                                            : "gloo";  // strict on CPUs too
-  const dist::Mesh mesh = dist::Mesh::from_launch_env(config.parallelism, {.backend = backend});
-  log::set_rank(static_cast<int>(mesh.rank()));
+  const at::Device device = inference_device();
+  const dist::Mesh mesh = inference_mesh(config, device);
   TITAN_CHECK_NOT_IMPLEMENTED(
       mesh.size("pp") == 1 && mesh.size("cp") == 1,
       "[titan-generate] expected only tensor parallelism (parallelism.tensor_parallel_degree), got pp {} and cp {}. "
       "Unset parallelism.pipeline_parallel_degree and context_parallel_degree.",
       mesh.size("pp"), mesh.size("cp"));
 
-  const Source source = resolve(o.checkpoint);
+  const InferenceCheckpoint source = resolve_inference_checkpoint(o.checkpoint, kSpec.name);
   // The shapes first (on meta, for one position): the vocabulary bounds the prompts.
-  const models::DecoderShape shape = build_model(source, config, 1, at::kMeta)->shape();
-  const auto tokenizer = tokenizer_of(o, source, config, shape.vocab_size, mesh);
+  const models::DecoderShape shape = build_inference_model(source, config, 1, at::kMeta, kSpec.name)->shape();
+  // Prompts given as ids only need no tokenizer unless the checkpoint has one (it names EOS).
+  const auto tokenizer = o.prompts.empty() && !has_own_tokenizer(source)
+                             ? nullptr
+                             : inference_tokenizer(source, config, shape.vocab_size, mesh);
   std::vector<std::vector<int64_t>> prompts;
   for (const auto& text : o.prompts) {
     const auto ids = tokenizer->encode(text, o.add_bos);
@@ -246,26 +171,14 @@ int run(const Options& o, const JobConfig& config) {
   // warning, as training takes a longer sequence), tensor-parallel when tp > 1 (the
   // training plan without sequence or loss parallel: a step of one token cannot be split by sequence,
   // and sampling wants whole logits), then the weights (each rank reading its shards).
-  const auto model = build_model(source, config, longest + o.generate.max_new_tokens, device);
+  const auto model = build_inference_model(source, config, longest + o.generate.max_new_tokens, device, kSpec.name);
   parallel::ParallelPlan plan;
   if (mesh.size("tp") > 1) {
     plan.tensor_parallel = parallel::tensor_parallel_plan(model->sharding_spec(), mesh.size("tp"),
                                                           /*sequence_parallel=*/false, /*loss_parallel=*/false);
   }
   const Parallelized parallel = parallelize(*model, mesh, plan);
-  const std::vector<at::Tensor> params = model->unique_parameters();
-  checkpoint::State state;
-  checkpoint::add_model(state, parameter_names(*model, params), params, &mesh);
-  // MoE expert biases steer routing: buffers, under "moe.<fqn>" in a titan checkpoint (as the trainer saves
-  // them) and mapped by the adapter (DeepSeek-V3's e_score_correction_bias) from Hugging Face.
-  checkpoint::add_expert_biases(state, *model, source.hf ? "model" : "moe", &mesh);
-  if (source.hf) {
-    checkpoint::load_hf(source.folder, state, *model->hf_adapter());
-  } else {
-    checkpoint::load(source.folder, state, {"optimizer", "lr_scheduler", "dataloader", "train_state"});
-  }
-  log::info("Loaded {} ({} parameters, {}) from {} {}", shape.where, model->num_params(), parallel.describe(),
-            source.hf ? "the Hugging Face folder" : "the titan checkpoint", source.folder.string());
+  load_inference_weights(*model, parallel, source, mesh);
 
   nn::GenerateConfig generate = o.generate;
   generate.eos_id = o.eos_id.value_or(tokenizer && tokenizer->eos_id() ? *tokenizer->eos_id() : -1);

@@ -161,6 +161,16 @@ void validate_rest(const JobConfig& c) {
   require(c.validation.steps > 0 || c.validation.steps == -1, "validation.steps", "> 0 or -1 (whole dataset)",
           c.validation.steps);
   non_negative("validation.dataloader.num_workers", c.validation.dataloader.num_workers);
+  non_negative("eval.interval", c.eval.interval);
+  require(c.eval.interval == 0 || !c.eval.tasks.empty(), "eval.tasks", "task YAMLs (or folders) with eval.interval set",
+          c.eval.tasks);
+  non_negative("eval.max_length", c.eval.max_length);
+  // The model the trainer builds has RoPE tables for training.seq_len positions.
+  require(c.eval.max_length <= c.training.seq_len, "eval.max_length",
+          fmt::format("at most training.seq_len ({}), the model's longest sequence", c.training.seq_len),
+          c.eval.max_length);
+  positive("eval.batch_size", c.eval.batch_size);
+  require(c.eval.limit > 0 || c.eval.limit == -1, "eval.limit", "> 0 or -1 (every document)", c.eval.limit);
 }
 
 // [fault_tolerance]: checked only when on (torchtitan's defaults, group_size 0, load as off).

@@ -215,4 +215,16 @@ void MetricsProcessor::log_validation(int64_t step, double loss, int64_t tokens)
   write(step, record);
 }
 
+void MetricsProcessor::log_record(int64_t step, std::string_view title,
+                                  const std::vector<std::pair<std::string, double>>& values) {
+  nlohmann::json record = {{"step", step}};
+  std::string line;
+  for (const auto& [key, value] : values) {
+    record[key] = value;
+    line += fmt::format("  {} {:.6g}", key, value);
+  }
+  log::info("{} step {:>5}{}", title, step, line);
+  write(step, record);
+}
+
 }  // namespace titan

@@ -27,6 +27,7 @@
 #include "titan/parallel/pipeline.hpp"
 #include "titan/train/checkpointing.hpp"
 #include "titan/train/data_setup.hpp"
+#include "titan/train/evaluation.hpp"
 #include "titan/train/moe_balancing.hpp"
 #include "titan/train/preemption.hpp"
 #include "titan/train/profiling.hpp"
@@ -62,6 +63,7 @@ TrainingLoop::TrainingLoop(const RunContext& run, TrainedModel model) : run_(run
   profiling_ = std::make_unique<Profiling>(run, model_.parameters);
   metrics_.emplace(training_metrics(run, model_.counts, [this] { return memory_parts(); }));
   if (c.validation.enable) validation_ = std::make_unique<Validation>(run, tokenizer_);
+  if (c.eval.interval > 0) evaluation_ = std::make_unique<Evaluation>(run, tokenizer_);
   preemption_ = std::make_unique<Preemption>(run);
   faults_ = testing::faults();
   if (restart_count() != 0) {  // a restarted run must get past the step that killed or hung its first attempt
@@ -159,6 +161,7 @@ void TrainingLoop::run_step() {
   if (is_log_step(c, step)) log_step(step, fb, grad_norm, lr, loads);
   if (parallel.pipeline() && step == std::min<int64_t>(2, c.training.steps)) write_pipeline_timeline(step);
   if (validation_ && validation_->due(step)) validate(step);
+  if (evaluation_ && evaluation_->due(step)) evaluate(step);
   stop_signal_ = preemption_->stop_signal();
   // Not timed: a save's commit times the ranks' writes itself (comm.train_timeout_seconds).
   dist::report_progress(step, "checkpoint save", /*timed=*/false);
@@ -197,6 +200,11 @@ void TrainingLoop::validate(int64_t step) {
   dist::report_progress(step, "validation");
   const ValidationResult r = validation_->run(model_.step_model, *model_.parallel);
   if (r.tokens > 0) metrics_->log_validation(step, r.loss(), r.tokens);
+}
+
+void TrainingLoop::evaluate(int64_t step) {
+  dist::report_progress(step, "evaluation");
+  metrics_->log_record(step, "eval", Evaluation::scalars(evaluation_->run(model_.step_model, *model_.parallel)));
 }
 
 MemoryParts TrainingLoop::memory_parts() { return profiling_->memory_parts(model_.parameters, *optimizer_); }

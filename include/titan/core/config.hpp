@@ -445,6 +445,21 @@ struct ValidationConfig {
 };
 TITAN_CONFIG(ValidationConfig, enable, dataset, dataset_path, local_batch_size, seq_len, freq, steps, dataloader)
 
+/// titan: evaluation on lm-eval-harness tasks during training, through titan-eval's path (docs/evaluation.md).
+struct EvalConfig {
+  /// Evaluate every this many steps (0 = never).
+  int64_t interval = 0;
+  /// lm-eval task YAMLs over local data, or folders of them.
+  std::vector<std::string> tasks{};
+  /// Tokens a forward sees, the rolling window (0 = training.seq_len).
+  int64_t max_length = 0;
+  /// Requests per forward.
+  int64_t batch_size = 8;
+  /// Documents per task (-1 = all).
+  int64_t limit = -1;
+};
+TITAN_CONFIG(EvalConfig, interval, tasks, max_length, batch_size, limit)
+
 /// Seeds and determinism.
 struct DebugConfig {
   /// Base RNG seed (unset = nondeterministic).
@@ -475,9 +490,10 @@ struct JobConfig {
   CommConfig comm{};
   FaultToleranceConfig fault_tolerance{};
   ValidationConfig validation{};
+  EvalConfig eval{};
   DebugConfig debug{};
 };
 TITAN_CONFIG(JobConfig, job, profiling, metrics, model, optimizer, lr_scheduler, training, parallelism, checkpoint,
-             activation_checkpoint, compile, float8, comm, fault_tolerance, validation, debug)
+             activation_checkpoint, compile, float8, comm, fault_tolerance, validation, eval, debug)
 
 }  // namespace titan

@@ -119,6 +119,9 @@ class MetricsProcessor {
   void add_scalar(const std::string& key, double value);
   /// Prints and writes a validation result: the token-mean loss over `tokens` and its perplexity.
   void log_validation(int64_t step, double loss, int64_t tokens);
+  /// Prints `values` under `title` and writes them as one record of `step` (JSONL, TensorBoard, sinks): the
+  /// in-training evaluation's metrics ("eval/<task>/<metric>").
+  void log_record(int64_t step, std::string_view title, const std::vector<std::pair<std::string, double>>& values);
   /// Console line for a record (fixed fields, optional ANSI colors).
   std::string format_line(const StepMetrics& m) const;
   /// The event file, when Options::tensorboard_folder was given.

@@ -23,6 +23,7 @@ class RunContext;
 class MoeBalancing;
 class Checkpointing;
 class Validation;
+class Evaluation;
 class Preemption;
 class ReplicaFaultTolerance;
 class Profiling;
@@ -98,6 +99,7 @@ class TrainingLoop {
   void log_step(int64_t step, const ForwardBackwardResult& fb, double grad_norm, double lr,
                 const std::vector<at::Tensor>& loads);
   void validate(int64_t step);
+  void evaluate(int64_t step);
   /// Writes the pipeline's measured timeline of this step to the run folder (pp rank 0 of rank 0).
   void write_pipeline_timeline(int64_t step) const;
   void log_setup() const;
@@ -112,6 +114,7 @@ class TrainingLoop {
   std::unique_ptr<TrainingState> state_;
   std::unique_ptr<Checkpointing> checkpoints_;
   std::unique_ptr<Validation> validation_;  // null unless validation.enable
+  std::unique_ptr<Evaluation> evaluation_;  // null unless eval.interval > 0
   std::unique_ptr<Preemption> preemption_;
   std::unique_ptr<ReplicaFaultTolerance> replicas_;  // null unless fault_tolerance.enable
   std::unique_ptr<Profiling> profiling_;
