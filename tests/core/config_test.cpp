@@ -88,7 +88,8 @@ TEST_CASE("for_each_field visits the declared fields in order", "[cpu][config]")
   for_each_field(c, [&](std::string_view name, auto&) { sections.emplace_back(name); });
   CHECK(sections == std::vector<std::string>{"job", "profiling", "metrics", "model", "optimizer", "lr_scheduler",
                                              "training", "parallelism", "checkpoint", "activation_checkpoint",
-                                             "compile", "float8", "comm", "fault_tolerance", "validation", "debug"});
+                                             "compile", "float8", "comm", "fault_tolerance", "validation", "eval",
+                                             "debug"});
   // Writes go through the visitor's references.
   for_each_field(c.training, [](std::string_view name, auto& value) {
     if constexpr (std::is_same_v<std::remove_cvref_t<decltype(value)>, int64_t>) {
