@@ -73,7 +73,7 @@ SameGradients step_same_gradients(const dist::Mesh& mesh) {
     }
     optimizer.step(kLr);
   }
-  SameGradients out{.names = m.names, .orthogonalised = optimizer.orthogonalised_here()};
+  SameGradients out{.weights = {}, .names = m.names, .matrix = {}, .orthogonalised = optimizer.orthogonalised_here()};
   for (size_t i = 0; i < m.params.size(); ++i) {
     out.weights.push_back(parallel::full_tensor(m.params[i], mesh));
     out.matrix.push_back(optimizer.is_matrix(i));
