@@ -147,7 +147,8 @@ struct HfAsTitan {
 HfAsTitan read_hf_as_titan(const fs::path& input) {
   const ckpt::HfReader reader(input);
   const nlohmann::json hf = reader.config();
-  HfAsTitan out{.spec = &titan::models::model_spec_for_hf(hf)};
+  HfAsTitan out;
+  out.spec = &titan::models::model_spec_for_hf(hf);
   out.model = out.spec->from_hf(hf, 1, at::kCPU);
   const std::vector<at::Tensor> params = out.model->unique_parameters();
   ckpt::State state;

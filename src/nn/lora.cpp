@@ -97,7 +97,7 @@ LoraConversion add_lora(torch::nn::Module& model, const LoraOptions& options) {
   }
   LoraConversion report;
   for (const auto& [path, linear] : targets) {
-    TITAN_CHECK_VALUE(!linear->lora.has_value(),
+    TITAN_CHECK_VALUE(linear->lora == nullptr,
                       "[titan::nn::add_lora] expected '{}' without adapters, got one from an earlier conversion. "
                       "Name lora once in model.converters.",
                       path);
@@ -110,10 +110,11 @@ LoraConversion add_lora(torch::nn::Module& model, const LoraOptions& options) {
     const int64_t in = linear->weight.size(1);
     auto a = linear->register_module("lora_a", std::make_shared<Linear>(in, options.rank, where));
     auto b = linear->register_module("lora_b", std::make_shared<Linear>(options.rank, out, where));
-    linear->lora = LowRankAdapter{.a = std::move(a),
-                                  .b = std::move(b),
-                                  .scale = options.alpha / static_cast<double>(options.rank),
-                                  .dropout = options.dropout};
+    linear->lora = std::make_shared<const LowRankAdapter>(
+        LowRankAdapter{.a = std::move(a),
+                       .b = std::move(b),
+                       .scale = options.alpha / static_cast<double>(options.rank),
+                       .dropout = options.dropout});
     report.adapted.push_back(path);
   }
   for (const auto& item : model.named_parameters(/*recurse=*/true)) {

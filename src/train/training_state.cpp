@@ -20,13 +20,13 @@ TrainingState::TrainingState(Parts parts) : parts_(std::move(parts)) {
     parts_.names.push_back(fmt::format("param_{}", i));
 }
 
-checkpoint::State TrainingState::state() const {
+checkpoint::State TrainingState::state(bool with_frozen) const {
   checkpoint::State state;
   const LoraConfig* lora = parts_.lora;
   // LoRA's adapters are a group of their own: a base checkpoint (no such group) loads under them, and an
   // adapter-only one (no model group) beside the base weights of checkpoint.initial_load_path.
   checkpoint::add_model(state, parts_.names, parts_.parameters, parts_.mesh, lora != nullptr ? "lora" : "model");
-  if (lora == nullptr || !lora->save_adapter_only)
+  if (lora == nullptr || !lora->save_adapter_only || with_frozen)
     checkpoint::add_model(state, parts_.frozen_names, parts_.frozen, parts_.mesh);
   if (lora != nullptr) {
     state.values["lora"] = {{"rank", lora->rank},

@@ -119,7 +119,7 @@ TEST_CASE("a converted model starts as its base, then adds alpha / rank * B A x 
   at::Tensor b = params["layers.0.attention.wq.lora_b.weight"];  // (64, 4)
   CHECK(b.abs().max().item<double>() == 0);
   b.normal_(0, 0.1, at::make_generator<at::CPUGeneratorImpl>(1));
-  auto* wq = dynamic_cast<nn::Linear*>(model.named_modules()["layers.0.attention.wq"].get());
+  auto* wq = dynamic_cast<nn::Linear*>(model.named_modules("", /*include_self=*/false)["layers.0.attention.wq"].get());
   REQUIRE(wq != nullptr);
   const at::Tensor x = at::randn({3, 64}, at::make_generator<at::CPUGeneratorImpl>(2));  // (T, D)
   const at::Tensor want = at::matmul(x, wq->weight.t()) + at::matmul(at::matmul(x, a.t()), b.t()) * 2.0;

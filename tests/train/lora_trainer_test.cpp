@@ -11,6 +11,7 @@
 
 #include "test_util.hpp"
 #include "titan/checkpoint/checkpoint.hpp"
+#include "titan/checkpoint/safetensors.hpp"
 #include "titan/layout/sharded_param.hpp"
 #include "titan/models/llama3/model.hpp"
 #include "titan/nn/lora.hpp"
@@ -118,8 +119,15 @@ TEST_CASE("an adapter-only LoRA checkpoint resumes on the base of initial_load_p
   REQUIRE(got.size() == 2);
   CHECK(got[0] == want[2]);  // deterministic CPU fp32: the same base, adapters, optimizer state and data
   CHECK(got[1] == want[3]);
-  for (size_t i = 0; i < resumed.rank_model().frozen_parameters().size(); ++i) {
-    CHECK(at::equal(resumed.rank_model().frozen_parameters()[i], straight.rank_model().frozen_parameters()[i]));
+  // Both ran on the seed checkpoint's base (its seed is not theirs: their own init would differ).
+  const checkpoint::SafetensorsFile seed_file(base);
+  const RankModel<llama3::Llama3>& model = resumed.rank_model();
+  REQUIRE(model.frozen_parameters().size() == straight.rank_model().frozen_parameters().size());
+  for (size_t i = 0; i < model.frozen_parameters().size(); ++i) {
+    INFO(model.frozen_parameter_names()[i]);
+    const at::Tensor want_base = seed_file.read(model.frozen_parameter_names()[i]);
+    CHECK(at::equal(model.frozen_parameters()[i], want_base));
+    CHECK(at::equal(straight.rank_model().frozen_parameters()[i], want_base));
   }
 }
 

@@ -10,7 +10,6 @@
 
 #include <functional>
 #include <memory>
-#include <optional>
 
 #include "titan/layout/shardable.hpp"
 #include "titan/layout/sharded_param.hpp"
@@ -45,10 +44,10 @@ class Linear : public torch::nn::Module, public parallel::ShardableLayer {
   at::Tensor add_bias(const at::Tensor& y) const override;  // (..., out) -> (..., out)
   Adapter shardable_adapter() override;
 
-  at::Tensor weight;                     // (out_features, in_features)
-  at::Tensor bias;                       // (out_features); undefined without a bias
-  LinearMatmul matmul{};                 // set by a model converter; empty = at::linear (kept under per-operator AC)
-  std::optional<LowRankAdapter> lora{};  // set by nn::add_lora; empty = none
+  at::Tensor weight;      // (out_features, in_features)
+  at::Tensor bias;        // (out_features); undefined without a bias
+  LinearMatmul matmul{};  // set by a model converter; empty = at::linear (kept under per-operator AC)
+  std::shared_ptr<const LowRankAdapter> lora{};  // set by nn::add_lora; null = none
 };
 
 /// Token embedding lookup.

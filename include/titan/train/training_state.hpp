@@ -66,7 +66,9 @@ class TrainingState {
 
   /// What a checkpoint holds now: groups model, optimizer, moe.<fqn> (expert biases), lr_scheduler ({last_epoch}),
   /// dataloader, train_state ({step, bf16_gemm}, rng_cpu); under LoRA also lora (the adapters and their settings).
-  checkpoint::State state() const;
+  /// `with_frozen`: the frozen base too when lora.save_adapter_only leaves it out of a save: what a load fills (the
+  /// checkpointer takes it from checkpoint.initial_load_path then).
+  checkpoint::State state(bool with_frozen = false) const;
   /// Applies what a loaded (or received) `state` holds: expert biases, the step, the CPU RNG and the loader's
   /// position (`values` are the loaded JSON groups; the model and optimizer tensors were loaded in place). Warns
   /// when the checkpoint's global batch or run state (bf16 GEMM kernel) differs from this run's.
