@@ -5,12 +5,14 @@
 // base (titan's own HF export of it) and gives titan's logits, as the merged export does in plain transformers.
 //
 // Tolerance of the oracle, 1e-5 absolute on fp32 logits: titan and transformers compute the same function with other
-// kernels (SDPA vs eager softmax, pairwise vs rotate-half RoPE, other GEMM blockings). fp32's unit roundoff is 6e-8;
-// each logit goes through debugmodel's 6 blocks, each of a few reductions over at most 768 terms, and a reordered
-// reduction of n terms moves a result by about sqrt(n) ulp: ~2e-6 relative over the stack; these logits stay within
-// |3| (titan's init, 3 steps), so their difference stays under ~6e-6. The adapters' own contribution is checked to be
-// far above it (> 1e-3): a misplaced row of B (the RoPE permutation), a wrong scale or a missing adapter moves the
-// logits by that much.
+// kernels (SDPA vs eager softmax, pairwise vs rotate-half RoPE, other GEMM blockings), and the merged model computes
+// W + s B A where the others compute W x + s B (A x). fp32's unit roundoff is 6e-8 and a reordered reduction of n
+// terms moves its result by about sqrt(n) ulp: 1.7e-6 relative for debugmodel's widest reduction (768 terms). The
+// blocks add their outputs to the residual stream and RMSNorm rescales it, so these errors add up over the 6 blocks
+// rather than multiply, each scaled by its block's share of the stream (well under 1): about 1e-6 relative at the
+// logits, which the test checks to stay within |8| (5.2 measured): some 8e-6 at most, under 1e-5. Measured: 1.4e-6
+// (PEFT), 4.1e-6 (merged). The adapters' own contribution is checked to be far above it (> 1e-3; 4.4 measured): a
+// misplaced row of B (the RoPE permutation), a wrong scale or a missing adapter moves the logits by that much.
 #include <ATen/ATen.h>
 #include <ATen/CPUGeneratorImpl.h>
 #include <fmt/format.h>
@@ -36,6 +38,7 @@ namespace fs = std::filesystem;
 using Named = std::vector<std::pair<std::string, at::Tensor>>;
 
 constexpr double kLogitTolerance = 1e-5;
+constexpr double kLogitBound = 8;
 
 llama3::Llama3Args small_args() {
   llama3::Llama3Args args = llama3::flavor("debugmodel");
@@ -145,7 +148,7 @@ TEST_CASE("PEFT loads a trained titan LoRA adapter onto titan's HF base and give
   REQUIRE(test::run_python("hf_llama.py", fmt::format("logits \"{}\" \"{}\" \"{}\"", merged.string(),
                                                       tokens_file.string(), merged_out.string())) == 0);
   const checkpoint::SafetensorsFile peft_logits(peft_out);
-  INFO("|logits| max " << want.abs().max().item<double>());
+  CHECK(want.abs().max().item<double>() < kLogitBound);  // the size the tolerance is argued for
   CHECK((peft_logits.read("base_logits") - want).abs().max().item<double>() > 1e-3);  // the adapters matter
   CHECK((peft_logits.read("logits") - want).abs().max().item<double>() < kLogitTolerance);
   CHECK((checkpoint::SafetensorsFile(merged_out).read("logits") - want).abs().max().item<double>() < kLogitTolerance);

@@ -27,7 +27,8 @@ def logits(base_dir, adapter_dir, tokens_file, out):
     base_logits = logits_of(base, tokens)
     model = PeftModel.from_pretrained(base, adapter_dir).eval()
     saved = load_file(f"{adapter_dir}/adapter_model.safetensors")
-    loaded = get_peft_model_state_dict(model)
+    # The adapters alone: with lm_head targeted PEFT would also list the head's own weight.
+    loaded = get_peft_model_state_dict(model, save_embedding_layers=False)
     missing = sorted(set(saved) ^ set(loaded))
     if missing:
         print(f"peft_lora.py: adapter keys that did not meet a LoRA module: {missing}", file=sys.stderr)
