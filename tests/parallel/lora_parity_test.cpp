@@ -54,7 +54,7 @@ struct Result {
   std::vector<double> grad_norms;                 // global grad norm of the adapters per step
   std::vector<std::string> names;                 // the adapters' FQNs
   std::vector<at::Tensor> adapters;               // whole, after the last step
-  std::map<std::string, std::string> placements;  // each adapter's placements on this rank
+  std::map<std::string, std::string> placements;  // each parameter's placements on this rank
   int64_t frozen = 0;                             // frozen tensors
   int64_t frozen_with_grad = 0;                   // of those, any with a gradient after a step
   int64_t frozen_changed = 0;                     // of those, any whose local values changed over training
@@ -76,14 +76,14 @@ Result train(const dist::Mesh& mesh, const BuildModel& build) {
   std::vector<std::pair<at::Tensor, at::Tensor>> frozen;  // (parameter, its values at the start)
   for (const auto& item : model->named_parameters(/*recurse=*/true)) {
     const at::Tensor& p = item.value();
+    const parallel::ShardedParam* sharded = parallel::sharded_param(p);
+    result.placements[item.key()] = sharded != nullptr ? sharded->placements_str() : "";
     if (!p.requires_grad()) {
       frozen.emplace_back(p, p.detach().clone());
       continue;
     }
     trained.push_back(p);
     result.names.push_back(item.key());
-    const parallel::ShardedParam* sharded = parallel::sharded_param(p);
-    result.placements[item.key()] = sharded != nullptr ? sharded->placements_str() : "";
   }
   result.frozen = static_cast<int64_t>(frozen.size());
   AdamW optimizer(trained, {.lr = kLr, .weight_decay = 0.1});
@@ -189,6 +189,7 @@ TEST_CASE("LoRA on Llama 3 under FSDP 2 x TP 2 trains as one process, base froze
   });
   // Colwise wq: A whole over tp, B split with the output features; rowwise wo: A split with the input features.
   const auto& placed = results[0].placements;
+  CHECK(placed.at("layers.0.attention.wq.weight") == "tp:Shard(0) dp_shard:Shard(0)");  // frozen, still sharded
   CHECK(placed.at("layers.0.attention.wq.lora_a.weight") == "dp_shard:Shard(0)");
   CHECK(placed.at("layers.0.attention.wq.lora_b.weight") == "tp:Shard(0) dp_shard:Shard(0)");
   CHECK(placed.at("layers.0.attention.wo.lora_a.weight") == "tp:Shard(1) dp_shard:Shard(0)");
@@ -201,7 +202,7 @@ TEST_CASE("LoRA on Qwen3-MoE under FSDP 2 x TP 2 trains as one process, base and
   const std::vector<Result> results = check_against_one_process({.dp_shard = 2, .tp = 2}, [] {
     return std::make_shared<qwen3::Qwen3>(qwen3_moe_args(), kSeq, at::TensorOptions());
   });
-  for (const auto& [name, _] : results[0].placements) {
+  for (const std::string& name : results[0].names) {
     INFO(name);
     CHECK(name.find(".moe.") == std::string::npos);
   }
