@@ -219,6 +219,7 @@ struct RankPlan {
   int64_t expert_gathered = 0, expert_reduced = 0;  // of EP's experts over efsdp
   int64_t units = 1;                                // its data-parallel units
   int64_t experts = 0;                              // its expert-parallel expert elements
+  int64_t sharded_gradients = 0;                    // of parts.gradients, the shards' .grad (live across steps)
 };
 
 // The communication buffers of one pp rank (memory_plan_buffers.cpp): FSDP's gathered units in flight and its

@@ -226,7 +226,8 @@ RankPlan rank_plan(const Walk& w, int64_t r, const RankShards& held) {
   out.parts.parameters = held.local_numel * d.param;
   // Gradients like the shards that train (a reduced shard's .grad is in its parameter's dtype); under a pipeline
   // also the step's unsharded accumulators, in the reduce dtype, until the last microbatch's backward.
-  out.parts.gradients = held.trained_numel * d.param + held.deferred_numel * d.reduced;
+  out.sharded_gradients = held.trained_numel * d.param;
+  out.parts.gradients = out.sharded_gradients + held.deferred_numel * d.reduced;
   // AdamW's exp_avg and exp_avg_sq like each shard that trains, and an fp32 step per tensor (src/optim/adamw.cpp).
   out.parts.optimizer = 2 * held.trained_numel * d.state + 4 * held.trained_tensors;
   out.parts.communication = communication_bytes(w, r, held);
@@ -241,7 +242,8 @@ RankPlan rank_plan(const Walk& w, int64_t r, const RankShards& held) {
 }
 
 // The caching allocator's reserved peak and what lives outside it (see the constants above).
-void add_allocator(const Walk& w, const MemoryParts& parts, MemoryPlan* plan) {
+void add_allocator(const Walk& w, const RankPlan& rank, MemoryPlan* plan) {
+  const MemoryParts& parts = rank.parts;
   const dist::MeshShape& m = w.l.mesh;
   if (!w.c.options.gpu) {
     plan->reserved = parts.total();  // CPU: the tracker counts tensors; no caching allocator
@@ -262,7 +264,7 @@ void add_allocator(const Walk& w, const MemoryParts& parts, MemoryPlan* plan) {
   // them, so its segments outgrow the live bytes by a fitted fraction. Without PP a backward frees what its
   // forward allocated in reverse order; under PP a microbatch's backward frees its activations while later
   // microbatches' stay allocated above them, which leaves holes: a fraction of its own.
-  const int64_t states = 2 * parts.parameters + parts.optimizer;
+  const int64_t states = parts.parameters + rank.sharded_gradients + parts.optimizer;
   const int64_t transient = parts.total() - states;
   const Calibration& k = w.c.calibration;
   const double fragmentation = m.pp > 1 ? k.pipeline_fragmentation : k.transient_fragmentation;
@@ -296,7 +298,7 @@ MemoryPlan evaluate(const Context& c, const Layout& l) {
   out.activations_per_microbatch = worst.per_microbatch;
   out.expert_dispatch = worst.expert_dispatch;
   out.microbatches = l.mesh.pp > 1 ? w.stages.microbatches * l.accumulation : l.accumulation;
-  add_allocator(w, worst.parts, &out);
+  add_allocator(w, worst, &out);
   add_step_time(w, worst, held[static_cast<size_t>(out.pp_rank)].modules, &out);
   return out;
 }
