@@ -203,6 +203,11 @@ bool excluded(const std::string& key, const std::vector<std::string>& exclude) {
 
 std::string group_of(const std::string& key) { return key.substr(0, key.find('.')); }
 
+bool is_model_group(const std::string& key) {
+  const std::string group = group_of(key);
+  return group == "model" || group == "lora";
+}
+
 bool is_plain_file_name(const std::string& name) {
   return !name.empty() && name != "." && name != ".." &&
          name.find_first_of(std::string("/\\\0", 3)) == std::string::npos;
@@ -248,13 +253,13 @@ StateTensor state_tensor(std::string key, const at::Tensor& p, const dist::Mesh*
 }
 
 void add_model(State& state, const std::vector<std::string>& names, const std::vector<at::Tensor>& params,
-               const dist::Mesh* mesh) {
+               const dist::Mesh* mesh, const std::string& group) {
   TITAN_CHECK(names.size() == params.size(),
               "[titan::checkpoint::add_model] expected a name per parameter, got {} "
               "names for {} parameters.",
               names.size(), params.size());
   for (size_t i = 0; i < params.size(); ++i)
-    state.tensors.push_back(state_tensor("model." + names[i], params[i], mesh, /*per_stage=*/true));
+    state.tensors.push_back(state_tensor(group + "." + names[i], params[i], mesh, /*per_stage=*/true));
 }
 
 void add_expert_biases(State& state, const torch::nn::Module& model, const std::string& group, const dist::Mesh* mesh) {
@@ -299,7 +304,7 @@ State stage(const State& state, at::ScalarType model_dtype, const State* reuse) 
     StateTensor copy = st;
     at::Tensor t = st.tensor.detach();
     for (size_t d = 0; d < st.local_shape.size(); ++d) t = t.narrow(static_cast<int64_t>(d), 0, st.local_shape[d]);
-    const at::ScalarType dtype = group_of(st.key) == "model" ? model_dtype : t.scalar_type();
+    const at::ScalarType dtype = is_model_group(st.key) ? model_dtype : t.scalar_type();
     // A host tensor of its own, never a view: training goes on changing the original. The previous
     // save's buffer when it fits (fresh pages cost a fault each); pinned when the source is on a
     // GPU, so the device-to-host copy runs at full bus speed.

@@ -10,6 +10,7 @@
 #include <thread>
 
 #include "titan/checkpoint/hf.hpp"
+#include "titan/checkpoint/peft.hpp"
 #include "titan/checkpoint/safetensors.hpp"
 #include "titan/core/error.hpp"
 #include "titan/core/log.hpp"
@@ -61,6 +62,28 @@ struct Checkpointer::Impl {
     if (writer.joinable()) writer.join();
     if (purger.joinable()) purger.join();
   }
+
+  // Loads checkpoint.initial_load_path (a .safetensors file, an HF folder or a titan checkpoint) into state; the
+  // loaded values when it was a whole titan checkpoint loaded as such (not model_only), else nullopt.
+  std::optional<nlohmann::json> load_initial(State& state, bool model_only) const {
+    const fs::path path = *config.initial_load_path;
+    if (path.extension() == ".safetensors") {
+      load_safetensors(SafetensorsFile(path), state);
+    } else if (config.initial_load_in_hf || fs::exists(path / "config.json")) {
+      TITAN_CHECK_VALUE(hf != nullptr,
+                        "[titan::checkpoint::Checkpointer] expected a model with a Hugging Face adapter "
+                        "to load '{}', got none.",
+                        path.string());
+      load_hf(path, state, *hf);
+    } else {
+      std::vector<std::string> exclude = config.exclude_from_loading;
+      if (model_only) exclude.insert(exclude.end(), {"optimizer", "lr_scheduler", "dataloader", "train_state"});
+      nlohmann::json values = checkpoint::load(path, state, exclude);
+      log::info("Loaded the initial state from {}", path.string());
+      if (!model_only) return values;
+    }
+    return std::nullopt;
+  }
 };
 
 Checkpointer::Checkpointer(CheckpointConfig config, fs::path dump_folder, const dist::Mesh& mesh,
@@ -110,19 +133,39 @@ void Checkpointer::save(int64_t step, const State& state, bool last) {
     TITAN_CHECK_VALUE(m.hf != nullptr,
                       "[titan::checkpoint::Checkpointer] expected a model with a Hugging Face adapter for "
                       "checkpoint.last_save_in_hf, got none. Unset last_save_in_hf.");
-    std::vector<std::pair<std::string, at::Tensor>> whole;
+    std::vector<std::pair<std::string, at::Tensor>> whole, adapters;
     for (const auto& st : state.tensors) {
-      if (group_of(st.key) == "model") whole.emplace_back(st.key.substr(6), parallel::full_tensor(st.tensor, m.mesh));
+      if (!is_model_group(st.key)) continue;
+      (group_of(st.key) == "model" ? whole : adapters)
+          .emplace_back(st.key.substr(st.key.find('.') + 1), parallel::full_tensor(st.tensor, m.mesh));
     }
-    if (m.mesh.rank() == 0) save_hf(folder, whole, *m.hf, dtype);
+    const char* what = "the final model";
+    // PEFT records the base it adapts: the HF folder the run started from, when it did.
+    const bool hf_start =
+        c.initial_load_path && (c.initial_load_in_hf || fs::exists(fs::path(*c.initial_load_path) / "config.json"));
+    const std::string base = hf_start ? *c.initial_load_path : std::string();
+    if (m.mesh.rank() == 0) {
+      if (adapters.empty()) {
+        save_hf(folder, whole, *m.hf, dtype);
+      } else if (state.values.at("lora").value("merge_adapter", false)) {
+        save_hf(folder, merge_lora(whole, adapters, lora_scale(state.values.at("lora"))), *m.hf, dtype);
+      } else {
+        save_peft(folder, adapters, *m.hf, {.lora = state.values.at("lora"), .dtype = dtype, .base_model = base});
+      }
+    }
+    if (!adapters.empty()) {
+      what = state.values.at("lora").value("merge_adapter", false) ? "the final model with its LoRA adapters merged"
+                                                                   : "the final LoRA adapters as a PEFT adapter";
+    }
     m.mesh.group("world").barrier();
-    log::info("Saved the final model in Hugging Face format ({}) to {}", c.export_dtype, folder.string());
+    log::info("Saved {} in Hugging Face format ({}) to {}", what, c.export_dtype, folder.string());
     return;
   }
   State selected;
   selected.values = model_only ? nlohmann::json::object() : state.values;
+  if (model_only && state.values.contains("lora")) selected.values["lora"] = state.values.at("lora");
   for (const auto& st : state.tensors) {
-    if (!model_only || group_of(st.key) == "model") selected.tensors.push_back(st);
+    if (!model_only || is_model_group(st.key)) selected.tensors.push_back(st);
   }
   const fs::path tmp = m.root / fmt::format(".step-{}.tmp", step);
   if (m.mesh.rank() == 0) {
@@ -197,27 +240,22 @@ std::optional<nlohmann::json> Checkpointer::load(State& state) {
     values["step"] = found->first;
     log::info("Loaded checkpoint {} (step {}){}", found->second.string(), found->first,
               values.at("skipped").empty() ? "" : fmt::format("; not in it: {}", values.at("skipped").dump()));
+    const nlohmann::json& skipped = values.at("skipped");
+    if (std::find(skipped.begin(), skipped.end(), "model") != skipped.end() && values.contains("lora") &&
+        c.initial_load_path) {
+      // LoRA adapters saved alone (lora.save_adapter_only): the frozen base comes from where the run started.
+      State base;
+      for (const StateTensor& st : state.tensors) {
+        if (group_of(st.key) == "model") base.tensors.push_back(st);
+      }
+      m.load_initial(base, /*model_only=*/true);
+      log::info("Loaded the base weights beside the adapters from {}", c.initial_load_path->c_str());
+    }
     return values;
   }
   if (!c.initial_load_path) return std::nullopt;
-  const fs::path path = *c.initial_load_path;
-  if (path.extension() == ".safetensors") {
-    load_safetensors(SafetensorsFile(path), state);
-  } else if (c.initial_load_in_hf || fs::exists(path / "config.json")) {
-    TITAN_CHECK_VALUE(m.hf != nullptr,
-                      "[titan::checkpoint::Checkpointer] expected a model with a Hugging Face adapter "
-                      "to load '{}', got none.",
-                      path.string());
-    load_hf(path, state, *m.hf);
-  } else {
-    std::vector<std::string> exclude = c.exclude_from_loading;
-    if (c.initial_load_model_only)
-      exclude.insert(exclude.end(), {"optimizer", "lr_scheduler", "dataloader", "train_state"});
-    nlohmann::json values = checkpoint::load(path, state, exclude);
-    log::info("Loaded the initial state from {}", path.string());
-    if (!c.initial_load_model_only) return values;
-  }
-  log::info("Loaded the initial weights from {}", path.string());
+  if (auto values = m.load_initial(state, c.initial_load_model_only)) return values;
+  log::info("Loaded the initial weights from {}", c.initial_load_path->c_str());
   return nlohmann::json{{"step", 0}};
 }
 

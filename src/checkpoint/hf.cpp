@@ -82,22 +82,28 @@ void save_hf(const fs::path& folder, const std::vector<std::pair<std::string, at
     shard_bytes += bytes;
     total += bytes;
   }
+  write_folder_atomically(folder, [&](const fs::path& tmp) {
+    const std::map<std::string, std::string> metadata{{"format", "pt"}};
+    if (shards.size() == 1) {
+      write_safetensors(tmp / "model.safetensors", shards[0], metadata);
+    } else {
+      nlohmann::json index = {{"metadata", {{"total_size", total}}}, {"weight_map", nlohmann::json::object()}};
+      for (size_t i = 0; i < shards.size(); ++i) {
+        const std::string name = fmt::format("model-{:05d}-of-{:05d}.safetensors", i + 1, shards.size());
+        write_safetensors(tmp / name, shards[i], metadata);
+        for (const auto& [key, _] : shards[i]) index["weight_map"][key] = name;
+      }
+      write_file_atomically(tmp / "model.safetensors.index.json", index.dump(2));
+    }
+    write_file_atomically(tmp / "config.json", adapter.hf_config(dtype).dump(2));
+  });
+}
+
+void write_folder_atomically(const fs::path& folder, const std::function<void(const fs::path& tmp)>& fill) {
   const fs::path tmp = folder.parent_path() / fmt::format(".{}.tmp", folder.filename().string());
   fs::remove_all(tmp);
   fs::create_directories(tmp);
-  const std::map<std::string, std::string> metadata{{"format", "pt"}};
-  if (shards.size() == 1) {
-    write_safetensors(tmp / "model.safetensors", shards[0], metadata);
-  } else {
-    nlohmann::json index = {{"metadata", {{"total_size", total}}}, {"weight_map", nlohmann::json::object()}};
-    for (size_t i = 0; i < shards.size(); ++i) {
-      const std::string name = fmt::format("model-{:05d}-of-{:05d}.safetensors", i + 1, shards.size());
-      write_safetensors(tmp / name, shards[i], metadata);
-      for (const auto& [key, _] : shards[i]) index["weight_map"][key] = name;
-    }
-    write_file_atomically(tmp / "model.safetensors.index.json", index.dump(2));
-  }
-  write_file_atomically(tmp / "config.json", adapter.hf_config(dtype).dump(2));
+  fill(tmp);
   if (fs::exists(folder)) fs::remove_all(folder);
   fs::rename(tmp, folder);
 }

@@ -15,10 +15,11 @@ namespace titan {
 namespace config_detail {
 namespace {
 
-// model.converters other than float8 (which works).
+// model.converters other than float8 and lora (which work).
 bool has_unsupported_converter(const json& v) {
-  return std::any_of(v.begin(), v.end(),
-                     [](const json& name) { return !is_float8_converter(name.get<std::string>()); });
+  return std::any_of(v.begin(), v.end(), [](const json& name) {
+    return !is_float8_converter(name.get<std::string>()) && name.get<std::string>() != "lora";
+  });
 }
 
 struct Unsupported {
@@ -38,7 +39,8 @@ const std::vector<Unsupported>& unsupported_table() {
       {"job.custom_config_module", is_non_empty,
        "titan has no Python config extensions (use register_preset): ignored"},
       {"model.converters", has_unsupported_converter,
-       "only the float8 converter is supported so far (mx and grouped-mm converters are not): those are ignored"},
+       "only the float8 and lora converters are supported so far (mx and grouped-mm converters are not): those are "
+       "ignored"},
       {"optimizer.early_step_in_backward", is_true,
        "stepping inside backward is not supported yet: the optimizer steps after backward"},
       {"training.enable_cpu_offload", is_true,

@@ -193,11 +193,11 @@ void validate_fault_tolerance(const FaultToleranceConfig& ft) {
 // model.converters and [float8] ([quantize.linear.float8]): names titan knows, and torchtitan's refusals.
 void validate_converters(const ModelConfig& m, const Float8Config& f) {
   for (const std::string& name : m.converters) {
-    const bool known = is_float8_converter(name) ||
+    const bool known = is_float8_converter(name) || name == "lora" ||
                        std::find(std::begin(kUnsupportedConverters), std::end(kUnsupportedConverters), name) !=
                            std::end(kUnsupportedConverters);
     require(known, "model.converters",
-            "to hold float8 (or quantize.linear.float8); quantize.linear.mx, quantize.grouped_mm.float8 and "
+            "to hold float8 (or quantize.linear.float8) or lora; quantize.linear.mx, quantize.grouped_mm.float8 and "
             "quantize.grouped_mm.mx are recognised but not supported",
             name);
   }
@@ -215,6 +215,41 @@ void validate_converters(const ModelConfig& m, const Float8Config& f) {
     config_detail::fail("float8.filter_fqns",
                         "expected no auto_filter_small_kn entry with recipe_name rowwise_with_gw_hp (torchao has "
                         "size thresholds for tensorwise and rowwise only), got one. Name the Linears to skip instead.");
+  }
+}
+
+// [lora]: the adapters' shape and scaling, and what its switches need.
+void validate_lora(const JobConfig& c) {
+  const LoraConfig& l = c.lora;
+  positive("lora.rank", l.rank);
+  require(l.alpha > 0, "lora.alpha", "> 0", l.alpha);
+  require(l.dropout >= 0 && l.dropout < 1, "lora.dropout", "in [0, 1)", l.dropout);
+  for (const std::string& pattern : l.target_modules) {
+    require(!pattern.empty() && !pattern.starts_with('.') && !pattern.ends_with('.'), "lora.target_modules",
+            "to hold module paths or path suffixes (wq, attention.wq, layers.*.feed_forward.w2)", l.target_modules);
+  }
+  const bool converted =
+      std::find(c.model.converters.begin(), c.model.converters.end(), "lora") != c.model.converters.end();
+  for (const auto& [key, on] :
+       {std::pair{"lora.save_adapter_only", l.save_adapter_only}, std::pair{"lora.merge_adapter", l.merge_adapter}}) {
+    if (on && !converted) {
+      config_detail::fail(key, fmt::format("expected model.converters to hold lora with {} = true, got {}. Add lora "
+                                           "to model.converters or unset {}.",
+                                           key, json(c.model.converters).dump(), key));
+    }
+  }
+  if (l.merge_adapter && l.save_adapter_only) {
+    config_detail::fail("lora.merge_adapter",
+                        "expected lora.save_adapter_only = false with lora.merge_adapter = true (the final save folds "
+                        "the adapters into base weights it must hold), got true. Unset one, or merge afterwards with "
+                        "titan-convert to-hf --base.");
+  }
+  // An adapter-only checkpoint has no base weights: a resume must make the same ones again.
+  if (l.save_adapter_only && c.checkpoint.enable && !c.checkpoint.initial_load_path && !c.debug.seed) {
+    config_detail::fail("lora.save_adapter_only",
+                        "expected checkpoint.initial_load_path (the base weights a resume loads beside the adapters) "
+                        "or debug.seed (base weights initialised alike on every start) with lora.save_adapter_only = "
+                        "true, got neither. Set checkpoint.initial_load_path to the base model.");
   }
 }
 
@@ -241,6 +276,7 @@ void validate(const JobConfig& config) {
   validate_checkpointing(config.checkpoint, config.activation_checkpoint);
   validate_rest(config);
   validate_fault_tolerance(config.fault_tolerance);
+  validate_lora(config);
 }
 
 }  // namespace titan

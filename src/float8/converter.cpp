@@ -74,10 +74,15 @@ Float8Conversion convert_to_float8(torch::nn::Module& model, const Float8Convert
   std::copy_if(options.filter_fqns.begin(), options.filter_fqns.end(), std::back_inserter(names),
                [](const std::string& f) { return f != kAutoFilter; });
   Float8Conversion report;
+  std::vector<const nn::Linear*> adapters;  // found before themselves: a module comes before its children
   for (const auto& item : model.named_modules("", /*include_self=*/false)) {
     auto* linear = dynamic_cast<nn::Linear*>(item.value().get());
     if (linear == nullptr) continue;
     const std::string& fqn = item.key();
+    if (linear->lora) adapters.insert(adapters.end(), {linear->lora->a.get(), linear->lora->b.get()});
+    // A LoRA adapter stays in high precision, whichever converter ran first: its rank-wide GEMMs gain nothing from
+    // float8, and PEFT computes it so.
+    if (std::find(adapters.begin(), adapters.end(), linear) != adapters.end()) continue;
     const int64_t out = linear->weight.size(0);
     const int64_t in = linear->weight.size(1);
     std::optional<std::string> reason = float8_skip_reason(fqn, out, in, names);

@@ -157,6 +157,12 @@ void normal_(at::Tensor& t, const InitSite& site, double mean, double std) {
   });
 }
 
+void uniform_(at::Tensor& t, const InitSite& site, double low, double high) {
+  fill_local(t, site, 1, [&](const at::Tensor& uniform) {  // uniform: (rows..., 1)
+    return uniform.squeeze(-1).mul_(high - low).add_(low);
+  });
+}
+
 void constant_(at::Tensor& t, double value) {
   at::NoGradGuard no_grad;
   const Region r = region_of(t);

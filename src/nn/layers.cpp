@@ -26,8 +26,18 @@ at::Tensor Linear::forward(const at::Tensor& x) const {
         weight, [&](const at::Tensor& w, const parallel::GatheredFloat8* float8) {
           return matmul ? matmul(in, w, {.float8 = float8, .tp_group = tp_group}) : nn::linear(in, w, this);
         });
+    if (lora) {
+      // Inside the style's call: under TP this is the same kind of part as y (adapters placed as the weight).
+      const at::Tensor dropped = lora->dropout > 0 ? at::dropout(in, lora->dropout, is_training()) : in;
+      y = y + lora->b->forward(lora->a->forward(dropped)) * lora->scale;  // (..., out), PEFT's order of ops
+    }
     return bias_after_reduction ? y : add_bias(y);
   });
+}
+
+parallel::ShardableLayer::Adapter Linear::shardable_adapter() {
+  if (!lora) return {};
+  return {.a = &lora->a->weight, .b = &lora->b->weight};
 }
 
 at::Tensor Linear::add_bias(const at::Tensor& y) const {

@@ -107,7 +107,8 @@ std::vector<DataParallelUnit> DataParallel::units() const {
       u.params.push_back({.fqn = binding != nullptr ? binding->info.fqn : std::string(),
                           .gathered_numel = c10::multiply_integers(p.full_shape),
                           .shard_numel = p.param.numel(),
-                          .float8 = p.float8});
+                          .float8 = p.float8,
+                          .trained = p.param.requires_grad()});
     }
   }
   return out;

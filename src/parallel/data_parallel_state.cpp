@@ -16,13 +16,16 @@ namespace {
 
 using torch::autograd::variable_list;
 
-// Receives every gathered parameter's gradient of one unit use, then hands them to the state. Its
-// inputs are the shard leaves; it returns no gradient for them: the state writes .grad itself once
-// the asynchronous reduction is done.
+// Receives the gradient of every gathered parameter of one unit use that trains, then hands them to the state (by
+// the parameter's index in the unit; a frozen one's stays undefined). Its inputs are the trained shard leaves; it
+// returns no gradient for them: the state writes .grad itself once the asynchronous reduction is done.
 struct UnshardBackward : torch::autograd::Node {
-  UnshardBackward(DataParallelState* state, int64_t unit) : state_(state), unit_(unit) {}
+  UnshardBackward(DataParallelState* state, int64_t unit, std::vector<size_t> trained, size_t params)
+      : state_(state), unit_(unit), trained_(std::move(trained)), params_(params) {}
   variable_list apply(variable_list&& grads) override {
-    state_->post_backward(unit_, grads);
+    std::vector<at::Tensor> by_param(params_);
+    for (size_t k = 0; k < trained_.size() && k < grads.size(); ++k) by_param[trained_[k]] = std::move(grads[k]);
+    state_->post_backward(unit_, by_param);
     return variable_list(num_outputs());
   }
   std::string name() const override { return "titan::parallel::UnshardBackward"; }
@@ -30,6 +33,8 @@ struct UnshardBackward : torch::autograd::Node {
  private:
   DataParallelState* state_;
   int64_t unit_;
+  std::vector<size_t> trained_;  // the unit's indices of the parameters this node's inputs are
+  size_t params_;
 };
 
 // Identity on a layer output; in backward it runs before that layer's own backward, so the unit's
@@ -238,15 +243,21 @@ Materialized DataParallelState::materialize(int64_t u, int64_t index) {
     return {.tensor = float8_carrier(used), .float8 = GatheredFloat8{gathered_float8_alias(used), used.float8_scale}};
   }
   if (unit.outputs.empty()) {
-    // One node per unit use: it fires once all of the unit's gradients are in.
+    // One node per unit use: it fires once the gradients of the unit's trained parameters are in. A frozen one
+    // (a LoRA run's base weight) is gathered all the same, for the forward and the input gradients, and gets none.
     std::vector<at::Tensor> leaves;
-    leaves.reserve(unit.params.size());
-    for (const auto& p : unit.params) leaves.push_back(p.param);
-    auto node = std::shared_ptr<UnshardBackward>(new UnshardBackward(this, u), torch::autograd::deleteNode);
+    std::vector<size_t> trained;
+    for (size_t i = 0; i < unit.params.size(); ++i) {
+      if (!unit.params[i].param.requires_grad()) continue;
+      leaves.push_back(unit.params[i].param);
+      trained.push_back(i);
+    }
+    auto node = std::shared_ptr<UnshardBackward>(new UnshardBackward(this, u, std::move(trained), unit.params.size()),
+                                                 torch::autograd::deleteNode);
     node->set_next_edges(torch::autograd::collect_next_edges(leaves));
     for (const auto& p : unit.params) {
       at::Tensor out = p.float8 ? float8_carrier(p) : gathered_alias(p);
-      torch::autograd::set_history(out, node);
+      if (p.param.requires_grad()) torch::autograd::set_history(out, node);
       unit.outputs.push_back(std::move(out));
     }
   }
@@ -322,16 +333,20 @@ at::Tensor DataParallelState::padded_grad(const UnitParam& p, const at::Tensor& 
 PendingReduce DataParallelState::start_reduce_flat(int64_t u, const std::vector<at::Tensor>& grads) {
   const Unit& unit = units[static_cast<size_t>(u)];
   const int64_t n = shard.size();
-  std::vector<at::Tensor> columns;  // per parameter (N, shard_numel)
+  std::vector<at::Tensor> columns;  // per trained parameter (N, shard_numel)
   columns.reserve(unit.params.size());
+  int64_t chunk_numel = 0;
   for (size_t i = 0; i < unit.params.size(); ++i) {
     const UnitParam& p = unit.params[i];
+    if (!p.param.requires_grad()) continue;
     columns.push_back(padded_grad(p, i < grads.size() ? grads[i] : at::Tensor()).view({n, p.shard_numel()}));
+    chunk_numel += p.shard_numel();
   }
   PendingReduce reduce{.unit = u};
+  if (columns.empty()) return reduce;  // nothing of the unit trains
   const MemoryScope scope(MemoryCategory::communication);
   reduce.in.push_back(columns.size() == 1 ? columns[0] : at::cat(columns, 1));  // (N, chunk_numel)
-  reduce.out.push_back(at::empty({unit.chunk_numel}, reduce.in[0].options()));
+  reduce.out.push_back(at::empty({chunk_numel}, reduce.in[0].options()));
   reduce.works.push_back(shard.reduce_scatter(reduce.out[0], reduce.in[0]));
   return reduce;
 }
@@ -342,6 +357,10 @@ PendingReduce DataParallelState::start_reduce_per_param(int64_t u, const std::ve
   const at::Tensor none;
   for (size_t i = 0; i < unit.params.size(); ++i) {
     const UnitParam& p = unit.params[i];
+    if (!p.param.requires_grad()) {  // frozen: no gradient to reduce (an undefined entry keeps the indices)
+      reduce.out.emplace_back();
+      continue;
+    }
     const at::Tensor& grad = i < grads.size() ? grads[i] : none;  // both lvalues: no copy, no extra reference
     at::Tensor in = padded_grad(p, grad);                         // (N * rows_per_rank, ...)
     if (shard.size() == 1) {
@@ -367,7 +386,9 @@ void DataParallelState::progress(PendingReduce& p, bool block) {
     p.works.clear();
     p.in.clear();
     if (replicate.size() > 1) {
-      for (auto& out : p.out) p.works.push_back(replicate.all_reduce(out));
+      for (auto& out : p.out) {
+        if (out.defined()) p.works.push_back(replicate.all_reduce(out));
+      }
       p.stage = 1;
     } else {
       p.stage = 2;
@@ -382,16 +403,19 @@ void DataParallelState::progress(PendingReduce& p, bool block) {
   record(DataParallelEvent::Kind::kReduceWaited, p.unit);
   const MemoryScope scope(MemoryCategory::gradients);  // what lands in .grad
   auto& params = units[static_cast<size_t>(p.unit)].params;
+  int64_t offset = 0;  // in the flat buffer, which holds the trained parameters only
   for (size_t i = 0; i < params.size(); ++i) {
     UnitParam& param = params[i];
+    if (!param.param.requires_grad() || p.out.empty()) continue;
     // Flat: this parameter's slice of the unit's buffer, cloned so the buffer can go; per parameter:
     // its own reduced tensor, used as it is.
     at::Tensor grad = per_param ? p.out[i].to(param.param.scalar_type())
                                 : p.out[0]
-                                      .narrow(0, param.offset, param.shard_numel())
+                                      .narrow(0, offset, param.shard_numel())
                                       .view(param.param.sizes())
                                       .to(param.param.scalar_type())
                                       .clone(at::MemoryFormat::Contiguous);
+    offset += param.shard_numel();
     at::Tensor& slot = param.param.mutable_grad();
     if (slot.defined()) {
       slot.add_(grad);

@@ -322,6 +322,13 @@ AppliedStyle apply_style(const std::string& path, torch::nn::Module& module, con
       shard_param(param_name(path, "bias"), *bias, 0, ctx);
       applied.params.push_back(*bias);
     }
+    if (const ShardableLayer::Adapter adapter = layer->shardable_adapter(); adapter.a != nullptr) {
+      // x A^T is whole on every rank and each rank's B rows give its output columns; A's gradient, through every
+      // rank's columns, is a partial sum.
+      bind_whole_summed(param_name(path, "lora_a.weight"), *adapter.a, ctx);
+      shard_param(param_name(path, "lora_b.weight"), *adapter.b, 0, ctx);
+      applied.params.insert(applied.params.end(), {*adapter.a, *adapter.b});
+    }
     applied.hook = std::make_shared<ColwiseHook>(*s, ctx, prepared);
     applied.loss_parallel = s->loss_parallel;
   } else if (const auto* r = std::get_if<RowwiseParallel>(&style)) {
@@ -336,6 +343,12 @@ AppliedStyle apply_style(const std::string& path, torch::nn::Module& module, con
       at::Tensor& weight = layer->shardable_weight();
       shard_param(param_name(path, "weight"), weight, 1, ctx);
       applied.params.push_back(weight);
+      if (const ShardableLayer::Adapter adapter = layer->shardable_adapter(); adapter.a != nullptr) {
+        // A's columns meet this rank's input features: x A^T is a partial sum, and so is B's gradient through it.
+        shard_param(param_name(path, "lora_a.weight"), *adapter.a, 1, ctx);
+        bind_whole_summed(param_name(path, "lora_b.weight"), *adapter.b, ctx);
+        applied.params.insert(applied.params.end(), {*adapter.a, *adapter.b});
+      }
       if (at::Tensor* bias = layer->shardable_bias()) {
         // Whole, added once to the sum. Its gradient is the output gradient summed over the tokens: a replicated
         // output's gradient is whole on every rank (after Megatron's g), a sequence shard's covers this rank's tokens

@@ -15,6 +15,7 @@
 #include "titan/models/decoder_spec.hpp"
 #include "titan/models/job_args.hpp"
 #include "titan/models/model_spec.hpp"
+#include "titan/nn/lora.hpp"
 
 namespace titan::planner {
 namespace detail {
@@ -38,6 +39,11 @@ const torch::nn::Module& converted_model(PlannerState& state, const JobConfig& c
 
 }  // namespace
 
+bool lora_converted(const JobConfig& config) {
+  return std::find(config.model.converters.begin(), config.model.converters.end(), "lora") !=
+         config.model.converters.end();
+}
+
 Context make_context(PlannerState& state, const JobConfig& config, const PlanOptions& options,
                      const Calibration& calibration) {
   // The family's attention memory model, or nn::Attention's.
@@ -48,14 +54,22 @@ Context make_context(PlannerState& state, const JobConfig& config, const PlanOpt
       config.training.seq_len != state.whole->seq_len()) {
     spec.pipeline_costs = models::pipeline_costs(*state.whole, config.training.seq_len);
   }
-  return Context{.state = state,
-                 .model = *state.whole,
-                 .config = config,
-                 .options = options,
-                 .attention = std::move(attention),
-                 .spec = std::move(spec),
-                 .plan_options = parallel::plan_options(config, converted_model(state, config), options.gpu),
-                 .calibration = calibration};
+  Context context{.state = state,
+                  .model = *state.whole,
+                  .config = config,
+                  .options = options,
+                  .attention = std::move(attention),
+                  .spec = std::move(spec),
+                  .plan_options = parallel::plan_options(config, converted_model(state, config), options.gpu),
+                  .calibration = calibration,
+                  .params = state.whole->num_params()};
+  context.trainable_params = context.params;
+  if (lora_converted(config)) {
+    const nn::LoraConversion lora = nn::add_lora(*state.build({}), nn::lora_options(config.lora));
+    context.params = lora.adapter_params + lora.frozen_params;
+    context.trainable_params = lora.adapter_params;
+  }
+  return context;
 }
 
 std::string ac_name(const ActivationCheckpointConfig& ac, const Context& c) {

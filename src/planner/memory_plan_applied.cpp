@@ -18,7 +18,9 @@
 #include <unordered_set>
 
 #include "memory_plan_detail.hpp"
+#include "titan/core/config_loader.hpp"
 #include "titan/dist/mesh.hpp"
+#include "titan/nn/lora.hpp"
 #include "titan/parallel/data_parallel.hpp"
 #include "titan/parallel/expert_parallel.hpp"
 #include "titan/parallel/parallelize.hpp"
@@ -41,6 +43,7 @@ HeldUnit held_unit(const parallel::DataParallelUnit& unit, bool experts) {
   h.shared_experts = unit.name.find(".moe.shared_experts") != std::string::npos;
   for (const parallel::DataParallelParam& p : unit.params) {
     h.gathered_numel += p.gathered_numel;
+    if (p.trained) h.trained_numel += p.gathered_numel;
     if (p.float8) h.float8_numel += p.gathered_numel;
     h.largest_numel = std::max(h.largest_numel, p.gathered_numel);
   }
@@ -71,12 +74,15 @@ RankShards read_rank(const models::Decoder& model, const Parallelized& applied, 
     r.local_numel += p.numel();
     if (experts.contains(p.unsafeGetTensorImpl())) r.expert_numel += p.numel();
     ++r.tensors;
+    if (!p.requires_grad()) continue;
+    r.trained_numel += p.numel();
+    ++r.trained_tensors;
   }
   for (const parallel::DataParallel* dp : {applied.data_parallel(), applied.expert_data_parallel()}) {
     if (dp == nullptr) continue;
     for (const parallel::DataParallelUnit& unit : dp->units()) {
       r.units.push_back(held_unit(unit, dp == applied.expert_data_parallel()));
-      if (dp->defers_gradient_sync()) r.deferred_numel += r.units.back().gathered_numel;
+      if (dp->defers_gradient_sync()) r.deferred_numel += r.units.back().trained_numel;
     }
   }
   sort_units(plan, r.units);
@@ -91,15 +97,21 @@ std::vector<std::string> whole_modules(const parallel::ShardingSpec& spec) {
   return all;
 }
 
-// As the Trainer builds a rank's model (RankModel): its stages' modules, then the plan applied. The converters
-// (float8) change how a Linear computes, not what it holds: what FSDP gathers in float8 is the plan's list, made
-// from the whole model converted (make_context).
+// As the Trainer builds a rank's model (RankModel): its stages' modules, LoRA's adapters, then the plan applied. float8
+// changes how a Linear computes, not what it holds: what FSDP gathers in float8 is the plan's list, made from the whole
+// model converted (make_context). lora adds parameters and freezes the rest: only the adapters get gradients and
+// optimizer state.
 RankShards apply_rank(const Context& c, const parallel::ParallelPlan& plan, const dist::MeshShape& mesh,
                       int64_t pp_rank) {
   const dist::Mesh rank_mesh = dist::Mesh::virtual_mesh(mesh, pp_rank * (mesh.world_size() / mesh.pp));
   const std::vector<std::string> modules =
       plan.pipeline.stages.empty() ? std::vector<std::string>{} : parallel::pipeline_modules(plan.pipeline, rank_mesh);
   const std::shared_ptr<models::Decoder> model = c.state.build(modules);
+  if (lora_converted(c.config)) {
+    nn::LoraOptions lora = nn::lora_options(c.config.lora);
+    lora.require_matches = modules.empty();  // a stage may hold none of an entry's Linears
+    nn::add_lora(*model, lora);
+  }
   const Parallelized applied = titan::parallelize(*model, rank_mesh, plan);
   return read_rank(*model, applied, plan, modules.empty() ? whole_modules(c.spec) : modules);
 }
@@ -112,7 +124,8 @@ const std::vector<RankShards>& applied_shards(const Context& c, const parallel::
                      .stages = plan.pipeline.stages,
                      .schedule = plan.pipeline.schedule_csv.empty() ? fmt::format("{}", plan.pipeline.schedule)
                                                                     : plan.pipeline.schedule_csv,
-                     .float8 = plan.data_parallel.options.float8_all_gather};
+                     .float8 = plan.data_parallel.options.float8_all_gather,
+                     .lora = lora_converted(c.config) ? to_json(c.config).at("lora").dump() : std::string()};
   auto it = c.state.applied.find(key);
   if (it != c.state.applied.end()) return it->second;
   std::vector<RankShards> ranks;

@@ -66,7 +66,7 @@ int64_t fsdp_bytes(const Walk& w, const RankShards& held) {
     // whole size, so the last unit to arrive adds its largest parameter.
     transient.push_back(gpu ? 0 : u.largest_numel * w.bytes.reduced);
     largest_gathered = std::max(largest_gathered, gathered.back());
-    largest_unit_numel = std::max(largest_unit_numel, u.gathered_numel);
+    largest_unit_numel = std::max(largest_unit_numel, u.trained_numel);  // what its reduce-scatter moves
   }
   int64_t bytes = 0;
   if (w.plan.data_parallel.options.reshard_after_forward == ReshardAfterForward::never) {
@@ -96,7 +96,7 @@ int64_t communication_bytes(const Walk& w, int64_t rank, const RankShards& held)
     bytes = fsdp_bytes(w, held);
   } else if (m.dp_replicate > 1 && w.c.options.gpu) {
     // DDP's flat all-reduce of the largest unit's gradients, in the reduce dtype.
-    for (const HeldUnit& u : held.units) bytes = std::max(bytes, u.gathered_numel * w.bytes.reduced);
+    for (const HeldUnit& u : held.units) bytes = std::max(bytes, u.trained_numel * w.bytes.reduced);
   }
   if (m.pp > 1) {
     // torch.distributed.pipelining allocates at setup, and keeps, a receive buffer for every microbatch of every
@@ -115,7 +115,7 @@ void add_unit_traffic(const Walk& w, const RankShards& held, RankPlan* out) {
   for (const HeldUnit& u : held.units) {
     // EP's experts go over efsdp, the rest over dp_shard x cp.
     (u.experts ? out->expert_gathered : out->gathered) += gathered_bytes(u, w.bytes);
-    (u.experts ? out->expert_reduced : out->reduced) += u.gathered_numel * w.bytes.reduced;
+    (u.experts ? out->expert_reduced : out->reduced) += u.trained_numel * w.bytes.reduced;
     ++out->units;
   }
   out->units = std::max<int64_t>(out->units, 1);

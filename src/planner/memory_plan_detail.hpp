@@ -46,6 +46,7 @@ struct HeldUnit {
   int64_t gathered_numel = 0;   // elements its all-gathers land: its unsharded parameters (and gradients)
   int64_t float8_numel = 0;     // of those, gathered in float8 (a byte each)
   int64_t largest_numel = 0;    // its largest parameter's gathered elements
+  int64_t trained_numel = 0;    // of gathered_numel, the parameters that train (all but a LoRA run's frozen base)
 };
 
 // What one pp rank holds once parallelize applied the plan, read off its parameters and its data parallelism.
@@ -53,6 +54,8 @@ struct RankShards {
   std::vector<std::string> modules{};  // its top-level modules (the whole model's without a pipeline)
   int64_t tensors = 0;                 // parameter tensors (tied ones once)
   int64_t local_numel = 0;             // elements of its parameters' local storage, FSDP's padding included
+  int64_t trained_tensors = 0;         // of tensors, those that train (get gradients and optimizer state)
+  int64_t trained_numel = 0;           // of local_numel, theirs
   int64_t expert_numel = 0;            // of those, the expert-parallel experts'
   int64_t deferred_numel = 0;          // unsharded gradient elements kept until the step's end (under a pipeline)
   std::vector<HeldUnit> units{};       // its data-parallel units in forward order (experts' after their block's)
@@ -67,8 +70,9 @@ struct ShardKey {
   std::vector<std::vector<std::string>> stages{};
   std::string schedule{};
   std::vector<std::string> float8{};
+  std::string lora{};  // the [lora] settings of a job that converts with lora (they add and freeze parameters)
   bool operator<(const ShardKey& o) const {
-    return std::tie(mesh, stages, schedule, float8) < std::tie(o.mesh, o.stages, o.schedule, o.float8);
+    return std::tie(mesh, stages, schedule, float8, lora) < std::tie(o.mesh, o.stages, o.schedule, o.float8, o.lora);
   }
 };
 
@@ -92,9 +96,13 @@ struct Context {
   parallel::ShardingSpec spec{};         // with pipeline costs at training.seq_len under a split by FLOPs
   parallel::PlanOptions plan_options{};  // the job's parallelism and precision settings (parallel::plan_options)
   Calibration calibration{};             // the fitted constants (memory_plan_calibration.hpp)
+  int64_t params = 0;                    // the whole model's parameters, a LoRA job's adapters included
+  int64_t trainable_params = 0;          // of those, the ones that train
 };
 Context make_context(PlannerState& state, const JobConfig& config, const PlanOptions& options,
                      const Calibration& calibration = {});
+// Whether model.converters holds lora: the plan's ranks then hold adapters beside frozen weights.
+bool lora_converted(const JobConfig& config);
 // Errors naming the key for a mesh the model or the sequence cannot take (heads, experts, seq_len, the axes the
 // family lacks).
 void check_layout(const models::Decoder& model, const JobConfig& cfg, const dist::MeshShape& m);
@@ -211,6 +219,7 @@ struct RankPlan {
   int64_t expert_gathered = 0, expert_reduced = 0;  // of EP's experts over efsdp
   int64_t units = 1;                                // its data-parallel units
   int64_t experts = 0;                              // its expert-parallel expert elements
+  int64_t sharded_gradients = 0;                    // of parts.gradients, the shards' .grad (live across steps)
 };
 
 // The communication buffers of one pp rank (memory_plan_buffers.cpp): FSDP's gathered units in flight and its

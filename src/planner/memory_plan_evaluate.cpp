@@ -193,7 +193,7 @@ StageActivations stage_activations(const Walk& w, const std::vector<std::string>
 void add_activations(const Walk& w, int64_t r, const RankShards& held, RankPlan* out) {
   std::map<int64_t, int64_t> unit_grad;
   for (const HeldUnit& u : held.units) {
-    if (w.fsdp && u.layer >= 0) unit_grad[u.layer] += u.gathered_numel * w.bytes.gathered;
+    if (w.fsdp && u.layer >= 0) unit_grad[u.layer] += u.trained_numel * w.bytes.gathered;
   }
   const bool pipelined = w.l.mesh.pp > 1;
   const auto num_stages = static_cast<int64_t>(w.stages.modules.size());
@@ -224,11 +224,12 @@ RankPlan rank_plan(const Walk& w, int64_t r, const RankShards& held) {
   const Dtypes& d = w.bytes;
   RankPlan out;
   out.parts.parameters = held.local_numel * d.param;
-  // Gradients like the shards (a reduced shard's .grad is in its parameter's dtype); under a pipeline also the
-  // step's unsharded accumulators, in the reduce dtype, until the last microbatch's backward.
-  out.parts.gradients = out.parts.parameters + held.deferred_numel * d.reduced;
-  // AdamW's exp_avg and exp_avg_sq like each shard, and an fp32 step per tensor (src/optim/adamw.cpp).
-  out.parts.optimizer = 2 * held.local_numel * d.state + 4 * held.tensors;
+  // Gradients like the shards that train (a reduced shard's .grad is in its parameter's dtype); under a pipeline
+  // also the step's unsharded accumulators, in the reduce dtype, until the last microbatch's backward.
+  out.sharded_gradients = held.trained_numel * d.param;
+  out.parts.gradients = out.sharded_gradients + held.deferred_numel * d.reduced;
+  // AdamW's exp_avg and exp_avg_sq like each shard that trains, and an fp32 step per tensor (src/optim/adamw.cpp).
+  out.parts.optimizer = 2 * held.trained_numel * d.state + 4 * held.trained_tensors;
   out.parts.communication = communication_bytes(w, r, held);
   add_activations(w, r, held, &out);
   add_unit_traffic(w, held, &out);
@@ -241,7 +242,8 @@ RankPlan rank_plan(const Walk& w, int64_t r, const RankShards& held) {
 }
 
 // The caching allocator's reserved peak and what lives outside it (see the constants above).
-void add_allocator(const Walk& w, const MemoryParts& parts, MemoryPlan* plan) {
+void add_allocator(const Walk& w, const RankPlan& rank, MemoryPlan* plan) {
+  const MemoryParts& parts = rank.parts;
   const dist::MeshShape& m = w.l.mesh;
   if (!w.c.options.gpu) {
     plan->reserved = parts.total();  // CPU: the tracker counts tensors; no caching allocator
@@ -262,7 +264,7 @@ void add_allocator(const Walk& w, const MemoryParts& parts, MemoryPlan* plan) {
   // them, so its segments outgrow the live bytes by a fitted fraction. Without PP a backward frees what its
   // forward allocated in reverse order; under PP a microbatch's backward frees its activations while later
   // microbatches' stay allocated above them, which leaves holes: a fraction of its own.
-  const int64_t states = 2 * parts.parameters + parts.optimizer;
+  const int64_t states = parts.parameters + rank.sharded_gradients + parts.optimizer;
   const int64_t transient = parts.total() - states;
   const Calibration& k = w.c.calibration;
   const double fragmentation = m.pp > 1 ? k.pipeline_fragmentation : k.transient_fragmentation;
@@ -280,7 +282,9 @@ MemoryPlan evaluate(const Context& c, const Layout& l) {
                  .microbatch = l.microbatch,
                  .local_batch = l.local_batch,
                  .global_batch = l.local_batch * l.accumulation * l.mesh.dp(),
-                 .device_memory = c.options.device_memory};
+                 .device_memory = c.options.device_memory,
+                 .params = c.params,
+                 .trainable_params = c.trainable_params};
   // The pp rank shown is the one with the largest total.
   RankPlan worst;
   for (int64_t r = 0; r < l.mesh.pp; ++r) {
@@ -294,7 +298,7 @@ MemoryPlan evaluate(const Context& c, const Layout& l) {
   out.activations_per_microbatch = worst.per_microbatch;
   out.expert_dispatch = worst.expert_dispatch;
   out.microbatches = l.mesh.pp > 1 ? w.stages.microbatches * l.accumulation : l.accumulation;
-  add_allocator(w, worst.parts, &out);
+  add_allocator(w, worst, &out);
   add_step_time(w, worst, held[static_cast<size_t>(out.pp_rank)].modules, &out);
   return out;
 }

@@ -65,6 +65,12 @@ std::string format_plan(const MemoryPlan& p) {
   } else {
     out += "\n";
   }
+  if (p.trainable_params != p.params) {
+    out += fmt::format(
+        "trainable     {} of {} parameters ({:.3g}%): LoRA adapters beside frozen base weights\n", p.trainable_params,
+        p.params,
+        100.0 * static_cast<double>(p.trainable_params) / static_cast<double>(std::max<int64_t>(1, p.params)));
+  }
   out += fmt::format("FLOPs         {:.3e} per device per step", p.flops_per_step);
   if (p.step_seconds > 0) {
     const StepTerms& t = p.time;
@@ -99,7 +105,7 @@ std::string plan_json(const MemoryPlan& p) {
   return fmt::format(
       "{{\"mesh\": {{\"pp\": {}, \"dp_replicate\": {}, \"dp_shard\": {}, \"cp\": {}, \"tp\": {}, \"ep\": {}}}, "
       "\"ac\": \"{}\", \"microbatch\": {}, \"microbatches\": {}, \"local_batch\": {}, \"global_batch\": {}, "
-      "\"pp_rank\": {}, \"in_flight\": {}, "
+      "\"pp_rank\": {}, \"in_flight\": {}, \"params\": {}, \"trainable_params\": {}, "
       "\"bytes\": {{\"parameters\": {}, \"gradients\": {}, \"optimizer\": {}, \"activations\": {}, "
       "\"communication\": {}, \"expert_dispatch\": {}, \"total\": {}, \"reserved\": {}, \"outside_allocator\": {}, "
       "\"needed\": {}, "
@@ -108,10 +114,11 @@ std::string plan_json(const MemoryPlan& p) {
       "\"seconds\": {{\"compute\": {:.6g}, \"recompute\": {:.6g}, \"fsdp\": {:.6g}, \"tp\": {:.6g}, "
       "\"cp\": {:.6g}, \"pp\": {:.6g}, \"ep\": {:.6g}, \"step\": {:.6g}}}, \"tokens_per_second\": {:.6g}}}",
       p.mesh.pp, p.mesh.dp_replicate, p.mesh.dp_shard, p.mesh.cp, p.mesh.tp, p.mesh.ep, p.ac, p.microbatch,
-      p.microbatches, p.local_batch, p.global_batch, p.pp_rank, p.in_flight, m.parameters, m.gradients, m.optimizer,
-      m.activations, m.communication, p.expert_dispatch, m.total(), p.reserved, p.outside_allocator, p.needed(),
-      p.device_memory, p.fits() ? "true" : "false", p.flops_per_step, p.compute_efficiency, t.compute, t.recompute,
-      t.fsdp, t.tp, t.cp, t.pp, t.ep, p.step_seconds, p.tokens_per_second);
+      p.microbatches, p.local_batch, p.global_batch, p.pp_rank, p.in_flight, p.params, p.trainable_params, m.parameters,
+      m.gradients, m.optimizer, m.activations, m.communication, p.expert_dispatch, m.total(), p.reserved,
+      p.outside_allocator, p.needed(), p.device_memory, p.fits() ? "true" : "false", p.flops_per_step,
+      p.compute_efficiency, t.compute, t.recompute, t.fsdp, t.tp, t.cp, t.pp, t.ep, p.step_seconds,
+      p.tokens_per_second);
 }
 
 std::string plan_toml(const MemoryPlan& p) {

@@ -24,7 +24,7 @@ Checkpointing::Checkpointing(const RunContext& run, std::shared_ptr<const checkp
 Checkpointing::~Checkpointing() = default;
 
 bool Checkpointing::load(TrainingState& state) {
-  checkpoint::State loaded = state.state();
+  checkpoint::State loaded = state.state(/*with_frozen=*/true);
   const auto values = checkpointer_->load(loaded);
   if (!values) return false;
   state.apply(loaded, *values);

@@ -8,6 +8,7 @@
 
 #include "titan/dist/mesh.hpp"
 #include "titan/float8/converter.hpp"
+#include "titan/nn/lora.hpp"
 #include "titan/parallel/pipeline.hpp"
 #include "titan/parallel/planner.hpp"
 
@@ -29,19 +30,38 @@ std::vector<std::string> parameter_names(const torch::nn::Module& model, const s
 
 namespace detail {
 
-std::vector<std::string> convert_model(const RunContext& run, torch::nn::Module& model, bool log_report) {
+ModelConversion convert_model(const RunContext& run, torch::nn::Module& model, bool log_report, bool part) {
   const JobConfig& config = run.config();
-  const auto& names = config.model.converters;
-  if (std::none_of(names.begin(), names.end(), [](const std::string& n) { return is_float8_converter(n); })) return {};
-  const float8::Float8Conversion report = float8::convert_to_float8(model, float8::converter_options(config.float8));
-  if (log_report && !report.converted.empty() && run.mesh().size("tp") > 1 &&
-      config.float8.recipe_name.value_or(Float8Recipe::tensorwise) != Float8Recipe::tensorwise) {
-    log::warn(
-        "float8 rowwise recipes under tensor parallelism: each rank scales its own weight and activation shards "
-        "(the TP styles give whole-tensor scales to tensorwise float8 only, as torchao's), so losses differ "
-        "slightly from one device's float8 run");
+  ModelConversion conversion;
+  for (const std::string& name : config.model.converters) {
+    if (name == "lora") {
+      nn::LoraOptions options = nn::lora_options(config.lora);
+      options.require_matches = !part;
+      const nn::LoraConversion report = nn::add_lora(model, options);
+      conversion.lora = true;
+      conversion.adapter_params = report.adapter_params;
+      if (log_report) {
+        log::info("lora: {} of {} Linear layers adapted (rank {}, alpha {}, dropout {}); every other parameter frozen",
+                  report.adapted.size(), report.linears, config.lora.rank, config.lora.alpha, config.lora.dropout);
+      }
+      continue;
+    }
+    if (!is_float8_converter(name)) continue;
+    const float8::Float8Conversion report = float8::convert_to_float8(model, float8::converter_options(config.float8));
+    if (log_report && !report.converted.empty() && run.mesh().size("tp") > 1 &&
+        config.float8.recipe_name.value_or(Float8Recipe::tensorwise) != Float8Recipe::tensorwise) {
+      log::warn(
+          "float8 rowwise recipes under tensor parallelism: each rank scales its own weight and activation shards "
+          "(the TP styles give whole-tensor scales to tensorwise float8 only, as torchao's), so losses differ "
+          "slightly from one device's float8 run");
+    }
+    conversion.float8 = report.converted;
   }
-  return report.converted;
+  return conversion;
+}
+
+void init_converted(const ModelConversion& conversion, torch::nn::Module& model) {
+  if (conversion.lora) nn::init_lora(model);
 }
 
 parallel::ParallelPlan plan_for_run(const RunContext& run, const parallel::ShardingSpec& spec,
@@ -56,11 +76,14 @@ Parallelized parallelize_for_run(const RunContext& run, torch::nn::Module& model
   return applied;
 }
 
-void prepare_parameters(const RunContext& run, const std::vector<at::Tensor>& params) {
+void prepare_parameters(const RunContext& run, const std::vector<at::Tensor>& params,
+                        const std::vector<at::Tensor>& frozen) {
   const at::ScalarType dtype = scalar_type(run.config().training.dtype);
   if (dtype != at::kFloat) {
     at::NoGradGuard no_grad;
-    for (at::Tensor p : params) p.set_data(p.to(dtype));
+    for (const auto* group : {&params, &frozen}) {
+      for (at::Tensor p : *group) p.set_data(p.to(dtype));
+    }
   }
   for (at::Tensor p : params) p.requires_grad_(true);
 }

@@ -53,8 +53,12 @@ TrainingLoop::TrainingLoop(const RunContext& run, TrainedModel model) : run_(run
                                {.mesh = &run.mesh(), .adamw_modules = model_.adamw_modules});
   schedule_ = std::make_unique<LRSchedule>(c.lr_scheduler, c.training.steps);
   moe_ = std::make_unique<MoeBalancing>(run, *model_.module, *model_.parallel);
+  const bool lora = !model_.frozen.empty();
   state_ = std::make_unique<TrainingState>(TrainingState::Parts{.parameters = model_.parameters,
                                                                 .names = model_.names,
+                                                                .frozen = model_.frozen,
+                                                                .frozen_names = model_.frozen_names,
+                                                                .lora = lora ? &c.lora : nullptr,
                                                                 .optimizer = optimizer_.get(),
                                                                 .loader = loader_.get(),
                                                                 .expert_biases = moe_->expert_biases(),
@@ -84,12 +88,20 @@ void TrainingLoop::log_setup() const {
   log::info("{} {}: {} parameters, {:.4g} training FLOPs/token at seq_len {}", c.model.name, c.model.flavor,
             model_.counts.num_params, static_cast<double>(model_.counts.flops_per_token), c.training.seq_len);
   log::info("Memory after model init: {:.2f} GiB", static_cast<double>(mem.max_active) / kGiB);
-  const int64_t param_bytes = storage_bytes(model_.parameters);
+  const int64_t trained_bytes = storage_bytes(model_.parameters);
+  const int64_t param_bytes = trained_bytes + storage_bytes(model_.frozen);
+  const int64_t optimizer_bytes = optimizer_->state_bytes();
   log::info(
       "Memory per rank: parameters {:.3f} GiB, gradients {:.3f} GiB once computed, optimizer state {:.3f} GiB; "
       "activations and communication buffers measured from step 1 (titan-plan predicts them)",
-      static_cast<double>(param_bytes) / kGiB, static_cast<double>(param_bytes) / kGiB,
-      static_cast<double>(optimizer_->state_bytes()) / kGiB);
+      static_cast<double>(param_bytes) / kGiB, static_cast<double>(trained_bytes) / kGiB,
+      static_cast<double>(optimizer_bytes) / kGiB);
+  // num_params counts the model as built, before a converter added adapters.
+  const int64_t trainable = model_.counts.trainable_params;
+  const int64_t total = model_.counts.num_params + (model_.frozen.empty() ? 0 : trainable);
+  log::info("Trainable parameters: {} of {} ({:.3g}%){}; optimizer state {} bytes on this rank", trainable, total,
+            100.0 * static_cast<double>(trainable) / static_cast<double>(std::max<int64_t>(1, total)),
+            model_.frozen.empty() ? "" : ", LoRA adapters beside frozen base weights", optimizer_bytes);
   log::info(
       "Trainer is initialized with local batch size {}, global batch size {}, gradient accumulation steps {}, "
       "sequence length {}, total steps {} (warmup {})",
@@ -198,16 +210,25 @@ void TrainingLoop::log_step(int64_t step, const ForwardBackwardResult& fb, doubl
 
 void TrainingLoop::validate(int64_t step) {
   dist::report_progress(step, "validation");
+  model_.module->eval();  // no dropout (LoRA's) in an evaluation forward
   const ValidationResult r = validation_->run(model_.step_model, *model_.parallel);
+  model_.module->train();
   if (r.tokens > 0) metrics_->log_validation(step, r.loss(), r.tokens);
 }
 
 void TrainingLoop::evaluate(int64_t step) {
   dist::report_progress(step, "evaluation");
+  model_.module->eval();  // no dropout (LoRA's) in an evaluation forward
   metrics_->log_record(step, "eval", Evaluation::scalars(evaluation_->run(model_.step_model, *model_.parallel)));
+  model_.module->train();
 }
 
-MemoryParts TrainingLoop::memory_parts() { return profiling_->memory_parts(model_.parameters, *optimizer_); }
+MemoryParts TrainingLoop::memory_parts() {
+  // Every parameter this rank holds: a LoRA run's frozen base too (it has no gradient).
+  std::vector<at::Tensor> held = model_.parameters;
+  held.insert(held.end(), model_.frozen.begin(), model_.frozen.end());
+  return profiling_->memory_parts(held, *optimizer_);
+}
 
 void TrainingLoop::write_pipeline_timeline(int64_t step) const {
   const parallel::PipelineTimeline timeline = model_.parallel->pipeline()->gather_timeline();

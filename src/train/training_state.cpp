@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "titan/checkpoint/checkpoint.hpp"
+#include "titan/core/config.hpp"
 #include "titan/core/log.hpp"
 #include "titan/data/dataloader.hpp"
 
@@ -19,9 +20,21 @@ TrainingState::TrainingState(Parts parts) : parts_(std::move(parts)) {
     parts_.names.push_back(fmt::format("param_{}", i));
 }
 
-checkpoint::State TrainingState::state() const {
+checkpoint::State TrainingState::state(bool with_frozen) const {
   checkpoint::State state;
-  checkpoint::add_model(state, parts_.names, parts_.parameters, parts_.mesh);
+  const LoraConfig* lora = parts_.lora;
+  // LoRA's adapters are a group of their own: a base checkpoint (no such group) loads under them, and an
+  // adapter-only one (no model group) beside the base weights of checkpoint.initial_load_path.
+  checkpoint::add_model(state, parts_.names, parts_.parameters, parts_.mesh, lora != nullptr ? "lora" : "model");
+  if (lora == nullptr || !lora->save_adapter_only || with_frozen)
+    checkpoint::add_model(state, parts_.frozen_names, parts_.frozen, parts_.mesh);
+  if (lora != nullptr) {
+    state.values["lora"] = {{"rank", lora->rank},
+                            {"alpha", lora->alpha},
+                            {"dropout", lora->dropout},
+                            {"target_modules", lora->target_modules},
+                            {"merge_adapter", lora->merge_adapter}};
+  }
   if (parts_.optimizer != nullptr) checkpoint::add_optimizer(state, parts_.names, *parts_.optimizer, parts_.mesh);
   // The MoE expert biases: buffers, not parameters, so a group of their own ("moe.<fqn>"); a checkpoint
   // without it loads as before (its bias stays zero), and HF exports of the model group stay as they were.

@@ -89,7 +89,7 @@ TEST_CASE("for_each_field visits the declared fields in order", "[cpu][config]")
   CHECK(sections == std::vector<std::string>{"job", "profiling", "metrics", "model", "optimizer", "lr_scheduler",
                                              "training", "parallelism", "checkpoint", "activation_checkpoint",
                                              "compile", "float8", "comm", "fault_tolerance", "validation", "eval",
-                                             "debug"});
+                                             "debug", "lora"});
   // Writes go through the visitor's references.
   for_each_field(c.training, [](std::string_view name, auto& value) {
     if constexpr (std::is_same_v<std::remove_cvref_t<decltype(value)>, int64_t>) {
@@ -481,7 +481,7 @@ TEST_CASE("JSON round trip and the atomic config dump", "[cpu][config]") {
   c.parallelism.module_fqns_per_model_part = {{"tok_embeddings"}, {"layers.0", "norm"}};
   c.lr_scheduler.decay_ratio = 0.25;
   const nlohmann::json j = titan::to_json(c);
-  CHECK(j.size() == 17);  // one member per section
+  CHECK(j.size() == 18);  // one member per section
   CHECK(j["training"]["dataloader"]["num_workers"] == 0);
   CHECK(nlohmann::json(titan::to_json(JobConfig{}))["debug"]["seed"].is_null());
   CHECK(titan::to_json(titan::from_json(j)).dump() == j.dump());

@@ -60,9 +60,11 @@ struct State {
 /// `per_stage` tensor (a parameter or its optimizer state) exists on its pipeline stage's ranks
 /// only, so the pp axis holds no replicas of it.
 StateTensor state_tensor(std::string key, const at::Tensor& p, const dist::Mesh* mesh, bool per_stage = false);
-/// Adds "model.<name>" for each parameter.
+/// Adds "<group>.<name>" for each parameter: group "model", or "lora" for LoRA adapters (nn/lora.hpp).
 void add_model(State& state, const std::vector<std::string>& names, const std::vector<at::Tensor>& params,
-               const dist::Mesh* mesh);
+               const dist::Mesh* mesh, const std::string& group = "model");
+/// Whether a key's group holds model weights: "model", or "lora" (a LoRA run's adapters).
+bool is_model_group(const std::string& key);
 /// Adds "<group>.<fqn>" for each MoE expert bias of model (a buffer named *.expert_bias: it steers routing): group
 /// "moe" as the trainer saves them in a titan checkpoint, "model" for a Hugging Face folder, whose adapter names them
 /// (DeepSeek-V3's e_score_correction_bias).

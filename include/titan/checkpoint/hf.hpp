@@ -9,6 +9,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -59,6 +60,11 @@ at::Tensor rope_rows_from_hf(const at::Tensor& w, int64_t heads);
 /// is written under a temporary name and renamed when complete.
 void save_hf(const std::filesystem::path& folder, const std::vector<std::pair<std::string, at::Tensor>>& tensors,
              const HfAdapter& adapter, at::ScalarType dtype, int64_t max_shard_bytes = int64_t{5} << 30);
+
+/// Writes a folder whole or not at all: `fill` writes its files into a temporary sibling, renamed to `folder` (which
+/// it replaces) once fill returns.
+void write_folder_atomically(const std::filesystem::path& folder,
+                             const std::function<void(const std::filesystem::path& tmp)>& fill);
 
 /// An HF folder opened for reading (single or sharded safetensors).
 class HfReader {

@@ -88,7 +88,7 @@ struct ModelConfig {
   std::string hf_assets_path = "./tests/assets/tokenizer";
   /// Deprecated: use hf_assets_path.
   std::optional<std::string> tokenizer_path{};
-  /// Model converters to apply, e.g. float8 (comma-separated on the command line).
+  /// Model converters to apply in order: float8, lora (comma-separated on the command line).
   std::vector<std::string> converters{};
   /// Print the model after the converters ran.
   bool print_after_conversion = false;
@@ -473,6 +473,23 @@ struct DebugConfig {
 };
 TITAN_CONFIG(DebugConfig, seed, deterministic, deterministic_warn_only, moe_force_load_balance)
 
+/// LoRA fine-tuning (model.converters lora): low-rank adapters trained beside frozen base weights (docs/lora.md).
+struct LoraConfig {
+  /// Rank r of each adapter: lora_a (r, in_features), lora_b (out_features, r).
+  int64_t rank = 8;
+  /// Scaling of the adapters' output: alpha / rank.
+  double alpha = 16.0;
+  /// Dropout probability on the adapters' input, in [0, 1) (training forwards only).
+  double dropout = 0.0;
+  /// Linears to adapt, by FQN pattern: an entry matches a path equal to it or ending in .entry, * within one name.
+  std::vector<std::string> target_modules{};
+  /// Checkpoints hold the adapters, not the frozen base (a resume reads it from checkpoint.initial_load_path).
+  bool save_adapter_only = false;
+  /// The final HF save (checkpoint.last_save_in_hf) folds the adapters into the base instead of a PEFT folder.
+  bool merge_adapter = false;
+};
+TITAN_CONFIG(LoraConfig, rank, alpha, dropout, target_modules, save_adapter_only, merge_adapter)
+
 /// The whole job: one member per section, named as the TOML sections.
 struct JobConfig {
   JobSectionConfig job{};
@@ -492,8 +509,9 @@ struct JobConfig {
   ValidationConfig validation{};
   EvalConfig eval{};
   DebugConfig debug{};
+  LoraConfig lora{};
 };
 TITAN_CONFIG(JobConfig, job, profiling, metrics, model, optimizer, lr_scheduler, training, parallelism, checkpoint,
-             activation_checkpoint, compile, float8, comm, fault_tolerance, validation, eval, debug)
+             activation_checkpoint, compile, float8, comm, fault_tolerance, validation, eval, debug, lora)
 
 }  // namespace titan

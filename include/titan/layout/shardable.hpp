@@ -28,6 +28,15 @@ class ShardableLayer {
   virtual at::Tensor* shardable_bias() { return nullptr; }
   /// y (..., out) plus the bias, as the layer's forward adds it; a rowwise style calls it after the reduction.
   virtual at::Tensor add_bias(const at::Tensor& y) const { return y; }
+  /// A linear layer's low-rank adapter weights (LoRA: A (rank, in_features), B (out_features, rank)), or nulls. A
+  /// colwise style keeps A whole (its gradient summed over tp) and shards B with the output features; a rowwise style
+  /// shards A with the input features and keeps B whole (summed): each rank's adapter output is then the same kind of
+  /// part (a column block, a partial sum) as its base output, and the parts add up as the weight's do.
+  struct Adapter {
+    at::Tensor* a = nullptr;  ///< (rank, in_features)
+    at::Tensor* b = nullptr;  ///< (out_features, rank)
+  };
+  virtual Adapter shardable_adapter() { return {}; }
   /// Whether the weight belongs to another layer (a head tied to an embedding, nn::TiedLinear): the owner's style
   /// shards it, and a colwise style on this layer computes on that shard without sharding it again.
   virtual bool tied() const { return false; }

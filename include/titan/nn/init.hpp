@@ -51,6 +51,8 @@ void trunc_normal_(at::Tensor& t, const InitSite& site, double mean, double std,
 /// In-place N(mean, std) (Box-Muller on two counter-based uniforms per element).
 void normal_(at::Tensor& t, const InitSite& site, double mean, double std);
 
+/// In-place U[low, high) (one counter-based uniform per element).
+void uniform_(at::Tensor& t, const InitSite& site, double low, double high);
 /// In-place `value` in every element this rank holds (its shard's padding rows, which are no element of the whole
 /// tensor, stay zero like the random initialisers leave them): the same whole tensor on every layout, no draws.
 void constant_(at::Tensor& t, double value);

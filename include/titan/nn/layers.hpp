@@ -22,7 +22,18 @@ namespace titan::nn {
 using LinearMatmul =
     std::function<at::Tensor(const at::Tensor& x, const at::Tensor& w, const parallel::WeightUse& use)>;
 
-/// y = x W^T, plus b with a bias.
+class Linear;
+
+/// A low-rank adapter beside a Linear's weight (LoRA, nn::add_lora): the Linear's output gains
+/// scale * b(a(dropout(x))), computed in the adapters' own (high) precision whatever computes the base matmul.
+struct LowRankAdapter {
+  std::shared_ptr<Linear> a{};  ///< registered as lora_a: weight (rank, in_features)
+  std::shared_ptr<Linear> b{};  ///< registered as lora_b: weight (out_features, rank)
+  double scale = 1.0;           ///< alpha / rank
+  double dropout = 0.0;         ///< on the adapter's input, while the module is in training mode
+};
+
+/// y = x W^T, plus b with a bias (plus a low-rank adapter's output when one is set).
 class Linear : public torch::nn::Module, public parallel::ShardableLayer {
  public:
   Linear(int64_t in_features, int64_t out_features, const at::TensorOptions& options, bool bias = false);
@@ -31,10 +42,12 @@ class Linear : public torch::nn::Module, public parallel::ShardableLayer {
   at::Tensor& shardable_weight() override { return weight; }
   at::Tensor* shardable_bias() override { return bias.defined() ? &bias : nullptr; }
   at::Tensor add_bias(const at::Tensor& y) const override;  // (..., out) -> (..., out)
+  Adapter shardable_adapter() override;
 
   at::Tensor weight;      // (out_features, in_features)
   at::Tensor bias;        // (out_features); undefined without a bias
   LinearMatmul matmul{};  // set by a model converter; empty = at::linear (kept under per-operator AC)
+  std::shared_ptr<const LowRankAdapter> lora{};  // set by nn::add_lora; null = none
 };
 
 /// Token embedding lookup.

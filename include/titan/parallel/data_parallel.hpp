@@ -54,6 +54,8 @@ struct DataParallelParam {
   int64_t shard_numel = 0;
   /// Gathered in float8 (options.float8_all_gather on a sharded unit).
   bool float8 = false;
+  /// Gets a gradient (and its reduction); false for a frozen one (a LoRA run's base weights).
+  bool trained = true;
 };
 
 /// One unit as this rank holds it.

@@ -85,6 +85,8 @@ struct MemoryPlan {
   int64_t device_memory = 0;      ///< PlanOptions::device_memory
   int64_t reserved = 0;           ///< the caching allocator's reserved peak (torchtitan's logged memory)
   int64_t outside_allocator = 0;  ///< CUDA context and NCCL buffers, which the allocator never sees
+  int64_t params = 0;             ///< the whole model's parameters (a LoRA job's adapters included)
+  int64_t trainable_params = 0;   ///< of those, the ones that train: params, or a LoRA job's adapters
   double flops_per_step = 0;      ///< model FLOPs of one device per step (6 x active params + attention, per token)
   double compute_efficiency = 0;  ///< the fraction of peak the step time assumed (--mfu or the default)
   StepTerms time{};               ///< the step's seconds by cause

@@ -48,6 +48,8 @@ class Trainer {
                                                                 .parameters = model_->parameters(),
                                                                 .names = model_->parameter_names(),
                                                                 .adamw_modules = model_->embedding_and_head_modules(),
+                                                                .frozen = model_->frozen_parameters(),
+                                                                .frozen_names = model_->frozen_parameter_names(),
                                                                 .hf_adapter = model_->model().hf_adapter(),
                                                                 .counts = model_->counts(),
                                                                 .vocab_size = model_->model().vocab_size(),

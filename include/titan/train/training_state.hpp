@@ -22,6 +22,7 @@
 
 namespace titan {
 class Optimizer;
+struct LoraConfig;
 namespace data {
 class DataLoader;
 }
@@ -40,6 +41,12 @@ class TrainingState {
     std::vector<at::Tensor> parameters{};
     /// FQN of each of parameters: the checkpoint's keys (missing names become positional keys "param_<i>").
     std::vector<std::string> names{};
+    /// Tensors that do not train (a LoRA run's frozen base weights), each once, and their FQNs.
+    std::vector<at::Tensor> frozen{};
+    std::vector<std::string> frozen_names{};
+    /// The [lora] settings of a run whose `parameters` are LoRA adapters (null: none). The adapters are then group
+    /// "lora", the frozen base group "model" (left out under save_adapter_only), the settings values["lora"].
+    const LoraConfig* lora = nullptr;
     /// The optimizer whose state is saved (null: none).
     Optimizer* optimizer = nullptr;
     /// The training data loader (null: none).
@@ -58,8 +65,10 @@ class TrainingState {
   int64_t step = 0;
 
   /// What a checkpoint holds now: groups model, optimizer, moe.<fqn> (expert biases), lr_scheduler ({last_epoch}),
-  /// dataloader, train_state ({step, bf16_gemm}, rng_cpu).
-  checkpoint::State state() const;
+  /// dataloader, train_state ({step, bf16_gemm}, rng_cpu); under LoRA also lora (the adapters and their settings).
+  /// `with_frozen`: the frozen base too when lora.save_adapter_only leaves it out of a save: what a load fills (the
+  /// checkpointer takes it from checkpoint.initial_load_path then).
+  checkpoint::State state(bool with_frozen = false) const;
   /// Applies what a loaded (or received) `state` holds: expert biases, the step, the CPU RNG and the loader's
   /// position (`values` are the loaded JSON groups; the model and optimizer tensors were loaded in place). Warns
   /// when the checkpoint's global batch or run state (bf16 GEMM kernel) differs from this run's.

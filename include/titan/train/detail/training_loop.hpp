@@ -52,6 +52,9 @@ struct TrainedModel {
   std::vector<std::string> names{};
   /// Module paths whose parameters AdamW steps under optimizer.name = "Muon": the embeddings and the head.
   std::vector<std::string> adamw_modules{};
+  /// Tensors a converter froze (a LoRA run's base weights), each once, and their FQNs.
+  std::vector<at::Tensor> frozen{};
+  std::vector<std::string> frozen_names{};
   /// HF import/export; null = none.
   std::shared_ptr<const checkpoint::HfAdapter> hf_adapter{};
   /// The whole model's parameters and FLOPs per token.

@@ -1,0 +1,46 @@
+# SPDX-License-Identifier: BSD-3-Clause
+"""Oracle: Hugging Face PEFT loads titan's LoRA adapter onto transformers' model of the base (fp32, eager attention).
+
+  peft_lora.py logits BASE ADAPTER TOKENS OUT
+      BASE: an HF model folder (titan-convert to-hf of the frozen base); ADAPTER: a PEFT folder (titan-convert
+      to-peft, or the Trainer's final save). Every tensor of ADAPTER must load onto a LoRA module PEFT made from its
+      adapter_config.json, and every LoRA module must get one (exit 1 naming them otherwise). OUT (safetensors) gets
+      the adapted model's logits on TOKENS' "tokens" and the base model's ("base_logits").
+"""
+import sys
+
+import torch
+from peft import PeftModel, get_peft_model_state_dict
+from safetensors.torch import load_file, save_file
+from transformers import AutoModelForCausalLM
+
+
+def logits_of(model, tokens):
+    with torch.no_grad():
+        return model(input_ids=tokens).logits.float().contiguous()
+
+
+def logits(base_dir, adapter_dir, tokens_file, out):
+    tokens = load_file(tokens_file)["tokens"]
+    base = AutoModelForCausalLM.from_pretrained(base_dir, torch_dtype=torch.float32,
+                                                attn_implementation="eager").eval()
+    base_logits = logits_of(base, tokens)
+    model = PeftModel.from_pretrained(base, adapter_dir).eval()
+    saved = load_file(f"{adapter_dir}/adapter_model.safetensors")
+    # The adapters alone: with lm_head targeted PEFT would also list the head's own weight.
+    loaded = get_peft_model_state_dict(model, save_embedding_layers=False)
+    missing = sorted(set(saved) ^ set(loaded))
+    if missing:
+        print(f"peft_lora.py: adapter keys that did not meet a LoRA module: {missing}", file=sys.stderr)
+        sys.exit(1)
+    for key, value in saved.items():
+        if not torch.equal(loaded[key].float(), value.float()):
+            print(f"peft_lora.py: {key} loaded with other values than {adapter_dir} holds", file=sys.stderr)
+            sys.exit(1)
+    save_file({"logits": logits_of(model, tokens), "base_logits": base_logits}, out)
+
+
+if __name__ == "__main__":
+    if sys.argv[1] != "logits":
+        sys.exit(f"usage: {__doc__}")
+    logits(sys.argv[2], sys.argv[3], sys.argv[4], sys.argv[5])
