@@ -281,13 +281,7 @@ void from_hf(const titan::ToolArgs& args) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  try {
-    const titan::ToolArgs args = titan::parse_tool_args(kSpec, argc, argv);
-    if (args.help) {
-      std::cout << titan::tool_help(kSpec);
-      return 0;
-    }
-    for (const auto& note : args.notes) titan::log::warn("{}", note);
+  return titan::run_tool(kSpec, argc, argv, [&](const titan::ToolArgs& args) {
     const std::string command = args.words.size() == 1 ? args.words[0] : "";
     TITAN_CHECK_VALUE(
         command == "to-hf" || command == "to-peft" || command == "from-hf",
@@ -301,8 +295,5 @@ int main(int argc, char** argv) {
       from_hf(args);
     }
     return 0;
-  } catch (const std::exception& e) {
-    std::cerr << "titan-convert: " << titan::error_message(e) << "\n";
-    return 1;
-  }
+  });
 }

@@ -168,16 +168,5 @@ int run(Options o, const JobConfig& config) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  try {
-    const ToolArgs args = parse_tool_args(kSpec, argc, argv);
-    if (args.help) {
-      std::cout << tool_help(kSpec);
-      return 0;
-    }
-    for (const auto& note : args.notes) log::warn("{}", note);
-    return run(options_of(args), args.config);
-  } catch (const std::exception& e) {
-    std::cerr << "titan-eval: " << error_message(e) << "\n";
-    return 1;
-  }
+  return run_tool(kSpec, argc, argv, [&](const ToolArgs& args) { return run(options_of(args), args.config); });
 }

@@ -53,12 +53,7 @@ int main(int argc, char** argv) {
   sigaddset(&stop, SIGTERM);
   sigaddset(&stop, SIGINT);
   pthread_sigmask(SIG_BLOCK, &stop, nullptr);
-  try {
-    const titan::ToolArgs args = titan::parse_tool_args(kSpec, argc, argv);
-    if (args.help) {
-      fmt::print("{}", titan::tool_help(kSpec));
-      return 0;
-    }
+  return titan::run_tool(kSpec, argc, argv, [&](const titan::ToolArgs& args) {
     const int64_t port = args.integer("--port", port_of(args.config.fault_tolerance.lighthouse, 29510));
     TITAN_CHECK_VALUE(port >= 0 && port <= 65535, "[titan-lighthouse] expected --port in [0, 65535], got {}.", port);
     const titan::dist::Store store = titan::dist::Store::serve(static_cast<int>(port), std::chrono::minutes(10));
@@ -67,9 +62,6 @@ int main(int argc, char** argv) {
     int signal = 0;
     sigwait(&stop, &signal);
     fmt::print("titan-lighthouse: stopped by signal {}\n", signal);
-  } catch (const std::exception& e) {
-    fmt::print(stderr, "titan-lighthouse: {}\n", titan::error_message(e));
-    return 1;
-  }
-  return 0;
+    return 0;
+  });
 }

@@ -174,13 +174,7 @@ Flags flags_of(const titan::ToolArgs& args) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  try {
-    const titan::ToolArgs args = titan::parse_tool_args(kSpec, argc, argv);
-    if (args.help) {
-      fmt::print("{}", titan::tool_help(kSpec));
-      return 0;
-    }
-    for (const auto& note : args.notes) titan::log::warn("{}", note);
+  return titan::run_tool(kSpec, argc, argv, [&](const titan::ToolArgs& args) {
     const Flags flags = flags_of(args);
     const titan::JobConfig& config = args.config;
     TITAN_CHECK_VALUE(!flags.do_search || flags.plan.world_size > 0,
@@ -234,8 +228,5 @@ int main(int argc, char** argv) {
     fmt::print("{}", titan::planner::format_plan(plan));
     emit(plan);
     return plan.fits() ? 0 : 2;
-  } catch (const std::exception& e) {
-    fmt::print(stderr, "{}\n", titan::error_message(e));
-    return 1;
-  }
+  });
 }

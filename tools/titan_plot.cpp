@@ -42,12 +42,7 @@ std::vector<std::string> split(const std::string& s) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  try {
-    const titan::ToolArgs args = titan::parse_tool_args(kSpec, argc, argv);
-    if (args.help) {
-      fmt::print("{}", titan::tool_help(kSpec));
-      return 0;
-    }
+  return titan::run_tool(kSpec, argc, argv, [&](const titan::ToolArgs& args) {
     const std::vector<std::string> folders =
         args.words.empty() ? std::vector<std::string>{args.config.job.dump_folder} : args.words;
     const std::string out = args.value("--output").value_or("metrics.png");
@@ -63,8 +58,5 @@ int main(int argc, char** argv) {
     titan::plot::write_plot(out, runs, options);
     fmt::print("wrote {} ({} run(s), {} panel(s))\n", out, runs.size(), options.metrics.size());
     return 0;
-  } catch (const std::exception& e) {
-    fmt::print(stderr, "titan-plot: {}\n", titan::error_message(e));
-    return 1;
-  }
+  });
 }

@@ -75,13 +75,7 @@ int64_t microbatches_of(const titan::JobConfig& config) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  try {
-    const titan::ToolArgs args = titan::parse_tool_args(kSpec, argc, argv);
-    if (args.help) {
-      fmt::print("{}", titan::tool_help(kSpec));
-      return 0;
-    }
-    for (const auto& note : args.notes) titan::log::warn("{}", note);
+  return titan::run_tool(kSpec, argc, argv, [&](const titan::ToolArgs& args) {
     const titan::ParallelismConfig& p = args.config.parallelism;
     const int64_t ranks = p.pipeline_parallel_degree;
     TITAN_CHECK_VALUE(ranks >= 2, "[titan-pp-schedule] expected parallelism.pipeline_parallel_degree >= 2, got {}.",
@@ -113,8 +107,5 @@ int main(int argc, char** argv) {
       fmt::print("wrote {}\n", *svg);
     }
     return 0;
-  } catch (const std::exception& e) {
-    fmt::print(stderr, "{}\n", titan::error_message(e));
-    return 1;
-  }
+  });
 }

@@ -65,13 +65,7 @@ std::shared_ptr<titan::data::Source> corpus_of(const titan::ToolArgs& args) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  try {
-    const titan::ToolArgs args = titan::parse_tool_args(kSpec, argc, argv);
-    if (args.help) {
-      std::cout << titan::tool_help(kSpec);
-      return 0;
-    }
-    for (const auto& note : args.notes) titan::log::warn("{}", note);
+  return titan::run_tool(kSpec, argc, argv, [&](const titan::ToolArgs& args) {
     TITAN_CHECK_VALUE(args.words.size() == 1 && args.words[0] == "train",
                       "[titan-tokenizer] expected the command train before the flags, got '{}'.\n{}",
                       fmt::join(args.words, " "), kSpec.usage);
@@ -100,8 +94,5 @@ int main(int argc, char** argv) {
     fs::remove(lines);
     titan::log::info("wrote {}", model.string());
     return 0;
-  } catch (const std::exception& e) {
-    titan::log::error("{}", titan::error_message(e));
-    return 1;
-  }
+  });
 }

@@ -29,12 +29,7 @@ const titan::ToolSpec kSpec = {
 }  // namespace
 
 int main(int argc, char** argv) {
-  try {
-    const titan::ToolArgs args = titan::parse_tool_args(kSpec, argc, argv);
-    if (args.help) {
-      fmt::print("{}", titan::tool_help(kSpec));
-      return 0;
-    }
+  return titan::run_tool(kSpec, argc, argv, [&](const titan::ToolArgs& args) {
     TITAN_CHECK_VALUE(args.words.size() <= 1, "[titan-trace] expected one folder of dumps, got {}: {}.",
                       args.words.size(), fmt::join(args.words, " "));
     const titan::JobConfig& config = args.config;
@@ -58,8 +53,5 @@ int main(int argc, char** argv) {
     }
     fmt::print("no mismatch: every group's ranks issued the same collectives and all completed\n");
     return 2;
-  } catch (const std::exception& e) {
-    fmt::print(stderr, "titan-trace: {}\n", titan::error_message(e));
-    return 1;
-  }
+  });
 }

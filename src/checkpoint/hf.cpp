@@ -46,6 +46,17 @@ at::Tensor swap_within_heads(const at::Tensor& w, int64_t heads, int64_t a, int6
 }
 }  // namespace
 
+std::string hf_outer_name(const std::string& fqn) {
+  if (fqn == "tok_embeddings.weight") return "model.embed_tokens.weight";
+  if (fqn == "norm.weight") return "model.norm.weight";
+  if (fqn == "output.weight") return "lm_head.weight";
+  return {};
+}
+
+const char* hf_dtype_name(at::ScalarType dtype) {
+  return dtype == at::kBFloat16 ? "bfloat16" : dtype == at::kHalf ? "float16" : "float32";
+}
+
 at::Tensor rope_rows_to_hf(const at::Tensor& w, int64_t heads) {
   // Per head, row (pair i, member j) -> (member j, pair i).
   return swap_within_heads(w, heads, w.size(0) / heads / 2, 2);

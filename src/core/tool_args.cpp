@@ -6,8 +6,10 @@
 
 #include <algorithm>
 #include <exception>
+#include <iostream>
 
 #include "titan/core/error.hpp"
+#include "titan/core/log.hpp"
 
 namespace titan {
 namespace {
@@ -161,6 +163,22 @@ std::string tool_help(const ToolSpec& spec) {
       "--job.config_file FILE, --section.key VALUE); {} reads {}.\n\n{}",
       spec.name, spec.keys.empty() ? "none of them" : spec.keys, config_help());
   return out;
+}
+
+int run_tool(const ToolSpec& spec, int argc, const char* const argv[],
+             const std::function<int(const ToolArgs&)>& body) {
+  try {
+    const ToolArgs args = parse_tool_args(spec, argc, argv);
+    if (args.help) {
+      std::cout << tool_help(spec);
+      return 0;
+    }
+    for (const auto& note : args.notes) log::warn("{}", note);
+    return body(args);
+  } catch (const std::exception& e) {
+    std::cerr << spec.name << ": " << error_message(e) << "\n";
+    return 1;
+  }
 }
 
 }  // namespace titan

@@ -49,6 +49,13 @@ class HfAdapter {
                              const std::vector<std::pair<std::string, at::Tensor>>& pieces) const;
 };
 
+/// The HF key of what every decoder family names alike: the embedding, the final norm and the head
+/// (tok_embeddings.weight -> model.embed_tokens.weight); "" for any other FQN.
+std::string hf_outer_name(const std::string& fqn);
+
+/// config.json's name of `dtype`: "bfloat16", "float16", else "float32".
+const char* hf_dtype_name(at::ScalarType dtype);
+
 /// q/k projection rows of `heads` heads from titan's RoPE layout (adjacent pairs (x[2i], x[2i+1]), as
 /// torchtitan's Llama) to HF's (halves (x[i], x[i + hd/2])): w (heads * HD, ...), or a per-head norm
 /// weight (HD) with heads = 1. rope_rows_from_hf is the inverse.

@@ -8,14 +8,18 @@
 //   const titan::ToolSpec spec = {.name = "my-tool", .usage = "usage: my-tool --input PATH [config keys]\n",
 //                                 .flags = {{.name = "--input", .value = "PATH", .help = "the file to read"}},
 //                                 .keys = "model.name, model.flavor"};
-//   const titan::ToolArgs args = titan::parse_tool_args(spec, argc, argv);
-//   if (args.help) { fmt::print("{}", titan::tool_help(spec)); return 0; }
-//   const std::string input = args.required("--input");
+//   int main(int argc, char** argv) {
+//     return titan::run_tool(spec, argc, argv, [](const titan::ToolArgs& args) {
+//       const std::string input = args.required("--input");
+//       return 0;
+//     });
+//   }
 #pragma once
 
 #include "titan/core/config_loader.hpp"
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -97,5 +101,10 @@ ToolArgs parse_tool_args(const ToolSpec& spec, int argc, const char* const argv[
 
 /// --help: the usage, the own flags one a line, the keys the program reads, then every config key.
 std::string tool_help(const ToolSpec& spec);
+
+/// A program's main: parses argv by `spec`, prints --help, logs parse_args' notes as warnings and returns what
+/// `body` returns. An exception becomes "<spec.name>: <message>" on stderr (no backtrace) and exit status 1, so
+/// every tool fails the same way.
+int run_tool(const ToolSpec& spec, int argc, const char* const argv[], const std::function<int(const ToolArgs&)>& body);
 
 }  // namespace titan

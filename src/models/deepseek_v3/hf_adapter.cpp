@@ -52,9 +52,7 @@ class DeepSeekV3HfAdapter final : public checkpoint::HfAdapter {
       : args_(std::move(args)), yarn_(yarn), rope_interleave_(rope_interleave) {}
 
   std::string hf_name(const std::string& fqn) const override {
-    if (fqn == "tok_embeddings.weight") return "model.embed_tokens.weight";
-    if (fqn == "norm.weight") return "model.norm.weight";
-    if (fqn == "output.weight") return "lm_head.weight";
+    if (std::string outer = checkpoint::hf_outer_name(fqn); !outer.empty()) return outer;
     const auto [layer, rest] = split_block(fqn);
     for (const auto& [titan_name, hf] : kBlock) {
       if (rest == titan_name) return fmt::format("model.layers.{}.{}", layer, hf);
@@ -151,9 +149,7 @@ class DeepSeekV3HfAdapter final : public checkpoint::HfAdapter {
         {"tie_word_embeddings", false},
         {"hidden_act", "silu"},
         {"attention_bias", false},
-        {"torch_dtype", dtype == at::kBFloat16 ? "bfloat16"
-                        : dtype == at::kHalf   ? "float16"
-                                               : "float32"},
+        {"torch_dtype", checkpoint::hf_dtype_name(dtype)},
     };
   }
 

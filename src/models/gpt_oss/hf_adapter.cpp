@@ -50,10 +50,6 @@ constexpr Entry kBlock[] = {
     {"moe.experts.w2_bias", "mlp.experts.down_proj_bias", Layout::same},
 };
 
-const char* dtype_name(at::ScalarType dtype) {
-  return dtype == at::kBFloat16 ? "bfloat16" : dtype == at::kHalf ? "float16" : "float32";
-}
-
 // A stacked expert weight (E, F, D) is read by HF as x @ W: its columns are titan's rows.
 bool is_weight(const at::Tensor& w) { return w.dim() == 3; }
 
@@ -62,9 +58,7 @@ class GptOssHfAdapter final : public checkpoint::HfAdapter {
   explicit GptOssHfAdapter(GptOssArgs args) : args_(std::move(args)) {}
 
   std::string hf_name(const std::string& fqn) const override {
-    if (fqn == "tok_embeddings.weight") return "model.embed_tokens.weight";
-    if (fqn == "norm.weight") return "model.norm.weight";
-    if (fqn == "output.weight") return "lm_head.weight";
+    if (std::string outer = checkpoint::hf_outer_name(fqn); !outer.empty()) return outer;
     const Found f = find(fqn);
     return fmt::format("model.layers.{}.{}", f.layer, f.entry->hf);
   }
@@ -165,8 +159,8 @@ class GptOssHfAdapter final : public checkpoint::HfAdapter {
         {"tie_word_embeddings", false},
         {"attention_bias", true},
         {"hidden_act", "silu"},
-        {"torch_dtype", dtype_name(dtype)},
-        {"dtype", dtype_name(dtype)},
+        {"torch_dtype", checkpoint::hf_dtype_name(dtype)},
+        {"dtype", checkpoint::hf_dtype_name(dtype)},
     };
   }
 

@@ -25,9 +25,7 @@ class Llama3HfAdapter final : public checkpoint::HfAdapter {
         {"feed_forward.w2.weight", "mlp.down_proj.weight"},     {"attention_norm.weight", "input_layernorm.weight"},
         {"ffn_norm.weight", "post_attention_layernorm.weight"},
     };
-    if (fqn == "tok_embeddings.weight") return "model.embed_tokens.weight";
-    if (fqn == "norm.weight") return "model.norm.weight";
-    if (fqn == "output.weight") return "lm_head.weight";
+    if (std::string outer = checkpoint::hf_outer_name(fqn); !outer.empty()) return outer;
     static const std::regex block_re(R"(layers\.(\d+)\.(.+))");
     std::smatch m;
     if (std::regex_match(fqn, m, block_re)) {
@@ -72,9 +70,7 @@ class Llama3HfAdapter final : public checkpoint::HfAdapter {
         {"hidden_act", "silu"},
         {"attention_bias", false},
         {"mlp_bias", false},
-        {"torch_dtype", dtype == at::kBFloat16 ? "bfloat16"
-                        : dtype == at::kHalf   ? "float16"
-                                               : "float32"},
+        {"torch_dtype", checkpoint::hf_dtype_name(dtype)},
     };
     if (args_.rope_scaling) {
       c["rope_scaling"] = {{"rope_type", "llama3"},

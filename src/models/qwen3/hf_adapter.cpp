@@ -28,18 +28,12 @@ constexpr std::pair<const char*, const char*> kExperts[] = {
     {"moe.experts.w2", "down_proj"},
 };
 
-const char* dtype_name(at::ScalarType dtype) {
-  return dtype == at::kBFloat16 ? "bfloat16" : dtype == at::kHalf ? "float16" : "float32";
-}
-
 class Qwen3HfAdapter final : public checkpoint::HfAdapter {
  public:
   explicit Qwen3HfAdapter(Qwen3Args args) : args_(std::move(args)) {}
 
   std::string hf_name(const std::string& fqn) const override {
-    if (fqn == "tok_embeddings.weight") return "model.embed_tokens.weight";
-    if (fqn == "norm.weight") return "model.norm.weight";
-    if (fqn == "output.weight") return "lm_head.weight";
+    if (std::string outer = checkpoint::hf_outer_name(fqn); !outer.empty()) return outer;
     const Block b = block_of(fqn);
     if (b.expert_proj != nullptr) return expert_name(b.layer, "*", b.expert_proj);
     return fmt::format("model.layers.{}.{}", b.layer, b.hf);
@@ -99,8 +93,8 @@ class Qwen3HfAdapter final : public checkpoint::HfAdapter {
         {"hidden_act", "silu"},
         {"attention_bias", false},
         {"use_sliding_window", false},
-        {"torch_dtype", dtype_name(dtype)},
-        {"dtype", dtype_name(dtype)},
+        {"torch_dtype", checkpoint::hf_dtype_name(dtype)},
+        {"dtype", checkpoint::hf_dtype_name(dtype)},
     };
     if (args_.moe_enabled) {
       check_hf_expressible();

@@ -74,18 +74,12 @@ constexpr Entry kEveryBlock[] = {
     {"moe.experts.w2", "down_proj", Layout::experts},
 };
 
-const char* dtype_name(at::ScalarType dtype) {
-  return dtype == at::kBFloat16 ? "bfloat16" : dtype == at::kHalf ? "float16" : "float32";
-}
-
 class Qwen35HfAdapter final : public checkpoint::HfAdapter {
  public:
   explicit Qwen35HfAdapter(Qwen35Args args) : args_(std::move(args)) {}
 
   std::string hf_name(const std::string& fqn) const override {
-    if (fqn == "tok_embeddings.weight") return "model.embed_tokens.weight";
-    if (fqn == "norm.weight") return "model.norm.weight";
-    if (fqn == "output.weight") return "lm_head.weight";
+    if (std::string outer = checkpoint::hf_outer_name(fqn); !outer.empty()) return outer;
     const Found f = find(fqn);
     if (f.entry->layout == Layout::experts) return expert_name(f.layer, "*", f.entry->hf);
     return fmt::format("model.layers.{}.{}", f.layer, f.entry->hf);
@@ -210,8 +204,8 @@ class Qwen35HfAdapter final : public checkpoint::HfAdapter {
         {"linear_value_head_dim", args_.linear.value_head_dim},
         {"linear_num_key_heads", args_.linear.n_key_heads},
         {"linear_num_value_heads", args_.linear.n_value_heads},
-        {"torch_dtype", dtype_name(dtype)},
-        {"dtype", dtype_name(dtype)},
+        {"torch_dtype", checkpoint::hf_dtype_name(dtype)},
+        {"dtype", checkpoint::hf_dtype_name(dtype)},
     };
     if (!args_.moe_enabled) {
       c["intermediate_size"] = args_.hidden_dim;
