@@ -183,3 +183,95 @@ TEST_CASE("replica fault tolerance: a restarted replica group heals from the liv
     }
   }
 }
+
+namespace {
+
+const std::vector<std::string> kDiloco = {"--fault_tolerance.semi_sync_method", "diloco",
+                                          "--fault_tolerance.sync_steps", "3"};
+
+// Every tensor of `group` (e.g. "semi_sync.") in both runs' final checkpoints, rank by rank: equal bit for bit.
+// Returns how many it compared.
+size_t compare_final_tensors(const fs::path& a_dump, const fs::path& b_dump, const std::string& group) {
+  size_t compared = 0;
+  for (const char* rank_file : {"rank-00000.safetensors", "rank-00001.safetensors"}) {
+    const std::string last = "step-" + std::to_string(kSteps);
+    const titan::checkpoint::SafetensorsFile a(a_dump / "checkpoint" / last / rank_file);
+    const titan::checkpoint::SafetensorsFile b(b_dump / "checkpoint" / last / rank_file);
+    for (const auto& [name, entry] : a.entries()) {
+      if (!name.starts_with(group)) continue;
+      INFO(rank_file << " " << name);
+      REQUIRE(b.contains(name));
+      CHECK(at::equal(a.read(name), b.read(name)));
+      ++compared;
+    }
+  }
+  return compared;
+}
+
+}  // namespace
+
+TEST_CASE("replica fault tolerance: DiLoCo groups killed between outer steps rejoin at the next with the outer state",
+          "[dist][launch][train][fault_tolerance][replica][semi_sync][full]") {
+  TempDir dir;
+  std::string outputs;  // both groups' logs, for a failure below
+  {
+    Lighthouse lighthouse;
+    const std::string address = lighthouse.address();
+    // Outer steps after steps 3, 6, 9 and 12. Both groups meet in the first (4:2); group 0's after step 9 waits for
+    // the restarted group 1 (10:2), whose own first outer step (after its step 3) waits for group 0 (4:2).
+    Subprocess live(replica_job(dir.path / "r0", 0, address, {}, kDiloco),
+                    {{"TITAN_TEST_FAULTS", "ft_wait=4:2,ft_wait=10:2"}});
+    std::vector<std::string> restarted_flags = kDiloco;
+    restarted_flags.insert(restarted_flags.end(), {"--checkpoint.interval", "100"});  // restarts from nothing
+    // Killed as step 5 starts: between the outer steps after 3 and 6, so group 0 runs the one after 6 alone.
+    Subprocess restarted(replica_job(dir.path / "r1", 1, address, {"--max-restarts", "1"}, restarted_flags),
+                         {{"TITAN_TEST_FAULTS", "ft_wait=4:2,kill=0:5"}});
+    require_exit(restarted, 0, 300);
+    require_exit(live, 0, 300);
+    outputs = live.output() + restarted.output();
+    INFO(outputs);
+    // Restarted, it trains steps 1-3 alone and is healed in the outer step after group 0's step 9.
+    CHECK_THAT(restarted.output(), Catch::Matchers::Contains("Replica group 1 is at step 3, the quorum at step 9"));
+    CHECK_THAT(restarted.output(), Catch::Matchers::Contains("healed to step 9"));
+  }
+  INFO(outputs);
+  const std::map<int64_t, Record> live = records(dir.path / "r0");
+  REQUIRE(live.size() == static_cast<size_t>(kSteps));
+  // Both end with the same global model and outer state (last_sync, momentum), bit for bit; the AdamW state is each
+  // group's own (DiLoCo's inner optimizer is never averaged).
+  CHECK(compare_final_tensors(dir.path / "r0", dir.path / "r1", "model.") > 0);
+  CHECK(compare_final_tensors(dir.path / "r0", dir.path / "r1", "semi_sync.") > 0);
+}
+
+TEST_CASE("replica fault tolerance: DiLoCo groups resumed mid-window from their checkpoints train bitwise on",
+          "[dist][launch][train][fault_tolerance][replica][semi_sync][full]") {
+  TempDir dir;
+  const auto run_pair = [&](const fs::path& r0, const fs::path& r1) {
+    Lighthouse lighthouse;
+    const std::string address = lighthouse.address();
+    // Both groups in every outer step: each quorum waits for 2.
+    const std::string wait = "ft_wait=4:2,ft_wait=7:2,ft_wait=10:2,ft_wait=13:2";
+    Subprocess a(replica_job(r0, 0, address, {}, kDiloco), {{"TITAN_TEST_FAULTS", wait}});
+    Subprocess b(replica_job(r1, 1, address, {}, kDiloco), {{"TITAN_TEST_FAULTS", wait}});
+    require_exit(a, 0, 300);
+    require_exit(b, 0, 300);
+  };
+  run_pair(dir.path / "r0", dir.path / "r1");
+  // Step 5's checkpoints hold the outer state of the step-3 outer step, two steps into the next window.
+  for (const char* group : {"r0", "r1"}) {
+    fs::create_directories(dir.path / "resumed" / group / "checkpoint");
+    fs::copy(dir.path / group / "checkpoint" / "step-5", dir.path / "resumed" / group / "checkpoint" / "step-5",
+             fs::copy_options::recursive);
+  }
+  run_pair(dir.path / "resumed" / "r0", dir.path / "resumed" / "r1");
+  for (const char* group : {"r0", "r1"}) {
+    const std::map<int64_t, Record> whole = records(dir.path / group);
+    const std::map<int64_t, Record> resumed = records(dir.path / "resumed" / group);
+    REQUIRE(resumed.size() == static_cast<size_t>(kSteps - 5));
+    for (int64_t step = 6; step <= kSteps; ++step) {
+      INFO(group << " step " << step);
+      CHECK(resumed.at(step).loss == whole.at(step).loss);
+    }
+  }
+  CHECK(compare_final_tensors(dir.path / "r0", dir.path / "resumed" / "r0", "semi_sync.") > 0);
+}
