@@ -14,13 +14,14 @@
 #include <ATen/ATen.h>
 
 #include <fmt/format.h>
-#include <catch2/catch_test_macros.hpp>
+#include <catch2/catch.hpp>
 
 #include <future>
 #include <map>
 #include <thread>
 
 #include "test_util.hpp"
+#include "titan/checkpoint/checkpoint.hpp"
 #include "titan/core/config.hpp"
 #include "titan/dist/process_group.hpp"
 #include "titan/dist/replica_group.hpp"
@@ -126,10 +127,11 @@ GroupResult train_group(const GroupRun& run, const SemiSyncOptions& options, con
   return result;
 }
 
-std::string serve_lighthouse(titan::dist::Store& store) {
-  store = titan::dist::Store::serve(0, std::chrono::minutes(2));
-  return "127.0.0.1:" + std::to_string(store.port());
-}
+// titan-lighthouse in process: a store that waits for nobody, on a free port.
+struct InProcessLighthouse {
+  titan::dist::Store store = titan::dist::Store::serve(0, std::chrono::minutes(2));
+  std::string address() const { return "127.0.0.1:" + std::to_string(store.port()); }
+};
 
 // ---- the reference: the same math, written out, in one loop ----
 
@@ -252,8 +254,8 @@ TEST_CASE("semi-sync: two replica groups after two outer steps equal the plain A
       {"diloco, fragment_update_alpha 0.5", diloco(0.5)}};
   for (const auto& [name, options] : cases) {
     INFO(name);
-    titan::dist::Store store;
-    const std::string lighthouse = serve_lighthouse(store);
+    const InProcessLighthouse served;
+    const std::string lighthouse = served.address();
     const int64_t steps = 2 * kSyncSteps;
     // Both wait for each other in the first quorum, however slowly a thread starts.
     auto a =
@@ -301,8 +303,8 @@ TEST_CASE("semi-sync: a replica group killed between outer steps rejoins at the 
           "[train][fault_tolerance][replica][semi_sync]") {
   const SemiSyncOptions options = diloco();
   constexpr int64_t kSteps = 4 * kSyncSteps;  // outer steps after steps 3, 6, 9, 12
-  titan::dist::Store store;
-  const std::string lighthouse = serve_lighthouse(store);
+  const InProcessLighthouse served;
+  const std::string lighthouse = served.address();
   std::promise<void> step6_done;
   // Group 0 trains all 12 steps; its outer step after step 9 waits for 2 groups, so the restarted group 1 is in it.
   auto survivor =
