@@ -4,7 +4,8 @@
 // store), its own one-rank world, a tiny linear model and titan's AdamW; the groups meet every kSyncSteps steps in
 // titan's outer step (synchronize: quorum, healing through TrainingState, weighted average over the cross-replica
 // Gloo group, commit vote, apply). The reference trains the same replicas one after the other with AdamW written
-// out in ATen and does the outer step by hand.
+// out in ATen and does the outer step by hand; torchft's own LocalSGD and DiLoCo (tests/oracles/torchft_semi_sync.py)
+// run the same job as a second oracle.
 //
 // Tolerance 1e-5 (absolute, on parameters of order 1): both sides run the same fp32 operations on the same data,
 // except that titan's AdamW is the fused kernel and the reference's is the per-tensor formula, which may round
@@ -246,8 +247,8 @@ SemiSyncOptions diloco(double alpha = 0.0) {
 
 using namespace semi_sync_test;
 
-TEST_CASE("semi-sync: two replica groups after two outer steps equal the plain ATen reference",
-          "[train][fault_tolerance][replica][semi_sync]") {
+TEST_CASE("semi-sync: two replica groups after two outer steps equal the plain ATen reference and torchft",
+          "[train][fault_tolerance][replica][semi_sync][oracle][full]") {
   const std::vector<std::pair<std::string, SemiSyncOptions>> cases = {
       {"local_sgd", {.method = SemiSyncMethod::local_sgd, .sync_steps = kSyncSteps}},
       {"diloco", diloco()},
