@@ -115,6 +115,22 @@ size_t compare_final_tensors(const fs::path& a_dump, const fs::path& b_dump, con
 const std::map<std::string, std::optional<std::string>> kTogether = {{"TITAN_TEST_FAULTS", "ft_wait=1:2"}};
 const std::map<std::string, std::optional<std::string>> kKillAtStep6 = {{"TITAN_TEST_FAULTS", "ft_wait=1:2,kill=0:6"}};
 
+// Replica group 0 live and group 1, which its fault SIGKILLs, restarted once by its titan-run with no checkpoint of
+// its own (it saves only its last step), so it must be healed; both must exit 0. Returns both logs (live, restarted).
+std::pair<std::string, std::string> live_and_restarted(const fs::path& dir, const std::string& lighthouse,
+                                                       const std::vector<std::string>& flags,
+                                                       const std::string& live_faults,
+                                                       const std::string& restarted_faults) {
+  Subprocess live(replica_job(dir / "r0", 0, lighthouse, {}, flags), {{"TITAN_TEST_FAULTS", live_faults}});
+  std::vector<std::string> restarted_flags = flags;
+  restarted_flags.insert(restarted_flags.end(), {"--checkpoint.interval", "100"});
+  Subprocess restarted(replica_job(dir / "r1", 1, lighthouse, {"--max-restarts", "1"}, restarted_flags),
+                       {{"TITAN_TEST_FAULTS", restarted_faults}});
+  require_exit(restarted, 0, 300);
+  require_exit(live, 0, 300);
+  return {live.output(), restarted.output()};
+}
+
 // Semi-synchronous DiLoCo with an outer step every 3 steps (after steps 3, 6, 9 and 12).
 const std::vector<std::string> kDiloco = {"--fault_tolerance.semi_sync_method", "diloco",
                                           "--fault_tolerance.sync_steps", "3"};
@@ -179,21 +195,14 @@ TEST_CASE("replica fault tolerance: a restarted replica group heals from the liv
     // Both groups on the strict backend: the quorum broadcast, the commit vote and the healing sends are held
     // to NCCL's rules (tensors on the group's device, the same collectives on every rank, sends met in order).
     const std::vector<std::string> strict = {"--comm.backend", "strict", "--fault_tolerance.process_group", "strict"};
-    Subprocess live(replica_job(dir.path / "r0", 0, address, {}, strict),
-                    {{"TITAN_TEST_FAULTS", "ft_wait=1:2,ft_wait=10:2"}});
-    // It saves only its last step: restarted, it starts from nothing and must be healed to the live step.
-    std::vector<std::string> restarted_flags = strict;
-    restarted_flags.insert(restarted_flags.end(), {"--checkpoint.interval", "100"});
-    Subprocess restarted(replica_job(dir.path / "r1", 1, address, {"--max-restarts", "1"}, restarted_flags),
-                         kKillAtStep6);
-    require_exit(restarted, 0, 300);
-    require_exit(live, 0, 300);
-    outputs = live.output() + restarted.output();
-    INFO(restarted.output());
-    CHECK_THAT(restarted.output(), Catch::Matchers::Contains("receiving the training state from replica group 0"));
-    CHECK_THAT(restarted.output(), Catch::Matchers::Contains("Replica group 1 is at step 0"));
-    CHECK_THAT(restarted.output(), Catch::Matchers::Contains("healed to step"));
-    CHECK_THAT(live.output(), Catch::Matchers::Contains("strict backend"));
+    const auto [live, restarted] =
+        live_and_restarted(dir.path, address, strict, "ft_wait=1:2,ft_wait=10:2", "ft_wait=1:2,kill=0:6");
+    outputs = live + restarted;
+    INFO(restarted);
+    CHECK_THAT(restarted, Catch::Matchers::Contains("receiving the training state from replica group 0"));
+    CHECK_THAT(restarted, Catch::Matchers::Contains("Replica group 1 is at step 0"));
+    CHECK_THAT(restarted, Catch::Matchers::Contains("healed to step"));
+    CHECK_THAT(live, Catch::Matchers::Contains("strict backend"));
   }
   INFO(outputs);
   const std::map<int64_t, Record> live = records(dir.path / "r0");
@@ -212,20 +221,14 @@ TEST_CASE("replica fault tolerance: DiLoCo groups killed between outer steps rej
     const std::string address = lighthouse.address();
     // Outer steps after steps 3, 6, 9 and 12. Both groups meet in the first (4:2); group 0's after step 9 waits for
     // the restarted group 1 (10:2), whose own first outer step (after its step 3) waits for group 0 (4:2).
-    Subprocess live(replica_job(dir.path / "r0", 0, address, {}, kDiloco),
-                    {{"TITAN_TEST_FAULTS", "ft_wait=4:2,ft_wait=10:2"}});
-    std::vector<std::string> restarted_flags = kDiloco;
-    restarted_flags.insert(restarted_flags.end(), {"--checkpoint.interval", "100"});  // restarts from nothing
-    // Killed as step 5 starts: between the outer steps after 3 and 6, so group 0 runs the one after 6 alone.
-    Subprocess restarted(replica_job(dir.path / "r1", 1, address, {"--max-restarts", "1"}, restarted_flags),
-                         {{"TITAN_TEST_FAULTS", "ft_wait=4:2,kill=0:5"}});
-    require_exit(restarted, 0, 300);
-    require_exit(live, 0, 300);
-    outputs = live.output() + restarted.output();
+    // Group 1 killed as step 5 starts: between the outer steps after 3 and 6, so group 0 runs the one after 6 alone.
+    const auto [live, restarted] =
+        live_and_restarted(dir.path, address, kDiloco, "ft_wait=4:2,ft_wait=10:2", "ft_wait=4:2,kill=0:5");
+    outputs = live + restarted;
     INFO(outputs);
     // Restarted, it trains steps 1-3 alone and is healed in the outer step after group 0's step 9.
-    CHECK_THAT(restarted.output(), Catch::Matchers::Contains("Replica group 1 is at step 3, the quorum at step 9"));
-    CHECK_THAT(restarted.output(), Catch::Matchers::Contains("healed to step 9"));
+    CHECK_THAT(restarted, Catch::Matchers::Contains("Replica group 1 is at step 3, the quorum at step 9"));
+    CHECK_THAT(restarted, Catch::Matchers::Contains("healed to step 9"));
   }
   INFO(outputs);
   const std::map<int64_t, Record> live = records(dir.path / "r0");
