@@ -130,6 +130,7 @@
 #include "titan/train/replica_fault_tolerance.hpp"
 #include "titan/train/run_context.hpp"
 #include "titan/train/run_state.hpp"
+#include "titan/train/semi_sync.hpp"
 #include "titan/train/step.hpp"
 #include "titan/train/trainer.hpp"
 #include "titan/train/training_metrics.hpp"

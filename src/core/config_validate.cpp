@@ -175,6 +175,9 @@ void validate_rest(const JobConfig& c) {
 
 // [fault_tolerance]: checked only when on (torchtitan's defaults, group_size 0, load as off).
 void validate_fault_tolerance(const FaultToleranceConfig& ft) {
+  require(ft.enable || !ft.semi_sync_method.has_value(), "fault_tolerance.semi_sync_method",
+          "unset without fault_tolerance.enable (semi-synchronous training runs across replica groups)",
+          ft.semi_sync_method.value_or(""));
   if (!ft.enable) return;
   positive("fault_tolerance.group_size", ft.group_size);
   require(ft.replica_id >= 0 && ft.replica_id < ft.group_size, "fault_tolerance.replica_id",
@@ -185,9 +188,27 @@ void validate_fault_tolerance(const FaultToleranceConfig& ft) {
           "fault_tolerance.process_group", "to be gloo, nccl or strict (Gloo with NCCL's rules)", ft.process_group);
   positive("fault_tolerance.process_group_timeout_ms", ft.process_group_timeout_ms);
   non_negative("fault_tolerance.join_timeout_ms", ft.join_timeout_ms);
-  require(!ft.semi_sync_method.has_value(), "fault_tolerance.semi_sync_method",
-          "to be unset (titan synchronises every step; local_sgd and diloco are not built)",
-          ft.semi_sync_method.value_or(""));
+  if (!ft.semi_sync_method.has_value()) return;
+  const std::string& method = *ft.semi_sync_method;
+  require(method == "local_sgd" || method == "diloco", "fault_tolerance.semi_sync_method",
+          "to be local_sgd or diloco (or unset: every step synchronous)", method);
+  positive("fault_tolerance.sync_steps", ft.sync_steps);
+  require(!ft.should_quantize, "fault_tolerance.should_quantize",
+          "false (titan's outer all-reduce sends full precision; quantized all-reduce is not built)",
+          ft.should_quantize);
+  require(ft.num_fragments == 1, "fault_tolerance.num_fragments",
+          "1 (streaming DiLoCo's fragments are not built: the whole model synchronises at once)", ft.num_fragments);
+  require(ft.fragment_sync_delay == 0, "fault_tolerance.fragment_sync_delay",
+          "0 (an outer all-reduce overlapping inner steps is not built)", ft.fragment_sync_delay);
+  unit_interval("fault_tolerance.fragment_update_alpha", ft.fragment_update_alpha);
+  require(method == "diloco" || ft.fragment_update_alpha == 0.0, "fault_tolerance.fragment_update_alpha",
+          "0 under local_sgd (it mixes DiLoCo's outer step with the local parameters)", ft.fragment_update_alpha);
+  require(ft.outer_lr > 0, "fault_tolerance.outer_lr", "> 0", ft.outer_lr);
+  require(ft.outer_momentum >= 0 && ft.outer_momentum < 1, "fault_tolerance.outer_momentum", "in [0, 1)",
+          ft.outer_momentum);
+  require(!ft.outer_nesterov || ft.outer_momentum > 0, "fault_tolerance.outer_nesterov",
+          "false with fault_tolerance.outer_momentum 0 (Nesterov needs momentum, as torch.optim.SGD says)",
+          ft.outer_nesterov);
 }
 
 // model.converters and [float8] ([quantize.linear.float8]): names titan knows, and torchtitan's refusals.

@@ -21,6 +21,7 @@
 #include "titan/dist/mesh.hpp"
 #include "titan/dist/replica_group.hpp"
 #include "titan/train/run_context.hpp"
+#include "titan/train/semi_sync.hpp"
 #include "titan/train/training_state.hpp"
 
 namespace titan {
@@ -40,6 +41,28 @@ std::string lighthouse_address(const FaultToleranceConfig& ft) {
 }
 
 }  // namespace
+
+void heal_state(dist::ReplicaGroup& replicas, TrainingState& state, int64_t replica_id) {
+  const dist::Quorum& q = replicas.current();
+  if (!q.behind() && !q.sends()) return;
+  const int64_t source = q.replicas.at(static_cast<size_t>(q.source));
+  if (q.behind()) {
+    log::info(
+        "Replica group {} is at step {}, the quorum at step {}: receiving the training state from replica group {}",
+        replica_id, state.step, q.max_step(), source);
+  }
+  // Everything a checkpoint holds, sent tensor by tensor in the same order on both sides.
+  const auto start = std::chrono::steady_clock::now();
+  checkpoint::State held = state.state();
+  std::vector<at::Tensor> tensors;
+  tensors.reserve(held.tensors.size());
+  for (const auto& st : held.tensors) tensors.push_back(st.tensor);
+  std::string values = held.values.dump();
+  if (!replicas.heal(tensors, values) || !q.behind()) return;  // a failed heal fails the step's commit
+  state.apply(held, nlohmann::json::parse(values));
+  log::info("Replica group {} healed to step {} in {:.2f} s ({} tensors)", replica_id, state.step,
+            std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(), tensors.size());
+}
 
 ReplicaFaultTolerance::ReplicaFaultTolerance(const RunContext& run, const TrainingState& state) : run_(run) {
   const FaultToleranceConfig& ft = run.config().fault_tolerance;
@@ -71,26 +94,12 @@ ReplicaFaultTolerance::ReplicaFaultTolerance(const RunContext& run, const Traini
 ReplicaFaultTolerance::~ReplicaFaultTolerance() = default;
 
 void ReplicaFaultTolerance::join(TrainingState& state) {
-  const dist::Quorum& q = replicas_->quorum(state.step);
-  if (!q.behind() && !q.sends()) return;
-  const int64_t source = q.replicas.at(static_cast<size_t>(q.source));
-  const int64_t replica_id = run_.config().fault_tolerance.replica_id;
-  if (q.behind()) {
-    log::info(
-        "Replica group {} is at step {}, the quorum at step {}: receiving the training state from replica group {}",
-        replica_id, state.step, q.max_step(), source);
-  }
-  // Everything a checkpoint holds, sent tensor by tensor in the same order on both sides.
-  const auto start = std::chrono::steady_clock::now();
-  checkpoint::State held = state.state();
-  std::vector<at::Tensor> tensors;
-  tensors.reserve(held.tensors.size());
-  for (const auto& st : held.tensors) tensors.push_back(st.tensor);
-  std::string values = held.values.dump();
-  if (!replicas_->heal(tensors, values) || !q.behind()) return;  // a failed heal fails the step's commit
-  state.apply(held, nlohmann::json::parse(values));
-  log::info("Replica group {} healed to step {} in {:.2f} s ({} tensors)", replica_id, state.step,
-            std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(), tensors.size());
+  replicas_->quorum(state.step);
+  heal(state);
+}
+
+void ReplicaFaultTolerance::heal(TrainingState& state) {
+  heal_state(*replicas_, state, run_.config().fault_tolerance.replica_id);
 }
 
 bool ReplicaFaultTolerance::commit(const std::vector<at::Tensor>& parameters) {
@@ -98,6 +107,10 @@ bool ReplicaFaultTolerance::commit(const std::vector<at::Tensor>& parameters) {
   for (const auto& p : parameters) grads.push_back(p.grad());
   replicas_->average(grads);
   return replicas_->commit();
+}
+
+void ReplicaFaultTolerance::outer_step(TrainingState& state, SemiSync& outer) {
+  synchronize(*replicas_, outer, state.step, [&] { heal(state); });
 }
 
 int64_t ReplicaFaultTolerance::live() const { return replicas_->live(); }

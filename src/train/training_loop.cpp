@@ -33,6 +33,7 @@
 #include "titan/train/profiling.hpp"
 #include "titan/train/replica_fault_tolerance.hpp"
 #include "titan/train/run_context.hpp"
+#include "titan/train/semi_sync.hpp"
 #include "titan/train/training_metrics.hpp"
 #include "titan/train/validation.hpp"
 
@@ -53,6 +54,8 @@ TrainingLoop::TrainingLoop(const RunContext& run, TrainedModel model) : run_(run
                                {.mesh = &run.mesh(), .adamw_modules = model_.adamw_modules});
   schedule_ = std::make_unique<LRSchedule>(c.lr_scheduler, c.training.steps);
   moe_ = std::make_unique<MoeBalancing>(run, *model_.module, *model_.parallel);
+  if (c.fault_tolerance.enable && c.fault_tolerance.semi_sync_method)
+    semi_sync_ = std::make_unique<SemiSync>(semi_sync_options(c.fault_tolerance), model_.parameters);
   const bool lora = !model_.frozen.empty();
   state_ = std::make_unique<TrainingState>(TrainingState::Parts{.parameters = model_.parameters,
                                                                 .names = model_.names,
@@ -62,6 +65,7 @@ TrainingLoop::TrainingLoop(const RunContext& run, TrainedModel model) : run_(run
                                                                 .optimizer = optimizer_.get(),
                                                                 .loader = loader_.get(),
                                                                 .expert_biases = moe_->expert_biases(),
+                                                                .semi_sync = semi_sync_.get(),
                                                                 .mesh = &run.mesh(),
                                                                 .run_state = run.run_state()});
   profiling_ = std::make_unique<Profiling>(run, model_.parameters);
@@ -77,6 +81,7 @@ TrainingLoop::TrainingLoop(const RunContext& run, TrainedModel model) : run_(run
   log_setup();
   checkpoints_ = std::make_unique<Checkpointing>(run, model_.hf_adapter);
   checkpoints_->load(*state_);
+  if (semi_sync_) semi_sync_->start();
   if (c.fault_tolerance.enable) replicas_ = std::make_unique<ReplicaFaultTolerance>(run, *state_);
 }
 
@@ -141,7 +146,9 @@ void TrainingLoop::train_step() {
 void TrainingLoop::run_step() {
   const JobConfig& c = run_.config();
   const Parallelized& parallel = *model_.parallel;
-  if (replicas_) replicas_->join(*state_);
+  // Under semi-sync the groups meet only in the outer step, after every sync_steps inner steps.
+  const bool every_step = replicas_ && !semi_sync_;
+  if (every_step) replicas_->join(*state_);
   const int64_t step = state_->step + 1;
   // The heartbeat (every rank's progress, read through the store) times each phase of the step.
   dist::report_progress(step, "data loading");
@@ -149,7 +156,7 @@ void TrainingLoop::run_step() {
   optimizer_->zero_grad();
   const double lr = c.optimizer.lr * schedule_->factor(step - 1);
   // A step that does not commit across replica groups runs again on the same batch.
-  const nlohmann::json loader_before = replicas_ ? loader_->state() : nlohmann::json();
+  const nlohmann::json loader_before = every_step ? loader_->state() : nlohmann::json();
   // Every microbatch first: the loss is normalised by the valid tokens of the whole global batch.
   const StepBatch batch = pull_microbatches(*loader_, parallel, run_.mesh(), run_.grad_accum_steps());
   const ForwardBackwardResult fb = forward_and_backward(step, batch);
@@ -158,7 +165,7 @@ void TrainingLoop::run_step() {
               "[titan::Trainer] expected a finite loss, got {} at step {}. Lower optimizer.lr, raise "
               "lr_scheduler.warmup_steps, or check the data; debug.deterministic reproduces the run.",
               fb.loss, step);
-  if (replicas_ && !replicas_->commit(model_.parameters)) {
+  if (every_step && !replicas_->commit(model_.parameters)) {
     log::warn("Step {} did not commit across the replica groups (one failed): running it again with the live ones",
               step);
     loader_->load_state(loader_before);
@@ -168,6 +175,10 @@ void TrainingLoop::run_step() {
   const std::vector<at::Tensor> loads = moe_->balance();  // before the optimizer moves the weights
   dist::report_progress(step, "optimizer step");
   const double grad_norm = optimizer_step(*optimizer_, lr, c.training.max_norm, run_.mesh());
+  if (semi_sync_ && semi_sync_->due(step)) {
+    dist::report_progress(step, "outer step");
+    replicas_->outer_step(*state_, *semi_sync_);
+  }
   losses_.push_back(fb.loss);
   metrics_->add_step(fb.tokens, batch.load_seconds);
   if (is_log_step(c, step)) log_step(step, fb, grad_norm, lr, loads);

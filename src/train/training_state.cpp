@@ -11,6 +11,7 @@
 #include "titan/core/config.hpp"
 #include "titan/core/log.hpp"
 #include "titan/data/dataloader.hpp"
+#include "titan/train/semi_sync.hpp"
 
 namespace titan {
 
@@ -36,6 +37,7 @@ checkpoint::State TrainingState::state(bool with_frozen) const {
                             {"merge_adapter", lora->merge_adapter}};
   }
   if (parts_.optimizer != nullptr) checkpoint::add_optimizer(state, parts_.names, *parts_.optimizer, parts_.mesh);
+  if (parts_.semi_sync != nullptr) parts_.semi_sync->add_state(state, parts_.names, parts_.mesh);
   // The MoE expert biases: buffers, not parameters, so a group of their own ("moe.<fqn>"); a checkpoint
   // without it loads as before (its bias stays zero), and HF exports of the model group stay as they were.
   // Each pipeline stage holds (and writes) the biases of its own layers.
@@ -59,6 +61,8 @@ void TrainingState::apply(const checkpoint::State& state, const nlohmann::json& 
       if (st.key == "moe." + name && !st.tensor.is_same(bias)) bias.copy_(st.tensor);
     }
   }
+  // Loaded in place with the other tensors; a checkpoint without them starts from its parameters (SemiSync::start).
+  if (values.contains("semi_sync") && parts_.semi_sync != nullptr) parts_.semi_sync->restored();
   if (values.contains("train_state")) {
     step = values.at("train_state").at("step").get<int64_t>();
     if (const auto change = run_state_change(values.at("train_state"), parts_.run_state)) log::warn("{}", *change);

@@ -469,9 +469,43 @@ TEST_CASE("fault_tolerance keys are checked when it is on", "[cpu][config]") {
   CHECK(error_key([&] { titan::validate(c); }) == "fault_tolerance.min_replica_size");
   c.fault_tolerance.min_replica_size = 1;
   c.fault_tolerance.semi_sync_method = "diloco";
-  CHECK(error_key([&] { titan::validate(c); }) == "fault_tolerance.semi_sync_method");
+  CHECK_NOTHROW(titan::validate(c));
   c.fault_tolerance.semi_sync_method.reset();
   CHECK_NOTHROW(titan::validate(c));
+}
+
+TEST_CASE("fault_tolerance semi-sync keys: local_sgd and diloco pass, what is not built names its key",
+          "[cpu][config]") {
+  JobConfig c;
+  c.fault_tolerance.semi_sync_method = "diloco";
+  CHECK(error_key([&] { titan::validate(c); }) == "fault_tolerance.semi_sync_method");  // needs enable
+  c.fault_tolerance.enable = true;
+  c.fault_tolerance.group_size = 2;
+  CHECK_NOTHROW(titan::validate(c));
+  c.fault_tolerance.semi_sync_method = "local_sgd";
+  CHECK_NOTHROW(titan::validate(c));
+  c.fault_tolerance.semi_sync_method = "async";
+  CHECK(error_key([&] { titan::validate(c); }) == "fault_tolerance.semi_sync_method");
+  c.fault_tolerance.semi_sync_method = "diloco";
+  const auto refused = [&](auto edit, const std::string& key) {
+    JobConfig bad = c;
+    edit(bad.fault_tolerance);
+    CHECK(error_key([&] { titan::validate(bad); }) == key);
+  };
+  refused([](auto& ft) { ft.sync_steps = 0; }, "fault_tolerance.sync_steps");
+  refused([](auto& ft) { ft.should_quantize = true; }, "fault_tolerance.should_quantize");
+  refused([](auto& ft) { ft.num_fragments = 2; }, "fault_tolerance.num_fragments");
+  refused([](auto& ft) { ft.fragment_sync_delay = 1; }, "fault_tolerance.fragment_sync_delay");
+  refused([](auto& ft) { ft.fragment_update_alpha = 1.5; }, "fault_tolerance.fragment_update_alpha");
+  refused([](auto& ft) { ft.outer_lr = 0; }, "fault_tolerance.outer_lr");
+  refused([](auto& ft) { ft.outer_momentum = 1; }, "fault_tolerance.outer_momentum");
+  refused([](auto& ft) { ft.outer_momentum = 0; }, "fault_tolerance.outer_nesterov");
+  refused(
+      [](auto& ft) {
+        ft.semi_sync_method = "local_sgd";
+        ft.fragment_update_alpha = 0.5;
+      },
+      "fault_tolerance.fragment_update_alpha");
 }
 
 TEST_CASE("JSON round trip and the atomic config dump", "[cpu][config]") {

@@ -3,7 +3,9 @@
 // job of 2 FSDP ranks (HSDP 2 replicas x 2 shards, CPU fp32, deterministic, tinyshakespeare). One group's
 // rank is SIGKILLed as step 6 starts: the other finishes without a restart, with the losses of a run of
 // that group alone from the step-5 checkpoint; restarted, the killed group rejoins, receives the live
-// group's state and both end with the same weights and optimizer state, bit for bit, on the strict backend.
+// group's state and both end with the same weights and optimizer state, bit for bit, on the strict backend. Under
+// semi-synchronous DiLoCo, a group killed between outer steps rejoins at the next one with the outer state, and
+// groups resumed mid-window from their checkpoints train on bitwise.
 #include <nlohmann/json.hpp>
 
 #include <regex>
@@ -85,9 +87,53 @@ std::map<int64_t, Record> records(const fs::path& dump) {
   return out;
 }
 
+// Every tensor whose key starts with `group` ("model.", "semi_sync.", "" for all) in both runs' final checkpoints,
+// rank by rank: the same keys, equal bit for bit. Returns how many it compared.
+size_t compare_final_tensors(const fs::path& a_dump, const fs::path& b_dump, const std::string& group) {
+  size_t compared = 0;
+  for (const char* rank_file : {"rank-00000.safetensors", "rank-00001.safetensors"}) {
+    const std::string last = "step-" + std::to_string(kSteps);
+    const titan::checkpoint::SafetensorsFile a(a_dump / "checkpoint" / last / rank_file);
+    const titan::checkpoint::SafetensorsFile b(b_dump / "checkpoint" / last / rank_file);
+    const auto in_group = [&](const titan::checkpoint::SafetensorsFile& file) {
+      return std::count_if(file.entries().begin(), file.entries().end(),
+                           [&](const auto& entry) { return entry.first.starts_with(group); });
+    };
+    CHECK(in_group(a) == in_group(b));
+    for (const auto& [name, entry] : a.entries()) {
+      if (!name.starts_with(group)) continue;
+      INFO(rank_file << " " << name);
+      REQUIRE(b.contains(name));
+      CHECK(at::equal(a.read(name), b.read(name)));
+      ++compared;
+    }
+  }
+  return compared;
+}
+
 // Both groups start step 1 together, however long one takes to start (a busy machine).
 const std::map<std::string, std::optional<std::string>> kTogether = {{"TITAN_TEST_FAULTS", "ft_wait=1:2"}};
 const std::map<std::string, std::optional<std::string>> kKillAtStep6 = {{"TITAN_TEST_FAULTS", "ft_wait=1:2,kill=0:6"}};
+
+// Replica group 0 live and group 1, which its fault SIGKILLs, restarted once by its titan-run with no checkpoint of
+// its own (it saves only its last step), so it must be healed; both must exit 0. Returns both logs (live, restarted).
+std::pair<std::string, std::string> live_and_restarted(const fs::path& dir, const std::string& lighthouse,
+                                                       const std::vector<std::string>& flags,
+                                                       const std::string& live_faults,
+                                                       const std::string& restarted_faults) {
+  Subprocess live(replica_job(dir / "r0", 0, lighthouse, {}, flags), {{"TITAN_TEST_FAULTS", live_faults}});
+  std::vector<std::string> restarted_flags = flags;
+  restarted_flags.insert(restarted_flags.end(), {"--checkpoint.interval", "100"});
+  Subprocess restarted(replica_job(dir / "r1", 1, lighthouse, {"--max-restarts", "1"}, restarted_flags),
+                       {{"TITAN_TEST_FAULTS", restarted_faults}});
+  require_exit(restarted, 0, 300);
+  require_exit(live, 0, 300);
+  return {live.output(), restarted.output()};
+}
+
+// Semi-synchronous DiLoCo with an outer step every 3 steps (after steps 3, 6, 9 and 12).
+const std::vector<std::string> kDiloco = {"--fault_tolerance.semi_sync_method", "diloco",
+                                          "--fault_tolerance.sync_steps", "3"};
 
 }  // namespace
 
@@ -149,37 +195,79 @@ TEST_CASE("replica fault tolerance: a restarted replica group heals from the liv
     // Both groups on the strict backend: the quorum broadcast, the commit vote and the healing sends are held
     // to NCCL's rules (tensors on the group's device, the same collectives on every rank, sends met in order).
     const std::vector<std::string> strict = {"--comm.backend", "strict", "--fault_tolerance.process_group", "strict"};
-    Subprocess live(replica_job(dir.path / "r0", 0, address, {}, strict),
-                    {{"TITAN_TEST_FAULTS", "ft_wait=1:2,ft_wait=10:2"}});
-    // It saves only its last step: restarted, it starts from nothing and must be healed to the live step.
-    std::vector<std::string> restarted_flags = strict;
-    restarted_flags.insert(restarted_flags.end(), {"--checkpoint.interval", "100"});
-    Subprocess restarted(replica_job(dir.path / "r1", 1, address, {"--max-restarts", "1"}, restarted_flags),
-                         kKillAtStep6);
-    require_exit(restarted, 0, 300);
-    require_exit(live, 0, 300);
-    outputs = live.output() + restarted.output();
-    INFO(restarted.output());
-    CHECK_THAT(restarted.output(), Catch::Matchers::Contains("receiving the training state from replica group 0"));
-    CHECK_THAT(restarted.output(), Catch::Matchers::Contains("Replica group 1 is at step 0"));
-    CHECK_THAT(restarted.output(), Catch::Matchers::Contains("healed to step"));
-    CHECK_THAT(live.output(), Catch::Matchers::Contains("strict backend"));
+    const auto [live, restarted] =
+        live_and_restarted(dir.path, address, strict, "ft_wait=1:2,ft_wait=10:2", "ft_wait=1:2,kill=0:6");
+    outputs = live + restarted;
+    INFO(restarted);
+    CHECK_THAT(restarted, Catch::Matchers::Contains("receiving the training state from replica group 0"));
+    CHECK_THAT(restarted, Catch::Matchers::Contains("Replica group 1 is at step 0"));
+    CHECK_THAT(restarted, Catch::Matchers::Contains("healed to step"));
+    CHECK_THAT(live, Catch::Matchers::Contains("strict backend"));
   }
   INFO(outputs);
   const std::map<int64_t, Record> live = records(dir.path / "r0");
   REQUIRE(live.size() == static_cast<size_t>(kSteps));
   CHECK(live.at(kSteps).live == 2);
   // Every tensor of the final checkpoints (weights, Adam moments and steps, RNG) equal, rank by rank.
-  for (const char* rank_file : {"rank-00000.safetensors", "rank-00001.safetensors"}) {
-    const std::string last = "step-" + std::to_string(kSteps);
-    const titan::checkpoint::SafetensorsFile a(dir.path / "r0" / "checkpoint" / last / rank_file);
-    const titan::checkpoint::SafetensorsFile b(dir.path / "r1" / "checkpoint" / last / rank_file);
-    REQUIRE(a.entries().size() == b.entries().size());
-    REQUIRE(!a.entries().empty());
-    for (const auto& [name, entry] : a.entries()) {
-      INFO(rank_file << " " << name);
-      REQUIRE(b.contains(name));
-      CHECK(at::equal(a.read(name), b.read(name)));
+  CHECK(compare_final_tensors(dir.path / "r0", dir.path / "r1", "") > 0);
+}
+
+TEST_CASE("replica fault tolerance: DiLoCo groups killed between outer steps rejoin at the next with the outer state",
+          "[dist][launch][train][fault_tolerance][replica][semi_sync][full]") {
+  TempDir dir;
+  std::string outputs;  // both groups' logs, for a failure below
+  {
+    Lighthouse lighthouse;
+    const std::string address = lighthouse.address();
+    // Outer steps after steps 3, 6, 9 and 12. Both groups meet in the first (4:2); group 0's after step 9 waits for
+    // the restarted group 1 (10:2), whose own first outer step (after its step 3) waits for group 0 (4:2).
+    // Group 1 killed as step 5 starts: between the outer steps after 3 and 6, so group 0 runs the one after 6 alone.
+    const auto [live, restarted] =
+        live_and_restarted(dir.path, address, kDiloco, "ft_wait=4:2,ft_wait=10:2", "ft_wait=4:2,kill=0:5");
+    outputs = live + restarted;
+    INFO(outputs);
+    // Restarted, it trains steps 1-3 alone and is healed in the outer step after group 0's step 9.
+    CHECK_THAT(restarted, Catch::Matchers::Contains("Replica group 1 is at step 3, the quorum at step 9"));
+    CHECK_THAT(restarted, Catch::Matchers::Contains("healed to step 9"));
+  }
+  INFO(outputs);
+  const std::map<int64_t, Record> live = records(dir.path / "r0");
+  REQUIRE(live.size() == static_cast<size_t>(kSteps));
+  // Both end with the same global model and outer state (last_sync, momentum), bit for bit; the AdamW state is each
+  // group's own (DiLoCo's inner optimizer is never averaged).
+  CHECK(compare_final_tensors(dir.path / "r0", dir.path / "r1", "model.") > 0);
+  CHECK(compare_final_tensors(dir.path / "r0", dir.path / "r1", "semi_sync.") > 0);
+}
+
+TEST_CASE("replica fault tolerance: DiLoCo groups resumed mid-window from their checkpoints train bitwise on",
+          "[dist][launch][train][fault_tolerance][replica][semi_sync][full]") {
+  TempDir dir;
+  const auto run_pair = [&](const fs::path& r0, const fs::path& r1) {
+    Lighthouse lighthouse;
+    const std::string address = lighthouse.address();
+    // Both groups in every outer step: each quorum waits for 2.
+    const std::string wait = "ft_wait=4:2,ft_wait=7:2,ft_wait=10:2,ft_wait=13:2";
+    Subprocess a(replica_job(r0, 0, address, {}, kDiloco), {{"TITAN_TEST_FAULTS", wait}});
+    Subprocess b(replica_job(r1, 1, address, {}, kDiloco), {{"TITAN_TEST_FAULTS", wait}});
+    require_exit(a, 0, 300);
+    require_exit(b, 0, 300);
+  };
+  run_pair(dir.path / "r0", dir.path / "r1");
+  // Step 5's checkpoints hold the outer state of the step-3 outer step, two steps into the next window.
+  for (const char* group : {"r0", "r1"}) {
+    fs::create_directories(dir.path / "resumed" / group / "checkpoint");
+    fs::copy(dir.path / group / "checkpoint" / "step-5", dir.path / "resumed" / group / "checkpoint" / "step-5",
+             fs::copy_options::recursive);
+  }
+  run_pair(dir.path / "resumed" / "r0", dir.path / "resumed" / "r1");
+  for (const char* group : {"r0", "r1"}) {
+    const std::map<int64_t, Record> whole = records(dir.path / group);
+    const std::map<int64_t, Record> resumed = records(dir.path / "resumed" / group);
+    REQUIRE(resumed.size() == static_cast<size_t>(kSteps - 5));
+    for (int64_t step = 6; step <= kSteps; ++step) {
+      INFO(group << " step " << step);
+      CHECK(resumed.at(step).loss == whole.at(step).loss);
     }
   }
+  CHECK(compare_final_tensors(dir.path / "r0", dir.path / "resumed" / "r0", "semi_sync.") > 0);
 }

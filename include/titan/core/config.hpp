@@ -416,13 +416,31 @@ struct FaultToleranceConfig {
   int64_t min_replica_size = 1;
   /// Semi-synchronous training (local_sgd or diloco; unset = every step synchronous).
   std::optional<std::string> semi_sync_method{};
+  /// Semi-sync: inner steps between two outer steps across the replica groups.
+  int64_t sync_steps = 5;
+  /// Semi-sync: quantize the outer all-reduce (refused: titan sends full precision).
+  bool should_quantize = false;
+  /// Streaming DiLoCo: inner steps a fragment's all-reduce may overlap (only 0 is built).
+  int64_t fragment_sync_delay = 0;
+  /// DiLoCo: weight of the local parameters mixed into the new global ones, in [0, 1] (0: take the global).
+  double fragment_update_alpha = 0.0;
+  /// Streaming DiLoCo: fragments of the model synchronised in turn (only 1 is built).
+  int64_t num_fragments = 1;
+  /// DiLoCo: the outer SGD's learning rate (torchtitan builds SGD(lr=0.7, momentum=0.9, nesterov=True)).
+  double outer_lr = 0.7;
+  /// DiLoCo: the outer SGD's momentum, in [0, 1).
+  double outer_momentum = 0.9;
+  /// DiLoCo: Nesterov momentum in the outer SGD.
+  bool outer_nesterov = true;
   /// host:port of the lighthouse store (titan-lighthouse); empty = $TITAN_FT_LIGHTHOUSE.
   std::string lighthouse{};
   /// How long a quorum waits for the replicas of the previous quorum before going on without them, in ms.
   int64_t join_timeout_ms = 60000;
 };
 TITAN_CONFIG(FaultToleranceConfig, enable, process_group, process_group_timeout_ms, replica_id, group_size,
-             min_replica_size, semi_sync_method, lighthouse, join_timeout_ms)
+             min_replica_size, semi_sync_method, sync_steps, should_quantize, fragment_sync_delay,
+             fragment_update_alpha, num_fragments, outer_lr, outer_momentum, outer_nesterov, lighthouse,
+             join_timeout_ms)
 
 /// Periodic evaluation on a held-out dataset.
 struct ValidationConfig {

@@ -22,6 +22,7 @@
 
 namespace titan {
 class Optimizer;
+class SemiSync;
 struct LoraConfig;
 namespace data {
 class DataLoader;
@@ -53,6 +54,8 @@ class TrainingState {
     data::DataLoader* loader = nullptr;
     /// (FQN, (E) fp32 buffer) of each MoE layer's expert bias this rank holds.
     std::vector<std::pair<std::string, at::Tensor>> expert_biases{};
+    /// Semi-synchronous training's outer state (null: none): group semi_sync, filled on load and healing.
+    SemiSync* semi_sync = nullptr;
     /// The mesh the tensors are sharded over (null: one process).
     const dist::Mesh* mesh = nullptr;
     /// What the run's numbers depend on besides the config (RunContext::run_state): recorded, compared on resume.
@@ -65,7 +68,8 @@ class TrainingState {
   int64_t step = 0;
 
   /// What a checkpoint holds now: groups model, optimizer, moe.<fqn> (expert biases), lr_scheduler ({last_epoch}),
-  /// dataloader, train_state ({step, bf16_gemm}, rng_cpu); under LoRA also lora (the adapters and their settings).
+  /// dataloader, train_state ({step, bf16_gemm}, rng_cpu); under LoRA also lora (the adapters and their settings);
+  /// under semi-sync also semi_sync (DiLoCo's last synchronised parameters and outer momentum).
   /// `with_frozen`: the frozen base too when lora.save_adapter_only leaves it out of a save: what a load fills (the
   /// checkpointer takes it from checkpoint.initial_load_path then).
   checkpoint::State state(bool with_frozen = false) const;

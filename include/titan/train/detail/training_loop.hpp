@@ -26,6 +26,7 @@ class Validation;
 class Evaluation;
 class Preemption;
 class ReplicaFaultTolerance;
+class SemiSync;
 class Profiling;
 namespace data {
 class Tokenizer;
@@ -114,6 +115,8 @@ class TrainingLoop {
   std::unique_ptr<Optimizer> optimizer_;
   std::unique_ptr<LRSchedule> schedule_;
   std::unique_ptr<MoeBalancing> moe_;
+  std::unique_ptr<SemiSync>
+      semi_sync_;  // null unless fault_tolerance.semi_sync_method; outlives state_ (it points here)
   std::unique_ptr<TrainingState> state_;
   std::unique_ptr<Checkpointing> checkpoints_;
   std::unique_ptr<Validation> validation_;  // null unless validation.enable
