@@ -18,6 +18,7 @@
 #include "titan/models/decoder.hpp"
 #include "titan/models/job_args.hpp"
 #include "titan/models/model_spec.hpp"
+#include "titan/nn/lora.hpp"
 #include "titan/parallel/parallelize.hpp"
 #include "titan/train/data_setup.hpp"
 #include "titan/train/rank_model.hpp"
@@ -52,13 +53,31 @@ std::shared_ptr<models::Decoder> build_inference_model(const InferenceCheckpoint
     return models::model_spec_for_hf(hf).from_hf(hf, seq_len, device);
   }
   std::ifstream in(source.folder / "index.json");
-  const auto tensors = nlohmann::json::parse(in).at("tensors");
+  const nlohmann::json index = nlohmann::json::parse(in);
+  const auto& tensors = index.at("tensors");
+  const nlohmann::json lora = index.value("values", nlohmann::json::object()).value("lora", nlohmann::json());
   TITAN_CHECK_VALUE(tensors.contains("model.tok_embeddings.weight"),
-                    "[{}] expected model.tok_embeddings.weight in '{}', got a checkpoint without it.", tool,
-                    (source.folder / "index.json").string());
+                    "[{}] expected model.tok_embeddings.weight in '{}', got a checkpoint without it.{}", tool,
+                    (source.folder / "index.json").string(),
+                    lora.is_null() ? ""
+                                   : " It holds LoRA adapters only (lora.save_adapter_only): fold them into their "
+                                     "base first (titan-convert to-hf --input STEP --base BASE --output DIR) and "
+                                     "pass --checkpoint DIR.");
   const int64_t vocab = tensors.at("model.tok_embeddings.weight").at("global_shape").at(0).get<int64_t>();
   config.training.seq_len = seq_len;
-  return models::build_model(config, vocab, {.device = device});
+  auto model = models::build_model(config, vocab, {.device = device});
+  if (!lora.is_null()) {
+    // The adapters were trained beside this base: the model gets them back, shaped as the checkpoint says, so
+    // load_inference_weights fills them and the forward is the trained one (without them it is the frozen base).
+    const nn::LoraOptions options{.rank = lora.at("rank").get<int64_t>(),
+                                  .alpha = lora.at("alpha").get<double>(),
+                                  .dropout = lora.at("dropout").get<double>(),
+                                  .target_modules = lora.at("target_modules").get<std::vector<std::string>>()};
+    const nn::LoraConversion report = nn::add_lora(*model, options);
+    log::info("[{}] lora: {} Linear layers carry the checkpoint's adapters (rank {}, alpha {})", tool,
+              report.adapted.size(), options.rank, options.alpha);
+  }
+  return model;
 }
 
 ToolFlag inference_checkpoint_flag() {
@@ -78,7 +97,17 @@ void load_inference_weights(const models::Decoder& model, const Parallelized& pa
                             const InferenceCheckpoint& source, const dist::Mesh& mesh) {
   const std::vector<at::Tensor> params = model.unique_parameters();
   checkpoint::State state;
-  checkpoint::add_model(state, parameter_names(model, params), params, &mesh);
+  // A LoRA checkpoint keeps its adapters in a group of their own (lora.<fqn>) beside the frozen base (model.<fqn>).
+  std::vector<std::string> base_names, adapter_names;
+  std::vector<at::Tensor> base, adapters;
+  const std::vector<std::string> names = parameter_names(model, params);
+  for (size_t i = 0; i < params.size(); ++i) {
+    const bool adapter = nn::is_lora_param(names[i]);
+    (adapter ? adapter_names : base_names).push_back(names[i]);
+    (adapter ? adapters : base).push_back(params[i]);
+  }
+  checkpoint::add_model(state, base_names, base, &mesh);
+  if (!adapters.empty()) checkpoint::add_model(state, adapter_names, adapters, &mesh, "lora");
   // MoE expert biases steer routing: buffers, under "moe.<fqn>" in a titan checkpoint (as the trainer saves
   // them) and mapped by the adapter (DeepSeek-V3's e_score_correction_bias) from Hugging Face.
   checkpoint::add_expert_biases(state, model, source.hf ? "model" : "moe", &mesh);

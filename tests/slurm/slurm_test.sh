@@ -153,6 +153,15 @@ case "$scenario" in
     [[ -z $left ]] || fail "expected no train_llama3 left on node1 after node2 died, got pids $left"
     # node2 comes back: its slurmd starts again and the requeued job runs from its last checkpoint.
     on_host 2 slurmd -D >>"$SLURM_WORK/log/slurmd.node2.out" 2>&1 &
+    # Released only once slurmctld has node2 idle again: a job started while the node is still returning to
+    # service got an allocation whose step srun could never create ("Requested nodes are busy"), on a loaded host.
+    node_state=""
+    for _ in $(seq 300); do
+      node_state=$(slurm sinfo -h -n node2 -o '%t')
+      [[ $node_state == idle ]] && break
+      sleep 0.2
+    done
+    [[ $node_state == idle ]] || fail "expected node2 idle within 60 s of its slurmd's restart, got '$node_state'"
     slurm scontrol update JobId="$job" StartTime=now
     state=$(wait_state "$job" 'COMPLETED|FAILED|CANCELLED|TIMEOUT|NODE_FAIL')
     [[ $state == COMPLETED ]] || fail "expected job $job COMPLETED once node2 was back, got $state$(job_log "$job")"

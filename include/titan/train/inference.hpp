@@ -54,7 +54,8 @@ InferenceCheckpoint resolve_inference_checkpoint(const std::filesystem::path& pa
 
 /// The model of `source` for `seq_len` positions on `device` (at::kMeta for its shapes only), parameters
 /// unfilled: config.json's architecture for a Hugging Face folder; model.name and model.flavor with the
-/// weights' vocabulary for a titan checkpoint.
+/// weights' vocabulary for a titan checkpoint, with the LoRA adapters its `lora` values describe when it is a LoRA
+/// run's (an adapter-only one, without its base, is refused naming titan-convert's merge).
 std::shared_ptr<models::Decoder> build_inference_model(const InferenceCheckpoint& source, JobConfig config,
                                                        int64_t seq_len, const c10::Device& device,
                                                        std::string_view tool);
