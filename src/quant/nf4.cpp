@@ -25,6 +25,11 @@ int64_t NF4Tensor::nbytes() const {
   return codes.nbytes() + scalers.nbytes() + scaler_factors.nbytes() + scaler_mean.nbytes();
 }
 
+int64_t nf4_nbytes(int64_t numel, int64_t dtype_bytes, const NF4Config& config) {
+  const int64_t blocks = numel / config.block_size;
+  return numel / 2 + blocks + (blocks / config.scaler_block_size + 1) * dtype_bytes;
+}
+
 at::Tensor nf4_levels(at::ScalarType dtype) {
   // Rounded as torchao rounds its Python floats: to float, then to dtype.
   static constexpr std::array<float, 16> kLevels = {-1.0000f, -0.6962f, -0.5251f, -0.3949f, -0.2844f, -0.1848f,

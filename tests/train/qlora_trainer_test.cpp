@@ -1,0 +1,98 @@
+// SPDX-License-Identifier: BSD-3-Clause
+// QLoRA through the Trainer (lora.quantize_base): the base loads dense from checkpoint.initial_load_path, goes to NF4
+// and is freed; checkpoints hold the adapters alone, and a resume quantises the same base again and repeats the
+// straight run's steps bitwise. The settings QLoRA refuses fail naming their key.
+#include <ATen/ATen.h>
+#include <nlohmann/json.hpp>
+
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "test_util.hpp"
+#include "titan/core/config_loader.hpp"
+#include "titan/models/llama3/model.hpp"
+#include "titan/train/trainer.hpp"
+#include "train/train_test_util.hpp"
+
+// Its own namespace: the build compiles sources in batches, where file-local names must not meet.
+namespace qlora_trainer_test {
+
+using namespace titan;
+using Catch::Contains;
+namespace fs = std::filesystem;
+
+TEST_CASE("a QLoRA run quantises the loaded base and resumes from an adapter-only checkpoint bitwise",
+          "[train][lora][qlora][checkpoint][full]") {
+  test::TempDir dir;
+  JobConfig seed = test::tinyshakespeare_job(dir.path / "seed", 32, 2, 1, /*seed=*/9);
+  seed.checkpoint.create_seed_checkpoint = true;
+  Trainer<llama3::Llama3>(seed).train();
+  const fs::path base = dir.path / "seed" / "checkpoint" / "seed.safetensors";
+
+  JobConfig c = test::tinyshakespeare_job(dir.path / "run", /*seq_len=*/32, /*local_batch=*/2, 4, /*seed=*/5);
+  c.model.converters = {"lora"};
+  c.lora = {.rank = 4,
+            .alpha = 8,
+            .target_modules = {"attention.wq", "feed_forward.w2"},
+            .save_adapter_only = true,
+            .quantize_base = true};
+  c.optimizer.lr = 1e-2;
+  c.lr_scheduler.warmup_steps = 1;
+  c.checkpoint.enable = true;
+  c.checkpoint.interval = 2;
+  c.checkpoint.initial_load_path = base.string();
+  Trainer<llama3::Llama3> straight(c);
+  straight.train();
+  const std::vector<double> want = straight.core().loss_history();
+  const RankModel<llama3::Llama3>& model = straight.rank_model();
+  int64_t freed = 0;
+  for (size_t i = 0; i < model.frozen_parameters().size(); ++i) {
+    const std::string& name = model.frozen_parameter_names()[i];
+    const bool adapted = name.ends_with("attention.wq.weight") || name.ends_with("feed_forward.w2.weight");
+    INFO(name);
+    CHECK((model.frozen_parameters()[i].numel() == 0) == adapted);
+    freed += adapted ? 1 : 0;
+  }
+  CHECK(freed == 2 * 6);
+  // The checkpoint holds no base, and records how the adapters' base was stored (titan-convert merges into it).
+  std::ifstream in(dir.path / "run" / "checkpoint" / "step-2" / "index.json");
+  const auto index = nlohmann::json::parse(in);
+  for (const auto& [key, _] : index.at("tensors").items()) CHECK_FALSE(key.starts_with("model."));
+  CHECK(index.at("values").at("lora").at("quantize_base") == true);
+  CHECK(index.at("values").at("lora").at("nf4_dtype") == "float32");
+  REQUIRE(want.size() == 4);
+
+  c.checkpoint.load_step = 2;
+  Trainer<llama3::Llama3> resumed(c);
+  resumed.train();
+  const std::vector<double> got = resumed.core().loss_history();
+  REQUIRE(got.size() == 2);
+  CHECK(got[0] == want[2]);  // deterministic CPU fp32: the same NF4 base, adapters, optimizer state and data
+  CHECK(got[1] == want[3]);
+}
+
+JobConfig qlora_args(std::vector<std::string> args) {
+  args.insert(args.begin(), {"prog", "--model.converters", "lora", "--lora.quantize_base", "true"});
+  std::vector<const char*> argv;
+  for (const std::string& a : args) argv.push_back(a.c_str());
+  return parse_args(static_cast<int>(argv.size()), argv.data());
+}
+
+TEST_CASE("config: lora.quantize_base refuses float8, parallel layouts and full checkpoints, naming the key",
+          "[core][config][lora][qlora]") {
+  CHECK_NOTHROW(qlora_args({}));
+  CHECK_THROWS_WITH(qlora_args({"--model.converters", "lora,float8"}), Contains("model.converters"));
+  CHECK_THROWS_WITH(qlora_args({"--parallelism.tensor_parallel_degree", "2"}),
+                    Contains("parallelism.tensor_parallel_degree") && Contains("one device"));
+  CHECK_THROWS_WITH(qlora_args({"--parallelism.data_parallel_shard_degree", "2"}),
+                    Contains("parallelism.data_parallel_shard_degree"));
+  CHECK_THROWS_WITH(qlora_args({"--checkpoint.enable", "true", "--debug.seed", "1"}),
+                    Contains("lora.save_adapter_only") && Contains("quantize_base"));
+  CHECK_NOTHROW(qlora_args({"--checkpoint.enable", "true", "--debug.seed", "1", "--lora.save_adapter_only", "true"}));
+  CHECK_THROWS_WITH(qlora_args({"--lora.merge_adapter", "true"}), Contains("merge_adapter"));
+  CHECK_THROWS_WITH(qlora_args({"--model.converters", "float8"}), Contains("lora.quantize_base"));
+}
+
+}  // namespace qlora_trainer_test
