@@ -113,12 +113,12 @@ CurveCheck lora_vs_qlora(int64_t steps, Nf4Fault fault) {
   for (const quant::QloraBase& b : bases) {
     const at::Tensor& w = dense.at(b.path + ".weight");        // (out, in)
     CHECK(named(*qlora).at(b.path + ".weight").numel() == 0);  // the dense weight freed
-    inject(*b.weight, fault);
-    at::Tensor& p = probe_params.at(b.path + ".weight");  // (out, in)
+    at::Tensor& p = probe_params.at(b.path + ".weight");       // (out, in)
     {
       at::NoGradGuard no_grad;
-      // What the QLoRA model must compute with: the round trip of a quantisation of its own, apart from its bytes.
-      p.copy_(quant::dequantize(quant::to_nf4(w)));
+      // What the QLoRA model must compute with: the round trip of its bytes before any fault.
+      p.copy_(quant::dequantize(*b.weight));
+      inject(*b.weight, fault);
       const at::Tensor error = (quant::dequantize(*b.weight) - w).abs();  // (out, in)
       out.premise = out.premise && error.le(titan::test::nf4_element_bound(w)).all().item<bool>();
       base_step.push_back(p - w);
@@ -166,7 +166,7 @@ CurveCheck lora_vs_qlora(int64_t steps, Nf4Fault fault) {
   return out;
 }
 
-TEST_CASE("qlora: a QLoRA run's loss curve stays within the first-order bound of LoRA's on the fp32 base",
+TEST_CASE("qlora: a QLoRA run's loss curve stays within the mean-value bound of LoRA's on the fp32 base",
           "[quant][qlora][lora]") {
   const CurveCheck c = lora_vs_qlora(16, Nf4Fault::none);
   CHECK(c.premise);
@@ -185,11 +185,11 @@ TEST_CASE("qlora: the bound's checks catch NF4 bytes packed the wrong way and a 
           "[quant][qlora][lora]") {
   // The odd element in the high nibble: neighbours swapped within a block. dW leaves its element bound, and the loss
   // leaves the mean-value bound.
-  const CurveCheck swapped = lora_vs_qlora(2, Nf4Fault::swapped_nibbles);
+  const CurveCheck swapped = lora_vs_qlora(1, Nf4Fault::swapped_nibbles);
   CHECK_FALSE(swapped.premise);
   CHECK(swapped.violations > 0);
   // Scalers multiplied by their factor, not divided: the loss leaves the bound at once.
-  const CurveCheck scaled = lora_vs_qlora(2, Nf4Fault::scalers_times_factor);
+  const CurveCheck scaled = lora_vs_qlora(1, Nf4Fault::scalers_times_factor);
   CHECK_FALSE(scaled.premise);
   CHECK(scaled.violations > 0);
 }

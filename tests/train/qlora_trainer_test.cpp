@@ -26,10 +26,8 @@ namespace fs = std::filesystem;
 TEST_CASE("a QLoRA run quantises the loaded base and resumes from an adapter-only checkpoint bitwise",
           "[train][lora][qlora][checkpoint][full]") {
   test::TempDir dir;
-  JobConfig seed = test::tinyshakespeare_job(dir.path / "seed", 32, 2, 1, /*seed=*/9);
-  seed.checkpoint.create_seed_checkpoint = true;
-  Trainer<llama3::Llama3>(seed).train();
-  const fs::path base = dir.path / "seed" / "checkpoint" / "seed.safetensors";
+  Trainer<llama3::Llama3>(test::seed_checkpoint_job(dir.path / "seed", /*seed=*/9)).train();
+  const fs::path base = test::seed_checkpoint_file(dir.path / "seed");
 
   JobConfig c = test::tinyshakespeare_job(dir.path / "run", /*seq_len=*/32, /*local_batch=*/2, 4, /*seed=*/5);
   c.model.converters = {"lora"};
