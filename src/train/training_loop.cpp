@@ -126,8 +126,8 @@ void TrainingLoop::quantize_base() {
                       {b.weight->codes, b.weight->scalers, b.weight->scaler_factors, b.weight->scaler_mean});
   }
   const int64_t held = storage_bytes(model_.parameters) + storage_bytes(model_.frozen) + storage_bytes(nf4_bases_);
-  log::info("qlora: {} base weights in NF4, {} bytes instead of {}; parameters {:.3f} GiB on this rank", bases.size(),
-            storage_bytes(nf4_bases_), dense, static_cast<double>(held) / kGiB);
+  log::info("qlora: {} base weights in NF4, {} bytes instead of {}; parameters {} bytes ({:.3f} GiB) on this rank",
+            bases.size(), storage_bytes(nf4_bases_), dense, held, static_cast<double>(held) / kGiB);
 }
 
 void TrainingLoop::train() {
