@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: BSD-3-Clause
 // QLoRA through the Trainer (lora.quantize_base): the base loads dense from checkpoint.initial_load_path, goes to NF4
-// and is freed; checkpoints hold the adapters alone, and a resume quantises the same base again and repeats the
-// straight run's steps bitwise. The settings QLoRA refuses fail naming their key.
+// and is freed; checkpoints hold the adapters alone, titan-convert merges them into the dequantised NF4 bases, and a
+// resume quantises the same base again and repeats the straight run's steps bitwise. The settings QLoRA refuses fail
+// naming their key.
 #include <ATen/ATen.h>
 #include <nlohmann/json.hpp>
 
@@ -11,9 +12,12 @@
 #include <vector>
 
 #include "test_util.hpp"
+#include "titan/checkpoint/safetensors.hpp"
 #include "titan/core/config_loader.hpp"
 #include "titan/models/llama3/model.hpp"
+#include "titan/quant/nf4.hpp"
 #include "titan/train/trainer.hpp"
+#include "tool_run.hpp"
 #include "train/train_test_util.hpp"
 
 // Its own namespace: the build compiles sources in batches, where file-local names must not meet.
@@ -61,6 +65,25 @@ TEST_CASE("a QLoRA run quantises the loaded base and resumes from an adapter-onl
   CHECK(index.at("values").at("lora").at("quantize_base") == true);
   CHECK(index.at("values").at("lora").at("nf4_dtype") == "float32");
   REQUIRE(want.size() == 4);
+
+  // titan-convert merges the adapters into the dequantised NF4 bases: W' = dequant(to_nf4(W)) + alpha/rank B A (fp32).
+  const fs::path step4 = dir.path / "run" / "checkpoint" / "step-4", out = dir.path / "out";
+  for (const std::vector<std::string>& args :
+       {std::vector<std::string>{"to-hf", "--input", step4.string(), "--base", base.string(), "--output",
+                                 (out / "merged").string()},
+        std::vector<std::string>{"to-peft", "--input", step4.string(), "--output", (out / "peft").string()}}) {
+    const test::ToolRun run = test::run_tool("titan-convert", args);
+    INFO(run.output);
+    REQUIRE(run.code == 0);
+  }
+  const checkpoint::SafetensorsFile merged(out / "merged" / "model.safetensors");
+  const checkpoint::SafetensorsFile peft(out / "peft" / "adapter_model.safetensors");
+  const std::string proj = "model.layers.1.mlp.down_proj";  // w2: no RoPE permutation between titan and HF
+  const at::Tensor w = checkpoint::SafetensorsFile(base).read("layers.1.feed_forward.w2.weight");  // (D, F)
+  const at::Tensor delta = at::matmul(peft.read("base_model.model." + proj + ".lora_B.weight"),
+                                      peft.read("base_model.model." + proj + ".lora_A.weight"));  // (D, F)
+  CHECK(at::equal(merged.read(proj + ".weight"), quant::dequantize(quant::to_nf4(w)) + delta * 2.0));
+  CHECK_FALSE(at::equal(merged.read(proj + ".weight"), w + delta * 2.0));  // not the dense base
 
   c.checkpoint.load_step = 2;
   Trainer<llama3::Llama3> resumed(c);
