@@ -211,6 +211,10 @@ void to_hf(const titan::ToolArgs& args) {
   TITAN_CHECK_VALUE(mode == "merge" || mode == "drop", "[titan-convert] expected --adapters merge or drop, got '{}'.",
                     mode);
   if (!adapters.empty() && mode == "merge") {
+    if (const auto nf4 = ckpt::nf4_base_dtype(weights.lora)) {
+      tensors = ckpt::nf4_bases(std::move(tensors), adapters, *nf4);
+      titan::log::info("QLoRA checkpoint: merging into the dequantised NF4 bases, the weights the adapters trained on");
+    }
     tensors = ckpt::merge_lora(std::move(tensors), adapters, ckpt::lora_scale(lora_settings(weights, args)));
     titan::log::info("Folded {} LoRA adapters into their weights", adapters.size() / 2);
   }

@@ -119,6 +119,7 @@
 #include "titan/parallel/tensor_parallel.hpp"
 #include "titan/planner/memory_plan.hpp"
 #include "titan/quant/nf4.hpp"
+#include "titan/quant/qlora.hpp"
 #include "titan/train/checkpointing.hpp"
 #include "titan/train/data_setup.hpp"
 #include "titan/train/evaluation.hpp"

@@ -11,6 +11,7 @@
 #include "titan/checkpoint/hf.hpp"
 #include "titan/checkpoint/safetensors.hpp"
 #include "titan/core/error.hpp"
+#include "titan/quant/nf4.hpp"
 
 namespace titan::checkpoint {
 namespace fs = std::filesystem;
@@ -136,6 +137,28 @@ std::vector<std::pair<std::string, at::Tensor>> merge_lora(
     const at::Tensor w = it->second;                                                        // (out, in)
     const at::Tensor delta = at::matmul(b_of.at(weight).to(at::kFloat), a.to(at::kFloat));  // (out, in)
     it->second = (w.to(at::kFloat) + delta * scale).to(w.scalar_type());
+  }
+  return base;
+}
+
+std::optional<at::ScalarType> nf4_base_dtype(const nlohmann::json& lora) {
+  if (!lora.is_object() || !lora.value("quantize_base", false)) return std::nullopt;
+  const std::string dtype = lora.value("nf4_dtype", std::string());
+  TITAN_CHECK_VALUE(dtype == "float32" || dtype == "bfloat16",
+                    "[titan::checkpoint::nf4_base_dtype] expected values[\"lora\"][\"nf4_dtype\"] float32 or bfloat16 "
+                    "in a QLoRA checkpoint, got '{}'. Pass a checkpoint a QLoRA run wrote.",
+                    dtype);
+  return dtype == "float32" ? at::kFloat : at::kBFloat16;
+}
+
+std::vector<std::pair<std::string, at::Tensor>> nf4_bases(
+    std::vector<std::pair<std::string, at::Tensor>> base,
+    const std::vector<std::pair<std::string, at::Tensor>>& adapters, at::ScalarType dtype) {
+  std::set<std::string> adapted;
+  for (const auto& [fqn, _] : adapters) adapted.insert(split_adapter(fqn).weight);
+  for (auto& [fqn, w] : base) {
+    if (!adapted.contains(fqn)) continue;
+    w = quant::dequantize(quant::to_nf4(w.to(dtype).contiguous())).to(w.scalar_type());  // (out, in)
   }
   return base;
 }

@@ -239,6 +239,49 @@ void validate_converters(const ModelConfig& m, const Float8Config& f) {
   }
 }
 
+// lora.quantize_base: what QLoRA's NF4 bases cannot take in this version, each refused with its reason.
+void validate_qlora(const JobConfig& c) {
+  const bool float8 = std::any_of(c.model.converters.begin(), c.model.converters.end(),
+                                  [](const std::string& name) { return is_float8_converter(name); });
+  require(!float8, "model.converters",
+          "to hold no float8 with lora.quantize_base = true (an NF4 base is dequantised to the input's dtype for its "
+          "GEMM; float8 would quantise it a second time; or unset lora.quantize_base)",
+          c.model.converters);
+  const ParallelismConfig& p = c.parallelism;
+  for (const auto& [key, degree] :
+       {std::pair{"parallelism.data_parallel_replicate_degree", p.data_parallel_replicate_degree},
+        std::pair{"parallelism.data_parallel_shard_degree", p.data_parallel_shard_degree},
+        std::pair{"parallelism.tensor_parallel_degree", p.tensor_parallel_degree},
+        std::pair{"parallelism.pipeline_parallel_degree", p.pipeline_parallel_degree},
+        std::pair{"parallelism.context_parallel_degree", p.context_parallel_degree},
+        std::pair{"parallelism.expert_parallel_degree", p.expert_parallel_degree}}) {
+    // -1 (dp_shard's "the rest of the ranks") is 1 on one device; on more, quantize_lora_base names the sharded weight.
+    require(degree <= 1, key,
+            "to be 1 with lora.quantize_base = true (NF4 bases run on one device in this version: no layout shards "
+            "or replicates them yet; or unset lora.quantize_base)",
+            degree);
+  }
+  if (c.checkpoint.enable && !c.lora.save_adapter_only) {
+    config_detail::fail("lora.save_adapter_only",
+                        "expected lora.save_adapter_only = true with lora.quantize_base and checkpoint.enable (the "
+                        "dense base is freed once in NF4: a checkpoint holds the adapters, and each start quantises "
+                        "the base again from checkpoint.initial_load_path or debug.seed), got false. Set "
+                        "lora.save_adapter_only = true.");
+  }
+  if (c.lora.merge_adapter) {
+    config_detail::fail("lora.merge_adapter",
+                        "expected lora.merge_adapter = false with lora.quantize_base (the final save would fold the "
+                        "adapters into a base QLoRA holds in NF4 only), got true. Merge afterwards: titan-convert "
+                        "to-hf --input <adapter-only step> --base <the base model>.");
+  }
+  if (c.checkpoint.create_seed_checkpoint || c.fault_tolerance.enable) {
+    config_detail::fail(
+        c.checkpoint.create_seed_checkpoint ? "checkpoint.create_seed_checkpoint" : "fault_tolerance.enable",
+        "expected it off with lora.quantize_base = true (it saves or sends the dense base weights, "
+        "which QLoRA frees), got true. Unset lora.quantize_base for it.");
+  }
+}
+
 // [lora]: the adapters' shape and scaling, and what its switches need.
 void validate_lora(const JobConfig& c) {
   const LoraConfig& l = c.lora;
@@ -252,7 +295,8 @@ void validate_lora(const JobConfig& c) {
   const bool converted =
       std::find(c.model.converters.begin(), c.model.converters.end(), "lora") != c.model.converters.end();
   for (const auto& [key, on] :
-       {std::pair{"lora.save_adapter_only", l.save_adapter_only}, std::pair{"lora.merge_adapter", l.merge_adapter}}) {
+       {std::pair{"lora.save_adapter_only", l.save_adapter_only}, std::pair{"lora.merge_adapter", l.merge_adapter},
+        std::pair{"lora.quantize_base", l.quantize_base}}) {
     if (on && !converted) {
       config_detail::fail(key, fmt::format("expected model.converters to hold lora with {} = true, got {}. Add lora "
                                            "to model.converters or unset {}.",
@@ -265,6 +309,7 @@ void validate_lora(const JobConfig& c) {
                         "the adapters into base weights it must hold), got true. Unset one, or merge afterwards with "
                         "titan-convert to-hf --base.");
   }
+  if (l.quantize_base) validate_qlora(c);
   // An adapter-only checkpoint has no base weights: a resume must make the same ones again.
   if (l.save_adapter_only && c.checkpoint.enable && !c.checkpoint.initial_load_path && !c.debug.seed) {
     config_detail::fail("lora.save_adapter_only",

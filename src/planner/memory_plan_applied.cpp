@@ -25,6 +25,7 @@
 #include "titan/parallel/expert_parallel.hpp"
 #include "titan/parallel/parallelize.hpp"
 #include "titan/parallel/pipeline.hpp"
+#include "titan/quant/qlora.hpp"
 
 namespace titan::planner::detail {
 namespace {
@@ -100,7 +101,7 @@ std::vector<std::string> whole_modules(const parallel::ShardingSpec& spec) {
 // As the Trainer builds a rank's model (RankModel): its stages' modules, LoRA's adapters, then the plan applied. float8
 // changes how a Linear computes, not what it holds: what FSDP gathers in float8 is the plan's list, made from the whole
 // model converted (make_context). lora adds parameters and freezes the rest: only the adapters get gradients and
-// optimizer state.
+// optimizer state; with lora.quantize_base the adapted Linears' bases are held in NF4.
 RankShards apply_rank(const Context& c, const parallel::ParallelPlan& plan, const dist::MeshShape& mesh,
                       int64_t pp_rank) {
   const dist::Mesh rank_mesh = dist::Mesh::virtual_mesh(mesh, pp_rank * (mesh.world_size() / mesh.pp));
@@ -113,7 +114,13 @@ RankShards apply_rank(const Context& c, const parallel::ParallelPlan& plan, cons
     nn::add_lora(*model, lora);
   }
   const Parallelized applied = titan::parallelize(*model, rank_mesh, plan);
-  return read_rank(*model, applied, plan, modules.empty() ? whole_modules(c.spec) : modules);
+  RankShards held = read_rank(*model, applied, plan, modules.empty() ? whole_modules(c.spec) : modules);
+  // QLoRA's bases: named here, held in NF4 (rank_plan). A layout that shards them is refused, naming the weight.
+  if (lora_converted(c.config) && c.config.lora.quantize_base) {
+    for (const auto& [path, linear] : quant::lora_base_linears(*model))
+      held.nf4_numels.push_back(linear->weight.numel());
+  }
+  return held;
 }
 
 }  // namespace

@@ -58,6 +58,7 @@ struct RankShards {
   int64_t trained_numel = 0;           // of local_numel, theirs
   int64_t expert_numel = 0;            // of those, the expert-parallel experts'
   int64_t deferred_numel = 0;          // unsharded gradient elements kept until the step's end (under a pipeline)
+  std::vector<int64_t> nf4_numels{};   // of local_numel, each base weight held in NF4 (lora.quantize_base)
   std::vector<HeldUnit> units{};       // its data-parallel units in forward order (experts' after their block's)
 };
 

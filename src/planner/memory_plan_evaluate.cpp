@@ -15,6 +15,7 @@
 #include "titan/core/error.hpp"
 #include "titan/models/decoder_spec.hpp"
 #include "titan/parallel/pipeline_schedule.hpp"
+#include "titan/quant/nf4.hpp"
 
 namespace titan::planner::detail {
 namespace {
@@ -223,7 +224,9 @@ void add_activations(const Walk& w, int64_t r, const RankShards& held, RankPlan*
 RankPlan rank_plan(const Walk& w, int64_t r, const RankShards& held) {
   const Dtypes& d = w.bytes;
   RankPlan out;
+  // A QLoRA base in NF4 (quant::nf4_nbytes: 0.5 + 1/64 + d.param / (64 x 256) bytes an element), the rest as is.
   out.parts.parameters = held.local_numel * d.param;
+  for (const int64_t n : held.nf4_numels) out.parts.parameters += quant::nf4_nbytes(n, d.param) - n * d.param;
   // Gradients like the shards that train (a reduced shard's .grad is in its parameter's dtype); under a pipeline
   // also the step's unsharded accumulators, in the reduce dtype, until the last microbatch's backward.
   out.sharded_gradients = held.trained_numel * d.param;

@@ -25,6 +25,11 @@ int64_t NF4Tensor::nbytes() const {
   return codes.nbytes() + scalers.nbytes() + scaler_factors.nbytes() + scaler_mean.nbytes();
 }
 
+int64_t nf4_nbytes(int64_t numel, int64_t dtype_bytes, const NF4Config& config) {
+  const int64_t blocks = numel / config.block_size;
+  return numel / 2 + blocks + (blocks / config.scaler_block_size + 1) * dtype_bytes;
+}
+
 at::Tensor nf4_levels(at::ScalarType dtype) {
   // Rounded as torchao rounds its Python floats: to float, then to dtype.
   static constexpr std::array<float, 16> kLevels = {-1.0000f, -0.6962f, -0.5251f, -0.3949f, -0.2844f, -0.1848f,
@@ -74,16 +79,17 @@ NF4Tensor to_nf4(const at::Tensor& weight, const NF4Config& config) {
 
 at::Tensor dequantize(const NF4Tensor& weight) {
   at::NoGradGuard no_grad;
-  const int64_t group = weight.config.scaler_block_size, half_block = weight.config.block_size / 2;
-  const at::Tensor levels = nf4_levels(weight.dtype);                                          // (16)
-  const at::Tensor first = levels.index({weight.codes.bitwise_right_shift(4).to(at::kLong)});  // (numel / 2)
-  const at::Tensor second = levels.index({weight.codes.bitwise_and(15).to(at::kLong)});        // (numel / 2)
+  const int64_t group = weight.config.scaler_block_size, block = weight.config.block_size;
+  // Both nibbles of each byte in element order, then one level lookup and one product an element (torchao's values:
+  // each element is its level times its block's absmax, rounded once in dtype), without a per-element absmax copy.
+  const at::Tensor index =
+      at::stack({weight.codes.bitwise_right_shift(4), weight.codes.bitwise_and(15)}, -1);             // (n/2, 2)
+  const at::Tensor levels = nf4_levels(weight.dtype).index_select(0, index.flatten().to(at::kLong));  // (numel)
   const int64_t n_groups = weight.scalers.numel() / group;
   const at::Tensor absmax =
       (weight.scalers.view({n_groups, group}) / weight.scaler_factors.unsqueeze(-1)).flatten().to(weight.dtype) +
-      weight.scaler_mean;                                                                           // (n_blocks)
-  const at::Tensor repeated = absmax.unsqueeze(-1).expand({absmax.size(0), half_block}).flatten();  // (numel / 2)
-  return at::stack({first * repeated, second * repeated}, -1).reshape(weight.shape);
+      weight.scaler_mean;  // (n_blocks)
+  return (levels.view({absmax.size(0), block}) * absmax.unsqueeze(-1)).reshape(weight.shape);
 }
 
 namespace {

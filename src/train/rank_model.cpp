@@ -11,6 +11,7 @@
 #include "titan/nn/lora.hpp"
 #include "titan/parallel/pipeline.hpp"
 #include "titan/parallel/planner.hpp"
+#include "titan/quant/qlora.hpp"
 
 namespace titan {
 
@@ -38,11 +39,15 @@ ModelConversion convert_model(const RunContext& run, torch::nn::Module& model, b
       nn::LoraOptions options = nn::lora_options(config.lora);
       options.require_matches = !part;
       const nn::LoraConversion report = nn::add_lora(model, options);
+      // QLoRA's bases are quantised once loaded (TrainingLoop); a shape NF4 cannot cut fails here, on the meta model.
+      if (config.lora.quantize_base) quant::lora_base_linears(model);
       conversion.lora = true;
       conversion.adapter_params = report.adapter_params;
       if (log_report) {
-        log::info("lora: {} of {} Linear layers adapted (rank {}, alpha {}, dropout {}); every other parameter frozen",
-                  report.adapted.size(), report.linears, config.lora.rank, config.lora.alpha, config.lora.dropout);
+        log::info(
+            "lora: {} of {} Linear layers adapted (rank {}, alpha {}, dropout {}); every other parameter frozen{}",
+            report.adapted.size(), report.linears, config.lora.rank, config.lora.alpha, config.lora.dropout,
+            config.lora.quantize_base ? "; their base weights go to NF4 once loaded (QLoRA)" : "");
       }
       continue;
     }

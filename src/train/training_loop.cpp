@@ -21,10 +21,12 @@
 #include "titan/dist/flight_recorder.hpp"
 #include "titan/dist/heartbeat.hpp"
 #include "titan/dist/mesh.hpp"
+#include "titan/nn/layers.hpp"
 #include "titan/optim/lr_schedule.hpp"
 #include "titan/optim/muon.hpp"
 #include "titan/parallel/parallelize.hpp"
 #include "titan/parallel/pipeline.hpp"
+#include "titan/quant/qlora.hpp"
 #include "titan/train/checkpointing.hpp"
 #include "titan/train/data_setup.hpp"
 #include "titan/train/evaluation.hpp"
@@ -81,6 +83,7 @@ TrainingLoop::TrainingLoop(const RunContext& run, TrainedModel model) : run_(run
   log_setup();
   checkpoints_ = std::make_unique<Checkpointing>(run, model_.hf_adapter);
   checkpoints_->load(*state_);
+  if (c.lora.quantize_base) quantize_base();
   if (semi_sync_) semi_sync_->start();
   if (c.fault_tolerance.enable) replicas_ = std::make_unique<ReplicaFaultTolerance>(run, *state_);
 }
@@ -112,6 +115,19 @@ void TrainingLoop::log_setup() const {
       "sequence length {}, total steps {} (warmup {})",
       c.training.local_batch_size, c.training.local_batch_size * run_.grad_accum_steps() * run_.dp_degree(),
       run_.grad_accum_steps(), c.training.seq_len, c.training.steps, c.lr_scheduler.warmup_steps);
+}
+
+void TrainingLoop::quantize_base() {
+  int64_t dense = 0;
+  for (const auto& [path, linear] : quant::lora_base_linears(*model_.module)) dense += linear->weight.nbytes();
+  const std::vector<quant::QloraBase> bases = quant::quantize_lora_base(*model_.module);
+  for (const quant::QloraBase& b : bases) {
+    nf4_bases_.insert(nf4_bases_.end(),
+                      {b.weight->codes, b.weight->scalers, b.weight->scaler_factors, b.weight->scaler_mean});
+  }
+  const int64_t held = storage_bytes(model_.parameters) + storage_bytes(model_.frozen) + storage_bytes(nf4_bases_);
+  log::info("qlora: {} base weights in NF4, {} bytes instead of {}; parameters {} bytes ({:.3f} GiB) on this rank",
+            bases.size(), storage_bytes(nf4_bases_), dense, held, static_cast<double>(held) / kGiB);
 }
 
 void TrainingLoop::train() {
@@ -238,6 +254,7 @@ MemoryParts TrainingLoop::memory_parts() {
   // Every parameter this rank holds: a LoRA run's frozen base too (it has no gradient).
   std::vector<at::Tensor> held = model_.parameters;
   held.insert(held.end(), model_.frozen.begin(), model_.frozen.end());
+  held.insert(held.end(), nf4_bases_.begin(), nf4_bases_.end());
   return profiling_->memory_parts(held, *optimizer_);
 }
 

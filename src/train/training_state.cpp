@@ -35,6 +35,12 @@ checkpoint::State TrainingState::state(bool with_frozen) const {
                             {"dropout", lora->dropout},
                             {"target_modules", lora->target_modules},
                             {"merge_adapter", lora->merge_adapter}};
+    // A QLoRA run's adapters trained on the NF4 round trip of the base in the training dtype: what a merge rebuilds.
+    if (lora->quantize_base && !parts_.parameters.empty()) {
+      state.values["lora"]["quantize_base"] = true;
+      state.values["lora"]["nf4_dtype"] =
+          parts_.parameters.front().scalar_type() == at::kFloat ? "float32" : "bfloat16";
+    }
   }
   if (parts_.optimizer != nullptr) checkpoint::add_optimizer(state, parts_.names, *parts_.optimizer, parts_.mesh);
   if (parts_.semi_sync != nullptr) parts_.semi_sync->add_state(state, parts_.names, parts_.mesh);

@@ -5,6 +5,7 @@
 #include <ATen/ATen.h>
 #include <ATen/CPUGeneratorImpl.h>
 
+#include "nf4_test_util.hpp"
 #include "test_util.hpp"
 #include "titan/checkpoint/safetensors.hpp"
 #include "titan/quant/nf4.hpp"
@@ -47,24 +48,18 @@ TEST_CASE("nf4 oracle: titan's NF4 bytes and dequantised weights equal torchao's
 }
 
 TEST_CASE("nf4: each dequantised element is within its block's level spacing and scale error", "[quant][nf4]") {
-  // An element x of a block with absmax m is stored as level(x/m) * m', m' the double-quantised absmax. Bound:
-  // |x - level * m'| <= m * g/2 + |m - m'|, g/2 half the widest gap between neighbouring levels (-1 to -0.6962) and
-  // |m - m'| <= one int8 step of its group's factor, 2 absmax_group / 256 (half a step of rounding, but the group's
-  // largest scaler lands on +128, clamped to 127: a whole step), both in fp32 up to rounding.
+  // The bound and its argument: nf4_test_util.hpp.
   const at::Tensor w = at::randn({256, 256}, at::make_generator<at::CPUGeneratorImpl>(3)) * 0.02;  // (256, 256)
   const quant::NF4Tensor q = quant::to_nf4(w);
-  const at::Tensor back = quant::dequantize(q);                     // (256, 256)
-  const at::Tensor m = std::get<0>(w.view({-1, 64}).abs().max(1));  // (1024) block absmaxes
-  const at::Tensor centred = m - m.mean();
-  const at::Tensor group_step = std::get<0>(centred.view({-1, 256}).abs().max(1)) * 2 / 256;       // (4)
-  const at::Tensor levels = quant::nf4_levels(at::kFloat);                                         // (16)
-  const double half_gap = (levels.slice(0, 1) - levels.slice(0, 0, 15)).max().item<double>() / 2;  // 0.1519
-  const at::Tensor bound = (m * half_gap + group_step.repeat_interleave(256)) * (1 + 1e-5) + 1e-9;
-  const at::Tensor error = std::get<0>((back - w).abs().view({-1, 64}).max(1));  // (1024)
+  const at::Tensor back = quant::dequantize(q);                                      // (256, 256)
+  const at::Tensor bound = std::get<0>(nf4_element_bound(w).view({-1, 64}).max(1));  // (1024)
+  const at::Tensor error = std::get<0>((back - w).abs().view({-1, 64}).max(1));      // (1024)
   CHECK(error.le(bound).all().item<bool>());
   // Not lossless: the levels are 16.
   CHECK(error.max().item<double>() > 0);
   CHECK(q.nbytes() == w.numel() / 2 + w.numel() / 64 + 4 * (w.numel() / 64 / 256) + 4);
+  CHECK(quant::nf4_nbytes(w.numel(), 4) == q.nbytes());
+  CHECK(quant::nf4_nbytes(w.numel(), 2) == quant::to_nf4(w.to(at::kBFloat16)).nbytes());
 }
 
 TEST_CASE("nf4_linear: output and input gradient of the dequantised weight's linear, and no weight gradient",

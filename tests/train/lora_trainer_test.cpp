@@ -84,10 +84,8 @@ TEST_CASE("an adapter-only LoRA checkpoint resumes on the base of initial_load_p
           "[train][lora][checkpoint][full]") {
   test::TempDir dir;
   // The base: a seed checkpoint of the plain model.
-  JobConfig seed = test::tinyshakespeare_job(dir.path / "seed", 32, 2, 1, /*seed=*/9);
-  seed.checkpoint.create_seed_checkpoint = true;
-  Trainer<llama3::Llama3>(seed).train();
-  const fs::path base = dir.path / "seed" / "checkpoint" / "seed.safetensors";
+  Trainer<llama3::Llama3>(test::seed_checkpoint_job(dir.path / "seed", /*seed=*/9)).train();
+  const fs::path base = test::seed_checkpoint_file(dir.path / "seed");
   REQUIRE(fs::exists(base));
 
   JobConfig c = lora_job(dir.path / "run", 4);

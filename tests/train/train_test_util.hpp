@@ -30,6 +30,18 @@ inline JobConfig tinyshakespeare_job(const std::filesystem::path& dump, int64_t 
 
 /// The one entry of `folder` whose name starts with `prefix` (a run's timestamped folder, a W&B run); fails the
 /// test when there are none or several.
+/// A one-step job that writes the seed checkpoint of its model (seed_checkpoint_file): a base for others to load.
+inline JobConfig seed_checkpoint_job(const std::filesystem::path& dump, int64_t seed) {
+  JobConfig c = tinyshakespeare_job(dump, /*seq_len=*/32, /*local_batch=*/2, /*steps=*/1, seed);
+  c.checkpoint.create_seed_checkpoint = true;
+  return c;
+}
+
+/// Where seed_checkpoint_job(dump, ...) writes.
+inline std::filesystem::path seed_checkpoint_file(const std::filesystem::path& dump) {
+  return dump / "checkpoint" / "seed.safetensors";
+}
+
 inline std::filesystem::path only_entry(const std::filesystem::path& folder, std::string_view prefix = "") {
   std::vector<std::filesystem::path> found;
   for (const auto& entry : std::filesystem::directory_iterator(folder)) {

@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include <filesystem>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -55,5 +56,16 @@ std::vector<std::pair<std::string, at::Tensor>> load_peft(const std::filesystem:
 std::vector<std::pair<std::string, at::Tensor>> merge_lora(
     std::vector<std::pair<std::string, at::Tensor>> base,
     const std::vector<std::pair<std::string, at::Tensor>>& adapters, double scale);
+
+/// The dtype a QLoRA run's checkpoint (values["lora"] with quantize_base) held its NF4 bases in; nullopt for a LoRA
+/// run.
+std::optional<at::ScalarType> nf4_base_dtype(const nlohmann::json& lora);
+
+/// `base` with the weight of each Linear that has an adapter in `adapters` as a QLoRA run computed with it:
+/// quant::dequantize(quant::to_nf4(W in `dtype`)), stored in W's dtype. Merging the adapters into these gives the
+/// model they were trained in.
+std::vector<std::pair<std::string, at::Tensor>> nf4_bases(
+    std::vector<std::pair<std::string, at::Tensor>> base,
+    const std::vector<std::pair<std::string, at::Tensor>>& adapters, at::ScalarType dtype);
 
 }  // namespace titan::checkpoint

@@ -505,8 +505,10 @@ struct LoraConfig {
   bool save_adapter_only = false;
   /// The final HF save (checkpoint.last_save_in_hf) folds the adapters into the base instead of a PEFT folder.
   bool merge_adapter = false;
+  /// QLoRA: the adapted Linears' frozen base weights held in NF4, quantised once loaded, dequantised on use.
+  bool quantize_base = false;
 };
-TITAN_CONFIG(LoraConfig, rank, alpha, dropout, target_modules, save_adapter_only, merge_adapter)
+TITAN_CONFIG(LoraConfig, rank, alpha, dropout, target_modules, save_adapter_only, merge_adapter, quantize_base)
 
 /// The whole job: one member per section, named as the TOML sections.
 struct JobConfig {

@@ -38,6 +38,10 @@ struct NF4Tensor {
   int64_t nbytes() const;
 };
 
+/// Bytes `to_nf4` gives a weight of `numel` elements whose dtype takes `dtype_bytes`: numel / 2 of codes, a byte a
+/// block, a factor a group and the mean (0.5 + 1/64 + dtype_bytes / (64 x 256) an element at the defaults).
+int64_t nf4_nbytes(int64_t numel, int64_t dtype_bytes, const NF4Config& config = {});
+
 /// The 16 NF4 levels in `dtype`: quantiles of a standard normal, scaled into [-1, 1].
 at::Tensor nf4_levels(at::ScalarType dtype);  // (16)
 

@@ -107,6 +107,8 @@ class TrainingLoop {
   /// Writes the pipeline's measured timeline of this step to the run folder (pp rank 0 of rank 0).
   void write_pipeline_timeline(int64_t step) const;
   void log_setup() const;
+  /// lora.quantize_base: the adapted Linears' base weights to NF4, once loaded.
+  void quantize_base();
 
   const RunContext& run_;
   TrainedModel model_;
@@ -129,6 +131,7 @@ class TrainingLoop {
   MemoryParts last_memory_{};
   int stop_signal_ = 0;
   std::vector<double> losses_;
+  std::vector<at::Tensor> nf4_bases_;  // the NF4 tensors' parts (codes, scalers, factors, mean): QLoRA's held base
 };
 
 }  // namespace titan::detail
