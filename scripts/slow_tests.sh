@@ -2,7 +2,8 @@
 # SPDX-License-Identifier: BSD-3-Clause
 # The slow tier, for a scheduled CI job rather than every change (docs/testing.md):
 #   - `ctest -L slow`: every precision mode's whole 200-step curve against docs/assets/precision_curves.csv,
-#     and bf16 optimizer states beside fp32 states over 200 steps;
+#     and bf16 optimizer states beside fp32 states over 200 steps; Slurm's requeue and node-failure scenarios;
+#     the peers harness's smoke run; the GPU carry's packing;
 #   - the fuzz tests at 10x (10,000 corrupted safetensors files and checkpoints each);
 #   - with --sanitizers, the suite under ASan + UBSan (scripts/sanitized_tests.sh --quick; about 2 hours on
 #     2 cores with its build).

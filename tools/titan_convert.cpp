@@ -189,9 +189,9 @@ std::shared_ptr<titan::models::Decoder> meta_model(const titan::ToolArgs& args, 
     if (vocab > 0) hf["vocab_size"] = vocab;
     return titan::models::model_spec_for_hf(hf).from_hf(hf, 1, at::kMeta);
   }
-  titan::JobConfig config = args.config;
-  config.training.seq_len = 1;
-  return titan::models::build_model(config, vocab, {.device = at::kMeta});
+  // training.seq_len as given (the trainer's default 2048 otherwise): it is the export's max_position_embeddings,
+  // which a reader of the HF folder (titan-eval, titan-generate) takes as the longest sequence the model may see.
+  return titan::models::build_model(args.config, vocab, {.device = at::kMeta});
 }
 
 void to_hf(const titan::ToolArgs& args) {

@@ -55,7 +55,8 @@ std::vector<std::pair<double, int64_t>> scores(const fs::path& checkpoint) {
   for (std::string line; std::getline(in, line);) {
     const size_t brace = line.find("{\"");
     if (brace == std::string::npos) continue;
-    for (const nlohmann::json& doc : nlohmann::json::parse(line.substr(brace)).at("docs")) {
+    const nlohmann::json result = nlohmann::json::parse(line.substr(brace));  // alive through the loop (C++20)
+    for (const nlohmann::json& doc : result.at("docs")) {
       for (const nlohmann::json& r : doc.at("responses")) out.emplace_back(r[0].get<double>(), r[2].get<int64_t>());
     }
   }
