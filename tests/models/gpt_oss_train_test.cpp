@@ -135,17 +135,9 @@ Result train(const dist::Mesh& mesh, int64_t steps = kSteps, bool documents = fa
 // + 2e-5 absolute on the final weights, 1e-5 absolute on the expert biases (integer counts summed exactly,
 // fp32 rounding of the updates). Routing is discrete, but no token's top-2 sits within 1e-6 of a tie here,
 // so every layout routes every token the same way.
-const Result& one_rank(bool documents) {
-  if (documents) {
-    static const Result with_documents = train(dist::Mesh(), kSteps, true);
-    return with_documents;
-  }
-  static const Result plain = train(dist::Mesh());
-  return plain;
-}
-
 void check_against_one_rank(const dist::MeshShape& shape, bool documents = false) {
-  const Result& one = one_rank(documents);
+  const Result& one = titan::test::one_rank_reference<Result>(
+      documents, [](bool with_documents) { return train(dist::Mesh(), kSteps, with_documents); });
   // That it trains is shown over more steps ("gpt_oss trains: ..."): at lr 0 these 10 batches alone move the
   // loss by 0.1 from step to step, about as much as the run falls.
   std::mutex mutex;
