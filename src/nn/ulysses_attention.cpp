@@ -73,12 +73,15 @@ at::Tensor ulysses_attention(const at::Tensor& q, const at::Tensor& k, const at:
     const at::Tensor whole = dist::all_to_all(x, group, /*split_dim=*/1, /*cat_dim=*/2);  // (B, X/n, S, HD)
     return layout.load_balance ? whole.index_select(2, restore) : whole;
   };
-  const at::Tensor qh = to_heads(q);                                                              // (B, H/n, S, HD)
-  const at::Tensor kh = to_heads(repeat_kv_for(k, q.size(1), n));                                 // (B, KVH'/n, S, HD)
-  const at::Tensor vh = to_heads(repeat_kv_for(v, q.size(1), n));                                 // (B, KVH'/n, S, HD)
-  at::Tensor out = attend(qh, kh, vh, layout.rank * qh.size(1), {.document_ids = document_ids});  // (B, H/n, S, HD)
-  if (layout.load_balance) out = out.index_select(2, order);
-  return dist::all_to_all(out, group, /*split_dim=*/2, /*cat_dim=*/1);  // (B, H, L, HD)
+  const at::Tensor qh = to_heads(q);                               // (B, H/n, S, HD)
+  const at::Tensor kh = to_heads(repeat_kv_for(k, q.size(1), n));  // (B, KVH'/n, S, HD)
+  const at::Tensor vh = to_heads(repeat_kv_for(v, q.size(1), n));  // (B, KVH'/n, S, HD)
+  // The output travels as (B, S, H/n, HD) and arrives as (B, L, H, HD), the layout the caller's transpose back
+  // to (B, L, H*HD) reads as a view: the output projection keeps no second copy of it.
+  at::Tensor out =
+      attend(qh, kh, vh, layout.rank * qh.size(1), {.document_ids = document_ids}).transpose(1, 2);  // (B, S, H/n, HD)
+  if (layout.load_balance) out = out.index_select(1, order);
+  return dist::all_to_all(out, group, /*split_dim=*/1, /*cat_dim=*/2).transpose(1, 2);  // (B, H, L, HD)
 }
 
 }  // namespace titan::nn
