@@ -13,11 +13,13 @@
 //                  = (cp-1) x kv x (1 + 1 + 2 x g)
 //       ring:      fwd (cp-1) hops of K,V + bwd (cp-1) hops of K,V + cp hops of dK,dV
 //                  = (cp-1) x kv x 2 + cp x kv x g
-//     with kv = 2 x B x KVH x S/cp x HD x bytes(dtype) (one rank's K and V) and g = 4 / bytes(dtype)
-//     (the gradients travel in fp32);
+//       ulysses:   fwd all-to-all of q, K, V and of the output, bwd the same of their gradients, each rank
+//                  keeping 1/cp of what it holds = (cp-1)/cp x (2 x q + kv) x (1 + g)
+//     with q = B x H x S/cp x HD x bytes(dtype) (one rank's queries), kv = 2 x B x KVH x S/cp x HD x bytes(dtype) (one
+//     rank's K and V) and g = 4 / bytes(dtype) (the gradients travel in fp32);
 //   - the median forward + backward time (2 cores: ranks share them, so time is not the point here).
 // Run:
-//   build/bin/bench_context_parallel --seq 2048,4096 --cp 1,2,4 --rotate allgather,alltoall
+//   build/bin/bench_context_parallel --seq 2048,4096 --cp 1,2,4 --rotate allgather,alltoall,ulysses
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 #include <fmt/format.h>
@@ -44,7 +46,7 @@ using Clock = std::chrono::steady_clock;
 struct Options {
   std::vector<int64_t> seq{2048, 4096};  // sequence lengths
   std::vector<int64_t> cp{1, 2, 4};      // context-parallel degrees
-  std::string rotate = "allgather,alltoall";
+  std::string rotate = "allgather,alltoall,ulysses";
   int64_t dim = 256;      // debugmodel's
   int64_t heads = 16;     // debugmodel's
   int64_t kv_heads = 16;  // debugmodel's (no GQA)
@@ -125,6 +127,13 @@ double formula_bytes(const Options& o, int64_t seq, int64_t cp, titan::CpRotateM
   if (cp == 1) return 0;
   const double kv = 2.0 * o.batch * o.kv_heads * (seq / cp) * (o.dim / o.heads) * 4.0;  // fp32 K and V
   const double g = 1.0;                                                                 // fp32 gradients
+  if (rotate == titan::CpRotateMethod::ulysses) {
+    int64_t f = 1;  // KV heads are repeated f times where cp does not divide them
+    while ((o.kv_heads * f) % cp != 0 || (o.heads / o.kv_heads) % f != 0) ++f;
+    const double q = 1.0 * o.batch * o.heads * (seq / cp) * (o.dim / o.heads) * 4.0;  // fp32 queries
+    const double kv_sent = kv * static_cast<double>(f);
+    return (cp - 1.0) / cp * (2 * q + kv_sent) * (1 + g);
+  }
   return rotate == titan::CpRotateMethod::allgather ? (cp - 1) * kv * (1 + 1 + 2 * g) : (cp - 1) * kv * 2 + cp * kv * g;
 }
 
@@ -137,8 +146,8 @@ int main(int argc, char** argv) {
     std::stringstream ss(o.rotate);
     for (std::string item; std::getline(ss, item, ',');) {
       const auto parsed = titan::parse_choice<titan::CpRotateMethod>(item);
-      TITAN_CHECK_VALUE(parsed.has_value(), "[bench_context_parallel] expected --rotate allgather|alltoall, got '{}'.",
-                        item);
+      TITAN_CHECK_VALUE(parsed.has_value(),
+                        "[bench_context_parallel] expected --rotate allgather|alltoall|ulysses, got '{}'.", item);
       rotations.push_back(*parsed);
     }
     constexpr double kMiB = 1024.0 * 1024.0;

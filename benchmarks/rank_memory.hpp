@@ -3,7 +3,8 @@
 // every allocation to the rank of the thread that made it, and its release to the same rank whatever
 // thread frees it (c10's thread-local reporting hook misses frees made on a communication thread, as
 // when Gloo's worker drops the last reference to a gathered buffer). Allocations on threads of no rank
-// are not booked.
+// are not booked. Every allocation comes back as a plain pointer with one deleter (the booking is looked up by
+// address), so ATen's raw_allocate / raw_deallocate, which need exactly that, work through it too.
 #pragma once
 
 #include <c10/core/Allocator.h>
@@ -13,6 +14,8 @@
 #include <array>
 #include <atomic>
 #include <cstdint>
+#include <mutex>
+#include <unordered_map>
 
 namespace titan::bench {
 
@@ -38,14 +41,19 @@ class RankMemory final : public c10::Allocator {
 
   c10::DataPtr allocate(size_t n) override {
     c10::DataPtr inner = base_->allocate(n);
-    const int rank = thread_rank();
-    if (rank < 0 || rank >= kMaxTrackedRanks || inner.get() == nullptr) return inner;
     void* data = inner.get();
+    if (data == nullptr) return inner;
     const c10::Device device = inner.device();
-    book(rank, static_cast<int64_t>(n));
-    auto* ctx = new Booked{std::move(inner), this, rank, static_cast<int64_t>(n)};
-    return {data, ctx, &release, device};
+    const int rank = thread_rank();
+    const bool tracked = rank >= 0 && rank < kMaxTrackedRanks;
+    if (tracked) book(rank, static_cast<int64_t>(n));
+    {
+      const std::lock_guard lock(mutex_);
+      booked_.emplace(data, Booked{std::move(inner), tracked ? rank : -1, static_cast<int64_t>(n)});
+    }
+    return {data, data, &release, device};
   }
+  c10::DeleterFnPtr raw_deleter() const override { return &release; }
   void copy_data(void* dest, const void* src, std::size_t count) const override { base_->copy_data(dest, src, count); }
 
  private:
@@ -53,9 +61,8 @@ class RankMemory final : public c10::Allocator {
     std::atomic<int64_t> live{0}, peak{0};
   };
   struct Booked {
-    c10::DataPtr inner;
-    RankMemory* owner;
-    int rank;
+    c10::DataPtr inner;  // the wrapped allocator's allocation (its deleter frees it)
+    int rank;            // -1: not booked
     int64_t bytes;
   };
 
@@ -70,13 +77,21 @@ class RankMemory final : public c10::Allocator {
     while (now > peak && !slots_[rank].peak.compare_exchange_weak(peak, now)) {
     }
   }
-  static void release(void* p) {
-    auto* b = static_cast<Booked*>(p);
-    b->owner->book(b->rank, -b->bytes);
-    delete b;  // frees through the wrapped allocator's deleter
-  }
+  static void release(void* data) {
+    RankMemory& self = install();
+    Booked b;
+    {
+      const std::lock_guard lock(self.mutex_);
+      auto it = self.booked_.find(data);
+      b = std::move(it->second);
+      self.booked_.erase(it);
+    }
+    if (b.rank >= 0) self.book(b.rank, -b.bytes);
+  }  // b.inner frees through the wrapped allocator's deleter
 
   c10::Allocator* base_;
+  std::mutex mutex_;
+  std::unordered_map<void*, Booked> booked_;
   std::array<Slot, kMaxTrackedRanks> slots_{};
 };
 

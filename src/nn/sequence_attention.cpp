@@ -258,6 +258,11 @@ void check_shapes(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
 
 at::Tensor context_parallel_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                                       const SequenceSharding& sharding, const at::Tensor& document_ids) {
+  if (sharding.rotate == CpRotateMethod::ulysses) {
+    return ulysses_attention(q, k, v, sharding, document_ids,
+                             [](const at::Tensor& qh, const at::Tensor& kh, const at::Tensor& vh, int64_t,
+                                const AttentionContext& whole) { return causal_attention(qh, kh, vh, whole); });
+  }
   TITAN_CHECK_VALUE(sharding.group && sharding.group->size() == sharding.layout.degree,
                     "[titan::nn::context_parallel_attention] expected a cp group of {} ranks, got {}.",
                     sharding.layout.degree, sharding.group ? sharding.group->size() : 0);

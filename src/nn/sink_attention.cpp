@@ -12,6 +12,7 @@
 
 #include "attention_blocks.hpp"
 #include "titan/core/error.hpp"
+#include "titan/nn/sequence_attention.hpp"
 
 namespace titan::nn {
 namespace {
@@ -118,10 +119,20 @@ void check_shapes(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
 
 at::Tensor sink_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& sinks,
                           int64_t window, const AttentionContext& context) {
+  if (context.sharding && context.sharding->rotate == CpRotateMethod::ulysses) {
+    // Whole sequences of a subset of the heads: the window and the masks as on one device, each head its sink.
+    return ulysses_attention(q, k, v, *context.sharding, context.document_ids,
+                             [&](const at::Tensor& qh, const at::Tensor& kh, const at::Tensor& vh, int64_t head_begin,
+                                 const AttentionContext& whole) {
+                               const at::Tensor s = sinks.defined() ? sinks.narrow(0, head_begin, qh.size(1)) : sinks;
+                               return sink_attention(qh, kh, vh, s, window, whole);
+                             });
+  }
   TITAN_CHECK_NOT_IMPLEMENTED(!context.sharding,
                               "[titan::nn::sink_attention] expected whole sequences, got one split over {} "
-                              "context-parallel ranks: sinks and sliding windows are not built into the "
-                              "context-parallel attention. Set parallelism.context_parallel_degree 1.",
+                              "context-parallel ranks: sinks and sliding windows are built into the Ulysses "
+                              "context-parallel attention only. Set parallelism.context_parallel_rotate_method "
+                              "ulysses, or parallelism.context_parallel_degree 1.",
                               context.sharding ? context.sharding->layout.degree : 1);
   check_shapes(q, k, v, sinks);
   TITAN_CHECK_VALUE(window >= 0, "[titan::nn::sink_attention] expected a window >= 0 (0: none), got {}.", window);

@@ -168,6 +168,33 @@ PipelinePlan pipeline_plan(const PipelineSplit& split, const PipelineModuleCosts
   return plan;
 }
 
+namespace {
+
+// A model whose attention only Ulysses splits over cp (per-head sinks, sliding windows) refuses the K/V exchanges.
+void check_kv_exchange(const ShardingSpec& spec, const ParallelismConfig& p, const dist::MeshShape& mesh) {
+  const RefusedAxis* r = refusal(spec, "cp_kv");
+  TITAN_CHECK_NOT_IMPLEMENTED(
+      mesh.cp == 1 || r == nullptr || p.context_parallel_rotate_method == CpRotateMethod::ulysses,
+      "[{}::plan] expected cp = 1 under context_parallel_rotate_method {}, got {}: {}", spec.model,
+      p.context_parallel_rotate_method, mesh.cp, r == nullptr ? "" : r->reason);
+}
+
+// Ulysses hands every cp rank whole heads of the tp rank's share (KV heads are repeated where cp does not divide
+// them, so only the query heads bind).
+void check_ulysses_heads(const ShardingSpec& spec, const ParallelismConfig& p, const dist::MeshShape& mesh) {
+  for (const auto& [what, count] : spec.tensor_parallel_divides) {
+    TITAN_CHECK_VALUE(p.context_parallel_rotate_method != CpRotateMethod::ulysses || what != "n_heads" ||
+                          count % (mesh.tp * mesh.cp) == 0,
+                      "[{}::plan] expected {} ({}) divisible by parallelism.tensor_parallel_degree x "
+                      "context_parallel_degree = {} x {} under context_parallel_rotate_method ulysses (each cp rank "
+                      "attends whole heads). Choose degrees whose product divides it, or set "
+                      "parallelism.context_parallel_rotate_method allgather.",
+                      spec.model, what, count, mesh.tp, mesh.cp);
+  }
+}
+
+}  // namespace
+
 ContextParallelPlan context_parallel_plan(const std::vector<std::string>& attention, const ParallelismConfig& p) {
   return {.attention_modules = attention,
           .load_balance = p.context_parallel_load_balancer.has_value(),
@@ -247,7 +274,11 @@ ParallelPlan plan(const ShardingSpec& spec, const PlanOptions& options, const di
     plan.tensor_parallel.async = p.enable_async_tensor_parallel;
   }
   if (mesh.pp > 1) plan.pipeline = pipeline_plan(spec.pipeline, spec.pipeline_costs, mesh.pp, p, spec.model);
-  if (mesh.cp > 1) plan.context_parallel = context_parallel_plan(spec.attention, p);
+  if (mesh.cp > 1) {
+    check_kv_exchange(spec, p, mesh);
+    check_ulysses_heads(spec, p, mesh);
+    plan.context_parallel = context_parallel_plan(spec.attention, p);
+  }
   plan.activation_checkpoint =
       activation_checkpoint_plan(spec.blocks, options.activation_checkpoint, !spec.moe.empty(), spec.model);
   plan.data_parallel.options = data_parallel_options(p, options.precision, mesh.pp);

@@ -187,8 +187,9 @@ TEST_CASE("gpt_oss decoding over a KV cache gives the forward's logits", "[model
   CHECK((got - want).abs().max().item<double>() < 1e-5);
 }
 
-TEST_CASE("gpt_oss refuses context and tensor parallelism with the reason, and bad arguments",
-          "[models][gpt_oss][errors]") {
+TEST_CASE(
+    "gpt_oss refuses the K/V context-parallel exchanges and tensor parallelism with the reason, and bad arguments",
+    "[models][gpt_oss][errors]") {
   const GptOss model(small_args(), 8, at::TensorOptions().device(at::kMeta));
   titan::JobConfig config;
   config.model.name = "gpt_oss";
@@ -197,9 +198,13 @@ TEST_CASE("gpt_oss refuses context and tensor parallelism with the reason, and b
         titan::test::error_of([&] { (void)titan::parallel::plan(model.sharding_spec(), {}, shape); });
     const bool cp = shape.cp == 2;
     INFO(error);
-    CHECK_THAT(error, Catch::Contains(cp ? "expected cp = 1, got 2: the attention sinks and the sliding window"
+    CHECK_THAT(error, Catch::Contains(cp ? "expected cp = 1 under context_parallel_rotate_method allgather, got 2: "
+                                           "the attention sinks and the sliding window"
                                          : "expected tp = 1, got 2: tensor parallelism of the biased"));
   }
+  titan::parallel::PlanOptions ulysses;  // the one context parallelism gpt-oss takes
+  ulysses.parallelism.context_parallel_rotate_method = titan::CpRotateMethod::ulysses;
+  CHECK_NOTHROW(titan::parallel::plan(model.sharding_spec(), ulysses, {.cp = 2}));
   GptOssArgs a = small_args();
   a.sliding_window = 0;
   CHECK_THROWS_WITH(GptOss(a, 8, at::TensorOptions().device(at::kMeta)),

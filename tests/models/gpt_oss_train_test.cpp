@@ -3,7 +3,9 @@
 // sliding over 8 of the 16 tokens, four biased experts top-2, sinks) trained 10 steps under FSDP 2 (routed
 // experts in units of their own) and under FSDP 2 x EP 2 (two experts per rank, their weights and biases
 // sharded over ep, tokens exchanged by all-to-all) matches one rank, expert biases included. Ranks are
-// threads on Gloo. The plan's units and its expert-parallel layers.
+// threads on Gloo. Under Ulysses CP 2 with two documents per row (each cp rank attends whole sequences of two
+// of the four heads, with their sinks and the window) it matches one rank too. The plan's units and its
+// expert-parallel layers.
 #include <ATen/ATen.h>
 #include <ATen/CPUGeneratorImpl.h>
 #include <fmt/format.h>
@@ -12,6 +14,7 @@
 
 #include "dist/rank_test_util.hpp"
 #include "it_trains.hpp"
+#include "models/documents_util.hpp"
 #include "test_util.hpp"
 #include "titan/core/config.hpp"
 #include "titan/dist/local_ranks.hpp"
@@ -22,6 +25,7 @@
 #include "titan/nn/init.hpp"
 #include "titan/optim/adamw.hpp"
 #include "titan/optim/clip.hpp"
+#include "titan/parallel/context_parallel.hpp"
 #include "titan/parallel/expert_parallel.hpp"
 #include "titan/parallel/parallelize.hpp"
 #include "titan/parallel/planner.hpp"
@@ -55,6 +59,7 @@ JobConfig parity_config() {
   c.model.name = "gpt_oss";
   c.training.seq_len = kSeq;
   c.activation_checkpoint.mode = AcMode::none;
+  c.parallelism.context_parallel_rotate_method = CpRotateMethod::ulysses;  // where the mesh has cp
   return c;
 }
 
@@ -66,7 +71,7 @@ struct Result {
   int64_t local_experts = 0;        // rows of this rank's w1_bias: E / ep
 };
 
-Result train(const dist::Mesh& mesh, int64_t steps = kSteps) {
+Result train(const dist::Mesh& mesh, int64_t steps = kSteps, bool documents = false) {
   nn::manual_init_seed(42);
   gpt_oss::GptOss model(parity_args(), kSeq, at::TensorOptions());
   const Parallelized applied = parallelize(
@@ -93,8 +98,15 @@ Result train(const dist::Mesh& mesh, int64_t steps = kSteps) {
     const at::Tensor stride = at::randint(1, 5, {kBatch, 1}, gen, at::kLong);                     // (B, 1)
     const at::Tensor tokens = (start + stride * at::arange(kSeq + 1, at::kLong)).remainder(128);  // (B, S+1)
     const int64_t row = mesh.coordinate("dp") * local;
-    const std::vector<Microbatch> micro{{.input = tokens.narrow(0, row, local).narrow(1, 0, kSeq).contiguous(),
-                                         .labels = tokens.narrow(0, row, local).narrow(1, 1, kSeq).contiguous()}};
+    const auto rows = [&](const at::Tensor& t) { return t.defined() ? t.narrow(0, row, local) : t; };
+    const auto [ids, positions] =
+        documents ? titan::test::two_documents_per_row(kBatch, kSeq) : std::pair<at::Tensor, at::Tensor>();
+    // This rank's part of its rows: under cp its tokens of each sequence and the attention context that says so.
+    const parallel::LocalBatch part = applied.local_batch({.tokens = rows(tokens).narrow(1, 0, kSeq).contiguous(),
+                                                           .labels = rows(tokens).narrow(1, 1, kSeq).contiguous(),
+                                                           .positions = rows(positions),
+                                                           .document_ids = rows(ids)});
+    const std::vector<Microbatch> micro{{.input = part.tokens, .labels = part.labels, .attention = part.attention}};
     const double local_loss =
         forward_backward([&](const at::Tensor& t, const titan::nn::AttentionContext& c) { return model.forward(t, c); },
                          micro, at::kCPU, kBatch * kSeq, false, loss)
@@ -123,15 +135,16 @@ Result train(const dist::Mesh& mesh, int64_t steps = kSteps) {
 // + 2e-5 absolute on the final weights, 1e-5 absolute on the expert biases (integer counts summed exactly,
 // fp32 rounding of the updates). Routing is discrete, but no token's top-2 sits within 1e-6 of a tie here,
 // so every layout routes every token the same way.
-void check_against_one_rank(const dist::MeshShape& shape) {
-  static const Result one = train(dist::Mesh());
+void check_against_one_rank(const dist::MeshShape& shape, bool documents = false) {
+  const Result& one = titan::test::one_rank_reference<Result>(
+      documents, [](bool with_documents) { return train(dist::Mesh(), kSteps, with_documents); });
   // That it trains is shown over more steps ("gpt_oss trains: ..."): at lr 0 these 10 batches alone move the
   // loss by 0.1 from step to step, about as much as the run falls.
   std::mutex mutex;
   std::vector<Result> results(static_cast<size_t>(shape.world_size()));
   dist::run_local_ranks(shape.world_size(), [&](int64_t rank, const dist::Store& store) {
     const dist::Mesh mesh(shape, rank, store, titan::test::mesh_options(std::chrono::seconds(120)));
-    Result r = train(mesh);
+    Result r = train(mesh, kSteps, documents);
     std::lock_guard lock(mutex);
     results[static_cast<size_t>(rank)] = std::move(r);
   });
@@ -186,6 +199,11 @@ TEST_CASE("gpt_oss trains: 24 steps of the parity job on one rank fall beyond th
 
 TEST_CASE("gpt_oss under FSDP 2 matches one rank", "[models][gpt_oss][parallel][fsdp][parity]") {
   check_against_one_rank({.dp_shard = 2});
+}
+
+TEST_CASE("gpt_oss under Ulysses CP 2 with two documents per row matches one rank (sinks and window per head)",
+          "[models][gpt_oss][parallel][cp][ulysses][parity]") {
+  check_against_one_rank({.cp = 2}, /*documents=*/true);
 }
 
 TEST_CASE("gpt_oss under FSDP 2 x EP 2 matches one rank, expert biases sharded",

@@ -8,7 +8,8 @@
 // The Trainer updates a small Qwen3-MoE's expert biases each step (auxiliary-loss-free balancing),
 // logs moe/max_load_ratio, and checkpoints the biases: a resume from step 2 repeats steps 3-4 bitwise.
 // Under TP 2 x ETP 2 (experts split over tp on their hidden dim) and TP 2 x EP 2 x ETP 2 the same parity holds,
-// with a half and a quarter of the routed experts' bytes per rank.
+// with a half and a quarter of the routed experts' bytes per rank. Under Ulysses context parallelism (CP 2 with two
+// documents per row, and CP 2 x TP 2, where the one KV head per tp rank is repeated for the two cp ranks) too.
 #include <ATen/ATen.h>
 #include <ATen/CPUGeneratorImpl.h>
 #include <fmt/format.h>
@@ -20,6 +21,7 @@
 #include "dist/launch_test_util.hpp"
 #include "dist/rank_test_util.hpp"
 #include "it_trains.hpp"
+#include "models/documents_util.hpp"
 #include "test_util.hpp"
 #include "titan/core/config.hpp"
 #include "titan/core/memory_tracker.hpp"
@@ -31,6 +33,7 @@
 #include "titan/nn/init.hpp"
 #include "titan/optim/adamw.hpp"
 #include "titan/optim/clip.hpp"
+#include "titan/parallel/context_parallel.hpp"
 #include "titan/parallel/expert_parallel.hpp"
 #include "titan/parallel/parallelize.hpp"
 #include "titan/parallel/planner.hpp"
@@ -75,6 +78,7 @@ JobConfig parity_config() {
   c.model.name = "qwen3";
   c.training.seq_len = kSeq;
   c.activation_checkpoint.mode = AcMode::none;
+  c.parallelism.context_parallel_rotate_method = CpRotateMethod::ulysses;  // where the mesh has cp
   return c;
 }
 
@@ -89,7 +93,7 @@ struct Result {
 
 bool is_routed_expert(const std::string& fqn) { return fqn.find(".moe.experts.") != std::string::npos; }
 
-Result train(const dist::Mesh& mesh, int64_t steps = kSteps) {
+Result train(const dist::Mesh& mesh, int64_t steps = kSteps, bool documents = false) {
   nn::manual_init_seed(42);
   MemoryTracker tracker;
   const TrackMemory track(tracker);
@@ -133,8 +137,15 @@ Result train(const dist::Mesh& mesh, int64_t steps = kSteps) {
     const at::Tensor stride = at::randint(1, 5, {kBatch, 1}, gen, at::kLong);                     // (B, 1)
     const at::Tensor tokens = (start + stride * at::arange(kSeq + 1, at::kLong)).remainder(128);  // (B, S+1)
     const int64_t row = mesh.coordinate("dp") * local;
-    const std::vector<Microbatch> micro{{.input = tokens.narrow(0, row, local).narrow(1, 0, kSeq).contiguous(),
-                                         .labels = tokens.narrow(0, row, local).narrow(1, 1, kSeq).contiguous()}};
+    const auto rows = [&](const at::Tensor& t) { return t.defined() ? t.narrow(0, row, local) : t; };
+    const auto [ids, positions] =
+        documents ? test::two_documents_per_row(kBatch, kSeq) : std::pair<at::Tensor, at::Tensor>();
+    // This rank's part of its rows: under cp its tokens of each sequence and the attention context that says so.
+    const parallel::LocalBatch part = applied.local_batch({.tokens = rows(tokens).narrow(1, 0, kSeq).contiguous(),
+                                                           .labels = rows(tokens).narrow(1, 1, kSeq).contiguous(),
+                                                           .positions = rows(positions),
+                                                           .document_ids = rows(ids)});
+    const std::vector<Microbatch> micro{{.input = part.tokens, .labels = part.labels, .attention = part.attention}};
     const double local_loss =
         forward_backward([&](const at::Tensor& t, const titan::nn::AttentionContext& c) { return model.forward(t, c); },
                          micro, at::kCPU, kBatch * kSeq, false, loss)
@@ -161,15 +172,16 @@ Result train(const dist::Mesh& mesh, int64_t steps = kSteps) {
 // ranks (~1e-7 relative per reduction, amplified by AdamW on near-zero gradients): 1e-5 relative on
 // losses, 1e-4 relative + 2e-5 absolute on the final weights. Routing is discrete, but no token's
 // top-2 sits within 1e-6 of a tie here, so every layout routes every token the same way.
-std::vector<Result> check_against_one_rank(const dist::MeshShape& shape) {
-  static const Result one = train(dist::Mesh());
+std::vector<Result> check_against_one_rank(const dist::MeshShape& shape, bool documents = false) {
+  const Result& one = test::one_rank_reference<Result>(
+      documents, [](bool with_documents) { return train(dist::Mesh(), kSteps, with_documents); });
   // That it trains is shown over more steps ("qwen3-moe trains: ..."): at lr 0 these 10 batches alone move
   // the loss by 0.1 from step to step, and the mean of the last three falls below the first three's by 0.27.
   std::mutex mutex;
   std::vector<Result> results(static_cast<size_t>(shape.world_size()));
   dist::run_local_ranks(shape.world_size(), [&](int64_t rank, const dist::Store& store) {
     const dist::Mesh mesh(shape, rank, store, test::mesh_options(std::chrono::seconds(120)));
-    Result r = train(mesh);
+    Result r = train(mesh, kSteps, documents);
     std::lock_guard lock(mutex);
     results[static_cast<size_t>(rank)] = std::move(r);
   });
@@ -241,6 +253,16 @@ TEST_CASE("qwen3-moe under FSDP 2 matches one rank", "[models][qwen3][parallel][
 TEST_CASE("qwen3-moe under TP 2 with sequence and loss parallel matches one rank",
           "[models][qwen3][parallel][tp][parity]") {
   check_against_one_rank({.tp = 2});
+}
+
+TEST_CASE("qwen3-moe under Ulysses CP 2 with two documents per row matches one rank",
+          "[models][qwen3][parallel][cp][ulysses][parity]") {
+  check_against_one_rank({.cp = 2}, /*documents=*/true);
+}
+
+TEST_CASE("qwen3-moe under Ulysses CP 2 x TP 2 matches one rank (KV heads repeated over cp)",
+          "[models][qwen3][parallel][cp][tp][ulysses][parity]") {
+  check_against_one_rank({.cp = 2, .tp = 2});
 }
 
 TEST_CASE("qwen3-moe under EP 2 matches one rank", "[models][qwen3][parallel][ep][parity]") {

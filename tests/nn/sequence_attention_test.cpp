@@ -1,8 +1,10 @@
 // SPDX-License-Identifier: BSD-3-Clause
 // Context-parallel attention against one-device SDPA: every split (cp 2, 3, 4; headtail or
-// contiguous chunks), both K/V exchanges, causal and document-masked, GQA and not. Outputs and the
-// gradients of q, k and v agree within 1e-5 (fp32): the blocks' partial results are merged through
-// their log-sum-exp, which reorders the softmax sums (measured max difference ~1e-6).
+// contiguous chunks), both K/V exchanges and Ulysses (cp 2 and 4: it needs the heads divisible by cp),
+// causal and document-masked, GQA and not. Outputs and the gradients of q, k and v agree within 1e-5
+// (fp32): the blocks' partial results are merged through their log-sum-exp, which reorders the softmax
+// sums (measured max difference ~1e-6); Ulysses runs the one-device kernel on whole sequences of fewer
+// heads, so only the kernel's own blocking differs.
 #include <ATen/ATen.h>
 #include <fmt/format.h>
 
@@ -89,6 +91,27 @@ TEST_CASE("context-parallel attention equals one-device SDPA: outputs and gradie
   const CpRotateMethod rotate = GENERATE(CpRotateMethod::allgather, CpRotateMethod::alltoall);
   const bool gqa = GENERATE(false, true);
   check_case({.cp = cp, .headtail = headtail, .documents = documents, .gqa = gqa, .rotate = rotate});
+}
+
+TEST_CASE("Ulysses attention equals one-device SDPA: outputs and gradients", "[cp][attention][ulysses]") {
+  const int64_t cp = GENERATE(2, 4);  // 4 heads; with GQA at cp 4 the 2 KV heads are repeated first
+  const bool headtail = GENERATE(true, false);
+  const bool documents = GENERATE(false, true);
+  const bool gqa = GENERATE(false, true);
+  check_case({.cp = cp, .headtail = headtail, .documents = documents, .gqa = gqa, .rotate = CpRotateMethod::ulysses});
+}
+
+TEST_CASE("Ulysses attention with heads that cp does not divide is a clear error", "[cp][attention][ulysses]") {
+  dist::run_local_ranks(3, [&](int64_t rank, const dist::Store& store) {
+    const dist::Mesh mesh({.cp = 3}, rank, store, kQuick);
+    const nn::SequenceSharding sharding{.group = std::make_shared<dist::ProcessGroup>(mesh.group("cp")),
+                                        .layout = {.seq_len = 12, .degree = 3, .rank = rank, .load_balance = false},
+                                        .rotate = CpRotateMethod::ulysses};
+    const at::Tensor x = at::zeros({1, 4, 4, 8});  // (B, H, S/cp, HD): 4 heads over 3 ranks
+    const std::string error = error_of([&] { (void)nn::context_parallel_attention(x, x, x, sharding); });
+    RANK_CHECK_INFO(error, error.find("query heads (4 = n_heads / parallelism.tensor_parallel_degree) divisible by "
+                                      "parallelism.context_parallel_degree 3") != std::string::npos);
+  });
 }
 
 TEST_CASE("the headtail layout gives rank r chunks r and 2c-1-r", "[cp][attention]") {

@@ -3,13 +3,17 @@
 // written out: scores q k^T / sqrt(HD), keys outside the window or the document masked, one sink logit per
 // head appended to every row, softmax, the sink column dropped. Values and the gradients of q, k, v and
 // the sinks, with grouped-query heads; the KV-cache form against the training form; a biased Linear; the
-// refusals (context parallelism, tensor parallelism of a bias the layer does not declare). Tolerances: fp32 with the
+// refusals (context parallelism other than Ulysses, tensor parallelism of a bias the layer does not declare).
+// Under Ulysses CP 2 (whole sequences of half the heads on each rank) the same values and gradients, the sinks'
+// gradient summed over the ranks. Tolerances: fp32 with the
 // flash kernel's blockwise softmax against one softmax over the row, ~1e-7 relative per sum; 1e-5.
 #include <ATen/ATen.h>
+#include <fmt/format.h>
 #include <torch/csrc/autograd/autograd.h>
 
 #include <cmath>
 #include <limits>
+#include <mutex>
 
 #include "dist/rank_test_util.hpp"
 #include "test_util.hpp"
@@ -132,12 +136,58 @@ TEST_CASE("a biased Linear adds its bias, and tensor parallelism refuses a bias 
                             Catch::Contains("shardable_bias"));
 }
 
+TEST_CASE("sink attention under Ulysses CP 2 equals one device: window, documents, per-head sinks",
+          "[nn][attention][sinks][cp][ulysses]") {
+  const bool headtail = GENERATE(true, false);
+  const bool with_docs = GENERATE(false, true);
+  INFO("headtail " << headtail << " documents " << with_docs);
+  constexpr int64_t kCp = 2, kSeq = 16, kWindow = 3;  // the window crosses every chunk boundary
+  at::manual_seed(5);
+  const at::Tensor q = at::randn({B, H, kSeq, HD}), k = at::randn({B, KVH, kSeq, HD}),
+                   v = at::randn({B, KVH, kSeq, HD}), sinks = at::randn({H}) * 2, dy = at::randn({B, H, kSeq, HD});
+  const at::Tensor docs = with_docs ? (at::arange(kSeq).unsqueeze(0) >= at::tensor({5, 11}).unsqueeze(1)).to(at::kLong)
+                                    : at::Tensor();  // (B, S): two documents per row, split at 5 and 11
+  std::vector<at::Tensor> want{q.clone().requires_grad_(true), k.clone().requires_grad_(true),
+                               v.clone().requires_grad_(true), sinks.clone().requires_grad_(true)};
+  const at::Tensor ref = nn::sink_attention(want[0], want[1], want[2], want[3], kWindow, {.document_ids = docs});
+  const auto ref_grads = torch::autograd::grad({ref}, want, {dy});
+  std::mutex mutex;
+  std::vector<std::string> failures;
+  at::Tensor sink_grad = at::zeros({H});  // summed over the ranks: each holds its heads' share
+  titan::dist::run_local_ranks(kCp, [&](int64_t rank, const titan::dist::Store& store) {
+    const titan::dist::Mesh mesh({.cp = kCp}, rank, store, mesh_options());
+    auto sharding = std::make_shared<nn::SequenceSharding>(
+        nn::SequenceSharding{.group = std::make_shared<titan::dist::ProcessGroup>(mesh.group("cp")),
+                             .layout = {.seq_len = kSeq, .degree = kCp, .rank = rank, .load_balance = headtail},
+                             .rotate = CpRotateMethod::ulysses});
+    const auto local = [&](const at::Tensor& t) { return sharding->layout.shard(t, 2); };
+    std::vector<at::Tensor> leaves{local(q).requires_grad_(true), local(k).requires_grad_(true),
+                                   local(v).requires_grad_(true), sinks.clone().requires_grad_(true)};
+    const at::Tensor out = nn::sink_attention(leaves[0], leaves[1], leaves[2], leaves[3], kWindow,
+                                              {.document_ids = docs, .sharding = sharding});
+    const auto grads = torch::autograd::grad({out}, leaves, {local(dy)});
+    const std::pair<const char*, bool> checks[] = {{"output", at::allclose(out, local(ref), 1e-5, 1e-5)},
+                                                   {"dq", at::allclose(grads[0], local(ref_grads[0]), 1e-5, 1e-5)},
+                                                   {"dk", at::allclose(grads[1], local(ref_grads[1]), 1e-5, 1e-5)},
+                                                   {"dv", at::allclose(grads[2], local(ref_grads[2]), 1e-5, 1e-5)}};
+    std::lock_guard lock(mutex);
+    sink_grad += grads[3];
+    for (const auto& [what, ok] : checks) {
+      if (!ok) failures.push_back(fmt::format("rank {}: {}", rank, what));
+    }
+  });
+  CHECK(failures == std::vector<std::string>{});
+  CHECK(at::allclose(sink_grad, ref_grads[3], 1e-5, 1e-5));
+  CHECK(ref_grads[3].abs().min().item<double>() > 0);  // every head's sink learns, on one rank or the other
+}
+
 TEST_CASE("sink attention refuses a context-parallel split, naming the fix", "[nn][attention][sinks][errors]") {
   const Inputs in = inputs(true);
   auto sharding = std::make_shared<nn::SequenceSharding>();
   sharding->layout = {.seq_len = 2 * S, .degree = 2, .rank = 0};
   CHECK_THROWS_WITH(nn::sink_attention(in.q, in.k, in.v, in.sinks, 3, {.sharding = sharding}),
                     Catch::Contains("[titan::nn::sink_attention] expected whole sequences") &&
+                        Catch::Contains("context_parallel_rotate_method ulysses") &&
                         Catch::Contains("parallelism.context_parallel_degree 1"));
   CHECK_THROWS_WITH(nn::sink_attention(in.q, in.k, in.v, at::zeros({3}), 3),
                     Catch::Contains("expected one sink per query head (4)"));

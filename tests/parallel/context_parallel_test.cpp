@@ -1,8 +1,9 @@
 // SPDX-License-Identifier: BSD-3-Clause
 // Context parallelism against one rank: the parity model (vocab 512, seq 64), 8 steps, fp32, Gloo, ranks
 // as threads, same tolerances as the other layouts (parity_check.hpp; the attention merge adds
-// log-sum-exp reordering, ~1e-6 relative). CP 2 and CP 4 with both K/V exchanges and headtail on and
-// off, document masking, FSDP 2 x CP 2, CP 2 x TP 2, CP 2 x PP 2, and the 4-D PP 2 x FSDP 2 x CP 2 x TP 2
+// log-sum-exp reordering, ~1e-6 relative; Ulysses reorders nothing but the all-to-alls' copies). CP 2 and CP 4
+// with both K/V exchanges and headtail on and off, Ulysses CP 2 (headtail on and off, with documents, x TP 2),
+// document masking, FSDP 2 x CP 2, CP 2 x TP 2, CP 2 x PP 2, and the 4-D PP 2 x FSDP 2 x CP 2 x TP 2
 // (16 ranks; the same debugmodel: 6 blocks of dim 256, 64 tokens = 16 per cp rank, 8 per tp rank).
 #include <ATen/ATen.h>
 #include <fmt/format.h>
@@ -16,7 +17,7 @@
 namespace titan::test {
 
 TEST_CASE("CP 2 matches one rank with either K/V exchange and headtail on or off", "[parallel][cp][parity]") {
-  const CpRotateMethod rotate = GENERATE(CpRotateMethod::allgather, CpRotateMethod::alltoall);
+  const CpRotateMethod rotate = GENERATE(CpRotateMethod::allgather, CpRotateMethod::alltoall, CpRotateMethod::ulysses);
   const bool headtail = GENERATE(true, false);
   INFO(fmt::format("rotate {} headtail {}", rotate, headtail));
   check_parity({.cp = 2}, {.load_balance = headtail, .rotate = rotate});
@@ -31,6 +32,31 @@ TEST_CASE("CP 4 matches one rank with either K/V exchange and headtail on or off
 
 TEST_CASE("CP 2 with two documents per row matches one rank with document masking", "[parallel][cp][parity][full]") {
   check_parity({.cp = 2}, {.rotate = CpRotateMethod::alltoall, .documents = true});
+}
+
+TEST_CASE("Ulysses CP 2 with two documents per row matches one rank with document masking",
+          "[parallel][cp][ulysses][parity]") {
+  check_parity({.cp = 2}, {.rotate = CpRotateMethod::ulysses, .documents = true});
+}
+
+TEST_CASE("Ulysses CP 2 x TP 2 matches one rank (one head per rank in attention)",
+          "[parallel][cp][tp][ulysses][parity]") {
+  check_parity({.cp = 2, .tp = 2}, {.rotate = CpRotateMethod::ulysses});
+}
+
+TEST_CASE("Ulysses with heads that tp x cp does not divide is refused by the plan, naming the keys",
+          "[parallel][cp][ulysses]") {
+  const llama3::Llama3 model(parity_args(), 32, at::TensorOptions().device(at::kMeta));  // 4 heads
+  const std::string error = error_of([&] {
+    (void)parallel::plan(model.sharding_spec(),
+                         {.parallelism = {.context_parallel_rotate_method = CpRotateMethod::ulysses}},
+                         {.cp = 4, .tp = 2});
+  });
+  CHECK(error.find("expected n_heads (4) divisible by parallelism.tensor_parallel_degree x context_parallel_degree "
+                   "= 2 x 4 under context_parallel_rotate_method ulysses") != std::string::npos);
+  CHECK_NOTHROW(parallel::plan(model.sharding_spec(),
+                               {.parallelism = {.context_parallel_rotate_method = CpRotateMethod::ulysses}},
+                               {.cp = 2, .tp = 2}));
 }
 
 TEST_CASE("FSDP 2 x CP 2 matches one rank (FSDP over dp_shard x cp)", "[parallel][cp][fsdp][parity][full]") {

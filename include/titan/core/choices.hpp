@@ -117,9 +117,11 @@ TITAN_CHOICES(PipelineSplitBy, {PipelineSplitBy::layers, "layers"}, {PipelineSpl
 enum class CpLoadBalancer { headtail, ptrr };
 TITAN_CHOICES(CpLoadBalancer, {CpLoadBalancer::headtail, "headtail"}, {CpLoadBalancer::ptrr, "ptrr"})
 
-/// parallelism.context_parallel_rotate_method.
-enum class CpRotateMethod { allgather, alltoall };
-TITAN_CHOICES(CpRotateMethod, {CpRotateMethod::allgather, "allgather"}, {CpRotateMethod::alltoall, "alltoall"})
+/// parallelism.context_parallel_rotate_method: K/V gathered (allgather) or passed around the ring (alltoall,
+/// PyTorch's name), or q/k/v swapped from sequence shards to head shards around attention (ulysses).
+enum class CpRotateMethod { allgather, alltoall, ulysses };
+TITAN_CHOICES(CpRotateMethod, {CpRotateMethod::allgather, "allgather"}, {CpRotateMethod::alltoall, "alltoall"},
+              {CpRotateMethod::ulysses, "ulysses"})
 
 /// parallelism.expert_parallel_comm_backend.
 enum class ExpertCommBackend { standard, deepep };

@@ -260,7 +260,7 @@ struct ParallelismConfig {
   int64_t context_parallel_degree = 1;
   /// CP load balancer: headtail or ptrr (unset = none).
   std::optional<CpLoadBalancer> context_parallel_load_balancer = CpLoadBalancer::headtail;
-  /// CP key/value exchange: allgather or alltoall.
+  /// CP attention exchange: allgather, alltoall (the K/V ring) or ulysses (head/sequence all-to-all).
   CpRotateMethod context_parallel_rotate_method = CpRotateMethod::allgather;
   /// Expert-parallel degree (MoE models only).
   int64_t expert_parallel_degree = 1;

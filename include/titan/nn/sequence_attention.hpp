@@ -12,6 +12,8 @@
 
 #include <ATen/core/Tensor.h>
 
+#include <functional>
+
 #include "titan/nn/attention_context.hpp"
 
 namespace titan::nn {
@@ -25,6 +27,20 @@ at::Tensor causal_attention(const at::Tensor& q, const at::Tensor& k, const at::
 /// (B, S_whole) int64 or undefined.
 at::Tensor context_parallel_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                                       const SequenceSharding& sharding, const at::Tensor& document_ids = {});
+
+/// Attention of head-sharded q (B, H', S, HD), k and v (B, KVH', S, HD) over the whole sequence: `head_begin` is
+/// the first of the local heads' indices among the attention's heads (for per-head parameters such as sinks),
+/// `whole` the context of the whole sequence (document ids; no sharding).
+using WholeSequenceAttention = std::function<at::Tensor(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                                                        int64_t head_begin, const AttentionContext& whole)>;
+
+/// Ulysses context parallelism: q (B, H, L, HD), k and v (B, KVH, L, HD) of this rank's tokens are exchanged by
+/// an all-to-all over the cp group for every token of H/cp heads, attended by `attend` as on one device, and the
+/// output (B, H/cp, S, HD) exchanged back to (B, H, L, HD). H must divide by cp; KV heads that cp does not divide
+/// are repeated first. Differentiable (the backward of an all-to-all is the reverse all-to-all).
+at::Tensor ulysses_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                             const SequenceSharding& sharding, const at::Tensor& document_ids,
+                             const WholeSequenceAttention& attend);
 
 /// The one-device reference: SDPA over the whole sequence, causal, within documents when
 /// `document_ids` (B, S) is defined.

@@ -65,7 +65,8 @@ struct MoeModule {
 
 /// An axis the model cannot be sharded over, and why (the planner's error quotes it).
 struct RefusedAxis {
-  /// "tp", "cp", "pp", "ep" or "etp".
+  /// "tp", "cp", "pp", "ep" or "etp"; "cp_kv": cp only by Ulysses (context_parallel_rotate_method ulysses), not by
+  /// the K/V exchanges (allgather, alltoall).
   std::string axis{};
   /// Why, and what to use instead.
   std::string reason{};

@@ -80,9 +80,10 @@ parallel::ShardingSpec GptOss::sharding_spec() const {
   parallel::ShardingSpec spec = Decoder::sharding_spec();
   for (parallel::RefusedAxis& r : spec.refused) {
     if (r.axis == "cp") {
+      r.axis = "cp_kv";  // Ulysses attends whole sequences of a head subset: sinks and window as on one device
       r.reason =
-          "the attention sinks and the sliding window are not built into the context-parallel attention. "
-          "Set parallelism.context_parallel_degree 1.";
+          "the attention sinks and the sliding window are built into the Ulysses context-parallel attention only. "
+          "Set parallelism.context_parallel_rotate_method ulysses, or parallelism.context_parallel_degree 1.";
     } else if (r.axis == "tp") {
       r.reason =
           "tensor parallelism of the biased q/k/v/o projections and the per-head sinks is not built. Use "
