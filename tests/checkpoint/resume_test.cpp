@@ -114,7 +114,7 @@ const Layout kSingleLayout{.name = "one process", .nproc = 1, .local_batch = 8, 
 
 }  // namespace
 
-TEST_CASE("an FSDP 4 checkpoint resumes on FSDP 2 and on one process", "[checkpoint][reshard][launch][train][full]") {
+TEST_CASE("an FSDP 4 checkpoint resumes on FSDP 2 and on one process", "[checkpoint][reshard][launch][train][slow]") {
   check_reshard(
       {.name = "FSDP 4", .nproc = 4, .local_batch = 2, .flags = {"--parallelism.data_parallel_shard_degree", "4"}},
       {{.name = "FSDP 2", .nproc = 2, .local_batch = 4, .flags = {"--parallelism.data_parallel_shard_degree", "2"}},
@@ -122,7 +122,7 @@ TEST_CASE("an FSDP 4 checkpoint resumes on FSDP 2 and on one process", "[checkpo
 }
 
 TEST_CASE("an FSDP 2 x TP 2 checkpoint resumes on TP 2 and on one process",
-          "[checkpoint][reshard][tp][launch][train][full]") {
+          "[checkpoint][reshard][tp][launch][train][slow]") {
   check_reshard(
       {.name = "FSDP 2 x TP 2",
        .nproc = 4,
@@ -136,7 +136,7 @@ TEST_CASE("an FSDP 2 x TP 2 checkpoint resumes on TP 2 and on one process",
 }
 
 TEST_CASE("a CP 2 x FSDP 2 checkpoint (sharded over dp_shard_cp) resumes on one process and on CP 2",
-          "[checkpoint][reshard][cp][launch][train][full]") {
+          "[checkpoint][reshard][cp][launch][train][slow]") {
   check_reshard(
       {.name = "CP 2 x FSDP 2",
        .nproc = 4,

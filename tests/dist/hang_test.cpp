@@ -274,7 +274,7 @@ TEST_CASE("Hang: a rank asleep in a collective is named by every rank, which all
 }
 
 TEST_CASE("Hang: with --max-restarts the job restarts from its checkpoint after a hung rank and completes",
-          "[dist][launch][train][heartbeat][fault_tolerance][full]") {
+          "[dist][launch][train][heartbeat][fault_tolerance][slow]") {
   TempDir dump;
   // Checkpoints at step 2; rank 1 falls asleep as step 4 starts (first attempt only).
   std::vector<std::string> args =

@@ -196,7 +196,7 @@ TEST_CASE("titan-run: FSDP 2 x TP 2 processes reproduce the single-process losse
 }
 
 TEST_CASE("bf16 through the trainer under TP 2, CP 2, PP 2, DDP 2 and HSDP 2x2 tracks one process's bf16 run",
-          "[dist][launch][train][mixed_precision][full]") {
+          "[dist][launch][train][mixed_precision][slow]") {
   const std::vector<std::string> bf16 = {"--training.mixed_precision_param", "bfloat16"};
   auto single = [&](const TempDir& dir, const std::vector<std::string>& extra) {
     Subprocess run(concat(trainer_args(dir.path.string(), "8"), extra),
@@ -309,7 +309,7 @@ std::vector<std::string> custom_loop_args(const std::string& dump, const std::st
 }  // namespace
 
 TEST_CASE("examples/custom_loop: 2 FSDP processes and a 2-stage pipeline and CP 2 reproduce one process's losses",
-          "[dist][launch][train][example][full]") {
+          "[dist][launch][train][example][slow]") {
   TempDir one;
   // The metric lines are info logs: the test environment's TITAN_LOG_LEVEL=warn would hide them.
   Subprocess single(custom_loop_args(one.path.string(), "4"),

@@ -70,7 +70,7 @@ void add_part(Shapes& shapes, const std::string& name, std::vector<int64_t> shap
 }  // namespace
 
 TEST_CASE("gpt_oss 20b and 120b: parameters, FLOPs and names equal torchtitan's and transformers'",
-          "[models][gpt_oss][full]") {
+          "[models][gpt_oss][slow]") {
   titan::test::TempDir dir;
   const auto out = dir.path / "counts.json";
   constexpr int64_t kSeq = 2048;

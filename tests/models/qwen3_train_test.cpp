@@ -363,7 +363,7 @@ std::vector<std::string> driver_args(const std::filesystem::path& dump, int64_t 
 
 }  // namespace
 
-TEST_CASE("train --model.name qwen3 resumes from its checkpoint bitwise", "[models][qwen3][train][resume][full]") {
+TEST_CASE("train --model.name qwen3 resumes from its checkpoint bitwise", "[models][qwen3][train][resume][slow]") {
   const std::map<std::string, std::optional<std::string>> env = {
       {"RANK", std::nullopt}, {"WORLD_SIZE", std::nullopt}, {"TITAN_LOG_LEVEL", "info"}};
   test::TempDir straight, resumed;

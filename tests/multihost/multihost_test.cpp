@@ -382,7 +382,7 @@ TEST_CASE("two hosts: an unreachable master address and a taken port and a loopb
 }
 
 TEST_CASE("two hosts: torchrun's c10d rendezvous runs the FSDP 4 job over 2 hosts x 2 ranks",
-          "[multihost][torchrun][train][full]") {
+          "[multihost][torchrun][train][slow]") {
   const fs::path torchrun = fs::path(std::string(titan::test::python())).parent_path() / "torchrun";
   REQUIRE(fs::exists(torchrun));
   TempDir single, two;
@@ -407,7 +407,7 @@ TEST_CASE("two hosts: torchrun's c10d rendezvous runs the FSDP 4 job over 2 host
 TEST_CASE(
     "three hosts: elastic titan-run goes on without a lost host from the checkpoint and takes it back at the next "
     "restart",
-    "[multihost][elastic][train][full]") {
+    "[multihost][elastic][train][slow]") {
   // One rank per host (3 ranks on 2 cores), FSDP over every rank, global batch 6 of 1-sequence microbatches:
   // 2 per rank on 3 hosts, 3 per rank on 2. Checkpoints every 2 steps.
   auto job = [](const fs::path& dump) {
