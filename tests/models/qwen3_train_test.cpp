@@ -22,6 +22,7 @@
 #include "dist/rank_test_util.hpp"
 #include "it_trains.hpp"
 #include "models/documents_util.hpp"
+#include "models/small_models.hpp"
 #include "test_util.hpp"
 #include "titan/core/config.hpp"
 #include "titan/core/memory_tracker.hpp"
@@ -53,25 +54,7 @@ constexpr int64_t kBatch = 4;  // sequences per step, split over the dp ranks
 constexpr int64_t kSeq = 16;
 constexpr double kLr = 3e-3;
 
-qwen3::Qwen3Args parity_args() {
-  qwen3::Qwen3Args a{.dim = 64,
-                     .n_layers = 3,
-                     .n_heads = 4,
-                     .n_kv_heads = 2,
-                     .vocab_size = 128,
-                     .head_dim = 16,
-                     .hidden_dim = 96,
-                     .moe_enabled = true,
-                     .moe_inter_dim = 32,
-                     .moe = {.num_experts = 4,
-                             .num_shared_experts = 0,
-                             .score_func = "softmax",
-                             .route_norm = true,
-                             .score_before_experts = false,
-                             .top_k = 2},
-                     .mlp_only_layers = {1}};
-  return a;
-}
+qwen3::Qwen3Args parity_args() { return test::small_qwen3_moe(); }
 
 JobConfig parity_config() {
   JobConfig c;

@@ -7,6 +7,7 @@
 #include <ATen/CPUGeneratorImpl.h>
 #include <fmt/format.h>
 
+#include "models/small_models.hpp"
 #include "test_util.hpp"
 #include "titan/core/config.hpp"
 #include "titan/core/config_loader.hpp"
@@ -22,15 +23,6 @@ namespace lora_test {
 
 using namespace titan;
 using Catch::Contains;
-
-llama3::Llama3Args small_llama() {
-  llama3::Llama3Args args = llama3::flavor("debugmodel");
-  args.vocab_size = 128;
-  args.dim = 64;
-  args.n_heads = 4;
-  args.n_layers = 2;
-  return args;
-}
 
 // Two MoE blocks around a dense one.
 qwen3::Qwen3Args small_qwen3_moe() {
@@ -68,7 +60,7 @@ JobConfig parse(std::vector<std::string> args) {
 
 TEST_CASE("add_lora adapts the Linears its FQN patterns name, under torchtitan's names, and freezes the rest",
           "[nn][lora]") {
-  llama3::Llama3 model(small_llama(), 8, at::TensorOptions());
+  llama3::Llama3 model(test::small_llama3(), 8, at::TensorOptions());
   const nn::LoraConversion report =
       nn::add_lora(model, {.rank = 4, .alpha = 8, .target_modules = {"wq", "layers.1.feed_forward.*", "output"}});
   CHECK(report.adapted == std::vector<std::string>{"layers.0.attention.wq", "layers.1.attention.wq",
@@ -103,7 +95,7 @@ TEST_CASE("add_lora adapts the Linears its FQN patterns name, under torchtitan's
 
 TEST_CASE("a converted model starts as its base, then adds alpha / rank * B A x to each adapted Linear", "[nn][lora]") {
   nn::manual_init_seed(3);
-  llama3::Llama3 model(small_llama(), 8, at::TensorOptions());
+  llama3::Llama3 model(test::small_llama3(), 8, at::TensorOptions());
   model.init_weights();
   const at::Tensor tokens = tokens_of(128);
   at::NoGradGuard no_grad;
@@ -151,7 +143,7 @@ TEST_CASE("MoE models get adapters on attention and dense layers, none on router
 TEST_CASE("float8 leaves LoRA adapters in high precision whichever converter runs first", "[nn][lora][float8]") {
   for (const bool lora_first : {true, false}) {
     INFO("lora first " << lora_first);
-    llama3::Llama3 model(small_llama(), 8, at::TensorOptions());
+    llama3::Llama3 model(test::small_llama3(), 8, at::TensorOptions());
     // rank 16: the adapters' dims divide by 16, so only the rule keeps them out of float8.
     float8::Float8Conversion f8;
     if (lora_first) nn::add_lora(model, {.rank = 16});
@@ -169,7 +161,7 @@ TEST_CASE("float8 leaves LoRA adapters in high precision whichever converter run
 }
 
 TEST_CASE("bad LoRA settings fail naming their lora key", "[nn][lora][config]") {
-  llama3::Llama3 model(small_llama(), 8, at::TensorOptions());
+  llama3::Llama3 model(test::small_llama3(), 8, at::TensorOptions());
   CHECK_THROWS_WITH(nn::add_lora(model, {.rank = 0}), Contains("expected lora.rank > 0, got 0"));
   CHECK_THROWS_WITH(nn::add_lora(model, {.alpha = -1}), Contains("expected lora.alpha > 0, got -1"));
   CHECK_THROWS_WITH(nn::add_lora(model, {.dropout = 1}), Contains("expected lora.dropout in [0, 1), got 1"));

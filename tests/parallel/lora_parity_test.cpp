@@ -21,6 +21,7 @@
 #include <mutex>
 
 #include "dist/rank_test_util.hpp"
+#include "models/small_models.hpp"
 #include "test_util.hpp"
 #include "titan/core/config.hpp"
 #include "titan/dist/local_ranks.hpp"
@@ -155,37 +156,9 @@ std::vector<Result> check_against_one_process(const dist::MeshShape& shape, cons
   return results;
 }
 
-llama3::Llama3Args llama_args() {
-  llama3::Llama3Args args = llama3::flavor("debugmodel");
-  args.vocab_size = kVocab;
-  args.dim = 64;
-  args.n_heads = 4;
-  args.n_layers = 2;
-  return args;
-}
-
-qwen3::Qwen3Args qwen3_moe_args() {
-  return {.dim = 64,
-          .n_layers = 3,
-          .n_heads = 4,
-          .n_kv_heads = 2,
-          .vocab_size = kVocab,
-          .head_dim = 16,
-          .hidden_dim = 96,
-          .moe_enabled = true,
-          .moe_inter_dim = 32,
-          .moe = {.num_experts = 4,
-                  .num_shared_experts = 0,
-                  .score_func = "softmax",
-                  .route_norm = true,
-                  .score_before_experts = false,
-                  .top_k = 2},
-          .mlp_only_layers = {1}};
-}
-
 TEST_CASE("LoRA on Llama 3 under FSDP 2 x TP 2 trains as one process, base frozen", "[parallel][lora][parity]") {
   const std::vector<Result> results = check_against_one_process({.dp_shard = 2, .tp = 2}, [] {
-    return std::make_shared<llama3::Llama3>(llama_args(), kSeq, at::TensorOptions());
+    return std::make_shared<llama3::Llama3>(test::small_llama3(), kSeq, at::TensorOptions());
   });
   // Colwise wq: A whole over tp, B split with the output features; rowwise wo: A split with the input features.
   const auto& placed = results[0].placements;
@@ -200,7 +173,7 @@ TEST_CASE("LoRA on Llama 3 under FSDP 2 x TP 2 trains as one process, base froze
 TEST_CASE("LoRA on Qwen3-MoE under FSDP 2 x TP 2 trains as one process, base and experts frozen",
           "[parallel][lora][parity][moe]") {
   const std::vector<Result> results = check_against_one_process({.dp_shard = 2, .tp = 2}, [] {
-    return std::make_shared<qwen3::Qwen3>(qwen3_moe_args(), kSeq, at::TensorOptions());
+    return std::make_shared<qwen3::Qwen3>(test::small_qwen3_moe(), kSeq, at::TensorOptions());
   });
   for (const std::string& name : results[0].names) {
     INFO(name);
