@@ -7,6 +7,9 @@
 #   slurm_test.sh fsdp4   BUILD   FSDP 4 over 2 nodes x 2 tasks equals one process (loss by loss, 1e-5 relative)
 #   slurm_test.sh requeue BUILD   `scontrol requeue` mid-run: every rank saves on Slurm's SIGTERM and exits 0, the job
 #                                 runs again under its own id and resumes from that step to the one-process losses
+#   slurm_test.sh signal  BUILD   the script's time-limit warning (`--signal=B:USR1@T`; the test sends the batch shell
+#                                 the signal as slurmctld does, `scancel --batch --signal=USR1`, since Slurm's timer
+#                                 fires up to 60 s early): the script requeues the job, which resumes as above
 #   slurm_test.sh node    BUILD   a node dies mid-run (every process of its host killed, slurmd included): the job
 #                                 ends as NODE_FAIL and no process of it is left on the surviving node
 set -euo pipefail
@@ -112,13 +115,17 @@ case "$scenario" in
       fail "expected 4 tasks on node[1-2], got $(job_field "$job" NumTasks) on $(job_field "$job" NodeList)"
     compare_losses "$submit_dir/outputs/titan-llama3-$job"
     ;;
-  requeue)
+  requeue | signal)
     # Checkpoints every 2 steps; the log kept across the requeue (sbatch truncates it on a restart by default).
     extra_flags=(--checkpoint.enable true --checkpoint.interval 2 --checkpoint.last_save_model_only false)
     job=$(submit --open-mode=append)
     dump="$submit_dir/outputs/titan-llama3-$job"
     wait_steps "$job" "$dump" 3
-    slurm scontrol requeue "$job"
+    if [[ $scenario == requeue ]]; then
+      slurm scontrol requeue "$job"
+    else
+      slurm scancel --batch --signal=USR1 "$job"
+    fi
     release_requeued "$job"
     state=$(wait_state "$job" 'COMPLETED|FAILED|CANCELLED|TIMEOUT|NODE_FAIL')
     [[ $state == COMPLETED ]] || fail "expected job $job COMPLETED after its requeue, got $state$(job_log "$job")"
@@ -169,6 +176,6 @@ case "$scenario" in
       fail "expected the requeued job to resume from its checkpoint$(job_log "$job")"
     compare_losses "$dump"
     ;;
-  *) fail "expected fsdp4, requeue or node, got '$scenario'" ;;
+  *) fail "expected fsdp4, requeue, signal or node, got '$scenario'" ;;
 esac
 echo "slurm $scenario: passed"
