@@ -54,7 +54,10 @@ if [[ ! -x "$VENV/bin/python" ]]; then
 fi
 if [[ "$(cat "$STAMP" 2>/dev/null || true)" != "$want" ]]; then
   log "installing Python packages (torch wheel ~3 GB with its CUDA libraries; once per machine)"
-  "$VENV/bin/pip" install -q --disable-pip-version-check -r "$REQ"
+  # uv fetches and unpacks the wheels in parallel: 62 s for the whole file where pip took 6.5 min on the same
+  # machine (docs/testing.md). It is pinned here, not in requirements.txt, because it installs that file.
+  "$VENV/bin/pip" install -q --disable-pip-version-check uv==0.9.30
+  "$VENV/bin/uv" pip install -q --python "$VENV/bin/python" -r "$REQ"
   echo "$want" > "$STAMP"
 fi
 
