@@ -20,6 +20,7 @@
 #include "titan/models/qwen3/hf_adapter.hpp"
 #include "titan/models/qwen3/model.hpp"
 #include "titan/models/qwen3_5/hf_adapter.hpp"
+#include "titan/models/qwen3_5/memory_model.hpp"
 #include "titan/models/qwen3_5/model.hpp"
 
 namespace titan::models {
@@ -63,10 +64,13 @@ struct Registry {
               deepseek_v3::attention_memory),
           bundled<gpt_oss::GptOss>("gpt_oss", {"GptOssForCausalLM"}, gpt_oss::flavor_names, gpt_oss::flavor,
                                    gpt_oss::args_from_hf_config),
-          bundled<qwen3_5::Qwen35>("qwen3_5", {"Qwen3_5ForCausalLM"}, qwen3_5::flavor_names, qwen3_5::flavor,
-                                   qwen3_5::args_from_hf_config),
-          bundled<qwen3_5::Qwen35>("qwen3_5_moe", {"Qwen3_5MoeForCausalLM"}, qwen3_5::moe_flavor_names,
-                                   qwen3_5::moe_flavor, qwen3_5::args_from_hf_config)}) {
+          with_attention_memory(bundled<qwen3_5::Qwen35>("qwen3_5", {"Qwen3_5ForCausalLM"}, qwen3_5::flavor_names,
+                                                         qwen3_5::flavor, qwen3_5::args_from_hf_config),
+                                qwen3_5::attention_memory),
+          with_attention_memory(
+              bundled<qwen3_5::Qwen35>("qwen3_5_moe", {"Qwen3_5MoeForCausalLM"}, qwen3_5::moe_flavor_names,
+                                       qwen3_5::moe_flavor, qwen3_5::args_from_hf_config),
+              qwen3_5::attention_memory)}) {
       specs.emplace(spec.name, std::move(spec));
     }
   }

@@ -179,6 +179,16 @@ void check_kv_exchange(const ShardingSpec& spec, const ParallelismConfig& p, con
       p.context_parallel_rotate_method, mesh.cp, r == nullptr ? "" : r->reason);
 }
 
+// A model with a recurrence across the cp ranks (Gated DeltaNet's state passing) needs each rank's tokens contiguous.
+void check_load_balance(const ShardingSpec& spec, const ParallelismConfig& p, const dist::MeshShape& mesh) {
+  const RefusedAxis* r = refusal(spec, "cp_load_balance");
+  TITAN_CHECK_NOT_IMPLEMENTED(mesh.cp == 1 || r == nullptr || !p.context_parallel_load_balancer.has_value(),
+                              "[{}::plan] expected parallelism.context_parallel_load_balancer None under cp = {}, got "
+                              "{}: {}",
+                              spec.model, mesh.cp, p.context_parallel_load_balancer.has_value() ? "headtail" : "None",
+                              r == nullptr ? "" : r->reason);
+}
+
 // Ulysses hands every cp rank whole heads of the tp rank's share (KV heads are repeated where cp does not divide
 // them, so only the query heads bind).
 void check_ulysses_heads(const ShardingSpec& spec, const ParallelismConfig& p, const dist::MeshShape& mesh) {
@@ -276,6 +286,7 @@ ParallelPlan plan(const ShardingSpec& spec, const PlanOptions& options, const di
   if (mesh.pp > 1) plan.pipeline = pipeline_plan(spec.pipeline, spec.pipeline_costs, mesh.pp, p, spec.model);
   if (mesh.cp > 1) {
     check_kv_exchange(spec, p, mesh);
+    check_load_balance(spec, p, mesh);
     check_ulysses_heads(spec, p, mesh);
     plan.context_parallel = context_parallel_plan(spec.attention, p);
   }

@@ -130,7 +130,13 @@ void detail::check_layout(const models::Decoder& model, const JobConfig& cfg, co
                               "[titan::planner::plan_memory] expected tensor_parallel_degree 1 for {}, got {}: its "
                               "tensor parallelism is not built yet. Use data and expert parallelism.",
                               shape.where, m.tp);
-  TITAN_CHECK_NOT_IMPLEMENTED(shape.pipeline_and_context_parallel || (m.pp == 1 && m.cp == 1),
+  // A family without both may still have one: its sharding spec says which it refuses (Qwen3.5: pipeline only).
+  const parallel::ShardingSpec spec = model.sharding_spec();
+  const auto refuses = [&](const char* axis, int64_t degree) {
+    return degree > 1 &&
+           std::any_of(spec.refused.begin(), spec.refused.end(), [&](const auto& r) { return r.axis == axis; });
+  };
+  TITAN_CHECK_NOT_IMPLEMENTED(shape.pipeline_and_context_parallel || (!refuses("pp", m.pp) && !refuses("cp", m.cp)),
                               "[titan::planner::plan_memory] expected pipeline_parallel_degree and "
                               "context_parallel_degree 1 for {}, got pp {} and cp {}: its pipeline and context "
                               "parallelism are not built yet. Use data, tensor and expert parallelism.",

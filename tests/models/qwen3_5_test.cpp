@@ -1,19 +1,31 @@
 // SPDX-License-Identifier: BSD-3-Clause
 // Qwen3.5 and Qwen3.5-MoE: every flavor's parameter count against transformers' model built from the config.json
 // titan exports for it (the oracle, on the meta device), the block kinds and parameter names, forward and backward
-// of both debug models, and the refusals of what is not built, in titan's error form.
+// of both debug models, and the refusals of what is not built, in titan's error form. Then the memory planner's
+// model of a Gated DeltaNet block against the memory tracker: what is still alive after the layer's forward, less
+// its output, is what autograd saved, and the model counts each such tensor (the chunked rule's per-chunk states
+// among them, and under cp the carry received from the previous rank), so the two are equal to the byte.
 #include <ATen/ATen.h>
 #include <fmt/format.h>
 
 #include <cmath>
 #include <map>
+#include <mutex>
 #include <nlohmann/json.hpp>
+#include <vector>
 
+#include "dist/rank_test_util.hpp"
 #include "test_util.hpp"
+#include "titan/core/memory_tracker.hpp"
+#include "titan/dist/local_ranks.hpp"
+#include "titan/dist/mesh.hpp"
 #include "titan/models/qwen3_5/hf_adapter.hpp"
+#include "titan/models/qwen3_5/memory_model.hpp"
 #include "titan/models/qwen3_5/model.hpp"
+#include "titan/nn/gated_deltanet.hpp"
 #include "titan/nn/init.hpp"
 #include "titan/parallel/planner.hpp"
+#include "titan/planner/memory_plan.hpp"
 
 // Its own namespace: the build compiles sources in batches, where file-local names must not meet.
 namespace qwen3_5_test {
@@ -152,14 +164,21 @@ TEST_CASE("qwen3_5 computes each packed document as if it ran alone", "[models][
   CHECK_FALSE(at::allclose(model.forward(tokens).narrow(1, 9, 15), second, 0, 1e-3));
 }
 
-TEST_CASE("qwen3_5 refuses context, pipeline and expert parallelism with the reason", "[models][qwen3_5][errors]") {
+TEST_CASE("qwen3_5 refuses load-balanced context, pipeline and expert parallelism with the reason",
+          "[models][qwen3_5][errors]") {
   const auto dense = meta_model(titan::qwen3_5::flavor("debugmodel"));
   const auto plan_on = [&](const Qwen35& model, const titan::dist::MeshShape& mesh) {
     return titan::test::error_of([&] { titan::parallel::plan(model.sharding_spec(), {}, mesh); });
   };
-  CHECK_THAT(plan_on(*dense, {.cp = 2}), Catch::Contains("[titan::qwen3_5::plan] expected cp = 1, got 2") &&
-                                             Catch::Contains("Gated DeltaNet") &&
-                                             Catch::Contains("context_parallel_degree 1"));
+  // Context parallelism over contiguous shards only: the Gated DeltaNet state passes from each cp rank to the next.
+  CHECK_THAT(plan_on(*dense, {.cp = 2}),
+             Catch::Contains("[titan::qwen3_5::plan] expected parallelism.context_parallel_load_balancer None under "
+                             "cp = 2, got headtail") &&
+                 Catch::Contains("Gated DeltaNet"));
+  const titan::parallel::ParallelPlan cp = titan::parallel::plan(
+      dense->sharding_spec(), {.parallelism = {.context_parallel_load_balancer = std::nullopt}}, {.cp = 2});
+  CHECK_FALSE(cp.context_parallel.load_balance);
+  CHECK(cp.context_parallel.attention_modules.size() == 8);  // the Gated DeltaNet blocks' and the full attention's
   const auto moe = meta_model(titan::qwen3_5::moe_flavor("debugmodel_moe"));
   CHECK_THAT(plan_on(*moe, {.pp = 2}), Catch::Contains("expected pp = 1, got 2") && Catch::Contains("not tested"));
   CHECK_THAT(plan_on(*moe, {.dp_shard = 2, .ep = 2}), Catch::Contains("expected ep = 1, got 2"));
@@ -188,3 +207,95 @@ TEST_CASE("qwen3_5 refuses context, pipeline and expert parallelism with the rea
 }
 
 }  // namespace qwen3_5_test
+
+// The memory planner's count of a Gated DeltaNet block against what its forward really keeps.
+namespace memory_plan_qwen3_5_test {
+namespace {
+
+using namespace titan;
+
+constexpr int64_t kDim = 32;
+
+struct Kept {
+  int64_t measured = 0;
+  int64_t planned = 0;
+};
+
+// The bytes one forward of a Gated DeltaNet layer leaves alive (its output aside), and the model's count.
+Kept kept_by_forward(int64_t value_heads, int64_t seq, const nn::AttentionContext& context = {}) {
+  nn::manual_init_seed(4);
+  nn::GatedDeltaNet mixer(
+      kDim, {.n_key_heads = 2, .n_value_heads = value_heads, .key_head_dim = 8, .value_head_dim = 6, .chunk_size = 4},
+      at::TensorOptions());
+  mixer.init_weights(nn::InitSite::current() / "mixer", 0.02);
+  const int64_t cp = context.sharding ? context.sharding->layout.degree : 1;
+  mixer.set_context_parallel_degree(cp);
+  const at::Tensor x = at::randn({2, seq, kDim}).requires_grad_(true);  // (B, S, D), not the layer's
+  MemoryTracker tracker;
+  at::Tensor out;  // (B, S, D)
+  {
+    const TrackMemory track(tracker);
+    const MemoryScope scope(MemoryCategory::activations);
+    out = mixer.forward(x, {}, context);
+  }
+  const int64_t measured = tracker.live(MemoryCategory::activations) - static_cast<int64_t>(out.nbytes());
+  const int64_t planned = qwen3_5::attention_memory(mixer, {.b = 2, .s = seq, .tp = 1, .cp = cp, .bytes = 4}).saved;
+  out.sum().backward();  // every rank's backward: the state passing's messages back
+  return {.measured = measured, .planned = planned};
+}
+
+}  // namespace
+
+TEST_CASE("memory plan: a Gated DeltaNet block keeps what the Qwen3.5 memory model counts",
+          "[planner][memory_plan][qwen3_5]") {
+  for (const int64_t value_heads : {2, 4}) {
+    for (const int64_t seq : {12, 10}) {  // three whole chunks of 4; two and a ragged one
+      const Kept k = kept_by_forward(value_heads, seq);
+      INFO(fmt::format("value heads {} seq {}: measured {} planned {}", value_heads, seq, k.measured, k.planned));
+      CHECK(k.measured > 0);
+      CHECK(k.planned == k.measured);
+    }
+  }
+}
+
+TEST_CASE("memory plan: a Gated DeltaNet block under CP 2 keeps the carry it received",
+          "[planner][memory_plan][qwen3_5][cp]") {
+  std::mutex mutex;
+  std::vector<Kept> kept(2);
+  dist::run_local_ranks(2, [&](int64_t rank, const dist::Store& store) {
+    const dist::Mesh mesh({.cp = 2}, rank, store, test::mesh_options());
+    auto sharding = std::make_shared<nn::SequenceSharding>(
+        nn::SequenceSharding{.group = std::make_shared<dist::ProcessGroup>(mesh.group("cp")),
+                             .layout = {.seq_len = 24, .degree = 2, .rank = rank, .load_balance = false}});
+    const Kept k = kept_by_forward(4, 12, {.sharding = sharding});
+    std::lock_guard lock(mutex);
+    kept[static_cast<size_t>(rank)] = k;
+  });
+  for (size_t rank = 0; rank < kept.size(); ++rank) {
+    INFO(fmt::format("rank {}: measured {} planned {}", rank, kept[rank].measured, kept[rank].planned));
+    CHECK(kept[rank].planned == kept[rank].measured);
+  }
+  // The carried convolution inputs: 2 rows x 3 taps x (16 + 16 + 24) channels x 4 bytes over cp 1's count.
+  CHECK(kept[0].planned - kept_by_forward(4, 12).planned == 2 * 3 * 56 * 4);
+}
+
+TEST_CASE("memory plan: titan-plan plans Qwen3.5 under context parallelism over contiguous shards",
+          "[planner][memory_plan][qwen3_5][cp]") {
+  JobConfig c;
+  c.model.name = "qwen3_5";
+  c.model.flavor = "debugmodel";
+  c.training.seq_len = 256;
+  c.training.local_batch_size = 2;
+  c.parallelism.context_parallel_degree = 2;
+  CHECK_THAT(test::error_of([&] { planner::plan_memory(c, {.world_size = 2, .gpu = false}); }),
+             Catch::Contains("context_parallel_load_balancer None"));
+  c.parallelism.context_parallel_load_balancer = std::nullopt;
+  const planner::MemoryPlan cp2 = planner::plan_memory(c, {.world_size = 2, .gpu = false});
+  c.parallelism.context_parallel_degree = 1;
+  const planner::MemoryPlan one = planner::plan_memory(c, {.world_size = 1, .gpu = false});
+  // Half the tokens per rank: the activations fall (the full-attention block's gathered K/V aside).
+  CHECK(cp2.activations_per_microbatch < one.activations_per_microbatch);
+  CHECK(cp2.activations_per_microbatch > one.activations_per_microbatch / 4);
+}
+
+}  // namespace memory_plan_qwen3_5_test

@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: BSD-3-Clause
-// Qwen3.5 under FSDP 2, TP 2 (every block's heads split, Gated DeltaNet's included) and FSDP 2 x TP 2 (ranks as
+// Qwen3.5 under FSDP 2, TP 2 (every block's heads split, Gated DeltaNet's included), FSDP 2 x TP 2, and CP 2 and 4
+// (the Gated DeltaNet state passed from cp rank to cp rank, contiguous shards) (ranks as
 // threads on the strict backend: NCCL's rules over Gloo) trains as in one process: a
 // small Qwen3.5 (three Gated DeltaNet blocks with grouped value heads and 8-token chunks, one gated full-attention
 // block) planned from its sharding spec alone, 6 AdamW steps on 32-token sequences, every other step with two
@@ -47,7 +48,9 @@ qwen3_5::Qwen35Args small_args() {
 test::NamedRun train(const dist::Mesh& mesh) {
   nn::manual_init_seed(11);
   const auto meta = qwen3_5::Qwen35::build(small_args(), {.device = at::kMeta});
-  const parallel::ParallelPlan plan = parallel::plan(meta->sharding_spec(), {}, mesh.shape());
+  // Contiguous cp shards: the Gated DeltaNet blocks pass their state from each cp rank to the next.
+  const parallel::ParallelPlan plan = parallel::plan(
+      meta->sharding_spec(), {.parallelism = {.context_parallel_load_balancer = std::nullopt}}, mesh.shape());
   const auto model = qwen3_5::Qwen35::build(small_args(), {.device = at::kCPU});
   const Parallelized parallel = parallelize(*model, mesh, plan);
   model->init_weights();
@@ -64,9 +67,13 @@ test::NamedRun train(const dist::Mesh& mesh) {
     const auto [input, labels] = test::global_batch(step, kBatches, small_args().vocab_size);
     const int64_t row = mesh.coordinate("dp") * local;
     const auto rows = [&](const at::Tensor& t) { return t.narrow(0, row, local); };
-    nn::AttentionContext context;
-    if (step % 2 == 1) context = {.positions = rows(positions), .document_ids = rows(documents)};
-    const StepBatch batch{.microbatches = {{rows(input), rows(labels), context}},
+    const bool packed = step % 2 == 1;
+    // Under cp this rank's part of each sequence, and the attention context that says so.
+    const parallel::LocalBatch part = parallel.local_batch({.tokens = rows(input),
+                                                            .labels = rows(labels),
+                                                            .positions = packed ? rows(positions) : at::Tensor(),
+                                                            .document_ids = packed ? rows(documents) : at::Tensor()});
+    const StepBatch batch{.microbatches = {{part.tokens, part.labels, part.attention}},
                           .tokens = local * kBatches.seq_len,
                           .global_valid_tokens = count_valid_tokens(labels)};
     optimizer.zero_grad();
@@ -87,6 +94,19 @@ TEST_CASE("qwen3_5 with Gated DeltaNet blocks trains under FSDP 2 as in one proc
 TEST_CASE("qwen3_5 with Gated DeltaNet heads split over TP 2 trains as in one process",
           "[models][qwen3_5][tp][parity]") {
   test::check_named_runs({.tp = 2}, train);
+}
+
+// Context parallelism by state passing: each cp rank continues the previous rank's convolution inputs and delta-rule
+// state (the documents of the odd steps cross the cp boundaries at 8, 16 and 24); the full-attention block attends
+// across the split with the K/V all-gather.
+TEST_CASE("qwen3_5 with Gated DeltaNet state passing trains under CP 2 as in one process",
+          "[models][qwen3_5][cp][parity]") {
+  test::check_named_runs({.cp = 2}, train);
+}
+
+TEST_CASE("qwen3_5 with Gated DeltaNet state passing trains under CP 4 as in one process",
+          "[models][qwen3_5][cp][parity]") {
+  test::check_named_runs({.cp = 4}, train);
 }
 
 TEST_CASE("qwen3_5 trains under FSDP 2 x TP 2 as in one process", "[models][qwen3_5][tp][fsdp][parity][full]") {

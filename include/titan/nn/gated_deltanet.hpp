@@ -6,6 +6,12 @@
 // output RMSNorm-ed per head and gated by silu(wz x); wo back to the model width. No positions: order is the
 // recurrence's. Document ids restart the state and the convolution at each new document.
 //
+// Under context parallelism (contiguous shards: rank r holds the r-th 1/cp of the sequence) rank r runs its tokens
+// from what rank r - 1 ended with, passed rank to rank (nn/detail/state_passing.hpp): the last K-1 inputs of each
+// convolution and the delta rule's state, one message per layer, and their gradients back in backward. A rank whose
+// first token starts a document drops the state it received; the convolution reads the received inputs of its own
+// document only.
+//
 // Every per-head tensor splits over value (and key) heads for tensor parallelism: the projections' rows, the
 // convolutions' channels and the decay rates are ShardableLayers a ColwiseParallel style shards on dim 0 (inside the
 // attention module, whose input is prepared once, they communicate nothing), wo is rowwise, the output norm (one
@@ -46,7 +52,8 @@ class CausalConv1d : public torch::nn::Module, public parallel::ShardableLayer {
  public:
   CausalConv1d(int64_t channels, int64_t kernel, const at::TensorOptions& options);
   /// x (B, S, C) -> (B, S, C). Inputs before the sequence come from `history` (B, K-1, C), zeros when undefined;
-  /// with document ids (B, S) an input of another document (nn::document_runs) counts as zero.
+  /// with document ids an input of another document (nn::document_runs) counts as zero: ids (B, S) of x's tokens
+  /// (no history), or (B, K-1+S) of the history's tokens and then x's (a history continued across documents).
   at::Tensor forward(const at::Tensor& x, const at::Tensor& history = {}, const at::Tensor& document_ids = {}) const;
   Role shardable_role() const override { return Role::kLinear; }
   at::Tensor& shardable_weight() override { return weight; }
@@ -73,7 +80,8 @@ class HeadDecay : public torch::nn::Module, public parallel::ShardableLayer {
 class GatedDeltaNet : public AttentionLayer {
  public:
   GatedDeltaNet(int64_t dim, const GatedDeltaNetOptions& options, const at::TensorOptions& tensor_options);
-  /// x (B, S, D) -> (B, S, D); `rope` is not read; `context.document_ids` restart the recurrence.
+  /// x (B, S, D) -> (B, S, D); `rope` is not read; `context.document_ids` restart the recurrence. Under a
+  /// context-parallel split (contiguous shards only) the recurrence continues from the previous cp rank.
   at::Tensor forward(const at::Tensor& x, const RopeTables& rope, const AttentionContext& context) const override;
   /// Decoding: the convolutions' last inputs and the delta rule's state live in `cache` (KVCache::recurrent_state,
   /// slots 0-3 of `layer`); left padding columns are zeroed, so a padded row's state is that of its prompt alone.
@@ -105,8 +113,22 @@ class GatedDeltaNet : public AttentionLayer {
     at::Tensor v;      // (B, K-1, Hv*dv)
     at::Tensor state;  // (B, Hv, dk, dv)
   };
-  /// x (B, S, D) -> (B, S, D); with `carry`, starts from it and leaves the end there (one token: the recurrent form).
-  at::Tensor mix(const at::Tensor& x, const at::Tensor& document_ids, Carry* carry) const;
+  /// The documents of a forward's tokens, as the convolutions and the delta rule read them.
+  struct Documents {
+    at::Tensor rule;       // (B, S) int64 of the local tokens, or undefined: one document
+    at::Tensor conv;       // (B, S), or (B, K-1+S) with the carry's tokens first; undefined: one document
+    at::Tensor continues;  // (B) bool: the carried state belongs to the first token's document; undefined: it does
+  };
+  /// Where the carry comes from and goes to under context parallelism.
+  struct Passing {
+    const SequenceSharding* sharding = nullptr;
+    bool differentiable = false;  // the received carry has a backward (the same on every rank)
+  };
+  /// x (B, S, D) -> (B, S, D); with `carry`, starts from it and leaves the end there (one token: the recurrent form);
+  /// with `passing`, the carry is received from the previous cp rank and its end sent to the next.
+  at::Tensor mix(const at::Tensor& x, const Documents& documents, Carry* carry, const Passing* passing) const;
+  /// The local tokens of a context-parallel forward, carried over from the previous cp rank.
+  at::Tensor context_parallel_mix(const at::Tensor& x, const AttentionContext& context) const;
 };
 
 }  // namespace titan::nn

@@ -66,7 +66,8 @@ struct MoeModule {
 /// An axis the model cannot be sharded over, and why (the planner's error quotes it).
 struct RefusedAxis {
   /// "tp", "cp", "pp", "ep" or "etp"; "cp_kv": cp only by Ulysses (context_parallel_rotate_method ulysses), not by
-  /// the K/V exchanges (allgather, alltoall).
+  /// the K/V exchanges (allgather, alltoall); "cp_load_balance": cp only over contiguous shards
+  /// (context_parallel_load_balancer None), for a recurrence that runs through the sequence rank to rank.
   std::string axis{};
   /// Why, and what to use instead.
   std::string reason{};

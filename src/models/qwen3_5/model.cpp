@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: BSD-3-Clause
 #include "titan/models/qwen3_5/model.hpp"
 #include "titan/models/detail/family_args.hpp"
+#include "titan/models/qwen3_5/memory_model.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -121,9 +122,9 @@ parallel::ShardingSpec Qwen35::sharding_spec() const {
   spec.tensor_parallel_divides.emplace_back("linear_num_value_heads", args_.linear.n_value_heads);
   // The skeleton's generic reasons, said for this family (a tied flavor's pipeline is also refused by the plan).
   spec.refused = {
-      {"cp",
-       "context parallelism of the Gated DeltaNet blocks (their recurrent state passed from rank to rank) is not "
-       "built. Set parallelism.context_parallel_degree 1."},
+      {"cp_load_balance",
+       "the Gated DeltaNet blocks pass their recurrent state from each cp rank to the next, so each rank holds one "
+       "contiguous part of the sequence (docs/qwen3_5.md). Set parallelism.context_parallel_load_balancer None."},
       {"pp", "pipeline parallelism of Qwen3.5 is not tested yet. Set parallelism.pipeline_parallel_degree 1."}};
   if (args_.moe_enabled) {
     spec.refused.push_back(
@@ -134,6 +135,67 @@ parallel::ShardingSpec Qwen35::sharding_spec() const {
 
 std::shared_ptr<Qwen35> Qwen35::build(const Qwen35Args& args, const ModelBuild& where) {
   return models::detail::build_family<Qwen35>(args, where);
+}
+
+// The planner's memory model: one term per tensor autograd keeps in nn::GatedDeltaNet's forward
+// (src/nn/gated_deltanet.cpp, src/nn/gated_delta_rule.cpp), checked against the memory tracker on CPU
+// (tests/models/qwen3_5_test.cpp); the full-attention blocks are nn::Attention's with the output gate.
+namespace {
+
+models::AttentionMemory gated_deltanet_memory(const nn::GatedDeltaNet& layer, const models::ActivationShapes& x) {
+  const nn::GatedDeltaNetOptions& o = layer.options;
+  const int64_t T = x.tokens();
+  const int64_t a = x.bytes;
+  const int64_t K = o.conv_kernel;
+  const int64_t dk = o.key_head_dim;
+  const int64_t dv = o.value_head_dim;
+  const int64_t Hk = o.n_key_heads / x.tp;  // heads on this rank
+  const int64_t H = o.n_value_heads / x.tp;
+  const int64_t D = layer.wq->weight.size(1);
+  const int64_t Ck = Hk * dk;  // q or k channels
+  const int64_t Cv = H * dv;   // v channels
+  const int64_t chunks = (x.s + o.chunk_size - 1) / o.chunk_size;
+  const int64_t Tp = x.b * chunks * o.chunk_size;  // tokens padded to whole chunks
+  const int64_t C = o.chunk_size;
+  int64_t saved = 0;
+  // Around the rule: beta's sigmoid output, the decay's softplus input and output (fp32), the gate's fp32 input.
+  saved += T * H * a + 2 * T * H * 4 + T * Cv * 4;
+  // Each convolution keeps its zero-padded (or carried) input, K-1 more tokens per row, and SiLU its input.
+  for (const int64_t channels : {Ck, Ck, Cv}) saved += (T + x.b * (K - 1)) * channels * a + T * channels * a;
+  // q and k L2-normalised in fp32: the input and the inverse norm per head.
+  saved += 2 * (T * Ck * 4 + T * Hk * 4);
+  // The chunked rule, per value head over the padded tokens, fp32: q, k, v, beta, k beta, the decays from the chunk's
+  // start and to its end; (C, C) per chunk: the decay matrix, k k^T, the triangular system, q k^T and the masked
+  // product; the solves' outputs (the deltas' value part and the state reads), q and k decayed, the deltas.
+  saved += Tp * H * (2 * dk + dv + 1) * 4 + Tp * H * dk * 4 + 2 * Tp * H * 4;
+  saved += 5 * Tp * H * C * 4;
+  saved += Tp * H * (dv + dk) * 4 + 2 * Tp * H * dk * 4 + Tp * H * dv * 4;
+  // The state entering each chunk (the first: zeros, or under cp the previous rank's), (B, H, dk, dv) fp32 each.
+  saved += chunks * x.b * H * dk * dv * 4;
+  // Under cp the received message stays whole while its state is kept: the three convolutions' K-1 carried inputs.
+  if (x.cp > 1) saved += x.b * (K - 1) * (2 * Ck + Cv) * 4;
+  // The per-head output norm, its fp32 output and the gate's SiLU output (the product's operands), wo's input.
+  saved += models::rms_norm_saved(T * H, dv, x) + 2 * T * Cv * 4 + T * Cv * a;
+  return {.saved = saved,
+          .attention_out = 0,  // per-operator checkpointing recomputes the rule
+          .gathered_kv = 0,
+          .matmuls = {{T, D, Ck}, {T, D, Ck}, {T, D, Cv}, {T, D, Cv}, {T, D, H}, {T, D, H}, {T, Cv, D}}};
+}
+
+}  // namespace
+
+models::AttentionMemory attention_memory(const nn::AttentionLayer& layer, const models::ActivationShapes& x) {
+  if (const auto* linear = dynamic_cast<const nn::GatedDeltaNet*>(&layer)) return gated_deltanet_memory(*linear, x);
+  models::AttentionMemory m = models::nn_attention_memory(layer, x);
+  const auto& attention = dynamic_cast<const nn::Attention&>(layer);
+  if (attention.wg) {
+    // attn * sigmoid(wg x): the sigmoid's output and the product wo reads.
+    const int64_t T = x.tokens();
+    const int64_t width = attention.wg->weight.size(0) / x.tp;
+    m.saved += 2 * T * width * x.bytes;
+    m.matmuls.insert(m.matmuls.end() - 1, {T, attention.wg->weight.size(1), width});
+  }
+  return m;
 }
 
 }  // namespace titan::qwen3_5

@@ -26,7 +26,7 @@ class HfAdapter;
 namespace titan::qwen3_5 {
 
 /// The decoder shape of these args (models/decoder_shape.hpp): the linear-attention blocks, the MoE blocks, no
-/// pipeline or context parallelism.
+/// pipeline parallelism (its sharding spec allows context parallelism over contiguous shards).
 models::DecoderShape decoder_shape(const Qwen35Args& args);
 
 class Qwen35 : public models::Decoder {
@@ -41,8 +41,9 @@ class Qwen35 : public models::Decoder {
   static std::shared_ptr<Qwen35> build(const Qwen35Args& args, const ModelBuild& where = {});
 
   /// The decoder's spec with a Gated DeltaNet block's tensor-parallel roles (its heads split: projections,
-  /// convolution channels, decay rates), refusing with the reason what is not built: context parallelism (the
-  /// recurrence's state would pass between ranks), pipeline and expert parallelism (not tested).
+  /// convolution channels, decay rates), refusing with the reason what is not built: load-balanced context parallelism
+  /// (the recurrence passes its state from each cp rank to the next, so each holds a contiguous part), pipeline and
+  /// expert parallelism (not tested).
   parallel::ShardingSpec sharding_spec() const override;
   /// Maps this model to and from Hugging Face Qwen3_5ForCausalLM / Qwen3_5MoeForCausalLM weights.
   std::shared_ptr<const checkpoint::HfAdapter> hf_adapter() const override;
