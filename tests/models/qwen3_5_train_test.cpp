@@ -45,12 +45,14 @@ qwen3_5::Qwen35Args small_args() {
           .tie_word_embeddings = false};
 }
 
-test::NamedRun train(const dist::Mesh& mesh) {
+test::NamedRun train_with(const dist::Mesh& mesh, AcMode checkpoint) {
   nn::manual_init_seed(11);
   const auto meta = qwen3_5::Qwen35::build(small_args(), {.device = at::kMeta});
   // Contiguous cp shards: the Gated DeltaNet blocks pass their state from each cp rank to the next.
   const parallel::ParallelPlan plan = parallel::plan(
-      meta->sharding_spec(), {.parallelism = {.context_parallel_load_balancer = std::nullopt}}, mesh.shape());
+      meta->sharding_spec(),
+      {.parallelism = {.context_parallel_load_balancer = std::nullopt}, .activation_checkpoint = {.mode = checkpoint}},
+      mesh.shape());
   const auto model = qwen3_5::Qwen35::build(small_args(), {.device = at::kCPU});
   const Parallelized parallel = parallelize(*model, mesh, plan);
   model->init_weights();
@@ -84,6 +86,8 @@ test::NamedRun train(const dist::Mesh& mesh) {
   return out;
 }
 
+test::NamedRun train(const dist::Mesh& mesh) { return train_with(mesh, AcMode::none); }
+
 }  // namespace
 
 TEST_CASE("qwen3_5 with Gated DeltaNet blocks trains under FSDP 2 as in one process",
@@ -107,6 +111,13 @@ TEST_CASE("qwen3_5 with Gated DeltaNet state passing trains under CP 2 as in one
 TEST_CASE("qwen3_5 with Gated DeltaNet state passing trains under CP 4 as in one process",
           "[models][qwen3_5][cp][parity]") {
   test::check_named_runs({.cp = 4}, train);
+}
+
+// Under full activation checkpointing each block's recompute in backward receives and sends its carry again, in the
+// same order on every rank.
+TEST_CASE("qwen3_5 with Gated DeltaNet state passing trains under CP 2 with full activation checkpointing",
+          "[models][qwen3_5][cp][ac][parity]") {
+  test::check_named_runs({.cp = 2}, [](const dist::Mesh& mesh) { return train_with(mesh, AcMode::full); });
 }
 
 TEST_CASE("qwen3_5 trains under FSDP 2 x TP 2 as in one process", "[models][qwen3_5][tp][fsdp][parity][full]") {

@@ -99,7 +99,7 @@ void check_case(const Case& c) {
   for (size_t i = 0; i < named.size(); ++i) {
     const at::Tensor& expected = named[i].value().grad();
     INFO(named[i].key() << " max diff " << (grads[i] - expected).abs().max().item<double>());
-    CHECK(expected.abs().max().item<double>() > 1e-4);
+    CHECK(expected.abs().max().item<double>() > 1e-6);  // every parameter has a gradient (the decay's are ~1e-5)
     CHECK(at::allclose(grads[i], expected, kTol, kTol));
   }
 }

@@ -158,8 +158,9 @@ models::AttentionMemory gated_deltanet_memory(const nn::GatedDeltaNet& layer, co
   const int64_t Tp = x.b * chunks * o.chunk_size;  // tokens padded to whole chunks
   const int64_t C = o.chunk_size;
   int64_t saved = 0;
-  // Around the rule: beta's sigmoid output, the decay's softplus input and output (fp32), the gate's fp32 input.
-  saved += T * H * a + 2 * T * H * 4 + T * Cv * 4;
+  // Around the rule: beta's sigmoid output, the decay's softplus input and output and its rates exp(A) (fp32), the
+  // gate's fp32 input.
+  saved += T * H * a + 2 * T * H * 4 + 2 * H * 4 + T * Cv * 4;
   // Each convolution keeps its zero-padded (or carried) input, K-1 more tokens per row, and SiLU its input.
   for (const int64_t channels : {Ck, Ck, Cv}) saved += (T + x.b * (K - 1)) * channels * a + T * channels * a;
   // q and k L2-normalised in fp32: the input and the inverse norm per head.
@@ -168,14 +169,15 @@ models::AttentionMemory gated_deltanet_memory(const nn::GatedDeltaNet& layer, co
   // start and to its end; (C, C) per chunk: the decay matrix, k k^T, the triangular system, q k^T and the masked
   // product; the solves' outputs (the deltas' value part and the state reads), q and k decayed, the deltas.
   saved += Tp * H * (2 * dk + dv + 1) * 4 + Tp * H * dk * 4 + 2 * Tp * H * 4;
-  saved += 5 * Tp * H * C * 4;
+  saved += 5 * Tp * H * C * 4 + C * C;  // and the causal mask (C, C), bool
   saved += Tp * H * (dv + dk) * 4 + 2 * Tp * H * dk * 4 + Tp * H * dv * 4;
   // The state entering each chunk (the first: zeros, or under cp the previous rank's), (B, H, dk, dv) fp32 each.
   saved += chunks * x.b * H * dk * dv * 4;
   // Under cp the received message stays whole while its state is kept: the three convolutions' K-1 carried inputs.
   if (x.cp > 1) saved += x.b * (K - 1) * (2 * Ck + Cv) * 4;
-  // The per-head output norm, its fp32 output and the gate's SiLU output (the product's operands), wo's input.
-  saved += models::rms_norm_saved(T * H, dv, x) + 2 * T * Cv * 4 + T * Cv * a;
+  // The per-head output norm, its fp32 output and the gate's SiLU output (the product's operands), wo's input. In fp32
+  // the norm reads a view of the rule's whole padded output, which it keeps.
+  saved += models::rms_norm_saved(T * H, dv, x) + 2 * T * Cv * 4 + T * Cv * a + (a == 4 ? (Tp - T) * Cv * 4 : 0);
   return {.saved = saved,
           .attention_out = 0,  // per-operator checkpointing recomputes the rule
           .gathered_kv = 0,
