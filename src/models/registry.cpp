@@ -20,7 +20,6 @@
 #include "titan/models/qwen3/hf_adapter.hpp"
 #include "titan/models/qwen3/model.hpp"
 #include "titan/models/qwen3_5/hf_adapter.hpp"
-#include "titan/models/qwen3_5/memory_model.hpp"
 #include "titan/models/qwen3_5/model.hpp"
 
 namespace titan::models {

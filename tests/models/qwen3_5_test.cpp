@@ -20,7 +20,6 @@
 #include "titan/dist/local_ranks.hpp"
 #include "titan/dist/mesh.hpp"
 #include "titan/models/qwen3_5/hf_adapter.hpp"
-#include "titan/models/qwen3_5/memory_model.hpp"
 #include "titan/models/qwen3_5/model.hpp"
 #include "titan/nn/gated_deltanet.hpp"
 #include "titan/nn/init.hpp"

@@ -1,7 +1,6 @@
 // SPDX-License-Identifier: BSD-3-Clause
 #include "titan/models/qwen3_5/model.hpp"
 #include "titan/models/detail/family_args.hpp"
-#include "titan/models/qwen3_5/memory_model.hpp"
 
 #include <algorithm>
 #include <cmath>

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "titan/models/decoder.hpp"
+#include "titan/models/memory_model.hpp"
 #include "titan/models/qwen3_5/args.hpp"
 
 namespace titan::checkpoint {
@@ -53,6 +54,12 @@ class Qwen35 : public models::Decoder {
  private:
   Qwen35Args args_;
 };
+
+/// What one block's attention keeps for backward on one rank for one microbatch (no document masks), for the memory
+/// planner (its ModelSpec::attention_memory): a Gated DeltaNet block's tensors, the chunked delta rule's state entering
+/// each chunk among them and under context parallelism the carry received from the previous cp rank; a full-attention
+/// block's nn::Attention terms plus its output gate.
+models::AttentionMemory attention_memory(const nn::AttentionLayer& layer, const models::ActivationShapes& x);
 
 }  // namespace titan::qwen3_5
 
