@@ -184,9 +184,8 @@ void check_load_balance(const ShardingSpec& spec, const ParallelismConfig& p, co
   const RefusedAxis* r = refusal(spec, "cp_load_balance");
   TITAN_CHECK_NOT_IMPLEMENTED(mesh.cp == 1 || r == nullptr || !p.context_parallel_load_balancer.has_value(),
                               "[{}::plan] expected parallelism.context_parallel_load_balancer None under cp = {}, got "
-                              "{}: {}",
-                              spec.model, mesh.cp, p.context_parallel_load_balancer.has_value() ? "headtail" : "None",
-                              r == nullptr ? "" : r->reason);
+                              "headtail: {}",
+                              spec.model, mesh.cp, r == nullptr ? "" : r->reason);
 }
 
 // Ulysses hands every cp rank whole heads of the tp rank's share (KV heads are repeated where cp does not divide
