@@ -18,6 +18,13 @@
 //     DIR: an HF folder (single or sharded) of a registered family, picked by its config's
 //     `architectures`. FILE holds titan FQNs and layouts; use it as checkpoint.initial_load_path (or give
 //     DIR itself with checkpoint.initial_load_in_hf).
+//   titan-convert from-dcp --input DIR --output STEP_DIR [--model.name llama3|qwen3 --model.flavor NAME]
+//     DIR: a torchtitan checkpoint (torch.distributed.checkpoint, <dump>/checkpoint/step-N). STEP_DIR gets a titan
+//     checkpoint of its model, AdamW state, schedule step and train step (docs/checkpoint.md: what carries over),
+//     loadable on any layout: checkpoint.initial_load_path STEP_DIR with checkpoint.initial_load_model_only false.
+//   titan-convert to-dcp --input STEP_DIR --output DIR [--job.config_file run.toml]
+//     A titan checkpoint as a torchtitan one: torchtitan resumes from DIR (checkpoint.exclude_from_loading
+//     ["dataloader"]). The optimizer's and schedule's settings (param_groups, LambdaLR) come from the job's config.
 // Every other flag is a config key, as the trainer takes it (core/tool_args.hpp); a LoRA checkpoint's own settings
 // (rank, alpha) win over --lora.* keys, which serve .safetensors inputs.
 #include <ATen/ATen.h>
@@ -27,14 +34,17 @@
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <iostream>
 #include <iterator>
 #include <string>
 
 #include "titan/checkpoint/checkpoint.hpp"
+#include "titan/checkpoint/dcp.hpp"
 #include "titan/checkpoint/hf.hpp"
 #include "titan/checkpoint/peft.hpp"
 #include "titan/checkpoint/safetensors.hpp"
+#include "titan/checkpoint/torchtitan.hpp"
 #include "titan/core/choices.hpp"
 #include "titan/core/config.hpp"
 #include "titan/core/error.hpp"
@@ -44,6 +54,7 @@
 #include "titan/models/job_args.hpp"
 #include "titan/models/model_spec.hpp"
 #include "titan/nn/lora.hpp"
+#include "titan/optim/lr_schedule.hpp"
 #include "titan/train/trainer.hpp"
 
 namespace fs = std::filesystem;
@@ -58,13 +69,17 @@ const titan::ToolSpec kSpec = {
         "                           [--adapters merge|drop] [--model.name NAME] [--model.flavor NAME]\n"
         "                           [--checkpoint.export_dtype D]\n"
         "       titan-convert to-peft --input PATH --output DIR [--like HF_DIR] [--base-model NAME]\n"
-        "       titan-convert from-hf --input DIR --output FILE.safetensors\n",
+        "       titan-convert from-hf --input DIR --output FILE.safetensors\n"
+        "       titan-convert from-dcp --input DIR --output STEP_DIR [--model.name N] [--model.flavor F]\n"
+        "       titan-convert to-dcp --input STEP_DIR --output DIR [--job.config_file run.toml]\n",
     .flags = {{.name = "--input",
                .value = "PATH",
-               .help = "to-hf, to-peft: a titan step folder or .safetensors; from-hf: an HF folder"},
+               .help = "to-hf, to-peft, to-dcp: a titan step folder (to-hf, to-peft: or .safetensors); from-hf: an HF "
+                       "folder; from-dcp: a torchtitan (DCP) step folder"},
               {.name = "--output",
                .value = "PATH",
-               .help = "to-hf: the HF folder to write; to-peft: the PEFT folder; from-hf: a .safetensors file"},
+               .help = "to-hf: the HF folder to write; to-peft: the PEFT folder; from-hf: a .safetensors file; "
+                       "from-dcp: the titan step folder; to-dcp: the torchtitan (DCP) step folder"},
               {.name = "--like",
                .value = "HF_DIR",
                .help =
@@ -85,8 +100,9 @@ const titan::ToolSpec kSpec = {
                 {.flag = "--dtype", .instead = "--checkpoint.export_dtype float32|bfloat16|float16"}},
     .keys =
         "model.name, model.flavor (to-hf, to-peft), checkpoint.export_dtype (to-hf, to-peft), lora.rank and "
-        "lora.alpha (a .safetensors input's adapters)",
-    .words = "the command (to-hf, to-peft or from-hf)"};
+        "lora.alpha (a .safetensors input's adapters), optimizer.*, lr_scheduler.*, training.steps, "
+        "training.local_batch_size, training.global_batch_size, training.seq_len (to-dcp)",
+    .words = "the command (to-hf, to-peft, from-hf, from-dcp or to-dcp)"};
 
 using Named = std::vector<std::pair<std::string, at::Tensor>>;
 
@@ -106,6 +122,25 @@ struct TitanWeights {
   nlohmann::json lora{};
 };
 
+// The tensors of a titan checkpoint folder whose key `keep` accepts, whole, and the values checkpoint::load gives.
+std::pair<ckpt::State, nlohmann::json> read_titan_folder(const fs::path& input,
+                                                         const std::function<bool(const std::string&)>& keep) {
+  std::ifstream in(input / "index.json");
+  if (!in)
+    throw std::invalid_argument(
+        fmt::format("expected a titan checkpoint folder with index.json, got '{}'", input.string()));
+  const auto index = nlohmann::json::parse(in);
+  ckpt::State state;
+  for (const auto& [key, entry] : index.at("tensors").items()) {
+    if (!keep(key)) continue;
+    const auto shape = entry.at("global_shape").get<std::vector<int64_t>>();
+    at::Tensor whole = at::empty(shape, at::TensorOptions().dtype(ckpt::scalar_type(entry.at("dtype"))));
+    state.tensors.push_back(ckpt::state_tensor(key, whole, /*mesh=*/nullptr));
+  }
+  nlohmann::json values = ckpt::load(input, state);
+  return {std::move(state), std::move(values)};
+}
+
 // Every model tensor of a titan checkpoint folder or FQN-keyed safetensors file, whole.
 TitanWeights read_titan(const fs::path& input) {
   TitanWeights out;
@@ -114,23 +149,11 @@ TitanWeights read_titan(const fs::path& input) {
     for (const auto& [name, _] : file.entries()) out.tensors.emplace_back(name, file.read(name));
     return out;
   }
-  std::ifstream in(input / "index.json");
-  if (!in)
-    throw std::invalid_argument(
-        fmt::format("expected a titan checkpoint folder with index.json, got '{}'", input.string()));
-  const auto index = nlohmann::json::parse(in);
-  ckpt::State state;
-  for (const auto& [key, entry] : index.at("tensors").items()) {
-    // The model (LoRA adapters too) and the MoE expert biases (buffers the trainer saves as "moe.<fqn>"; HF has
-    // them too).
-    if (!ckpt::is_model_group(key) && ckpt::group_of(key) != "moe") continue;
-    const auto shape = entry.at("global_shape").get<std::vector<int64_t>>();
-    at::Tensor whole = at::empty(shape, at::TensorOptions().dtype(ckpt::scalar_type(entry.at("dtype"))));
-    state.tensors.push_back(ckpt::state_tensor(key, whole, /*mesh=*/nullptr));
-  }
-  ckpt::load(input, state);
+  // The model (LoRA adapters too) and the MoE expert biases (buffers the trainer saves as "moe.<fqn>"; HF has them).
+  const auto [state, values] = read_titan_folder(
+      input, [](const std::string& key) { return ckpt::is_model_group(key) || ckpt::group_of(key) == "moe"; });
   for (const auto& st : state.tensors) out.tensors.emplace_back(st.key.substr(st.key.find('.') + 1), st.tensor);
-  if (index.contains("values") && index.at("values").contains("lora")) out.lora = index.at("values").at("lora");
+  if (values.contains("lora")) out.lora = values.at("lora");
   return out;
 }
 
@@ -282,21 +305,82 @@ void from_hf(const titan::ToolArgs& args) {
       read.tensors.size(), read.spec->name, output, s.dim, s.n_layers, s.n_heads, s.n_kv_heads, s.vocab_size);
 }
 
+// The twin of model.name whose checkpoints titan converts, and how it orders q/k rows: torchtitan's Llama 3 rotates
+// pairs as titan does (nothing to permute), its Qwen3 rotates halves as Hugging Face does (the HF adapter permutes).
+std::shared_ptr<const ckpt::HfAdapter> torchtitan_halves(const titan::ToolArgs& args,
+                                                         const titan::models::Decoder& model) {
+  const std::string& family = args.config.model.name;
+  TITAN_CHECK_VALUE(family == "llama3" || family == "qwen3",
+                    "[titan-convert] expected --model.name llama3 or qwen3 (the families whose torchtitan checkpoints "
+                    "titan converts), got '{}'.",
+                    family);
+  return family == "qwen3" ? model.hf_adapter() : nullptr;
+}
+
+void from_dcp(const titan::ToolArgs& args) {
+  const std::string input = args.required("--input");
+  const std::string output = args.required("--output");
+  const ckpt::DcpReader dcp(input);
+  const auto embedding = dcp.tensors().find("tok_embeddings.weight");
+  TITAN_CHECK_VALUE(embedding != dcp.tensors().end() && embedding->second.shape.size() == 2,
+                    "[titan-convert] expected a torchtitan model's tok_embeddings.weight (V, D) in '{}', got none.",
+                    input);
+  const auto model = meta_model(args, embedding->second.shape[0]);
+  const auto halves = torchtitan_halves(args, *model);
+  const std::vector<at::Tensor> params = model->unique_parameters();
+  const ckpt::State state =
+      ckpt::state_from_torchtitan(dcp, {.params = titan::parameter_names(*model, params), .halves = halves.get()});
+  const int64_t step = state.values.at("train_state").at("step").get<int64_t>();
+  ckpt::write_titan_checkpoint(output, state, step);
+  titan::log::info("Wrote torchtitan's step {} ({} tensors) as a titan checkpoint to {}", step, state.tensors.size(),
+                   output);
+}
+
+void to_dcp(const titan::ToolArgs& args) {
+  const std::string input = args.required("--input");
+  const std::string output = args.required("--output");
+  const auto [state, values] = read_titan_folder(input, [](const std::string&) { return true; });
+  int64_t vocab = 0;
+  for (const auto& st : state.tensors) {
+    if (st.key == "model.tok_embeddings.weight") vocab = st.tensor.size(0);
+  }
+  const auto model = meta_model(args, vocab);
+  const auto halves = torchtitan_halves(args, *model);
+  const titan::JobConfig& c = args.config;
+  const int64_t step = values.value("step", int64_t{0});
+  const int64_t batch = c.training.global_batch_size > 0 ? c.training.global_batch_size : c.training.local_batch_size;
+  const auto entries = ckpt::torchtitan_entries(
+      state, values,
+      {.halves = halves.get(),
+       .optimizer = c.optimizer,
+       .lr_factor = titan::LRSchedule(c.lr_scheduler, c.training.steps).factor(step),
+       .tokens_per_step = batch * c.training.seq_len});
+  ckpt::write_dcp(output, entries);
+  titan::log::info("Wrote titan's step {} ({} items) as a torchtitan checkpoint to {}; resume it in torchtitan with "
+                   "checkpoint.exclude_from_loading [\"dataloader\"]",
+                   step, entries.size(), output);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   return titan::run_tool(kSpec, argc, argv, [&](const titan::ToolArgs& args) {
     const std::string command = args.words.size() == 1 ? args.words[0] : "";
-    TITAN_CHECK_VALUE(
-        command == "to-hf" || command == "to-peft" || command == "from-hf",
-        "[titan-convert] expected one command, to-hf, to-peft or from-hf, before the flags, got '{}'.\n{}",
-        fmt::join(args.words, " "), kSpec.usage);
+    TITAN_CHECK_VALUE(command == "to-hf" || command == "to-peft" || command == "from-hf" || command == "from-dcp" ||
+                          command == "to-dcp",
+                      "[titan-convert] expected one command, to-hf, to-peft, from-hf, from-dcp or to-dcp, before the "
+                      "flags, got '{}'.\n{}",
+                      fmt::join(args.words, " "), kSpec.usage);
     if (command == "to-hf") {
       to_hf(args);
     } else if (command == "to-peft") {
       to_peft(args);
-    } else {
+    } else if (command == "from-hf") {
       from_hf(args);
+    } else if (command == "from-dcp") {
+      from_dcp(args);
+    } else {
+      to_dcp(args);
     }
     return 0;
   });

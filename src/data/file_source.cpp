@@ -16,7 +16,7 @@ namespace {
 
 namespace fs = std::filesystem;
 
-bool is_blank(std::string_view line) { return line.find_first_not_of(" \t\r\f\v") == std::string_view::npos; }
+bool is_blank_line(std::string_view line) { return line.find_first_not_of(" \t\r\f\v") == std::string_view::npos; }
 
 // Reports a bad record: throws under OnBadRecord::error, else logs (the first few, then at powers of
 // two, so a corrupt shard cannot flood the log) and counts.
@@ -178,7 +178,7 @@ class FileSource final : public Source {
         while (true) {
           const int64_t number = reader_->line();
           if (!reader_->next(line)) return false;
-          if (is_blank(line)) continue;
+          if (is_blank_line(line)) continue;
           out.bytes.assign(line);
           out.line = number;
           return true;
@@ -187,7 +187,7 @@ class FileSource final : public Source {
         if (!spec_.split_blank_lines)
           return read_block(
               out, [](std::string_view) { return false; }, false);
-        return read_block(out, is_blank, true);
+        return read_block(out, is_blank_line, true);
       case DatasetFormat::fortunes:
         return read_block(
             out, [](std::string_view l) { return l == "%"; }, true);
@@ -203,7 +203,7 @@ class FileSource final : public Source {
     while (true) {
       const int64_t number = reader_->line();
       if (!reader_->next(line)) return open;
-      if (is_separator(line) || (!open && skip_blank_start && is_blank(line))) {
+      if (is_separator(line) || (!open && skip_blank_start && is_blank_line(line))) {
         if (open) return true;
         continue;
       }
