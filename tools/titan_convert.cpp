@@ -349,16 +349,18 @@ void to_dcp(const titan::ToolArgs& args) {
   const titan::JobConfig& c = args.config;
   const int64_t step = values.value("step", int64_t{0});
   const int64_t batch = c.training.global_batch_size > 0 ? c.training.global_batch_size : c.training.local_batch_size;
-  const auto entries = ckpt::torchtitan_entries(
-      state, values,
-      {.halves = halves.get(),
-       .optimizer = c.optimizer,
-       .lr_factor = titan::LRSchedule(c.lr_scheduler, c.training.steps).factor(step),
-       .tokens_per_step = batch * c.training.seq_len});
+  const auto entries =
+      ckpt::torchtitan_entries(state, values,
+                               {.halves = halves.get(),
+                                .tied = model->shape().tied,
+                                .optimizer = c.optimizer,
+                                .lr_factor = titan::LRSchedule(c.lr_scheduler, c.training.steps).factor(step),
+                                .tokens_per_step = batch * c.training.seq_len});
   ckpt::write_dcp(output, entries);
-  titan::log::info("Wrote titan's step {} ({} items) as a torchtitan checkpoint to {}; resume it in torchtitan with "
-                   "checkpoint.exclude_from_loading [\"dataloader\"]",
-                   step, entries.size(), output);
+  titan::log::info(
+      "Wrote titan's step {} ({} items) as a torchtitan checkpoint to {}; resume it in torchtitan with "
+      "checkpoint.exclude_from_loading [\"dataloader\"]",
+      step, entries.size(), output);
 }
 
 }  // namespace

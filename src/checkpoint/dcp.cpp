@@ -31,14 +31,22 @@ struct TorchDtypeName {
   at::ScalarType type;
 };
 // torch's dtype attributes, the canonical name first for each type (what the writer uses).
-constexpr std::array<TorchDtypeName, 16> kTorchDtypes = {{{"float32", at::kFloat},   {"float", at::kFloat},
-                                                {"bfloat16", at::kBFloat16}, {"float16", at::kHalf},
-                                                {"half", at::kHalf},         {"float64", at::kDouble},
-                                                {"double", at::kDouble},     {"int64", at::kLong},
-                                                {"long", at::kLong},         {"int32", at::kInt},
-                                                {"int", at::kInt},           {"int16", at::kShort},
-                                                {"short", at::kShort},       {"int8", at::kChar},
-                                                {"uint8", at::kByte},        {"bool", at::kBool}}};
+constexpr std::array<TorchDtypeName, 16> kTorchDtypes = {{{"float32", at::kFloat},
+                                                          {"float", at::kFloat},
+                                                          {"bfloat16", at::kBFloat16},
+                                                          {"float16", at::kHalf},
+                                                          {"half", at::kHalf},
+                                                          {"float64", at::kDouble},
+                                                          {"double", at::kDouble},
+                                                          {"int64", at::kLong},
+                                                          {"long", at::kLong},
+                                                          {"int32", at::kInt},
+                                                          {"int", at::kInt},
+                                                          {"int16", at::kShort},
+                                                          {"short", at::kShort},
+                                                          {"int8", at::kChar},
+                                                          {"uint8", at::kByte},
+                                                          {"bool", at::kBool}}};
 
 std::optional<at::ScalarType> dtype_named(const std::string& name) {
   for (const auto& d : kTorchDtypes) {
@@ -50,8 +58,8 @@ std::optional<at::ScalarType> dtype_named(const std::string& name) {
 // The classes a DCP .metadata holds, and nothing else.
 bool metadata_global(const std::string& module, const std::string& name) {
   static const std::array<const char*, 8> kMetadataClasses = {
-      "Metadata",           "TensorStorageMetadata", "BytesStorageMetadata", "ChunkStorageMetadata",
-      "TensorProperties",   "MetadataIndex",         "StorageMeta",          "_MEM_FORMAT_ENCODING"};
+      "Metadata",         "TensorStorageMetadata", "BytesStorageMetadata", "ChunkStorageMetadata",
+      "TensorProperties", "MetadataIndex",         "StorageMeta",          "_MEM_FORMAT_ENCODING"};
   if (module == kDcpMetadataModule)
     return std::find(kMetadataClasses.begin(), kMetadataClasses.end(), name) != kMetadataClasses.end();
   if (module == "torch.distributed.checkpoint.filesystem") return name == "_StorageInfo";
@@ -135,11 +143,11 @@ PyRef tensor_metadata(const at::Tensor& t) {
                         py_bool(false), py_call(meta_class("_MEM_FORMAT_ENCODING"), {py_int(0)}), py_bool(false)}),
               /*new_object=*/true);
   const std::vector<int64_t> shape = t.sizes().vec(), origin(shape.size(), 0);
-  const PyRef chunk =
-      dcp_dataclass(meta_class("ChunkStorageMetadata"), {{py_str("offsets"), torch_size(origin)}, {py_str("sizes"), torch_size(shape)}});
-  return dcp_dataclass(meta_class("TensorStorageMetadata"), {{py_str("properties"), properties},
-                                                         {py_str("size"), torch_size(shape)},
-                                                         {py_str("chunks"), py_list({chunk})}});
+  const PyRef chunk = dcp_dataclass(meta_class("ChunkStorageMetadata"),
+                                    {{py_str("offsets"), torch_size(origin)}, {py_str("sizes"), torch_size(shape)}});
+  return dcp_dataclass(
+      meta_class("TensorStorageMetadata"),
+      {{py_str("properties"), properties}, {py_str("size"), torch_size(shape)}, {py_str("chunks"), py_list({chunk})}});
 }
 
 std::string join_path(const std::vector<std::string>& path) {
@@ -212,10 +220,13 @@ DcpReader::DcpReader(fs::path folder) : folder_(std::move(folder)) {
     Location loc{.file = w.string(w.field(info, at, "relative_path"), at + ".relative_path"),
                  .offset = w.integer(w.field(info, at, "offset"), at + ".offset"),
                  .length = w.integer(w.field(info, at, "length"), at + ".length")};
-    if (!is_plain_file_name(loc.file)) w.refuse(at + ".relative_path", "a file inside the checkpoint folder", w.field(info, at, "relative_path"));
+    if (!is_plain_file_name(loc.file))
+      w.refuse(at + ".relative_path", "a file inside the checkpoint folder", w.field(info, at, "relative_path"));
     const PyRef transforms = info.get("transform_descriptors");
-    if (transforms && transforms->kind != PyValue::Kind::kNone && !(transforms->kind == PyValue::Kind::kList && transforms->items.empty()))
-      w.refuse(at + ".transform_descriptors", "none (titan reads items torch.save wrote as they are, no extensions)", transforms);
+    if (transforms && transforms->kind != PyValue::Kind::kNone &&
+        !(transforms->kind == PyValue::Kind::kList && transforms->items.empty()))
+      w.refuse(at + ".transform_descriptors", "none (titan reads items torch.save wrote as they are, no extensions)",
+               transforms);
     where[{fqn, offsets}] = loc;
   }
   for (auto& [key, chunks] : chunks_) {
@@ -237,11 +248,12 @@ std::string DcpReader::read_bytes(const Location& at, const std::string& key) co
   const fs::path path = folder_ / at.file;
   std::error_code ec;
   const auto size = static_cast<int64_t>(fs::file_size(path, ec));
-  TITAN_CHECK_VALUE(!ec && at.offset <= size && at.length <= size - at.offset,
-                    "[titan::checkpoint::dcp] expected '{}' of at least {} bytes (item '{}' at bytes [{}, {})), got {}. "
-                    "The checkpoint is incomplete; copy it again.",
-                    path.string(), at.offset + at.length, key, at.offset, at.offset + at.length,
-                    ec ? std::string("no such file") : fmt::format("{} bytes", size));
+  TITAN_CHECK_VALUE(
+      !ec && at.offset <= size && at.length <= size - at.offset,
+      "[titan::checkpoint::dcp] expected '{}' of at least {} bytes (item '{}' at bytes [{}, {})), got {}. "
+      "The checkpoint is incomplete; copy it again.",
+      path.string(), at.offset + at.length, key, at.offset, at.offset + at.length,
+      ec ? std::string("no such file") : fmt::format("{} bytes", size));
   std::ifstream in(path, std::ios::binary);
   in.seekg(at.offset);
   std::string bytes(static_cast<size_t>(at.length), '\0');
@@ -258,7 +270,8 @@ at::Tensor DcpReader::read_tensor(const std::string& key) const {
   at::Tensor whole = at::zeros(info->second.shape, at::TensorOptions().dtype(info->second.dtype));  // global shape
   int64_t covered = 0;
   for (const Chunk& c : chunks_.at(key)) {
-    const std::string what = fmt::format("'{}' (chunk at {} of '{}')", key, c10::str(c.offsets), (folder_ / c.at.file).string());
+    const std::string what =
+        fmt::format("'{}' (chunk at {} of '{}')", key, c10::str(c.offsets), (folder_ / c.at.file).string());
     const at::Tensor part = detail::read_saved_tensor(read_bytes(c.at, key), what);
     TITAN_CHECK_VALUE(part.sizes().vec() == c.sizes && part.scalar_type() == info->second.dtype,
                       "[titan::checkpoint::dcp] expected {} {} as the metadata records it, got {} {} in {}.",
@@ -294,16 +307,18 @@ void write_dcp(const fs::path& folder, const std::vector<DcpEntry>& entries) {
       const std::string archive = e.tensor.defined() ? detail::save_tensor(e.tensor) : detail::save_object(*e.object);
       out.write(archive.data(), static_cast<std::streamsize>(archive.size()));
       const bool tensor = e.tensor.defined();
-      items.emplace_back(py_str(key), tensor ? tensor_metadata(e.tensor) : dcp_dataclass(meta_class("BytesStorageMetadata"), {}));
-      const PyRef index = dcp_dataclass(
-          meta_class("MetadataIndex"),
-          {{py_str("fqn"), py_str(key)},
-           {py_str("offset"), tensor ? torch_size(std::vector<int64_t>(e.tensor.dim(), 0)) : py_none()},
-           {py_str("index"), tensor ? py_int(0) : py_none()}});
-      storage.emplace_back(index, dcp_dataclass(py_global(kDcpStorageInfo), {{py_str("relative_path"), py_str(kDcpDataFile)},
-                                                                      {py_str("offset"), py_int(offset)},
-                                                                      {py_str("length"), py_int(static_cast<int64_t>(archive.size()))},
-                                                                      {py_str("transform_descriptors"), py_none()}}));
+      items.emplace_back(py_str(key),
+                         tensor ? tensor_metadata(e.tensor) : dcp_dataclass(meta_class("BytesStorageMetadata"), {}));
+      const PyRef index =
+          dcp_dataclass(meta_class("MetadataIndex"),
+                        {{py_str("fqn"), py_str(key)},
+                         {py_str("offset"), tensor ? torch_size(std::vector<int64_t>(e.tensor.dim(), 0)) : py_none()},
+                         {py_str("index"), tensor ? py_int(0) : py_none()}});
+      storage.emplace_back(index, dcp_dataclass(py_global(kDcpStorageInfo),
+                                                {{py_str("relative_path"), py_str(kDcpDataFile)},
+                                                 {py_str("offset"), py_int(offset)},
+                                                 {py_str("length"), py_int(static_cast<int64_t>(archive.size()))},
+                                                 {py_str("transform_descriptors"), py_none()}}));
       std::vector<PyRef> path;
       for (const auto& p : e.path) path.push_back(py_str(p));
       planner.emplace_back(py_str(key), py_tuple(std::move(path)));
@@ -313,14 +328,15 @@ void write_dcp(const fs::path& folder, const std::vector<DcpEntry>& entries) {
     TITAN_CHECK_VALUE(out.good(), "[titan::checkpoint::dcp] expected to write '{}', got a write error (disk full?).",
                       (tmp / kDcpDataFile).string());
     const PyRef storage_meta = dcp_dataclass(meta_class("StorageMeta"), {{py_str("checkpoint_id"), py_none()},
-                                                                     {py_str("save_id"), py_str("titan-convert")},
-                                                                     {py_str("load_id"), py_none()},
-                                                                     {py_str("modules"), py_list({})}});
-    const PyRef meta = dcp_dataclass(meta_class("Metadata"), {{py_str("state_dict_metadata"), py_dict(std::move(items))},
-                                                          {py_str("planner_data"), py_dict(std::move(planner))},
-                                                          {py_str("storage_data"), py_dict(std::move(storage))},
-                                                          {py_str("storage_meta"), storage_meta},
-                                                          {py_str("version"), py_str("1.0.0")}});
+                                                                         {py_str("save_id"), py_str("titan-convert")},
+                                                                         {py_str("load_id"), py_none()},
+                                                                         {py_str("modules"), py_list({})}});
+    const PyRef meta =
+        dcp_dataclass(meta_class("Metadata"), {{py_str("state_dict_metadata"), py_dict(std::move(items))},
+                                               {py_str("planner_data"), py_dict(std::move(planner))},
+                                               {py_str("storage_data"), py_dict(std::move(storage))},
+                                               {py_str("storage_meta"), storage_meta},
+                                               {py_str("version"), py_str("1.0.0")}});
     write_file_atomically(tmp / ".metadata", pickle(*meta));
   });
 }

@@ -38,43 +38,95 @@ class Unpickler {
           if (proto < 2 || proto > 5) refuse(at, "pickle protocol 2 to 5", fmt::format("protocol {}", proto));
           break;
         }
-        case 0x95: take(8); break;  // FRAME: a length hint only
-        case '.': {                 // STOP
+        case 0x95:
+          take(8);
+          break;     // FRAME: a length hint only
+        case '.': {  // STOP
           if (stack_.size() != 1 || !marks_.empty())
             refuse(at, "one value on the stack at STOP", fmt::format("{} values", stack_.size()));
           return stack_.back();
         }
-        case '(': marks_.push_back(stack_.size()); break;  // MARK
-        case '0': pop(at); break;                          // POP
-        case '1': pop_mark(at); break;                     // POP_MARK
-        case '2': push(top(at)); break;                    // DUP
-        case 0x94: memo_.push_back(top(at)); break;        // MEMOIZE
-        case 'q': put(at, u8()); break;                    // BINPUT
-        case 'r': put(at, u32()); break;                   // LONG_BINPUT
-        case 'h': get(at, u8()); break;                    // BINGET
-        case 'j': get(at, u32()); break;                   // LONG_BINGET
-        case 'N': push(make_py(PyValue::Kind::kNone)); break;
-        case 0x88: push(py_bool(true)); break;   // NEWTRUE
-        case 0x89: push(py_bool(false)); break;  // NEWFALSE
-        case 'J': push(py_int(static_cast<int32_t>(u32()))); break;
-        case 'K': push(py_int(u8())); break;
-        case 'M': push(py_int(u16())); break;
-        case 0x8a: push(long_int(at, u8())); break;  // LONG1
-        case 0x8b: push(long_int(at, u32())); break;  // LONG4
-        case 'G': {                                   // BINFLOAT: big-endian double
+        case '(':
+          marks_.push_back(stack_.size());
+          break;  // MARK
+        case '0':
+          pop(at);
+          break;  // POP
+        case '1':
+          pop_mark(at);
+          break;  // POP_MARK
+        case '2':
+          push(top(at));
+          break;  // DUP
+        case 0x94:
+          memo_.push_back(top(at));
+          break;  // MEMOIZE
+        case 'q':
+          put(at, u8());
+          break;  // BINPUT
+        case 'r':
+          put(at, u32());
+          break;  // LONG_BINPUT
+        case 'h':
+          get(at, u8());
+          break;  // BINGET
+        case 'j':
+          get(at, u32());
+          break;  // LONG_BINGET
+        case 'N':
+          push(make_py(PyValue::Kind::kNone));
+          break;
+        case 0x88:
+          push(py_bool(true));
+          break;  // NEWTRUE
+        case 0x89:
+          push(py_bool(false));
+          break;  // NEWFALSE
+        case 'J':
+          push(py_int(static_cast<int32_t>(u32())));
+          break;
+        case 'K':
+          push(py_int(u8()));
+          break;
+        case 'M':
+          push(py_int(u16()));
+          break;
+        case 0x8a:
+          push(long_int(at, u8()));
+          break;  // LONG1
+        case 0x8b:
+          push(long_int(at, u32()));
+          break;     // LONG4
+        case 'G': {  // BINFLOAT: big-endian double
           uint64_t bits = 0;
           for (char c : take(8)) bits = (bits << 8) | static_cast<uint8_t>(c);
           push(py_float(std::bit_cast<double>(bits)));
           break;
         }
-        case 0x8c: push(py_str(std::string(take(u8())))); break;  // SHORT_BINUNICODE
-        case 'X': push(py_str(std::string(take(u32())))); break;  // BINUNICODE
-        case 0x8d: push(py_str(std::string(take(u64(at))))); break;  // BINUNICODE8
-        case 'C': push(bytes(take(u8()))); break;                    // SHORT_BINBYTES
-        case 'B': push(bytes(take(u32()))); break;                   // BINBYTES
-        case 0x8e: push(bytes(take(u64(at)))); break;                // BINBYTES8
-        case ')': push(py_tuple({})); break;                         // EMPTY_TUPLE
-        case 't': push(py_tuple(pop_mark(at))); break;               // TUPLE
+        case 0x8c:
+          push(py_str(std::string(take(u8()))));
+          break;  // SHORT_BINUNICODE
+        case 'X':
+          push(py_str(std::string(take(u32()))));
+          break;  // BINUNICODE
+        case 0x8d:
+          push(py_str(std::string(take(u64(at)))));
+          break;  // BINUNICODE8
+        case 'C':
+          push(bytes(take(u8())));
+          break;  // SHORT_BINBYTES
+        case 'B':
+          push(bytes(take(u32())));
+          break;  // BINBYTES
+        case 0x8e:
+          push(bytes(take(u64(at))));
+          break;  // BINBYTES8
+        case ')':
+          push(py_tuple({}));
+          break;  // EMPTY_TUPLE
+        case 't':
+          push(py_tuple(pop_mark(at)));
+          break;  // TUPLE
         case 0x85:
         case 0x86:
         case 0x87: {  // TUPLE1..3
@@ -85,8 +137,10 @@ class Unpickler {
           push(py_tuple(std::move(items)));
           break;
         }
-        case ']': push(py_list({})); break;  // EMPTY_LIST
-        case 'a': {                          // APPEND
+        case ']':
+          push(py_list({}));
+          break;     // EMPTY_LIST
+        case 'a': {  // APPEND
           PyRef v = pop(at);
           container(at, PyValue::Kind::kList)->items.push_back(std::move(v));
           break;
@@ -97,8 +151,10 @@ class Unpickler {
           items.insert(items.end(), vs.begin(), vs.end());
           break;
         }
-        case '}': push(py_dict({})); break;  // EMPTY_DICT
-        case 's': {                          // SETITEM
+        case '}':
+          push(py_dict({}));
+          break;     // EMPTY_DICT
+        case 's': {  // SETITEM
           PyRef v = pop(at), k = pop(at);
           container(at, PyValue::Kind::kDict)->entries.emplace_back(std::move(k), std::move(v));
           break;
@@ -122,8 +178,8 @@ class Unpickler {
           push(global(at, module->text, name->text));
           break;
         }
-        case 'R':      // REDUCE
-        case 0x81: {   // NEWOBJ
+        case 'R':     // REDUCE
+        case 0x81: {  // NEWOBJ
           PyRef args = pop(at), callee = pop(at);
           if (callee->kind != PyValue::Kind::kGlobal || args->kind != PyValue::Kind::kTuple)
             refuse(at, "a global and an argument tuple", callee->describe() + ", " + args->describe());
@@ -260,8 +316,12 @@ void pickle_put_le(std::string& out, uint64_t v, int n) {
 
 void pickle_value(std::string& out, const PyValue& v) {
   switch (v.kind) {
-    case PyValue::Kind::kNone: out += 'N'; break;
-    case PyValue::Kind::kBool: out += static_cast<char>(v.boolean ? 0x88 : 0x89); break;
+    case PyValue::Kind::kNone:
+      out += 'N';
+      break;
+    case PyValue::Kind::kBool:
+      out += static_cast<char>(v.boolean ? 0x88 : 0x89);
+      break;
     case PyValue::Kind::kInt:
       if (v.integer >= 0 && v.integer < 256) {
         out += 'K';
@@ -351,18 +411,30 @@ PyRef PyValue::get(std::string_view key) const {
 
 std::string PyValue::describe() const {
   switch (kind) {
-    case Kind::kNone: return "None";
-    case Kind::kBool: return boolean ? "True" : "False";
-    case Kind::kInt: return fmt::format("int {}", integer);
-    case Kind::kFloat: return fmt::format("float {}", real);
-    case Kind::kStr: return fmt::format("str '{}'", text.size() > 60 ? text.substr(0, 57) + "..." : text);
-    case Kind::kBytes: return fmt::format("bytes of length {}", text.size());
-    case Kind::kList: return fmt::format("a list of {}", items.size());
-    case Kind::kTuple: return fmt::format("a tuple of {}", items.size());
-    case Kind::kDict: return fmt::format("a dict of {}", entries.size());
-    case Kind::kGlobal: return fmt::format("global {}", text);
-    case Kind::kCall: return fmt::format("{}(...)", class_name());
-    case Kind::kPersistentId: return "a persistent id";
+    case Kind::kNone:
+      return "None";
+    case Kind::kBool:
+      return boolean ? "True" : "False";
+    case Kind::kInt:
+      return fmt::format("int {}", integer);
+    case Kind::kFloat:
+      return fmt::format("float {}", real);
+    case Kind::kStr:
+      return fmt::format("str '{}'", text.size() > 60 ? text.substr(0, 57) + "..." : text);
+    case Kind::kBytes:
+      return fmt::format("bytes of length {}", text.size());
+    case Kind::kList:
+      return fmt::format("a list of {}", items.size());
+    case Kind::kTuple:
+      return fmt::format("a tuple of {}", items.size());
+    case Kind::kDict:
+      return fmt::format("a dict of {}", entries.size());
+    case Kind::kGlobal:
+      return fmt::format("global {}", text);
+    case Kind::kCall:
+      return fmt::format("{}(...)", class_name());
+    case Kind::kPersistentId:
+      return "a persistent id";
   }
   return "?";
 }

@@ -22,15 +22,15 @@ struct StorageDtype {
   at::ScalarType type;
 };
 constexpr std::array<StorageDtype, 10> kStorages = {{{"FloatStorage", at::kFloat},
-                                              {"BFloat16Storage", at::kBFloat16},
-                                              {"HalfStorage", at::kHalf},
-                                              {"DoubleStorage", at::kDouble},
-                                              {"LongStorage", at::kLong},
-                                              {"IntStorage", at::kInt},
-                                              {"ShortStorage", at::kShort},
-                                              {"CharStorage", at::kChar},
-                                              {"ByteStorage", at::kByte},
-                                              {"BoolStorage", at::kBool}}};
+                                                     {"BFloat16Storage", at::kBFloat16},
+                                                     {"HalfStorage", at::kHalf},
+                                                     {"DoubleStorage", at::kDouble},
+                                                     {"LongStorage", at::kLong},
+                                                     {"IntStorage", at::kInt},
+                                                     {"ShortStorage", at::kShort},
+                                                     {"CharStorage", at::kChar},
+                                                     {"ByteStorage", at::kByte},
+                                                     {"BoolStorage", at::kBool}}};
 
 std::optional<at::ScalarType> storage_dtype(const std::string& name) {
   for (const auto& d : kStorages) {
@@ -65,7 +65,8 @@ std::map<std::string, std::string_view> zip_entries(std::string_view zip, const 
   uint64_t count = zip_le(zip, end + 10, 2), dir = zip_le(zip, end + 16, 4);
   if ((count == 0xffff || dir == 0xffffffff) && end >= 20 && zip_le(zip, end - 20, 4) == 0x07064b50) {
     const uint64_t end64 = zip_le(zip, end - 20 + 8, 8);  // the ZIP64 end record
-    if (end64 + 56 > zip.size() || zip_le(zip, end64, 4) != 0x06064b50) refuse_archive(what, "a ZIP64 end record", "none");
+    if (end64 + 56 > zip.size() || zip_le(zip, end64, 4) != 0x06064b50)
+      refuse_archive(what, "a ZIP64 end record", "none");
     count = zip_le(zip, end64 + 32, 8);
     dir = zip_le(zip, end64 + 48, 8);
   }
@@ -75,7 +76,8 @@ std::map<std::string, std::string_view> zip_entries(std::string_view zip, const 
     if (at + 46 > zip.size() || zip_le(zip, at, 4) != 0x02014b50) refuse_archive(what, "a zip directory entry", "none");
     const uint64_t method = zip_le(zip, at + 10, 2);
     uint64_t size = zip_le(zip, at + 24, 4), compressed = zip_le(zip, at + 20, 4), local = zip_le(zip, at + 42, 4);
-    const size_t name_len = zip_le(zip, at + 28, 2), extra_len = zip_le(zip, at + 30, 2), comment_len = zip_le(zip, at + 32, 2);
+    const size_t name_len = zip_le(zip, at + 28, 2), extra_len = zip_le(zip, at + 30, 2),
+                 comment_len = zip_le(zip, at + 32, 2);
     if (at + 46 + name_len + extra_len > zip.size()) refuse_archive(what, "a zip directory entry", "a truncated one");
     std::string name(zip.substr(at + 46, name_len));
     // ZIP64: the fields at their 32-bit maximum follow in order in extra field 0x0001.
@@ -94,8 +96,9 @@ std::map<std::string, std::string_view> zip_entries(std::string_view zip, const 
     }
     if (method != 0 || size != compressed)
       refuse_archive(what, fmt::format("'{}' stored uncompressed (as torch.save writes it)", name),
-             fmt::format("compression method {}", method));
-    if (local + 30 > zip.size() || zip_le(zip, local, 4) != 0x04034b50) refuse_archive(what, "a zip local header", name);
+                     fmt::format("compression method {}", method));
+    if (local + 30 > zip.size() || zip_le(zip, local, 4) != 0x04034b50)
+      refuse_archive(what, "a zip local header", name);
     const uint64_t data = local + 30 + zip_le(zip, local + 26, 2) + zip_le(zip, local + 28, 2);
     if (data > zip.size() || size > zip.size() - data)
       refuse_archive(what, fmt::format("'{}' inside the archive", name), "a range past its end");
@@ -109,7 +112,8 @@ std::map<std::string, std::string_view> zip_entries(std::string_view zip, const 
 std::pair<std::string, std::string_view> data_pkl(const std::map<std::string, std::string_view>& entries,
                                                   const std::string& what) {
   for (const auto& [name, bytes] : entries) {
-    if (name.ends_with("/data.pkl") && name.find('/') == name.size() - 9) return {name.substr(0, name.size() - 8), bytes};
+    if (name.ends_with("/data.pkl") && name.find('/') == name.size() - 9)
+      return {name.substr(0, name.size() - 8), bytes};
   }
   refuse_archive(what, "<archive>/data.pkl", "no such entry");
 }
@@ -227,7 +231,10 @@ PyRef read_saved_object(std::string_view archive_bytes, const std::string& what)
   const auto [folder, pkl] = data_pkl(entries, what);
   // Plain data only: the objects torchtitan's state dicts hold (ints, floats, bools, str, bytes, lists, tuples).
   return unpickle(
-      pkl, [](const std::string& module, const std::string& name) { return module == "collections" && name == "OrderedDict"; },
+      pkl,
+      [](const std::string& module, const std::string& name) {
+        return module == "collections" && name == "OrderedDict";
+      },
       what);
 }
 
@@ -258,18 +265,23 @@ at::Tensor read_saved_tensor(std::string_view archive_bytes, const std::string& 
   const int64_t bytes = numel * static_cast<int64_t>(c10::elementSize(dtype));
   if (data == entries.end() || numel < 0 || static_cast<int64_t>(data->second.size()) != bytes)
     refuse_archive(what, fmt::format("{}data/{} of {} bytes", folder, id[2]->text, bytes),
-           data == entries.end() ? "no such entry" : fmt::format("{} bytes", data->second.size()));
-  if (root->items[1]->kind != PyValue::Kind::kInt) refuse_archive(what, "an int storage offset", root->items[1]->describe());
+                   data == entries.end() ? "no such entry" : fmt::format("{} bytes", data->second.size()));
+  if (root->items[1]->kind != PyValue::Kind::kInt)
+    refuse_archive(what, "an int storage offset", root->items[1]->describe());
   const int64_t offset = root->items[1]->integer;
-  const std::vector<int64_t> size = archive_ints(root->items[2], what, "size"), stride = archive_ints(root->items[3], what, "stride");
-  if (size.size() != stride.size()) refuse_archive(what, "a stride per dimension", fmt::format("{} for {}", stride.size(), size.size()));
+  const std::vector<int64_t> size = archive_ints(root->items[2], what, "size"),
+                             stride = archive_ints(root->items[3], what, "stride");
+  if (size.size() != stride.size())
+    refuse_archive(what, "a stride per dimension", fmt::format("{} for {}", stride.size(), size.size()));
   int64_t last = offset;  // the largest element index the view reaches
   for (size_t d = 0; d < size.size(); ++d) {
-    if (size[d] < 0 || stride[d] < 0) refuse_archive(what, "non-negative sizes and strides", c10::str(size, " ", stride));
+    if (size[d] < 0 || stride[d] < 0)
+      refuse_archive(what, "non-negative sizes and strides", c10::str(size, " ", stride));
     if (size[d] == 0) last = -1;
     if (last >= 0) last += (size[d] - 1) * stride[d];
   }
-  if (offset < 0 || last >= numel) refuse_archive(what, fmt::format("a view inside its {} elements", numel), fmt::format("element {}", last));
+  if (offset < 0 || last >= numel)
+    refuse_archive(what, fmt::format("a view inside its {} elements", numel), fmt::format("element {}", last));
   at::Tensor storage = at::empty({numel}, at::TensorOptions().dtype(dtype));  // (numel,)
   if (bytes > 0) std::memcpy(storage.data_ptr(), data->second.data(), static_cast<size_t>(bytes));
   return storage.as_strided(size, stride, offset).clone();
@@ -283,7 +295,8 @@ std::string save_tensor(const at::Tensor& tensor) {
   for (const auto& d : kStorages) {
     if (d.type == t.scalar_type()) storage_name = d.storage;
   }
-  TITAN_CHECK_VALUE(storage_name.has_value(), "[titan::checkpoint::torch_save] expected a dtype torch.save names, got {}.",
+  TITAN_CHECK_VALUE(storage_name.has_value(),
+                    "[titan::checkpoint::torch_save] expected a dtype torch.save names, got {}.",
                     c10::toString(t.scalar_type()));
   const std::string storage(static_cast<const char*>(t.data_ptr()), t.nbytes());
   std::vector<PyRef> size, stride;
@@ -291,17 +304,16 @@ std::string save_tensor(const at::Tensor& tensor) {
     size.push_back(py_int(t.size(d)));
     stride.push_back(py_int(t.stride(d)));
   }
-  const PyRef id = py_tuple({py_str("storage"), py_global("torch." + *storage_name), py_str("0"), py_str("cpu"),
-                             py_int(t.numel())});
+  const PyRef id =
+      py_tuple({py_str("storage"), py_global("torch." + *storage_name), py_str("0"), py_str("cpu"), py_int(t.numel())});
   // BINPERSID is not a value the generic writer emits: the pickle is spelled out here, as torch's _save does.
   std::string pkl = "\x80\x02";
   pkl += "ctorch._utils\n_rebuild_tensor_v2\n(";
   const std::string id_pickle = pickle(*id);
   pkl += id_pickle.substr(2, id_pickle.size() - 3);  // the tuple's opcodes, without PROTO and STOP
-  pkl += 'Q';                                          // BINPERSID
-  const std::string rest =
-      pickle(*py_tuple({py_int(0), py_tuple(size), py_tuple(stride), py_bool(false),
-                        py_call(py_global("collections.OrderedDict"), {})}));
+  pkl += 'Q';                                        // BINPERSID
+  const std::string rest = pickle(*py_tuple({py_int(0), py_tuple(size), py_tuple(stride), py_bool(false),
+                                             py_call(py_global("collections.OrderedDict"), {})}));
   // The remaining arguments, spliced into the outer tuple: drop PROTO, the inner "(" and "t", and STOP.
   pkl += rest.substr(3, rest.size() - 5);
   pkl += "tR.";

@@ -23,7 +23,8 @@ constexpr std::array<const char*, 3> kTorchtitanAdamStates = {"exp_avg", "exp_av
 constexpr std::array<const char*, 4> kTorchtitanGroups = {"optimizer", "lr_scheduler", "dataloader", "train_state"};
 
 bool is_group_key(const std::string& key) {
-  return std::any_of(kTorchtitanGroups.begin(), kTorchtitanGroups.end(), [&](const char* g) { return key.starts_with(std::string(g) + "."); });
+  return std::any_of(kTorchtitanGroups.begin(), kTorchtitanGroups.end(),
+                     [&](const char* g) { return key.starts_with(std::string(g) + "."); });
 }
 
 // A tensor of parameter `fqn` (or its moment, shaped like it) in titan's row order from torchtitan's, and back.
@@ -105,9 +106,10 @@ State state_from_torchtitan(const DcpReader& dcp, const FromTorchtitan& how) {
   const bool has_loader = std::any_of(dcp.objects().begin(), dcp.objects().end(),
                                       [](const std::string& k) { return k.starts_with("dataloader."); });
   if (has_loader) {
-    log::info("The data loader's state in '{}' is torchtitan's own and does not carry over: the titan run reads its "
-              "data from the beginning",
-              dcp.folder().string());
+    log::info(
+        "The data loader's state in '{}' is torchtitan's own and does not carry over: the titan run reads its "
+        "data from the beginning",
+        dcp.folder().string());
   }
   return state;
 }
@@ -138,15 +140,18 @@ std::vector<DcpEntry> torchtitan_entries(const State& state, const nlohmann::jso
     const std::string group = group_of(st.key), rest = st.key.substr(group.size() + 1);
     if (group == "model") {
       out.push_back({.path = {rest}, .tensor = rows_to(how.halves, rest, st.tensor)});
+      if (how.tied && rest == "tok_embeddings.weight") out.push_back({.path = {"output.weight"}, .tensor = st.tensor});
     } else if (group == "moe") {  // torchtitan's expert_bias buffer, in its model state dict
       out.push_back({.path = {rest}, .tensor = st.tensor});
     } else if (group == "optimizer") {
       const std::string name = rest.substr(rest.rfind('.') + 1), fqn = rest.substr(0, rest.rfind('.'));
-      TITAN_CHECK_VALUE(std::find(kTorchtitanAdamStates.begin(), kTorchtitanAdamStates.end(), name) != kTorchtitanAdamStates.end(),
-                        "[titan::checkpoint::torchtitan] expected AdamW state (exp_avg, exp_avg_sq, step), got '{}'. "
-                        "torchtitan has no optimizer that reads it; export the weights alone (titan-convert to-hf).",
-                        st.key);
-      out.push_back({.path = {"optimizer", fmt::format("state.{}.{}", fqn, name)}, .tensor = rows_to(how.halves, fqn, st.tensor)});
+      TITAN_CHECK_VALUE(
+          std::find(kTorchtitanAdamStates.begin(), kTorchtitanAdamStates.end(), name) != kTorchtitanAdamStates.end(),
+          "[titan::checkpoint::torchtitan] expected AdamW state (exp_avg, exp_avg_sq, step), got '{}'. "
+          "torchtitan has no optimizer that reads it; export the weights alone (titan-convert to-hf).",
+          st.key);
+      out.push_back({.path = {"optimizer", fmt::format("state.{}.{}", fqn, name)},
+                     .tensor = rows_to(how.halves, fqn, st.tensor)});
       if (optimized.empty() || optimized.back() != fqn) optimized.push_back(fqn);
     } else if (group == "lora") {
       TITAN_CHECK_VALUE(false,
@@ -156,7 +161,8 @@ std::vector<DcpEntry> torchtitan_entries(const State& state, const nlohmann::jso
     }
     // train_state.rng_cpu and other titan-only state: torchtitan has no place for them.
   }
-  // torch's flattened param_groups: every key of the one group, under each parameter.
+  // torch's flattened param_groups: every key of the one group, under each parameter; foreach and fused as
+  // torchtitan's build_optimizers passes them.
   const bool fused = opt.implementation == OptimizerImplementation::fused;
   const bool foreach = opt.implementation == OptimizerImplementation::foreach;
   const double lr = opt.lr * how.lr_factor;
@@ -168,10 +174,10 @@ std::vector<DcpEntry> torchtitan_entries(const State& state, const nlohmann::jso
         {"weight_decay", py_float(opt.weight_decay)},
         {"amsgrad", py_bool(false)},
         {"maximize", py_bool(false)},
-        {"foreach", foreach ? py_bool(true) : py_none()},
+        {"foreach", py_bool(foreach)},
         {"capturable", py_bool(false)},
         {"differentiable", py_bool(false)},
-        {"fused", fused ? py_bool(true) : py_none()},
+        {"fused", py_bool(fused)},
         {"decoupled_weight_decay", py_bool(opt.name == OptimizerName::adamw)},
         {"initial_lr", py_float(opt.lr)}};
     for (const auto& [key, value] : group)

@@ -8,11 +8,12 @@
       optimizer, schedule and loader resume from it through the same CheckpointManager and train AFTER more steps on
       windows 0..AFTER-1 (what a titan run resuming without torchtitan's loader state sees). Writes OUT/losses.json:
       {"before": [...], "after": [...]}.
-  torchtitan_dcp.py dump DIR OUT.safetensors
-      Loads the DCP folder DIR with torch.distributed.checkpoint.load (FileSystemReader) into a state dict built from
-      its own metadata and writes every tensor under its flattened key; the non-tensor items go to OUT.json.
-  torchtitan_dcp.py resume MODEL DIR
-      Loads DIR into torchtitan's CheckpointManager as a resume does (dataloader excluded) and checks its step.
+  torchtitan_dcp.py check MODEL ORIGINAL BASE BATCHES OUT.json
+      ORIGINAL: torchtitan's DCP step folder; BASE: a folder whose checkpoint/step-N is a DCP folder titan wrote
+      (titan-convert to-dcp). Loads both with torch.distributed.checkpoint.load (FileSystemReader) into state dicts
+      built from their own metadata and compares every item exactly (tensors bitwise, objects by ==), then resumes
+      torchtitan's CheckpointManager from BASE (dataloader excluded). Writes OUT.json: {"items", "missing", "different",
+      "step", "last_epoch"}.
 
 One process on the CPU, no process group: DCP saves and loads without one (its no-dist path), and a single rank's
 state dict holds every tensor whole, one chunk each. Training follows torchtitan's train_step on one rank: the
@@ -147,7 +148,8 @@ def train(model_name, batches, out, before, after):
         json.dump({"before": losses_before, "after": losses_after}, f)
 
 
-def dump(folder, out):
+def read_all(folder):
+    """Every item of a DCP folder by its flattened key, as torch.distributed.checkpoint.load gives it."""
     import torch.distributed.checkpoint as dcp
     from torch.distributed.checkpoint.metadata import TensorStorageMetadata
 
@@ -158,29 +160,37 @@ def dump(folder, out):
         if isinstance(meta, TensorStorageMetadata):
             state[key] = torch.empty(meta.size, dtype=meta.properties.dtype)
         else:
-            state[key] = None
-    # Load flat keys: DCP's planner maps them through planner_data when the checkpoint was saved nested.
-    dcp.load(state, storage_reader=reader, planner=dcp.DefaultLoadPlanner(flatten_state_dict=False))
-    save_file({k: v.contiguous() for k, v in state.items() if isinstance(v, torch.Tensor)}, out)
-    with open(out + ".json", "w") as f:
-        json.dump({k: repr(v) for k, v in state.items() if not isinstance(v, torch.Tensor)}, f, sort_keys=True)
+            state[key] = 0  # a placeholder the item replaces
+    planner = dcp.DefaultLoadPlanner(flatten_state_dict=False)
+    dcp.load(state, storage_reader=reader, planner=planner)
+    return planner.state_dict  # the planner's own dict took the objects
 
 
-def resume(model_name, folder):
-    """torchtitan resuming from a DCP folder <folder>/checkpoint/step-N as its trainer does."""
-    inputs = torch.zeros(1, 1, 2, dtype=torch.long)
-    settings = {"vocab": int(os.environ["DCP_VOCAB"]), "seq_len": 2, "lr": 1e-3, "warmup_steps": 1, "steps": 100}
-    model, opt, sched, loader, ts, ckpt = build(model_name, settings, inputs, inputs, folder, seed=1)
+def same(a, b):
+    if isinstance(a, torch.Tensor) or isinstance(b, torch.Tensor):
+        return (isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor) and a.dtype == b.dtype
+                and a.shape == b.shape and torch.equal(a, b))
+    return type(a) is type(b) and a == b
+
+
+def check(model_name, original, base, batches, out):
+    want, got = read_all(original), read_all(os.path.join(base, "checkpoint", os.listdir(os.path.join(base, "checkpoint"))[0]))
+    # torchtitan's data loader state is its own: titan does not write it.
+    keys = [k for k in want if not k.startswith("dataloader.")]
+    result = {"items": len(keys), "missing": [k for k in keys if k not in got],
+              "different": [k for k in keys if k in got and not same(want[k], got[k])][:20]}
+    inputs, labels, settings = read_batches(batches)
+    model, opt, sched, loader, ts, ckpt = build(model_name, settings, inputs, labels, base, seed=1)
     ckpt.exclude_from_loading = ["dataloader"]
     assert ckpt.load()
-    print(json.dumps({"step": ts.step, "last_epoch": sched.schedulers[0].last_epoch}))
+    result.update(step=ts.step, last_epoch=sched.schedulers[0].last_epoch)
+    with open(out, "w") as f:
+        json.dump(result, f)
 
 
 if __name__ == "__main__":
     command = sys.argv[1]
     if command == "train":
         train(sys.argv[2], sys.argv[3], sys.argv[4], int(sys.argv[5]), int(sys.argv[6]))
-    elif command == "dump":
-        dump(sys.argv[2], sys.argv[3])
     else:
-        resume(sys.argv[2], sys.argv[3])
+        check(sys.argv[2], sys.argv[3], sys.argv[4], sys.argv[5], sys.argv[6])

@@ -45,9 +45,9 @@ class DcpReader {
 
   /// Where an item lies: a byte range of a file in the folder.
   struct Location {
-    std::string file;     ///< a plain name inside the folder
-    int64_t offset = 0;   ///< first byte
-    int64_t length = 0;   ///< bytes
+    std::string file;    ///< a plain name inside the folder
+    int64_t offset = 0;  ///< first byte
+    int64_t length = 0;  ///< bytes
   };
   /// One saved chunk of a tensor: its rectangle in the global tensor and where it lies.
   struct Chunk {

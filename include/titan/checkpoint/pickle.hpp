@@ -22,15 +22,15 @@ using PyRef = std::shared_ptr<PyValue>;
 struct PyValue {
   enum class Kind { kNone, kBool, kInt, kFloat, kStr, kBytes, kList, kTuple, kDict, kGlobal, kCall, kPersistentId };
   Kind kind = Kind::kNone;
-  bool boolean = false;              ///< kBool
-  int64_t integer = 0;               ///< kInt
-  double real = 0;                   ///< kFloat
-  std::string text{};                ///< kStr, kBytes; kGlobal: "module.name"
-  std::vector<PyRef> items{};        ///< kList, kTuple; kCall: its arguments; kPersistentId: its id (one value)
+  bool boolean = false;        ///< kBool
+  int64_t integer = 0;         ///< kInt
+  double real = 0;             ///< kFloat
+  std::string text{};          ///< kStr, kBytes; kGlobal: "module.name"
+  std::vector<PyRef> items{};  ///< kList, kTuple; kCall: its arguments; kPersistentId: its id (one value)
   std::vector<std::pair<PyRef, PyRef>> entries{};  ///< kDict, in insertion order
-  PyRef callee{};                    ///< kCall: the class or function (a kGlobal)
-  PyRef state{};                     ///< kCall: what BUILD gave it (null when none)
-  bool new_object = false;           ///< kCall: made by NEWOBJ (cls.__new__), not REDUCE
+  PyRef callee{};                                  ///< kCall: the class or function (a kGlobal)
+  PyRef state{};                                   ///< kCall: what BUILD gave it (null when none)
+  bool new_object = false;                         ///< kCall: made by NEWOBJ (cls.__new__), not REDUCE
 
   /// The callee's "module.name" of a kCall, else "".
   std::string class_name() const;

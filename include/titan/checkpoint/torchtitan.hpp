@@ -41,6 +41,7 @@ void write_titan_checkpoint(const std::filesystem::path& folder, const State& st
 /// How to write a titan checkpoint for torchtitan: the optimizer and schedule torchtitan resumes with.
 struct ToTorchtitan {
   const HfAdapter* halves = nullptr;  ///< as FromTorchtitan::halves
+  bool tied = false;                  ///< the head is the embedding: torchtitan's state dict names it output.weight too
   OptimizerConfig optimizer{};        ///< param_groups' lr, betas, eps, weight_decay, foreach/fused
   double lr_factor = 1;               ///< the schedule's factor at the checkpoint's step (LambdaLR's _last_lr)
   int64_t tokens_per_step = 0;        ///< train_state.ntokens_seen = step x this (torchtitan counts tokens)
