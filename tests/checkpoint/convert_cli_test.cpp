@@ -75,5 +75,5 @@ TEST_CASE("titan-convert to-hf takes the model from model.name and model.flavor 
   }
   const test::ToolRun no_command = convert({"--input", weights.string()});
   CHECK(no_command.code == 1);
-  CHECK_THAT(no_command.output, Catch::Contains("expected one command, to-hf, to-peft or from-hf"));
+  CHECK_THAT(no_command.output, Catch::Contains("expected one command, to-hf, to-peft, from-hf, from-dcp or to-dcp"));
 }

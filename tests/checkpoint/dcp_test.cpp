@@ -11,6 +11,7 @@
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <fstream>
+#include <map>
 #include <string>
 
 #include "test_util.hpp"
@@ -151,6 +152,21 @@ TEST_CASE("torchtitan's Llama 3 checkpoint resumes in titan with torchtitan's lo
 TEST_CASE("torchtitan's Qwen3 checkpoint resumes in titan with torchtitan's losses and converts back exactly",
           "[checkpoint][torchtitan]") {
   resumes_as_torchtitan<qwen3::Qwen3>("qwen3");
+}
+
+TEST_CASE("a DCP checkpoint saved by two ranks (FSDP rows, TP columns, uneven shards) reads back whole",
+          "[checkpoint][torchtitan]") {
+  test::TempDir dir;
+  REQUIRE(test::run_python("torchtitan_dcp.py", fmt::format("sharded '{}'", (dir.path / "dcp").string())) == 0);
+  const checkpoint::DcpReader dcp(dir.path / "dcp");
+  const std::map<std::string, std::vector<int64_t>> shapes = {{"rows", {6, 4}}, {"cols", {3, 5}}, {"both", {5, 6}}};
+  REQUIRE(dcp.tensors().size() == shapes.size());
+  for (const auto& [key, shape] : shapes) {
+    INFO(key);
+    const at::Tensor t = dcp.read_tensor(key);  // whole, from both ranks' chunks
+    CHECK(at::equal(t, at::arange(shape[0] * shape[1], at::kFloat).reshape(shape)));
+  }
+  CHECK(dcp.read_object("step")->integer == 7);
 }
 
 // A .metadata of `pickle` bytes in a fresh folder; the error DcpReader gives for it.
