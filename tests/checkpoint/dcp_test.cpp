@@ -17,6 +17,7 @@
 #include "test_util.hpp"
 #include "titan/checkpoint/dcp.hpp"
 #include "titan/checkpoint/safetensors.hpp"
+#include "titan/data/dataloader.hpp"
 #include "titan/data/tokenizer.hpp"
 #include "titan/models/llama3/model.hpp"
 #include "titan/models/qwen3/model.hpp"

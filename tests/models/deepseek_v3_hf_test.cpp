@@ -23,7 +23,7 @@ namespace {
 // SDPA, rotate-half vs pairwise RoPE, a per-expert loop vs grouped GEMM): agreement to ~1e-6 of
 // logits of size ~1-10; 1e-4 absolute leaves margin and still catches a misplaced row or a wrong
 // routing choice (errors of ~0.1+).
-constexpr double kLogitTolerance = 1e-4;
+constexpr double kDeepseekHfLogitTolerance = 1e-4;
 
 // Parameters and the MoE expert biases (HF's e_score_correction_bias), as the checkpoint state.
 checkpoint::State model_state(deepseek_v3::DeepSeekV3& model) {
@@ -74,7 +74,8 @@ TEST_CASE(
   const Loaded loaded = load_random_hf(dir.path, "--no-yarn");
   CHECK_FALSE(*loaded.model->args().yarn);
   CHECK(loaded.model->args().q_lora_rank == 0);
-  CHECK((titan_logits(*loaded.model, loaded.tokens) - loaded.logits).abs().max().item<double>() < kLogitTolerance);
+  CHECK((titan_logits(*loaded.model, loaded.tokens) - loaded.logits).abs().max().item<double>() <
+        kDeepseekHfLogitTolerance);
   test::check_convert_round_trip(dir.path / "hf", dir.path);  // e_score_correction_bias included
 }
 
@@ -87,7 +88,7 @@ TEST_CASE("an HF DeepSeek-V3 with low-rank q and rotate-half RoPE and YaRN round
   CHECK(args.q_lora_rank == 24);
   CHECK(args.moe.num_expert_groups == 2);
   const at::Tensor logits = titan_logits(*loaded.model, loaded.tokens);
-  CHECK((logits - loaded.logits).abs().max().item<double>() < kLogitTolerance);
+  CHECK((logits - loaded.logits).abs().max().item<double>() < kDeepseekHfLogitTolerance);
 
   // Export in the source's layout: the same tensor names and values as transformers wrote.
   std::vector<std::pair<std::string, at::Tensor>> tensors;
@@ -109,7 +110,8 @@ TEST_CASE("an HF DeepSeek-V3 with low-rank q and rotate-half RoPE and YaRN round
   checkpoint::write_safetensors(tokens_file, {{"tokens", loaded.tokens}});
   REQUIRE(test::run_python("hf_deepseek_v3.py", fmt::format("logits \"{}\" \"{}\" \"{}\"", exported.string(),
                                                             tokens_file.string(), out.string())) == 0);
-  CHECK((checkpoint::SafetensorsFile(out).read("logits") - logits).abs().max().item<double>() < kLogitTolerance);
+  CHECK((checkpoint::SafetensorsFile(out).read("logits") - logits).abs().max().item<double>() <
+        kDeepseekHfLogitTolerance);
 }
 
 TEST_CASE("deepseek_v3 refuses an HF export transformers cannot express", "[models][deepseek_v3][hf][errors]") {

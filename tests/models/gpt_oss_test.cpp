@@ -28,7 +28,7 @@ using titan::gpt_oss::GptOssArgs;
 
 namespace {
 
-std::shared_ptr<GptOss> meta_model(const std::string& flavor, int64_t seq_len = 2048) {
+std::shared_ptr<GptOss> gpt_oss_meta_model(const std::string& flavor, int64_t seq_len = 2048) {
   return std::make_shared<GptOss>(titan::gpt_oss::flavor(flavor), seq_len, at::TensorOptions().device(at::kMeta));
 }
 
@@ -78,17 +78,17 @@ TEST_CASE("gpt_oss 20b and 120b: parameters, FLOPs and names equal torchtitan's 
   const nlohmann::json oracle = nlohmann::json::parse(titan::test::read_file(out));
   for (const std::string name : {"20b", "120b"}) {
     INFO(name);
-    const auto model = meta_model(name, kSeq);
+    const auto model = gpt_oss_meta_model(name, kSeq);
     const nlohmann::json& want = oracle.at("flavors").at(name);
     CHECK(model->num_params() == want.at("params").get<int64_t>());
     CHECK(model->num_params() == want.at("hf_params").get<int64_t>());
     CHECK(model->num_flops_per_token(kSeq) == want.at("flops").get<int64_t>());
   }
   // OpenAI's published totals: 20.91B and 116.83B parameters.
-  CHECK(meta_model("20b")->num_params() == 20'914'757'184);
-  CHECK(meta_model("120b")->num_params() == 116'829'156'672);
+  CHECK(gpt_oss_meta_model("20b")->num_params() == 20'914'757'184);
+  CHECK(gpt_oss_meta_model("120b")->num_params() == 116'829'156'672);
 
-  const auto model = meta_model("20b", kSeq);
+  const auto model = gpt_oss_meta_model("20b", kSeq);
   const auto adapter = model->hf_adapter();
   Shapes torchtitan, hf;
   std::map<std::string, std::vector<std::pair<std::string, at::Tensor>>> hf_pieces;
@@ -108,7 +108,7 @@ TEST_CASE("gpt_oss 20b and 120b: parameters, FLOPs and names equal torchtitan's 
 }
 
 TEST_CASE("gpt_oss parameter names and which blocks slide", "[models][gpt_oss]") {
-  const auto model = meta_model("debugmodel");
+  const auto model = gpt_oss_meta_model("debugmodel");
   const auto named = model->named_parameters(/*recurse=*/true);
   // embedding; 4 x (4 projections with biases, sinks, 2 norms, router weight and bias, 6 expert tensors); norm, output
   CHECK(named.size() == 1 + 4 * 19 + 2);
