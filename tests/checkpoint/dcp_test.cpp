@@ -98,7 +98,8 @@ void resumes_as_torchtitan(const std::string& model) {
   const auto want = losses.at("after").get<std::vector<double>>();
   REQUIRE(got.size() == want.size());
   for (size_t i = 0; i < want.size(); ++i) {
-    INFO("step " << kBefore + 1 + static_cast<int64_t>(i) << ": titan " << got[i] << ", torchtitan " << want[i]);
+    INFO(fmt::format("step {}: titan {:.9g}, torchtitan {:.9g}, relative difference {:.2e}", kBefore + 1 + i, got[i],
+                     want[i], std::abs(got[i] - want[i]) / std::abs(want[i])));
     // The same fp32 model, state and tokens on both sides: they differ by summation order inside GEMMs and
     // reductions (~1e-7 relative each), compounded over a forward, a backward and an AdamW step; 1e-5 relative
     // is the bound titan's own resharded resumes are held to. A wrong row order or moment would be off by far more.
