@@ -5,10 +5,13 @@
 
 #include "titan/checkpoint/checkpoint.hpp"
 #include "titan/checkpoint/checkpointer.hpp"
+#include "titan/checkpoint/dcp.hpp"
 #include "titan/checkpoint/hf.hpp"
 #include "titan/checkpoint/peft.hpp"
+#include "titan/checkpoint/pickle.hpp"
 #include "titan/checkpoint/safetensors.hpp"
 #include "titan/checkpoint/seed_checkpoint.hpp"
+#include "titan/checkpoint/torchtitan.hpp"
 #include "titan/core/choice.hpp"
 #include "titan/core/choices.hpp"
 #include "titan/core/config.hpp"
