@@ -56,8 +56,16 @@ State state_from_torchtitan(const DcpReader& dcp, const FromTorchtitan& how) {
       continue;
     }
     if (is_group_key(key)) continue;
-    // A tied model's head is its embedding: torchtitan's state dict names it twice, titan's parameters once.
-    if (!params.contains(key) && key == "output.weight" && params.contains("tok_embeddings.weight")) continue;
+    // A tied model's head is its embedding: torchtitan's state dict names it twice, titan's parameters once. An
+    // untied head would be lost: refused.
+    if (!params.contains(key) && key == "output.weight" && params.contains("tok_embeddings.weight")) {
+      TITAN_CHECK_VALUE(at::equal(dcp.read_tensor(key), dcp.read_tensor("tok_embeddings.weight")),
+                        "[titan::checkpoint::torchtitan] expected output.weight equal to tok_embeddings.weight in '{}' "
+                        "(the titan flavor ties them), got a head of its own. Give the flavor the torchtitan run "
+                        "trained (--model.flavor).",
+                        dcp.folder().string());
+      continue;
+    }
     if (key.ends_with(".expert_bias")) {  // an MoE buffer: titan keeps it as "moe.<fqn>"
       state.tensors.push_back(state_tensor("moe." + key, dcp.read_tensor(key), nullptr));
       continue;
