@@ -106,6 +106,13 @@ parallel::ShardingSpec Decoder::sharding_spec() const {
 
 std::shared_ptr<const checkpoint::HfAdapter> Decoder::hf_adapter() const { return nullptr; }
 
+at::Tensor Decoder::after_blocks(const at::Tensor& h, const at::Tensor& /*tokens*/,
+                                 const nn::AttentionContext& /*context*/) const {
+  return h;
+}
+
+void Decoder::init_extra_weights(const nn::InitSite& /*root*/) {}
+
 at::Tensor Decoder::forward(const at::Tensor& tokens, const nn::AttentionContext& context) const {
   TITAN_CHECK_VALUE(tokens.dim() == 2 && tokens.size(1) <= seq_len_,
                     "[{}] expected tokens of shape (B, S<={}), got {}.", shape_.where, seq_len_,
@@ -137,10 +144,13 @@ at::Tensor Decoder::forward_part(const at::Tensor& x, const std::vector<std::str
               "init_weights().",
               shape_.where);
   at::Tensor h = x;  // tokens (B, S), then (B, S, D), logits (B, S, V) after "output"
+  at::Tensor tokens;  // (B, S) when this part embeds them
   for (const auto& path : modules) {
     if (path == "tok_embeddings" && tok_embeddings) {
+      tokens = h;
       h = tok_embeddings->forward(h);
     } else if (path == "norm" && norm) {
+      if (tokens.defined()) h = after_blocks(h, tokens, context);
       h = norm->forward(h);
     } else if (path == "output" && output) {
       h = output->forward(h);  // (B, S, V), or (B, S, V/tp) under loss parallel
@@ -196,6 +206,7 @@ void Decoder::init_weights(const nn::InitSite& root) {
   if (output) {
     nn::trunc_normal_(output->weight, root / "output.weight", 0.0, out_std, -3 * out_std, 3 * out_std);
   }
+  init_extra_weights(root);
 }
 
 std::vector<at::Tensor> Decoder::unique_parameters() const { return models::unique_parameters(*this); }

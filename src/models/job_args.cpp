@@ -33,7 +33,9 @@ DecoderArgs decoder_args(const JobConfig& config, int64_t vocab_size) {
           .flavor = config.model.flavor,
           .max_seq_len = config.training.seq_len,
           .vocab_size = vocab_size,
-          .moe_load_balance_loss_weight = config.model.moe_load_balance_loss_weight};
+          .moe_load_balance_loss_weight = config.model.moe_load_balance_loss_weight,
+          .num_nextn_predict_layers = config.model.num_nextn_predict_layers,
+          .mtp_loss_scaling_factor = config.model.mtp_loss_scaling_factor};
 }
 
 std::shared_ptr<Decoder> build_model(const JobConfig& config, int64_t vocab_size, const ModelBuild& where) {

@@ -203,6 +203,7 @@ struct Walk {
   bool float8 = false;         // float8 linears on GPU: the calibrated speed factor
   int64_t boundary = 0;        // bytes of a stage's output (and of the gradient sent back for it)
   int64_t max_block_unit = 0;  // the largest gathered bytes of a block's unit (AC's recompute gathers it again)
+  int64_t mtp = 0;             // what the multi-token prediction depths keep, on the stage with the head
 };
 
 // Bytes a unit's all-gather lands: its float8 weights a byte an element, the rest in the gathered dtype.

@@ -14,6 +14,7 @@
 #include "memory_plan_detail.hpp"
 #include "titan/core/error.hpp"
 #include "titan/models/decoder_spec.hpp"
+#include "titan/models/multi_token_prediction.hpp"
 #include "titan/parallel/pipeline_schedule.hpp"
 #include "titan/quant/nf4.hpp"
 
@@ -141,6 +142,14 @@ Walk make_walk(const Context& c, const Layout& l, const parallel::ParallelPlan& 
   w.terms.resize(static_cast<size_t>(c.model.shape().n_layers));
   for (const auto& block : c.model.layers)
     w.terms[static_cast<size_t>(block->layer_id)] = block_terms(*block, c.attention, w.x);
+  // Multi-token prediction (DeepSeek-V3): each depth keeps, until backward, its two norms and their joined output
+  // (T, 2D) that eh_proj reads, its block (never checkpointed) and its own head's and loss's tensors.
+  for (const auto& mtp : models::mtp_modules(c.model)) {
+    for (const auto& depth : mtp->modules) {
+      w.mtp += 2 * models::rms_norm_saved(w.x.tokens(), w.x.D, w.x) + 2 * w.x.tokens() * w.x.D * w.x.bytes +
+               block_terms(*depth->block, c.attention, w.x).full + head_saved(w.x);
+    }
+  }
   w.stages = stages_of(plan, l, held);
   w.fsdp = l.mesh.dp_shard * l.mesh.cp > 1;
   // Under PP a stage's output and the gradient sent back for it are one (sequence-parallel) block output.
@@ -176,7 +185,7 @@ StageActivations stage_activations(const Walk& w, const std::vector<std::string>
     peak = std::max(peak, live + (ac == BlockAc::none ? keep : b.full) + b.forward);
     live += keep;
   }
-  const int64_t head_keep = head ? head_saved(w.x) : 0;
+  const int64_t head_keep = head ? head_saved(w.x) + w.mtp : 0;
   if (head) peak = std::max(peak, live + head_keep + loss_transient(w.x));
   const int64_t saved = live + head_keep;
   for (auto it = blocks.rbegin(); it != blocks.rend(); ++it) {

@@ -31,6 +31,7 @@
 #include "titan/train/data_setup.hpp"
 #include "titan/train/evaluation.hpp"
 #include "titan/train/moe_balancing.hpp"
+#include "titan/train/mtp_loss.hpp"
 #include "titan/train/preemption.hpp"
 #include "titan/train/profiling.hpp"
 #include "titan/train/replica_fault_tolerance.hpp"
@@ -56,6 +57,7 @@ TrainingLoop::TrainingLoop(const RunContext& run, TrainedModel model) : run_(run
                                {.mesh = &run.mesh(), .adamw_modules = model_.adamw_modules});
   schedule_ = std::make_unique<LRSchedule>(c.lr_scheduler, c.training.steps);
   moe_ = std::make_unique<MoeBalancing>(run, *model_.module, *model_.parallel);
+  mtp_ = std::make_unique<MtpLoss>(run, *model_.module);
   if (c.fault_tolerance.enable && c.fault_tolerance.semi_sync_method)
     semi_sync_ = std::make_unique<SemiSync>(semi_sync_options(c.fault_tolerance), model_.parameters);
   const bool lora = !model_.frozen.empty();
@@ -175,6 +177,7 @@ void TrainingLoop::run_step() {
   const nlohmann::json loader_before = every_step ? loader_->state() : nlohmann::json();
   // Every microbatch first: the loss is normalised by the valid tokens of the whole global batch.
   const StepBatch batch = pull_microbatches(*loader_, parallel, run_.mesh(), run_.grad_accum_steps());
+  mtp_->start_step();
   const ForwardBackwardResult fb = forward_and_backward(step, batch);
   if (losses_.empty()) parallel.check_contracts();  // this process's first step used the plan as planned
   TITAN_CHECK(std::isfinite(fb.loss),
@@ -222,6 +225,8 @@ void TrainingLoop::log_step(int64_t step, const ForwardBackwardResult& fb, doubl
                             const std::vector<at::Tensor>& loads) {
   if (const double ratio = moe_->max_load_ratio(loads); ratio > 0) metrics_->add_scalar("moe/max_load_ratio", ratio);
   if (replicas_) metrics_->add_scalar("ft/live_replicas", static_cast<double>(replicas_->live()));
+  // Apart from the next-token loss, which stays comparable to a run without multi-token prediction.
+  if (const std::optional<double> mtp = mtp_->step_loss()) metrics_->add_scalar("loss_metrics/mtp_loss", *mtp);
   const StepMetrics logged = metrics_->log(step, fb.loss, grad_norm, lr);
   if (!logged.parts) return;
   last_memory_ = *logged.parts;

@@ -94,9 +94,13 @@ struct ModelConfig {
   bool print_after_conversion = false;
   /// Weight (alpha) of DeepSeek-V3's sequence-wise MoE balance loss, beside bias balancing; 0 = the flavor's (off)
   double moe_load_balance_loss_weight = 0.0;
+  /// DeepSeek-V3's multi-token prediction depth D (its config.json's num_nextn_predict_layers); 0 = the flavor's (none)
+  int64_t num_nextn_predict_layers = 0;
+  /// Weight lambda of the multi-token prediction loss (Megatron's mtp_loss_scaling_factor; DeepSeek-V3: 0.3, then 0.1)
+  double mtp_loss_scaling_factor = 0.1;
 };
 TITAN_CONFIG(ModelConfig, name, flavor, hf_assets_path, tokenizer_path, converters, print_after_conversion,
-             moe_load_balance_loss_weight)
+             moe_load_balance_loss_weight, num_nextn_predict_layers, mtp_loss_scaling_factor)
 
 /// The optimizer: AdamW (or Adam), or Muon for the hidden matrices with AdamW for the rest.
 struct OptimizerConfig {

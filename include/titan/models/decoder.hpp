@@ -95,6 +95,10 @@ struct DecoderArgs {
   int64_t vocab_size = 0;
   /// Weight of DeepSeek-V3's sequence-wise auxiliary balance loss; 0: none (MoE families only).
   double moe_load_balance_loss_weight = 0;
+  /// DeepSeek-V3's multi-token prediction depth (num_nextn_predict_layers); 0: the flavor's (MTP families only).
+  int64_t num_nextn_predict_layers = 0;
+  /// Weight lambda of the multi-token prediction loss, with num_nextn_predict_layers > 0.
+  double mtp_loss_scaling_factor = 0.1;
 };
 
 class Decoder : public torch::nn::Module {
@@ -156,6 +160,14 @@ class Decoder : public torch::nn::Module {
  protected:
   /// The RoPE tables of the family (derived, not parameters): set on a real device, never on meta.
   void set_rope(nn::RopeTables rope) { rope_ = std::move(rope); }
+  const nn::RopeTables& rope() const { return rope_; }
+  /// A family's objective beyond the next token (DeepSeek-V3's multi-token prediction): forward_part calls it on
+  /// the last block's output h (B, S, D), before the final norm, when the same part embedded the tokens (B, S). It
+  /// returns h, which may carry an injected loss (nn::detail::inject_aux_loss). Default: h.
+  virtual at::Tensor after_blocks(const at::Tensor& h, const at::Tensor& tokens,
+                                  const nn::AttentionContext& context) const;
+  /// Initialises the modules a family registered beyond the decoder's, from `root`. Default: none.
+  virtual void init_extra_weights(const nn::InitSite& root);
 
  private:
   const DecoderBlock& block(const std::string& path) const;

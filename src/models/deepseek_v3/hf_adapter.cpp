@@ -53,6 +53,7 @@ class DeepSeekV3HfAdapter final : public checkpoint::HfAdapter {
 
   std::string hf_name(const std::string& fqn) const override {
     if (std::string outer = checkpoint::hf_outer_name(fqn); !outer.empty()) return outer;
+    if (std::string own = mtp_own_name(fqn); !own.empty()) return own;
     const auto [layer, rest] = split_block(fqn);
     for (const auto& [titan_name, hf] : kBlock) {
       if (rest == titan_name) return fmt::format("model.layers.{}.{}", layer, hf);
@@ -76,6 +77,16 @@ class DeepSeekV3HfAdapter final : public checkpoint::HfAdapter {
 
   std::vector<std::pair<std::string, at::Tensor>> to_hf_tensors(const std::string& fqn,
                                                                 const at::Tensor& whole) const override {
+    if (fqn == "tok_embeddings.weight" || fqn == "output.weight") {
+      // DeepSeek's checkpoint stores each depth's copy of the shared embedding and head beside its own weights
+      // (what vLLM and SGLang read); titan holds them once and reads the model's on import.
+      auto out = HfAdapter::to_hf_tensors(fqn, whole);
+      const char* copy = fqn == "output.weight" ? "shared_head.head.weight" : "embed_tokens.weight";
+      for (int64_t k = 0; k < args_.num_nextn_predict_layers; ++k) {
+        out.emplace_back(fmt::format("model.layers.{}.{}", args_.n_layers + k, copy), whole);
+      }
+      return out;
+    }
     if (!is_experts(fqn)) return HfAdapter::to_hf_tensors(fqn, whole);
     std::vector<std::pair<std::string, at::Tensor>> out;
     for (int64_t e = 0; e < whole.size(0); ++e) out.emplace_back(expert_name(fqn, e), whole[e]);
@@ -145,7 +156,7 @@ class DeepSeekV3HfAdapter final : public checkpoint::HfAdapter {
         {"rms_norm_eps", args_.norm_eps},
         {"rope_interleave", rope_interleave_},
         {"rope_parameters", rope},
-        {"num_nextn_predict_layers", 0},
+        {"num_nextn_predict_layers", args_.num_nextn_predict_layers},
         {"tie_word_embeddings", false},
         {"hidden_act", "silu"},
         {"attention_bias", false},
@@ -154,15 +165,28 @@ class DeepSeekV3HfAdapter final : public checkpoint::HfAdapter {
   }
 
  private:
-  // ("N", rest) of "layers.N.rest"; ("", "") for any other name.
-  static std::pair<std::string, std::string> split_block(const std::string& fqn) {
+  // (HF layer index, block-relative rest) of "layers.N.rest", or of "mtp.K.block.rest" (HF's layer
+  // n_layers + K); ("", "") for any other name.
+  std::pair<std::string, std::string> split_block(const std::string& fqn) const {
     static const std::regex block_re(R"(layers\.(\d+)\.(.+))");
+    static const std::regex mtp_block_re(R"(mtp\.(\d+)\.block\.(.+))");
     std::smatch m;
-    if (!std::regex_match(fqn, m, block_re)) return {};
-    return {m[1].str(), m[2].str()};
+    if (std::regex_match(fqn, m, block_re)) return {m[1].str(), m[2].str()};
+    if (std::regex_match(fqn, m, mtp_block_re)) return {std::to_string(args_.n_layers + std::stoll(m[1].str())), m[2].str()};
+    return {};
   }
 
-  static bool is_experts(const std::string& fqn) {
+  // The HF key of a multi-token prediction depth's own tensors (mtp.K.enorm / hnorm / eh_proj / norm); "" for
+  // any other name (its block's weights are named as a block's).
+  std::string mtp_own_name(const std::string& fqn) const {
+    static const std::regex own_re(R"(mtp\.(\d+)\.(enorm\.weight|hnorm\.weight|eh_proj\.weight|norm\.weight))");
+    std::smatch m;
+    if (!std::regex_match(fqn, m, own_re)) return {};
+    const std::string rest = m[2].str() == "norm.weight" ? "shared_head.norm.weight" : m[2].str();
+    return fmt::format("model.layers.{}.{}", args_.n_layers + std::stoll(m[1].str()), rest);
+  }
+
+  bool is_experts(const std::string& fqn) const {
     const std::string rest = split_block(fqn).second;
     for (const auto& [titan_name, hf] : kExperts) {
       if (rest == titan_name) return true;

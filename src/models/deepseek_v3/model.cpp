@@ -148,25 +148,41 @@ const DeepSeekV3Args& validated(const DeepSeekV3Args& args) {
   TITAN_CHECK_VALUE(args.n_dense_layers >= 0 && args.n_dense_layers <= args.n_layers,
                     "[titan::deepseek_v3] expected 0 <= n_dense_layers <= n_layers ({}), got {}. Fix the model args.",
                     args.n_layers, args.n_dense_layers);
+  TITAN_CHECK_VALUE(args.num_nextn_predict_layers >= 0,
+                    "[titan::deepseek_v3] expected num_nextn_predict_layers >= 0, got {}. Fix the model args "
+                    "(model.num_nextn_predict_layers; 0: no multi-token prediction).",
+                    args.num_nextn_predict_layers);
   return args;
+}
+}  // namespace
+
+namespace {
+// Block `layer`'s parts: MLA, then a dense SwiGLU for the first n_dense_layers, an MoE layer after (the
+// multi-token prediction blocks, numbered after the model's, are MoE blocks as in Hugging Face's numbering).
+models::DecoderBlock::Parts block_parts(const DeepSeekV3Args& args, int64_t seq_len, const at::TensorOptions& options,
+                                        int64_t layer) {
+  models::DecoderBlock::Parts parts{
+      .attention = std::make_shared<MultiLatentAttention>(args, args.softmax_mscale(seq_len), options),
+      .init_std = 0.02 / std::sqrt(2.0 * static_cast<double>(layer + 1))};
+  if (layer < args.n_dense_layers) {
+    parts.feed_forward = std::make_shared<nn::FeedForward>(args.dim, args.inter_dim, options);
+  } else {
+    parts.moe = std::make_shared<nn::MoE>(args.moe, args.dim, args.moe_inter_dim, options);
+  }
+  return parts;
 }
 }  // namespace
 
 DeepSeekV3::DeepSeekV3(const DeepSeekV3Args& args, int64_t seq_len, const at::TensorOptions& options,
                        const std::vector<std::string>& modules)
     : Decoder(decoder_shape(validated(args)), seq_len, options, modules,
-              [&](int64_t layer) {
-                models::DecoderBlock::Parts parts{
-                    .attention = std::make_shared<MultiLatentAttention>(args, args.softmax_mscale(seq_len), options),
-                    .init_std = 0.02 / std::sqrt(2.0 * static_cast<double>(layer + 1))};
-                if (layer < args.n_dense_layers) {
-                  parts.feed_forward = std::make_shared<nn::FeedForward>(args.dim, args.inter_dim, options);
-                } else {
-                  parts.moe = std::make_shared<nn::MoE>(args.moe, args.dim, args.moe_inter_dim, options);
-                }
-                return parts;
-              }),
+              [&](int64_t layer) { return block_parts(args, seq_len, options, layer); }),
       args_(args) {
+  if (args.num_nextn_predict_layers > 0 && norm) {
+    mtp = register_module("mtp", std::make_shared<models::MultiTokenPrediction>(
+                                     args.num_nextn_predict_layers, args.mtp_loss_scaling_factor, shape(), options,
+                                     [&](int64_t layer) { return block_parts(args, seq_len, options, layer); }));
+  }
   if (options.device().type() != at::kMeta) {
     // Derived, not parameters: rebuilt on the model's device, never checkpointed.
     const bool yarn = args.uses_yarn(seq_len);
@@ -181,6 +197,50 @@ DeepSeekV3::DeepSeekV3(const DeepSeekV3Args& args, int64_t seq_len, const at::Te
                    {.head_dim = args.qk_rope_head_dim, .theta = args.rope_theta, .llama3_scaling = false});  // (ROPE/2)
     set_rope(nn::make_rope_tables(freqs, seq_len, options.device(), yarn ? args.yarn_attention_factor : 1.0));
   }
+}
+
+at::Tensor DeepSeekV3::after_blocks(const at::Tensor& h, const at::Tensor& tokens,
+                                    const nn::AttentionContext& context) const {
+  if (!mtp) return h;
+  // The main model's head, shared: the same module (so the same FSDP unit and tensor-parallel role) reads it.
+  return mtp->forward(h, tokens, *tok_embeddings, [this](const at::Tensor& x) { return output->forward(x); }, rope(),
+                      context);
+}
+
+void DeepSeekV3::init_extra_weights(const nn::InitSite& root) {
+  if (mtp) mtp->init_weights(root / "mtp");
+}
+
+parallel::ShardingSpec DeepSeekV3::sharding_spec() const {
+  parallel::ShardingSpec spec = Decoder::sharding_spec();
+  if (!mtp) return spec;
+  // The depths run after the blocks and before norm + output, the last unit: theirs go in front of it.
+  std::vector<std::vector<std::string>> units;
+  for (size_t k = 0; k < mtp->modules.size(); ++k) {
+    const std::string at = "mtp." + std::to_string(k);
+    const std::string block = at + ".block";
+    if (!mtp->modules[k]->block->moe) {
+      units.push_back({at});
+      continue;
+    }
+    std::vector<std::string> dense{at + ".enorm",          at + ".hnorm",     at + ".eh_proj",
+                                   block + ".attention_norm", block + ".attention", block + ".ffn_norm",
+                                   block + ".moe.router",     at + ".norm"};
+    parallel::MoeModule moe{.path = block + ".moe", .replicated = {"router"}};
+    if (args_.moe.num_shared_experts > 0) {
+      dense.push_back(block + ".moe.shared_experts");
+      moe.replicated.push_back("shared_experts");
+    }
+    units.push_back(std::move(dense));
+    units.push_back({block + ".moe.experts"});
+    spec.moe.push_back(std::move(moe));
+  }
+  spec.fsdp_units.insert(spec.fsdp_units.end() - 1, units.begin(), units.end());
+  spec.refused.push_back({"tp",
+                          "multi-token prediction under tensor parallelism is not built (its block, and its loss on "
+                          "vocabulary-sharded logits). Set model.num_nextn_predict_layers 0, or use data and expert "
+                          "parallelism."});
+  return spec;
 }
 
 std::shared_ptr<DeepSeekV3> DeepSeekV3::build(const DeepSeekV3Args& args, const ModelBuild& where) {

@@ -63,6 +63,12 @@ struct DeepSeekV3Args {
   std::optional<bool> yarn = std::nullopt;
   /// Magnitude of the YaRN rotations (Hugging Face's attention_factor on cos and sin); 1 in torchtitan.
   double yarn_attention_factor = 1.0;
+  /// Multi-token prediction depth D (DeepSeek-V3's num_nextn_predict_layers): modules mtp.0 .. mtp.D-1 after the
+  /// blocks, the k-th predicting the token k + 1 ahead (models/multi_token_prediction.hpp); 0: none.
+  int64_t num_nextn_predict_layers = 0;
+  /// Weight lambda of the multi-token prediction loss (Megatron's mtp_loss_scaling_factor): the objective adds
+  /// lambda / D * sum_k L_k.
+  double mtp_loss_scaling_factor = 0.1;
 
   /// Query/key head dimension: qk_nope_head_dim + qk_rope_head_dim.
   int64_t qk_head_dim() const { return qk_nope_head_dim + qk_rope_head_dim; }

@@ -13,6 +13,7 @@
 #include "titan/models/decoder.hpp"
 #include "titan/models/deepseek_v3/args.hpp"
 #include "titan/models/memory_model.hpp"
+#include "titan/models/multi_token_prediction.hpp"
 #include "titan/parallel/plan.hpp"
 
 namespace titan::checkpoint {
@@ -73,7 +74,8 @@ class DeepSeekV3 : public models::Decoder {
  public:
   /// Builds the model with uninitialised parameters; `seq_len` sizes the RoPE tables (and decides
   /// YaRN unless args.yarn is set) and must not exceed args.max_seq_len. With `modules` (top-level
-  /// paths: "tok_embeddings", "layers.N", "norm", "output") only those are built: a pipeline part.
+  /// paths: "tok_embeddings", "layers.N", "norm", "output") only those are built: a pipeline part. With
+  /// args.num_nextn_predict_layers > 0 the multi-token prediction modules ("mtp") come with "norm".
   DeepSeekV3(const DeepSeekV3Args& args, int64_t seq_len, const at::TensorOptions& options,
              const std::vector<std::string>& modules = {});
 
@@ -84,7 +86,19 @@ class DeepSeekV3 : public models::Decoder {
   /// Maps this model to and from Hugging Face DeepseekV3ForCausalLM weights (see hf_adapter.hpp).
   std::shared_ptr<const checkpoint::HfAdapter> hf_adapter() const override;
 
+  /// The decoder's spec with the multi-token prediction modules: one FSDP unit per depth (two with an MoE block:
+  /// its routed experts apart), their MoE layers for expert parallelism; tensor parallelism refused with them.
+  parallel::ShardingSpec sharding_spec() const override;
+
   const DeepSeekV3Args& args() const { return args_; }
+
+  std::shared_ptr<models::MultiTokenPrediction> mtp;  // null without num_nextn_predict_layers or in a part without norm
+
+ protected:
+  /// With mtp: h carrying the multi-token prediction loss (the shared embedding and output head).
+  at::Tensor after_blocks(const at::Tensor& h, const at::Tensor& tokens,
+                          const nn::AttentionContext& context) const override;
+  void init_extra_weights(const nn::InitSite& root) override;
 
  private:
   DeepSeekV3Args args_;

@@ -13,7 +13,7 @@
 
 namespace titan::models::detail {
 
-/// `flavor` with args' vocab_size, max_seq_len and MoE loss weight where they are set.
+/// `flavor` with args' vocab_size, max_seq_len, MoE loss weight and multi-token prediction where they are set.
 template <class Args>
 Args family_args(Args flavor, const DecoderArgs& args, std::string_view family) {
   if (args.vocab_size > 0) flavor.vocab_size = args.vocab_size;
@@ -35,6 +35,17 @@ Args family_args(Args flavor, const DecoderArgs& args, std::string_view family) 
                         fmt::format("[titan::{}] expected model.moe_load_balance_loss_weight 0 for a family without "
                                     "MoE layers, got {}. Drop the key.",
                                     family, args.moe_load_balance_loss_weight));
+    }
+  }
+  if (args.num_nextn_predict_layers != 0) {
+    if constexpr (requires { flavor.num_nextn_predict_layers; }) {
+      flavor.num_nextn_predict_layers = args.num_nextn_predict_layers;
+      flavor.mtp_loss_scaling_factor = args.mtp_loss_scaling_factor;
+    } else {
+      throw ConfigError("model.num_nextn_predict_layers",
+                        fmt::format("[titan::{}] expected model.num_nextn_predict_layers 0 for a family without "
+                                    "multi-token prediction (deepseek_v3 has it), got {}. Drop the key.",
+                                    family, args.num_nextn_predict_layers));
     }
   }
   return flavor;

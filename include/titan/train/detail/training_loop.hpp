@@ -21,6 +21,7 @@ class Optimizer;
 class LRSchedule;
 class RunContext;
 class MoeBalancing;
+class MtpLoss;
 class Checkpointing;
 class Validation;
 class Evaluation;
@@ -117,6 +118,7 @@ class TrainingLoop {
   std::unique_ptr<Optimizer> optimizer_;
   std::unique_ptr<LRSchedule> schedule_;
   std::unique_ptr<MoeBalancing> moe_;
+  std::unique_ptr<MtpLoss> mtp_;
   std::unique_ptr<SemiSync>
       semi_sync_;  // null unless fault_tolerance.semi_sync_method; outlives state_ (it points here)
   std::unique_ptr<TrainingState> state_;

@@ -1,0 +1,73 @@
+// SPDX-License-Identifier: BSD-3-Clause
+// Multi-token prediction (DeepSeek-V3 technical report, section 2.2): D modules after the decoder's blocks, module k
+// (1-based) predicting token t_{i+k+1} at position i. Module k combines the previous depth's hidden state h^{k-1}_i
+// (the last block's output, before the final norm, for k = 1) with the shared embedding of t_{i+k},
+//   h'^k_i = eh_proj([hnorm(h^{k-1}_i); enorm(Emb(t_{i+k}))]),        eh_proj: (D, 2D)
+//   h^k    = block_k(h'^k),                                            one decoder block of the model's kind
+//   P^k    = head(norm_k(h^k)),                                        the model's own output head
+// and the objective gains lambda / D * sum_k CE_k, CE_k summed over the positions whose target t_{i+k+1} lies in the
+// sequence (S - k - 1 of them; the report's 1/T normalisation is the trainer's loss_scale). The loss enters through
+// the hidden state h^0 (nn::detail::inject_aux_loss), so a trainer's loss function and the logits do not change and
+// the logged next-token loss stays comparable to a run without MTP.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+#include <c10/util/FunctionRef.h>
+#include <torch/nn/module.h>
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "titan/models/decoder.hpp"
+
+namespace titan::models {
+
+/// One depth k of multi-token prediction (registered as mtp.<k-1>).
+class MtpModule : public torch::nn::Module {
+ public:
+  /// `block`: the transformer block of this depth (layer id n_layers + k - 1, as Hugging Face numbers it).
+  MtpModule(std::shared_ptr<DecoderBlock> block, const DecoderShape& shape, const at::TensorOptions& options);
+
+  std::shared_ptr<nn::RMSNorm> enorm;   // weight (D): on the embedding of t_{i+k}
+  std::shared_ptr<nn::RMSNorm> hnorm;   // weight (D): on the previous depth's hidden state
+  std::shared_ptr<nn::Linear> eh_proj;  // weight (D, 2D): M_k of [hnorm(h); enorm(e)]
+  std::shared_ptr<DecoderBlock> block;  // the depth's transformer block
+  std::shared_ptr<nn::RMSNorm> norm;    // weight (D): the norm before the shared head (HF's shared_head.norm)
+};
+
+/// The D modules and their loss; a family registers it as "mtp" and calls forward from Decoder::after_blocks.
+class MultiTokenPrediction : public torch::nn::Module {
+ public:
+  /// `depth` modules, the k-th with make_block(n_layers + k - 1)'s parts; `weight`: lambda.
+  MultiTokenPrediction(int64_t depth, double weight, const DecoderShape& shape, const at::TensorOptions& options,
+                       const Decoder::BlockFactory& make_block);
+
+  /// h (B, S, D): the last block's output; tokens (B, S) the model's input. With grad mode on, returns h carrying
+  /// loss_scale * weight / D * sum_k CE_k (and adds loss_scale / D * sum_k CE_k to `loss`); else h unchanged.
+  /// `embed` and `head` are the model's shared embedding and output head; rope and context those of its blocks.
+  at::Tensor forward(const at::Tensor& h, const at::Tensor& tokens, const nn::Embedding& embed,
+                     c10::function_ref<at::Tensor(const at::Tensor&)> head, const nn::RopeTables& rope,
+                     const nn::AttentionContext& context) const;
+  /// Each module's norms to ones, eh_proj trunc-normal(0.02), its block as the model's blocks; `site`: "mtp".
+  void init_weights(const nn::InitSite& site);
+  /// The per-depth summed cross-entropies of forward, without injecting them: (D) fp32, for tests and evaluation.
+  at::Tensor depth_losses(const at::Tensor& h, const at::Tensor& tokens, const nn::Embedding& embed,
+                          c10::function_ref<at::Tensor(const at::Tensor&)> head, const nn::RopeTables& rope,
+                          const nn::AttentionContext& context) const;
+
+  std::vector<std::shared_ptr<MtpModule>> modules;  // registered as "0" .. "D-1"
+  /// lambda: the weight of the mean depth loss in the objective.
+  double weight;
+  /// What one summed cross-entropy weighs in the objective: 1 (the default) adds the sums; the Trainer sets one over
+  /// the label positions of an optimizer step, as the next-token loss is a mean over its tokens.
+  double loss_scale = 1.0;
+  /// loss_scale / D * sum_k CE_k of the forwards since the last zeroing (() fp32, lambda not applied): the logged
+  /// MTP loss. A recomputing activation checkpoint adds once (its first forward runs without grad).
+  at::Tensor loss;
+};
+
+/// The MultiTokenPrediction modules of `model` (any depth of nesting), in registration order.
+std::vector<std::shared_ptr<MultiTokenPrediction>> mtp_modules(const torch::nn::Module& model);
+
+}  // namespace titan::models
