@@ -143,7 +143,7 @@ at::Tensor Decoder::forward_part(const at::Tensor& x, const std::vector<std::str
               "[{}] expected a model on a real device, got one on meta. Build it with a device and call "
               "init_weights().",
               shape_.where);
-  at::Tensor h = x;  // tokens (B, S), then (B, S, D), logits (B, S, V) after "output"
+  at::Tensor h = x;   // tokens (B, S), then (B, S, D), logits (B, S, V) after "output"
   at::Tensor tokens;  // (B, S) when this part embeds them
   for (const auto& path : modules) {
     if (path == "tok_embeddings" && tok_embeddings) {

@@ -42,7 +42,8 @@ MultiTokenPrediction::MultiTokenPrediction(int64_t depth, double weight_, const 
     // Hugging Face numbers the depth's block after the model's: its dense-or-MoE choice and init follow that index.
     const int64_t layer_id = shape.n_layers + k;
     auto block = std::make_shared<DecoderBlock>(layer_id, make_block(layer_id), shape, options);
-    modules.push_back(register_module(std::to_string(k), std::make_shared<MtpModule>(std::move(block), shape, options)));
+    modules.push_back(
+        register_module(std::to_string(k), std::make_shared<MtpModule>(std::move(block), shape, options)));
   }
   loss = at::zeros({}, options.dtype(at::kFloat));  // a running sum, not state: never checkpointed
 }
@@ -58,11 +59,11 @@ at::Tensor MultiTokenPrediction::depth_losses(const at::Tensor& h, const at::Ten
     // Column i: t_{i+k} in, t_{i+k+1} the target. The last columns' inputs are filler: causal attention keeps them
     // out of every earlier position, and their targets are ignored.
     const at::Tensor ahead = mtp_shift_left(tokens, k, 0);                       // (B, S)
-    const at::Tensor targets = mtp_shift_left(tokens, k + 1, nn::kIgnoreIndex);  // (B, S)
+    const at::Tensor targets = mtp_shift_left(tokens, k + 1, kIgnoreIndex);  // (B, S)
     // The checkpoint's order (DeepSeek's, read by vLLM and SGLang): the embedding's half of eh_proj first.
     const at::Tensor joined = at::cat({m.enorm->forward(embed.forward(ahead)), m.hnorm->forward(prev)}, -1);
     prev = m.block->forward(m.eh_proj->forward(joined), rope, context);  // (B, S, D): h^k
-    losses.push_back(nn::cross_entropy_sum(head(m.norm->forward(prev)), targets));
+    losses.push_back(cross_entropy_sum(head(m.norm->forward(prev)), targets));
   }
   return at::stack(losses);  // (D)
 }

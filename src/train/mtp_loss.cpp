@@ -11,8 +11,7 @@
 
 namespace titan {
 
-MtpLoss::MtpLoss(const RunContext& run, torch::nn::Module& model)
-    : run_(run), modules_(models::mtp_modules(model)) {
+MtpLoss::MtpLoss(const RunContext& run, torch::nn::Module& model) : run_(run), modules_(models::mtp_modules(model)) {
   if (modules_.empty()) return;
   const dist::Mesh& mesh = run.mesh();
   TITAN_CHECK_NOT_IMPLEMENTED(mesh.size("cp") == 1 && mesh.size("tp") == 1,

@@ -89,9 +89,9 @@ Reference reference(const deepseek_v3::DeepSeekV3& m, const at::Tensor& input, c
     const int64_t len = seq - k;
     const at::Tensor e = at::embedding(emb, input.narrow(1, k, len));  // (B, len, D): Emb(t_{i+k})
     // [RMSNorm(Emb(t_{i+k})); RMSNorm(h^{k-1}_i)]: DeepSeek's checkpoint puts the embedding's half first.
-    const at::Tensor joined =
-        at::cat({rms(e, mod.enorm->weight, a.norm_eps), rms(prev.narrow(1, 0, len), mod.hnorm->weight, a.norm_eps)}, -1);
-    prev = mod.block->forward(at::matmul(joined, mod.eh_proj->weight.t()), rope, {});  // (B, len, D): h^k
+    const at::Tensor joined = at::cat(
+        {rms(e, mod.enorm->weight, a.norm_eps), rms(prev.narrow(1, 0, len), mod.hnorm->weight, a.norm_eps)}, -1);
+    prev = mod.block->forward(at::matmul(joined, mod.eh_proj->weight.t()), rope, {});         // (B, len, D): h^k
     const at::Tensor logits = at::matmul(rms(prev, mod.norm->weight, a.norm_eps), head.t());  // (B, len, V)
     total = total + ce_sum(logits.narrow(1, 0, len - 1), input.narrow(1, k + 1, len - 1));
   }
@@ -125,7 +125,7 @@ TEST_CASE("deepseek_v3 multi-token prediction: loss and gradients equal the repo
 
   // titan: the trainer's loss on the logits; the MTP loss rides on the hidden states into the same backward.
   model->mtp->loss_scale = 1.0 / positions;
-  const at::Tensor main = nn::cross_entropy_sum(model->forward(input), labels) / positions;  // ()
+  const at::Tensor main = cross_entropy_sum(model->forward(input), labels) / positions;  // ()
   main.backward();
   const double mtp = model->mtp->loss.item<double>() * args.mtp_loss_scaling_factor;
 
@@ -161,8 +161,7 @@ const test::ParityRun kBatches{.global_batch = 4, .seq_len = kSeq};
 // Four AdamW steps of the MTP model, the odd ones with two documents per row; the MTP loss of each step (summed over
 // the data-parallel ranks) is recorded beside the weights.
 test::NamedRun train_mtp(const dist::Mesh& mesh) {
-  deepseek_v3::DeepSeekV3Args args = mtp_args();
-  args.moe.load_balance_coeff = 0;  // the bias update needs its trainer hook; the MTP path is what is compared here
+  const deepseek_v3::DeepSeekV3Args args = mtp_args();
   nn::manual_init_seed(7);
   const auto meta = deepseek_v3::DeepSeekV3::build(args, {.device = at::kMeta});
   const parallel::ParallelPlan plan = parallel::plan(meta->sharding_spec(), {}, mesh.shape());
@@ -194,7 +193,7 @@ test::NamedRun train_mtp(const dist::Mesh& mesh) {
     out.losses.push_back(forward_backward(parallel, step_model, batch, mesh, at::kCPU).loss);
     at::Tensor mtp = model->mtp->loss.to(at::kDouble).reshape({1});  // (1)
     if (mesh.size("dp") > 1) mesh.group("dp").all_reduce(mtp).wait();
-    mtp_losses[step] = mtp[0];
+    mtp_losses[step].copy_(mtp[0]);
     out.grad_norms.push_back(optimizer_step(optimizer, kLr, /*max_norm=*/1.0, mesh));
   }
   for (size_t i = 0; i < params.size(); ++i) out.weights[names[i]] = parallel::full_tensor(params[i], mesh);
@@ -268,9 +267,9 @@ TEST_CASE("deepseek_v3 multi-token prediction weights round-trip through the Hug
   const checkpoint::HfReader reader(dir.path / "hf");
   CHECK(reader.config().at("num_nextn_predict_layers") == 1);
   // DeepSeek-V3's layout: the depth is layer n_layers (3) with its own tensors and copies of the shared ones.
-  for (const char* name : {"enorm.weight", "hnorm.weight", "eh_proj.weight", "shared_head.norm.weight",
-                           "self_attn.kv_b_proj.weight", "mlp.gate.e_score_correction_bias",
-                           "mlp.experts.7.down_proj.weight", "mlp.shared_experts.up_proj.weight"}) {
+  for (const char* name :
+       {"enorm.weight", "hnorm.weight", "eh_proj.weight", "shared_head.norm.weight", "self_attn.kv_b_proj.weight",
+        "mlp.gate.e_score_correction_bias", "mlp.experts.7.down_proj.weight", "mlp.shared_experts.up_proj.weight"}) {
     INFO(name);
     CHECK(reader.contains(fmt::format("model.layers.3.{}", name)));
   }
@@ -295,9 +294,10 @@ TEST_CASE("deepseek_v3 multi-token prediction weights round-trip through the Hug
   CHECK(at::equal(loaded->mtp->modules[0]->block->moe->expert_bias, source->mtp->modules[0]->block->moe->expert_bias));
 }
 
-TEST_CASE("deepseek_v3 multi-token prediction through the Trainer: its loss logged apart, the next-token loss as "
-          "without it",
-          "[models][deepseek_v3][mtp][train]") {
+TEST_CASE(
+    "deepseek_v3 multi-token prediction through the Trainer: its loss logged apart, the next-token loss as "
+    "without it",
+    "[models][deepseek_v3][mtp][train]") {
   test::TempDir dir;
   const auto job = [&](const std::string& name, int64_t depth) {
     JobConfig c = test::tinyshakespeare_job(dir.path / name, /*seq_len=*/16, /*local_batch=*/2, /*steps=*/2,

@@ -172,7 +172,8 @@ class DeepSeekV3HfAdapter final : public checkpoint::HfAdapter {
     static const std::regex mtp_block_re(R"(mtp\.(\d+)\.block\.(.+))");
     std::smatch m;
     if (std::regex_match(fqn, m, block_re)) return {m[1].str(), m[2].str()};
-    if (std::regex_match(fqn, m, mtp_block_re)) return {std::to_string(args_.n_layers + std::stoll(m[1].str())), m[2].str()};
+    if (std::regex_match(fqn, m, mtp_block_re))
+      return {std::to_string(args_.n_layers + std::stoll(m[1].str())), m[2].str()};
     return {};
   }
 

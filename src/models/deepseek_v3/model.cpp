@@ -203,8 +203,8 @@ at::Tensor DeepSeekV3::after_blocks(const at::Tensor& h, const at::Tensor& token
                                     const nn::AttentionContext& context) const {
   if (!mtp) return h;
   // The main model's head, shared: the same module (so the same FSDP unit and tensor-parallel role) reads it.
-  return mtp->forward(h, tokens, *tok_embeddings, [this](const at::Tensor& x) { return output->forward(x); }, rope(),
-                      context);
+  return mtp->forward(
+      h, tokens, *tok_embeddings, [this](const at::Tensor& x) { return output->forward(x); }, rope(), context);
 }
 
 void DeepSeekV3::init_extra_weights(const nn::InitSite& root) {
@@ -223,9 +223,9 @@ parallel::ShardingSpec DeepSeekV3::sharding_spec() const {
       units.push_back({at});
       continue;
     }
-    std::vector<std::string> dense{at + ".enorm",          at + ".hnorm",     at + ".eh_proj",
-                                   block + ".attention_norm", block + ".attention", block + ".ffn_norm",
-                                   block + ".moe.router",     at + ".norm"};
+    std::vector<std::string> dense{
+        at + ".enorm",        at + ".hnorm",       at + ".eh_proj",       block + ".attention_norm",
+        block + ".attention", block + ".ffn_norm", block + ".moe.router", at + ".norm"};
     parallel::MoeModule moe{.path = block + ".moe", .replicated = {"router"}};
     if (args_.moe.num_shared_experts > 0) {
       dense.push_back(block + ".moe.shared_experts");
