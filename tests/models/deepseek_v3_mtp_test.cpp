@@ -8,7 +8,7 @@
 
 #include <sstream>
 
-#include "parallel/parity_check.hpp"
+#include "models/decoder_train_util.hpp"
 #include "test_util.hpp"
 #include "titan/checkpoint/checkpoint.hpp"
 #include "titan/checkpoint/hf.hpp"
@@ -17,11 +17,7 @@
 #include "titan/models/deepseek_v3/model.hpp"
 #include "titan/models/job_args.hpp"
 #include "titan/nn/loss.hpp"
-#include "titan/optim/adamw.hpp"
-#include "titan/parallel/parallelize.hpp"
 #include "titan/parallel/planner.hpp"
-#include "titan/train/rank_model.hpp"
-#include "titan/train/step.hpp"
 #include "titan/train/trainer.hpp"
 #include "train/train_test_util.hpp"
 
@@ -32,6 +28,8 @@ using namespace titan;
 namespace fs = std::filesystem;
 
 constexpr int64_t kSeq = 16;
+constexpr int64_t kMtpSteps = 8;
+constexpr double kMtpLr = 1e-3;
 
 // The tiny flavor (a dense block, MoE blocks with shared experts, MLA) with two MTP depths; the depths' blocks are
 // MoE blocks (layer ids 3 and 4 >= n_dense_layers).
@@ -57,9 +55,11 @@ at::Tensor rms(const at::Tensor& x, const at::Tensor& w, double eps) {
   return x * at::rsqrt(x.pow(2).mean(-1, /*keepdim=*/true) + eps) * w;
 }
 
-// sum_i -log softmax(logits_i)[target_i] in double: logits (B, N, V), targets (B, N).
+// sum_i -log softmax(logits_i)[target_i] in double over the targets other than kIgnoreIndex: logits (B, N, V),
+// targets (B, N).
 at::Tensor ce_sum(const at::Tensor& logits, const at::Tensor& targets) {
-  return -at::log_softmax(logits.to(at::kDouble), -1).gather(-1, targets.unsqueeze(-1)).sum();
+  const at::Tensor picked = at::log_softmax(logits.to(at::kDouble), -1).gather(-1, targets.clamp_min(0).unsqueeze(-1));
+  return -(picked.squeeze(-1) * (targets != kIgnoreIndex)).sum();
 }
 
 struct Reference {
@@ -78,7 +78,8 @@ Reference reference(const deepseek_v3::DeepSeekV3& m, const at::Tensor& input, c
   const at::Tensor emb = m.tok_embeddings->weight;     // (V, D)
   const at::Tensor head = m.output->weight;            // (V, D)
   const double positions = static_cast<double>(batch * seq);
-  Reference out{.main = ce_sum(at::matmul(rms(h, m.norm->weight, a.norm_eps), head.t()), labels) / positions};
+  Reference out{.main = ce_sum(at::matmul(rms(h, m.norm->weight, a.norm_eps), head.t()), labels) / positions,
+                .mtp = at::Tensor()};
   const nn::RopeTables rope = nn::make_rope_tables(
       nn::rope_frequencies({.head_dim = a.qk_rope_head_dim, .theta = a.rope_theta, .llama3_scaling = false}), seq,
       at::kCPU);
@@ -154,49 +155,28 @@ TEST_CASE("deepseek_v3 multi-token prediction: loss and gradients equal the repo
 
 namespace {
 
-constexpr int64_t kSteps = 4;
-constexpr double kLr = 1e-3;
-const test::ParityRun kBatches{.global_batch = 4, .seq_len = kSeq};
-
-// Four AdamW steps of the MTP model, the odd ones with two documents per row; the MTP loss of each step (summed over
-// the data-parallel ranks) is recorded beside the weights.
+// The MTP model's training under test::train_decoder, the MTP loss of each step (summed over the data-parallel ranks)
+// recorded beside the weights.
 test::NamedRun train_mtp(const dist::Mesh& mesh) {
-  const deepseek_v3::DeepSeekV3Args args = mtp_args();
-  nn::manual_init_seed(7);
-  const auto meta = deepseek_v3::DeepSeekV3::build(args, {.device = at::kMeta});
-  const parallel::ParallelPlan plan = parallel::plan(meta->sharding_spec(), {}, mesh.shape());
-  const auto model = deepseek_v3::DeepSeekV3::build(args, {.device = at::kCPU});
-  const Parallelized parallel = parallelize(*model, mesh, plan);
-  model->init_weights();
-  model->mtp->loss_scale = 1.0 / static_cast<double>(kBatches.global_batch * kBatches.seq_len);
-  const std::vector<at::Tensor> params = model->unique_parameters();
-  const std::vector<std::string> names = parameter_names(*model, params);
-  AdamW optimizer(params, {.lr = kLr, .eps = 1e-6, .weight_decay = 0.1}, names);
-  const StepModel step_model{.forward = [&](const at::Tensor& tokens, const nn::AttentionContext& context) {
-    return model->forward(tokens, context);
-  }};
-  const int64_t local = kBatches.global_batch / mesh.size("dp");
-  const auto [documents, positions] = test::global_documents(kBatches);  // (B, S) each
-  test::NamedRun out;
-  at::Tensor mtp_losses = at::zeros({kSteps}, at::kDouble);  // (steps)
-  for (int64_t step = 0; step < kSteps; ++step) {
-    const auto [input, labels] = test::global_batch(step, kBatches, args.vocab_size);
-    const int64_t row = mesh.coordinate("dp") * local;
-    const auto rows = [&](const at::Tensor& t) { return t.narrow(0, row, local); };
-    nn::AttentionContext context;
-    if (step % 2 == 1) context = {.positions = rows(positions), .document_ids = rows(documents)};
-    const StepBatch batch{.microbatches = {{rows(input), rows(labels), context}},
-                          .tokens = local * kBatches.seq_len,
-                          .global_valid_tokens = count_valid_tokens(labels)};
-    optimizer.zero_grad();
-    model->mtp->loss.zero_();
-    out.losses.push_back(forward_backward(parallel, step_model, batch, mesh, at::kCPU).loss);
-    at::Tensor mtp = model->mtp->loss.to(at::kDouble).reshape({1});  // (1)
-    if (mesh.size("dp") > 1) mesh.group("dp").all_reduce(mtp).wait();
-    mtp_losses[step].copy_(mtp[0]);
-    out.grad_norms.push_back(optimizer_step(optimizer, kLr, /*max_norm=*/1.0, mesh));
-  }
-  for (size_t i = 0; i < params.size(); ++i) out.weights[names[i]] = parallel::full_tensor(params[i], mesh);
+  const test::ParityRun batches{.global_batch = 4, .seq_len = kSeq};
+  at::Tensor mtp_losses = at::zeros({kMtpSteps}, at::kDouble);  // (steps)
+  test::NamedRun out = test::train_decoder<deepseek_v3::DeepSeekV3>(
+      mesh, mtp_args(),
+      {.steps = kMtpSteps,
+       .lr = kMtpLr,
+       .batches = batches,
+       .seed = 7,
+       .prepared =
+           [&](deepseek_v3::DeepSeekV3& m) {
+             m.mtp->loss_scale = 1.0 / static_cast<double>(batches.global_batch * batches.seq_len);
+           },
+       .before_step = [](deepseek_v3::DeepSeekV3& m, int64_t) { m.mtp->loss.zero_(); },
+       .after_backward =
+           [&](deepseek_v3::DeepSeekV3& m, int64_t step) {
+             at::Tensor mtp = m.mtp->loss.to(at::kDouble).reshape({1});  // (1)
+             if (mesh.size("dp") > 1) mesh.group("dp").all_reduce(mtp).wait();
+             mtp_losses[step].copy_(mtp[0]);
+           }});
   out.weights["(mtp loss of each step)"] = mtp_losses;
   return out;
 }
@@ -220,13 +200,7 @@ TEST_CASE("deepseek_v3 multi-token prediction: FSDP units, and tensor parallelis
   REQUIRE(units.size() == 1 + 1 + 4 + 4 + 1);
   CHECK(units[7] == std::vector<std::string>{"mtp.0.block.moe.experts"});
   CHECK(units.back() == std::vector<std::string>{"norm", "output"});
-  for (const auto& item : model.named_parameters()) {
-    INFO(item.key());
-    CHECK(std::any_of(units.begin(), units.end(), [&](const auto& unit) {
-      return std::any_of(unit.begin(), unit.end(),
-                         [&](const std::string& m) { return item.key().starts_with(m + "."); });
-    }));
-  }
+  test::check_units_cover_parameters(model, units);
   const std::string error = test::error_of([&] { (void)parallel::plan(model.sharding_spec(), {}, {.tp = 2}); });
   CHECK_THAT(error, Catch::Contains("multi-token prediction under tensor parallelism is not built"));
 }

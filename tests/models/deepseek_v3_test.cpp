@@ -20,7 +20,7 @@ using titan::deepseek_v3::DeepSeekV3Args;
 namespace fs = std::filesystem;
 
 namespace {
-std::shared_ptr<DeepSeekV3> meta_model(const std::string& flavor, int64_t seq_len = 2048) {
+std::shared_ptr<DeepSeekV3> deepseek_meta_model(const std::string& flavor, int64_t seq_len = 2048) {
   return std::make_shared<DeepSeekV3>(titan::deepseek_v3::flavor(flavor), seq_len,
                                       at::TensorOptions().device(at::kMeta));
 }
@@ -33,7 +33,7 @@ TEST_CASE("deepseek_v3 flavors have torchtitan's parameter counts and FLOPs and 
   const auto oracle = nlohmann::json::parse(titan::test::read_file(out));
   for (const std::string flavor : {"debugmodel", "16B", "236B", "671B"}) {
     INFO(flavor);
-    const auto model = meta_model(flavor);
+    const auto model = deepseek_meta_model(flavor);
     CHECK(model->num_params() == oracle[flavor]["params"].get<int64_t>());
     // Active parameters only: top_k / num_experts of the routed experts.
     CHECK(model->num_flops_per_token(2048) == oracle[flavor]["flops"].get<int64_t>());
@@ -44,8 +44,8 @@ TEST_CASE("deepseek_v3 flavors have torchtitan's parameter counts and FLOPs and 
     CHECK(titan_shapes == want);
   }
   // The figures torchtitan logs (2 decimals, billions) and nothing allocated.
-  CHECK(fmt::format("{:.2f}B", static_cast<double>(meta_model("671B")->num_params()) / 1e9) == "671.03B");
-  for (const auto& p : meta_model("671B")->unique_parameters()) REQUIRE(p.device().is_meta());
+  CHECK(fmt::format("{:.2f}B", static_cast<double>(deepseek_meta_model("671B")->num_params()) / 1e9) == "671.03B");
+  for (const auto& p : deepseek_meta_model("671B")->unique_parameters()) REQUIRE(p.device().is_meta());
 }
 
 TEST_CASE("deepseek_v3 YaRN frequencies equal torchtitan's", "[models][deepseek_v3][rope][full]") {

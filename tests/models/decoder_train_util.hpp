@@ -1,0 +1,92 @@
+// SPDX-License-Identifier: BSD-3-Clause
+// A registered family's model trained as one rank of a layout sees it, for the families' parity tests
+// (test::check_named_runs): the plan from the model's sharding spec alone, AdamW steps on test::global_batch
+// sequences, every odd step with two documents per row (RoPE positions per document), the whole weights by name at
+// the end. And the check that a sharding spec's FSDP units cover every parameter.
+#pragma once
+
+#include <ATen/ATen.h>
+
+#include <algorithm>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "parallel/parity_check.hpp"
+#include "titan/optim/adamw.hpp"
+#include "titan/parallel/parallelize.hpp"
+#include "titan/parallel/planner.hpp"
+#include "titan/train/rank_model.hpp"
+#include "titan/train/step.hpp"
+
+namespace titan::test {
+
+/// What train_decoder runs.
+template <class Model>
+struct DecoderTraining {
+  /// Optimizer steps.
+  int64_t steps = 6;
+  /// AdamW's learning rate (eps 1e-6, weight decay 0.1).
+  double lr = 1e-3;
+  /// Sequences per step (split over the dp ranks) and their length.
+  ParityRun batches{.global_batch = 4, .seq_len = 32};
+  /// The init seed.
+  uint64_t seed = 11;
+  /// Called once the model is initialised (settings of its own).
+  std::function<void(Model&)> prepared{};
+  /// Called before each step's forward.
+  std::function<void(Model&, int64_t step)> before_step{};
+  /// Called after each step's backward, before the optimizer step.
+  std::function<void(Model&, int64_t step)> after_backward{};
+};
+
+template <class Model>
+NamedRun train_decoder(const dist::Mesh& mesh, const typename Model::Args& args, const DecoderTraining<Model>& t) {
+  nn::manual_init_seed(t.seed);
+  const auto meta = Model::build(args, {.device = at::kMeta});
+  const parallel::ParallelPlan plan = parallel::plan(meta->sharding_spec(), {}, mesh.shape());
+  const auto model = Model::build(args, {.device = at::kCPU});
+  const Parallelized parallel = parallelize(*model, mesh, plan);
+  model->init_weights();
+  if (t.prepared) t.prepared(*model);
+  const std::vector<at::Tensor> params = model->unique_parameters();
+  const std::vector<std::string> names = parameter_names(*model, params);
+  AdamW optimizer(params, {.lr = t.lr, .eps = 1e-6, .weight_decay = 0.1}, names);
+  const StepModel step_model{.forward = [&](const at::Tensor& tokens, const nn::AttentionContext& context) {
+    return model->forward(tokens, context);
+  }};
+  const int64_t local = t.batches.global_batch / mesh.size("dp");
+  const int64_t row = mesh.coordinate("dp") * local;
+  const auto rows = [&](const at::Tensor& x) { return x.narrow(0, row, local); };
+  const auto [documents, positions] = global_documents(t.batches);  // (B, S) each
+  NamedRun out;
+  for (int64_t step = 0; step < t.steps; ++step) {
+    const auto [input, labels] = global_batch(step, t.batches, model->vocab_size());  // (B, S) each
+    nn::AttentionContext context;
+    if (step % 2 == 1) context = {.positions = rows(positions), .document_ids = rows(documents)};
+    const StepBatch batch{.microbatches = {{rows(input), rows(labels), context}},
+                          .tokens = local * t.batches.seq_len,
+                          .global_valid_tokens = count_valid_tokens(labels)};
+    optimizer.zero_grad();
+    if (t.before_step) t.before_step(*model, step);
+    out.losses.push_back(forward_backward(parallel, step_model, batch, mesh, at::kCPU).loss);
+    if (t.after_backward) t.after_backward(*model, step);
+    out.grad_norms.push_back(optimizer_step(optimizer, t.lr, /*max_norm=*/1.0, mesh));
+  }
+  for (size_t i = 0; i < params.size(); ++i) out.weights[names[i]] = parallel::full_tensor(params[i], mesh);
+  return out;
+}
+
+/// Checks that every parameter of `model` lies under one of `units`' module paths (FSDP then shards all of them).
+inline void check_units_cover_parameters(const torch::nn::Module& model,
+                                         const std::vector<std::vector<std::string>>& units) {
+  for (const auto& item : model.named_parameters()) {
+    INFO(item.key());
+    CHECK(std::any_of(units.begin(), units.end(), [&](const auto& unit) {
+      return std::any_of(unit.begin(), unit.end(),
+                         [&](const std::string& m) { return item.key().starts_with(m + "."); });
+    }));
+  }
+}
+
+}  // namespace titan::test
