@@ -10,6 +10,7 @@
 #include "titan/layout/sharded_param.hpp"
 #include "titan/models/decoder_spec.hpp"
 #include "titan/models/model_spec.hpp"
+#include "titan/models/multi_token_prediction.hpp"
 #include "titan/nn/kv_cache.hpp"
 #include "titan/parallel/activation_checkpoint.hpp"
 
@@ -226,6 +227,14 @@ int64_t Decoder::num_flops_per_token(int64_t seq_len) const {
   const int64_t head = shape_.tied ? g.embedding : 0;
   int64_t attention = 0;
   for (int64_t i = 0; i < shape_.n_layers; ++i) attention += attention_flops_per_token(shape_, i, seq_len);
+  // Multi-token prediction: each depth's own parameters are in the groups above; its attention and its use of the
+  // shared output head are not.
+  for (const auto& mtp : mtp_modules(*this)) {
+    for (const auto& depth : mtp->modules) {
+      attention +=
+          attention_flops_per_token(shape_, depth->block->layer_id, seq_len) + 6 * shape_.vocab_size * shape_.dim;
+    }
+  }
   return 6 * (g.dense + head + g.router + g.shared_experts + active_experts) + attention;
 }
 
