@@ -1,8 +1,9 @@
 // SPDX-License-Identifier: BSD-3-Clause
 // A registered family's model trained as one rank of a layout sees it, for the families' parity tests
-// (test::check_named_runs): the plan from the model's sharding spec alone, AdamW steps on test::global_batch
-// sequences, every odd step with two documents per row (RoPE positions per document), the whole weights by name at
-// the end. And the check that a sharding spec's FSDP units cover every parameter.
+// (test::check_named_runs): the plan from the model's sharding spec and the given options, AdamW steps on
+// test::global_batch sequences (each rank's part of its dp rows, its chunks of them under cp), every odd step with two
+// documents per row (RoPE positions per document), the whole weights by name at the end. And the check that a sharding
+// spec's FSDP units cover every parameter.
 #pragma once
 
 #include <ATen/ATen.h>
@@ -14,6 +15,7 @@
 
 #include "parallel/parity_check.hpp"
 #include "titan/optim/adamw.hpp"
+#include "titan/parallel/context_parallel.hpp"
 #include "titan/parallel/parallelize.hpp"
 #include "titan/parallel/planner.hpp"
 #include "titan/train/rank_model.hpp"
@@ -32,6 +34,8 @@ struct DecoderTraining {
   ParityRun batches{.global_batch = 4, .seq_len = 32};
   /// The init seed.
   uint64_t seed = 11;
+  /// The planner's settings beside the model's sharding spec (activation checkpointing, cp's load balancer, ...).
+  parallel::PlanOptions options{};
   /// Called once the model is initialised (settings of its own).
   std::function<void(Model&)> prepared{};
   /// Called before each step's forward.
@@ -44,7 +48,7 @@ template <class Model>
 NamedRun train_decoder(const dist::Mesh& mesh, const typename Model::Args& args, const DecoderTraining<Model>& t) {
   nn::manual_init_seed(t.seed);
   const auto meta = Model::build(args, {.device = at::kMeta});
-  const parallel::ParallelPlan plan = parallel::plan(meta->sharding_spec(), {}, mesh.shape());
+  const parallel::ParallelPlan plan = parallel::plan(meta->sharding_spec(), t.options, mesh.shape());
   const auto model = Model::build(args, {.device = at::kCPU});
   const Parallelized parallel = parallelize(*model, mesh, plan);
   model->init_weights();
@@ -62,9 +66,13 @@ NamedRun train_decoder(const dist::Mesh& mesh, const typename Model::Args& args,
   NamedRun out;
   for (int64_t step = 0; step < t.steps; ++step) {
     const auto [input, labels] = global_batch(step, t.batches, model->vocab_size());  // (B, S) each
-    nn::AttentionContext context;
-    if (step % 2 == 1) context = {.positions = rows(positions), .document_ids = rows(documents)};
-    const StepBatch batch{.microbatches = {{rows(input), rows(labels), context}},
+    const bool packed = step % 2 == 1;
+    // Under cp this rank's part of each sequence, and the attention context that says so.
+    const parallel::LocalBatch part = parallel.local_batch({.tokens = rows(input),
+                                                            .labels = rows(labels),
+                                                            .positions = packed ? rows(positions) : at::Tensor(),
+                                                            .document_ids = packed ? rows(documents) : at::Tensor()});
+    const StepBatch batch{.microbatches = {{part.tokens, part.labels, part.attention}},
                           .tokens = local * t.batches.seq_len,
                           .global_valid_tokens = count_valid_tokens(labels)};
     optimizer.zero_grad();

@@ -14,14 +14,9 @@
 #include <ATen/ATen.h>
 #include <fmt/format.h>
 
-#include "parallel/parity_check.hpp"
+#include "models/decoder_train_util.hpp"
 #include "test_util.hpp"
 #include "titan/models/qwen3_5/model.hpp"
-#include "titan/optim/adamw.hpp"
-#include "titan/parallel/parallelize.hpp"
-#include "titan/parallel/planner.hpp"
-#include "titan/train/rank_model.hpp"
-#include "titan/train/step.hpp"
 
 namespace qwen3_5_train_test {
 namespace {
@@ -46,44 +41,15 @@ qwen3_5::Qwen35Args small_args() {
 }
 
 test::NamedRun train_with(const dist::Mesh& mesh, AcMode checkpoint) {
-  nn::manual_init_seed(11);
-  const auto meta = qwen3_5::Qwen35::build(small_args(), {.device = at::kMeta});
   // Contiguous cp shards: the Gated DeltaNet blocks pass their state from each cp rank to the next.
-  const parallel::ParallelPlan plan = parallel::plan(
-      meta->sharding_spec(),
-      {.parallelism = {.context_parallel_load_balancer = std::nullopt}, .activation_checkpoint = {.mode = checkpoint}},
-      mesh.shape());
-  const auto model = qwen3_5::Qwen35::build(small_args(), {.device = at::kCPU});
-  const Parallelized parallel = parallelize(*model, mesh, plan);
-  model->init_weights();
-  const std::vector<at::Tensor> params = model->unique_parameters();
-  const std::vector<std::string> names = parameter_names(*model, params);
-  AdamW optimizer(params, {.lr = kLr, .eps = 1e-6, .weight_decay = 0.1}, names);
-  const StepModel step_model{.forward = [&](const at::Tensor& tokens, const nn::AttentionContext& context) {
-    return model->forward(tokens, context);
-  }};
-  const int64_t local = kBatches.global_batch / mesh.size("dp");
-  const auto [documents, positions] = test::global_documents(kBatches);  // (B, S) each
-  test::NamedRun out;
-  for (int64_t step = 0; step < kSteps; ++step) {
-    const auto [input, labels] = test::global_batch(step, kBatches, small_args().vocab_size);
-    const int64_t row = mesh.coordinate("dp") * local;
-    const auto rows = [&](const at::Tensor& t) { return t.narrow(0, row, local); };
-    const bool packed = step % 2 == 1;
-    // Under cp this rank's part of each sequence, and the attention context that says so.
-    const parallel::LocalBatch part = parallel.local_batch({.tokens = rows(input),
-                                                            .labels = rows(labels),
-                                                            .positions = packed ? rows(positions) : at::Tensor(),
-                                                            .document_ids = packed ? rows(documents) : at::Tensor()});
-    const StepBatch batch{.microbatches = {{part.tokens, part.labels, part.attention}},
-                          .tokens = local * kBatches.seq_len,
-                          .global_valid_tokens = count_valid_tokens(labels)};
-    optimizer.zero_grad();
-    out.losses.push_back(forward_backward(parallel, step_model, batch, mesh, at::kCPU).loss);
-    out.grad_norms.push_back(optimizer_step(optimizer, kLr, /*max_norm=*/1.0, mesh));
-  }
-  for (size_t i = 0; i < params.size(); ++i) out.weights[names[i]] = parallel::full_tensor(params[i], mesh);
-  return out;
+  return test::train_decoder<qwen3_5::Qwen35>(
+      mesh, small_args(),
+      {.steps = kSteps,
+       .lr = kLr,
+       .batches = kBatches,
+       .seed = 11,
+       .options = {.parallelism = {.context_parallel_load_balancer = std::nullopt},
+                   .activation_checkpoint = {.mode = checkpoint}}});
 }
 
 test::NamedRun train(const dist::Mesh& mesh) { return train_with(mesh, AcMode::none); }

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: BSD-3-Clause
 // Multi-token prediction (DeepSeek-V3 technical report, section 2.2): D modules after the decoder's blocks, module k
-// (1-based) predicting token t_{i+k+1} at position i. Module k combines the previous depth's hidden state h^{k-1}_i
-// (the last block's output, before the final norm, for k = 1) with the shared embedding of t_{i+k},
+// (1-based) predicting token t_{i+k+1} at position i. Its input is the previous depth's hidden state h^{k-1}_i: the
+// last block's output, before the final norm, for k = 1. Module k combines it with the shared embedding of t_{i+k}:
 //   h'^k_i = eh_proj([hnorm(h^{k-1}_i); enorm(Emb(t_{i+k}))]),        eh_proj: (D, 2D)
 //   h^k    = block_k(h'^k),                                            one decoder block of the model's kind
 //   P^k    = head(norm_k(h^k)),                                        the model's own output head
@@ -43,8 +43,8 @@ class MultiTokenPrediction : public torch::nn::Module {
   MultiTokenPrediction(int64_t depth, double weight, const DecoderShape& shape, const at::TensorOptions& options,
                        const Decoder::BlockFactory& make_block);
 
-  /// h (B, S, D): the last block's output; tokens (B, S) the model's input. With grad mode on, returns h carrying
-  /// loss_scale * weight / D * sum_k CE_k (and adds loss_scale / D * sum_k CE_k to `loss`); else h unchanged.
+  /// h (B, S, D): the last block's output; tokens (B, S) the model's input. With grad mode on, it returns h carrying
+  /// loss_scale * weight / D * sum_k CE_k, and adds loss_scale / D * sum_k CE_k to `loss`. Without, h unchanged.
   /// `embed` and `head` are the model's shared embedding and output head; rope and context those of its blocks.
   at::Tensor forward(const at::Tensor& h, const at::Tensor& tokens, const nn::Embedding& embed,
                      c10::function_ref<at::Tensor(const at::Tensor&)> head, const nn::RopeTables& rope,
@@ -56,7 +56,7 @@ class MultiTokenPrediction : public torch::nn::Module {
                           c10::function_ref<at::Tensor(const at::Tensor&)> head, const nn::RopeTables& rope,
                           const nn::AttentionContext& context) const;
 
-  std::vector<std::shared_ptr<MtpModule>> modules;  // registered as "0" .. "D-1"
+  std::vector<std::shared_ptr<MtpModule>> modules;  // depth k registered as "k-1"
   /// lambda: the weight of the mean depth loss in the objective.
   double weight;
   /// What one summed cross-entropy weighs in the objective: 1 (the default) adds the sums; the Trainer sets one over

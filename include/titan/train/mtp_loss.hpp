@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: BSD-3-Clause
 // MtpLoss: what a training step does for a model's multi-token prediction (models/multi_token_prediction.hpp)
-// besides forward and backward: each module's loss weighted as the next-token loss is (one over the label positions of
-// an optimizer step), and the step's MTP loss for the metrics, apart from the next-token loss so that curve stays
-// comparable to a run without MTP. A model without MTP makes every call a no-op.
+// besides forward and backward. Each module's loss is weighted as the next-token loss is, by one over the label
+// positions of an optimizer step. The step's MTP loss goes to the metrics apart from the next-token loss, so that curve
+// stays comparable to a run without MTP. A model without MTP makes every call a no-op.
 //
 //   titan::MtpLoss mtp(run, model.model());
 //   mtp.start_step();  ... forward and backward ...
