@@ -192,15 +192,25 @@ TEST_CASE("deepseek_v3 with multi-token prediction trains under FSDP 2 as in one
   test::check_named_runs({.dp_shard = 2}, train_mtp);
 }
 
+// The depths' MoE layers are in the spec's MoE list: expert parallelism splits their routed experts as the blocks'.
+TEST_CASE("deepseek_v3 with multi-token prediction trains under EP 2 as in one process",
+          "[models][deepseek_v3][mtp][ep][parity]") {
+  test::check_named_runs({.dp_shard = 2, .ep = 2}, train_mtp);
+}
+
 TEST_CASE("deepseek_v3 multi-token prediction: FSDP units, and tensor parallelism refused by name",
           "[models][deepseek_v3][mtp][parallel]") {
   const deepseek_v3::DeepSeekV3 model(mtp_args(), kSeq, at::TensorOptions().device(at::kMeta));
-  const auto units = model.sharding_spec().fsdp_units;
+  const parallel::ShardingSpec spec = model.sharding_spec();
+  const auto& units = spec.fsdp_units;
   // tok_embeddings, layers.0, 2 x 2 for the MoE blocks, 2 x 2 for the MTP depths, norm + output last.
   REQUIRE(units.size() == 1 + 1 + 4 + 4 + 1);
   CHECK(units[7] == std::vector<std::string>{"mtp.0.block.moe.experts"});
   CHECK(units.back() == std::vector<std::string>{"norm", "output"});
   test::check_units_cover_parameters(model, units);
+  // Expert parallelism splits the depths' routed experts too.
+  CHECK(std::any_of(spec.moe.begin(), spec.moe.end(),
+                    [](const parallel::MoeModule& m) { return m.path == "mtp.1.block.moe"; }));
   const std::string error = test::error_of([&] { (void)parallel::plan(model.sharding_spec(), {}, {.tp = 2}); });
   CHECK_THAT(error, Catch::Contains("multi-token prediction under tensor parallelism is not built"));
 }
