@@ -58,7 +58,7 @@ at::Tensor MultiTokenPrediction::depth_losses(const at::Tensor& h, const at::Ten
     const auto k = static_cast<int64_t>(j) + 1;
     // Column i: t_{i+k} in, t_{i+k+1} the target. The last columns' inputs are filler: causal attention keeps them
     // out of every earlier position, and their targets are ignored.
-    const at::Tensor ahead = mtp_shift_left(tokens, k, 0);                       // (B, S)
+    const at::Tensor ahead = mtp_shift_left(tokens, k, 0);                   // (B, S)
     const at::Tensor targets = mtp_shift_left(tokens, k + 1, kIgnoreIndex);  // (B, S)
     // The checkpoint's order (DeepSeek's, read by vLLM and SGLang): the embedding's half of eh_proj first.
     const at::Tensor joined = at::cat({m.enorm->forward(embed.forward(ahead)), m.hnorm->forward(prev)}, -1);
@@ -71,7 +71,7 @@ at::Tensor MultiTokenPrediction::depth_losses(const at::Tensor& h, const at::Ten
 at::Tensor MultiTokenPrediction::forward(const at::Tensor& h, const at::Tensor& tokens, const nn::Embedding& embed,
                                          c10::function_ref<at::Tensor(const at::Tensor&)> head,
                                          const nn::RopeTables& rope, const nn::AttentionContext& context) const {
-  // Without grad (evaluation, an activation checkpoint's first pass) there is no objective to add to.
+  // Without grad (validation, evaluation, generation) there is no objective to add to.
   if (!c10::GradMode::is_enabled()) return h;
   const at::Tensor mean = depth_losses(h, tokens, embed, head, rope, context).sum().to(at::kFloat) *
                           (loss_scale / static_cast<double>(modules.size()));  // ()

@@ -62,8 +62,8 @@ class MultiTokenPrediction : public torch::nn::Module {
   /// What one summed cross-entropy weighs in the objective: 1 (the default) adds the sums; the Trainer sets one over
   /// the label positions of an optimizer step, as the next-token loss is a mean over its tokens.
   double loss_scale = 1.0;
-  /// loss_scale / D * sum_k CE_k of the forwards since the last zeroing (() fp32, lambda not applied): the logged
-  /// MTP loss. A recomputing activation checkpoint adds once (its first forward runs without grad).
+  /// loss_scale / D * sum_k CE_k of the forwards with grad since the last zeroing (() fp32, lambda not applied): the
+  /// logged MTP loss.
   at::Tensor loss;
 };
 
