@@ -1,7 +1,12 @@
 // SPDX-License-Identifier: BSD-3-Clause
-// A client of TorchFT's lighthouse (grpc/torchft.proto) in plain C++ types, so that gRPC's and protobuf's
-// headers stay in the one source that speaks the protocol (grpc/torchft_client.cpp). Built without gRPC
-// (-DTITAN_WITH_GRPC=OFF), the client refuses with a message naming the option (no_grpc/torchft_client.cpp).
+// A client of TorchFT's lighthouse (grpc/torchft.proto) in plain C++ types, so that gRPC's headers stay in the one
+// source that makes the calls (grpc/torchft_client.cpp). Built without gRPC (-DTITAN_WITH_GRPC=OFF), the client
+// refuses with a message naming the option (no_grpc/torchft_client.cpp).
+//
+// The messages are encoded here (torchft_wire.cpp), not by protoc's generated code: that code needs libprotobuf,
+// and Debian's libsentencepiece0 (titan's tokenizers) bundles a protobuf of another version and exports its symbols,
+// so a process holding both crashes as it loads. The .proto stays the contract: a test holds these bytes to what
+// protoc encodes and decodes from it.
 #pragma once
 
 #include <chrono>
@@ -33,6 +38,14 @@ struct TorchftQuorum {
   /// Sorted by replica_id, as the lighthouse sends them.
   std::vector<TorchftMember> participants{};
 };
+
+/// torchft.LighthouseQuorumRequest{requester: me} in protobuf's wire format.
+std::string encode_quorum_request(const TorchftMember& me);
+/// torchft.LighthouseHeartbeatRequest{replica_id}.
+std::string encode_heartbeat_request(const std::string& replica_id);
+/// torchft.LighthouseQuorumResponse: its quorum's id and members (fields titan does not read are skipped). Throws
+/// std::runtime_error on bytes that are not one.
+TorchftQuorum decode_quorum_response(const std::string& bytes);
 
 /// gRPC channel to one `torchft_lighthouse`; calls from several threads are safe.
 class TorchftClient {

@@ -92,8 +92,9 @@ class TorchftLighthouse final : public Lighthouse {
       }
       TITAN_CHECK(!timed_out,
                   "[titan::dist::ReplicaGroup] expected a quorum from TorchFT's lighthouse at {} within {} s, got "
-                  "none: it needs --min_replicas heartbeating replica groups. Start the missing replica groups or "
-                  "restart the lighthouse with a lower --min_replicas.",
+                  "none. It decides one once --min_replicas replica groups ask, more than half of those heartbeating, "
+                  "and the others asked or --join_timeout_ms passed: start the missing replica groups, or restart the "
+                  "lighthouse with a lower --min_replicas or --join_timeout_ms.",
                   target_, options_.quorum_timeout.count() / 1000);
       Quorum q = parse(answer);
       const auto size = static_cast<int64_t>(q.replicas.size());
