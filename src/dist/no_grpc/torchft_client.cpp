@@ -11,8 +11,8 @@ struct TorchftClient::Impl {};
 TorchftClient::TorchftClient(const std::string& target) {
   TITAN_CHECK_VALUE(false,
                     "[titan::dist::ReplicaGroup] expected a titan built with gRPC to reach TorchFT's lighthouse at "
-                    "'http://{}' (fault_tolerance.lighthouse), got a build without it. Install grpc++ and protobuf "
-                    "(scripts/setup.sh) and configure with -DTITAN_WITH_GRPC=ON, or run titan-lighthouse and give its "
+                    "'http://{}' (fault_tolerance.lighthouse), got a build without it. Install grpc++ (libgrpc++-dev, "
+                    "scripts/setup.sh) and configure with -DTITAN_WITH_GRPC=ON, or run titan-lighthouse and give its "
                     "host:port.",
                     target);
 }
