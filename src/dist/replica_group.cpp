@@ -11,13 +11,10 @@
 #include <algorithm>
 #include <map>
 #include <optional>
-#include <sstream>
-#include <thread>
 
 #include "lighthouse.hpp"
 #include "titan/core/error.hpp"
 #include "titan/core/log.hpp"
-#include "titan/dist/heartbeat.hpp"
 #include "titan/dist/process_group.hpp"
 #include "titan/dist/store.hpp"
 
