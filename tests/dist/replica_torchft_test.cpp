@@ -62,6 +62,7 @@ using titan::test::require_exit;
 using titan::test::Subprocess;
 using titan::test::TempDir;
 using titan::test::replica_ft::replica_job;
+namespace fs = std::filesystem;
 
 TEST_CASE("replica fault tolerance over TorchFT's lighthouse: a restarted replica group heals and both agree bitwise",
           "[dist][launch][train][fault_tolerance][replica][torchft][full]") {
