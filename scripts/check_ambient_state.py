@@ -220,8 +220,9 @@ def compile_entries(build):
 
 def library_objects(build):
     """(object path, source path) for every object of libtitan.a, checked against the archive and the sources."""
-    # titan's own objects and its CUDA glue's (an object library of its own: CMakeLists.txt says why).
-    parts = ("/CMakeFiles/titan.dir/", "/CMakeFiles/titan_cuda.dir/")
+    # titan's own objects, its CUDA glue's and its gRPC client's (object libraries of their own: CMakeLists.txt says
+    # why).
+    parts = ("/CMakeFiles/titan.dir/", "/CMakeFiles/titan_cuda.dir/", "/CMakeFiles/titan_grpc.dir/")
     pairs = [(obj, src) for obj, src in compile_entries(build) if any(p in obj.replace(os.sep, "/") for p in parts)]
     archive = os.path.join(build, "libtitan.a")
     if not pairs or not os.path.exists(archive):

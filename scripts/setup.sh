@@ -28,6 +28,8 @@ APT_PACKAGES=(
   nlohmann-json3-dev catch2 libtomlplusplus-dev libsentencepiece-dev
   zlib1g-dev libzstd-dev zstd   # zstd: the data tests compress .zst shards with its CLI
   iproute2 procps   # ip netns / veth: the multi-host tests' hosts; pgrep: their teardown finds what is left
+  libgrpc++-dev   # the client of TorchFT's lighthouse (TITAN_WITH_GRPC)
+  protobuf-compiler libprotobuf-dev   # protoc (+ timestamp.proto): tests hold that client's bytes to its .proto
   libgloo-dev   # headers only: the torch wheel ships c10d's ProcessGroupGloo.hpp but not the gloo headers it includes
   fortunes fortunes-min   # the default training corpus: real English quotations
   slurmctld slurmd slurm-client munge   # tests/slurm: the sbatch script under a real Slurm in network namespaces

@@ -1,15 +1,6 @@
 // SPDX-License-Identifier: BSD-3-Clause
-// The lighthouse protocol, on a plain key-value store (atomic add, set, blocking get):
-//
-//   rounds                     rounds decided so far
-//   round/R/joined             tickets handed out in round R (a replica's rank 0 takes one per attempt)
-//   round/R/ticket/K           "replica step fresh" of ticket K
-//   round/R/closed             the first member to see the round ready and take this (add -> 1) decides
-//   round/R/quorum             "tickets id n replica step ..." (tickets: 1..tickets are in)
-//   round/R/decided            set after quorum: members poll it
-//   round/R/fails, votes       the commit vote: a failed member adds to fails before it votes
-//   round/R/claim, verdict     the first member to see every vote (or the vote timeout) writes the verdict
-//   group/<id>/s<rank>/...     the cross-replica process group of shard rank s of quorum id
+// The replica's side of the quorum (one lighthouse or the other: lighthouse.hpp), the cross-replica groups built
+// in the store the quorum names, healing, averaging and the commit vote.
 #include "titan/dist/replica_group.hpp"
 
 #include <ATen/ATen.h>
@@ -20,12 +11,10 @@
 #include <algorithm>
 #include <map>
 #include <optional>
-#include <sstream>
-#include <thread>
 
+#include "lighthouse.hpp"
 #include "titan/core/error.hpp"
 #include "titan/core/log.hpp"
-#include "titan/dist/heartbeat.hpp"
 #include "titan/dist/process_group.hpp"
 #include "titan/dist/store.hpp"
 
@@ -40,59 +29,13 @@ bool Quorum::sends() const {
 
 namespace {
 
-using Clock = std::chrono::steady_clock;
-
 // The group's collectives take tensors on its device (NCCL: the rank's GPU); small control values are made
 // on the host and moved there, then read back on the host.
 at::Tensor on_device(const at::Tensor& host, const ProcessGroup& group) { return host.to(group.device()); }
 
-struct Ticket {
-  int64_t replica = 0;
-  int64_t step = 0;
-  bool fresh = false;
-};
+}  // namespace
 
-Store connect_lighthouse(const std::string& address, std::chrono::milliseconds timeout) {
-  const size_t colon = address.rfind(':');
-  TITAN_CHECK_VALUE(colon != std::string::npos && colon > 0 && colon + 1 < address.size(),
-                    "[titan::dist::ReplicaGroup] expected the lighthouse as host:port (fault_tolerance.lighthouse "
-                    "or TITAN_FT_LIGHTHOUSE), got '{}'. Start titan-lighthouse and pass its address.",
-                    address);
-  return Store::tcp(address.substr(0, colon), std::stoi(address.substr(colon + 1)), /*is_server=*/false, 1, timeout);
-}
-
-std::string round_key(int64_t round, const char* what) { return fmt::format("round/{}/{}", round, what); }
-
-// The quorum record: "tickets id n replica step replica step ...".
-std::string encode_record(int64_t tickets, int64_t id, const std::map<int64_t, Ticket>& members) {
-  std::string text = fmt::format("{} {} {}", tickets, id, members.size());
-  for (const auto& [replica, t] : members) text += fmt::format(" {} {}", replica, t.step);
-  return text;
-}
-
-struct Record {
-  int64_t tickets = 0;
-  Quorum quorum{};
-};
-
-Record decode_record(const std::string& text, int64_t round) {
-  std::istringstream in(text);
-  Record r;
-  size_t n = 0;
-  in >> r.tickets >> r.quorum.id >> n;
-  r.quorum.round = round;
-  for (size_t i = 0; i < n; ++i) {
-    int64_t replica = 0, step = 0;
-    in >> replica >> step;
-    r.quorum.replicas.push_back(replica);
-    r.quorum.steps.push_back(step);
-  }
-  TITAN_CHECK(!in.fail(),
-              "[titan::dist::ReplicaGroup] expected a quorum record in round {}, got '{}'. Is another job "
-              "using the same lighthouse?",
-              round, text);
-  return r;
-}
+namespace detail {
 
 // Lowest replica id at the highest step: every member computes the same one.
 int64_t source_of(const Quorum& q) {
@@ -102,105 +45,52 @@ int64_t source_of(const Quorum& q) {
   return -1;
 }
 
-}  // namespace
+std::unique_ptr<Lighthouse> open_lighthouse(const ReplicaOptions& options, int64_t world_size) {
+  // TorchFT's lighthouse is addressed as TORCHFT_LIGHTHOUSE addresses it; titan's store by host:port alone.
+  constexpr std::string_view kTorchft = "http://";
+  if (options.lighthouse.starts_with(kTorchft))
+    return torchft_lighthouse(options, options.lighthouse.substr(kTorchft.size()), world_size);
+  return store_lighthouse(options);
+}
+
+}  // namespace detail
 
 struct ReplicaGroup::Impl {
-  Impl(ReplicaOptions o, Store lighthouse, const ProcessGroup& replica_world)
-      : options(std::move(o)), world(std::make_unique<ProcessGroup>(replica_world)), store(std::move(lighthouse)) {}
+  Impl(ReplicaOptions o, const ProcessGroup& replica_world)
+      : options(std::move(o)), world(std::make_unique<ProcessGroup>(replica_world)) {
+    // Only rank 0 meets the other replicas; the others learn the quorum from it.
+    if (leader()) lighthouse = detail::open_lighthouse(options, world->size());
+  }
 
   ReplicaOptions options;
-  std::unique_ptr<ProcessGroup> world;  // this replica's ranks
-  Store store;
+  std::unique_ptr<ProcessGroup> world;             // this replica's ranks
+  std::unique_ptr<detail::Lighthouse> lighthouse;  // rank 0 only
+  std::string rendezvous_address;                  // where the current quorum's groups meet
+  std::optional<Store> rendezvous;                 // a client of it
   Quorum quorum{};
   std::unique_ptr<ProcessGroup> replicas;  // this shard rank across the quorum's replicas
   int64_t group_id = -1;                   // quorum id `replicas` was built for
-  int64_t next_round = 0;                  // 0: not joined yet (ask the lighthouse)
   bool failed = false;                     // this step hit a cross-replica failure
   bool fresh = false;                      // the last step did not commit: rebuild the group
 
   bool leader() const { return world->rank() == 0; }
 
-  bool ready(const std::map<int64_t, Ticket>& members, const std::optional<Quorum>& previous, Clock::time_point arrived,
-             int64_t step) const {
-    const auto size = static_cast<int64_t>(members.size());
-    if (const auto wait = options.wait_for.find(step + 1); wait != options.wait_for.end() && size < wait->second)
-      return false;
-    if (size == options.group_size) return true;
-    if (size < options.min_replica_size) return false;
-    const bool all_previous = previous && std::all_of(previous->replicas.begin(), previous->replicas.end(),
-                                                      [&](int64_t r) { return members.contains(r); });
-    return all_previous || Clock::now() - arrived >= options.join_timeout;
-  }
-
-  // This replica's rank 0: takes a ticket in the next round and waits until that round is decided.
-  Quorum join(int64_t step) {
-    int64_t round = next_round > 0 ? next_round : store.add("rounds", 0) + 1;
-    const auto give_up = Clock::now() + options.quorum_timeout;
-    for (;; ++round) {
-      const int64_t ticket = store.add(round_key(round, "joined"), 1);
-      store.set(fmt::format("round/{}/ticket/{}", round, ticket),
-                fmt::format("{} {} {}", options.replica_id, step, fresh ? 1 : 0));
-      std::optional<Quorum> previous;
-      if (round > 1) previous = decode_record(store.get(round_key(round - 1, "quorum")), round - 1).quorum;
-      const auto arrived = Clock::now();
-      std::map<int64_t, Ticket> members;  // by replica id: a restarted replica's newest ticket wins
-      int64_t seen = 0;
-      while (store.add(round_key(round, "decided"), 0) == 0) {
-        for (const int64_t joined = store.add(round_key(round, "joined"), 0); seen < joined; ++seen) {
-          std::istringstream in(store.get(fmt::format("round/{}/ticket/{}", round, seen + 1)));
-          Ticket t;
-          int fresh_flag = 0;
-          in >> t.replica >> t.step >> fresh_flag;
-          t.fresh = fresh_flag != 0;
-          members[t.replica] = t;
-        }
-        if (ready(members, previous, arrived, step) && store.add(round_key(round, "closed"), 1) == 1) {
-          decide(round, seen, members, previous);
-          break;
-        }
-        TITAN_CHECK(Clock::now() < give_up,
-                    "[titan::dist::ReplicaGroup] expected at least {} live replicas (fault_tolerance.min_replica_size) "
-                    "in round {} within {} s, got {}. Start the missing replica groups or lower min_replica_size.",
-                    options.min_replica_size, round, options.quorum_timeout.count() / 1000, members.size());
-        report_progress(step + 1, "fault-tolerance quorum");
-        std::this_thread::sleep_for(std::chrono::milliseconds(5));
-      }
-      Record record = decode_record(store.get(round_key(round, "quorum")), round);
-      if (ticket > record.tickets) continue;  // arrived after the decision: the next round
-      next_round = round + 1;
-      const auto it = std::find(record.quorum.replicas.begin(), record.quorum.replicas.end(), options.replica_id);
-      record.quorum.me = it - record.quorum.replicas.begin();
-      return record.quorum;
-    }
-  }
-
-  void decide(int64_t round, int64_t tickets, const std::map<int64_t, Ticket>& members,
-              const std::optional<Quorum>& previous) {
-    std::vector<int64_t> ids;
-    bool any_fresh = false;
-    for (const auto& [replica, t] : members) {
-      ids.push_back(replica);
-      any_fresh = any_fresh || t.fresh;
-    }
-    const bool same = previous && previous->replicas == ids && !any_fresh;
-    store.set(round_key(round, "quorum"), encode_record(tickets, same ? previous->id : round, members));
-    store.add(round_key(round, "decided"), 1);
-    store.add("rounds", 1);
-  }
-
-  // The leader's quorum to every rank of the replica: (round, id, me, n, replica..., step...).
+  // The leader's quorum to every rank of the replica: (round, id, me, n, address bytes, replica..., step...),
+  // then the rendezvous address when it changed (rarely: titan's lighthouse never, TorchFT's with the source).
   Quorum share(const Quorum& q) {
     const int64_t n_max = options.group_size;
-    at::Tensor t = at::zeros({4 + 2 * n_max}, at::kLong);  // (4 + 2 group_size,)
+    std::string address = leader() ? lighthouse->rendezvous(q) : std::string{};
+    at::Tensor t = at::zeros({5 + 2 * n_max}, at::kLong);  // (5 + 2 group_size,)
     if (leader()) {
       auto* p = t.data_ptr<int64_t>();
       p[0] = q.round;
       p[1] = q.id;
       p[2] = q.me;
       p[3] = static_cast<int64_t>(q.replicas.size());
+      p[4] = address == rendezvous_address ? 0 : static_cast<int64_t>(address.size());
       for (size_t i = 0; i < q.replicas.size(); ++i) {
-        p[4 + i] = q.replicas[i];
-        p[4 + n_max + static_cast<int64_t>(i)] = q.steps[i];
+        p[5 + i] = q.replicas[i];
+        p[5 + n_max + static_cast<int64_t>(i)] = q.steps[i];
       }
     }
     at::Tensor shared = on_device(t, *world);
@@ -209,10 +99,19 @@ struct ReplicaGroup::Impl {
     const auto* p = t.data_ptr<int64_t>();
     Quorum out{.round = p[0], .id = p[1], .replicas = {}, .steps = {}, .me = p[2], .source = -1};
     for (int64_t i = 0; i < p[3]; ++i) {
-      out.replicas.push_back(p[4 + i]);
-      out.steps.push_back(p[4 + n_max + i]);
+      out.replicas.push_back(p[5 + i]);
+      out.steps.push_back(p[5 + n_max + i]);
     }
-    out.source = source_of(out);
+    out.source = detail::source_of(out);
+    if (p[4] > 0) {
+      at::Tensor bytes = at::zeros({p[4]}, at::kByte);  // (address length,)
+      if (leader()) std::copy(address.begin(), address.end(), reinterpret_cast<char*>(bytes.data_ptr<uint8_t>()));
+      at::Tensor sent = on_device(bytes, *world);
+      world->broadcast(sent, 0).wait();
+      bytes = sent.cpu();
+      rendezvous_address.assign(reinterpret_cast<const char*>(bytes.data_ptr<uint8_t>()), static_cast<size_t>(p[4]));
+      rendezvous.reset();
+    }
     return out;
   }
 
@@ -221,8 +120,12 @@ struct ReplicaGroup::Impl {
     group_id = quorum.id;
     const auto n = static_cast<int64_t>(quorum.replicas.size());
     try {
+      if (!rendezvous) {
+        rendezvous = detail::connect_store(rendezvous_address, std::max(options.timeout, options.join_timeout) * 2,
+                                           "the quorum's rendezvous");
+      }
       replicas = std::make_unique<ProcessGroup>(ProcessGroup::create(
-          fmt::format("ft{}", quorum.id), store.prefixed(fmt::format("group/{}/s{}", quorum.id, world->rank())),
+          fmt::format("ft{}", quorum.id), rendezvous->prefixed(fmt::format("group/{}/s{}", quorum.id, world->rank())),
           quorum.me, n, quorum.replicas,
           {.init_timeout = options.timeout,
            .timeout = options.timeout,
@@ -232,23 +135,9 @@ struct ReplicaGroup::Impl {
     } catch (const std::exception& e) {
       log::warn("[titan::dist::ReplicaGroup] the cross-replica group of quorum {} (replicas {}) did not form: {}",
                 quorum.id, fmt::join(quorum.replicas, ","), error_message(e));
+      rendezvous.reset();
       failed = true;
     }
-  }
-
-  bool vote(bool ok) {
-    const int64_t round = quorum.round;
-    if (!ok) store.add(round_key(round, "fails"), 1);
-    store.add(round_key(round, "votes"), 1);
-    const auto n = static_cast<int64_t>(quorum.replicas.size());
-    // A member that dies before it votes fails the step after the timeout; a failed vote decides at once.
-    const auto deadline = Clock::now() + options.timeout;
-    while (store.add(round_key(round, "votes"), 0) < n && store.add(round_key(round, "fails"), 0) == 0 &&
-           Clock::now() < deadline)
-      std::this_thread::sleep_for(std::chrono::milliseconds(2));
-    const bool all = store.add(round_key(round, "votes"), 0) == n && store.add(round_key(round, "fails"), 0) == 0;
-    if (store.add(round_key(round, "claim"), 1) == 1) store.set(round_key(round, "verdict"), all ? "1" : "0");
-    return store.get(round_key(round, "verdict")) == "1";
   }
 };
 
@@ -256,8 +145,7 @@ ReplicaGroup::ReplicaGroup(ReplicaOptions options, const ProcessGroup& replica_w
   TITAN_CHECK_VALUE(options.group_size >= 1 && options.replica_id >= 0 && options.replica_id < options.group_size,
                     "[titan::dist::ReplicaGroup] expected 0 <= replica_id < group_size, got replica_id {} of {}.",
                     options.replica_id, options.group_size);
-  Store lighthouse = connect_lighthouse(options.lighthouse, std::max(options.timeout, options.join_timeout) * 2);
-  impl_ = std::make_unique<Impl>(std::move(options), std::move(lighthouse), replica_world);
+  impl_ = std::make_unique<Impl>(std::move(options), replica_world);
 }
 
 ReplicaGroup::~ReplicaGroup() = default;
@@ -265,7 +153,7 @@ ReplicaGroup::~ReplicaGroup() = default;
 const Quorum& ReplicaGroup::quorum(int64_t committed_step) {
   Impl& s = *impl_;
   Quorum q{};
-  if (s.leader()) q = s.join(committed_step);
+  if (s.leader()) q = s.lighthouse->join(committed_step, s.fresh);
   s.quorum = s.share(q);
   s.failed = false;
   if (s.quorum.id != s.group_id || s.fresh) s.rebuild_group();
@@ -358,7 +246,7 @@ bool ReplicaGroup::commit() {
   at::Tensor ok = on_device(at::full({1}, s.failed ? 0 : 1, at::kInt), *s.world);  // (1,)
   s.world->all_reduce(ok, ReduceOp::kMin).wait();
   at::Tensor verdict = on_device(at::zeros({1}, at::kInt), *s.world);  // (1,)
-  if (s.leader()) verdict.fill_(s.vote(ok.item<int>() == 1) ? 1 : 0);
+  if (s.leader()) verdict.fill_(s.lighthouse->vote(s.quorum, ok.item<int>() == 1) ? 1 : 0);
   s.world->broadcast(verdict, 0).wait();
   const bool committed = verdict.item<int>() == 1;
   s.fresh = !committed;

@@ -33,9 +33,9 @@ std::string lighthouse_address(const FaultToleranceConfig& ft) {
   const std::string address = env == nullptr ? "" : env;
   if (address.empty()) {
     throw ConfigError("fault_tolerance.lighthouse",
-                      "[titan::ReplicaFaultTolerance] expected the lighthouse address (host:port) with "
-                      "fault_tolerance.enable, got none. Start titan-lighthouse and set fault_tolerance.lighthouse or "
-                      "TITAN_FT_LIGHTHOUSE.");
+                      "[titan::ReplicaFaultTolerance] expected the lighthouse address with fault_tolerance.enable, "
+                      "got none. Start titan-lighthouse and set fault_tolerance.lighthouse or TITAN_FT_LIGHTHOUSE to "
+                      "its host:port, or to http://host:port of TorchFT's torchft_lighthouse.");
   }
   return address;
 }

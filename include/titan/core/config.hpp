@@ -402,7 +402,7 @@ struct CommConfig {
 TITAN_CONFIG(CommConfig, init_timeout_seconds, train_timeout_seconds, trace_buf_size, save_traces_folder,
              save_traces_file_prefix, mode, backend)
 
-// Each replica group is its own job; the groups meet in a quorum through the lighthouse store every step,
+// Each replica group is its own job; the groups meet in a quorum through a lighthouse every step,
 // average gradients over the live ones and heal a replica that (re)joins from a live one.
 /// Replica fault tolerance (TorchFT's idea over HSDP; docs/fault_tolerance.md).
 struct FaultToleranceConfig {
@@ -436,9 +436,9 @@ struct FaultToleranceConfig {
   double outer_momentum = 0.9;
   /// DiLoCo: Nesterov momentum in the outer SGD.
   bool outer_nesterov = true;
-  /// host:port of the lighthouse store (titan-lighthouse); empty = $TITAN_FT_LIGHTHOUSE.
+  /// host:port of titan-lighthouse, or http://host:port of TorchFT's torchft_lighthouse; empty = $TITAN_FT_LIGHTHOUSE.
   std::string lighthouse{};
-  /// How long a quorum waits for the replicas of the previous quorum before going on without them, in ms.
+  /// How long, in ms, a quorum of titan's lighthouse waits for the previous quorum's replicas before it goes on.
   int64_t join_timeout_ms = 60000;
 };
 TITAN_CONFIG(FaultToleranceConfig, enable, process_group, process_group_timeout_ms, replica_id, group_size,

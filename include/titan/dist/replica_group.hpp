@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: BSD-3-Clause
 // Replica fault tolerance (TorchFT's idea over HSDP): every replica group is a job of its own (its
-// own launcher, store and FSDP/TP world), and the groups meet each step in a quorum through one
-// shared store, the lighthouse (tools/titan-lighthouse). Rank r of every live replica joins a
+// own launcher, store and FSDP/TP world), and the groups meet each step in a quorum through a
+// lighthouse: titan's own, one shared store (tools/titan-lighthouse, addressed host:port), or TorchFT's
+// `torchft_lighthouse` (addressed http://host:port; the build's TITAN_WITH_GRPC). Rank r of every live replica joins a
 // cross-replica group with the other replicas' rank r; gradients are averaged over it, and the step
 // commits only when every member says its step went through. A replica that dies is left out of the
 // next quorum (the others wait fault_tolerance.join_timeout_ms for it, then go on); one that
@@ -16,9 +17,10 @@
 //   replicas.average(grads);                         // over the live replicas; failures are recorded
 //   if (replicas.commit()) optimizer.step(lr); else  // agreed by all members: redo the step
 //
-// The quorum is decided once per round by whichever member first sees it ready: every replica of
-// the previous quorum arrived (or all group_size), or join_timeout passed with at least
-// min_replica_size. A replica that arrives after the decision joins the next round.
+// titan's lighthouse decides a round when a member first sees it ready: every replica of the previous
+// quorum arrived (or all group_size), or join_timeout passed with at least min_replica_size; TorchFT's
+// decides by its own flags (--min_replicas, --join_timeout_ms) and titan asks again while the quorum is
+// below min_replica_size. A replica that arrives after the decision joins the next round.
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -42,9 +44,10 @@ struct ReplicaOptions {
   int64_t group_size = 1;
   /// Fewest live replicas a step may run with.
   int64_t min_replica_size = 1;
-  /// host:port of the lighthouse store.
+  /// host:port of titan-lighthouse, or http://host:port of TorchFT's torchft_lighthouse.
   std::string lighthouse{};
-  /// How long a round waits for the previous quorum's replicas (or, in the first round, for all).
+  /// How long a round waits for the previous quorum's replicas (or, in the first round, for all); titan's
+  /// lighthouse only (TorchFT's takes --join_timeout_ms).
   std::chrono::milliseconds join_timeout{60000};
   /// Cross-replica collectives, group creation and the commit vote.
   std::chrono::milliseconds timeout{10000};
@@ -59,7 +62,7 @@ struct ReplicaOptions {
 
 /// One decided quorum, as every rank of every member replica sees it.
 struct Quorum {
-  int64_t round = 0;                ///< the lighthouse round that decided it (1, 2, ...)
+  int64_t round = 0;                ///< titan's lighthouse: the round that decided it; TorchFT's: 1, 2, ... per id
   int64_t id = 0;                   ///< changes whenever the members (or their group) change
   std::vector<int64_t> replicas{};  ///< member replica ids, ascending
   std::vector<int64_t> steps{};     ///< each member's committed step when it joined
