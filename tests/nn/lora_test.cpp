@@ -24,21 +24,6 @@ namespace lora_test {
 using namespace titan;
 using Catch::Contains;
 
-// Two MoE blocks around a dense one.
-qwen3::Qwen3Args small_qwen3_moe() {
-  return {.dim = 64,
-          .n_layers = 3,
-          .n_heads = 4,
-          .n_kv_heads = 2,
-          .vocab_size = 128,
-          .head_dim = 16,
-          .hidden_dim = 96,
-          .moe_enabled = true,
-          .moe_inter_dim = 32,
-          .moe = {.num_experts = 4, .num_shared_experts = 0, .top_k = 2},
-          .mlp_only_layers = {1}};
-}
-
 std::vector<std::string> trainable_names(const torch::nn::Module& model) {
   std::vector<std::string> out;
   for (const auto& item : model.named_parameters(/*recurse=*/true)) {
@@ -121,7 +106,7 @@ TEST_CASE("a converted model starts as its base, then adds alpha / rank * B A x 
 
 TEST_CASE("MoE models get adapters on attention and dense layers, none on routers or routed experts",
           "[nn][lora][moe]") {
-  qwen3::Qwen3 model(small_qwen3_moe(), 8, at::TensorOptions());
+  qwen3::Qwen3 model(test::small_qwen3_moe(), 8, at::TensorOptions());
   const nn::LoraConversion report = nn::add_lora(model, {.rank = 2});
   for (const std::string& path : report.adapted) {
     INFO(path);
@@ -134,7 +119,7 @@ TEST_CASE("MoE models get adapters on attention and dense layers, none on router
   for (const auto& item : model.named_parameters(/*recurse=*/true)) {
     if (item.key().find(".moe.") != std::string::npos) CHECK_FALSE(item.value().requires_grad());
   }
-  qwen3::Qwen3 again(small_qwen3_moe(), 8, at::TensorOptions());
+  qwen3::Qwen3 again(test::small_qwen3_moe(), 8, at::TensorOptions());
   CHECK_THROWS_WITH(nn::add_lora(again, {.target_modules = {"router.gate"}}),
                     Contains("lora.target_modules") && Contains("'router.gate' matching none") &&
                         Contains("MoE routers and routed experts take no adapters"));
