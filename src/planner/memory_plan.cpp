@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <tuple>
 
 #include "memory_plan_detail.hpp"
 #include "titan/core/config_loader.hpp"
@@ -130,17 +131,18 @@ void detail::check_layout(const models::Decoder& model, const JobConfig& cfg, co
                               "[titan::planner::plan_memory] expected tensor_parallel_degree 1 for {}, got {}: its "
                               "tensor parallelism is not built yet. Use data and expert parallelism.",
                               shape.where, m.tp);
-  // A family without both may still have one: its sharding spec says which it refuses (Qwen3.5: pipeline only).
+  // The family's sharding spec says which of pipeline and context parallelism it refuses, and why (Qwen3.5:
+  // pipeline; DeepSeek-V3 with multi-token prediction: both); the plan quotes it as the trainer would.
   const parallel::ShardingSpec spec = model.sharding_spec();
-  const auto refuses = [&](const char* axis, int64_t degree) {
-    return degree > 1 &&
-           std::any_of(spec.refused.begin(), spec.refused.end(), [&](const auto& r) { return r.axis == axis; });
-  };
-  TITAN_CHECK_NOT_IMPLEMENTED(shape.pipeline_and_context_parallel || (!refuses("pp", m.pp) && !refuses("cp", m.cp)),
-                              "[titan::planner::plan_memory] expected pipeline_parallel_degree and "
-                              "context_parallel_degree 1 for {}, got pp {} and cp {}: its pipeline and context "
-                              "parallelism are not built yet. Use data, tensor and expert parallelism.",
-                              shape.where, m.pp, m.cp);
+  for (const auto& [axis, key, degree] :
+       {std::tuple<std::string, const char*, int64_t>{"pp", "pipeline", m.pp}, {"cp", "context", m.cp}}) {
+    const auto refused =
+        std::find_if(spec.refused.begin(), spec.refused.end(), [&](const auto& r) { return r.axis == axis; });
+    TITAN_CHECK_NOT_IMPLEMENTED(degree == 1 || refused == spec.refused.end(),
+                                "[titan::planner::plan_memory] expected parallelism.{}_parallel_degree 1 for {}, got "
+                                "{}: {}",
+                                key, shape.where, degree, refused == spec.refused.end() ? "" : refused->reason);
+  }
   if (m.ep > 1) {
     TITAN_CHECK_VALUE(shape.moe_num_experts > 0,
                       "[titan::planner::plan_memory] expected parallelism.expert_parallel_degree = 1 for a dense "

@@ -2,8 +2,9 @@
 // A registered family's model trained as one rank of a layout sees it, for the families' parity tests
 // (test::check_named_runs): the plan from the model's sharding spec and the given options, AdamW steps on
 // test::global_batch sequences (each rank's part of its dp rows, its chunks of them under cp), every odd step with two
-// documents per row (RoPE positions per document), the whole weights by name at the end. And the check that a sharding
-// spec's FSDP units cover every parameter.
+// documents per row (RoPE positions per document), the whole weights by name at the end (under PP those of the rank's
+// stages, each microbatch through the plan's schedule). And the check that a sharding spec's FSDP units cover every
+// parameter.
 #pragma once
 
 #include <ATen/ATen.h>
@@ -17,6 +18,7 @@
 #include "titan/optim/adamw.hpp"
 #include "titan/parallel/context_parallel.hpp"
 #include "titan/parallel/parallelize.hpp"
+#include "titan/parallel/pipeline.hpp"
 #include "titan/parallel/planner.hpp"
 #include "titan/train/rank_model.hpp"
 #include "titan/train/step.hpp"
@@ -49,16 +51,23 @@ NamedRun train_decoder(const dist::Mesh& mesh, const typename Model::Args& args,
   nn::manual_init_seed(t.seed);
   const auto meta = Model::build(args, {.device = at::kMeta});
   const parallel::ParallelPlan plan = parallel::plan(meta->sharding_spec(), t.options, mesh.shape());
-  const auto model = Model::build(args, {.device = at::kCPU});
+  // Under PP the rank builds only its stages' modules, with the whole model's names.
+  const std::vector<std::string> modules =
+      plan.pipeline.stages.empty() ? std::vector<std::string>{} : parallel::pipeline_modules(plan.pipeline, mesh);
+  const auto model = Model::build(args, {.device = at::kCPU, .modules = modules});
   const Parallelized parallel = parallelize(*model, mesh, plan);
   model->init_weights();
   if (t.prepared) t.prepared(*model);
   const std::vector<at::Tensor> params = model->unique_parameters();
   const std::vector<std::string> names = parameter_names(*model, params);
   AdamW optimizer(params, {.lr = t.lr, .eps = 1e-6, .weight_decay = 0.1}, names);
-  const StepModel step_model{.forward = [&](const at::Tensor& tokens, const nn::AttentionContext& context) {
-    return model->forward(tokens, context);
-  }};
+  const StepModel step_model{
+      .forward = [&](const at::Tensor& tokens,
+                     const nn::AttentionContext& context) { return model->forward(tokens, context); },
+      .stage_forward =
+          [&](int64_t stage, const at::Tensor& x, const nn::AttentionContext& context) {
+            return model->forward_part(x, plan.pipeline.stages[static_cast<size_t>(stage)], context);
+          }};
   const int64_t local = t.batches.global_batch / mesh.size("dp");
   const int64_t row = mesh.coordinate("dp") * local;
   const auto rows = [&](const at::Tensor& x) { return x.narrow(0, row, local); };

@@ -5,13 +5,16 @@
 // memory_measured_moe_test.cpp.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cmath>
+#include <functional>
 #include <string>
 
 #include "test_util.hpp"
 #include "titan/core/config.hpp"
 #include "titan/core/config_loader.hpp"
 #include "titan/models/decoder.hpp"
+#include "titan/parallel/planner.hpp"
 #include "titan/planner/memory_plan.hpp"
 
 using Catch::Matchers::Contains;
@@ -35,10 +38,13 @@ JobConfig moe_job(const std::string& name, const std::string& flavor, int64_t ep
 }
 
 // fp32 parameter bytes one of `shards` FSDP ranks holds: every weight split along dim 0 into equal
-// (padded) rows, the routed experts instead split over ep and then again over efsdp = shards / ep.
-int64_t rank_param_bytes(const Decoder& model, int64_t shards, int64_t ep) {
+// (padded) rows, the routed experts instead split over ep and then again over efsdp = shards / ep; of the parameters
+// `held` takes (default: all).
+int64_t rank_param_bytes(const Decoder& model, int64_t shards, int64_t ep,
+                         const std::function<bool(const std::string&)>& held = {}) {
   int64_t bytes = 0;
   for (const auto& item : model.named_parameters()) {
+    if (held && !held(item.key())) continue;
     const at::Tensor& p = item.value();
     const int64_t rows = p.size(0);
     const int64_t row_numel = p.numel() / rows;
@@ -72,6 +78,29 @@ TEST_CASE("memory plan: DeepSeek-V3 16B's experts are FSDP-sharded without EP an
   titan::planner::MemoryPlanner planner(fsdp);
   const int64_t with_ep = planner.plan(moe_job("deepseek_v3", "16B", 8), {.world_size = 16}).parts.parameters;
   CHECK(with_ep == planner.plan(fsdp, {.world_size = 16}).parts.parameters);
+}
+
+TEST_CASE("memory plan: DeepSeek-V3 16B under PP 2 holds one stage's weights, FSDP-sharded over its dp ranks",
+          "[planner][memory_plan][moe][pipeline]") {
+  JobConfig c = moe_job("deepseek_v3", "16B", 1);
+  c.parallelism.pipeline_parallel_degree = 2;
+  titan::planner::MemoryPlanner planner(c);
+  const Decoder& model = planner.model();
+  const auto plan = planner.plan(c, {.world_size = 8, .device_memory = k80GB});
+  REQUIRE(plan.mesh.pp == 2);
+  REQUIRE(plan.mesh.dp_shard == 4);
+  // The stage the plan shows is the trainer's: the same split of the same spec.
+  const titan::parallel::ParallelPlan split =
+      titan::parallel::plan(model.sharding_spec(), {.parallelism = c.parallelism}, plan.mesh);
+  REQUIRE(split.pipeline.stages.size() == 2);
+  const auto& stage = split.pipeline.stages[static_cast<size_t>(plan.pp_rank)];
+  const int64_t bytes = rank_param_bytes(model, 4, 1, [&](const std::string& key) {
+    return std::any_of(stage.begin(), stage.end(), [&](const std::string& m) { return key.starts_with(m + "."); });
+  });
+  CHECK(plan.parts.parameters == bytes);
+  CHECK(plan.parts.parameters < rank_param_bytes(model, 4, 1) * 3 / 4);  // about half the model, not all of it
+  // Under 1F1B the first stage keeps both microbatches of its local batch in flight.
+  CHECK(plan.in_flight == (plan.pp_rank == 0 ? 2 : 1));
 }
 
 TEST_CASE("memory plan: expert tensor parallelism splits the experts' hidden dim over tp and gathers their tokens",
@@ -179,11 +208,19 @@ TEST_CASE("memory plan: MoE layouts the trainer would refuse give errors that na
   dense.training.seq_len = 256;
   CHECK_THAT(error_of([&] { plan_memory(dense, {.world_size = 2}); }),
              Contains("expected parallelism.expert_parallel_degree = 1 for a dense model") && Contains("Set it to 1"));
-  // DeepSeek-V3's pipeline parallelism is not built yet: the plan refuses it as the trainer does.
-  JobConfig pp = moe_job("deepseek_v3", "16B", 1);
-  pp.parallelism.pipeline_parallel_degree = 2;
-  CHECK_THAT(error_of([&] { plan_memory(pp, {.world_size = 4}); }),
-             Contains("pipeline_parallel_degree and context_parallel_degree 1 for titan::deepseek_v3"));
+  // DeepSeek-V3's multi-token prediction under pipeline and context parallelism is not built: the plan refuses both
+  // as the trainer does, quoting the model's reason.
+  JobConfig mtp = moe_job("deepseek_v3", "16B", 1);
+  mtp.model.num_nextn_predict_layers = 1;
+  mtp.parallelism.pipeline_parallel_degree = 2;
+  CHECK_THAT(error_of([&] { plan_memory(mtp, {.world_size = 4}); }),
+             Contains("expected parallelism.pipeline_parallel_degree 1 for titan::deepseek_v3, got 2") &&
+                 Contains("multi-token prediction under pipeline parallelism is not built"));
+  mtp.parallelism.pipeline_parallel_degree = 1;
+  mtp.parallelism.context_parallel_degree = 2;
+  CHECK_THAT(error_of([&] { plan_memory(mtp, {.world_size = 4}); }),
+             Contains("expected parallelism.context_parallel_degree 1 for titan::deepseek_v3, got 2") &&
+                 Contains("multi-token prediction under context parallelism is not built"));
   // gpt-oss's tensor parallelism (biased projections, per-head sinks) is not built either.
   JobConfig tp = moe_job("gpt_oss", "debugmodel", 1);
   tp.training.seq_len = 512;

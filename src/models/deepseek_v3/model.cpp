@@ -137,8 +137,7 @@ models::DecoderShape decoder_shape(const DeepSeekV3Args& args) {
                                      : std::vector<std::string>{"wkv_a", "kv_norm"},
       .shared_experts = args.moe.num_shared_experts > 0,
       .moe_top_k = args.moe.top_k,
-      .moe_num_experts = args.moe.num_experts,
-      .pipeline_and_context_parallel = false};
+      .moe_num_experts = args.moe.num_experts};
   for (int64_t i = args.n_dense_layers; i < args.n_layers; ++i) shape.moe_layers.push_back(i);
   return shape;
 }
@@ -240,6 +239,18 @@ parallel::ShardingSpec DeepSeekV3::sharding_spec() const {
                           "multi-token prediction under tensor parallelism is not built (its block, and its loss on "
                           "vocabulary-sharded logits). Set model.num_nextn_predict_layers 0, or use data and expert "
                           "parallelism."});
+  // The depths run after the last block, so they would sit on the last stage; they read the shared embedding, which
+  // the first stage holds, and the tokens ahead of each position, which only the first stage receives.
+  spec.refused.push_back({"pp",
+                          "multi-token prediction under pipeline parallelism is not built: its depths on the last "
+                          "stage need the input tokens there and a copy of the first stage's tok_embeddings whose "
+                          "gradient is summed with the first stage's. Set model.num_nextn_predict_layers 0, or use "
+                          "data and expert parallelism."});
+  // Depth k reads token t_{i+k} at position i: under cp that token may lie in another rank's part of the sequence.
+  spec.refused.push_back({"cp",
+                          "multi-token prediction under context parallelism is not built: the tokens ahead of a "
+                          "rank's part of the sequence lie on the next cp rank. Set model.num_nextn_predict_layers "
+                          "0, or use data and expert parallelism."});
   return spec;
 }
 
