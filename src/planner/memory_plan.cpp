@@ -131,7 +131,7 @@ void detail::check_layout(const models::Decoder& model, const JobConfig& cfg, co
                               "[titan::planner::plan_memory] expected tensor_parallel_degree 1 for {}, got {}: its "
                               "tensor parallelism is not built yet. Use data and expert parallelism.",
                               shape.where, m.tp);
-  // The family's sharding spec says which of pipeline and context parallelism it refuses, and why (Qwen3.5:
+  // The family's sharding spec says which of pipeline and context parallelism it refuses, and why (a tied flavor:
   // pipeline; DeepSeek-V3 with multi-token prediction: both); the plan quotes it as the trainer would.
   const parallel::ShardingSpec spec = model.sharding_spec();
   for (const auto& [axis, key, degree] :

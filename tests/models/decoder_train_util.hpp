@@ -3,20 +3,22 @@
 // (test::check_named_runs): the plan from the model's sharding spec and the given options, AdamW steps on
 // test::global_batch sequences (each rank's part of its dp rows, its chunks of them under cp), every odd step with two
 // documents per row (RoPE positions per document), the whole weights by name at the end (under PP those of the rank's
-// stages, each microbatch through the plan's schedule). And the check that a sharding spec's FSDP units cover every
-// parameter.
+// stages, each microbatch through the plan's schedule), the expert biases beside them when asked. And the check that a
+// sharding spec's FSDP units cover every parameter.
 #pragma once
 
 #include <ATen/ATen.h>
 
 #include <algorithm>
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "parallel/parity_check.hpp"
 #include "titan/optim/adamw.hpp"
 #include "titan/parallel/context_parallel.hpp"
+#include "titan/parallel/expert_parallel.hpp"
 #include "titan/parallel/parallelize.hpp"
 #include "titan/parallel/pipeline.hpp"
 #include "titan/parallel/planner.hpp"
@@ -44,6 +46,9 @@ struct DecoderTraining {
   std::function<void(Model&, int64_t step)> before_step{};
   /// Called after each step's backward, before the optimizer step.
   std::function<void(Model&, int64_t step)> after_backward{};
+  /// The trainer's MoE step before the optimizer's: expert loads summed over the ranks, expert biases moved, which
+  /// the run then returns beside the weights (by their buffers' names).
+  bool balance_experts = false;
 };
 
 template <class Model>
@@ -58,6 +63,13 @@ NamedRun train_decoder(const dist::Mesh& mesh, const typename Model::Args& args,
   const Parallelized parallel = parallelize(*model, mesh, plan);
   model->init_weights();
   if (t.prepared) t.prepared(*model);
+  // The plan's expert parallelism, or (ep = 1) the MoE layers recorded, as the trainer's balancing holds them.
+  std::optional<parallel::ExpertParallel> moe;
+  if (t.balance_experts) {
+    moe = parallel.expert_parallel() != nullptr
+              ? *parallel.expert_parallel()
+              : parallel::apply_expert_parallel(*model, mesh, {.moe_modules = parallel::moe_modules(*model)});
+  }
   const std::vector<at::Tensor> params = model->unique_parameters();
   const std::vector<std::string> names = parameter_names(*model, params);
   AdamW optimizer(params, {.lr = t.lr, .eps = 1e-6, .weight_decay = 0.1}, names);
@@ -88,9 +100,18 @@ NamedRun train_decoder(const dist::Mesh& mesh, const typename Model::Args& args,
     if (t.before_step) t.before_step(*model, step);
     out.losses.push_back(forward_backward(parallel, step_model, batch, mesh, at::kCPU).loss);
     if (t.after_backward) t.after_backward(*model, step);
+    if (moe) {
+      moe->update_expert_bias();
+      moe->reduce_expert_gradients();
+    }
     out.grad_norms.push_back(optimizer_step(optimizer, t.lr, /*max_norm=*/1.0, mesh));
   }
   for (size_t i = 0; i < params.size(); ++i) out.weights[names[i]] = parallel::full_tensor(params[i], mesh);
+  if (moe) {
+    for (const auto& item : model->named_buffers(/*recurse=*/true)) {
+      if (item.key().ends_with(".expert_bias")) out.weights[item.key()] = item.value().clone();
+    }
+  }
   return out;
 }
 

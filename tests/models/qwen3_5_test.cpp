@@ -163,7 +163,7 @@ TEST_CASE("qwen3_5 computes each packed document as if it ran alone", "[models][
   CHECK_FALSE(at::allclose(model.forward(tokens).narrow(1, 9, 15), second, 0, 1e-3));
 }
 
-TEST_CASE("qwen3_5 refuses load-balanced context, pipeline and expert parallelism with the reason",
+TEST_CASE("qwen3_5 refuses load-balanced context parallelism and a tied pipeline with the reason and plans pp and ep",
           "[models][qwen3_5][errors]") {
   const auto dense = meta_model(titan::qwen3_5::flavor("debugmodel"));
   const auto plan_on = [&](const Qwen35& model, const titan::dist::MeshShape& mesh) {
@@ -179,8 +179,16 @@ TEST_CASE("qwen3_5 refuses load-balanced context, pipeline and expert parallelis
   CHECK_FALSE(cp.context_parallel.load_balance);
   CHECK(cp.context_parallel.attention_modules.size() == 8);  // the Gated DeltaNet blocks' and the full attention's
   const auto moe = meta_model(titan::qwen3_5::moe_flavor("debugmodel_moe"));
-  CHECK_THAT(plan_on(*moe, {.pp = 2}), Catch::Contains("expected pp = 1, got 2") && Catch::Contains("not tested"));
-  CHECK_THAT(plan_on(*moe, {.dp_shard = 2, .ep = 2}), Catch::Contains("expected ep = 1, got 2"));
+  // A tied flavor's pipeline: its first and last stage would share the embedding.
+  CHECK_THAT(plan_on(*dense, {.pp = 2}),
+             Catch::Contains("expected pp = 1, got 2") && Catch::Contains("tie_word_embeddings"));
+  // The untied MoE flavor cuts into stages and splits its routed experts over ep.
+  const titan::parallel::ParallelPlan pp = titan::parallel::plan(moe->sharding_spec(), {}, {.pp = 2});
+  REQUIRE(pp.pipeline.stages.size() == 2);
+  CHECK(pp.pipeline.stages.front().front() == "tok_embeddings");
+  CHECK(pp.pipeline.stages.back().back() == "output");
+  const titan::parallel::ParallelPlan ep = titan::parallel::plan(moe->sharding_spec(), {}, {.dp_shard = 2, .ep = 2});
+  CHECK(ep.expert_parallel.moe_modules.size() == 8);
   // Tensor parallelism splits a Gated DeltaNet block's heads: projections, convolution channels and decay rates.
   // (Untied: the skeleton's tied output has no vocab-parallel head.)
   Qwen35Args untied = titan::qwen3_5::flavor("debugmodel");
@@ -295,6 +303,34 @@ TEST_CASE("memory plan: titan-plan plans Qwen3.5 under context parallelism over 
   // Half the tokens per rank: the activations fall (the full-attention block's gathered K/V aside).
   CHECK(cp2.activations_per_microbatch < one.activations_per_microbatch);
   CHECK(cp2.activations_per_microbatch > one.activations_per_microbatch / 4);
+}
+
+TEST_CASE("memory plan: titan-plan plans Qwen3.5-MoE under pipeline and expert parallelism",
+          "[planner][memory_plan][qwen3_5][pp][ep]") {
+  JobConfig c;
+  c.model.name = "qwen3_5_moe";
+  c.model.flavor = "debugmodel_moe";  // untied: a pipeline of its own head
+  c.training.seq_len = 256;
+  c.training.local_batch_size = 4;
+  const planner::MemoryPlan one = planner::plan_memory(c, {.world_size = 1, .gpu = false});
+  c.parallelism.pipeline_parallel_degree = 2;
+  const planner::MemoryPlan pp = planner::plan_memory(c, {.world_size = 2, .gpu = false});
+  // The shown pp rank holds half the 8 blocks and the embedding or the head: between a third and all but a third of
+  // the one process's weights. Its microbatches are single sequences, a quarter of the one process's forward.
+  CHECK(pp.mesh.pp == 2);
+  CHECK(pp.microbatches == 4);
+  CHECK(3 * pp.parts.parameters > one.parts.parameters);
+  CHECK(3 * pp.parts.parameters < 2 * one.parts.parameters);
+  CHECK(pp.activations_per_microbatch < one.activations_per_microbatch / 2);
+  c.parallelism.pipeline_parallel_degree = 1;
+  c.parallelism.data_parallel_shard_degree = 2;
+  const planner::MemoryPlan fsdp = planner::plan_memory(c, {.world_size = 2, .gpu = false});
+  c.parallelism.expert_parallel_degree = 2;
+  const planner::MemoryPlan ep = planner::plan_memory(c, {.world_size = 2, .gpu = false});
+  // The same weights per rank (FSDP or ep splits the experts in two), the routed tokens' all-to-all added.
+  CHECK(ep.mesh.ep == 2);
+  CHECK(ep.expert_dispatch > 0);
+  CHECK(ep.parts.parameters == Approx(fsdp.parts.parameters).epsilon(0.01));
 }
 
 }  // namespace memory_plan_qwen3_5_test

@@ -14,6 +14,11 @@
 #include <ATen/ATen.h>
 #include <fmt/format.h>
 
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
+
 #include "models/decoder_train_util.hpp"
 #include "test_util.hpp"
 #include "titan/models/qwen3_5/model.hpp"
@@ -40,19 +45,39 @@ qwen3_5::Qwen35Args small_args() {
           .tie_word_embeddings = false};
 }
 
-test::NamedRun train_with(const dist::Mesh& mesh, AcMode checkpoint) {
-  // Contiguous cp shards: the Gated DeltaNet blocks pass their state from each cp rank to the next.
+// The MoE flavor's layout at this size: 4 routed experts (top 2, softmax, normalised) and the gated shared expert in
+// every block, experts of width 32, the load-balancing bias on.
+qwen3_5::Qwen35Args small_moe_args() {
+  qwen3_5::Qwen35Args args = small_args();
+  args.moe_enabled = true;
+  args.moe = qwen3_5::moe_flavor("debugmodel_moe").moe;
+  args.moe.num_experts = 4;
+  args.moe.shared_expert_dim = 32;
+  args.moe_inter_dim = 32;
+  return args;
+}
+
+test::NamedRun train_with(const dist::Mesh& mesh, AcMode checkpoint,
+                          PipelineSchedule schedule = PipelineSchedule::schedule_1f1b, bool moe = false) {
+  // Contiguous cp shards: the Gated DeltaNet blocks pass their state from each cp rank to the next. Under pp each of
+  // the 4 sequences is a microbatch of its own.
   return test::train_decoder<qwen3_5::Qwen35>(
-      mesh, small_args(),
+      mesh, moe ? small_moe_args() : small_args(),
       {.steps = kSteps,
        .lr = kLr,
        .batches = kBatches,
        .seed = 11,
-       .options = {.parallelism = {.context_parallel_load_balancer = std::nullopt},
-                   .activation_checkpoint = {.mode = checkpoint}}});
+       .options = {.parallelism = {.pipeline_parallel_schedule = schedule,
+                                   .context_parallel_load_balancer = std::nullopt},
+                   .activation_checkpoint = {.mode = checkpoint}},
+       .balance_experts = moe});
 }
 
 test::NamedRun train(const dist::Mesh& mesh) { return train_with(mesh, AcMode::none); }
+
+test::NamedRun train_moe(const dist::Mesh& mesh) {
+  return train_with(mesh, AcMode::none, PipelineSchedule::schedule_1f1b, /*moe=*/true);
+}
 
 }  // namespace
 
@@ -88,6 +113,86 @@ TEST_CASE("qwen3_5 with Gated DeltaNet state passing trains under CP 2 with full
 
 TEST_CASE("qwen3_5 trains under FSDP 2 x TP 2 as in one process", "[models][qwen3_5][tp][fsdp][parity][full]") {
   test::check_named_runs({.dp_shard = 2, .tp = 2}, train);
+}
+
+// Pipeline parallelism: the 4 blocks (Gated DeltaNet, Gated DeltaNet, Gated DeltaNet, full attention) split over 2
+// ranks, 4 microbatches per step, every schedule family: 1F1B (2 stages), Interleaved 1F1B (4 virtual stages, looped),
+// and the zero-bubble schedules whose backward splits into an input pass (the whole graph, the Gated DeltaNet's own
+// autograd nodes and its state resets at the odd steps' document starts included, the Linears' weight GEMMs deferred)
+// and a weight pass (the deferred GEMMs). Against one process, check_named_ranks' 1e-5: a microbatch's loss sums its
+// own tokens, and the gradients add up over the microbatches, in another order than the one process's whole batch.
+// Among the schedules the math is the same in the same order: each stage's gradients accumulate microbatch by
+// microbatch (the weight pass runs the deferred GEMMs in the order the input pass met them, with the same formula),
+// and the loss sums the same microbatches' losses, so every schedule gives 1F1B's losses and weights bitwise. The
+// grad norm is each rank's sum of squares over its stages, then summed over pp: a schedule that places the stages
+// alike (the looped Interleaved 1F1B and Interleaved zero bubble, the V-shaped ZBV and DualPipeV) gives it bitwise,
+// another placement groups the fp32 sum otherwise (1e-6 relative, ten times its rounding).
+TEST_CASE(
+    "qwen3_5 with Gated DeltaNet blocks trains under PP 2 as in one process with 1F1B and Interleaved 1F1B and "
+    "the split-backward zero-bubble schedules",
+    "[models][qwen3_5][pp][zb][parity]") {
+  const test::NamedRun one = train(dist::Mesh());
+  CHECK(one.losses.back() < one.losses.front() - 0.05);  // it trained
+  // Each schedule, and the one before it that places the stages alike (itself where none does).
+  const std::pair<PipelineSchedule, size_t> schedules[] = {{PipelineSchedule::schedule_1f1b, 0},
+                                                           {PipelineSchedule::interleaved_1f1b, 1},
+                                                           {PipelineSchedule::interleaved_zero_bubble, 1},
+                                                           {PipelineSchedule::zbv_zero_bubble, 3},
+                                                           {PipelineSchedule::dual_pipe_v, 3}};
+  std::vector<std::vector<test::NamedRun>> runs;
+  for (const auto& [schedule, alike] : schedules) {
+    INFO(fmt::format("{}", schedule));
+    runs.push_back(test::check_named_ranks(
+        {.pp = 2}, one, [&](const dist::Mesh& mesh) { return train_with(mesh, AcMode::none, schedule); }));
+    const size_t i = runs.size() - 1;
+    std::map<std::string, at::Tensor> first, these;
+    for (size_t rank = 0; rank < 2; ++rank) {
+      INFO("rank " << rank);
+      const test::NamedRun& got = runs[i][rank];
+      CHECK(got.losses == runs[0][rank].losses);
+      CHECK(got.grad_norms == runs[alike][rank].grad_norms);
+      for (size_t s = 0; s < got.grad_norms.size(); ++s) {
+        CHECK(got.grad_norms[s] == Approx(runs[0][rank].grad_norms[s]).epsilon(1e-6));
+      }
+      first.insert(runs[0][rank].weights.begin(), runs[0][rank].weights.end());
+      these.insert(got.weights.begin(), got.weights.end());
+    }
+    REQUIRE(these.size() == first.size());
+    for (const auto& [name, weight] : first) {
+      INFO(name);
+      CHECK(at::equal(these.at(name), weight));
+    }
+  }
+}
+
+// Context parallelism by state passing inside pipeline stages, under the zero-bubble split: each cp pair of a stage
+// passes its blocks' carry forward in the stage's forward and the carry's gradient back in its input pass.
+TEST_CASE("qwen3_5 trains under PP 2 x CP 2 with ZBV as in one process", "[models][qwen3_5][pp][cp][zb][parity]") {
+  test::check_named_runs({.pp = 2, .cp = 2}, [](const dist::Mesh& mesh) {
+    return train_with(mesh, AcMode::none, PipelineSchedule::zbv_zero_bubble);
+  });
+}
+
+// Expert parallelism of the MoE flavor: the routed experts split over ep (and FSDP-split again over efsdp when
+// dp_shard is 4), tokens exchanged by all-to-all, the shared expert and its gate replicated with the dense weights.
+// Each step's expert loads are summed over the dp ranks before the bias moves: the routing is the same on every layout
+// (no token's top-2 choice sits within rounding of a tie), so the integer counts, hence the biases, are the one
+// process's; they are among the weights checked (1e-5).
+TEST_CASE(
+    "qwen3_5 MoE with a gated shared expert trains under EP 2 and EP 2 x FSDP 2 as in one process with expert "
+    "biases included",
+    "[models][qwen3_5][ep][parity]") {
+  const test::NamedRun one = train_moe(dist::Mesh());
+  CHECK(one.losses.back() < one.losses.front() - 0.05);  // it trained
+  int64_t biases = 0;
+  for (const auto& [name, weight] : one.weights) {
+    if (!name.ends_with(".expert_bias")) continue;
+    ++biases;
+    CHECK(weight.abs().max().item<double>() > 0);  // the balancing ran
+  }
+  CHECK(biases == 4);
+  test::check_named_ranks({.dp_shard = 2, .ep = 2}, one, train_moe);
+  test::check_named_ranks({.dp_shard = 4, .ep = 2}, one, train_moe);
 }
 
 }  // namespace qwen3_5_train_test

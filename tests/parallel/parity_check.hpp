@@ -87,12 +87,11 @@ struct NamedRun {
   std::map<std::string, at::Tensor> weights{};
 };
 
-/// Trains with `train` in one process and on every rank of `shape` (threads, the strict backend) and checks each rank
-/// against the one process: losses and grad norms to 1e-5 relative, every whole weight (a pipeline rank: its stages')
-/// to 1e-5 absolute and relative (the argument: tests/parallel/user_model_parity_test.cpp); and that the one process
-/// trained (its loss fell).
-inline void check_named_runs(const dist::MeshShape& shape, const std::function<NamedRun(const dist::Mesh&)>& train) {
-  const NamedRun ref = train(dist::Mesh());
+/// Trains with `train` on every rank of `shape` (threads, the strict backend) and checks each rank against `ref`, the
+/// one process's run: losses and grad norms to 1e-5 relative, every whole weight (a pipeline rank: its stages') to
+/// 1e-5 absolute and relative (the argument: tests/parallel/user_model_parity_test.cpp). Returns each rank's run.
+inline std::vector<NamedRun> check_named_ranks(const dist::MeshShape& shape, const NamedRun& ref,
+                                               const std::function<NamedRun(const dist::Mesh&)>& train) {
   std::mutex mutex;
   std::vector<NamedRun> results(static_cast<size_t>(shape.world_size()));
   dist::run_local_ranks(shape.world_size(), [&](int64_t rank, const dist::Store& store) {
@@ -122,6 +121,13 @@ inline void check_named_runs(const dist::MeshShape& shape, const std::function<N
     }
   }
   CHECK(held.size() == ref.weights.size());
+  return results;
+}
+
+/// check_named_ranks against `train` in one process; and that the one process trained (its loss fell).
+inline void check_named_runs(const dist::MeshShape& shape, const std::function<NamedRun(const dist::Mesh&)>& train) {
+  const NamedRun ref = train(dist::Mesh());
+  check_named_ranks(shape, ref, train);
   CHECK(ref.losses.back() < ref.losses.front() - 0.05);  // it trained
 }
 

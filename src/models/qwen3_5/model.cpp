@@ -30,8 +30,7 @@ models::DecoderShape decoder_shape(const Qwen35Args& args) {
       // q), 2 FLOPs a multiply-add, 3x for forward and backward: what the softmax term counts for attention.
       .linear_attention_flops = 18 * l.n_value_heads * l.key_head_dim * l.value_head_dim,
       .moe_top_k = args.moe_enabled ? args.moe.top_k : 0,
-      .moe_num_experts = args.moe_enabled ? args.moe.num_experts : 0,
-      .pipeline_and_context_parallel = false};
+      .moe_num_experts = args.moe_enabled ? args.moe.num_experts : 0};
   for (int64_t i = 0; i < args.n_layers; ++i) {
     if (!args.is_full_attention(i)) shape.linear_attention_layers.push_back(i);
     if (args.moe_enabled) shape.moe_layers.push_back(i);
@@ -119,16 +118,11 @@ parallel::ShardingSpec Qwen35::sharding_spec() const {
   }
   spec.tensor_parallel_divides.emplace_back("linear_num_key_heads", args_.linear.n_key_heads);
   spec.tensor_parallel_divides.emplace_back("linear_num_value_heads", args_.linear.n_value_heads);
-  // The skeleton's generic reasons, said for this family (a tied flavor's pipeline is also refused by the plan).
-  spec.refused = {
+  // Beside the skeleton's refusal of a tied flavor's pipeline (its first and last stage would share the embedding).
+  spec.refused.push_back(
       {"cp_load_balance",
        "the Gated DeltaNet blocks pass their recurrent state from each cp rank to the next, so each rank holds one "
-       "contiguous part of the sequence (docs/qwen3_5.md). Set parallelism.context_parallel_load_balancer None."},
-      {"pp", "pipeline parallelism of Qwen3.5 is not tested yet. Set parallelism.pipeline_parallel_degree 1."}};
-  if (args_.moe_enabled) {
-    spec.refused.push_back(
-        {"ep", "expert parallelism of Qwen3.5-MoE is not tested yet. Set parallelism.expert_parallel_degree 1."});
-  }
+       "contiguous part of the sequence (docs/qwen3_5.md). Set parallelism.context_parallel_load_balancer None."});
   return spec;
 }
 
