@@ -1,10 +1,11 @@
 // SPDX-License-Identifier: BSD-3-Clause
-// Qwen3.5 under FSDP 2, TP 2 (every block's heads split, Gated DeltaNet's included), FSDP 2 x TP 2, and CP 2 and 4
-// (the Gated DeltaNet state passed from cp rank to cp rank, contiguous shards) (ranks as
-// threads on the strict backend: NCCL's rules over Gloo) trains as in one process: a
-// small Qwen3.5 (three Gated DeltaNet blocks with grouped value heads and 8-token chunks, one gated full-attention
-// block) planned from its sharding spec alone, 6 AdamW steps on 32-token sequences, every other step with two
-// documents per row (the recurrence and the convolution restart, RoPE positions per document).
+// Qwen3.5 under FSDP 2, TP 2 (every block's heads split, Gated DeltaNet's included), FSDP 2 x TP 2, CP 2 and 4
+// (the Gated DeltaNet state passed from cp rank to cp rank, contiguous shards), PP 2 under every schedule family
+// (the zero-bubble ones' split backward included), PP 2 x CP 2, and Qwen3.5-MoE under EP 2 and EP 2 x FSDP 2 (ranks as
+// threads on the strict backend: NCCL's rules over Gloo) trains as in one process: a small Qwen3.5 (three Gated
+// DeltaNet blocks with grouped value heads and 8-token chunks, one gated full-attention block) planned from its
+// sharding spec alone, 6 AdamW steps (4 for the pipeline and expert layouts) on 32-token sequences, every other step
+// with two documents per row (the recurrence and the convolution restart, RoPE positions per document).
 //
 // Tolerance, 1e-5 relative on losses and grad norms, 1e-5 absolute and relative on every final weight, argued as in
 // tests/parallel/user_model_parity_test.cpp: the layouts compute the same fp32 math with sums in another order
@@ -29,6 +30,9 @@ namespace {
 using namespace titan;
 
 constexpr int64_t kSteps = 6;
+// The pipeline and expert-parallel runs, several layouts a case: a stage split or an expert shard gone wrong shows in
+// the first steps' losses, and 4 steps move every weight and expert bias.
+constexpr int64_t kShortSteps = 4;
 constexpr double kLr = 1e-3;
 const test::ParityRun kBatches{.global_batch = 4, .seq_len = 32};
 
@@ -57,27 +61,30 @@ qwen3_5::Qwen35Args small_moe_args() {
   return args;
 }
 
-test::NamedRun train_with(const dist::Mesh& mesh, AcMode checkpoint,
-                          PipelineSchedule schedule = PipelineSchedule::schedule_1f1b, bool moe = false) {
+// What a run varies beside the mesh.
+struct Run {
+  AcMode checkpoint = AcMode::none;
+  PipelineSchedule schedule = PipelineSchedule::schedule_1f1b;
+  bool moe = false;  // small_moe_args, the expert biases balanced and returned
+  int64_t steps = kSteps;
+};
+
+test::NamedRun train_with(const dist::Mesh& mesh, const Run& run) {
   // Contiguous cp shards: the Gated DeltaNet blocks pass their state from each cp rank to the next. Under pp each of
   // the 4 sequences is a microbatch of its own.
   return test::train_decoder<qwen3_5::Qwen35>(
-      mesh, moe ? small_moe_args() : small_args(),
-      {.steps = kSteps,
+      mesh, run.moe ? small_moe_args() : small_args(),
+      {.steps = run.steps,
        .lr = kLr,
        .batches = kBatches,
        .seed = 11,
-       .options = {.parallelism = {.pipeline_parallel_schedule = schedule,
+       .options = {.parallelism = {.pipeline_parallel_schedule = run.schedule,
                                    .context_parallel_load_balancer = std::nullopt},
-                   .activation_checkpoint = {.mode = checkpoint}},
-       .balance_experts = moe});
+                   .activation_checkpoint = {.mode = run.checkpoint}},
+       .balance_experts = run.moe});
 }
 
-test::NamedRun train(const dist::Mesh& mesh) { return train_with(mesh, AcMode::none); }
-
-test::NamedRun train_moe(const dist::Mesh& mesh) {
-  return train_with(mesh, AcMode::none, PipelineSchedule::schedule_1f1b, /*moe=*/true);
-}
+test::NamedRun train(const dist::Mesh& mesh) { return train_with(mesh, {}); }
 
 }  // namespace
 
@@ -108,7 +115,8 @@ TEST_CASE("qwen3_5 with Gated DeltaNet state passing trains under CP 4 as in one
 // same order on every rank.
 TEST_CASE("qwen3_5 with Gated DeltaNet state passing trains under CP 2 with full activation checkpointing",
           "[models][qwen3_5][cp][ac][parity]") {
-  test::check_named_runs({.cp = 2}, [](const dist::Mesh& mesh) { return train_with(mesh, AcMode::full); });
+  test::check_named_runs({.cp = 2},
+                         [](const dist::Mesh& mesh) { return train_with(mesh, {.checkpoint = AcMode::full}); });
 }
 
 TEST_CASE("qwen3_5 trains under FSDP 2 x TP 2 as in one process", "[models][qwen3_5][tp][fsdp][parity][full]") {
@@ -131,7 +139,7 @@ TEST_CASE(
     "qwen3_5 with Gated DeltaNet blocks trains under PP 2 as in one process with 1F1B and Interleaved 1F1B and "
     "the split-backward zero-bubble schedules",
     "[models][qwen3_5][pp][zb][parity]") {
-  const test::NamedRun one = train(dist::Mesh());
+  const test::NamedRun one = train_with(dist::Mesh(), {.steps = kShortSteps});
   CHECK(one.losses.back() < one.losses.front() - 0.05);  // it trained
   // Each schedule, and the one before it that places the stages alike (itself where none does).
   const std::pair<PipelineSchedule, size_t> schedules[] = {{PipelineSchedule::schedule_1f1b, 0},
@@ -142,8 +150,9 @@ TEST_CASE(
   std::vector<std::vector<test::NamedRun>> runs;
   for (const auto& [schedule, alike] : schedules) {
     INFO(fmt::format("{}", schedule));
-    runs.push_back(test::check_named_ranks(
-        {.pp = 2}, one, [&](const dist::Mesh& mesh) { return train_with(mesh, AcMode::none, schedule); }));
+    runs.push_back(test::check_named_ranks({.pp = 2}, one, [&](const dist::Mesh& mesh) {
+      return train_with(mesh, {.schedule = schedule, .steps = kShortSteps});
+    }));
     const size_t i = runs.size() - 1;
     std::map<std::string, at::Tensor> first, these;
     for (size_t rank = 0; rank < 2; ++rank) {
@@ -169,7 +178,7 @@ TEST_CASE(
 // passes its blocks' carry forward in the stage's forward and the carry's gradient back in its input pass.
 TEST_CASE("qwen3_5 trains under PP 2 x CP 2 with ZBV as in one process", "[models][qwen3_5][pp][cp][zb][parity]") {
   test::check_named_runs({.pp = 2, .cp = 2}, [](const dist::Mesh& mesh) {
-    return train_with(mesh, AcMode::none, PipelineSchedule::zbv_zero_bubble);
+    return train_with(mesh, {.schedule = PipelineSchedule::zbv_zero_bubble, .steps = kShortSteps});
   });
 }
 
@@ -182,6 +191,7 @@ TEST_CASE(
     "qwen3_5 MoE with a gated shared expert trains under EP 2 and EP 2 x FSDP 2 as in one process with expert "
     "biases included",
     "[models][qwen3_5][ep][parity]") {
+  const auto train_moe = [](const dist::Mesh& mesh) { return train_with(mesh, {.moe = true, .steps = kShortSteps}); };
   const test::NamedRun one = train_moe(dist::Mesh());
   CHECK(one.losses.back() < one.losses.front() - 0.05);  // it trained
   int64_t biases = 0;
