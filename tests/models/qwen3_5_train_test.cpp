@@ -1,11 +1,12 @@
 // SPDX-License-Identifier: BSD-3-Clause
 // Qwen3.5 under FSDP 2, TP 2 (every block's heads split, Gated DeltaNet's included), FSDP 2 x TP 2, CP 2 and 4
 // (the Gated DeltaNet state passed from cp rank to cp rank, contiguous shards), PP 2 under every schedule family
-// (the zero-bubble ones' split backward included), PP 2 x CP 2, and Qwen3.5-MoE under EP 2 and EP 2 x FSDP 2 (ranks as
-// threads on the strict backend: NCCL's rules over Gloo) trains as in one process: a small Qwen3.5 (three Gated
-// DeltaNet blocks with grouped value heads and 8-token chunks, one gated full-attention block) planned from its
-// sharding spec alone, 6 AdamW steps (4 for the pipeline and expert layouts) on 32-token sequences, every other step
-// with two documents per row (the recurrence and the convolution restart, RoPE positions per document).
+// (the zero-bubble ones' split backward included), PP 2 x CP 2, and Qwen3.5-MoE under EP 2, EP 2 x FSDP 2 and
+// EP 2 x PP 2 (ranks as threads on the strict backend: NCCL's rules over Gloo) trains as in one process: a small
+// Qwen3.5 (three Gated DeltaNet blocks with grouped value heads and 8-token chunks, one gated full-attention block)
+// planned from its sharding spec alone, 6 AdamW steps (4 for the pipeline and expert layouts) on 32-token sequences,
+// every other step with two documents per row (the recurrence and the convolution restart, RoPE positions per
+// document).
 //
 // Tolerance, 1e-5 relative on losses and grad norms, 1e-5 absolute and relative on every final weight, argued as in
 // tests/parallel/user_model_parity_test.cpp: the layouts compute the same fp32 math with sums in another order
@@ -183,13 +184,13 @@ TEST_CASE("qwen3_5 trains under PP 2 x CP 2 with ZBV as in one process", "[model
 }
 
 // Expert parallelism of the MoE flavor: the routed experts split over ep (and FSDP-split again over efsdp when
-// dp_shard is 4), tokens exchanged by all-to-all, the shared expert and its gate replicated with the dense weights.
+// dp_shard is 4), tokens exchanged by all-to-all, the shared expert and its gate sharded with the dense weights.
 // Each step's expert loads are summed over the dp ranks before the bias moves: the routing is the same on every layout
 // (no token's top-2 choice sits within rounding of a tie), so the integer counts, hence the biases, are the one
 // process's; they are among the weights checked (1e-5).
 TEST_CASE(
-    "qwen3_5 MoE with a gated shared expert trains under EP 2 and EP 2 x FSDP 2 as in one process with expert "
-    "biases included",
+    "qwen3_5 MoE with a gated shared expert trains under EP 2 and EP 2 x FSDP 2 and EP 2 x PP 2 as in one process "
+    "with expert biases included",
     "[models][qwen3_5][ep][parity]") {
   const auto train_moe = [](const dist::Mesh& mesh) { return train_with(mesh, {.moe = true, .steps = kShortSteps}); };
   const test::NamedRun one = train_moe(dist::Mesh());
@@ -203,6 +204,8 @@ TEST_CASE(
   CHECK(biases == 4);
   test::check_named_ranks({.dp_shard = 2, .ep = 2}, one, train_moe);
   test::check_named_ranks({.dp_shard = 4, .ep = 2}, one, train_moe);
+  // Each stage's ep pair exchanges its own blocks' tokens; each stage balances its own blocks' biases.
+  test::check_named_ranks({.pp = 2, .dp_shard = 2, .ep = 2}, one, train_moe);
 }
 
 }  // namespace qwen3_5_train_test
