@@ -5,7 +5,8 @@
 // it holds. The planner applies the same plan on the meta device over a planning mesh and reads one rank per pp
 // rank. Layouts, for Llama 3's debug model and a small Qwen3-MoE alike: FSDP 3 (uneven rows: FSDP's padding), TP 2,
 // TP 2 x FSDP 2; for Llama 3 also PP 2 x FSDP 2; for Qwen3-MoE also EP 2, FSDP 4 x EP 2 and TP 2 x FSDP 2 with EP 2
-// and expert tensor parallelism. Exact: both count the same tensors.
+// and expert tensor parallelism; Qwen3.5-MoE's debug model under PP 2 x FSDP 2 x EP 2. Exact: both count the same
+// tensors.
 //
 // And what keeps a new parallel feature from drifting: a model whose sharding spec keeps a layer whole under TP (an
 // exception no rule in the planner knows) is planned as the runtime shards it.
@@ -23,6 +24,7 @@
 #include "titan/dist/mesh.hpp"
 #include "titan/models/llama3/model.hpp"
 #include "titan/models/qwen3/model.hpp"
+#include "titan/models/qwen3_5/model.hpp"
 #include "titan/parallel/parallelize.hpp"
 #include "titan/parallel/pipeline.hpp"
 #include "titan/parallel/planner.hpp"
@@ -42,6 +44,13 @@ std::shared_ptr<models::Decoder> debug_llama(const at::Device& d, const std::vec
 // memory_measured.hpp's small Qwen3-MoE (a dense block, then MoE blocks of 8 experts).
 std::shared_ptr<models::Decoder> qwen3_moe(const at::Device& d, const std::vector<std::string>& modules) {
   return std::make_shared<qwen3::Qwen3>(small_qwen3_moe(), 128, at::TensorOptions().device(d), modules);
+}
+
+// Qwen3.5-MoE's debug model: 8 blocks, Gated DeltaNet in three of four, each an MoE of 8 experts with a gated shared
+// expert.
+std::shared_ptr<models::Decoder> debug_qwen3_5_moe(const at::Device& d, const std::vector<std::string>& modules) {
+  return std::make_shared<qwen3_5::Qwen35>(qwen3_5::moe_flavor("debugmodel_moe"), 128, at::TensorOptions().device(d),
+                                           modules);
 }
 
 JobConfig job(const std::string& family, const dist::MeshShape& shape) {
@@ -105,6 +114,10 @@ TEST_CASE("memory plan: parameter bytes are what parallelize leaves on every ran
        .family = "qwen3",
        .build = qwen3_moe,
        .shape = {.dp_shard = 2, .tp = 2, .ep = 2, .etp = 2}},
+      {.name = "PP 2 x FSDP 2 x EP 2",
+       .family = "qwen3_5_moe",
+       .build = debug_qwen3_5_moe,
+       .shape = {.pp = 2, .dp_shard = 2, .ep = 2}},
   };
   for (const Case& c : cases) {
     const JobConfig config = job(c.family, c.shape);
