@@ -135,7 +135,8 @@ TEST_CASE("qwen3_5 trains under FSDP 2 x TP 2 as in one process", "[models][qwen
 // and the loss sums the same microbatches' losses, so every schedule gives 1F1B's losses and weights bitwise. The
 // grad norm is each rank's sum of squares over its stages, then summed over pp: a schedule that places the stages
 // alike (the looped Interleaved 1F1B and Interleaved zero bubble, the V-shaped ZBV and DualPipeV) gives it bitwise,
-// another placement groups the fp32 sum otherwise (1e-6 relative, ten times its rounding).
+// another placement groups the fp32 sum of the ~70 squared per-tensor norms otherwise: at most one rounding of 2^-24
+// relative per addition on the sum, half that on its root, < 3e-6 relative.
 TEST_CASE(
     "qwen3_5 with Gated DeltaNet blocks trains under PP 2 as in one process with 1F1B and Interleaved 1F1B and "
     "the split-backward zero-bubble schedules",
@@ -162,7 +163,7 @@ TEST_CASE(
       CHECK(got.losses == runs[0][rank].losses);
       CHECK(got.grad_norms == runs[alike][rank].grad_norms);
       for (size_t s = 0; s < got.grad_norms.size(); ++s) {
-        CHECK(got.grad_norms[s] == Approx(runs[0][rank].grad_norms[s]).epsilon(1e-6));
+        CHECK(got.grad_norms[s] == Approx(runs[0][rank].grad_norms[s]).epsilon(3e-6));
       }
       first.insert(runs[0][rank].weights.begin(), runs[0][rank].weights.end());
       these.insert(got.weights.begin(), got.weights.end());
