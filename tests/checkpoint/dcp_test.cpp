@@ -160,7 +160,7 @@ TEST_CASE("torchtitan's Qwen3 checkpoint resumes in titan with torchtitan's loss
 TEST_CASE("a DCP checkpoint saved by two ranks (FSDP rows, TP columns, uneven shards) reads back whole",
           "[checkpoint][torchtitan]") {
   test::TempDir dir;
-  REQUIRE(test::run_python("torchtitan_dcp.py", fmt::format("sharded '{}'", (dir.path / "dcp").string())) == 0);
+  REQUIRE(test::run_python("dcp_sharded.py", fmt::format("'{}'", (dir.path / "dcp").string())) == 0);
   const checkpoint::DcpReader dcp(dir.path / "dcp");
   const std::map<std::string, std::vector<int64_t>> shapes = {{"rows", {6, 4}}, {"cols", {3, 5}}, {"both", {5, 6}}};
   REQUIRE(dcp.tensors().size() == shapes.size());

@@ -45,31 +45,36 @@ at::Tensor titan_logits(const llama3::Llama3& model, const at::Tensor& tokens) {
 
 TEST_CASE("an HF Llama saved by transformers loads into titan with the same logits", "[checkpoint][hf][full]") {
   test::TempDir dir;
-  const bool tied = GENERATE(false, true);
-  const bool sharded = !tied;
-  INFO("tied " << tied << ", sharded " << sharded);
-  const fs::path hf = dir.path / "hf", oracle = dir.path / "oracle.safetensors";
-  REQUIRE(test::run_python("hf_llama.py", fmt::format("make \"{}\" \"{}\"{}{}", hf.string(), oracle.string(),
-                                                      tied ? " --tied" : "", sharded ? " --sharded" : "")) == 0);
-  CHECK(fs::exists(hf / "model.safetensors.index.json") == sharded);
-  const checkpoint::SafetensorsFile expected(oracle);
-  const at::Tensor tokens = expected.read("tokens");  // (B, S)
+  // Both models from one Python process (transformers is imported once): untied and sharded, tied in one file.
+  REQUIRE(test::run_python(
+              "hf_llama.py",
+              fmt::format("make \"{}\" \"{}\" --sharded -- \"{}\" \"{}\" --tied", (dir.path / "untied" / "hf").string(),
+                          (dir.path / "untied" / "oracle.safetensors").string(), (dir.path / "tied" / "hf").string(),
+                          (dir.path / "tied" / "oracle.safetensors").string())) == 0);
+  for (const bool tied : {false, true}) {
+    const bool sharded = !tied;
+    INFO("tied " << tied << ", sharded " << sharded);
+    const fs::path work = dir.path / (tied ? "tied" : "untied"), hf = work / "hf";
+    CHECK(fs::exists(hf / "model.safetensors.index.json") == sharded);
+    const checkpoint::SafetensorsFile expected(work / "oracle.safetensors");
+    const at::Tensor tokens = expected.read("tokens");  // (B, S)
 
-  const checkpoint::HfReader reader(hf);
-  const llama3::Llama3Args args = llama3::args_from_hf_config(reader.config());
-  CHECK(args.tie_word_embeddings == tied);
-  llama3::Llama3 model(args, tokens.size(1), at::TensorOptions());
-  checkpoint::State state = model_state(model);
-  checkpoint::load_hf(hf, state, *model.hf_adapter());
-  const at::Tensor logits = titan_logits(model, tokens);
-  CHECK((logits - expected.read("logits")).abs().max().item<double>() < kLogitTolerance);
+    const checkpoint::HfReader reader(hf);
+    const llama3::Llama3Args args = llama3::args_from_hf_config(reader.config());
+    CHECK(args.tie_word_embeddings == tied);
+    llama3::Llama3 model(args, tokens.size(1), at::TensorOptions());
+    checkpoint::State state = model_state(model);
+    checkpoint::load_hf(hf, state, *model.hf_adapter());
+    const at::Tensor logits = titan_logits(model, tokens);
+    CHECK((logits - expected.read("logits")).abs().max().item<double>() < kLogitTolerance);
 
-  // titan-convert to-hf gives transformers the same model back; from-hf gives the same weights.
-  test::check_convert_round_trip(hf, dir.path, sharded ? 30000 : 100000000);
-  llama3::Llama3 again(args, tokens.size(1), at::TensorOptions());
-  checkpoint::State again_state = model_state(again);
-  checkpoint::load_safetensors(checkpoint::SafetensorsFile(dir.path / "converted.safetensors"), again_state);
-  CHECK(at::equal(titan_logits(again, tokens), logits));
+    // titan-convert to-hf gives transformers the same model back; from-hf gives the same weights.
+    test::check_convert_round_trip(hf, work, sharded ? 30000 : 100000000);
+    llama3::Llama3 again(args, tokens.size(1), at::TensorOptions());
+    checkpoint::State again_state = model_state(again);
+    checkpoint::load_safetensors(checkpoint::SafetensorsFile(work / "converted.safetensors"), again_state);
+    CHECK(at::equal(titan_logits(again, tokens), logits));
+  }
 }
 
 TEST_CASE("a trained titan model exported to HF at the end of training gives transformers its logits",

@@ -1,8 +1,10 @@
 # SPDX-License-Identifier: BSD-3-Clause
 """Oracle: Hugging Face transformers' LlamaForCausalLM for the checkpoint tests (fp32, eager attention).
 
-  hf_llama.py make DIR OUT [--tied] [--sharded]   a small random Llama saved to DIR by save_pretrained;
-                                                  OUT (safetensors) gets fixed tokens and its logits
+  hf_llama.py make DIR OUT [--tied] [--sharded] [-- DIR OUT [--tied] [--sharded] ...]
+                                                  a small random Llama saved to DIR by save_pretrained;
+                                                  OUT (safetensors) gets fixed tokens and its logits; each
+                                                  group after a -- makes one more, in the same process
   hf_llama.py logits DIR TOKENS OUT               logits of the model in DIR on TOKENS' "tokens"
 """
 import sys
@@ -40,6 +42,13 @@ def logits(folder, tokens_file, out):
 
 if __name__ == "__main__":
     if sys.argv[1] == "make":
-        make(sys.argv[2], sys.argv[3], "--tied" in sys.argv, "--sharded" in sys.argv)
+        groups = [[]]
+        for word in sys.argv[2:]:
+            if word == "--":
+                groups.append([])
+            else:
+                groups[-1].append(word)
+        for group in groups:
+            make(group[0], group[1], "--tied" in group, "--sharded" in group)
     else:
         logits(sys.argv[2], sys.argv[3], sys.argv[4])

@@ -2,9 +2,10 @@
 """torchft's own LocalSGD / DiLoCo (torchft.local_sgd, the classes torchtitan's fault_tolerance.semi_sync_method
 builds) on the model, data and optimizers of tests/train/semi_sync_test.cpp: two replica groups as threads, each
 with a torchft Manager over Gloo, meeting through torchft's lighthouse. Writes the final parameters of replica 0
-(w then b, float32, flattened) as raw little-endian bytes.
+(w then b, float32, flattened) as raw little-endian bytes. Each METHOD ALPHA OUT_FILE triple is one run, with a
+lighthouse of its own, one after the other in this process (torch and torchft are imported once).
 
-usage: torchft_semi_sync.py METHOD(local_sgd|diloco) STEPS SYNC_STEPS ALPHA OUT_FILE"""
+usage: torchft_semi_sync.py STEPS SYNC_STEPS METHOD(local_sgd|diloco) ALPHA OUT_FILE [METHOD ALPHA OUT_FILE ...]"""
 import sys
 import threading
 from datetime import timedelta
@@ -76,8 +77,7 @@ def train(replica, lighthouse, method, steps, sync_steps, alpha, results, errors
         errors.append(f"replica {replica}: {e!r}")
 
 
-def main():
-    method, steps, sync_steps, alpha, out = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), float(sys.argv[4]), sys.argv[5]
+def run(method, steps, sync_steps, alpha, out):
     lighthouse = LighthouseServer(bind="[::]:0", min_replicas=2, join_timeout_ms=10000)
     results, errors = {}, []
     threads = [threading.Thread(target=train, args=(r, lighthouse.address(), method, steps, sync_steps, alpha,
@@ -94,6 +94,14 @@ def main():
         sys.exit("torchft_semi_sync.py: the two replicas ended with different parameters")
     with open(out, "wb") as f:
         f.write(results[0].numpy().tobytes())
+
+
+def main():
+    if len(sys.argv) < 6 or (len(sys.argv) - 3) % 3:
+        sys.exit(__doc__)
+    steps, sync_steps = int(sys.argv[1]), int(sys.argv[2])
+    for i in range(3, len(sys.argv), 3):
+        run(sys.argv[i], steps, sync_steps, float(sys.argv[i + 1]), sys.argv[i + 2])
 
 
 if __name__ == "__main__":

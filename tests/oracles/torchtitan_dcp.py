@@ -15,12 +15,6 @@
       torchtitan's CheckpointManager from BASE (dataloader excluded). Writes OUT.json: {"items", "missing", "different",
       "step", "last_epoch"}.
 
-  torchtitan_dcp.py sharded DIR
-      Two processes (Gloo over a file rendezvous) save DTensors with torch.distributed.checkpoint.save, as FSDP and
-      TP shard them: "rows" (6, 4) as Shard(0), "cols" (3, 5) as Shard(1) over the 2 ranks, "both" (5, 6) on a 2x1
-      mesh as (Shard(0), Shard(1)) - uneven where the dims do not split evenly - each holding arange of its size as
-      float32, plus "step" (an int item). A reader must assemble each from its chunks.
-
 One process on the CPU, no process group: DCP saves and loads without one (its no-dist path), and a single rank's
 state dict holds every tensor whole, one chunk each. Training follows torchtitan's train_step on one rank: the
 token-sum cross-entropy divided by the token count, clip_grad_norm_ at max_norm, optimizers.step(),
@@ -194,39 +188,9 @@ def check(model_name, original, base, batches, out):
         json.dump(result, f)
 
 
-def sharded_rank(rank, folder, rendezvous):
-    import torch.distributed as dist
-    import torch.distributed.checkpoint as dcp
-    from torch.distributed.device_mesh import init_device_mesh
-    from torch.distributed.tensor import Shard, distribute_tensor
-
-    dist.init_process_group("gloo", init_method=f"file://{rendezvous}", rank=rank, world_size=2)
-    mesh = init_device_mesh("cpu", (2,))
-    whole = {"rows": (6, 4), "cols": (3, 5), "both": (5, 6)}
-    state = {k: torch.arange(a * b, dtype=torch.float32).reshape(a, b) for k, (a, b) in whole.items()}
-    state["rows"] = distribute_tensor(state["rows"], mesh, [Shard(0)])
-    state["cols"] = distribute_tensor(state["cols"], mesh, [Shard(1)])
-    mesh2 = init_device_mesh("cpu", (2, 1), mesh_dim_names=("dp", "tp"))
-    state["both"] = distribute_tensor(state["both"], mesh2, [Shard(0), Shard(1)])
-    state["step"] = 7
-    dcp.save(state, checkpoint_id=folder)
-    dist.destroy_process_group()
-
-
-def sharded(folder):
-    import tempfile
-
-    import torch.multiprocessing as mp
-
-    with tempfile.TemporaryDirectory() as tmp:
-        mp.spawn(sharded_rank, args=(folder, os.path.join(tmp, "rendezvous")), nprocs=2)
-
-
 if __name__ == "__main__":
     command = sys.argv[1]
     if command == "train":
         train(sys.argv[2], sys.argv[3], sys.argv[4], int(sys.argv[5]), int(sys.argv[6]))
-    elif command == "sharded":
-        sharded(sys.argv[2])
     else:
         check(sys.argv[2], sys.argv[3], sys.argv[4], sys.argv[5], sys.argv[6])

@@ -253,11 +253,22 @@ TEST_CASE("semi-sync: two replica groups after two outer steps equal the plain A
       {"local_sgd", {.method = SemiSyncMethod::local_sgd, .sync_steps = kSyncSteps}},
       {"diloco", diloco()},
       {"diloco, fragment_update_alpha 0.5", diloco(0.5)}};
-  for (const auto& [name, options] : cases) {
+  const int64_t steps = 2 * kSyncSteps;
+  // torchft's own LocalSGD / DiLoCo (pinned in scripts/requirements.txt) on the same model, data and optimizers:
+  // every case in one Python process, which imports torch and torchft once.
+  const titan::test::TempDir dir;
+  const auto torchft_file = [&](size_t i) { return dir.path / fmt::format("torchft-{}.bin", i); };
+  std::string torchft_args = fmt::format("{} {}", steps, kSyncSteps);
+  for (size_t i = 0; i < cases.size(); ++i) {
+    torchft_args += fmt::format(" {} {} \"{}\"", cases[i].first.substr(0, cases[i].first.find(',')),
+                                cases[i].second.fragment_update_alpha, torchft_file(i).string());
+  }
+  REQUIRE(titan::test::run_python("torchft_semi_sync.py", torchft_args) == 0);
+  for (size_t i = 0; i < cases.size(); ++i) {
+    const auto& [name, options] = cases[i];
     INFO(name);
     const InProcessLighthouse served;
     const std::string lighthouse = served.address();
-    const int64_t steps = 2 * kSyncSteps;
     // Both wait for each other in the first quorum, however slowly a thread starts.
     auto a =
         std::async(std::launch::async, train_group,
@@ -276,13 +287,7 @@ TEST_CASE("semi-sync: two replica groups after two outer steps equal the plain A
     const double diff = max_diff(ra.params, reference);
     INFO("largest difference from the reference: " << diff);
     CHECK(diff <= kTolerance);
-    // torchft's own LocalSGD / DiLoCo (pinned in scripts/requirements.txt) on the same model, data and optimizers.
-    const titan::test::TempDir dir;
-    const auto out = dir.path / "torchft.bin";
-    REQUIRE(titan::test::run_python("torchft_semi_sync.py",
-                                    fmt::format("{} {} {} {} \"{}\"", name.substr(0, name.find(',')), steps, kSyncSteps,
-                                                options.fragment_update_alpha, out.string())) == 0);
-    std::string bytes = titan::test::read_file(out);
+    std::string bytes = titan::test::read_file(torchft_file(i));
     REQUIRE(bytes.size() == 15 * sizeof(float));
     const at::Tensor torchft = at::from_blob(bytes.data(), {15}, at::kFloat).clone();  // (15,): w (4, 3), then b (3,)
     const double torchft_diff = max_diff({at::cat({ra.params[0].flatten(), ra.params[1].flatten()})}, {torchft});
