@@ -59,7 +59,9 @@ if [[ "$(cat "$STAMP" 2>/dev/null || true)" != "$want" ]]; then
   # uv fetches and unpacks the wheels in parallel: 62 s for the whole file where pip took 6.5 min on the same
   # machine (docs/testing.md). It is pinned here, not in requirements.txt, because it installs that file.
   "$VENV/bin/pip" install -q --disable-pip-version-check uv==0.9.30
-  "$VENV/bin/uv" pip install -q --python "$VENV/bin/python" -r "$REQ"
+  # --compile-bytecode: uv, unlike pip, leaves the .pyc files to the first import, so that every Python oracle of
+  # a fresh CI run would compile torch and transformers at once, each in its own process (docs/testing.md).
+  "$VENV/bin/uv" pip install -q --compile-bytecode --python "$VENV/bin/python" -r "$REQ"
   echo "$want" > "$STAMP"
 fi
 
