@@ -20,7 +20,9 @@ run_logged() {
   echo "+ $* 2>&1 | tee $file"
   if ((DRY == 0)); then "$@" 2>&1 | tee "$file"; fi
 }
-TORCH_DIR=$("$PY" -c 'import os, torch; print(os.path.dirname(torch.__file__))' 2>/dev/null || echo "<torch>")
+# Found, not imported: an import of torch takes seconds, which every dry run (five per ctest) would pay.
+TORCH_DIR=$("$PY" -c 'import importlib.util, os; print(os.path.dirname(importlib.util.find_spec("torch").origin))' \
+  2>/dev/null || echo "<torch>")
 
 # The programs the device check runs, each with the arguments that make it print its usage (or, for the
 # two that take none, the message it gives without a GPU) and a text that output must contain. Run with no

@@ -10,7 +10,7 @@ here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 root="$(cd "$here/../.." && pwd)"
 script="$root/benchmarks/gpu/$name.sh"
 bash -n "$script"
-torch="$("$py" -c 'import os, torch; print(os.path.dirname(torch.__file__))')"
+torch="$("$py" -c 'import importlib.util, os; print(os.path.dirname(importlib.util.find_spec("torch").origin))')"
 run_dry=(env -u OUT BUILD="$build" PYTHON="$py" bash "$script" --dry-run)
 case "$name" in
   run)
