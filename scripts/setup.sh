@@ -48,7 +48,8 @@ fi
 # --- Python venv: the torch wheel (= LibTorch) and the test oracles ---------------------------
 REQ="$ROOT/scripts/requirements.txt"
 STAMP="$VENV/.titan-requirements.sha256"
-want="$(sha256sum "$REQ" | cut -d' ' -f1)"
+# The stamp covers how the packages were installed too, so that a venv from before the bytecode step gets it.
+want="$( (cat "$REQ"; echo "uv --compile-bytecode") | sha256sum | cut -d' ' -f1)"
 if [[ ! -x "$VENV/bin/python" ]]; then
   log "creating venv $VENV"
   mkdir -p "$TITAN_HOME"
