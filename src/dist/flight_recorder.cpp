@@ -577,13 +577,25 @@ void watchdog_loop(Process* p) {
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
     if (p->stopped) continue;
     const auto now = std::chrono::steady_clock::now();
-    std::vector<std::pair<int64_t, Pending>> pending;
+    // Weak references: a strong copy would keep a work that its rank has meanwhile waited for (and so its
+    // tensors: an FSDP unit's gathered weights, a state-passing message) alive until this scan and the store
+    // talk below are over, past the point where the training thread released them.
+    struct Watched {
+      int64_t id = 0;
+      c10::weak_intrusive_ptr<c10d::Work> work;
+      std::chrono::steady_clock::time_point scheduled{};
+    };
+    std::vector<Watched> pending;
     {
       std::lock_guard lock(p->mutex);
-      pending.assign(p->pending.begin(), p->pending.end());
+      for (const auto& [id, item] : p->pending)
+        pending.push_back({id, c10::weak_intrusive_ptr<c10d::Work>(item.work), item.scheduled});
     }
-    for (const auto& [id, item] : pending) {
-      if (const auto state = finished(item.work)) {
+    for (const Watched& item : pending) {
+      const int64_t id = item.id;
+      const c10::intrusive_ptr<c10d::Work> work = item.work.lock();
+      if (!work) continue;  // waited for and released since the copy
+      if (const auto state = finished(work)) {
         p->ring->update(id, *state);
         // A failed one keeps the training thread inside it until its wait() throws and stops the run:
         // cleared here, that rank's heartbeat would read idle since the wait began, and the blame for the

@@ -129,7 +129,11 @@ class StrictChannel {
           error = broken_ = std::current_exception();  // like NCCL's communicator: the pair is broken for good
         }
       }
-      unit.work->part_done(error);
+      // The tensors go before the waiter wakes: released after, they would outlive the wait() that the training
+      // thread's memory accounting (and a caller reusing the buffer's memory) counts on.
+      const c10::intrusive_ptr<BatchWork> work = std::move(unit.work);
+      unit = Unit{};
+      work->part_done(error);
     }
   }
 
