@@ -3,10 +3,14 @@
 //   titan-convert to-hf --input PATH --output DIR [--like HF_DIR] [--max-shard-bytes N] [--base PATH]
 //                       [--adapters merge|drop]
 //                       [--model.name NAME --model.flavor NAME --checkpoint.export_dtype float32|bfloat16|float16]
+//                       [--model.hf_assets_path TOKENIZER_DIR]
 //     PATH: a titan checkpoint folder (<dump>/checkpoint/step-N) or a .safetensors file with titan
 //     FQNs (a seed checkpoint, from-hf's output). DIR gets config.json and model.safetensors (or
 //     shards + model.safetensors.index.json past max-shard-bytes), loadable by transformers'
-//     from_pretrained. The vocabulary size comes from the weights; the rest of the architecture from
+//     from_pretrained, and the tokenizer of model.hf_assets_path (the job's, or --model.hf_assets_path DIR): its
+//     tokenizer.json, tokenizer_config.json, special_tokens_map.json, tokenizer.model and generation_config.json
+//     (else one naming its BOS/EOS), so AutoTokenizer.from_pretrained(DIR) works; without one a warning says so
+//     (checkpoint/hf.hpp save_hf). The vocabulary size comes from the weights; the rest of the architecture from
 //     model.name and model.flavor (the job's: --job.config_file of the run works) or, for a model that is
 //     no titan flavor, from the config.json of --like HF_DIR. LoRA adapters in PATH (model.converters lora) are
 //     folded into their weights (merge, the default) or left out (drop: the base alone); --base PATH (titan weights
@@ -67,7 +71,7 @@ const titan::ToolSpec kSpec = {
     .usage =
         "usage: titan-convert to-hf --input PATH --output DIR [--like HF_DIR] [--max-shard-bytes N] [--base PATH]\n"
         "                           [--adapters merge|drop] [--model.name NAME] [--model.flavor NAME]\n"
-        "                           [--checkpoint.export_dtype D]\n"
+        "                           [--checkpoint.export_dtype D] [--model.hf_assets_path TOKENIZER_DIR]\n"
         "       titan-convert to-peft --input PATH --output DIR [--like HF_DIR] [--base-model NAME]\n"
         "       titan-convert from-hf --input DIR --output FILE.safetensors\n"
         "       titan-convert from-dcp --input DIR --output STEP_DIR [--model.name N] [--model.flavor F]\n"
@@ -97,9 +101,11 @@ const titan::ToolSpec kSpec = {
                .help = "to-peft: adapter_config.json's base_model_name_or_path (an HF folder or hub name)"}},
     .renamed = {{.flag = "--model", .instead = "--model.name NAME"},
                 {.flag = "--flavor", .instead = "--model.flavor NAME"},
-                {.flag = "--dtype", .instead = "--checkpoint.export_dtype float32|bfloat16|float16"}},
+                {.flag = "--dtype", .instead = "--checkpoint.export_dtype float32|bfloat16|float16"},
+                {.flag = "--tokenizer", .instead = "--model.hf_assets_path TOKENIZER_DIR"}},
     .keys =
-        "model.name, model.flavor (to-hf, to-peft), checkpoint.export_dtype (to-hf, to-peft), lora.rank and "
+        "model.name, model.flavor (to-hf, to-peft), model.hf_assets_path or model.tokenizer_path (to-hf: the "
+        "tokenizer the export carries), checkpoint.export_dtype (to-hf, to-peft), lora.rank and "
         "lora.alpha (a .safetensors input's adapters), optimizer.*, lr_scheduler.*, training.steps, "
         "training.local_batch_size, training.global_batch_size, training.seq_len (to-dcp)",
     .words = "the command (to-hf, to-peft, from-hf, from-dcp or to-dcp)"};
@@ -268,7 +274,8 @@ void to_hf(const titan::ToolArgs& args) {
     throw std::invalid_argument(fmt::format("expected a model with a Hugging Face twin, got {}", named.name));
   const std::string output = args.required("--output");
   ckpt::save_hf(output, tensors, *adapter, titan::scalar_type(args.config.checkpoint.export_dtype),
-                args.integer("--max-shard-bytes", int64_t{5} << 30));
+                args.integer("--max-shard-bytes", ckpt::kHfMaxShardBytes),
+                named.tokenizer_path.value_or(named.hf_assets_path));
   titan::log::info("Converted {} titan tensors to Hugging Face layout in {}", tensors.size(), output);
 }
 

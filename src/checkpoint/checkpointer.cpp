@@ -26,6 +26,7 @@ struct Checkpointer::Impl {
   fs::path root;
   const dist::Mesh& mesh;
   std::shared_ptr<const HfAdapter> hf;
+  fs::path hf_tokenizer;  // the tokenizer the HF export carries (save_hf)
   double commit_timeout_s;
   // A test's pause before this rank writes its part, so it can kill the rank mid-save deterministically.
   std::chrono::milliseconds write_delay{testing::faults().checkpoint_write_delay_ms};
@@ -87,11 +88,12 @@ struct Checkpointer::Impl {
 };
 
 Checkpointer::Checkpointer(CheckpointConfig config, fs::path dump_folder, const dist::Mesh& mesh,
-                           std::shared_ptr<const HfAdapter> hf, double commit_timeout_s)
+                           std::shared_ptr<const HfAdapter> hf, double commit_timeout_s, fs::path hf_tokenizer)
     : impl_(new Impl{.config = std::move(config),
                      .root = {},
                      .mesh = mesh,
                      .hf = std::move(hf),
+                     .hf_tokenizer = std::move(hf_tokenizer),
                      .commit_timeout_s = commit_timeout_s}) {
   impl_->root = std::move(dump_folder) / impl_->config.folder;
 }
@@ -146,9 +148,10 @@ void Checkpointer::save(int64_t step, const State& state, bool last) {
     const std::string base = hf_start ? *c.initial_load_path : std::string();
     if (m.mesh.rank() == 0) {
       if (adapters.empty()) {
-        save_hf(folder, whole, *m.hf, dtype);
+        save_hf(folder, whole, *m.hf, dtype, kHfMaxShardBytes, m.hf_tokenizer);
       } else if (state.values.at("lora").value("merge_adapter", false)) {
-        save_hf(folder, merge_lora(whole, adapters, lora_scale(state.values.at("lora"))), *m.hf, dtype);
+        save_hf(folder, merge_lora(whole, adapters, lora_scale(state.values.at("lora"))), *m.hf, dtype,
+                kHfMaxShardBytes, m.hf_tokenizer);
       } else {
         save_peft(folder, adapters, *m.hf, {.lora = state.values.at("lora"), .dtype = dtype, .base_model = base});
       }

@@ -11,6 +11,8 @@
 #include "titan/checkpoint/checkpoint.hpp"
 #include "titan/checkpoint/safetensors.hpp"
 #include "titan/core/error.hpp"
+#include "titan/core/log.hpp"
+#include "titan/data/tokenizer.hpp"
 
 namespace titan::checkpoint {
 namespace fs = std::filesystem;
@@ -44,6 +46,30 @@ at::Tensor swap_within_heads(const at::Tensor& w, int64_t heads, int64_t a, int6
   for (int64_t d = 1; d < w.dim(); ++d) shape.push_back(w.size(d));
   return w.reshape(shape).transpose(1, 2).reshape(w.sizes());
 }
+// The run's tokenizer files into `tmp`, the export's folder `folder` before its rename (see save_hf).
+void write_tokenizer(const fs::path& from, const fs::path& tmp, const fs::path& folder) {
+  const fs::path dir = fs::is_regular_file(from) ? from.parent_path() : from;
+  if (!fs::exists(dir / "tokenizer.json") && !fs::exists(dir / "tokenizer.model")) {
+    log::warn(
+        "[titan::checkpoint::save_hf] the Hugging Face folder {} carries no tokenizer: model.hf_assets_path '{}' "
+        "holds no tokenizer.json or tokenizer.model. A run without one trains a byte-level BPE and caches it under "
+        "$TITAN_CACHE_DIR/tokenizers (default ~/.cache/titan/tokenizers); give that folder, or the HF tokenizer the "
+        "run used, as --model.hf_assets_path, or copy its files beside config.json.",
+        folder.string(), from.string());
+    return;
+  }
+  for (const char* name : {"tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "tokenizer.model",
+                           "generation_config.json"}) {
+    if (fs::exists(dir / name)) fs::copy_file(dir / name, tmp / name, fs::copy_options::overwrite_existing);
+  }
+  if (fs::exists(dir / "generation_config.json")) return;
+  // What generate() stops on and starts from; transformers reads them here, not from the tokenizer.
+  const auto loaded = data::load_tokenizer(dir);
+  nlohmann::json generation = nlohmann::json::object();
+  if (const auto bos = loaded->bos_id()) generation["bos_token_id"] = *bos;
+  if (const auto eos = loaded->eos_id()) generation["eos_token_id"] = *eos;
+  if (!generation.empty()) write_file_atomically(tmp / "generation_config.json", generation.dump(2));
+}
 }  // namespace
 
 std::string hf_outer_name(const std::string& fqn) {
@@ -67,7 +93,7 @@ at::Tensor rope_rows_from_hf(const at::Tensor& w, int64_t heads) {
 }
 
 void save_hf(const fs::path& folder, const std::vector<std::pair<std::string, at::Tensor>>& tensors,
-             const HfAdapter& adapter, at::ScalarType dtype, int64_t max_shard_bytes) {
+             const HfAdapter& adapter, at::ScalarType dtype, int64_t max_shard_bytes, const fs::path& tokenizer) {
   // Every HF tensor's pieces (fqn, tensor), in the order first named: usually one each.
   std::vector<std::pair<std::string, std::vector<std::pair<std::string, at::Tensor>>>> pieces;
   std::map<std::string, size_t> slot;
@@ -107,6 +133,7 @@ void save_hf(const fs::path& folder, const std::vector<std::pair<std::string, at
       write_file_atomically(tmp / "model.safetensors.index.json", index.dump(2));
     }
     write_file_atomically(tmp / "config.json", adapter.hf_config(dtype).dump(2));
+    if (!tokenizer.empty()) write_tokenizer(tokenizer, tmp, folder);
   });
 }
 

@@ -19,7 +19,9 @@ Checkpointing::Checkpointing(const RunContext& run, std::shared_ptr<const checkp
     : run_(run),
       checkpointer_(std::make_unique<checkpoint::Checkpointer>(
           run.config().checkpoint, run.run_folder(), run.mesh(), std::move(hf),
-          static_cast<double>(run.config().comm.train_timeout_seconds))) {}
+          static_cast<double>(run.config().comm.train_timeout_seconds),
+          // model.tokenizer_path is torchtitan's deprecated spelling of model.hf_assets_path; it wins when set.
+          run.config().model.tokenizer_path.value_or(run.config().model.hf_assets_path))) {}
 
 Checkpointing::~Checkpointing() = default;
 

@@ -89,6 +89,9 @@ TEST_CASE("a trained titan model exported to HF at the end of training gives tra
   const fs::path hf = dir.path / "checkpoint" / "step-3";
   REQUIRE(fs::exists(hf / "config.json"));
   REQUIRE(fs::exists(hf / "model.safetensors"));
+  // It carries the run's tokenizer (model.hf_assets_path), file for file.
+  for (const char* file : {"tokenizer.json", "tokenizer_config.json"})
+    CHECK(test::read_file(hf / file) == test::read_file(test::test_tokenizer() / file));
 
   const at::Tensor tokens =
       at::randint(trainer.model().vocab_size(), {2, 16}, at::make_generator<at::CPUGeneratorImpl>(3),

@@ -6,7 +6,9 @@
 Runs the tasks of TASK_DIR (lm-eval task YAMLs, read with --include_path; their data_files are relative to
 TASK_DIR, so it runs there) on the model and tokenizer of HF_DIR with max_length=MAX_LENGTH and batch size 1,
 and writes OUT (JSON): for each task its aggregated metrics and, per document, the (log-likelihood, is_greedy)
-of each request and lm-eval's per-document metric values. Log-softmax runs in float64 (softmax_dtype), so lm-eval's sums carry no float32 rounding.
+of each request and lm-eval's per-document metric values; under "tokenizer", a text and the ids
+AutoTokenizer.from_pretrained(HF_DIR) encodes it to (the export's own tokenizer files). Log-softmax runs in
+float64 (softmax_dtype), so lm-eval's sums carry no float32 rounding.
 """
 import json
 import os
@@ -52,6 +54,9 @@ def main(argv):
             values = {m: s[m] for m in ("acc", "acc_norm", "acc_bytes") if m in s}
             docs.append({"doc_id": s["doc_id"], "responses": responses, "metrics": values})
         report[task] = {"metrics": metrics, "docs": docs}
+    from transformers import AutoTokenizer
+    text = "To be, or not to be: that is the question.\nROMEO: Wherefore art thou?"
+    report["tokenizer"] = {"text": text, "ids": AutoTokenizer.from_pretrained(hf_dir).encode(text)}
     tmp = f"{out}.tmp.{os.getpid()}"
     with open(tmp, "w", encoding="utf-8") as f:
         json.dump(report, f, indent=1)

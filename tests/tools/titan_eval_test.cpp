@@ -3,7 +3,8 @@
 // model as a titan checkpoint, scored in place by titan-eval and, exported by titan-convert to-hf, by lm-eval on
 // the same task files (tests/assets/eval: multiple_choice, loglikelihood, loglikelihood_rolling), gives the same
 // log-likelihood for every request, the same greedy flags, the same per-document acc/acc_norm/acc_bytes and the
-// same metrics. Under titan-run with FSDP 2 and with TP 2 it gives one process's scores; bad input is named.
+// same metrics; the export carries titan's tokenizer (AutoTokenizer gives the same ids). Under titan-run with FSDP 2
+// and with TP 2 it gives one process's scores; bad input is named.
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
@@ -15,6 +16,7 @@
 #include "dist/subprocess.hpp"
 #include "test_util.hpp"
 #include "titan/checkpoint/checkpoint.hpp"
+#include "titan/data/tokenizer.hpp"
 #include "titan/dist/mesh.hpp"
 #include "titan/models/llama3/model.hpp"
 #include "titan/nn/init.hpp"
@@ -101,12 +103,12 @@ TEST_CASE("titan-eval on a titan checkpoint gives lm-eval's log-likelihoods and 
   test::TempDir dir;
   const fs::path step = save_debug_checkpoint(dir.path);
   const fs::path hf = dir.path / "hf";
+  // The export carries the run's tokenizer (model.hf_assets_path): lm-eval loads the folder as it is.
   const test::ToolRun convert =
-      test::run_tool("titan-convert", {"to-hf", "--input", step.string(), "--output", hf.string()});
+      test::run_tool("titan-convert", {"to-hf", "--input", step.string(), "--output", hf.string(),
+                                       "--model.hf_assets_path", test::test_tokenizer().string()});
   INFO(convert.output);
   REQUIRE(convert.code == 0);
-  for (const char* file : {"tokenizer.json", "tokenizer_config.json"})
-    fs::copy_file(test::test_tokenizer() / file, hf / file);
 
   const auto titan = results_of(run_ok(eval_args(dir.path / "checkpoint")));
   const fs::path oracle_out = dir.path / "lm_eval.json";
@@ -116,6 +118,14 @@ TEST_CASE("titan-eval on a titan checkpoint gives lm-eval's log-likelihoods and 
           "shakespeare_mc", "shakespeare_lambada", "passages"},
          {{"HF_HOME", (dir.path / "hf_home").string()}, {"HF_DATASETS_OFFLINE", "1"}, {"HF_HUB_OFFLINE", "1"}});
   const nlohmann::json oracle = nlohmann::json::parse(test::read_file(oracle_out));
+
+  // AutoTokenizer.from_pretrained on the export gives titan's ids, and generate() titan's BOS/EOS.
+  const auto tokenizer = data::load_tokenizer(test::test_tokenizer());
+  const nlohmann::json& encoded = oracle.at("tokenizer");
+  CHECK(encoded.at("ids").get<std::vector<int32_t>>() == tokenizer->encode(encoded.at("text").get<std::string>()));
+  const auto generation = nlohmann::json::parse(test::read_file(hf / "generation_config.json"));
+  CHECK(generation.value("bos_token_id", -1) == tokenizer->bos_id().value_or(-1));
+  CHECK(generation.value("eos_token_id", -1) == tokenizer->eos_id().value_or(-1));
 
   REQUIRE(titan.size() == 3);
   for (const auto& [task, mine] : titan) {

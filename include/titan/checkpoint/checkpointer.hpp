@@ -21,10 +21,12 @@ class HfAdapter;
 
 class Checkpointer {
  public:
-  /// Checkpoints live under dump_folder / config.folder. `hf` (optional) enables HF import/export.
-  /// Collective over the mesh (agrees on nothing but is constructed on every rank).
+  /// Checkpoints live under dump_folder / config.folder. `hf` (optional) enables HF import/export; the HF export
+  /// carries the tokenizer of `hf_tokenizer` (the run's model.hf_assets_path; save_hf). Collective over the mesh
+  /// (agrees on nothing but is constructed on every rank).
   Checkpointer(CheckpointConfig config, std::filesystem::path dump_folder, const dist::Mesh& mesh,
-               std::shared_ptr<const HfAdapter> hf = nullptr, double commit_timeout_s = 600.0);
+               std::shared_ptr<const HfAdapter> hf = nullptr, double commit_timeout_s = 600.0,
+               std::filesystem::path hf_tokenizer = {});
   ~Checkpointer();
   Checkpointer(const Checkpointer&) = delete;
   Checkpointer& operator=(const Checkpointer&) = delete;

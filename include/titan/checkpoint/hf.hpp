@@ -62,11 +62,20 @@ const char* hf_dtype_name(at::ScalarType dtype);
 at::Tensor rope_rows_to_hf(const at::Tensor& w, int64_t heads);
 at::Tensor rope_rows_from_hf(const at::Tensor& w, int64_t heads);
 
+/// Bytes per safetensors shard of an HF folder save_hf writes, by default (transformers' 5 GB, in GiB).
+inline constexpr int64_t kHfMaxShardBytes = int64_t{5} << 30;
+
 /// Writes whole titan tensors (fqn, tensor) as an HF folder: config.json, and model.safetensors or,
-/// past max_shard_bytes, model-0000i-of-0000n.safetensors + model.safetensors.index.json. The folder
-/// is written under a temporary name and renamed when complete.
+/// past max_shard_bytes, model-0000i-of-0000n.safetensors + model.safetensors.index.json. With `tokenizer` (the
+/// run's model.hf_assets_path: a folder, or its tokenizer.json) the folder carries that tokenizer: those of
+/// tokenizer.json, tokenizer_config.json, special_tokens_map.json and tokenizer.model it holds, and
+/// generation_config.json (its own, else the tokenizer's BOS and EOS ids), so AutoTokenizer.from_pretrained and
+/// pipelines load the export alone. A `tokenizer` holding no tokenizer.json or tokenizer.model (a run that trained
+/// its own BPE) is named in a warning and left out. The folder is written under a temporary name and renamed when
+/// complete.
 void save_hf(const std::filesystem::path& folder, const std::vector<std::pair<std::string, at::Tensor>>& tensors,
-             const HfAdapter& adapter, at::ScalarType dtype, int64_t max_shard_bytes = int64_t{5} << 30);
+             const HfAdapter& adapter, at::ScalarType dtype, int64_t max_shard_bytes = kHfMaxShardBytes,
+             const std::filesystem::path& tokenizer = {});
 
 /// Writes a folder whole or not at all: `fill` writes its files into a temporary sibling, renamed to `folder` (which
 /// it replaces) once fill returns.
