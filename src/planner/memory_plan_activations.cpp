@@ -12,6 +12,7 @@
 #include "memory_plan_detail.hpp"
 #include "titan/core/error.hpp"
 #include "titan/nn/attention.hpp"
+#include "titan/nn/gated_deltanet.hpp"
 #include "titan/nn/moe.hpp"
 
 namespace titan::planner::detail {
@@ -137,6 +138,15 @@ BlockTerms block_terms(const models::DecoderBlock& block, const models::Attentio
   // backward reads, and no backward reads the last projection's output (the residual add's gradient needs
   // no input).
   if (x.compiled && matmuls.size() % 2 == 1) t.op -= matmuls.back().rows * matmuls.back().out * a;
+  // A Gated DeltaNet block under cp hands the next rank its recurrent state (B, Hv, dk, dv) and the three
+  // convolutions' last K-1 inputs, fp32 (docs/qwen3_5.md, "Cost").
+  if (const auto* linear = dynamic_cast<const nn::GatedDeltaNet*>(block.attention.get()); linear && x.cp > 1) {
+    const nn::GatedDeltaNetOptions& o = linear->options;
+    const int64_t state = o.n_value_heads / x.tp * o.key_head_dim * o.value_head_dim;
+    const int64_t tail =
+        (o.conv_kernel - 1) * (2 * o.n_key_heads * o.key_head_dim + o.n_value_heads * o.value_head_dim) / x.tp;
+    t.cp_message = x.b * (state + tail) * 4;
+  }
   return t;
 }
 

@@ -161,6 +161,7 @@ struct BlockTerms {
   double flops = 0;         // matmul FLOPs of its forward (routed experts: the active ones)
   double op_recompute = 0;  // of those, what per-operator checkpointing runs again
   int64_t all_to_all = 0;   // bytes one forward's dispatch + combine sends over ep (both directions' sum)
+  int64_t cp_message = 0;   // a linear-attention block under cp: bytes it sends the next cp rank (state + tail)
   int64_t block_activations(BlockAc ac) const { return ac == BlockAc::none ? full : ac == BlockAc::full ? input : op; }
 };
 

@@ -2,8 +2,8 @@
 // One layout's step time (docs/memory_planner.md, "Speed"): model FLOPs at a compute efficiency calibrated
 // on torchtitan's published H100 runs (memory_plan_calibration.hpp), the recompute the plan's activation
 // checkpointing adds, and the communication the layout cannot hide: FSDP's all-gathers and reduce-scatters (EP's
-// experts' over efsdp; HSDP's all-reduces) beyond what compute hides, TP's and CP's collectives, EP's token
-// all-to-alls, and the pipeline schedule's bubble.
+// experts' over efsdp; HSDP's all-reduces) beyond what compute hides, TP's and CP's collectives (and the wait of
+// Gated DeltaNet's state passing), EP's token all-to-alls, and the pipeline schedule's bubble.
 #include <algorithm>
 #include <string>
 
@@ -83,6 +83,34 @@ double data_parallel_seconds(const Walk& w, const RankPlan& shown, double hidden
   return std::max(0.0, seconds - hidden_by) + 2.0 * seconds / (static_cast<double>(shown.units) * rounds);
 }
 
+// CP through linear-attention (Gated DeltaNet) blocks: each block's recurrence on cp rank r starts from the state
+// rank r - 1 ends it with, one message (BlockTerms::cp_message) per block, microbatch and direction. Along a run of
+// such blocks the ranks form a wavefront, rank r one recurrence and one message behind rank r - 1; within the run
+// each later message arrives as its recurrence is reached (the lag stays that one step), so what waits is the
+// wavefront filling at the run's start: (cp - 1) x (t_rule + t_message) in forward and the same in backward, the
+// direction reversed. A full-attention block drains it (its K/V exchange needs every rank), as does a stage's end,
+// and microbatches run one after the other, so every run of every microbatch fills it again. t_rule is one rank's
+// recurrence of the block (DecoderShape::linear_attention_flops: forward a third, backward two thirds), at the
+// compute rate `seconds_per_flop`. Under full AC the recompute reuses the message it kept: no wait.
+double state_passing_seconds(const Walk& w, const std::vector<std::string>& modules, double forwards,
+                             double seconds_per_flop, const Links& links) {
+  const dist::MeshShape& m = w.l.mesh;
+  if (m.cp == 1) return 0;
+  const double rule = static_cast<double>(w.c.model.shape().linear_attention_flops) *
+                      static_cast<double>(w.x.tokens()) / static_cast<double>(m.tp) * seconds_per_flop;
+  double seconds = 0;
+  int64_t previous = -2;  // the last block seen, if it was a linear-attention one
+  for (const std::string& path : modules) {
+    const int64_t layer = models::ModelParts::layer_index(path);
+    const int64_t message = layer >= 0 ? w.terms[static_cast<size_t>(layer)].cp_message : 0;
+    if (message > 0 && layer != previous + 1)
+      seconds +=
+          static_cast<double>(m.cp - 1) * (rule + 2.0 * static_cast<double>(message) / links.bandwidth(m.cp * m.tp));
+    previous = message > 0 ? layer : -2;
+  }
+  return seconds * forwards;
+}
+
 // The collectives of TP, CP and EP, on the critical path. `passes`: forward passes of a block's collectives per
 // microbatch (forward, backward, and the recompute: full AC redoes them; op AC keeps the reduce-scatters' outputs
 // and redoes the all-gathers); `blocks` per rank, `forwards` (microbatches) per step.
@@ -100,12 +128,15 @@ void add_collectives(const Walk& w, const std::vector<std::string>& modules, dou
     t->tp = bytes / links.bandwidth(m.tp);
     if (w.plan.tensor_parallel.async) t->tp /= static_cast<double>(m.tp);
   }
-  // CP (allgather rotation): each block gathers the whole sequence's K and V before attention and
-  // reduce-scatters their gradients in backward, blocking.
+  // CP (allgather rotation): each softmax-attention block gathers the whole sequence's K and V before attention and
+  // reduce-scatters their gradients in backward, blocking (a linear-attention block passes its state instead).
   if (m.cp > 1) {
     const models::DecoderShape& shape = w.c.model.shape();
     const int64_t kv = shape.n_kv_heads * shape.head_dim / m.tp;
-    const double bytes = 2.0 * static_cast<double>(x.tokens() * kv * x.bytes) * static_cast<double>(m.cp - 1) * work;
+    const double softmax = 1.0 - static_cast<double>(shape.linear_attention_layers.size()) /
+                                     static_cast<double>(std::max<int64_t>(shape.n_layers, 1));
+    const double bytes =
+        2.0 * static_cast<double>(x.tokens() * kv * x.bytes) * static_cast<double>(m.cp - 1) * work * softmax;
     t->cp = bytes / links.bandwidth(m.cp * m.tp);
   }
   // EP: each MoE layer's forward sends its slots to their experts' ranks and brings the outputs back (two
@@ -169,6 +200,7 @@ void add_step_time(const Walk& w, const RankPlan& shown, const std::vector<std::
   const double blocks = static_cast<double>(c.model.shape().n_layers) / static_cast<double>(m.pp);
   const double passes = 2.0 + (r.per_op ? 0.5 : 1.0) * r.blocks;
   add_collectives(w, modules, passes, blocks, forwards, links, &t);
+  t.cp += state_passing_seconds(w, modules, forwards, 1.0 / (c.options.peak_flops * efficiency), links);
   t.fsdp = data_parallel_seconds(w, shown, t.compute + t.recompute, links);
   if (m.pp > 1) t.pp = pipeline_seconds(w, t, r, forwards, links);
   plan->step_seconds = t.total();

@@ -305,6 +305,33 @@ TEST_CASE("memory plan: titan-plan plans Qwen3.5 under context parallelism over 
   CHECK(cp2.activations_per_microbatch > one.activations_per_microbatch / 4);
 }
 
+TEST_CASE("memory plan: Qwen3.5's step time under CP waits for the state passing's wavefront once per run",
+          "[planner][memory_plan][qwen3_5][cp]") {
+  JobConfig c;
+  c.model.name = "qwen3_5";
+  c.model.flavor = "debugmodel";  // 8 blocks, full attention at 3 and 7: two runs of three Gated DeltaNet blocks
+  c.training.seq_len = 256;
+  c.training.local_batch_size = 2;
+  c.activation_checkpoint.mode = AcMode::none;  // forward and backward only
+  c.parallelism.context_parallel_degree = 2;
+  c.parallelism.context_parallel_load_balancer = std::nullopt;
+  const planner::PlanOptions options{.world_size = 2, .peak_flops = 1e12, .mfu = 0.5, .gpu = false};
+  const planner::MemoryPlan plan = planner::plan_memory(c, options);
+  REQUIRE(plan.microbatches == 1);
+  // By hand, per rank: 2 rows x 128 tokens. The two full-attention blocks gather K and V (2 KV heads x 64, fp32)
+  // in forward and reduce-scatter them in backward over the 450 GB/s link.
+  const double bw = 450e9, tokens = 2 * 128;
+  const double kv = 2 * tokens * (2 * 64) * 4 * (2 - 1) * 2 * 2 / bw;
+  // Each run's wavefront fills once per direction: (cp - 1) x (one rank's recurrence + the message). The
+  // recurrence: 18 Hv dk dv FLOPs per token forward and backward (8 heads of 32 x 32) at 0.5 x 1e12 FLOP/s; the
+  // message: 2 rows x (the state, 8 x 32 x 32, + the 3 carried convolution inputs of 4 x 32 + 4 x 32 + 8 x 32
+  // channels) x 4 bytes, once each way.
+  const double rule = 18.0 * 8 * 32 * 32 * tokens / (1e12 * 0.5);
+  const double message = 2.0 * (8 * 32 * 32 + 3 * (2 * 4 * 32 + 8 * 32)) * 4 / bw;
+  CHECK(plan.time.cp == Approx(kv + 2 * (2 - 1) * (rule + 2 * message)).epsilon(1e-9));
+  CHECK(plan.step_seconds == Approx(plan.time.total()));
+}
+
 TEST_CASE("memory plan: titan-plan plans Qwen3.5-MoE under pipeline and expert parallelism",
           "[planner][memory_plan][qwen3_5][pp][ep]") {
   JobConfig c;

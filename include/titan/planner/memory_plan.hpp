@@ -63,7 +63,7 @@ struct StepTerms {
   double recompute = 0;  ///< AC's forward again
   double fsdp = 0;       ///< FSDP all-gathers and reduce-scatters (and HSDP's all-reduce) not hidden by compute
   double tp = 0;         ///< TP's all-gathers and reduce-scatters on the critical path
-  double cp = 0;         ///< CP's key/value exchange
+  double cp = 0;         ///< CP's key/value exchange and the wait of Gated DeltaNet's state passing
   double pp = 0;         ///< the schedule's bubble and its point-to-point transfers
   double ep = 0;         ///< expert parallelism's token all-to-alls (dispatch and combine), blocking
   double total() const { return compute + recompute + fsdp + tp + cp + pp + ep; }
