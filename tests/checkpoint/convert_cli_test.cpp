@@ -44,7 +44,9 @@ TEST_CASE("titan-convert to-hf takes the model from model.name and model.flavor 
        {std::vector<std::string>{"--model.name", "qwen3", "--checkpoint.export_dtype", "bfloat16"},
         std::vector<std::string>{"--job.config_file", job.string()}}) {
     const fs::path hf = dir.path / fmt::format("hf{}", keys.size());
-    std::vector<std::string> args = {"to-hf", "--input", weights.string(), "--output", hf.string()};
+    // A tokenizer folder holding no tokenizer (the test's folder).
+    std::vector<std::string> args = {
+        "to-hf", "--input", weights.string(), "--output", hf.string(), "--model.hf_assets_path", dir.path.string()};
     args.insert(args.end(), keys.begin(), keys.end());
     const test::ToolRun run = convert(args);
     INFO(run.output);
@@ -53,6 +55,9 @@ TEST_CASE("titan-convert to-hf takes the model from model.name and model.flavor 
     const checkpoint::HfReader reader(hf);
     REQUIRE(!reader.names().empty());
     CHECK(reader.read(reader.names().front()).scalar_type() == at::kBFloat16);
+    // No tokenizer in model.hf_assets_path: the export goes without one, saying so.
+    CHECK_THAT(run.output, Catch::Contains("carries no tokenizer") && Catch::Contains("--model.hf_assets_path"));
+    CHECK(!fs::exists(hf / "tokenizer.json"));
   }
 
   // The default model (llama3, untied) does not fit these (tied) weights: the error names the keys to set.
@@ -66,7 +71,8 @@ TEST_CASE("titan-convert to-hf takes the model from model.name and model.flavor 
   for (const auto& [flag, key] :
        std::vector<std::pair<std::string, std::string>>{{"--model", "--model.name NAME"},
                                                         {"--flavor", "--model.flavor NAME"},
-                                                        {"--dtype", "--checkpoint.export_dtype"}}) {
+                                                        {"--dtype", "--checkpoint.export_dtype"},
+                                                        {"--tokenizer", "--model.hf_assets_path"}}) {
     const test::ToolRun run =
         convert({"to-hf", "--input", weights.string(), "--output", (dir.path / "x").string(), flag, "a"});
     INFO(run.output);
