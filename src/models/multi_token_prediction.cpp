@@ -51,15 +51,21 @@ MultiTokenPrediction::MultiTokenPrediction(int64_t depth, double weight_, const 
 at::Tensor MultiTokenPrediction::depth_losses(const at::Tensor& h, const at::Tensor& tokens, const nn::Embedding& embed,
                                               c10::function_ref<at::Tensor(const at::Tensor&)> head,
                                               const nn::RopeTables& rope, const nn::AttentionContext& context) const {
-  std::vector<at::Tensor> losses;  // () each
-  at::Tensor prev = h;             // (B, S, D): h^{k-1}
+  TITAN_CHECK_VALUE(!labels.defined() || labels.sizes() == tokens.sizes(),
+                    "[titan::MultiTokenPrediction] expected labels of the tokens' shape {}, got {}. Set labels to the "
+                    "microbatch's own (or leave them undefined).",
+                    c10::str(tokens.sizes()), c10::str(labels.sizes()));
+  // Without labels, the tokens' own: label_i = t_{i+1}, so the shifts below give the targets t_{i+k+1}.
+  const at::Tensor next = labels.defined() ? labels : mtp_shift_left(tokens, 1, kIgnoreIndex);  // (B, S)
+  std::vector<at::Tensor> losses;                                                               // () each
+  at::Tensor prev = h;                                                                          // (B, S, D): h^{k-1}
   for (size_t j = 0; j < modules.size(); ++j) {
     const MtpModule& m = *modules[j];
     const auto k = static_cast<int64_t>(j) + 1;
-    // Column i: t_{i+k} in, t_{i+k+1} the target. The last columns' inputs are filler: causal attention keeps them
-    // out of every earlier position, and their targets are ignored.
-    const at::Tensor ahead = mtp_shift_left(tokens, k, 0);                   // (B, S)
-    const at::Tensor targets = mtp_shift_left(tokens, k + 1, kIgnoreIndex);  // (B, S)
+    // Column i: t_{i+k} in, label_{i+k} the target (its -100 too). The last k columns' inputs are filler: causal
+    // attention keeps them out of every earlier position, and their targets are ignored.
+    const at::Tensor ahead = mtp_shift_left(tokens, k, 0);             // (B, S)
+    const at::Tensor targets = mtp_shift_left(next, k, kIgnoreIndex);  // (B, S)
     // The checkpoint's order (DeepSeek's, read by vLLM and SGLang): the embedding's half of eh_proj first.
     const at::Tensor joined = at::cat({m.enorm->forward(embed.forward(ahead)), m.hnorm->forward(prev)}, -1);
     prev = m.block->forward(m.eh_proj->forward(joined), rope, context);  // (B, S, D): h^k

@@ -3,11 +3,13 @@
 
 #include <ATen/ATen.h>
 
-#include "titan/core/config.hpp"
+#include <memory>
+
 #include "titan/core/error.hpp"
 #include "titan/dist/mesh.hpp"
 #include "titan/models/multi_token_prediction.hpp"
 #include "titan/train/run_context.hpp"
+#include "titan/train/step.hpp"
 
 namespace titan {
 
@@ -19,16 +21,38 @@ MtpLoss::MtpLoss(const RunContext& run, torch::nn::Module& model) : run_(run), m
                               "model.num_nextn_predict_layers > 0, got cp {} and tp {}. Set num_nextn_predict_layers "
                               "0, or use data and expert parallelism.",
                               mesh.size("cp"), mesh.size("tp"));
-  // The next-token loss is a mean over the step's label positions: each module's summed cross-entropy takes the same
-  // weight, the report's 1/T (its last positions, without a target in the sequence, add nothing).
-  const JobConfig& c = run.config();
-  const int64_t positions = c.training.local_batch_size * c.training.seq_len * run.grad_accum_steps() * run.dp_degree();
-  for (const auto& m : modules_) m->loss_scale = 1.0 / static_cast<double>(positions);
 }
 
-void MtpLoss::start_step() const {
+void MtpLoss::start_step(const StepBatch& batch) const {
+  // The next-token loss is a mean over the step's valid labels: each module's summed cross-entropy takes the same
+  // weight, the report's 1/T, so an MTP target weighs what a next-token target does (Megatron's per-token loss).
+  for (const auto& m : modules_) m->loss_scale = 1.0 / static_cast<double>(batch.global_valid_tokens);
   at::NoGradGuard no_grad;
   for (const auto& m : modules_) m->loss.zero_();
+}
+
+StepModel MtpLoss::labelled(const StepModel& model, const StepBatch& batch, const at::Device& device) const {
+  if (modules_.empty() || !model.forward) return model;
+  StepModel out = model;
+  auto next = std::make_shared<size_t>(0);  // the microbatch the next forward runs
+  out.forward = [inner = model.forward, modules = modules_, &batch, device, next](const at::Tensor& tokens,
+                                                                                  const nn::AttentionContext& context) {
+    TITAN_CHECK(*next < batch.microbatches.size(),
+                "[titan::MtpLoss] expected at most {} forwards in the step, one per microbatch, got another. Run "
+                "labelled's model through forward_backward with the batch it was made for.",
+                batch.microbatches.size());
+    const at::Tensor labels = batch.microbatches[(*next)++].labels.to(device, /*non_blocking=*/true);  // (B, S)
+    for (const auto& m : modules) m->labels = labels;
+    // Cleared however the forward ends: a later forward (another batch's) must not read these.
+    struct Clear {
+      const std::vector<std::shared_ptr<models::MultiTokenPrediction>>& modules;
+      ~Clear() {
+        for (const auto& m : modules) m->labels = at::Tensor();
+      }
+    } clear{modules};
+    return inner(tokens, context);
+  };
+  return out;
 }
 
 std::optional<double> MtpLoss::step_loss() const {

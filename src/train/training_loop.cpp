@@ -177,7 +177,7 @@ void TrainingLoop::run_step() {
   const nlohmann::json loader_before = every_step ? loader_->state() : nlohmann::json();
   // Every microbatch first: the loss is normalised by the valid tokens of the whole global batch.
   const StepBatch batch = pull_microbatches(*loader_, parallel, run_.mesh(), run_.grad_accum_steps());
-  mtp_->start_step();
+  mtp_->start_step(batch);
   const ForwardBackwardResult fb = forward_and_backward(step, batch);
   if (losses_.empty()) parallel.check_contracts();  // this process's first step used the plan as planned
   TITAN_CHECK(std::isfinite(fb.loss),
@@ -213,8 +213,8 @@ void TrainingLoop::run_step() {
 ForwardBackwardResult TrainingLoop::forward_and_backward(int64_t step, const StepBatch& batch) {
   const MemoryScope activations(MemoryCategory::activations);
   dist::report_progress(step, "forward/backward");
-  ForwardBackwardResult fb =
-      forward_backward(*model_.parallel, model_.step_model, batch, run_.mesh(), run_.device(), model_.bf16_autocast);
+  ForwardBackwardResult fb = forward_backward(*model_.parallel, mtp_->labelled(model_.step_model, batch, run_.device()),
+                                              batch, run_.mesh(), run_.device(), model_.bf16_autocast);
   if (faults_.oom_step == step) {  // fails inside the activations' scope, as a real one would
     TORCH_CHECK_WITH(OutOfMemoryError, false, "test fault oom: simulated out of memory at step ", step);
   }

@@ -67,9 +67,11 @@ struct Reference {
   at::Tensor mtp;   // () lambda / D * sum_k CE_k / (B*S)
 };
 
-// Depth k runs on the S - k positions i whose t_{i+k} is in the sequence (truncated streams, no filler), and CE_k
-// sums over the S - k - 1 of them whose target t_{i+k+1} is.
-Reference reference(const deepseek_v3::DeepSeekV3& m, const at::Tensor& input, const at::Tensor& labels) {
+// Depth k runs on the S - k positions i whose t_{i+k} is in the sequence (truncated streams, no filler). Without
+// `mtp_labels`, CE_k sums over the S - k - 1 of them whose target t_{i+k+1} is; with them (Megatron's rolled labels and
+// mask), over the S - k whose label_{i+k} is not -100. Both losses are divided by `count` (B*S unless given).
+Reference reference(const deepseek_v3::DeepSeekV3& m, const at::Tensor& input, const at::Tensor& labels,
+                    const at::Tensor& mtp_labels = {}, double count = 0) {
   const deepseek_v3::DeepSeekV3Args& a = m.args();
   const int64_t batch = input.size(0), seq = input.size(1), depth = a.num_nextn_predict_layers;
   std::vector<std::string> blocks{"tok_embeddings"};
@@ -77,7 +79,7 @@ Reference reference(const deepseek_v3::DeepSeekV3& m, const at::Tensor& input, c
   const at::Tensor h = m.forward_part(input, blocks);  // (B, S, D): h^0, before the final norm
   const at::Tensor emb = m.tok_embeddings->weight;     // (V, D)
   const at::Tensor head = m.output->weight;            // (V, D)
-  const double positions = static_cast<double>(batch * seq);
+  const double positions = count > 0 ? count : static_cast<double>(batch * seq);
   Reference out{.main = ce_sum(at::matmul(rms(h, m.norm->weight, a.norm_eps), head.t()), labels) / positions,
                 .mtp = at::Tensor()};
   const nn::RopeTables rope = nn::make_rope_tables(
@@ -94,7 +96,8 @@ Reference reference(const deepseek_v3::DeepSeekV3& m, const at::Tensor& input, c
         {rms(e, mod.enorm->weight, a.norm_eps), rms(prev.narrow(1, 0, len), mod.hnorm->weight, a.norm_eps)}, -1);
     prev = mod.block->forward(at::matmul(joined, mod.eh_proj->weight.t()), rope, {});         // (B, len, D): h^k
     const at::Tensor logits = at::matmul(rms(prev, mod.norm->weight, a.norm_eps), head.t());  // (B, len, V)
-    total = total + ce_sum(logits.narrow(1, 0, len - 1), input.narrow(1, k + 1, len - 1));
+    total = total + (mtp_labels.defined() ? ce_sum(logits, mtp_labels.narrow(1, k, len))
+                                          : ce_sum(logits.narrow(1, 0, len - 1), input.narrow(1, k + 1, len - 1)));
   }
   out.mtp = total * (a.mtp_loss_scaling_factor / static_cast<double>(depth)) / positions;
   return out;
@@ -151,6 +154,62 @@ TEST_CASE("deepseek_v3 multi-token prediction: loss and gradients equal the repo
   model->mtp->loss.zero_();
   CHECK(at::equal(model->forward(input), ref_model->forward(input)));
   CHECK(model->mtp->loss.item<double>() == 0.0);
+}
+
+namespace {
+
+// An SFT-style batch: row b's labels are -100 over its first prompt[b] positions, the last row also over its last
+// `padding` (a padded conversation), and t_{i+1} elsewhere, the last column's the token after the window.
+at::Tensor sft_labels(const at::Tensor& input, const std::vector<int64_t>& prompt, int64_t padding, int64_t vocab) {
+  const int64_t seq = input.size(1);
+  const at::Tensor after = at::remainder(input.select(1, 0) + 7, vocab).unsqueeze(1);  // (B, 1): t_S
+  at::Tensor labels = at::cat({input.narrow(1, 1, seq - 1), after}, 1);                // (B, S)
+  for (size_t b = 0; b < prompt.size(); ++b) labels[static_cast<int64_t>(b)].narrow(0, 0, prompt[b]).fill_(-100);
+  labels[-1].narrow(0, seq - padding, padding).fill_(-100);
+  return labels;
+}
+
+}  // namespace
+
+// Tolerance: the test above's, argued there (the same computation; the mask only drops terms of the sums). The masked
+// and the unmasked objectives differ by >1e-2 (a third of the targets dropped), so a module that trains the prompt
+// positions, or shifts the mask by one, fails the loss check by far more than 1e-6.
+TEST_CASE("deepseek_v3 multi-token prediction: a label mask drops the masked targets from the loss and its gradients",
+          "[models][deepseek_v3][mtp]") {
+  const deepseek_v3::DeepSeekV3Args args = mtp_args();
+  const auto model = initialised(args, 4);
+  const auto ref_model = initialised(args, 4);
+  const at::Tensor input = test::global_batch(1, {.global_batch = 2, .seq_len = kSeq}, args.vocab_size).first;
+  const at::Tensor labels = sft_labels(input, {5, 3}, /*padding=*/4, args.vocab_size);  // (B, S)
+  const double valid = static_cast<double>(count_valid_tokens(labels));
+
+  model->mtp->loss_scale = 1.0 / valid;
+  model->mtp->labels = labels;
+  const at::Tensor main = cross_entropy_sum(model->forward(input), labels) / valid;  // ()
+  main.backward();
+  const double mtp = model->mtp->loss.item<double>() * args.mtp_loss_scaling_factor;
+
+  const Reference ref = reference(*ref_model, input, labels, labels, valid);
+  (ref.main + ref.mtp).backward();
+  CHECK(main.item<double>() == Approx(ref.main.item<double>()).epsilon(1e-6));
+  CHECK(mtp == Approx(ref.mtp.item<double>()).epsilon(1e-6));
+  {
+    at::NoGradGuard no_grad;
+    const at::Tensor unmasked = sft_labels(input, {0, 0}, /*padding=*/0, args.vocab_size);
+    const double all = reference(*ref_model, input, labels, unmasked, valid).mtp.item<double>();
+    INFO("the MTP loss without the mask: " << all);
+    CHECK(std::abs(all - mtp) > 1e-2);
+  }
+  const auto got = gradients(*model), expected = gradients(*ref_model);
+  REQUIRE(got.size() == expected.size());
+  for (const auto& [name, g] : expected) {
+    const double diff = (got.at(name) - g).abs().max().item<double>();
+    INFO(name << " max abs diff " << diff << " of max " << g.abs().max().item<double>());
+    CHECK(diff < 1e-6);
+  }
+  // Labels of another shape are refused by name.
+  model->mtp->labels = labels.narrow(1, 0, kSeq - 1);
+  CHECK_THAT(test::error_of([&] { (void)model->forward(input); }), Catch::Contains("expected labels of the tokens'"));
 }
 
 namespace {

@@ -5,10 +5,12 @@
 //   h'^k_i = eh_proj([hnorm(h^{k-1}_i); enorm(Emb(t_{i+k}))]),        eh_proj: (D, 2D)
 //   h^k    = block_k(h'^k),                                            one decoder block of the model's kind
 //   P^k    = head(norm_k(h^k)),                                        the model's own output head
-// and the objective gains lambda / D * sum_k CE_k, CE_k summed over the positions whose target t_{i+k+1} lies in the
-// sequence (S - k - 1 of them; the report's 1/T normalisation is the trainer's loss_scale). The loss enters through
-// the hidden state h^0 (nn::detail::inject_aux_loss), so a trainer's loss function and the logits do not change and
-// the logged next-token loss stays comparable to a run without MTP.
+// and the objective gains lambda / D * sum_k CE_k. As Megatron's MTP rolls the labels and their mask by k, depth k's
+// target at position i is the next-token label label_{i+k} (= t_{i+k+1} where it is not -100): a position whose shifted
+// label is -100 (an SFT prompt, a document's padding) or lies past the sequence adds nothing. The report's 1/T
+// normalisation is the trainer's loss_scale: one over the step's valid labels, the next-token loss's own count. The
+// loss enters through the hidden state h^0 (nn::detail::inject_aux_loss), so a trainer's loss function and the logits
+// do not change and the logged next-token loss stays comparable to a run without MTP.
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -43,7 +45,8 @@ class MultiTokenPrediction : public torch::nn::Module {
   MultiTokenPrediction(int64_t depth, double weight, const DecoderShape& shape, const at::TensorOptions& options,
                        const Decoder::BlockFactory& make_block);
 
-  /// h (B, S, D): the last block's output; tokens (B, S) the model's input. With grad mode on, it returns h carrying
+  /// h (B, S, D): the last block's output; tokens (B, S) the model's input, `labels` (set or not) the targets. With
+  /// grad mode on, it returns h carrying
   /// loss_scale * weight / D * sum_k CE_k, and adds loss_scale / D * sum_k CE_k to `loss`. Without, h unchanged.
   /// `embed` and `head` are the model's shared embedding and output head; rope and context those of its blocks.
   at::Tensor forward(const at::Tensor& h, const at::Tensor& tokens, const nn::Embedding& embed,
@@ -51,7 +54,8 @@ class MultiTokenPrediction : public torch::nn::Module {
                      const nn::AttentionContext& context) const;
   /// Each module's norms to ones, eh_proj trunc-normal(0.02), its block as the model's blocks; `site`: "mtp".
   void init_weights(const nn::InitSite& site);
-  /// The per-depth summed cross-entropies of forward, without injecting them: (D) fp32, for tests and evaluation.
+  /// The per-depth summed cross-entropies of forward (over the targets it counts), without injecting them: (D) fp32,
+  /// for tests and evaluation.
   at::Tensor depth_losses(const at::Tensor& h, const at::Tensor& tokens, const nn::Embedding& embed,
                           c10::function_ref<at::Tensor(const at::Tensor&)> head, const nn::RopeTables& rope,
                           const nn::AttentionContext& context) const;
@@ -60,8 +64,12 @@ class MultiTokenPrediction : public torch::nn::Module {
   /// lambda: the weight of the mean depth loss in the objective.
   double weight;
   /// What one summed cross-entropy weighs in the objective: 1 (the default) adds the sums; the Trainer sets one over
-  /// the label positions of an optimizer step, as the next-token loss is a mean over its tokens.
+  /// the valid labels of an optimizer step, the next-token loss's denominator, so a target weighs what a token does.
   double loss_scale = 1.0;
+  /// The next-token labels (B, S) int64 (-100 = ignore) of the tokens the next forward with grad reads, or undefined:
+  /// then labels from the tokens themselves (t_{i+1}; the last column has none), every position counting. The Trainer
+  /// sets each microbatch's (MtpLoss::labelled); a shape other than the tokens' is refused.
+  at::Tensor labels;
   /// loss_scale / D * sum_k CE_k of the forwards with grad since the last zeroing (() fp32, lambda not applied): the
   /// logged MTP loss.
   at::Tensor loss;
