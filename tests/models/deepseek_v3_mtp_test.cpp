@@ -18,6 +18,8 @@
 #include "titan/models/job_args.hpp"
 #include "titan/nn/loss.hpp"
 #include "titan/parallel/planner.hpp"
+#include "titan/data/dataloader.hpp"
+#include "titan/train/data_setup.hpp"
 #include "titan/train/trainer.hpp"
 #include "train/train_test_util.hpp"
 
@@ -375,6 +377,48 @@ TEST_CASE(
   }
   REQUIRE(logged.size() == 2);
   CHECK(logged[0] > 4.0);  // ~ln(V) from a random init, over the positions with a target two ahead
+}
+
+// Tolerance: the equation tests' 1e-6 (the same fp32 computation; the Trainer's activation checkpointing recomputes
+// it, bit for bit). The masked and unmasked MTP losses differ by far more (most targets are prompt or padding).
+TEST_CASE("deepseek_v3 multi-token prediction through the Trainer on chat data: the prompts' targets left out",
+          "[models][deepseek_v3][mtp][train]") {
+  test::TempDir dir;
+  test::write_file(dir.path / "chat.jsonl",
+                   R"({"messages": [{"role": "user", "content": "Who art thou?"}, {"role": "assistant", )"
+                   R"("content": "A friend."}]})"
+                   "\n"
+                   R"({"messages": [{"role": "user", "content": "Speak."}, {"role": "assistant", "content": )"
+                   R"("I will, my lord."}]})"
+                   "\n");
+  JobConfig c = test::tinyshakespeare_job(dir.path / "run", /*seq_len=*/48, /*local_batch=*/2, /*steps=*/1,
+                                          /*seed=*/9);
+  c.model.name = "deepseek_v3";
+  c.model.flavor = "tiny";
+  c.model.num_nextn_predict_layers = 2;
+  c.training.dataset_path = (dir.path / "chat.jsonl").string();
+  c.training.dataset_format = DatasetFormat::chat;
+  c.training.packing = Packing::padded;
+  Trainer<models::Decoder> trainer(c);
+  auto& model = dynamic_cast<deepseek_v3::DeepSeekV3&>(trainer.model());
+  // The Trainer's first batch: its loader, built again from the same keys.
+  const data::Batch batch = build_dataloader(c, build_tokenizer(c, model.args().vocab_size), 0, 1)->next();
+  const int64_t valid = count_valid_tokens(batch.labels);
+  REQUIRE(valid > 0);
+  CHECK(valid * 3 < batch.labels.numel());  // mostly prompt and padding
+  Reference masked, unmasked;
+  {
+    at::NoGradGuard no_grad;
+    masked = reference(model, batch.input, batch.labels, batch.labels, static_cast<double>(valid));
+    const at::Tensor all = at::cat({batch.input.narrow(1, 1, batch.input.size(1) - 1), batch.input.narrow(1, 0, 1)}, 1);
+    unmasked = reference(model, batch.input, batch.labels, all, static_cast<double>(valid));
+  }
+  trainer.train_step();
+  const double lambda = model.args().mtp_loss_scaling_factor;
+  CHECK(trainer.core().loss_history().at(0) == Approx(masked.main.item<double>()).epsilon(1e-6));
+  CHECK(model.mtp->loss.item<double>() * lambda == Approx(masked.mtp.item<double>()).epsilon(1e-6));
+  CHECK(std::abs(unmasked.mtp.item<double>() - masked.mtp.item<double>()) > 1e-2 * masked.mtp.item<double>());
+  CHECK_FALSE(model.mtp->labels.defined());  // handed back after the forward
 }
 
 }  // namespace deepseek_v3_mtp_test
