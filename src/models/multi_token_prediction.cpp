@@ -31,6 +31,13 @@ MtpModule::MtpModule(std::shared_ptr<DecoderBlock> block_, const DecoderShape& s
   norm = register_module("norm", std::make_shared<nn::RMSNorm>(shape.dim, shape.norm_eps, options));
 }
 
+at::Tensor MtpModule::forward(const at::Tensor& prev, const at::Tensor& ahead, const nn::Embedding& embed,
+                              const nn::RopeTables& rope, const nn::AttentionContext& context) const {
+  // The checkpoint's order (DeepSeek's, read by vLLM and SGLang): the embedding's half of eh_proj first.
+  const at::Tensor joined = at::cat({enorm->forward(embed.forward(ahead)), hnorm->forward(prev)}, -1);  // (B, S, 2D)
+  return block->forward(eh_proj->forward(joined), rope, context);                                       // (B, S, D)
+}
+
 MultiTokenPrediction::MultiTokenPrediction(int64_t depth, double weight_, const DecoderShape& shape,
                                            const at::TensorOptions& options, const Decoder::BlockFactory& make_block)
     : weight(weight_) {
@@ -66,12 +73,33 @@ at::Tensor MultiTokenPrediction::depth_losses(const at::Tensor& h, const at::Ten
     // attention keeps them out of every earlier position, and their targets are ignored.
     const at::Tensor ahead = mtp_shift_left(tokens, k, 0);             // (B, S)
     const at::Tensor targets = mtp_shift_left(next, k, kIgnoreIndex);  // (B, S)
-    // The checkpoint's order (DeepSeek's, read by vLLM and SGLang): the embedding's half of eh_proj first.
-    const at::Tensor joined = at::cat({m.enorm->forward(embed.forward(ahead)), m.hnorm->forward(prev)}, -1);
-    prev = m.block->forward(m.eh_proj->forward(joined), rope, context);  // (B, S, D): h^k
+    prev = m.forward(prev, ahead, embed, rope, context);  // (B, S, D): h^k
     losses.push_back(cross_entropy_sum(head(m.norm->forward(prev)), targets));
   }
   return at::stack(losses);  // (D)
+}
+
+at::Tensor MultiTokenPrediction::draft(const at::Tensor& h, const at::Tensor& tokens, const nn::Embedding& embed,
+                                       c10::function_ref<at::Tensor(const at::Tensor&)> head,
+                                       const nn::RopeTables& rope) const {
+  TITAN_CHECK_VALUE(tokens.dim() == 2 && h.dim() == 3 && h.size(1) + 1 == tokens.size(1),
+                    "[titan::MultiTokenPrediction::draft] expected h (B, T-1, D) for tokens (B, T), got h {} and "
+                    "tokens {}. Pass the last block's output at every token but the last.",
+                    c10::str(h.sizes()), c10::str(tokens.sizes()));
+  at::NoGradGuard no_grad;
+  const int64_t len = h.size(1);
+  std::vector<at::Tensor> drafts;  // (B, 1) each
+  at::Tensor prev = h;             // (B, T-1, D): h^{k-1}
+  for (size_t j = 0; j < modules.size(); ++j) {
+    const auto k = static_cast<int64_t>(j) + 1;
+    // Position i reads t_{i+k} of the tokens followed by the drafts so far (depth k-1's at the last position).
+    std::vector<at::Tensor> known{tokens};
+    known.insert(known.end(), drafts.begin(), drafts.end());
+    const at::Tensor ahead = at::cat(known, 1).narrow(1, k, len);  // (B, T-1)
+    prev = modules[j]->forward(prev, ahead, embed, rope, {});      // (B, T-1, D): h^k
+    drafts.push_back(head(modules[j]->norm->forward(prev.narrow(1, len - 1, 1))).argmax(-1));  // (B, 1)
+  }
+  return at::cat(drafts, 1);  // (B, D)
 }
 
 at::Tensor MultiTokenPrediction::forward(const at::Tensor& h, const at::Tensor& tokens, const nn::Embedding& embed,

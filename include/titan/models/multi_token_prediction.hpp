@@ -36,6 +36,10 @@ class MtpModule : public torch::nn::Module {
   std::shared_ptr<nn::Linear> eh_proj;  // weight (D, 2D): M_k of [hnorm(h); enorm(e)]
   std::shared_ptr<DecoderBlock> block;  // the depth's transformer block
   std::shared_ptr<nn::RMSNorm> norm;    // weight (D): the norm before the shared head (HF's shared_head.norm)
+
+  /// h^k (B, S, D) of the previous depth's prev (B, S, D) and the tokens `ahead` (B, S) t_{i+k}.
+  at::Tensor forward(const at::Tensor& prev, const at::Tensor& ahead, const nn::Embedding& embed,
+                     const nn::RopeTables& rope, const nn::AttentionContext& context) const;
 };
 
 /// The D modules and their loss; a family registers it as "mtp" and calls forward from Decoder::after_blocks.
@@ -59,6 +63,12 @@ class MultiTokenPrediction : public torch::nn::Module {
   at::Tensor depth_losses(const at::Tensor& h, const at::Tensor& tokens, const nn::Embedding& embed,
                           c10::function_ref<at::Tensor(const at::Tensor&)> head, const nn::RopeTables& rope,
                           const nn::AttentionContext& context) const;
+
+  /// Greedy drafts of the D tokens after `tokens` (B, T), for self-speculative decoding: h (B, T-1, D) is the last
+  /// block's output at tokens' first T-1 positions (nothing after t_{T-1} reaches them); depth k reads h^{k-1} and
+  /// the token k ahead, which at the last position is depth k-1's draft. Returns (B, D) int64; no autograd.
+  at::Tensor draft(const at::Tensor& h, const at::Tensor& tokens, const nn::Embedding& embed,
+                   c10::function_ref<at::Tensor(const at::Tensor&)> head, const nn::RopeTables& rope) const;
 
   std::vector<std::shared_ptr<MtpModule>> modules;  // depth k registered as "k-1"
   /// lambda: the weight of the mean depth loss in the objective.

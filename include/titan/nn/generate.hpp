@@ -12,6 +12,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <utility>
 #include <vector>
 
 #include "titan/nn/sampling.hpp"
@@ -42,12 +43,41 @@ struct GenerateConfig {
   bool keep_logits = false;
 };
 
+/// What self-speculative decoding did (generate_speculative).
+struct SpeculativeStats {
+  /// Tokens the draft modules proposed.
+  int64_t drafted = 0;
+  /// Drafted tokens the model's own greedy choice confirmed.
+  int64_t accepted = 0;
+  /// Forwards of the main model (one a step, the first included).
+  int64_t forwards = 0;
+  /// Tokens generated (EOS included).
+  int64_t generated = 0;
+  /// accepted / drafted (0 without drafts).
+  double accepted_rate() const { return drafted > 0 ? static_cast<double>(accepted) / drafted : 0.0; }
+  /// generated / forwards: what one main-model forward yields (1 for plain decoding).
+  double tokens_per_forward() const { return forwards > 0 ? static_cast<double>(generated) / forwards : 0.0; }
+};
+
 struct Generation {
   /// The new tokens of each prompt, EOS included when it came.
   std::vector<std::vector<int64_t>> tokens{};
   /// With keep_logits, the logits each step sampled from, float32 (B, V): step 0 is the prompts'
   /// last column, step i the logits after i new tokens.
   std::vector<at::Tensor> logits{};
+  /// generate_speculative's counts (zero from generate).
+  SpeculativeStats speculative{};
+};
+
+/// A model that drafts the tokens after a sequence itself (DeepSeek-V3's multi-token prediction modules).
+struct DraftingModel {
+  /// tokens (1, T) -> the last block's output (1, T, D) and the logits (1, T, V); no cache, no autograd.
+  std::function<std::pair<at::Tensor, at::Tensor>(const at::Tensor& tokens)> forward{};
+  /// The forward's hidden (1, T-1, D) at tokens' first T-1 positions, tokens (1, T) -> drafts (1, depth) of the
+  /// tokens after them.
+  std::function<at::Tensor(const at::Tensor& hidden, const at::Tensor& tokens)> draft{};
+  /// Tokens drafted a step.
+  int64_t depth = 0;
 };
 
 /// Generates continuations of `prompts` (token ids, each non-empty) with a model of `n_layers`
@@ -56,5 +86,14 @@ struct Generation {
 Generation generate(const CachedForward& forward, int64_t n_layers, const std::vector<std::vector<int64_t>>& prompts,
                     const GenerateConfig& config, const at::Device& device = at::kCPU,
                     const dist::ProcessGroup* group = nullptr);
+
+/// Greedy generation by self-speculative decoding: each step drafts up to model.depth tokens after the sequence,
+/// verifies them with one forward over the sequence and the drafts, and keeps the drafts the model's own argmax
+/// agrees with plus the argmax after the last of them. The tokens are greedy decoding's (Generation::speculative
+/// counts how many drafts held). Each prompt is decoded alone and every verification recomputes its whole sequence
+/// (no KV cache to roll back). Refuses sampling: a draft is checked against one token, the argmax. keep_logits
+/// keeps nothing.
+Generation generate_speculative(const DraftingModel& model, const std::vector<std::vector<int64_t>>& prompts,
+                                const GenerateConfig& config, const at::Device& device = at::kCPU);
 
 }  // namespace titan::nn

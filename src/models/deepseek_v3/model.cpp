@@ -9,6 +9,7 @@
 #include "titan/core/error.hpp"
 #include "titan/layout/module_hooks.hpp"
 #include "titan/models/decoder_spec.hpp"
+#include "titan/nn/generate.hpp"
 #include "titan/nn/init.hpp"
 #include "titan/nn/kv_cache.hpp"
 #include "titan/nn/sequence_attention.hpp"
@@ -204,6 +205,24 @@ at::Tensor DeepSeekV3::after_blocks(const at::Tensor& h, const at::Tensor& token
   // The main model's head, shared: the same module (so the same FSDP unit and tensor-parallel role) reads it.
   return mtp->forward(
       h, tokens, *tok_embeddings, [this](const at::Tensor& x) { return output->forward(x); }, rope(), context);
+}
+
+nn::DraftingModel DeepSeekV3::drafting_model() const {
+  TITAN_CHECK_VALUE(mtp != nullptr && tok_embeddings && output,
+                    "[titan::deepseek_v3::drafting_model] expected a whole model with multi-token prediction modules, "
+                    "got none. Set model.num_nextn_predict_layers to the checkpoint's depth.");
+  std::vector<std::string> blocks{"tok_embeddings"};
+  for (const auto& layer : layers) blocks.push_back("layers." + std::to_string(layer->layer_id));
+  const auto head = [this](const at::Tensor& x) { return output->forward(x); };
+  return {.forward =
+              [this, blocks](const at::Tensor& tokens) {
+                at::NoGradGuard no_grad;
+                at::Tensor h = forward_part(tokens, blocks);  // (1, T, D): before the final norm
+                return std::pair{h, output->forward(norm->forward(h))};
+              },
+          .draft = [this, head](const at::Tensor& hidden,
+                                const at::Tensor& tokens) { return mtp->draft(hidden, tokens, *tok_embeddings, head, rope()); },
+          .depth = static_cast<int64_t>(mtp->modules.size())};
 }
 
 void DeepSeekV3::init_extra_weights(const nn::InitSite& root) {

@@ -19,6 +19,9 @@
 namespace titan::checkpoint {
 class HfAdapter;
 }
+namespace titan::nn {
+struct DraftingModel;
+}
 
 namespace titan::deepseek_v3 {
 
@@ -91,6 +94,9 @@ class DeepSeekV3 : public models::Decoder {
   parallel::ShardingSpec sharding_spec() const override;
 
   const DeepSeekV3Args& args() const { return args_; }
+  /// The model as its own drafter for nn::generate_speculative: the whole model's forward, the mtp modules' drafts.
+  /// Refused without mtp.
+  nn::DraftingModel drafting_model() const;
 
   std::shared_ptr<models::MultiTokenPrediction> mtp;  // null without num_nextn_predict_layers or in a part without norm
 
