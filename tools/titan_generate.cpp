@@ -3,12 +3,14 @@
 // Qwen3-MoE, DeepSeek-V3, ...), with a KV cache (docs/generation.md).
 //   titan-generate [--checkpoint PATH] --prompt TEXT [--prompt TEXT ...] [--max-new-tokens N]
 //                  [--greedy | --temperature T --top-k K --top-p P] [--eos-id ID] [--no-bos]
-//                  [--output text|jsonl] [--prompt-ids 1,2,3]
+//                  [--output text|jsonl] [--prompt-ids 1,2,3] [--speculative-mtp]
 //                  [config keys: --job.config_file FILE, --model.flavor NAME, --debug.seed S, ...]
 //     PATH: a titan checkpoint (<dump>/checkpoint/step-N, or <dump>/checkpoint for its newest step;
 //     the architecture comes from model.name and model.flavor, the vocabulary size from the weights) or a
 //     Hugging Face folder (config.json + safetensors; its `architectures` picks the family); default: the
 //     job's <job.dump_folder>/<checkpoint.folder>. Prompts of different lengths are one batch.
+//   --speculative-mtp: greedy self-speculative decoding with DeepSeek-V3's multi-token prediction modules
+//   (model.num_nextn_predict_layers > 0): the same tokens, fewer forwards; the accepted rate on the log.
 //   titan-run --nproc-per-node 2 titan-generate ... --parallelism.tensor_parallel_degree 2   splits every
 //   layer over 2 ranks.
 #include <ATen/ATen.h>
@@ -31,6 +33,7 @@
 #include "titan/dist/mesh.hpp"
 #include "titan/dist/process_group.hpp"
 #include "titan/models/decoder.hpp"
+#include "titan/models/deepseek_v3/model.hpp"
 #include "titan/nn/generate.hpp"
 #include "titan/nn/kv_cache.hpp"
 #include "titan/parallel/parallelize.hpp"
@@ -47,7 +50,8 @@ const ToolSpec kSpec = {
     .usage =
         "usage: titan-generate [--checkpoint PATH] --prompt TEXT [--prompt TEXT ...] [--max-new-tokens N]\n"
         "                      [--greedy | --temperature T --top-k K --top-p P] [--eos-id ID] [--no-bos]\n"
-        "                      [--output text|jsonl] [--prompt-ids 1,2,3] [config keys: --job.config_file FILE,\n"
+        "                      [--output text|jsonl] [--prompt-ids 1,2,3] [--speculative-mtp]\n"
+        "                      [config keys: --job.config_file FILE,\n"
         "                      --model.flavor NAME, --debug.seed S, --parallelism.tensor_parallel_degree N, ...]\n",
     .flags = {inference_checkpoint_flag(),
               {.name = "--prompt", .value = "TEXT", .help = "a prompt, one batch row each (repeat the flag)"},
@@ -63,7 +67,9 @@ const ToolSpec kSpec = {
               {.name = "--no-bos", .help = "do not prepend the tokenizer's BOS to text prompts"},
               {.name = "--output",
                .value = "text|jsonl",
-               .help = "the prompt and its continuation, or one JSON object a prompt"}},
+               .help = "the prompt and its continuation, or one JSON object a prompt"},
+              {.name = "--speculative-mtp",
+               .help = "greedy: draft with the multi-token prediction modules, verify with one forward (DeepSeek-V3)"}},
     .renamed = {{.flag = "--tp", .instead = "--parallelism.tensor_parallel_degree N"},
                 {.flag = "--seed", .instead = "--debug.seed S"},
                 {.flag = "--tokenizer", .instead = "--model.hf_assets_path PATH"}},
@@ -87,6 +93,8 @@ struct Options {
   std::string output = "text";
   /// Tokens, sampling and seed.
   nn::GenerateConfig generate{};
+  /// Self-speculative greedy decoding with the model's multi-token prediction modules.
+  bool speculative_mtp = false;
 };
 
 std::vector<int64_t> id_list(const std::string& text) {
@@ -126,6 +134,11 @@ Options options_of(const ToolArgs& args) {
   o.generate.seed = static_cast<uint64_t>(config.debug.seed.value_or(0));
   if (args.has("--eos-id")) o.eos_id = args.integer("--eos-id", -1);
   o.add_bos = !args.has("--no-bos");
+  o.speculative_mtp = args.has("--speculative-mtp");
+  TITAN_CHECK_VALUE(!o.speculative_mtp || o.generate.sampling.greedy(),
+                    "[titan-generate] expected greedy decoding with --speculative-mtp (a draft is checked against the "
+                    "argmax), got --temperature {}. Drop --temperature, or --speculative-mtp.",
+                    o.generate.sampling.temperature);
   o.output = args.value("--output").value_or("text");
   TITAN_CHECK_VALUE(o.output == "text" || o.output == "jsonl",
                     "[titan-generate] expected --output text|jsonl, got '{}'.", o.output);
@@ -133,6 +146,28 @@ Options options_of(const ToolArgs& args) {
                     "[titan-generate] expected at least one --prompt TEXT or --prompt-ids 1,2,3, got none.");
   o.generate.sampling.validate();
   return o;
+}
+
+// Self-speculative decoding with a DeepSeek-V3 model's multi-token prediction modules; its counts on the log.
+nn::Generation speculative(const models::Decoder& model, const std::vector<std::vector<int64_t>>& prompts,
+                           const nn::GenerateConfig& generate, const at::Device& device, const dist::Mesh& mesh) {
+  const auto* drafting = dynamic_cast<const deepseek_v3::DeepSeekV3*>(&model);
+  TITAN_CHECK_VALUE(drafting != nullptr && drafting->mtp != nullptr,
+                    "[titan-generate] expected a DeepSeek-V3 model with multi-token prediction modules for "
+                    "--speculative-mtp, got {}. Set --model.num_nextn_predict_layers to the checkpoint's depth.",
+                    drafting ? "none" : "another family");
+  TITAN_CHECK_NOT_IMPLEMENTED(mesh.size("tp") == 1,
+                              "[titan-generate] expected tensor_parallel_degree 1 with --speculative-mtp, got {}. "
+                              "Drop one of them.",
+                              mesh.size("tp"));
+  nn::Generation out = nn::generate_speculative(drafting->drafting_model(), prompts, generate, device);
+  const nn::SpeculativeStats& s = out.speculative;
+  log::info(
+      "Speculative decoding (MTP depth {}): {} of {} drafted tokens accepted ({:.1f}%), {} tokens in {} "
+      "forwards of the main model ({:.2f} tokens a forward)",
+      drafting->mtp->modules.size(), s.accepted, s.drafted, 100.0 * s.accepted_rate(), s.generated, s.forwards,
+      s.tokens_per_forward());
+  return out;
 }
 
 int run(const Options& o, const JobConfig& config) {
@@ -187,8 +222,9 @@ int run(const Options& o, const JobConfig& config) {
     return model->forward_cached(tokens, cache);
   };
   const auto start = std::chrono::steady_clock::now();
-  const nn::Generation out = nn::generate(forward, shape.n_layers, prompts, generate, device,
-                                          mesh.size("tp") > 1 ? &mesh.group("tp") : nullptr);
+  const nn::Generation out = o.speculative_mtp ? speculative(*model, prompts, generate, device, mesh)
+                                               : nn::generate(forward, shape.n_layers, prompts, generate, device,
+                                                              mesh.size("tp") > 1 ? &mesh.group("tp") : nullptr);
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   int64_t generated = 0;
   for (const auto& row : out.tokens) generated += static_cast<int64_t>(row.size());

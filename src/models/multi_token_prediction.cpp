@@ -73,7 +73,7 @@ at::Tensor MultiTokenPrediction::depth_losses(const at::Tensor& h, const at::Ten
     // attention keeps them out of every earlier position, and their targets are ignored.
     const at::Tensor ahead = mtp_shift_left(tokens, k, 0);             // (B, S)
     const at::Tensor targets = mtp_shift_left(next, k, kIgnoreIndex);  // (B, S)
-    prev = m.forward(prev, ahead, embed, rope, context);  // (B, S, D): h^k
+    prev = m.forward(prev, ahead, embed, rope, context);               // (B, S, D): h^k
     losses.push_back(cross_entropy_sum(head(m.norm->forward(prev)), targets));
   }
   return at::stack(losses);  // (D)
@@ -95,8 +95,8 @@ at::Tensor MultiTokenPrediction::draft(const at::Tensor& h, const at::Tensor& to
     // Position i reads t_{i+k} of the tokens followed by the drafts so far (depth k-1's at the last position).
     std::vector<at::Tensor> known{tokens};
     known.insert(known.end(), drafts.begin(), drafts.end());
-    const at::Tensor ahead = at::cat(known, 1).narrow(1, k, len);  // (B, T-1)
-    prev = modules[j]->forward(prev, ahead, embed, rope, {});      // (B, T-1, D): h^k
+    const at::Tensor ahead = at::cat(known, 1).narrow(1, k, len);                              // (B, T-1)
+    prev = modules[j]->forward(prev, ahead, embed, rope, {});                                  // (B, T-1, D): h^k
     drafts.push_back(head(modules[j]->norm->forward(prev.narrow(1, len - 1, 1))).argmax(-1));  // (B, 1)
   }
   return at::cat(drafts, 1);  // (B, D)

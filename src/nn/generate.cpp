@@ -85,10 +85,10 @@ Generation generate_speculative(const DraftingModel& model, const std::vector<st
     while (static_cast<int64_t>(out.size()) < config.max_new_tokens && (out.empty() || out.back() != config.eos_id)) {
       const auto length = static_cast<int64_t>(sequence.size());
       at::Tensor input = at::tensor(sequence, at::kLong).view({1, length}).to(device);  // (1, T)
-      at::Tensor drafts;  // (1, n)
+      at::Tensor drafts;                                                                // (1, n)
       // No draft can be kept past max_new_tokens: the step's own argmax fills the last place.
-      const int64_t drafted = hidden.defined() ? std::min(model.depth, config.max_new_tokens - static_cast<int64_t>(out.size()) - 1)
-                                 : 0;
+      const int64_t drafted =
+          hidden.defined() ? std::min(model.depth, config.max_new_tokens - static_cast<int64_t>(out.size()) - 1) : 0;
       if (drafted > 0) {
         drafts = model.draft(hidden.narrow(1, 0, length - 1), input).narrow(1, 0, drafted);
         input = at::cat({input, drafts.to(device)}, 1);  // (1, T + n)
@@ -97,8 +97,9 @@ Generation generate_speculative(const DraftingModel& model, const std::vector<st
       hidden = h;
       ++stats.forwards;
       // Column length - 1 + j: the argmax after the sequence and the first j drafts.
-      const at::Tensor greedy = logits.select(0, 0).narrow(0, length - 1, drafted + 1).argmax(-1).to(at::kCPU);  // (n+1)
-      const at::Tensor proposed = drafted > 0 ? drafts.select(0, 0).to(at::kCPU) : at::Tensor();                // (n)
+      const at::Tensor greedy =
+          logits.select(0, 0).narrow(0, length - 1, drafted + 1).argmax(-1).to(at::kCPU);         // (n+1)
+      const at::Tensor proposed = drafted > 0 ? drafts.select(0, 0).to(at::kCPU) : at::Tensor();  // (n)
       stats.drafted += drafted;
       for (int64_t j = 0; j <= drafted; ++j) {
         const int64_t id = greedy[j].item<int64_t>();

@@ -93,8 +93,7 @@ TEST_CASE("deepseek_v3 self-speculative decoding refuses sampling and a model wi
           "[models][deepseek_v3][mtp][generate]") {
   const auto model = drafting_deepseek(1, 5);
   CHECK_THAT(test::error_of([&] {
-               (void)nn::generate_speculative(model->drafting_model(), kPrompts,
-                                              {.sampling = {.temperature = 0.7}});
+               (void)nn::generate_speculative(model->drafting_model(), kPrompts, {.sampling = {.temperature = 0.7}});
              }),
              Catch::Contains("expected greedy decoding"));
   const auto plain = drafting_deepseek(0, 5);

@@ -220,8 +220,9 @@ nn::DraftingModel DeepSeekV3::drafting_model() const {
                 at::Tensor h = forward_part(tokens, blocks);  // (1, T, D): before the final norm
                 return std::pair{h, output->forward(norm->forward(h))};
               },
-          .draft = [this, head](const at::Tensor& hidden,
-                                const at::Tensor& tokens) { return mtp->draft(hidden, tokens, *tok_embeddings, head, rope()); },
+          .draft = [this, head](
+                       const at::Tensor& hidden,
+                       const at::Tensor& tokens) { return mtp->draft(hidden, tokens, *tok_embeddings, head, rope()); },
           .depth = static_cast<int64_t>(mtp->modules.size())};
 }
 
