@@ -113,6 +113,16 @@ std::map<std::string, at::Tensor> gradients(const torch::nn::Module& model) {
   return out;
 }
 
+// Every gradient of `expected` within 1e-6 (absolute) in `got`, each named when it is not.
+void check_gradients_near(const std::map<std::string, at::Tensor>& got,
+                          const std::map<std::string, at::Tensor>& expected) {
+  for (const auto& [name, g] : expected) {
+    const double diff = (got.at(name) - g).abs().max().item<double>();
+    INFO(name << " max abs diff " << diff << " of max " << g.abs().max().item<double>());
+    CHECK(diff < 1e-6);
+  }
+}
+
 }  // namespace
 
 // Tolerance: both sides compute the same fp32 function (the reference reuses titan's decoder block, which the other
@@ -145,11 +155,7 @@ TEST_CASE("deepseek_v3 multi-token prediction: loss and gradients equal the repo
   REQUIRE(got.size() == expected.size());
   CHECK(got.count("mtp.1.eh_proj.weight") == 1);
   CHECK(got.count("mtp.0.block.moe.experts.w1") == 1);
-  for (const auto& [name, g] : expected) {
-    const double diff = (got.at(name) - g).abs().max().item<double>();
-    INFO(name << " max abs diff " << diff << " of max " << g.abs().max().item<double>());
-    CHECK(diff < 1e-6);
-  }
+  check_gradients_near(got, expected);
 
   // Without grad (evaluation) the model is the next-token model: the same logits, nothing injected.
   at::NoGradGuard no_grad;
@@ -204,11 +210,7 @@ TEST_CASE("deepseek_v3 multi-token prediction: a label mask drops the masked tar
   }
   const auto got = gradients(*model), expected = gradients(*ref_model);
   REQUIRE(got.size() == expected.size());
-  for (const auto& [name, g] : expected) {
-    const double diff = (got.at(name) - g).abs().max().item<double>();
-    INFO(name << " max abs diff " << diff << " of max " << g.abs().max().item<double>());
-    CHECK(diff < 1e-6);
-  }
+  check_gradients_near(got, expected);
   // Labels of another shape are refused by name.
   model->mtp->labels = labels.narrow(1, 0, kSeq - 1);
   CHECK_THAT(test::error_of([&] { (void)model->forward(input); }), Catch::Contains("expected labels of the tokens'"));
