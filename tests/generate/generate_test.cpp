@@ -348,7 +348,10 @@ TEST_CASE("titan-generate names a bad flag and a missing checkpoint", "[generate
             "expected --parallelism.tensor_parallel_degree N (the trainer's config key), got --tp"},
            {{generate_path(), "--checkpoint", checkpoint, "--prompt", "x", "--seed", "2"}, "--debug.seed"},
            {{generate_path(), "--checkpoint", checkpoint, "--prompt", "x", "--tokenizer", "t"},
-            "--model.hf_assets_path"}}) {
+            "--model.hf_assets_path"},
+           // Self-speculative decoding checks its drafts against the argmax: sampling is refused by name.
+           {{generate_path(), "--checkpoint", checkpoint, "--prompt", "x", "--speculative-mtp", "--temperature", "0.7"},
+            "expected greedy decoding with --speculative-mtp"}}) {
     test::Subprocess run(argv, {});
     const auto status = run.wait(60);
     INFO(run.output());
