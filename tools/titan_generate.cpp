@@ -17,8 +17,12 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
+#include <cstdio>
 #include <filesystem>
 #include <iostream>
 #include <optional>
@@ -170,7 +174,23 @@ nn::Generation speculative(const models::Decoder& model, const std::vector<std::
   return out;
 }
 
+// With --output jsonl, stdout carries the JSON lines alone, so that a pipe or a file of them parses: from here on the
+// log (which writes its info lines to stdout) goes to stderr, and the returned stream is the original stdout.
+std::FILE* json_stream() {
+  std::cout.flush();
+  std::fflush(stdout);
+  const int fd = ::dup(STDOUT_FILENO);
+  TITAN_CHECK(fd >= 0 && ::dup2(STDERR_FILENO, STDOUT_FILENO) >= 0,
+              "[titan-generate] expected to move the log from stdout to stderr for --output jsonl, got errno {}. Use "
+              "--output text.",
+              errno);
+  std::FILE* out = ::fdopen(fd, "w");
+  TITAN_CHECK(out != nullptr, "[titan-generate] expected to reopen stdout for --output jsonl, got errno {}.", errno);
+  return out;
+}
+
 int run(const Options& o, const JobConfig& config) {
+  std::FILE* const json_out = o.output == "jsonl" ? json_stream() : nullptr;
   const at::Device device = inference_device();
   const dist::Mesh mesh = inference_mesh(config, device);
   TITAN_CHECK_NOT_IMPLEMENTED(
@@ -239,13 +259,14 @@ int run(const Options& o, const JobConfig& config) {
     const std::string text = tokenizer ? tokenizer->decode(shown) : std::string();
     const std::string prompt = b < o.prompts.size() ? o.prompts[b] : std::string();
     if (o.output == "jsonl") {
-      std::cout << nlohmann::json{{"prompt", prompt},
-                                  {"prompt_ids", prompts[b]},
-                                  {"ids", out.tokens[b]},
-                                  {"eos_id", generate.eos_id},
-                                  {"text", text}}
-                       .dump(-1, ' ', false, nlohmann::json::error_handler_t::replace)
-                << "\n";
+      fmt::print(json_out, "{}\n",
+                 nlohmann::json{{"prompt", prompt},
+                                {"prompt_ids", prompts[b]},
+                                {"ids", out.tokens[b]},
+                                {"eos_id", generate.eos_id},
+                                {"text", text}}
+                     .dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
+      std::fflush(json_out);
     } else {
       std::cout << fmt::format("--- [{}] ---\n{}{}\n", b, prompt, text);
     }

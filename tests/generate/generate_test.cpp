@@ -130,6 +130,21 @@ TEST_CASE("greedy titan-generate on a titan model exported to HF equals transfor
   const std::string output = run_ok(argv);
   const auto rows = json_lines(output);
   REQUIRE(rows.size() == kPrompts.size());
+  {
+    // stdout alone holds the JSON lines and nothing else (the log goes to stderr), as a pipe reads them.
+    std::string command = "OMP_NUM_THREADS=1 TITAN_LOG_LEVEL=info";
+    for (const auto& a : argv) command += fmt::format(" \"{}\"", a);
+    const fs::path stdout_file = dir.path / "stdout.jsonl";
+    REQUIRE(std::system(fmt::format("{} > \"{}\" 2>/dev/null", command, stdout_file.string()).c_str()) == 0);
+    std::istringstream lines(test::read_file(stdout_file));
+    std::vector<nlohmann::json> alone;
+    for (std::string line; std::getline(lines, line);) {
+      INFO("stdout line: " << line);
+      REQUIRE(nlohmann::json::accept(line));
+      alone.push_back(nlohmann::json::parse(line));
+    }
+    CHECK(alone == rows);
+  }
   const fs::path titan_file = dir.path / "titan.jsonl", oracle_file = dir.path / "hf.json";
   {
     std::ofstream out(titan_file);
