@@ -17,7 +17,8 @@
 //     as --input, or an HF folder) gives the base weights an adapter-only checkpoint (lora.save_adapter_only) lacks.
 //   titan-convert to-peft --input PATH --output DIR [--like HF_DIR] [--base-model NAME]
 //     The LoRA adapters of PATH as a PEFT adapter folder (adapter_model.safetensors + adapter_config.json) for the
-//     HF model to-hf makes of the base: peft.PeftModel.from_pretrained(model, DIR) loads it.
+//     HF model to-hf makes of the base: peft.PeftModel.from_pretrained(model, DIR) loads it. It carries the
+//     tokenizer of model.hf_assets_path as to-hf's output does.
 //   titan-convert from-hf --input DIR --output FILE.safetensors
 //     DIR: an HF folder (single or sharded) of a registered family, picked by its config's
 //     `architectures`. FILE holds titan FQNs and layouts; use it as checkpoint.initial_load_path (or give
@@ -104,8 +105,8 @@ const titan::ToolSpec kSpec = {
                 {.flag = "--dtype", .instead = "--checkpoint.export_dtype float32|bfloat16|float16"},
                 {.flag = "--tokenizer", .instead = "--model.hf_assets_path TOKENIZER_DIR"}},
     .keys =
-        "model.name, model.flavor (to-hf, to-peft), model.hf_assets_path or model.tokenizer_path (to-hf: the "
-        "tokenizer the export carries), checkpoint.export_dtype (to-hf, to-peft), lora.rank and "
+        "model.name, model.flavor (to-hf, to-peft), model.hf_assets_path or model.tokenizer_path (to-hf, "
+        "to-peft: the tokenizer the export carries), checkpoint.export_dtype (to-hf, to-peft), lora.rank and "
         "lora.alpha (a .safetensors input's adapters), optimizer.*, lr_scheduler.*, training.steps, "
         "training.local_batch_size, training.global_batch_size, training.seq_len (to-dcp)",
     .words = "the command (to-hf, to-peft, from-hf, from-dcp or to-dcp)"};
@@ -296,7 +297,8 @@ void to_peft(const titan::ToolArgs& args) {
   ckpt::save_peft(output, adapters, *adapter,
                   {.lora = lora_settings(weights, args),
                    .dtype = titan::scalar_type(args.config.checkpoint.export_dtype),
-                   .base_model = args.value("--base-model").value_or("")});
+                   .base_model = args.value("--base-model").value_or(""),
+                   .tokenizer = args.config.model.tokenizer_path.value_or(args.config.model.hf_assets_path)});
   titan::log::info("Wrote {} LoRA adapter tensors as a PEFT adapter to {}", adapters.size(), output);
 }
 

@@ -153,7 +153,8 @@ void Checkpointer::save(int64_t step, const State& state, bool last) {
         save_hf(folder, merge_lora(whole, adapters, lora_scale(state.values.at("lora"))), *m.hf, dtype,
                 kHfMaxShardBytes, m.hf_tokenizer);
       } else {
-        save_peft(folder, adapters, *m.hf, {.lora = state.values.at("lora"), .dtype = dtype, .base_model = base});
+        save_peft(folder, adapters, *m.hf,
+                  {.lora = state.values.at("lora"), .dtype = dtype, .base_model = base, .tokenizer = m.hf_tokenizer});
       }
     }
     if (!adapters.empty()) {

@@ -46,8 +46,9 @@ at::Tensor swap_within_heads(const at::Tensor& w, int64_t heads, int64_t a, int6
   for (int64_t d = 1; d < w.dim(); ++d) shape.push_back(w.size(d));
   return w.reshape(shape).transpose(1, 2).reshape(w.sizes());
 }
-// The run's tokenizer files into `tmp`, the export's folder `folder` before its rename (see save_hf).
-void write_tokenizer(const fs::path& from, const fs::path& tmp, const fs::path& folder) {
+}  // namespace
+
+void write_tokenizer_files(const fs::path& from, const fs::path& tmp, const fs::path& folder) {
   const fs::path dir = fs::is_regular_file(from) ? from.parent_path() : from;
   if (!fs::exists(dir / "tokenizer.json") && !fs::exists(dir / "tokenizer.model")) {
     log::warn(
@@ -70,7 +71,6 @@ void write_tokenizer(const fs::path& from, const fs::path& tmp, const fs::path& 
   if (const auto eos = loaded->eos_id()) generation["eos_token_id"] = *eos;
   if (!generation.empty()) write_file_atomically(tmp / "generation_config.json", generation.dump(2));
 }
-}  // namespace
 
 std::string hf_outer_name(const std::string& fqn) {
   if (fqn == "tok_embeddings.weight") return "model.embed_tokens.weight";
@@ -133,7 +133,7 @@ void save_hf(const fs::path& folder, const std::vector<std::pair<std::string, at
       write_file_atomically(tmp / "model.safetensors.index.json", index.dump(2));
     }
     write_file_atomically(tmp / "config.json", adapter.hf_config(dtype).dump(2));
-    if (!tokenizer.empty()) write_tokenizer(tokenizer, tmp, folder);
+    if (!tokenizer.empty()) write_tokenizer_files(tokenizer, tmp, folder);
   });
 }
 

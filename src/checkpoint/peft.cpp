@@ -97,6 +97,7 @@ void save_peft(const fs::path& folder, const std::vector<std::pair<std::string, 
   write_folder_atomically(folder, [&](const fs::path& tmp) {
     write_safetensors(tmp / "adapter_model.safetensors", tensors, {{"format", "pt"}});
     write_file_atomically(tmp / "adapter_config.json", config.dump(2));
+    if (!options.tokenizer.empty()) write_tokenizer_files(options.tokenizer, tmp, folder);
   });
 }
 

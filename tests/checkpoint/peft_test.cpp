@@ -24,6 +24,7 @@
 #include "titan/checkpoint/hf.hpp"
 #include "titan/checkpoint/peft.hpp"
 #include "titan/checkpoint/safetensors.hpp"
+#include "titan/data/tokenizer.hpp"
 #include "titan/models/llama3/hf_adapter.hpp"
 #include "titan/models/llama3/model.hpp"
 #include "titan/train/trainer.hpp"
@@ -134,7 +135,11 @@ TEST_CASE("PEFT loads a trained titan LoRA adapter onto titan's HF base and give
   const fs::path step = dir.path / "run" / "checkpoint" / "step-3";  // the final save: base and adapters
   const fs::path base = dir.path / "base", peft = dir.path / "peft", merged = dir.path / "merged";
   require_convert({"to-hf", "--input", step.string(), "--output", base.string(), "--adapters", "drop"});
-  require_convert({"to-peft", "--input", step.string(), "--output", peft.string(), "--base-model", base.string()});
+  require_convert({"to-peft", "--input", step.string(), "--output", peft.string(), "--base-model", base.string(),
+                   "--model.hf_assets_path", test::test_tokenizer().string()});
+  // The adapter carries the run's tokenizer, file for file, as the HF export does.
+  for (const char* file : {"tokenizer.json", "tokenizer_config.json"})
+    CHECK(test::read_file(peft / file) == test::read_file(test::test_tokenizer() / file));
   require_convert({"to-hf", "--input", step.string(), "--output", merged.string()});
 
   const at::Tensor tokens = at::randint(trainer.model().vocab_size(), {2, 16},
@@ -152,6 +157,10 @@ TEST_CASE("PEFT loads a trained titan LoRA adapter onto titan's HF base and give
   CHECK((peft_logits.read("base_logits") - want).abs().max().item<double>() > 1e-3);  // the adapters matter
   CHECK((peft_logits.read("logits") - want).abs().max().item<double>() < kLogitTolerance);
   CHECK((peft_logits.read("merged_logits") - want).abs().max().item<double>() < kLogitTolerance);
+  // transformers reads the tokenizer from the adapter folder alone, and it is the run's (peft_lora.py's SAMPLE_TEXT).
+  const std::vector<int32_t> ids =
+      data::load_tokenizer(test::test_tokenizer())->encode("To be, or not to be: that is the question.");
+  CHECK(at::equal(peft_logits.read("tokenizer_ids"), at::tensor(std::vector<int64_t>(ids.begin(), ids.end()))));
 
   // The Trainer's own final HF save writes the same adapter (checkpoint.last_save_in_hf), or the same merged model
   // (lora.merge_adapter).
@@ -164,6 +173,7 @@ TEST_CASE("PEFT loads a trained titan LoRA adapter onto titan's HF base and give
     const fs::path out = dir.path / (merge ? "merging" : "adapter") / "checkpoint" / "step-3";
     const fs::path file = merge ? out / "model.safetensors" : out / "adapter_model.safetensors";
     const fs::path expected = merge ? merged / "model.safetensors" : peft / "adapter_model.safetensors";
+    CHECK(test::read_file(out / "tokenizer.json") == test::read_file(test::test_tokenizer() / "tokenizer.json"));
     const checkpoint::SafetensorsFile got(file), want_file(expected);
     REQUIRE(got.entries().size() == want_file.entries().size());
     for (const auto& [name, _] : want_file.entries()) {

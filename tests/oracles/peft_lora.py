@@ -7,14 +7,17 @@
       adapter_config.json, and every LoRA module must get one (exit 1 naming them otherwise). OUT (safetensors) gets
       the adapted model's logits on TOKENS' "tokens" and the base model's ("base_logits"); with MERGED (an HF
       folder of the merged model, titan-convert to-hf) also transformers' logits of that model ("merged_logits"),
-      in the same process, so that the test starts Python and imports transformers once.
+      in the same process, so that the test starts Python and imports transformers once. "tokenizer_ids" holds the
+      ids AutoTokenizer, loaded from ADAPTER alone, gives SAMPLE_TEXT (no special tokens).
 """
 import sys
 
 import torch
 from peft import PeftModel, get_peft_model_state_dict
 from safetensors.torch import load_file, save_file
-from transformers import AutoModelForCausalLM
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+SAMPLE_TEXT = "To be, or not to be: that is the question."
 
 
 def logits_of(model, tokens):
@@ -43,6 +46,8 @@ def logits(base_dir, adapter_dir, tokens_file, out, merged_dir=None):
         if not torch.equal(loaded[key].float(), value.float()):
             print(f"peft_lora.py: {key} loaded with other values than {adapter_dir} holds", file=sys.stderr)
             sys.exit(1)
+    ids = AutoTokenizer.from_pretrained(adapter_dir)(SAMPLE_TEXT, add_special_tokens=False)["input_ids"]
+    results["tokenizer_ids"] = torch.tensor(ids, dtype=torch.int64)
     save_file({"logits": logits_of(model, tokens), "base_logits": base_logits, **results}, out)
 
 

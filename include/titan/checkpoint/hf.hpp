@@ -82,6 +82,12 @@ void save_hf(const std::filesystem::path& folder, const std::vector<std::pair<st
 void write_folder_atomically(const std::filesystem::path& folder,
                              const std::function<void(const std::filesystem::path& tmp)>& fill);
 
+/// The tokenizer files of `from` (a folder, or its tokenizer.json) written into `tmp`, the temporary folder of an
+/// export to `folder`, as save_hf describes; a `from` without tokenizer.json or tokenizer.model is named in a
+/// warning and nothing is written. PEFT adapter folders carry them the same way.
+void write_tokenizer_files(const std::filesystem::path& from, const std::filesystem::path& tmp,
+                           const std::filesystem::path& folder);
+
 /// An HF folder opened for reading (single or sharded safetensors).
 class HfReader {
  public:

@@ -30,6 +30,9 @@ struct PeftOptions {
   at::ScalarType dtype = at::kFloat;
   /// adapter_config.json's base_model_name_or_path: the HF base folder or hub name ("" = null).
   std::string base_model{};
+  /// The run's model.hf_assets_path (a folder, or its tokenizer.json): the adapter folder carries its tokenizer as
+  /// save_hf's export does, so AutoTokenizer.from_pretrained reads it beside the adapter ("" = none).
+  std::filesystem::path tokenizer{};
 };
 
 /// alpha / rank of a checkpoint's values["lora"]; throws naming what is missing.
