@@ -151,8 +151,10 @@ at::Tensor Decoder::forward_part(const at::Tensor& x, const std::vector<std::str
       tokens = h;
       h = tok_embeddings->forward(h);
     } else if (path == "norm" && norm) {
-      if (tokens.defined()) h = after_blocks(h, tokens, context);
+      h = after_blocks(h, tokens, context);  // tokens undefined on a pipeline stage that does not embed
       h = norm->forward(h);
+    } else if (path == "mtp") {
+      // A family's multi-token prediction modules, a pipeline stage's part: after_blocks runs them at "norm".
     } else if (path == "output" && output) {
       h = output->forward(h);  // (B, S, V), or (B, S, V/tp) under loss parallel
     } else if (path == "output" && shape_.tied && tok_embeddings) {

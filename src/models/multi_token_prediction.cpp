@@ -55,6 +55,10 @@ MultiTokenPrediction::MultiTokenPrediction(int64_t depth, double weight_, const 
   loss = at::zeros({}, options.dtype(at::kFloat));  // a running sum, not state: never checkpointed
 }
 
+void MultiTokenPrediction::hold_embedding_copy(int64_t vocab_size, int64_t dim, const at::TensorOptions& options) {
+  embedding = register_module("embedding", std::make_shared<nn::Embedding>(vocab_size, dim, options));
+}
+
 at::Tensor MultiTokenPrediction::depth_losses(const at::Tensor& h, const at::Tensor& tokens, const nn::Embedding& embed,
                                               c10::function_ref<at::Tensor(const at::Tensor&)> head,
                                               const nn::RopeTables& rope, const nn::AttentionContext& context) const {

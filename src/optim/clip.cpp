@@ -4,6 +4,7 @@
 #include <ATen/ATen.h>
 #include <c10/core/GradMode.h>
 
+#include <algorithm>
 #include <map>
 
 #include "titan/dist/mesh.hpp"
@@ -63,9 +64,15 @@ at::Tensor grad_norm(const std::vector<at::Tensor>& params, const dist::Mesh* me
   return total.defined() ? total.sqrt() : at::zeros({}, at::kFloat);
 }
 
-double clip_grad_norm_(const std::vector<at::Tensor>& params, double max_norm, const dist::Mesh* mesh) {
+double clip_grad_norm_(const std::vector<at::Tensor>& params, double max_norm, const dist::Mesh* mesh,
+                       const std::vector<at::Tensor>& copies) {
   at::NoGradGuard no_grad;
-  const double total = grad_norm(params, mesh).item<double>();
+  std::vector<at::Tensor> counted;
+  for (const auto& p : params) {
+    const bool copy = std::any_of(copies.begin(), copies.end(), [&](const at::Tensor& c) { return c.is_same(p); });
+    if (!copy) counted.push_back(p);
+  }
+  const double total = grad_norm(counted, mesh).item<double>();
   if (max_norm > 0) {
     const double coef = max_norm / (total + 1e-6);
     if (coef < 1.0) {

@@ -3,6 +3,7 @@
 // pipeline_runtime.cpp.
 #include "titan/parallel/pipeline.hpp"
 
+#include <ATen/ATen.h>
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 #include <torch/nn/module.h>
@@ -176,6 +177,28 @@ std::string Pipeline::describe() const {
 const std::vector<int64_t>& Pipeline::stages() const { return state_->local; }
 bool Pipeline::has_first_stage() const { return state_->is_local(0); }
 bool Pipeline::has_last_stage() const { return state_->is_local(state_->num_stages() - 1); }
+
+void Pipeline::sum_first_last_stage_grads(const at::Tensor& param) const {
+  const int64_t first = state_->stage_rank.front();
+  const int64_t last = state_->stage_rank.back();
+  const int64_t me = state_->rank();
+  if (first == last || (me != first && me != last)) return;
+  TITAN_CHECK_VALUE(param.defined(),
+                    "[titan::pipeline] expected pp rank {} (it holds the {} stage) to pass its copy of the weight the "
+                    "first and last stage share, got none. Pass the parameter this rank holds.",
+                    me, me == first ? "first" : "last");
+  at::NoGradGuard no_grad;
+  if (!param.grad().defined()) param.mutable_grad() = at::zeros_like(param);
+  const at::Tensor mine = param.grad().contiguous().clone();  // (param's local shape)
+  at::Tensor theirs = at::empty_like(mine);
+  // One batch: each side sends and receives without either order hanging. g_first + g_last is g_last + g_first
+  // bitwise, so the two copies keep equal gradients.
+  state_->group
+      .batch_isend_irecv({{.send = true, .tensor = mine, .peer = me == first ? last : first, .tag = 0},
+                          {.send = false, .tensor = theirs, .peer = me == first ? last : first, .tag = 0}})
+      .wait();
+  param.grad().add_(theirs);
+}
 
 const PipelineProgram& Pipeline::program(int64_t microbatches) {
   auto it = state_->programs.find(microbatches);

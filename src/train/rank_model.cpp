@@ -12,6 +12,7 @@
 #include "titan/parallel/pipeline.hpp"
 #include "titan/parallel/planner.hpp"
 #include "titan/quant/qlora.hpp"
+#include "titan/train/mtp_loss.hpp"
 
 namespace titan {
 
@@ -24,6 +25,13 @@ std::vector<std::string> parameter_names(const torch::nn::Module& model, const s
         names.push_back(item.key());
         break;
       }
+    }
+  }
+  // A pipeline's last stage holds a copy of the first stage's embedding for multi-token prediction: it is that
+  // weight, under its one key (the optimizer treats both alike; the checkpoint holds it once).
+  for (const at::Tensor& copy : mtp_embedding_copies(model)) {
+    for (size_t i = 0; i < params.size(); ++i) {
+      if (params[i].is_same(copy)) names[i] = kMtpEmbeddingKey;
     }
   }
   return names;

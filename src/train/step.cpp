@@ -159,11 +159,12 @@ ForwardBackwardResult forward_backward(const Parallelized& parallel, const StepM
   return fb;
 }
 
-double optimizer_step(Optimizer& optimizer, double lr, double max_norm, const dist::Mesh& mesh) {
+double optimizer_step(Optimizer& optimizer, double lr, double max_norm, const dist::Mesh& mesh,
+                      const std::vector<at::Tensor>& copies) {
   double norm = 0;
   {
     const ProfileScope profile("titan::clip_grad_norm");
-    norm = clip_grad_norm_(optimizer.params(), max_norm, &mesh);
+    norm = clip_grad_norm_(optimizer.params(), max_norm, &mesh, copies);
   }
   const ProfileScope profile("titan::optimizer_step");
   optimizer.step(lr);

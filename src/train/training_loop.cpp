@@ -70,6 +70,7 @@ TrainingLoop::TrainingLoop(const RunContext& run, TrainedModel model) : run_(run
                                                                 .loader = loader_.get(),
                                                                 .expert_biases = moe_->expert_biases(),
                                                                 .semi_sync = semi_sync_.get(),
+                                                                .copies = mtp_->norm_copies(),
                                                                 .mesh = &run.mesh(),
                                                                 .run_state = run.run_state()});
   profiling_ = std::make_unique<Profiling>(run, model_.parameters);
@@ -179,6 +180,7 @@ void TrainingLoop::run_step() {
   const StepBatch batch = pull_microbatches(*loader_, parallel, run_.mesh(), run_.grad_accum_steps());
   mtp_->start_step(batch);
   const ForwardBackwardResult fb = forward_and_backward(step, batch);
+  mtp_->sum_embedding_grads(parallel.pipeline());   // the last stage's copy of the embedding steps as the first's
   if (losses_.empty()) parallel.check_contracts();  // this process's first step used the plan as planned
   TITAN_CHECK(std::isfinite(fb.loss),
               "[titan::Trainer] expected a finite loss, got {} at step {}. Lower optimizer.lr, raise "
@@ -193,7 +195,7 @@ void TrainingLoop::run_step() {
   state_->step = step;
   const std::vector<at::Tensor> loads = moe_->balance();  // before the optimizer moves the weights
   dist::report_progress(step, "optimizer step");
-  const double grad_norm = optimizer_step(*optimizer_, lr, c.training.max_norm, run_.mesh());
+  const double grad_norm = optimizer_step(*optimizer_, lr, c.training.max_norm, run_.mesh(), mtp_->norm_copies());
   if (semi_sync_ && semi_sync_->due(step)) {
     dist::report_progress(step, "outer step");
     replicas_->outer_step(*state_, *semi_sync_);
@@ -213,8 +215,9 @@ void TrainingLoop::run_step() {
 ForwardBackwardResult TrainingLoop::forward_and_backward(int64_t step, const StepBatch& batch) {
   const MemoryScope activations(MemoryCategory::activations);
   dist::report_progress(step, "forward/backward");
-  ForwardBackwardResult fb = forward_backward(*model_.parallel, mtp_->labelled(model_.step_model, batch, run_.device()),
-                                              batch, run_.mesh(), run_.device(), model_.bf16_autocast);
+  ForwardBackwardResult fb = forward_backward(
+      *model_.parallel, mtp_->labelled(model_.step_model, batch, run_.device(), model_.parallel->pipeline()), batch,
+      run_.mesh(), run_.device(), model_.bf16_autocast);
   if (faults_.oom_step == step) {  // fails inside the activations' scope, as a real one would
     TORCH_CHECK_WITH(OutOfMemoryError, false, "test fault oom: simulated out of memory at step ", step);
   }

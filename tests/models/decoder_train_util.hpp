@@ -16,12 +16,14 @@
 #include <vector>
 
 #include "parallel/parity_check.hpp"
+#include "titan/models/multi_token_prediction.hpp"
 #include "titan/optim/adamw.hpp"
 #include "titan/parallel/context_parallel.hpp"
 #include "titan/parallel/expert_parallel.hpp"
 #include "titan/parallel/parallelize.hpp"
 #include "titan/parallel/pipeline.hpp"
 #include "titan/parallel/planner.hpp"
+#include "titan/train/mtp_loss.hpp"
 #include "titan/train/rank_model.hpp"
 #include "titan/train/step.hpp"
 
@@ -55,6 +57,9 @@ template <class Model>
 NamedRun train_decoder(const dist::Mesh& mesh, const typename Model::Args& args, const DecoderTraining<Model>& t) {
   nn::manual_init_seed(t.seed);
   const auto meta = Model::build(args, {.device = at::kMeta});
+  // Multi-token prediction as the Trainer runs it (train/mtp_loss.hpp): each microbatch's labels, under PP its tokens
+  // on the last stage, whose copy of the embedding steps as the first stage's. The whole model tells every pp rank.
+  const bool mtp = !models::mtp_modules(*meta).empty();
   const parallel::ParallelPlan plan = parallel::plan(meta->sharding_spec(), t.options, mesh.shape());
   // Under PP the rank builds only its stages' modules, with the whole model's names.
   const std::vector<std::string> modules =
@@ -98,13 +103,16 @@ NamedRun train_decoder(const dist::Mesh& mesh, const typename Model::Args& args,
                           .global_valid_tokens = count_valid_tokens(labels)};
     optimizer.zero_grad();
     if (t.before_step) t.before_step(*model, step);
-    out.losses.push_back(forward_backward(parallel, step_model, batch, mesh, at::kCPU).loss);
+    const StepModel labelled =
+        mtp ? mtp_labelled(step_model, models::mtp_modules(*model), batch, at::kCPU, parallel.pipeline()) : step_model;
+    out.losses.push_back(forward_backward(parallel, labelled, batch, mesh, at::kCPU).loss);
+    if (mtp) sum_mtp_embedding_grads(*model, parallel.pipeline());
     if (t.after_backward) t.after_backward(*model, step);
     if (moe) {
       moe->update_expert_bias();
       moe->reduce_expert_gradients();
     }
-    out.grad_norms.push_back(optimizer_step(optimizer, t.lr, /*max_norm=*/1.0, mesh));
+    out.grad_norms.push_back(optimizer_step(optimizer, t.lr, /*max_norm=*/1.0, mesh, mtp_embedding_copies(*model)));
   }
   for (size_t i = 0; i < params.size(); ++i) out.weights[names[i]] = parallel::full_tensor(params[i], mesh);
   if (moe) {

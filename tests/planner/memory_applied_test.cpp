@@ -5,7 +5,8 @@
 // it holds. The planner applies the same plan on the meta device over a planning mesh and reads one rank per pp
 // rank. Layouts, for Llama 3's debug model and a small Qwen3-MoE alike: FSDP 3 (uneven rows: FSDP's padding), TP 2,
 // TP 2 x FSDP 2; for Llama 3 also PP 2 x FSDP 2; for Qwen3-MoE also EP 2, FSDP 4 x EP 2 and TP 2 x FSDP 2 with EP 2
-// and expert tensor parallelism; Qwen3.5-MoE's debug model under PP 2 x FSDP 2 x EP 2. Exact: both count the same
+// and expert tensor parallelism; Qwen3.5-MoE's debug model under PP 2 x FSDP 2 x EP 2; DeepSeek-V3's tiny model with
+// multi-token prediction under PP 2 x FSDP 2 (the last stage's copy of the embedding). Exact: both count the same
 // tensors.
 //
 // And what keeps a new parallel feature from drifting: a model whose sharding spec keeps a layer whole under TP (an
@@ -22,6 +23,7 @@
 #include "titan/core/memory_tracker.hpp"
 #include "titan/dist/local_ranks.hpp"
 #include "titan/dist/mesh.hpp"
+#include "titan/models/deepseek_v3/model.hpp"
 #include "titan/models/llama3/model.hpp"
 #include "titan/models/qwen3/model.hpp"
 #include "titan/models/qwen3_5/model.hpp"
@@ -51,6 +53,15 @@ std::shared_ptr<models::Decoder> qwen3_moe(const at::Device& d, const std::vecto
 std::shared_ptr<models::Decoder> debug_qwen3_5_moe(const at::Device& d, const std::vector<std::string>& modules) {
   return std::make_shared<qwen3_5::Qwen35>(qwen3_5::moe_flavor("debugmodel_moe"), 128, at::TensorOptions().device(d),
                                            modules);
+}
+
+// DeepSeek-V3's tiny flavor with one multi-token prediction depth: under PP the last stage holds the depth and a copy
+// of the first stage's embedding (2048 x 64), which makes it the largest.
+std::shared_ptr<models::Decoder> tiny_deepseek_mtp(const at::Device& d, const std::vector<std::string>& modules) {
+  deepseek_v3::DeepSeekV3Args args = deepseek_v3::flavor("tiny");
+  args.max_seq_len = 128;
+  args.num_nextn_predict_layers = 1;
+  return std::make_shared<deepseek_v3::DeepSeekV3>(args, 128, at::TensorOptions().device(d), modules);
 }
 
 JobConfig job(const std::string& family, const dist::MeshShape& shape) {
@@ -118,6 +129,10 @@ TEST_CASE("memory plan: parameter bytes are what parallelize leaves on every ran
        .family = "qwen3_5_moe",
        .build = debug_qwen3_5_moe,
        .shape = {.pp = 2, .dp_shard = 2, .ep = 2}},
+      {.name = "PP 2 x FSDP 2 with multi-token prediction",
+       .family = "deepseek_v3",
+       .build = tiny_deepseek_mtp,
+       .shape = {.pp = 2, .dp_shard = 2}},
   };
   for (const Case& c : cases) {
     const JobConfig config = job(c.family, c.shape);
@@ -132,6 +147,8 @@ TEST_CASE("memory plan: parameter bytes are what parallelize leaves on every ran
       ++compared;
     }
     CHECK(compared == c.shape.world_size() / c.shape.pp);
+    // The depth and the embedding's copy make the last stage the one shown: the copy's bytes are planned.
+    if (c.family == "deepseek_v3") CHECK(plan.pp_rank == 1);
   }
 }
 

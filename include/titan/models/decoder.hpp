@@ -162,8 +162,10 @@ class Decoder : public torch::nn::Module {
   void set_rope(nn::RopeTables rope) { rope_ = std::move(rope); }
   const nn::RopeTables& rope() const { return rope_; }
   /// A family's objective beyond the next token (DeepSeek-V3's multi-token prediction): forward_part calls it on
-  /// the last block's output h (B, S, D), before the final norm, when the same part embedded the tokens (B, S). It
-  /// returns h, which may carry an injected loss (nn::detail::inject_aux_loss). Default: h.
+  /// the last block's output h (B, S, D), before the final norm, with the tokens (B, S) when the same part embedded
+  /// them (undefined on a pipeline's last stage, which does not). It returns h, which may carry an injected loss
+  /// (nn::detail::inject_aux_loss). Default: h. A stage's module list may name the family's modules ("mtp"):
+  /// forward_part leaves them to after_blocks.
   virtual at::Tensor after_blocks(const at::Tensor& h, const at::Tensor& tokens,
                                   const nn::AttentionContext& context) const;
   /// Initialises the modules a family registered beyond the decoder's, from `root`. Default: none.

@@ -64,6 +64,11 @@ class MultiTokenPrediction : public torch::nn::Module {
                           c10::function_ref<at::Tensor(const at::Tensor&)> head, const nn::RopeTables& rope,
                           const nn::AttentionContext& context) const;
 
+  /// Registers `embedding`, this part's copy of the model's tok_embeddings (V, D): a pipeline's last stage, which
+  /// runs the depths without the first stage's embedding. The trainer keeps the copy equal to the first stage's
+  /// (mtp_loss.hpp: its gradient summed with the original's, left out of the grad norm; the checkpoint's one key).
+  void hold_embedding_copy(int64_t vocab_size, int64_t dim, const at::TensorOptions& options);
+
   /// Greedy drafts of the D tokens after `tokens` (B, T), for self-speculative decoding: h (B, T-1, D) is the last
   /// block's output at tokens' first T-1 positions (nothing after t_{T-1} reaches them); depth k reads h^{k-1} and
   /// the token k ahead, which at the last position is depth k-1's draft. Returns (B, D) int64; no autograd.
@@ -71,6 +76,7 @@ class MultiTokenPrediction : public torch::nn::Module {
                    c10::function_ref<at::Tensor(const at::Tensor&)> head, const nn::RopeTables& rope) const;
 
   std::vector<std::shared_ptr<MtpModule>> modules;  // depth k registered as "k-1"
+  std::shared_ptr<nn::Embedding> embedding;         // weight (V, D): the last stage's copy of tok_embeddings, or null
   /// lambda: the weight of the mean depth loss in the objective.
   double weight;
   /// What one summed cross-entropy weighs in the objective: 1 (the default) adds the sums; the Trainer sets one over
@@ -80,6 +86,9 @@ class MultiTokenPrediction : public torch::nn::Module {
   /// then labels from the tokens themselves (t_{i+1}; the last column has none), every position counting. The Trainer
   /// sets each microbatch's (MtpLoss::labelled); a shape other than the tokens' is refused.
   at::Tensor labels;
+  /// The input tokens (B, S) int64 of the microbatch the next forward with grad reads, on a pipeline's last stage
+  /// (only stage 0 receives them; the Trainer sets them, MtpLoss::labelled), or undefined where the model embeds them.
+  at::Tensor tokens;
   /// loss_scale / D * sum_k CE_k of the forwards with grad since the last zeroing (() fp32, lambda not applied): the
   /// logged MTP loss.
   at::Tensor loss;

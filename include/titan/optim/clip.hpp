@@ -19,7 +19,10 @@ class Mesh;
 at::Tensor grad_norm(const std::vector<at::Tensor>& params, const dist::Mesh* mesh = nullptr);
 
 /// Scales gradients in place so their total norm is at most `max_norm` (<= 0 disables the scaling);
-/// returns the pre-clip norm. Uses torch's coefficient max_norm / (norm + 1e-6) clamped to 1.
-double clip_grad_norm_(const std::vector<at::Tensor>& params, double max_norm, const dist::Mesh* mesh = nullptr);
+/// returns the pre-clip norm. Uses torch's coefficient max_norm / (norm + 1e-6) clamped to 1. `copies`: parameters of
+/// `params` whose gradient another rank's parameter holds too (the last pipeline stage's copy of the first stage's
+/// embedding): scaled with the rest, left out of the norm, which counts the weight once.
+double clip_grad_norm_(const std::vector<at::Tensor>& params, double max_norm, const dist::Mesh* mesh = nullptr,
+                       const std::vector<at::Tensor>& copies = {});
 
 }  // namespace titan

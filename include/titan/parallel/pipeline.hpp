@@ -102,6 +102,13 @@ class Pipeline {
   /// Called once per step after the last backward (FSDP's deferred gradient reduction under PP).
   void set_step_end_hook(std::function<void()> hook);
 
+  /// For a weight that the first and the last stage each hold a copy of (the embedding multi-token prediction reads
+  /// on the last stage, as Megatron keeps a tied embedding): adds the other copy's gradient to `param`'s, this rank's
+  /// copy (undefined on a rank holding neither stage), so both copies step alike. Under FSDP both copies are sharded
+  /// alike, so the shards pair up. Where one rank holds both stages it holds one tensor: nothing moves. Every pp rank
+  /// calls it, after the step's last backward.
+  void sum_first_last_stage_grads(const at::Tensor& param) const;
+
   /// The compute actions of the last step with their measured start and end (seconds from the
   /// step's start), for comparing the real bubble with the schedule's ideal one.
   const PipelineTimeline& last_timeline() const;

@@ -37,7 +37,8 @@ struct ModelCounts {
   int64_t trainable_params = 0;
 };
 
-/// The parameter names (FQNs) of `params` in `model` (a tied tensor: its first name).
+/// The parameter names (FQNs) of `params` in `model` (a tied tensor: its first name; a pipeline's last stage's copy of
+/// the embedding, for multi-token prediction: tok_embeddings.weight, the weight it copies).
 std::vector<std::string> parameter_names(const torch::nn::Module& model, const std::vector<at::Tensor>& params);
 
 namespace detail {

@@ -111,7 +111,9 @@ ForwardBackwardResult forward_backward(const Parallelized& parallel, const StepM
 
 /// Clips the gradients of optimizer.params() to the global norm `max_norm` (the norm of the whole model, reduced
 /// over the mesh axes each parameter is sharded on), then steps the optimizer with `lr`. Returns the norm before
-/// clipping (the logged grad_norm). Every rank of the mesh calls it.
-double optimizer_step(Optimizer& optimizer, double lr, double max_norm, const dist::Mesh& mesh);
+/// clipping (the logged grad_norm). Every rank of the mesh calls it. `copies`: parameters the norm leaves out, as
+/// clip_grad_norm_ does (a weight's second copy on another pipeline stage: mtp_embedding_copies).
+double optimizer_step(Optimizer& optimizer, double lr, double max_norm, const dist::Mesh& mesh,
+                      const std::vector<at::Tensor>& copies = {});
 
 }  // namespace titan

@@ -56,6 +56,10 @@ class TrainingState {
     std::vector<std::pair<std::string, at::Tensor>> expert_biases{};
     /// Semi-synchronous training's outer state (null: none): group semi_sync, filled on load and healing.
     SemiSync* semi_sync = nullptr;
+    /// Tensors of `parameters` whose key another rank writes (a pipeline's last stage's copy of the first stage's
+    /// embedding, multi-token prediction: mtp_embedding_copies): loaded from that key, with their optimizer state,
+    /// never written, so the checkpoint holds the weight once, as one process saves it.
+    std::vector<at::Tensor> copies{};
     /// The mesh the tensors are sharded over (null: one process).
     const dist::Mesh* mesh = nullptr;
     /// What the run's numbers depend on besides the config (RunContext::run_state): recorded, compared on resume.

@@ -3,6 +3,7 @@
 #include "titan/models/detail/family_args.hpp"
 
 #include <ATen/ATen.h>
+#include <c10/core/GradMode.h>
 
 #include <cmath>
 
@@ -173,15 +174,26 @@ models::DecoderBlock::Parts block_parts(const DeepSeekV3Args& args, int64_t seq_
 }
 }  // namespace
 
+namespace {
+// A pipeline stage's modules less "mtp", which comes with "norm": the decoder's own parts.
+std::vector<std::string> decoder_parts(std::vector<std::string> modules) {
+  std::erase(modules, "mtp");
+  return modules;
+}
+}  // namespace
+
 DeepSeekV3::DeepSeekV3(const DeepSeekV3Args& args, int64_t seq_len, const at::TensorOptions& options,
                        const std::vector<std::string>& modules)
-    : Decoder(decoder_shape(validated(args)), seq_len, options, modules,
+    : Decoder(decoder_shape(validated(args)), seq_len, options, decoder_parts(modules),
               [&](int64_t layer) { return block_parts(args, seq_len, options, layer); }),
       args_(args) {
   if (args.num_nextn_predict_layers > 0 && norm) {
     mtp = register_module("mtp", std::make_shared<models::MultiTokenPrediction>(
                                      args.num_nextn_predict_layers, args.mtp_loss_scaling_factor, shape(), options,
                                      [&](int64_t layer) { return block_parts(args, seq_len, options, layer); }));
+    // A pipeline's last stage embeds t_{i+k} with a copy of the first stage's embedding (Megatron's tied embedding on
+    // the first and last stage); a rank that holds both stages reads the one embedding.
+    if (!tok_embeddings) mtp->hold_embedding_copy(args.vocab_size, args.dim, options);
   }
   if (options.device().type() != at::kMeta) {
     // Derived, not parameters: rebuilt on the model's device, never checkpointed.
@@ -202,9 +214,19 @@ DeepSeekV3::DeepSeekV3(const DeepSeekV3Args& args, int64_t seq_len, const at::Te
 at::Tensor DeepSeekV3::after_blocks(const at::Tensor& h, const at::Tensor& tokens,
                                     const nn::AttentionContext& context) const {
   if (!mtp) return h;
+  // A pipeline's last stage does not embed: the trainer hands it the microbatch's tokens (MtpLoss::labelled).
+  const at::Tensor& input = tokens.defined() ? tokens : mtp->tokens;  // (B, S)
+  if (!input.defined()) {
+    TITAN_CHECK(!c10::GradMode::is_enabled(),
+                "[titan::deepseek_v3] expected the microbatch's input tokens on the pipeline's last stage "
+                "(MultiTokenPrediction::tokens) for the multi-token prediction loss, got none. Run the step's model "
+                "through MtpLoss::labelled (or set mtp->tokens before each last-stage forward).");
+    return h;  // no loss to add without grad
+  }
   // The main model's head, shared: the same module (so the same FSDP unit and tensor-parallel role) reads it.
   return mtp->forward(
-      h, tokens, *tok_embeddings, [this](const at::Tensor& x) { return output->forward(x); }, rope(), context);
+      h, input, tok_embeddings ? *tok_embeddings : *mtp->embedding,
+      [this](const at::Tensor& x) { return output->forward(x); }, rope(), context);
 }
 
 nn::DraftingModel DeepSeekV3::drafting_model() const {
@@ -227,7 +249,10 @@ nn::DraftingModel DeepSeekV3::drafting_model() const {
 }
 
 void DeepSeekV3::init_extra_weights(const nn::InitSite& root) {
-  if (mtp) mtp->init_weights(root / "mtp");
+  if (!mtp) return;
+  mtp->init_weights(root / "mtp");
+  // The copy draws what the first stage's tok_embeddings draws (the init follows the site, not the layout): equal.
+  if (mtp->embedding) nn::normal_(mtp->embedding->weight, root / "tok_embeddings.weight", 0.0, 1.0);
 }
 
 parallel::ShardingSpec DeepSeekV3::sharding_spec() const {
@@ -259,13 +284,9 @@ parallel::ShardingSpec DeepSeekV3::sharding_spec() const {
                           "multi-token prediction under tensor parallelism is not built (its block, and its loss on "
                           "vocabulary-sharded logits). Set model.num_nextn_predict_layers 0, or use data and expert "
                           "parallelism."});
-  // The depths run after the last block, so they would sit on the last stage; they read the shared embedding, which
-  // the first stage holds, and the tokens ahead of each position, which only the first stage receives.
-  spec.refused.push_back({"pp",
-                          "multi-token prediction under pipeline parallelism is not built: its depths on the last "
-                          "stage need the input tokens there and a copy of the first stage's tok_embeddings whose "
-                          "gradient is summed with the first stage's. Set model.num_nextn_predict_layers 0, or use "
-                          "data and expert parallelism."});
+  // The depths run after the last block: on the last stage, with the tokens the trainer hands it and a copy of the
+  // first stage's embedding (mtp.embedding, in the root FSDP unit: sharded as tok_embeddings is).
+  spec.pipeline.output_modules.insert(spec.pipeline.output_modules.begin(), "mtp");
   // Depth k reads token t_{i+k} at position i: under cp that token may lie in another rank's part of the sequence.
   spec.refused.push_back({"cp",
                           "multi-token prediction under context parallelism is not built: the tokens ahead of a "
