@@ -31,6 +31,7 @@
 #include "titan/dist/local_ranks.hpp"
 #include "titan/dist/mesh.hpp"
 #include "titan/models/deepseek_v3/model.hpp"
+#include "titan/parallel/pipeline_schedule.hpp"
 #include "titan/parallel/planner.hpp"
 #include "titan/train/training_state.hpp"
 
@@ -194,6 +195,31 @@ TEST_CASE("deepseek_v3 multi-token prediction: the pipeline's last stage holds t
 // The checkpoint of a PP 2 x FSDP 2 run holds the embedding once, under the one process's key: the last stage's copy
 // is not written (its owner is the first stage) and is filled from that key on load. Weights are compared bitwise:
 // the init follows each weight's site, not the layout, and a load copies bytes.
+// mtp_labelled hands the last stage's forwards the microbatches in order, counting them: every built-in schedule must
+// run that stage's forwards in microbatch order, which validate_pipeline_program does not ask.
+TEST_CASE("every built-in schedule runs the last stage's forwards in the microbatch order mtp_labelled counts",
+          "[models][mtp][pipeline]") {
+  for (const PipelineSchedule schedule :
+       {PipelineSchedule::schedule_1f1b, PipelineSchedule::gpipe, PipelineSchedule::interleaved_1f1b,
+        PipelineSchedule::looped_bfs, PipelineSchedule::interleaved_zero_bubble, PipelineSchedule::zbv_zero_bubble,
+        PipelineSchedule::dual_pipe_v}) {
+    for (const int64_t pp : {2, 4}) {
+      const int64_t stages = parallel::num_pipeline_stages(schedule, pp, /*layers=*/8, /*layers_per_stage=*/0, 1, 1);
+      const parallel::PipelineProgram program =
+          parallel::make_pipeline_program(schedule, pp, stages, /*microbatches=*/2 * pp);
+      std::vector<int64_t> order;  // the microbatches of the last stage's forwards, in program order
+      for (const auto& row : program.actions) {
+        for (const parallel::PipelineAction& a : row) {
+          if (a.op == parallel::PipelineAction::Op::kForward && a.stage == stages - 1) order.push_back(a.microbatch);
+        }
+      }
+      INFO(fmt::format("{} pp {}", schedule, pp));
+      REQUIRE(static_cast<int64_t>(order.size()) == 2 * pp);
+      for (size_t i = 0; i < order.size(); ++i) CHECK(order[i] == static_cast<int64_t>(i));
+    }
+  }
+}
+
 TEST_CASE(
     "deepseek_v3 multi-token prediction: a PP 2 x FSDP 2 checkpoint holds the embedding once and loads in one "
     "process and back",
