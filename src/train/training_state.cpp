@@ -45,17 +45,19 @@ checkpoint::State TrainingState::state(bool with_frozen) const {
     }
   }
   if (parts_.optimizer != nullptr) checkpoint::add_optimizer(state, parts_.names, *parts_.optimizer, parts_.mesh);
+  if (parts_.semi_sync != nullptr) parts_.semi_sync->add_state(state, parts_.names, parts_.mesh);
   for (size_t i = 0; i < parts_.parameters.size(); ++i) {
     const at::Tensor& p = parts_.parameters[i];
     if (std::none_of(parts_.copies.begin(), parts_.copies.end(), [&](const at::Tensor& c) { return c.is_same(p); }))
       continue;
-    // The copy's weight and optimizer state equal the original's, which the first stage's ranks write.
+    // The copy's weight, optimizer and outer-step state equal the original's, which the first stage's ranks write.
     const std::string& name = parts_.names[i];
     for (checkpoint::StateTensor& t : state.tensors) {
-      if (t.key == "model." + name || t.key.starts_with("optimizer." + name + ".")) t.owner = false;
+      if (t.key == "model." + name || t.key.starts_with("optimizer." + name + ".") ||
+          t.key.starts_with("semi_sync." + name + "."))
+        t.owner = false;
     }
   }
-  if (parts_.semi_sync != nullptr) parts_.semi_sync->add_state(state, parts_.names, parts_.mesh);
   // The MoE expert biases: buffers, not parameters, so a group of their own ("moe.<fqn>"); a checkpoint
   // without it loads as before (its bias stays zero), and HF exports of the model group stay as they were.
   // Each pipeline stage holds (and writes) the biases of its own layers.

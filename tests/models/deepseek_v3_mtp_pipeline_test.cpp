@@ -33,6 +33,7 @@
 #include "titan/models/deepseek_v3/model.hpp"
 #include "titan/parallel/pipeline_schedule.hpp"
 #include "titan/parallel/planner.hpp"
+#include "titan/train/semi_sync.hpp"
 #include "titan/train/training_state.hpp"
 
 namespace deepseek_v3_mtp_pipeline_test {
@@ -122,11 +123,13 @@ struct MtpRankPart {
     applied = std::make_unique<Parallelized>(parallelize(*model, mesh, plan));
     model->init_weights();
   }
-  // The trainer's checkpoint state of the part: the copy under the embedding's key, written by the first stage only.
-  checkpoint::State state(const dist::Mesh* mesh) const {
+  // The trainer's checkpoint state of the part: the copy under the embedding's key, written by the first stage only;
+  // with `outer`, DiLoCo's outer state of the same parameters too.
+  checkpoint::State state(const dist::Mesh* mesh, SemiSync* outer = nullptr) const {
     const std::vector<at::Tensor> params = model->unique_parameters();
     const TrainingState training({.parameters = params,
                                   .names = parameter_names(*model, params),
+                                  .semi_sync = outer,
                                   .copies = mtp_embedding_copies(*model),
                                   .mesh = mesh});
     return training.state();
@@ -230,13 +233,22 @@ TEST_CASE(
   dist::run_local_ranks(shape.world_size(), [&](int64_t rank, const dist::Store& store) {
     const dist::Mesh mesh(shape, rank, store, test::kFast);
     const MtpRankPart part(mesh, 7);
-    checkpoint::save(folder, part.state(&mesh), mesh);
+    SemiSync outer({}, part.model->unique_parameters());
+    outer.start();
+    checkpoint::save(folder, part.state(&mesh, &outer), mesh);
   });
   nlohmann::json index;
   std::ifstream(folder / "index.json") >> index;
   REQUIRE(index.at("tensors").contains("model.tok_embeddings.weight"));
   CHECK(index.at("tensors").at("model.tok_embeddings.weight").at("shards").size() == 2);  // FSDP's two, once
   for (const auto& [key, entry] : index.at("tensors").items()) CHECK(key.find("mtp.embedding") == std::string::npos);
+  // DiLoCo's outer state of the embedding: once as well, from the first stage.
+  for (const char* key :
+       {"semi_sync.tok_embeddings.weight.last_sync", "semi_sync.tok_embeddings.weight.momentum_buffer"}) {
+    INFO(key);
+    REQUIRE(index.at("tensors").contains(key));
+    CHECK(index.at("tensors").at(key).at("shards").size() == 2);
+  }
 
   // In one process, over a model initialised from another seed: seed 7's weights, every one.
   const dist::Mesh one;
