@@ -10,6 +10,7 @@
 #include "titan/core/error.hpp"
 #include "titan/layout/sharded_param.hpp"
 #include "titan/models/decoder.hpp"
+#include "titan/models/multi_token_prediction.hpp"
 
 namespace titan::models {
 
@@ -186,6 +187,15 @@ parallel::PipelineModuleCosts pipeline_costs(const Decoder& model, int64_t seq_l
   costs.output = flops(parameter_groups(*model.norm));
   costs.output += shape.tied ? 6.0 * static_cast<double>(model.tok_embeddings->weight.numel())
                              : flops(parameter_groups(*model.output));
+  // Multi-token prediction's depths run on the stage with the head: their own parameters, attention and pass through
+  // the shared head, as num_flops_per_token counts them.
+  for (const auto& mtp : mtp_modules(model)) {
+    for (const auto& depth : mtp->modules) {
+      costs.output += flops(parameter_groups(*depth)) +
+                      static_cast<double>(attention_flops_per_token(shape, depth->block->layer_id, seq_len) +
+                                          6 * shape.vocab_size * shape.dim);
+    }
+  }
   return costs;
 }
 

@@ -30,6 +30,7 @@
 #include "titan/checkpoint/checkpoint.hpp"
 #include "titan/dist/local_ranks.hpp"
 #include "titan/dist/mesh.hpp"
+#include "titan/models/decoder_spec.hpp"
 #include "titan/models/deepseek_v3/model.hpp"
 #include "titan/parallel/pipeline_schedule.hpp"
 #include "titan/parallel/planner.hpp"
@@ -190,6 +191,15 @@ TEST_CASE("deepseek_v3 multi-token prediction: the pipeline's last stage holds t
   REQUIRE(whole.mtp != nullptr);
   CHECK(whole.mtp->embedding == nullptr);
   CHECK(mtp_embedding_copies(whole).empty());
+  // A split by FLOPs weighs the depths on the stage with the head: the output's cost grows by what they add to the
+  // model's FLOPs per token (integers below 2^53: exact in double).
+  const deepseek_v3::DeepSeekV3 plain(mtp_pipeline_args(0), kSeq, at::TensorOptions().device(at::kMeta));
+  const parallel::PipelineModuleCosts with = models::pipeline_costs(whole, kSeq);
+  const parallel::PipelineModuleCosts without = models::pipeline_costs(plain, kSeq);
+  CHECK(with.layers == without.layers);
+  CHECK(with.output - without.output ==
+        static_cast<double>(whole.num_flops_per_token(kSeq) - plain.num_flops_per_token(kSeq)));
+  CHECK(with.output > without.output);
   // Context parallelism stays refused.
   CHECK_THAT(test::error_of([&] { (void)parallel::plan(whole.sharding_spec(), {}, {.cp = 2}); }),
              Catch::Contains("multi-token prediction under context parallelism is not built"));
