@@ -208,14 +208,13 @@ TEST_CASE("memory plan: MoE layouts the trainer would refuse give errors that na
   dense.training.seq_len = 256;
   CHECK_THAT(error_of([&] { plan_memory(dense, {.world_size = 2}); }),
              Contains("expected parallelism.expert_parallel_degree = 1 for a dense model") && Contains("Set it to 1"));
-  // DeepSeek-V3's multi-token prediction under pipeline and context parallelism is not built: the plan refuses both
-  // as the trainer does, quoting the model's reason.
+  // DeepSeek-V3's multi-token prediction under context parallelism is not built: the plan refuses it as the trainer
+  // does, quoting the model's reason. Under pipeline parallelism it is planned (the depths and the embedding's copy on
+  // the last stage).
   JobConfig mtp = moe_job("deepseek_v3", "16B", 1);
   mtp.model.num_nextn_predict_layers = 1;
   mtp.parallelism.pipeline_parallel_degree = 2;
-  CHECK_THAT(error_of([&] { plan_memory(mtp, {.world_size = 4}); }),
-             Contains("expected parallelism.pipeline_parallel_degree 1 for titan::deepseek_v3, got 2") &&
-                 Contains("multi-token prediction under pipeline parallelism is not built"));
+  CHECK(plan_memory(mtp, {.world_size = 4}).params > 0);
   mtp.parallelism.pipeline_parallel_degree = 1;
   mtp.parallelism.context_parallel_degree = 2;
   CHECK_THAT(error_of([&] { plan_memory(mtp, {.world_size = 4}); }),
