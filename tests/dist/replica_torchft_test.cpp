@@ -1,9 +1,10 @@
 // SPDX-License-Identifier: BSD-3-Clause
-// Replica fault tolerance against TorchFT's own lighthouse (`torchft_lighthouse` of the pinned torchft wheel, started
-// from the venv): two titan replica groups, one killed and restarted, heal and end bit for bit equal as they do at
-// titan's lighthouse (replica_ft_util.hpp runs both); the lighthouse's --min_replicas keeps a lone group from
-// training, and its --join_timeout_ms is how long two groups wait for a straggler that heartbeats but never asks
-// (TorchFT's own client plays it). Built with TITAN_WITH_GRPC only.
+// Replica fault tolerance against TorchFT's own lighthouse (the server of the pinned torchft wheel's
+// `torchft_lighthouse`, started from the venv by tests/oracles/torchft_lighthouse.py): two titan replica groups, one
+// killed and restarted, heal and end bit for bit equal as they do at titan's lighthouse (replica_ft_util.hpp runs
+// both); the lighthouse's --min_replicas keeps a lone group from training, and its --join_timeout_ms is how long two
+// groups wait for a straggler that heartbeats but never asks (TorchFT's own client plays it). Built with
+// TITAN_WITH_GRPC only.
 #include <set>
 
 #include "dist/replica_ft_util.hpp"
@@ -27,8 +28,10 @@ struct TorchftLighthouse {
       : log(dir / "lighthouse.log"), process(logged(log, command(flags))) {}
 
   static std::vector<std::string> command(const std::vector<std::string>& flags) {
-    std::vector<std::string> out = {(fs::path(titan::test::python()).parent_path() / "torchft_lighthouse").string(),
-                                    "--bind", "127.0.0.1:0"};
+    // torchft_lighthouse's own server less the torchft package's import of torch (the oracle says why).
+    std::vector<std::string> out = {titan::test::python(),
+                                    (titan::test::test_dir() / "oracles" / "torchft_lighthouse.py").string(), "--bind",
+                                    "127.0.0.1:0"};
     out.insert(out.end(), flags.begin(), flags.end());
     return out;
   }
