@@ -3,7 +3,7 @@
 // the strict backend's rule keeping (src/dist/strict_backend.cpp).
 // A host cut off from the store's host (a partition: no reset, no answer) leaves c10d's TCPStore waiting
 // in recv far past any useful time, and the failure path that asks the store who is to blame would hang
-// with it. Each call here runs on a helper thread; the caller waits at most the deadline and then throws
+// with it. Each call here runs on the store's helper thread; the caller waits at most the deadline and then throws
 // "the store at HOST:PORT unreachable". While a call that missed its deadline is still outstanding, every
 // other call throws at once (the connection serves one request at a time); once it returns the store is
 // usable again, unless it failed (its connection may then be out of step, so it stays unreachable).

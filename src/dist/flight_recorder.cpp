@@ -321,6 +321,8 @@ struct Process {
   std::once_flag dump_once{};
 
   std::atomic<bool> quit{false};
+  std::mutex quit_mutex{};  // with quit_cv: the watchdog's pause between polls ends as soon as quit is set
+  std::condition_variable quit_cv{};
   std::thread watchdog{};
 
   // heartbeat (watchdog thread only, but for the last one, which stop_run and detach publish)
@@ -330,7 +332,11 @@ struct Process {
   bool store_unreachable = false;  // the watchdog said so; said again once it answers
 
   ~Process() {
-    quit = true;
+    {
+      const std::lock_guard lock(quit_mutex);
+      quit = true;
+    }
+    quit_cv.notify_all();
     if (watchdog.joinable()) watchdog.join();
   }
 };
@@ -573,8 +579,12 @@ void watchdog_loop(Process* p) {
   auto last_beat = last_poll;
   // About once a second; more often under a short timeout.
   const auto beat_period = std::min<std::chrono::milliseconds>(std::chrono::seconds(1), p->options.timeout / 5);
-  while (!p->quit) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  while (true) {
+    {
+      // Woken by quit: every process that ends joins this thread, and a plain sleep made each wait up to 100 ms.
+      std::unique_lock lock(p->quit_mutex);
+      if (p->quit_cv.wait_for(lock, std::chrono::milliseconds(100), [&] { return p->quit.load(); })) break;
+    }
     if (p->stopped) continue;
     const auto now = std::chrono::steady_clock::now();
     // Weak references: a strong copy would keep a work that its rank has meanwhile waited for (and so its

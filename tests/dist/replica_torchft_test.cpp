@@ -1,9 +1,10 @@
 // SPDX-License-Identifier: BSD-3-Clause
-// Replica fault tolerance against TorchFT's own lighthouse (`torchft_lighthouse` of the pinned torchft wheel, started
-// from the venv): two titan replica groups, one killed and restarted, heal and end bit for bit equal as they do at
-// titan's lighthouse (replica_ft_util.hpp runs both); the lighthouse's --min_replicas keeps a lone group from
-// training, and its --join_timeout_ms is how long two groups wait for a straggler that heartbeats but never asks
-// (TorchFT's own client plays it). Built with TITAN_WITH_GRPC only.
+// Replica fault tolerance against TorchFT's own lighthouse (the server of the pinned torchft wheel's
+// `torchft_lighthouse`, started from the venv by tests/oracles/torchft_lighthouse.py): two titan replica groups, one
+// killed and restarted, heal and end bit for bit equal as they do at titan's lighthouse (replica_ft_util.hpp runs
+// both); the lighthouse's --min_replicas keeps a lone group from training, and its --join_timeout_ms is how long two
+// groups wait for a straggler that heartbeats but never asks (TorchFT's own client plays it). Built with
+// TITAN_WITH_GRPC only.
 #include <set>
 
 #include "dist/replica_ft_util.hpp"
@@ -27,8 +28,10 @@ struct TorchftLighthouse {
       : log(dir / "lighthouse.log"), process(logged(log, command(flags))) {}
 
   static std::vector<std::string> command(const std::vector<std::string>& flags) {
-    std::vector<std::string> out = {(fs::path(titan::test::python()).parent_path() / "torchft_lighthouse").string(),
-                                    "--bind", "127.0.0.1:0"};
+    // torchft_lighthouse's own server less the torchft package's import of torch (the oracle says why).
+    std::vector<std::string> out = {titan::test::python(),
+                                    (titan::test::test_dir() / "oracles" / "torchft_lighthouse.py").string(), "--bind",
+                                    "127.0.0.1:0"};
     out.insert(out.end(), flags.begin(), flags.end());
     return out;
   }
@@ -52,7 +55,8 @@ struct TorchftLighthouse {
   Subprocess process;
 };
 
-const std::vector<std::string> kShortQuorum = {"--comm.train_timeout_seconds", "10"};  // a quorum fails after 9 s
+// A quorum fails after 9/10 of it, 5.4 s: the lone group's run is that wait, and a shorter wait is a shorter test.
+const std::vector<std::string> kShortQuorum = {"--comm.train_timeout_seconds", "6"};
 
 }  // namespace replica_torchft_test
 
@@ -102,7 +106,7 @@ TEST_CASE(
     "[dist][launch][train][fault_tolerance][replica][torchft][slow]") {
   // Slow tier: 40 s of two runs; the CI keeps the heal and min-replica runs at the same lighthouse.
   // Two groups ask; a third replica heartbeats and never asks. The lighthouse holds the quorum for it until its join
-  // timeout: 10 minutes outlasts titan's 9 s quorum timeout, half a second does not.
+  // timeout: 10 minutes outlasts titan's 5.4 s quorum timeout, half a second does not.
   for (const char* join_timeout : {"600000", "500"}) {
     DYNAMIC_SECTION("--join_timeout_ms " << join_timeout) {
       TempDir dir;

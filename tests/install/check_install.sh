@@ -26,7 +26,9 @@ build_consumer() {
   # Paths under the clone hashed relative to it (as the main build's ccache launcher does), so that a fresh
   # clone's consumer is compiled from the cache.
   export CCACHE_BASEDIR="${CCACHE_BASEDIR:-$(cd "$here/../.." && pwd)}" CCACHE_NOHASHDIR=1
-  "$cmake" -S "$here/consumer" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_PREFIX_PATH="$prefix" \
+  # No build type, so no optimisation: the compile is the umbrella header's parse and instantiation (what is
+  # tested), and -O3 on top took a fifth of it (GCC 12: 21 s against 17 s).
+  "$cmake" -S "$here/consumer" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE= -DCMAKE_PREFIX_PATH="$prefix" \
     -DCMAKE_CXX_COMPILER_LAUNCHER=ccache "$@" >"$build.configure.log" 2>&1 ||
     { cat "$build.configure.log"; fail "the consumer did not configure"; }
   "$cmake" --build "$build" >"$build.build.log" 2>&1 || { tail -40 "$build.build.log"; fail "the consumer did not build"; }
